@@ -1,0 +1,31 @@
+# Two set-up commands for a fresh machine (see README): `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: install demo test test-fast figures-from-cache bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch + torchvision: local wheels on the build machines; a CUDA build from PyPI elsewhere
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e ".[train,fetch,workflow,dev]"
+	touch $@
+
+demo: install
+	snakemake --profile profiles/local
+
+test: install
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+bench: install
+	wattlife bench all
+
+clean:
+	rm -rf results/demo data/demo .snakemake

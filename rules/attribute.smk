@@ -1,0 +1,36 @@
+# Attribution: each cell's trace x events -> phases.csv; then the run-level tables.
+
+
+rule attribute:
+    input:
+        trace=f"{CELL}/trace.csv",
+        events=f"{CELL}/events.csv",
+        meta=f"{CELL}/meta.json",
+    output:
+        f"{CELL}/phases.csv",
+    log:
+        f"{CELL}/attribute.log",
+    conda:
+        "../envs/wattlife.yaml"
+    shell:
+        "wattlife attribute --trace {input.trace} --events {input.events} -o {output}"
+        " --idle-split > {log} 2>&1"
+
+
+rule aggregate_phases:
+    input:
+        phases=cell_files("phases.csv"),
+        summaries=cell_files("work/summary.json"),
+    output:
+        phases=f"{RES}/tables/phases.csv",
+        summary=f"{RES}/tables/phase_summary.csv",
+        share=f"{RES}/tables/device_share.csv",
+        deltas=f"{RES}/tables/storage_checkpoint.csv",
+    log:
+        f"{RES}/logs/aggregate_phases.log",
+    conda:
+        "../envs/wattlife.yaml"
+    params:
+        outdir=lambda wc, output: os.path.dirname(output.phases),
+    shell:
+        "wattlife aggregate {input.phases} -o {params.outdir} > {log} 2>&1"

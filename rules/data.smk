@@ -1,0 +1,32 @@
+# Offline datasets for the demo and tests (real datasets come through the preparation stage).
+IMAGES = config.get("data", {}).get("images", {})
+
+
+rule resolved_config:
+    output:
+        f"{RES}/config.yaml",
+    log:
+        f"{RES}/logs/resolved_config.log",
+    conda:
+        "../envs/wattlife.yaml"
+    params:
+        text=lambda wc: json.dumps(config, indent=1),
+    shell:
+        "printf '%s\\n' {params.text:q} > {output} 2> {log}"
+
+
+rule gen_images:
+    output:
+        directory(os.path.join(config["storage"]["shared"], IMAGES.get("name", "images"))),
+    log:
+        f"{RES}/logs/gen_images.log",
+    conda:
+        "../envs/wattlife.yaml"
+    params:
+        classes=IMAGES.get("classes", 10),
+        train=IMAGES.get("train_per_class", 32),
+        val=IMAGES.get("val_per_class", 8),
+        size=IMAGES.get("size", 96),
+    shell:
+        "wattlife gen-images {output} --classes {params.classes} --train-per-class {params.train}"
+        " --val-per-class {params.val} --size {params.size} > {log} 2>&1"

@@ -1,0 +1,30 @@
+# Execution stage: one job per cell of workload x storage x checkpoint x repeat, under the sampler.
+
+
+rule execute:
+    input:
+        config=f"{RES}/config.yaml",
+        data=lambda wc: dataset_dir(wc.workload),
+    output:
+        trace=f"{CELL}/trace.csv",
+        events=f"{CELL}/events.csv",
+        meta=f"{CELL}/meta.json",
+        summary=f"{CELL}/work/summary.json",
+    log:
+        f"{CELL}/run.log",
+    conda:
+        "../envs/wattlife.yaml"
+    params:
+        cell=lambda wc: json.dumps(dict(wc.items())),
+        run_id=lambda wc: f"{wc.workload}-{wc.storage}-ckpt{wc.checkpoint}-r{wc.repeat}",
+        launcher=EXE.get("launcher", ""),
+        workdir=lambda wc, output: output.summary.rsplit("/", 1)[0],
+    threads: workflow.cores  # one cell at a time: cells must not share the machine while measured
+    resources:
+        gpus=lambda wc: 0 if config["sampler"].get("gpu") in ("sim", "none") else 1,
+    shell:
+        "wattlife run --config {input.config} --trace {output.trace} --events {output.events}"
+        " --meta {output.meta} --run-id {params.run_id} --cell {params.cell:q} --"
+        " {params.launcher} wattlife train --config {input.config} --workload {wildcards.workload}"
+        " --storage {wildcards.storage} --checkpoint {wildcards.checkpoint}"
+        " --workdir {params.workdir} > {log} 2>&1"

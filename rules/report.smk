@@ -1,0 +1,27 @@
+# Figures from tables (never from raw state).
+
+
+rule figures:
+    input:
+        summary=f"{RES}/tables/phase_summary.csv",
+        share=f"{RES}/tables/device_share.csv",
+        deltas=f"{RES}/tables/storage_checkpoint.csv",
+        elasticity=lambda wc: (
+            [
+                os.path.join(RES, "tables", t)
+                for t in ("curves.csv", "pfi.csv", "predictor.csv", "allocation_summary.csv")
+            ]
+            if config.get("powercap", {}).get("jobs")
+            else []
+        ),
+    output:
+        figure_targets(),
+    log:
+        f"{RES}/logs/figures.log",
+    conda:
+        "../envs/wattlife.yaml"
+    params:
+        tables=lambda wc, input: os.path.dirname(input.summary),
+        outdir=lambda wc, output: os.path.dirname(output[0]),
+    shell:
+        "wattlife figures {params.tables} -o {params.outdir} > {log} 2>&1"

@@ -1,0 +1,1 @@
+"""Pure analysis: tables in, tables out. Nothing here imports torch or NVML."""

@@ -1,0 +1,93 @@
+"""Collect every cell's phases.csv (+ meta.json, summary.json) into run-level tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..attribution import RESIDUAL
+
+CELL_KEYS = ["workload", "storage", "checkpoint", "repeat"]
+
+
+def collect_phases(phase_files: list[str | Path]) -> pd.DataFrame:
+    """All cells' phases rows, with the cell's keys (from meta.json) and the run's throughput."""
+    frames = []
+    for f in phase_files:
+        f = Path(f)
+        df = pd.read_csv(f)
+        meta_p, summ_p = f.with_name("meta.json"), f.with_name("work") / "summary.json"
+        meta = json.loads(meta_p.read_text()) if meta_p.exists() else {}
+        cell = meta.get("cell", {})
+        for k in CELL_KEYS:
+            df[k] = cell.get(k, "")
+        df["gpu_model"] = meta.get("gpu_model") or ""
+        if summ_p.exists():
+            s = json.loads(summ_p.read_text())
+            df["throughput"] = s.get("throughput")
+            df["throughput_unit"] = s.get("throughput_unit")
+        frames.append(df)
+    if not frames:
+        raise ValueError("no phases.csv to aggregate")
+    return pd.concat(frames, ignore_index=True)
+
+
+def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
+    """Per workload x storage x checkpoint x phase x device kind: mean over repeats of the energy
+    and time summed over devices, with the 95% interval carried (summed) and the sources."""
+    p = phases[phases["phase"] != RESIDUAL]
+    per_run = p.groupby(CELL_KEYS + ["phase", "device_kind"], as_index=False).agg(
+        energy_j=("energy_j", "sum"), energy_lo_j=("energy_lo_j", "sum"),
+        energy_hi_j=("energy_hi_j", "sum"), time_s=("time_s", "max"),
+        method=("method", lambda s: ",".join(sorted(set(s)))),
+        source=("source", lambda s: ",".join(sorted(set(s)))))
+    keys = [k for k in CELL_KEYS if k != "repeat"] + ["phase", "device_kind"]
+    out = per_run.groupby(keys, as_index=False).agg(
+        energy_j=("energy_j", "mean"), energy_lo_j=("energy_lo_j", "mean"),
+        energy_hi_j=("energy_hi_j", "mean"), time_s=("time_s", "mean"),
+        energy_sd_j=("energy_j", "std"), repeats=("energy_j", "size"),
+        method=("method", "first"), source=("source", "first"))
+    return out
+
+
+def device_share(summary: pd.DataFrame) -> pd.DataFrame:
+    """CPU/GPU share of each cell's energy (the study: ResNet-50 16/84, Qwen3-8B 8/92)."""
+    keys = [k for k in CELL_KEYS if k != "repeat"]
+    tot = summary.groupby(keys + ["device_kind"], as_index=False).agg(
+        energy_j=("energy_j", "sum"), source=("source", "first"))
+    tot["share"] = tot["energy_j"] / tot.groupby(keys)["energy_j"].transform("sum")
+    return tot
+
+
+def storage_checkpoint_deltas(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per workload x phase: time and energy of each (storage, checkpoint) cell minus the
+    shared / checkpoint-off baseline (the study's Table of deltas)."""
+    s = summary.groupby(["workload", "storage", "checkpoint", "phase"], as_index=False).agg(
+        energy_j=("energy_j", "sum"), time_s=("time_s", "max"),
+        source=("source", lambda v: ",".join(sorted(set(",".join(v).split(","))))))
+    base = s[(s["storage"] == "shared") & (s["checkpoint"] == "off")].set_index(["workload", "phase"])
+    key = pd.MultiIndex.from_frame(s[["workload", "phase"]])
+    s["d_energy_j"] = s["energy_j"].to_numpy() - base["energy_j"].reindex(key).fillna(0).to_numpy()
+    s["d_time_s"] = s["time_s"].to_numpy() - base["time_s"].reindex(key).fillna(0).to_numpy()
+    s["d_energy_j"] = np.where(s.set_index(["workload", "phase"]).index.isin(base.index) |
+                               (s["energy_j"] != 0), s["d_energy_j"], np.nan)
+    return s
+
+
+def write_phase_tables(phase_files: list[str | Path], out_dir: str | Path) -> list[Path]:
+    """phases.csv files -> tables/{phases, phase_summary, device_share, storage_checkpoint}.csv"""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    phases = collect_phases(phase_files)
+    summary = phase_summary(phases)
+    tables = {"phases.csv": phases, "phase_summary.csv": summary,
+              "device_share.csv": device_share(summary),
+              "storage_checkpoint.csv": storage_checkpoint_deltas(summary)}
+    paths = []
+    for name, df in tables.items():
+        df.to_csv(out_dir / name, index=False)
+        paths.append(out_dir / name)
+    return paths

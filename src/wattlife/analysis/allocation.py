@@ -1,0 +1,339 @@
+"""How a cluster should split a global power cut across jobs (DESIGN.md, "Allocation").
+
+N workloads of M jobs are sampled from measured (or simulated) power-throughput curves. For a cut
+c the jobs together must draw at most (1 - c) * sum P_max. Strategies:
+- `equal`: job i's cut proportional to P_max,i;
+- `pfi_measured`: cut proportional to (P_max,i / T_max,i) * PFI_i with the measured PFI;
+- `pfi_predicted`: the same with PFI predicted from telemetry (leave-one-out linear model on the
+  DRAM copy product), only when the curves carry telemetry;
+- `category`: cut proportional to P_max,i * median PFI of the job's category;
+- `telemetry`: cut proportional to P_max,i * (dram_active * util_mem) of the uncapped run;
+- `oracle`: the split maximising total throughput given every job's piecewise-linear curve.
+Every weighted cut is clipped to the job's measured power range and the rest re-spread
+(water-filling), so each strategy meets the budget exactly when it can.
+
+The oracle is exact. Greedy by marginal throughput per watt on each curve's upper concave hull
+solves the hull problem exactly, and its optimum has at most one job strictly inside a hull
+segment. If that segment is a segment of the real curve, the hull value is achieved and hence
+optimal; otherwise (a hull segment bridging a non-concave dip) that instance is solved as a
+mixed-integer program (piecewise-linear curves with segment binaries, HiGHS through scipy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from .pfi import pfi_table
+
+STRATEGIES = ["equal", "pfi_measured", "pfi_predicted", "category", "telemetry", "oracle"]
+
+
+@dataclass
+class JobLibrary:
+    """Padded per-job curves: P[j, k] ascending, T[j, k] (objective units), hull segments."""
+
+    jobs: list[str]
+    category: np.ndarray
+    P: np.ndarray
+    T: np.ndarray
+    pmax: np.ndarray
+    tmax: np.ndarray
+    pmin: np.ndarray
+    hull_dp: np.ndarray  # (J, S) power length of each hull segment (0 for padding)
+    hull_slope: np.ndarray  # (J, S)
+    hull_bridged: np.ndarray  # (J, S) True where the hull skips a real point
+    hull_p0: np.ndarray  # (J, S) start power of each hull segment
+    weights: dict[str, np.ndarray]
+
+
+def _upper_hull(p: np.ndarray, t: np.ndarray) -> list[int]:
+    """Indices of the upper concave hull of points sorted by p (monotone chain)."""
+    h: list[int] = []
+    for i in range(len(p)):
+        while len(h) >= 2:
+            a, b = h[-2], h[-1]
+            if (t[b] - t[a]) * (p[i] - p[a]) <= (t[i] - t[a]) * (p[b] - p[a]):
+                h.pop()
+            else:
+                break
+        h.append(i)
+    return h
+
+
+def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
+                  objective: str = "relative") -> JobLibrary:
+    """Curves table -> padded arrays and per-strategy weights."""
+    if objective not in ("relative", "absolute"):
+        raise ValueError(f"objective must be relative or absolute, got {objective!r}")
+    if pfi is None:
+        pfi = pfi_table(curves, n_mc=0)
+    jobs, cats, Ps, Ts, tele = [], [], [], [], []
+    for (job, gpu), g in curves.groupby(["job", "gpu_model"], sort=True):
+        g = g.dropna(subset=["power_w", "throughput"]).sort_values("power_w")
+        if "status" in g.columns:
+            g = g[g["status"].fillna("ok") == "ok"]
+        if len(g) < 2:
+            continue
+        jobs.append(job if curves["gpu_model"].nunique() == 1 else f"{job}@{gpu}")
+        cats.append(g["category"].iloc[0] if "category" in g.columns else "all")
+        p = g["power_w"].to_numpy(float)
+        t = g["throughput"].to_numpy(float)
+        ref = int(np.argmax(g["cap_w"].to_numpy(float)))
+        Ps.append(p)
+        Ts.append(t / t[ref] if objective == "relative" else t)
+        tele.append(float(g["dram_active"].iloc[0] * g["util_mem"].iloc[0] / 100.0)
+                    if {"dram_active", "util_mem"} <= set(g.columns) else np.nan)
+    if not jobs:
+        raise ValueError("no job in the curves has two or more usable points")
+    K = max(len(p) for p in Ps)
+    J = len(jobs)
+    P = np.zeros((J, K))
+    T = np.zeros((J, K))
+    for j, (p, t) in enumerate(zip(Ps, Ts)):
+        P[j, :len(p)], T[j, :len(t)] = p, t
+        P[j, len(p):], T[j, len(t):] = p[-1], t[-1]
+    pmax = np.array([p[-1] for p in Ps])  # highest power = uncapped point
+    tmax = np.array([t[int(np.argmax(p))] for p, t in zip(Ps, Ts)])
+    pmin = np.array([p[0] for p in Ps])
+    S = K - 1
+    dp = np.zeros((J, S))
+    slope = np.zeros((J, S))
+    bridged = np.zeros((J, S), bool)
+    p0 = np.zeros((J, S))
+    for j, (p, t) in enumerate(zip(Ps, Ts)):
+        h = _upper_hull(p, t)
+        for s, (a, b) in enumerate(zip(h[:-1], h[1:])):
+            dp[j, s] = p[b] - p[a]
+            slope[j, s] = (t[b] - t[a]) / (p[b] - p[a]) if p[b] > p[a] else 0.0
+            bridged[j, s] = b - a > 1
+            p0[j, s] = p[a]
+    pfi_by_job = dict(zip(pfi["job"] if curves["gpu_model"].nunique() == 1 else
+                          pfi["job"] + "@" + pfi["gpu_model"], pfi["pfi"]))
+    pfi_m = np.array([pfi_by_job.get(j, np.nan) for j in jobs])
+    cat_arr = np.array(cats)
+    cat_med = pd.Series(pfi_m).groupby(cat_arr).median()
+    weights = {"equal": pmax.copy(), "pfi_measured": pmax / tmax * pfi_m,
+               "category": pmax * cat_arr_map(cat_arr, cat_med)}
+    tele = np.array(tele)
+    if np.isfinite(tele).all():
+        from .predictor import loo_predictions
+
+        weights["telemetry"] = pmax * tele
+        weights["pfi_predicted"] = pmax / tmax * loo_predictions(tele, pfi_m)
+    return JobLibrary(jobs, cat_arr, P, T, pmax, tmax, pmin, dp, slope, bridged, p0, weights)
+
+
+def cat_arr_map(cats: np.ndarray, med: pd.Series) -> np.ndarray:
+    return np.array([med.get(c, np.nan) for c in cats], dtype=float)
+
+
+def _eval_curves(lib: JobLibrary, idx: np.ndarray, power: np.ndarray) -> np.ndarray:
+    """Throughput of jobs idx at power (same shape), piecewise-linear, clamped to the range."""
+    P, T = lib.P[idx], lib.T[idx]  # (..., K)
+    x = np.clip(power, P[..., 0], P[..., -1])[..., None]
+    k = np.clip((P <= x).sum(-1) - 1, 0, P.shape[-1] - 2)[..., None]
+    p0 = np.take_along_axis(P, k, -1)
+    p1 = np.take_along_axis(P, k + 1, -1)
+    t0 = np.take_along_axis(T, k, -1)
+    t1 = np.take_along_axis(T, k + 1, -1)
+    frac = np.where(p1 > p0, (x - p0) / np.where(p1 > p0, p1 - p0, 1.0), 0.0)
+    return (t0 + frac * (t1 - t0))[..., 0]
+
+
+def weighted_cut(weights: np.ndarray, room: np.ndarray, total_cut: np.ndarray,
+                 iters: int = 80) -> np.ndarray:
+    """cut_i = clip(lam * w_i, 0, room_i) with sum_i cut_i = total_cut per row (water-filling).
+
+    weights, room: (N, M); total_cut: (N,). Rows that cannot meet the cut give every job its room."""
+    w = np.maximum(weights, 1e-12)
+    lo = np.zeros(len(total_cut))
+    hi = np.max(room / w, axis=1)
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        s = np.minimum(mid[:, None] * w, room).sum(1)
+        over = s > total_cut
+        hi = np.where(over, mid, hi)
+        lo = np.where(over, lo, mid)
+    return np.minimum(hi[:, None] * w, room)
+
+
+def oracle(lib: JobLibrary, idx: np.ndarray, budget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact maximum of sum throughput under sum power <= budget. Returns (power, n_milp)."""
+    n, m = idx.shape
+    avail = budget - lib.pmin[idx].sum(1)
+    dp = lib.hull_dp[idx].reshape(n, -1)
+    slope = lib.hull_slope[idx].reshape(n, -1)
+    take_ok = (slope > 0) & (dp > 0)
+    key = np.where(take_ok, -slope, np.inf)
+    order = np.argsort(key, axis=1, kind="stable")
+    dps = np.take_along_axis(np.where(take_ok, dp, 0.0), order, 1)
+    cum = np.cumsum(dps, 1)
+    before = cum - dps
+    got = np.clip(avail[:, None] - before, 0.0, dps)  # power given to each sorted segment
+    alloc = np.zeros_like(dp)
+    np.put_along_axis(alloc, order, got, 1)
+    S = lib.hull_dp.shape[1]
+    power = lib.pmin[idx] + alloc.reshape(n, m, S).sum(-1)
+    partial = (alloc > 1e-9) & (alloc < dp - 1e-9)
+    bridged = lib.hull_bridged[idx].reshape(n, -1)
+    need_exact = (partial & bridged).any(1)
+    for r in np.flatnonzero(need_exact):
+        power[r] = _oracle_milp(lib, idx[r], budget[r])
+    return power, int(need_exact.sum())
+
+
+def _oracle_milp(lib: JobLibrary, jobs: np.ndarray, budget: float) -> np.ndarray:
+    """One instance as a small MILP over job *types* (identical jobs are interchangeable).
+
+    Fixing every job's active segment leaves an LP with one coupling constraint, whose basic
+    optimum has at most one job strictly between breakpoints. So: integers n_jk = how many jobs of
+    type j sit at breakpoint k, plus one fractional job (type binary f_j, segment binaries z_js,
+    weights lam_jk). Exact, and small enough to be fast."""
+    types, counts = np.unique(jobs, return_counts=True)
+    P, T = lib.P[types], lib.T[types]
+    J, K = P.shape
+    S = K - 1
+    # variable layout: n (J*K) | lam (J*K) | f (J) | z (J*S)
+    o_n, o_l, o_f, o_z = 0, J * K, 2 * J * K, 2 * J * K + J
+    nv = o_z + J * S
+    c = np.zeros(nv)
+    c[o_n:o_l] = -T.ravel()
+    c[o_l:o_f] = -T.ravel()
+    A, lo, hi = [], [], []
+
+    def add(coefs: dict[int, float], lb: float, ub: float) -> None:
+        r = np.zeros(nv)
+        for i, v in coefs.items():
+            r[i] = v
+        A.append(r), lo.append(lb), hi.append(ub)
+
+    for j in range(J):
+        add({**{o_n + j * K + k: 1.0 for k in range(K)}, o_f + j: 1.0}, counts[j], counts[j])
+        add({**{o_l + j * K + k: 1.0 for k in range(K)}, o_f + j: -1.0}, 0, 0)
+        add({**{o_z + j * S + s_: 1.0 for s_ in range(S)}, o_f + j: -1.0}, 0, 0)
+        for k in range(K):
+            co = {o_l + j * K + k: 1.0}
+            if k >= 1:
+                co[o_z + j * S + k - 1] = -1.0
+            if k < S:
+                co[o_z + j * S + k] = -1.0
+            add(co, -np.inf, 0)
+    add({o_f + j: 1.0 for j in range(J)}, 0, 1)
+    add({**{o_n + i: v for i, v in enumerate(P.ravel())},
+         **{o_l + i: v for i, v in enumerate(P.ravel())}}, -np.inf, budget)
+    ub = np.concatenate([np.repeat(counts, K).astype(float), np.ones(J * K + J + J * S)])
+    integ = np.concatenate([np.ones(J * K), np.zeros(J * K), np.ones(J + J * S)])
+    res = milp(c, constraints=LinearConstraint(np.array(A), lo, hi), integrality=integ,
+               bounds=Bounds(0, ub), options={"mip_rel_gap": 1e-9, "disp": False})
+    if res.x is None:
+        raise RuntimeError(f"oracle MILP failed: {res.message}")
+    n = np.round(res.x[o_n:o_l]).reshape(J, K).astype(int)
+    lam = res.x[o_l:o_f].reshape(J, K)
+    f = np.round(res.x[o_f:o_z]).astype(int)
+    # hand the per-type powers back to the jobs of the instance (order does not matter)
+    power = np.empty(len(jobs))
+    for j, t in enumerate(types):
+        pos = np.flatnonzero(jobs == t)
+        vals = np.repeat(P[j], n[j])
+        if f[j]:
+            vals = np.append(vals, (lam[j] * P[j]).sum())
+        power[pos] = vals
+    return power
+
+
+def sample_workloads(lib: JobLibrary, n: int, m: int, mix: str, rng: np.random.Generator) -> np.ndarray:
+    """(n, m) job indices: uniform ('random') or weighted by category ('pretrain=0.3,...')."""
+    if mix == "random":
+        prob = None
+    else:
+        wanted = {}
+        for part in mix.split(","):
+            k, _, v = part.partition("=")
+            wanted[k.strip()] = float(v)
+        unknown = set(wanted) - set(lib.category)
+        if unknown:
+            raise ValueError(f"mix names categories {sorted(unknown)} that no job has "
+                             f"(have {sorted(set(lib.category))})")
+        per_cat = pd.Series(lib.category).value_counts()
+        prob = np.array([wanted.get(c, 0.0) / per_cat[c] for c in lib.category])
+        prob /= prob.sum()
+    return rng.choice(len(lib.jobs), size=(n, m), p=prob)
+
+
+def simulate_allocation(curves: pd.DataFrame, cuts: list[float], n_workloads: int = 500,
+                        n_jobs: int = 100, seed: int = 0, strategies: list[str] | None = None,
+                        mix: str = "random", pfi: pd.DataFrame | None = None,
+                        objective: str = "relative") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Returns (per workload x cut x strategy rows, summary per cut x strategy)."""
+    lib = build_library(curves, pfi, objective)
+    rng = np.random.default_rng(seed)
+    idx = sample_workloads(lib, n_workloads, n_jobs, mix, rng)
+    wanted = strategies or STRATEGIES
+    bad = set(wanted) - set(STRATEGIES)
+    if bad:
+        raise ValueError(f"unknown strategies {sorted(bad)}; choose from {STRATEGIES}")
+    if "equal" not in wanted:
+        wanted = ["equal"] + list(wanted)
+    if "oracle" not in wanted:
+        wanted = list(wanted) + ["oracle"]
+    usable = [s for s in wanted if s == "oracle" or
+              (s in lib.weights and np.isfinite(lib.weights[s]).all())]
+    pmax, pmin = lib.pmax[idx], lib.pmin[idx]
+    room = pmax - pmin
+    total_pmax = pmax.sum(1)
+    out = []
+    for c in cuts:
+        budget = (1 - c) * total_pmax
+        cut_total = c * total_pmax
+        feasible = cut_total <= room.sum(1) + 1e-9
+        for s in usable:
+            if s == "oracle":
+                power, _ = oracle(lib, idx, budget)
+            else:
+                power = pmax - weighted_cut(lib.weights[s][idx], room, cut_total)
+            thr = _eval_curves(lib, idx, power).sum(1)
+            out.append(pd.DataFrame({"workload": np.arange(n_workloads), "cut": c, "strategy": s,
+                                     "total_throughput": thr, "throughput_per_job": thr / n_jobs,
+                                     "power_w": power.sum(1), "budget_w": budget,
+                                     "feasible": feasible}))
+    rows = pd.concat(out, ignore_index=True)
+    ref = rows[rows["strategy"] == "oracle"].set_index(["workload", "cut"])["total_throughput"]
+    eq = rows[rows["strategy"] == "equal"].set_index(["workload", "cut"])["total_throughput"]
+    key = pd.MultiIndex.from_frame(rows[["workload", "cut"]])
+    rows["rel_to_oracle"] = rows["total_throughput"].to_numpy() / ref.reindex(key).to_numpy()
+    rows["objective"] = objective
+    summ = rows.groupby(["cut", "strategy"], as_index=False).agg(
+        throughput_per_job=("throughput_per_job", "mean"), rel_to_oracle=("rel_to_oracle", "mean"))
+    eqm = summ[summ["strategy"] == "equal"].set_index("cut")["throughput_per_job"]
+    orm = summ[summ["strategy"] == "oracle"].set_index("cut")["throughput_per_job"]
+    gap = (orm - eqm).reindex(summ["cut"]).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        summ["gap_recovered"] = np.where(
+            gap > 1e-12, (summ["throughput_per_job"].to_numpy() - eqm.reindex(summ["cut"]).to_numpy())
+            / gap, np.nan)
+    summ["objective"] = objective
+    summ["skipped"] = ",".join(s for s in wanted if s not in usable)
+    return rows, summ
+
+
+def allocate_files(curves_path: str | Path, out: str | Path, cuts: list[float],
+                   n_workloads: int, n_jobs: int, seed: int, strategies: list[str] | None,
+                   mix: str, pfi_path: str | Path | None = None) -> pd.DataFrame:
+    from .curves import load_curves
+
+    curves = load_curves(curves_path)
+    pfi = pd.read_csv(pfi_path) if pfi_path else None
+    rows, summ = simulate_allocation(curves, cuts, n_workloads, n_jobs, seed, strategies, mix, pfi)
+    if "source" in curves.columns:
+        src = ",".join(sorted(curves["source"].astype(str).unique()))
+        rows["curves_source"] = summ["curves_source"] = src
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows.to_csv(out, index=False)
+    summ.to_csv(out.with_name(out.stem + "_summary.csv"), index=False)
+    return summ

@@ -1,0 +1,426 @@
+"""Energy attribution: trace x events -> per-phase energy (the `phases` contract).
+
+Pure functions on tables; `attribute_files` is the only one that touches files.
+
+Integrate. Each device's cumulative energy E(t) comes from its power readings, each taken as the
+average over the interval since the previous reading (what NVML's window-averaged samples, RAPL
+deltas and the utilisation-based estimate all are), or from its energy counter where it has no
+power readings. A phase interval's inclusive energy is E(end) - E(start) (one vectorised `interp`
+over all intervals); energy goes to the innermost phase (its exclusive energy = inclusive minus its
+children's inclusive energy); what no top-level phase covers is `unattributed`. So, exactly,
+sum(phases) + unattributed = E(last reading) - E(first reading).
+
+Deconvolve. When phases are shorter than the sensor's averaging window, model reading i as
+sum_p P_p * overlap(p, [t_i - w, t_i]) / w over phase names p (exclusive time; `unattributed` is a
+name too) and solve non-negative least squares for one mean power per name. Energy of a name is
+P_p x its total exclusive time; the difference to the measured total is reported as the row
+`deconvolution_residual`, so the energy still adds up. The 95% interval comes from a moving-block
+bootstrap of (reading, overlap) pairs: contiguous blocks of readings are resampled with
+replacement, which keeps the readings' autocorrelation.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+from .contracts import (PHASES_COLUMNS, UNATTRIBUTED, ContractError, device_kind, read_events,
+                        read_trace, write_table)
+
+RESIDUAL = "deconvolution_residual"
+ATTRIBUTED_KINDS = ("gpu", "cpu", "dram")
+
+
+@dataclass
+class DeviceSeries:
+    """One device's readings and cumulative energy E at the reading times."""
+
+    host: str
+    device: str
+    t_ns: np.ndarray
+    energy_j: np.ndarray
+    power_w: np.ndarray | None  # window-average power readings, if the device has them
+    source: str
+
+    def rel(self, t_ns: np.ndarray) -> np.ndarray:
+        """Seconds-scale float times relative to the first reading (epoch ns in float64 would
+        lose precision: 2**-52 * 1.7e18 ns is hundreds of ns)."""
+        return (np.asarray(t_ns, dtype=np.int64) - self.t_ns[0]).astype(np.float64)
+
+    def energy_at(self, t_ns: np.ndarray) -> np.ndarray:
+        return np.interp(self.rel(t_ns), self.rel(self.t_ns), self.energy_j)
+
+    @property
+    def spacing_s(self) -> float:
+        return float(np.median(np.diff(self.t_ns))) / 1e9 if len(self.t_ns) > 1 else float("nan")
+
+
+def device_series(trace: pd.DataFrame) -> list[DeviceSeries]:
+    """Cumulative-energy series of every GPU/CPU/DRAM device in a trace."""
+    out = []
+    kinds = trace["device"].map(device_kind)
+    sel = trace[kinds.isin(ATTRIBUTED_KINDS) & trace["metric"].isin(["power_w", "energy_j"])]
+    for (host, dev), g in sel.groupby(["host", "device"], sort=True):
+        power = g[g["metric"] == "power_w"]
+        if len(power) >= 2:
+            power = power.sort_values("t_ns", kind="stable").drop_duplicates("t_ns", keep="last")
+            t = power["t_ns"].to_numpy(np.int64)
+            p = power["value"].to_numpy(np.float64)
+            e = np.concatenate([[0.0], np.cumsum(p[1:] * np.diff(t) / 1e9)])
+            src = power["source"].mode().iat[0]
+            out.append(DeviceSeries(host, dev, t, e, p, src))
+            continue
+        energy = g[g["metric"] == "energy_j"].sort_values("t_ns", kind="stable")
+        if len(energy) >= 2:
+            t = energy["t_ns"].to_numpy(np.int64)
+            e = energy["value"].to_numpy(np.float64)
+            out.append(DeviceSeries(host, dev, t, e - e[0], None, energy["source"].mode().iat[0]))
+    return out
+
+
+@dataclass
+class PhaseTree:
+    """Properly nested intervals of one rank, sorted by (start, -end), with their parents."""
+
+    name: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    depth: np.ndarray
+    parent: np.ndarray  # index into the arrays, -1 for top level
+
+
+def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
+    """Sort one rank's intervals and find each one's parent (vectorised over depth levels)."""
+    order = np.lexsort((-events["end_ns"].to_numpy(), events["start_ns"].to_numpy()))
+    start = events["start_ns"].to_numpy(np.int64)[order]
+    end = events["end_ns"].to_numpy(np.int64)[order]
+    name = events["phase"].to_numpy(object)[order]
+    n = len(start)
+    idx = np.arange(n)
+    # intervals open at my start = those started before me minus those ended at or before my start
+    depth = idx - np.searchsorted(np.sort(end), start, side="right")
+    depth = np.maximum(depth, 0)
+    parent = np.full(n, -1, dtype=np.int64)
+    for d in range(1, int(depth.max(initial=0)) + 1):
+        child = idx[depth == d]
+        up = idx[depth == d - 1]
+        pos = np.searchsorted(up, child) - 1
+        parent[child] = up[np.maximum(pos, 0)]
+    has_parent = parent >= 0
+    over = np.zeros(n, dtype=bool)
+    over[has_parent] = end[has_parent] > end[parent[has_parent]]
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        j = int(parent[i])
+        raise ContractError(
+            f"{where}: phase '{name[i]}' [{start[i]}, {end[i]}] overlaps '{name[j]}' "
+            f"[{start[j]}, {end[j]}] without nesting inside it; phases of one rank must nest")
+    return PhaseTree(name, start, end, depth, parent)
+
+
+def _exclusive(tree: PhaseTree, inclusive: np.ndarray) -> np.ndarray:
+    child_sum = np.bincount(tree.parent[tree.parent >= 0],
+                            weights=inclusive[tree.parent >= 0], minlength=len(inclusive))
+    return inclusive - child_sum
+
+
+def _segments(tree: PhaseTree) -> tuple[np.ndarray, np.ndarray]:
+    """Boundaries b_k and the innermost interval index active on [b_k, b_k+1) (-1: none)."""
+    n = len(tree.start)
+    times = np.concatenate([tree.start, tree.end])
+    label = np.concatenate([np.arange(n), tree.parent])
+    is_start = np.concatenate([np.ones(n, np.int8), np.zeros(n, np.int8)])
+    # at equal times: ends (innermost first) before starts (outermost first)
+    tie = np.concatenate([tree.depth, -tree.depth])
+    order = np.lexsort((tie, is_start, times))
+    return times[order], label[order]
+
+
+def _phase_map(events: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+    """Which rank's events each (host, device) takes: GPU k <- local rank k; CPU/DRAM <- the
+    lowest rank on the host (it drives the host's work)."""
+    ev = events.copy()
+    if "local_rank" not in ev.columns or ev["local_rank"].isna().any():
+        ev["local_rank"] = ev.groupby("host")["rank"].rank(method="dense").astype(int) - 1
+    out: dict[tuple[str, str], pd.DataFrame] = {}
+    for host, g in ev.groupby("host"):
+        for lr, gg in g.groupby("local_rank"):
+            out[(host, f"gpu{int(lr)}")] = gg
+        low = g[g["rank"] == g["rank"].min()]
+        out[(host, "host")] = low
+    return out
+
+
+def _events_for(series: DeviceSeries, pmap: dict, events: pd.DataFrame) -> pd.DataFrame:
+    kind = device_kind(series.device)
+    key = (series.host, series.device if kind == "gpu" else "host")
+    if key in pmap:
+        return pmap[key]
+    hosts = {h for h, _ in pmap}
+    if series.host not in hosts and len(hosts) == 1:
+        # one-host run whose trace and events name the host differently (e.g. container names)
+        only = next(iter(hosts))
+        key = (only, series.device if kind == "gpu" else "host")
+        if key in pmap:
+            return pmap[key]
+        return pmap[(only, "host")]
+    if kind == "gpu" and (series.host, "host") in pmap:
+        return pmap[(series.host, "host")]
+    return events.iloc[:0]
+
+
+def choose_method(series: DeviceSeries, tree: PhaseTree, window_s: float) -> str:
+    """`deconvolve` when the typical innermost segment is shorter than two sensor windows."""
+    if series.power_w is None or len(tree.start) == 0:
+        return "integrate"
+    seg_len = np.diff(_segments(tree)[0]) / 1e9
+    seg_len = seg_len[seg_len > 0]
+    if len(seg_len) == 0:
+        return "integrate"
+    period = max(series.spacing_s, window_s)
+    return "deconvolve" if np.median(seg_len) < 2 * period else "integrate"
+
+
+def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
+    """Per-interval exclusive energy/time by integration, aggregated per phase name."""
+    t0, t1 = series.t_ns[0], series.t_ns[-1]
+    start = np.clip(tree.start, t0, t1)
+    end = np.clip(tree.end, t0, t1)
+    e_incl = series.energy_at(end) - series.energy_at(start)
+    t_incl = (end - start) / 1e9
+    e_ex = _exclusive(tree, e_incl)
+    t_ex = _exclusive(tree, t_incl)
+    total_e = float(series.energy_j[-1] - series.energy_j[0])
+    top = tree.parent < 0
+    df = pd.DataFrame({"phase": tree.name, "energy_j": e_ex, "time_s": t_ex, "n": 1})
+    g = df.groupby("phase", sort=False).agg(energy_j=("energy_j", "sum"), time_s=("time_s", "sum"),
+                                            count=("n", "sum")).reset_index()
+    un = pd.DataFrame({"phase": [UNATTRIBUTED], "energy_j": [total_e - e_incl[top].sum()],
+                       "time_s": [(t1 - t0) / 1e9 - t_incl[top].sum()], "count": [0]})
+    g = pd.concat([g, un], ignore_index=True)
+    # 95% interval from boundary timing: each boundary is known to the sensor's spacing, so it
+    # moves energy by sigma_P * spacing / sqrt(12) (uniform timing error), independently.
+    sigma_p = float(np.std(series.power_w)) if series.power_w is not None else \
+        float(np.std(np.diff(series.energy_j) / (np.diff(series.t_ns) / 1e9)))
+    per_boundary = sigma_p * series.spacing_s / np.sqrt(12.0)
+    boundaries = 2.0 * g["count"].clip(lower=1).to_numpy()
+    half = 1.96 * per_boundary * np.sqrt(boundaries)
+    g["energy_lo_j"] = g["energy_j"] - half
+    g["energy_hi_j"] = g["energy_j"] + half
+    g["method"] = "integrate"
+    g["window_ms"] = np.nan
+    return g
+
+
+class _SegmentIndex:
+    """Per phase name, cumulative exclusive time up to each segment boundary."""
+
+    def __init__(self, bounds: np.ndarray, seg_name: np.ndarray, names: list[str]) -> None:
+        self.bounds = bounds.astype(np.float64)
+        self.seg_len = np.diff(self.bounds)
+        self.names = names
+        self.in_name = [seg_name == nm for nm in names]
+        self.cum = [np.concatenate([[0.0], np.cumsum(np.where(m, self.seg_len, 0.0))])
+                    for m in self.in_name]
+
+    def overlap(self, t_ns: np.ndarray, window_ns: float) -> np.ndarray:
+        """A[i, n] = share of reading i's window [t_i - w, t_i] spent in phase name n."""
+        nseg = len(self.seg_len)
+        t_lo = t_ns - window_ns
+        ks = [np.searchsorted(self.bounds, t, side="right") - 1 for t in (t_ns, t_lo)]
+        kk = [np.clip(k, 0, max(nseg - 1, 0)) for k in ks]
+        valid = [(k >= 0) & (k < nseg) for k in ks]
+        kc = [np.clip(k, 0, nseg) for k in ks]
+        off = [t - self.bounds[k] for t, k in zip((t_ns, t_lo), kk)]
+        a = np.empty((len(t_ns), len(self.names)))
+        for j in range(len(self.names)):
+            m, cum = self.in_name[j], self.cum[j]
+            hi = cum[kc[0]] + np.where(valid[0] & m[kk[0]], off[0], 0.0)
+            lo = cum[kc[1]] + np.where(valid[1] & m[kk[1]], off[1], 0.0)
+            a[:, j] = (hi - lo) / window_ns
+        # time outside every boundary (before the first, after the last) counts as unattributed
+        if UNATTRIBUTED in self.names:
+            j = self.names.index(UNATTRIBUTED)
+            a[:, j] = np.clip(1.0 - (a.sum(axis=1) - a[:, j]), 0.0, 1.0)
+        return a
+
+
+def _segment_index(tree: PhaseTree, series: DeviceSeries) -> tuple[_SegmentIndex, np.ndarray, np.ndarray]:
+    """Segment index on times relative to the series' first reading."""
+    bounds, label = _segments(tree)
+    seg_name = np.where(label[:-1] >= 0, tree.name[np.maximum(label[:-1], 0)], UNATTRIBUTED)
+    names = sorted(set(tree.name)) + [UNATTRIBUTED]
+    return _SegmentIndex(series.rel(bounds), seg_name, names), bounds, seg_name
+
+
+def _nnls_normal(g: np.ndarray, h: np.ndarray) -> np.ndarray:
+    ridge = 1e-12 * np.trace(g) + 1e-300
+    r = np.linalg.cholesky(g + ridge * np.eye(len(g))).T
+    d = np.linalg.solve(r.T, h)
+    return nnls(r, d)[0]
+
+
+def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = None,
+               n_boot: int = 200, n_blocks: int = 100, seed: int = 0,
+               chunk: int = 500_000) -> pd.DataFrame:
+    """Mean power per phase name by NNLS over all readings (see the module docstring)."""
+    if series.power_w is None:
+        raise ValueError(f"{series.device}: deconvolution needs power readings, the trace has only "
+                         "an energy counter")
+    index, bounds, seg_name = _segment_index(tree, series)
+    names = index.names
+    t0, t1 = series.t_ns[0], series.t_ns[-1]
+    w_ns = float(window_s if window_s else series.spacing_s) * 1e9
+    t = series.rel(series.t_ns[1:])  # the first reading has no defined window start
+    p = series.power_w[1:]
+    k = len(names)
+    n_blocks = max(1, min(n_blocks, len(t) // 10))
+    edges = np.linspace(0, len(t), n_blocks + 1).astype(int)
+    g_blocks = np.zeros((n_blocks, k, k))
+    h_blocks = np.zeros((n_blocks, k))
+    for b in range(n_blocks):
+        for s in range(edges[b], edges[b + 1], chunk):
+            e = min(s + chunk, edges[b + 1])
+            a = index.overlap(t[s:e], w_ns)
+            g_blocks[b] += a.T @ a
+            h_blocks[b] += a.T @ p[s:e]
+    g_all, h_all = g_blocks.sum(0), h_blocks.sum(0)
+    used = np.diag(g_all) > 0
+    beta = np.zeros(k)
+    beta[used] = _nnls_normal(g_all[np.ix_(used, used)], h_all[used])
+    rng = np.random.default_rng(seed)
+    boots = np.zeros((n_boot, k))
+    for r in range(n_boot):
+        wts = rng.multinomial(n_blocks, np.full(n_blocks, 1.0 / n_blocks)).astype(float)
+        gb = np.tensordot(wts, g_blocks, axes=1)
+        hb = np.tensordot(wts, h_blocks, axes=1)
+        ok = used & (np.diag(gb) > 0)
+        boots[r, ok] = _nnls_normal(gb[np.ix_(ok, ok)], hb[ok])
+    lo, hi = np.percentile(boots, [2.5, 97.5], axis=0)
+    # exclusive time per name inside the trace span
+    seg_t0 = np.clip(bounds[:-1], t0, t1)
+    seg_t1 = np.clip(bounds[1:], t0, t1)
+    seg_dt = (seg_t1 - seg_t0) / 1e9
+    time_by = pd.Series(seg_dt).groupby(seg_name).sum()
+    covered = float(seg_dt.sum())
+    span = (t1 - t0) / 1e9
+    count_by = pd.Series(tree.name).value_counts()
+    rows = []
+    for j, nm in enumerate(names):
+        ts = float(time_by.get(nm, 0.0))
+        if nm == UNATTRIBUTED:
+            ts += span - covered
+        rows.append({"phase": nm, "energy_j": beta[j] * ts, "energy_lo_j": lo[j] * ts,
+                     "energy_hi_j": hi[j] * ts, "time_s": ts,
+                     "count": int(count_by.get(nm, 0)), "method": "deconvolve",
+                     "window_ms": w_ns / 1e6})
+    df = pd.DataFrame(rows)
+    total = float(series.energy_j[-1] - series.energy_j[0])
+    resid = total - df["energy_j"].sum()
+    df = pd.concat([df, pd.DataFrame([{"phase": RESIDUAL, "energy_j": resid, "energy_lo_j": resid,
+                                       "energy_hi_j": resid, "time_s": 0.0, "count": 0,
+                                       "method": "deconvolve", "window_ms": w_ns / 1e6}])],
+                   ignore_index=True)
+    return df
+
+
+def estimate_window(series: DeviceSeries, tree: PhaseTree,
+                    factors: tuple[float, ...] = (0.5, 0.75, 1.0, 1.5, 2.0),
+                    max_readings: int = 200_000) -> float:
+    """The averaging window (s) among `factors` x spacing whose deconvolution fits best."""
+    n = min(len(series.t_ns), max_readings)
+    sub = DeviceSeries(series.host, series.device, series.t_ns[:n], series.energy_j[:n],
+                       series.power_w[:n], series.source)
+    index = _segment_index(tree, series)[0]
+    best, best_rss = series.spacing_s, np.inf
+    for f in factors:
+        w = f * sub.spacing_s
+        a = index.overlap(sub.rel(sub.t_ns[1:]), w * 1e9)
+        beta = nnls(a, sub.power_w[1:])[0]
+        rss = float(np.sum((a @ beta - sub.power_w[1:]) ** 2))
+        if rss < best_rss:
+            best, best_rss = w, rss
+    return best
+
+
+def idle_power(series: DeviceSeries, start_ns: int, end_ns: int) -> float:
+    """Mean power of a device over [start, end] (the idle baseline window)."""
+    dt = (end_ns - start_ns) / 1e9
+    if dt <= 0:
+        return float("nan")
+    e = series.energy_at(np.array([start_ns, end_ns]))
+    return float((e[1] - e[0]) / dt)
+
+
+def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "auto",
+                     window_s: float | None = None, run_id: str | None = None,
+                     idle_window: tuple[int, int] | None = None,
+                     n_boot: int = 200) -> pd.DataFrame:
+    """trace x events -> phases table (contract columns plus host, window_ms, and, with an idle
+    window, idle_power_w / static_j / dynamic_j)."""
+    if method not in ("auto", "integrate", "deconvolve"):
+        raise ValueError(f"method must be auto, integrate or deconvolve, got {method!r}")
+    if run_id is None:
+        ids = events["run_id"].astype(str).unique() if len(events) else []
+        run_id = ids[0] if len(ids) == 1 else "run"
+    pmap = _phase_map(events)
+    frames = []
+    for s in device_series(trace):
+        ev = _events_for(s, pmap, events)
+        tree = phase_tree(ev, where=f"events of {s.host}/{s.device}")
+        m = method
+        if m == "deconvolve" and s.power_w is None:
+            warnings.warn(f"{s.device}: only an energy counter, integrating instead of deconvolving")
+            m = "integrate"
+        w = window_s
+        if m == "auto":
+            m = choose_method(s, tree, window_s or s.spacing_s)
+        if m == "deconvolve":
+            if w is None:
+                w = estimate_window(s, tree)
+            df = deconvolve(s, tree, w, n_boot=n_boot)
+        else:
+            df = integrate(s, tree)
+        df["device"], df["host"] = s.device, s.host
+        df["device_kind"] = device_kind(s.device)
+        df["source"] = s.source
+        if idle_window is not None:
+            p_idle = idle_power(s, *idle_window)
+            df["idle_power_w"] = p_idle
+            df["static_j"] = np.where(df["phase"] == RESIDUAL, 0.0, p_idle * df["time_s"])
+            df["dynamic_j"] = df["energy_j"] - df["static_j"]
+        frames.append(df)
+    if not frames:
+        raise ContractError("trace has no GPU, CPU or DRAM power/energy readings to attribute")
+    out = pd.concat(frames, ignore_index=True)
+    out["run_id"] = run_id
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["mean_power_w"] = np.where(out["time_s"] > 0, out["energy_j"] / out["time_s"], np.nan)
+    return out[PHASES_COLUMNS + [c for c in out.columns if c not in PHASES_COLUMNS]]
+
+
+def attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str = "auto",
+                    window_ms: float | None = None, idle_split: bool = False,
+                    n_boot: int = 200) -> pd.DataFrame:
+    """Read trace, events and meta.json beside the trace; write phases.csv."""
+    trace_df = read_trace(trace)
+    events_df = read_events(events)
+    meta_path = Path(trace).with_name("meta.json")
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    idle = None
+    if idle_split:
+        ib = meta.get("idle_baseline")
+        if not ib or ib["end_ns"] <= ib["start_ns"]:
+            raise ValueError(f"--idle-split needs an idle baseline window in {meta_path} "
+                             "(sampler.idle_baseline_s > 0)")
+        idle = (ib["start_ns"], ib["end_ns"])
+    window_s = window_ms / 1000.0 if window_ms else meta.get("sensor_window_s")
+    df = attribute_energy(trace_df, events_df, method, window_s, meta.get("run_id"), idle, n_boot)
+    write_table(df, out, PHASES_COLUMNS)
+    return df

@@ -1,0 +1,96 @@
+"""Benchmarks that print figures (`wattlife bench markers|attribution|allocate|all`).
+
+Targets (DESIGN/issues): one marker <= 20 us host-side; attribution of 10 M trace rows x 1 M
+phase intervals <= 30 s and <= 4 GB; allocation of 500 workloads x 100 jobs x 9 cuts <= 60 s.
+`--scale` runs a fraction of the full size (the tests use a small one).
+"""
+
+from __future__ import annotations
+
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def _peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+def bench_markers(n: int = 200_000) -> dict[str, float]:
+    from . import markers
+
+    out = {}
+    markers.reset()
+    t = time.perf_counter()
+    for _ in range(n):
+        with markers.phase("forward"):
+            pass
+    out["noop_us_per_phase"] = (time.perf_counter() - t) / n * 1e6
+    with tempfile.TemporaryDirectory() as d:
+        markers.configure(Path(d) / "events.csv")
+        t = time.perf_counter()
+        for _ in range(n):
+            with markers.phase("forward"):
+                pass
+        out["recording_us_per_phase"] = (time.perf_counter() - t) / n * 1e6
+        markers.reset()
+    return out
+
+
+def bench_attribution(n_rows: int = 10_000_000, n_intervals: int = 1_000_000) -> dict[str, float]:
+    """Synthetic GPU trace at 20 ms readings with n_intervals phases nested under steps."""
+    from .attribution import attribute_energy
+
+    rng = np.random.default_rng(0)
+    t0 = 1_700_000_000_000_000_000
+    period = 20_000_000
+    t = t0 + np.arange(n_rows, dtype=np.int64) * period
+    trace = pd.DataFrame({"t_ns": t, "host": "h", "device": "gpu0", "metric": "power_w",
+                          "value": rng.uniform(100, 700, n_rows), "source": "sim"})
+    span = n_rows * period
+    n_steps = n_intervals // 4
+    step_len = span // n_steps
+    starts = t0 + np.arange(n_steps, dtype=np.int64) * step_len
+    q = step_len // 3
+    names = np.array(["step", "forward", "backward", "optimizer"])
+    s = np.stack([starts, starts, starts + q, starts + 2 * q], 1).ravel()
+    e = np.stack([starts + step_len - 1000, starts + q, starts + 2 * q, starts + step_len - 1000], 1).ravel()
+    events = pd.DataFrame({"run_id": "bench", "host": "h", "rank": 0,
+                           "phase": np.tile(names, n_steps), "start_ns": s, "end_ns": e,
+                           "step": np.repeat(np.arange(n_steps), 4), "items": np.nan})
+    out = {"trace_rows": n_rows, "intervals": len(events)}
+    for method in ("integrate", "deconvolve"):
+        t1 = time.perf_counter()
+        attribute_energy(trace, events, method=method, window_s=0.02, n_boot=100)
+        out[f"{method}_s"] = time.perf_counter() - t1
+    out["peak_rss_gb"] = _peak_rss_gb()
+    return out
+
+
+def bench_allocate(n_workloads: int = 500, n_jobs: int = 100, n_cuts: int = 9) -> dict[str, float]:
+    from .analysis.allocation import simulate_allocation
+    from .analysis.curves import read_emerald_sweep
+
+    ref = Path(__file__).resolve().parents[2] / "results/reference/a100-emerald/dvfs_sweep.csv"
+    curves = read_emerald_sweep(ref)
+    cuts = list(np.linspace(0, 0.4, n_cuts))
+    t = time.perf_counter()
+    simulate_allocation(curves, cuts, n_workloads, n_jobs)
+    return {"workloads": n_workloads, "jobs": n_jobs, "cuts": n_cuts,
+            "seconds": time.perf_counter() - t}
+
+
+def main(what: str, scale: float = 1.0) -> int:
+    runs = {"markers": lambda: bench_markers(max(1000, int(200_000 * scale))),
+            "attribution": lambda: bench_attribution(max(10_000, int(10_000_000 * scale)),
+                                                     max(1000, int(1_000_000 * scale))),
+            "allocate": lambda: bench_allocate(max(2, int(500 * scale)), 100, 9)}
+    for name in (runs if what == "all" else [what]):
+        res = runs[name]()
+        print(f"{name}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in res.items()), flush=True)
+    return 0

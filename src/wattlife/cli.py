@@ -1,0 +1,273 @@
+"""The `wattlife` command: thin — parse, call one function, print."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
+
+
+def _load_sampler_cfg(path: str | None) -> dict:
+    if not path:
+        return {}
+    from .config import load_config
+
+    return load_config(path).get("sampler", {})
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from .run import run_under_sampler
+
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    if not cmd:
+        print("wattlife run: give the command after --", file=sys.stderr)
+        return 2
+    cfg = _load_sampler_cfg(a.config)
+    if a.interval_ms:
+        cfg["interval_ms"] = a.interval_ms
+    if a.gpu:
+        cfg["gpu"] = a.gpu
+    if a.cpu:
+        cfg["cpu"] = a.cpu
+    if a.idle_s is not None:
+        cfg["idle_baseline_s"] = a.idle_s
+    cell = json.loads(a.cell) if a.cell else None
+    return run_under_sampler(cmd, a.trace, a.events, a.meta, cfg, a.run_id, cell)
+
+
+def cmd_attribute(a: argparse.Namespace) -> int:
+    from .attribution import attribute_files
+
+    df = attribute_files(a.trace, a.events, a.output, a.method, a.sensor_window_ms, a.idle_split,
+                         a.bootstrap)
+    show = df.groupby(["device_kind", "phase", "method", "source"], as_index=False)[
+        ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"], ascending=[True, False])
+    print(show.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def cmd_pfi(a: argparse.Namespace) -> int:
+    from .analysis.pfi import pfi_files
+
+    df = pfi_files(a.curves, a.output, grid=a.grid, n_mc=a.mc, seed=a.seed)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def cmd_allocate(a: argparse.Namespace) -> int:
+    from .analysis.allocation import allocate_files
+
+    summary = allocate_files(a.curves, a.output, cuts=a.cuts, n_workloads=a.workloads,
+                             n_jobs=a.jobs, seed=a.seed, strategies=a.strategies, mix=a.mix,
+                             pfi_path=a.pfi)
+    print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def cmd_predict(a: argparse.Namespace) -> int:
+    from .analysis.predictor import predictor_files
+
+    df = predictor_files(a.curves, a.pfi, a.output)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from .sweep import sweep_from_config
+
+    df = sweep_from_config(a.config, a.output, job=a.job)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def cmd_powercap(a: argparse.Namespace) -> int:
+    from .devices.powercap import PowerCapController, restore_from_state
+
+    if a.action == "restore":
+        restored = restore_from_state(a.state)
+        print(f"restored {len(restored)} GPU power limit(s) from {a.state}: {restored}")
+        return 0
+    ctl = PowerCapController(backend=a.backend, state_file=a.state, allow_real=False)
+    print(json.dumps(ctl.describe(), indent=2))
+    return 0
+
+
+def cmd_gen_images(a: argparse.Namespace) -> int:
+    from .workloads.datagen import make_image_tree
+
+    n = make_image_tree(a.output, n_classes=a.classes, train_per_class=a.train_per_class,
+                        val_per_class=a.val_per_class, size=a.size, seed=a.seed)
+    print(f"wrote {n} JPEG files under {a.output}")
+    return 0
+
+
+def cmd_gen_text(a: argparse.Namespace) -> int:
+    from .workloads.datagen import make_text_corpus
+
+    n = make_text_corpus(a.output, n_words=a.words, seed=a.seed)
+    print(f"wrote {n} words under {a.output}")
+    return 0
+
+
+def cmd_train(a: argparse.Namespace) -> int:
+    from .config import load_config
+    from .workloads import train_from_config
+
+    cfg = load_config(a.config)
+    return train_from_config(cfg, a.workload, a.storage, a.checkpoint == "on", a.workdir)
+
+
+def cmd_aggregate(a: argparse.Namespace) -> int:
+    from .analysis.aggregate import write_phase_tables
+
+    for p in write_phase_tables(a.phases, a.output):
+        print(p)
+    return 0
+
+
+def cmd_figures(a: argparse.Namespace) -> int:
+    from .figures import draw_all
+
+    for p in draw_all(a.tables, a.output):
+        print(p)
+    return 0
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from . import bench
+
+    return bench.main(a.what, a.scale)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="wattlife", description=(
+        "Where the energy of AI training goes, and how flexible its power is."))
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run a command under the energy sampler",
+                       description="Start the sampler, run CMD with WATTLIFE_EVENTS set, stop the "
+                                   "sampler when CMD ends, write meta.json; exit with CMD's code.")
+    r.add_argument("--trace", required=True, help="trace CSV to write")
+    r.add_argument("--events", required=True, help="events CSV the workload's markers write")
+    r.add_argument("--meta", help="meta.json path (default: beside the trace)")
+    r.add_argument("--config", help="config YAML whose `sampler` section to use")
+    r.add_argument("--interval-ms", type=float, help="sampler interval (default 50)")
+    r.add_argument("--gpu", choices=["auto", "nvml", "sim", "none"], help="GPU backend")
+    r.add_argument("--cpu", choices=["auto", "rapl", "estimate", "none"], help="CPU backend")
+    r.add_argument("--idle-s", type=float, help="seconds of idle baseline before CMD starts")
+    r.add_argument("--run-id", help="run id (default: the trace's folder name)")
+    r.add_argument("--cell", help="JSON of the matrix cell, recorded in meta.json")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    r.set_defaults(fn=cmd_run)
+
+    t = sub.add_parser("attribute", help="trace x events -> per-phase energy (phases.csv)")
+    t.add_argument("--trace", required=True)
+    t.add_argument("--events", required=True)
+    t.add_argument("-o", "--output", required=True)
+    t.add_argument("--method", default="auto", choices=["auto", "integrate", "deconvolve"])
+    t.add_argument("--sensor-window-ms", type=float,
+                   help="averaging window of power readings (default: meta.json, else estimated)")
+    t.add_argument("--idle-split", action="store_true",
+                   help="split energy into static (idle baseline) and dynamic parts")
+    t.add_argument("--bootstrap", type=int, default=200, help="bootstrap replicates (deconvolve)")
+    t.set_defaults(fn=cmd_attribute)
+
+    f = sub.add_parser("pfi", help="Power Flexibility Index per job from curves.csv")
+    f.add_argument("curves")
+    f.add_argument("-o", "--output", required=True)
+    f.add_argument("--grid", type=_floats, help="cap grid (W) to restrict to, e.g. 200,400,700")
+    f.add_argument("--mc", type=int, default=2000, help="Monte Carlo draws for the interval")
+    f.add_argument("--seed", type=int, default=0)
+    f.set_defaults(fn=cmd_pfi)
+
+    al = sub.add_parser("allocate", help="simulate splitting a global power cut across jobs")
+    al.add_argument("curves")
+    al.add_argument("-o", "--output", required=True)
+    al.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4])
+    al.add_argument("--workloads", type=int, default=500)
+    al.add_argument("--jobs", type=int, default=100)
+    al.add_argument("--seed", type=int, default=0)
+    al.add_argument("--mix", default="random",
+                    help="'random', or category weights like 'pretrain=0.3,finetune=0.7'")
+    al.add_argument("--pfi", help="pfi.csv (else computed from the curves)")
+    al.add_argument("--strategies", type=lambda s: s.split(","), default=None,
+                    help="comma-separated subset of strategies (default: all)")
+    al.set_defaults(fn=cmd_allocate)
+
+    pr = sub.add_parser("predict", help="PFI predictor from telemetry: ablation table")
+    pr.add_argument("curves")
+    pr.add_argument("--pfi", required=True)
+    pr.add_argument("-o", "--output", required=True)
+    pr.set_defaults(fn=cmd_predict)
+
+    sw = sub.add_parser("sweep", help="power-cap sweep of the jobs in a config")
+    sw.add_argument("--config", required=True)
+    sw.add_argument("-o", "--output", required=True, help="curves.csv to write")
+    sw.add_argument("--job", help="only this job of the config")
+    sw.set_defaults(fn=cmd_sweep)
+
+    pc = sub.add_parser("powercap", help="show GPU power limits, or restore them from a state file")
+    pc.add_argument("action", choices=["show", "restore"])
+    pc.add_argument("--state", default="wattlife-powercap-state.json")
+    pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"])
+    pc.set_defaults(fn=cmd_powercap)
+
+    gi = sub.add_parser("gen-images", help="generate an ImageNet-layout tree of real JPEG files")
+    gi.add_argument("output")
+    gi.add_argument("--classes", type=int, default=10)
+    gi.add_argument("--train-per-class", type=int, default=32)
+    gi.add_argument("--val-per-class", type=int, default=8)
+    gi.add_argument("--size", type=int, default=96)
+    gi.add_argument("--seed", type=int, default=0)
+    gi.set_defaults(fn=cmd_gen_images)
+
+    gt = sub.add_parser("gen-text", help="generate a WikiText-like text corpus")
+    gt.add_argument("output")
+    gt.add_argument("--words", type=int, default=200_000)
+    gt.add_argument("--seed", type=int, default=0)
+    gt.set_defaults(fn=cmd_gen_text)
+
+    tr = sub.add_parser("train", help="run one training workload (phases marked)")
+    tr.add_argument("--config", required=True)
+    tr.add_argument("--workload", required=True)
+    tr.add_argument("--storage", choices=["shared", "local"], default="shared")
+    tr.add_argument("--checkpoint", choices=["on", "off"], default="off")
+    tr.add_argument("--workdir", required=True, help="folder for checkpoints and local copies")
+    tr.set_defaults(fn=cmd_train)
+
+    ag = sub.add_parser("aggregate", help="collect cells' phases.csv into run-level tables")
+    ag.add_argument("phases", nargs="+", help="phases.csv files (meta.json beside each)")
+    ag.add_argument("-o", "--output", required=True, help="tables folder")
+    ag.set_defaults(fn=cmd_aggregate)
+
+    fg = sub.add_parser("figures", help="draw every figure from a tables folder")
+    fg.add_argument("tables")
+    fg.add_argument("-o", "--output", required=True)
+    fg.set_defaults(fn=cmd_figures)
+
+    b = sub.add_parser("bench", help="benchmarks that print figures (markers, attribution, allocate)")
+    b.add_argument("what", choices=["markers", "attribution", "allocate", "all"])
+    b.add_argument("--scale", type=float, default=1.0, help="fraction of the full-size benchmark")
+    b.set_defaults(fn=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        print(f"wattlife {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""CPU package and DRAM energy from Linux powercap sysfs (Intel RAPL; AMD exposes the same tree).
+
+Counters are cumulative microjoules that wrap at `max_energy_range_uj`; readings are turned into
+joules since the sampler started, monotone across wraps. Since Linux 5.10 `energy_uj` is root-only:
+that, and the absence of the tree, raise `SensorUnavailable` with the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .base import Row, SensorBackend, SensorUnavailable
+
+DEFAULT_ROOT = "/sys/class/powercap"
+
+
+class RaplBackend(SensorBackend):
+    name = "rapl"
+
+    def __init__(self, root: str | Path = DEFAULT_ROOT, interval_s: float = 0.05) -> None:
+        self.interval_s = interval_s
+        root = Path(root)
+        zones = sorted(p for p in root.glob("intel-rapl:*") if p.is_dir()) if root.is_dir() else []
+        if not zones:
+            raise SensorUnavailable(f"RAPL: no powercap zones under {root} (no RAPL on this host)")
+        self.zones: list[tuple[str, Path, int]] = []  # device, energy_uj path, wrap range
+        for z in zones:
+            parts = z.name.split(":")
+            name = (z / "name").read_text().strip() if (z / "name").exists() else ""
+            if len(parts) == 2 and name.startswith("package"):
+                dev = f"cpu{parts[1]}"
+            elif len(parts) == 3 and name == "dram":
+                dev = f"dram{parts[1]}"
+            else:
+                continue  # core/uncore/psys subzones are inside the package; not double counted
+            rng_path = z / "max_energy_range_uj"
+            rng = int(rng_path.read_text()) if rng_path.exists() else 2**32
+            self.zones.append((dev, z / "energy_uj", rng))
+        if not self.zones:
+            raise SensorUnavailable(f"RAPL: no package or dram zones under {root}")
+        try:
+            self._last = [self._read(p) for _, p, _ in self.zones]
+        except PermissionError as exc:
+            raise SensorUnavailable(
+                f"RAPL: {exc.filename} is not readable by this user (root-only since Linux 5.10; "
+                "ask for read access, e.g. a udev rule or `chmod o+r` in a Slurm prolog)") from exc
+        self._total_uj = [0] * len(self.zones)
+
+    @staticmethod
+    def _read(path: Path) -> int:
+        return int(path.read_text())
+
+    def poll(self, now_ns: int) -> list[Row]:
+        rows: list[Row] = []
+        for i, (dev, path, rng) in enumerate(self.zones):
+            cur = self._read(path)
+            delta = cur - self._last[i]
+            if delta < 0:  # the counter wrapped
+                delta += rng
+            self._last[i] = cur
+            self._total_uj[i] += delta
+            rows.append((now_ns, dev, "energy_j", self._total_uj[i] / 1e6, "rapl"))
+        return rows
+
+    def info(self) -> dict[str, Any]:
+        return {"backend": self.name, "devices": [d for d, _, _ in self.zones], "source": "rapl"}

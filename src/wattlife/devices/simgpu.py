@@ -1,0 +1,163 @@
+"""A simulated GPU: one physical model serving its power readings and its power-cap response.
+
+Every number it produces is labelled `sim`. It exists so that the demo and the tests can run the
+whole pipeline on a machine without a GPU; it never stands in for a measurement.
+
+Model (per GPU; f = SM clock as a fraction of its maximum, 0 < f_min <= f <= 1):
+- a step of the job mixes compute-bound time, which scales with 1/f, and memory-bound time, which
+  does not (the memory clock holds when the power limit lowers the SM clock):
+      step_time(f) = (1 - m) / f + m          (m: memory-bound share of the uncapped step)
+      throughput(f) = 1 / step_time(f)        (relative to uncapped)
+- power is static + memory + SM dynamic power. SM power scales with f**alpha (alpha folds the
+  voltage-frequency curve) and with SM activity: full while compute-bound, `gamma` of it while
+  stalled on memory; memory power with the memory-bound share of the time:
+      busy(f)  = ((1 - m) / f) / step_time(f)            (compute-bound share of the time)
+      P(f)     = p_static + p_mem * (1 - busy) + p_sm * f**alpha * (busy + gamma * (1 - busy))
+- a power cap c picks the highest f whose P(f) <= c (the driver lowers clocks until it fits);
+  below P(f_min) the cap cannot be met and the GPU runs at f_min.
+`calibrate` fits alpha and the per-job m to measured sweeps (the A100 sweeps in shared/data).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .base import Row, SensorBackend
+
+
+@dataclass(frozen=True)
+class SimGpuModel:
+    """Physical parameters of one simulated GPU type (defaults: an H200-class 700 W part)."""
+
+    name: str = "Simulated H200 (sim)"
+    tdp_w: float = 700.0
+    min_cap_w: float = 200.0
+    idle_w: float = 120.0
+    p_static: float = 95.0
+    p_mem: float = 150.0
+    alpha: float = 1.6
+    gamma: float = 0.6
+    f_min: float = 0.25
+    sm_clock_max_mhz: float = 1980.0
+    mem_clock_mhz: float = 3201.0
+
+    @property
+    def p_sm(self) -> float:
+        """SM power at full clock while compute-bound, chosen so that a fully compute-bound job
+        at f = 1 draws exactly the TDP."""
+        return self.tdp_w - self.p_static
+
+    def step_time(self, f: np.ndarray, m: float) -> np.ndarray:
+        return (1.0 - m) / f + m
+
+    def power(self, f: np.ndarray | float, m: float, activity: float = 1.0) -> np.ndarray:
+        """Board power at relative SM clock f for a job with memory-bound share m.
+
+        `activity` (0..1) scales everything above idle: the fraction of time the job keeps the
+        GPU busy at all (1 in a steady training step)."""
+        f = np.asarray(f, dtype=float)
+        busy = ((1.0 - m) / f) / self.step_time(f, m)
+        loaded = (self.p_static + self.p_mem * (1 - busy)
+                  + self.p_sm * f**self.alpha * (busy + self.gamma * (1 - busy)))
+        return self.idle_w + activity * (loaded - self.idle_w)
+
+    def clock_under_cap(self, cap_w: float, m: float) -> float:
+        """Highest relative SM clock whose power fits under the cap (f_min if none does)."""
+        grid = np.linspace(self.f_min, 1.0, 2001)
+        ok = self.power(grid, m) <= cap_w + 1e-9
+        return float(grid[ok].max()) if ok.any() else self.f_min
+
+    def at_cap(self, cap_w: float, m: float) -> dict[str, float]:
+        """Steady state of a job (memory-bound share m) under a per-GPU cap."""
+        f = self.clock_under_cap(min(cap_w, self.tdp_w), m)
+        return {"f": f, "throughput_rel": float(1.0 / self.step_time(np.array(f), m)),
+                "power_w": float(self.power(f, m)), "sm_clock_mhz": f * self.sm_clock_max_mhz}
+
+
+@dataclass
+class SimJob:
+    """A simulated training job: its memory-bound share, size and uncapped throughput."""
+
+    name: str
+    mem_share: float
+    n_gpus: int = 8
+    throughput_max: float = 1000.0
+    throughput_unit: str = "tokens/s"
+    category: str = "sim"
+    noise: float = 0.005
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def telemetry(self) -> dict[str, float]:
+        """Uncapped-run telemetry implied by the model: memory-bound jobs keep DRAM busy and
+        spend time in copies; compute-bound jobs keep the tensor cores busy."""
+        m = self.mem_share
+        return {"dram_active": 0.15 + 0.7 * m, "util_mem": 20 + 70 * m,
+                "tensor_active": 0.85 * (1 - m), "sm_active": 0.95 - 0.3 * m}
+
+
+class SimGpuBackend(SensorBackend):
+    """Simulated GPU power readings, driven by the CPU activity of the watched process tree.
+
+    The demo runs its training on the CPU; this backend turns that process tree's CPU
+    utilisation into the activity of `n_gpus` simulated GPUs, so phase boundaries show in the
+    simulated power. Labelled `sim` in every row."""
+
+    name = "sim-gpu"
+
+    def __init__(self, model: SimGpuModel | None = None, n_gpus: int = 1, mem_share: float = 0.3,
+                 interval_s: float = 0.02, cap_w: float | None = None) -> None:
+        self.model = model or SimGpuModel()
+        self.n_gpus, self.mem_share, self.interval_s = n_gpus, mem_share, interval_s
+        self.cap_w = cap_w if cap_w is not None else self.model.tdp_w
+        self.watch_pid: int | None = None
+        self._procs: dict[int, Any] = {}
+        self._last_telemetry = 0
+
+    def _activity(self) -> float:
+        import psutil
+
+        if self.watch_pid is None:
+            return 0.0
+        try:
+            root = psutil.Process(self.watch_pid)
+            procs = [root] + root.children(recursive=True)
+        except psutil.Error:
+            return 0.0
+        total = 0.0
+        for p in procs:
+            known = self._procs.get(p.pid)
+            if known is None:
+                self._procs[p.pid] = p
+                try:
+                    p.cpu_percent(None)
+                except psutil.Error:
+                    pass
+                continue
+            try:
+                total += known.cpu_percent(None)
+            except psutil.Error:
+                self._procs.pop(p.pid, None)
+        return min(1.0, total / 100.0)
+
+    def poll(self, now_ns: int) -> list[Row]:
+        act = self._activity()
+        f = self.model.clock_under_cap(self.cap_w, self.mem_share) if act > 0 else 1.0
+        p = float(self.model.power(f, self.mem_share, act))
+        rows: list[Row] = [(now_ns, f"gpu{i}", "power_w", p, "sim") for i in range(self.n_gpus)]
+        if now_ns - self._last_telemetry > 1_000_000_000:
+            self._last_telemetry = now_ns
+            for i in range(self.n_gpus):
+                rows += [(now_ns, f"gpu{i}", "power_limit_w", self.cap_w, "sim"),
+                         (now_ns, f"gpu{i}", "sm_clock_mhz", f * self.model.sm_clock_max_mhz, "sim"),
+                         (now_ns, f"gpu{i}", "util_gpu", act * 100.0, "sim")]
+        return rows
+
+    def info(self) -> dict[str, Any]:
+        return {"backend": self.name, "source": "sim", "gpu_model": self.model.name,
+                "devices": [f"gpu{i}" for i in range(self.n_gpus)], "mem_share": self.mem_share,
+                "cap_w": self.cap_w, "driver": "none (simulated)",
+                "model": "see wattlife.devices.simgpu", "pid_watched": self.watch_pid or os.getpid()}

@@ -1,0 +1,268 @@
+"""Figures, each drawn from one table (never from raw state), PNG and PDF, one style.
+
+Every figure carries the sources of its numbers: a label says when a value is simulated (`sim`)
+or estimated (`estimate`), never letting them pass for measurements.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from .contracts import LIFECYCLE_PHASES, UNATTRIBUTED  # noqa: E402
+
+SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measured",
+                "nvml-samples": "measured (NVML samples)", "nvml-counter": "measured (NVML counter)",
+                "nvml-poll": "measured (NVML)", "rapl": "measured (RAPL)"}
+PHASE_ORDER = LIFECYCLE_PHASES + ["step", UNATTRIBUTED]
+_PALETTE = dict(zip(PHASE_ORDER, sns.color_palette("tab20", len(PHASE_ORDER))))
+
+
+def style() -> None:
+    sns.set_theme(context="paper", style="whitegrid", font_scale=1.1)
+    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight",
+                         "axes.titleweight": "bold", "legend.frameon": False})
+
+
+def source_note(df: pd.DataFrame, by: str | None = "device_kind") -> str:
+    """'GPU: SIMULATED (sim) · CPU: ESTIMATED (estimate)' from a table's source column."""
+    if "source" not in df.columns:
+        return "source unknown"
+    parts = []
+    groups = df.groupby(by)["source"] if by and by in df.columns else [("data", df["source"])]
+    for key, s in groups:
+        srcs = sorted(set(",".join(s.astype(str)).split(",")))
+        words = ", ".join(f"{SOURCE_WORDS.get(x, x)} ({x})" for x in srcs)
+        parts.append(f"{str(key).upper()}: {words}")
+    return " · ".join(parts)
+
+
+def _save(fig: plt.Figure, out: Path) -> list[Path]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    paths = [out.with_suffix(".png"), out.with_suffix(".pdf")]
+    for p in paths:
+        fig.savefig(p)
+    plt.close(fig)
+    return paths
+
+
+def _phase_sort(phases: pd.Series) -> list[str]:
+    known = [p for p in PHASE_ORDER if p in set(phases)]
+    return known + sorted(set(phases) - set(known))
+
+
+def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
+    """Fig. 1: per-phase energy (CPU and GPU stacked, 95% interval) and time, per workload."""
+    style()
+    cells = summary.drop_duplicates(["workload", "storage", "checkpoint"])
+    pick = []
+    for w, g in cells.groupby("workload"):
+        pref = g[(g["storage"] == "shared") & (g["checkpoint"] == "on")]
+        pick.append((pref if len(pref) else g).iloc[0][["workload", "storage", "checkpoint"]])
+    pick = pd.DataFrame(pick)
+    fig, axes = plt.subplots(len(pick), 2, figsize=(12, 1.2 + 0.42 * 14 * len(pick)),
+                             squeeze=False)
+    for row, (_, c) in enumerate(pick.iterrows()):
+        d = summary[(summary["workload"] == c["workload"]) & (summary["storage"] == c["storage"])
+                    & (summary["checkpoint"] == c["checkpoint"])]
+        order = _phase_sort(d["phase"])
+        e = d.pivot_table(index="phase", columns="device_kind", values="energy_j", aggfunc="sum")
+        e = e.reindex(order).fillna(0) / 1000.0
+        lo = d.groupby("phase")["energy_lo_j"].sum().reindex(order) / 1000.0
+        hi = d.groupby("phase")["energy_hi_j"].sum().reindex(order) / 1000.0
+        ax = axes[row, 0]
+        left = np.zeros(len(order))
+        for kind, color in (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f")):
+            if kind in e.columns:
+                ax.barh(order, e[kind], left=left, color=color, label=kind.upper())
+                left += e[kind].to_numpy()
+        tot = e.sum(axis=1).to_numpy()
+        ax.errorbar(tot, order, xerr=[np.clip(tot - lo.fillna(0).to_numpy(), 0, None),
+                                      np.clip(hi.fillna(0).to_numpy() - tot, 0, None)],
+                    fmt="none", ecolor="black", capsize=2, lw=0.8)
+        ax.invert_yaxis()
+        ax.set_xlabel("energy (kJ)")
+        ax.set_title(f"{c['workload']} — storage {c['storage']}, checkpoint {c['checkpoint']}")
+        ax.legend(loc="lower right")
+        t = d.groupby("phase")["time_s"].max().reindex(order).fillna(0)
+        ax2 = axes[row, 1]
+        ax2.barh(order, t, color=[_PALETTE.get(p, "#999999") for p in order])
+        ax2.invert_yaxis()
+        ax2.set_xlabel("time (s)")
+        ax2.set_title("time per phase")
+        ax2.set_yticklabels([])
+    fig.suptitle("Energy and time per lifecycle phase", y=1.0)
+    fig.text(0.01, -0.01, "Sources — " + source_note(summary), fontsize=8, ha="left", va="top")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
+    """Fig. 2: CPU/GPU share of the energy per workload and cell."""
+    style()
+    share = share.copy()
+    share["cell"] = share["workload"] + "\n" + share["storage"] + ", ckpt " + share["checkpoint"]
+    pv = share.pivot_table(index="cell", columns="device_kind", values="share").fillna(0) * 100
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(pv)), 4))
+    bottom = np.zeros(len(pv))
+    for kind, color in (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f")):
+        if kind in pv.columns:
+            ax.bar(pv.index, pv[kind], bottom=bottom, color=color, label=kind.upper())
+            for x, (b, v) in enumerate(zip(bottom, pv[kind])):
+                if v > 4:
+                    ax.text(x, b + v / 2, f"{v:.0f}%", ha="center", va="center", color="white",
+                            fontsize=9)
+            bottom += pv[kind].to_numpy()
+    ax.set_ylabel("share of energy (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
+    ax.set_title("CPU / GPU share of energy")
+    fig.text(0.01, -0.02, "Sources — " + source_note(share), fontsize=8, ha="left", va="top")
+    return _save(fig, out)
+
+
+def fig_storage_checkpoint(deltas: pd.DataFrame, out: Path) -> list[Path]:
+    """Fig. 3: time and energy deltas per phase vs the shared / checkpoint-off baseline."""
+    style()
+    d = deltas[~((deltas["storage"] == "shared") & (deltas["checkpoint"] == "off"))].copy()
+    d["cell"] = d["storage"] + ", ckpt " + d["checkpoint"]
+    workloads = sorted(d["workload"].unique())
+    fig, axes = plt.subplots(len(workloads), 2, figsize=(12, 0.5 + 4 * len(workloads)),
+                             squeeze=False)
+    for r, w in enumerate(workloads):
+        g = d[d["workload"] == w]
+        order = _phase_sort(g["phase"])
+        for c, (col, label) in enumerate((("d_energy_j", "Δ energy (J)"), ("d_time_s", "Δ time (s)"))):
+            ax = axes[r, c]
+            sns.barplot(data=g, y="phase", x=col, hue="cell", order=order, ax=ax, orient="h")
+            ax.axvline(0, color="black", lw=0.8)
+            ax.set_xlabel(label)
+            ax.set_ylabel("" if c else "phase")
+            ax.set_title(f"{w}: vs shared storage, checkpoint off")
+            if c:
+                ax.set_yticklabels([])
+            ax.legend(fontsize=8, loc="lower right")
+    fig.text(0.01, -0.01, "Sources — " + source_note(deltas, by=None), fontsize=8, ha="left",
+             va="top")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
+    """Fig. 6: power-throughput curves per job, raw and normalised to the uncapped run."""
+    style()
+    c = curves.dropna(subset=["throughput", "power_w"]).sort_values("cap_w").copy()
+    top = c.groupby(["job", "gpu_model"])["cap_w"].transform("max") == c["cap_w"]
+    ref = c[top].set_index(["job", "gpu_model"])
+    key = pd.MultiIndex.from_frame(c[["job", "gpu_model"]])
+    c["p_rel"] = c["power_w"].to_numpy() / ref["power_w"].reindex(key).to_numpy()
+    c["t_rel"] = c["throughput"].to_numpy() / ref["throughput"].reindex(key).to_numpy()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    sns.lineplot(data=c, x="power_w", y="throughput", hue="job", style="gpu_model", marker="o",
+                 ax=axes[0])
+    axes[0].set_xlabel("realised aggregate GPU power (W)")
+    axes[0].set_ylabel("throughput (" + ", ".join(sorted(c["throughput_unit"].unique())) + ")")
+    axes[0].set_yscale("log")
+    axes[0].set_title("raw")
+    axes[0].get_legend().remove()
+    sns.lineplot(data=c, x="p_rel", y="t_rel", hue="job", style="gpu_model", marker="o", ax=axes[1])
+    axes[1].plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="proportional (PFI = 1)")
+    axes[1].set_xlabel("power / uncapped power")
+    axes[1].set_ylabel("throughput / uncapped throughput")
+    axes[1].set_title("normalised")
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.suptitle("Power–throughput under per-GPU power caps")
+    fig.text(0.01, -0.02, "Sources — " + source_note(c, by="gpu_model"), fontsize=8, ha="left",
+             va="top")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.DataFrame | None,
+            out: Path) -> list[Path]:
+    """Fig. 7: PFI by job category with medians; PFI vs DRAM copy product with the linear fit."""
+    style()
+    n = 2 if features is not None and len(features) else 1
+    fig, axes = plt.subplots(1, n, figsize=(6 * n, 4.4), squeeze=False)
+    ax = axes[0, 0]
+    p = pfi.dropna(subset=["pfi"]).copy()
+    if "category" not in p.columns:
+        p["category"] = "all"
+    sns.stripplot(data=p, x="category", y="pfi", hue="gpu_model", ax=ax, size=7, jitter=0.15)
+    for i, (cat, g) in enumerate(p.groupby("category", sort=False)):
+        ax.hlines(g["pfi"].median(), i - 0.3, i + 0.3, color="black", lw=2)
+    ax.axhline(1, color="grey", ls="--", lw=1)
+    ax.set_title("PFI by job category (bar = median)")
+    ax.legend(fontsize=8)
+    if n == 2:
+        ax = axes[0, 1]
+        sns.scatterplot(data=features, x="dram_copy_product", y="pfi", hue="category", ax=ax, s=50)
+        x = features["dram_copy_product"].to_numpy(float)
+        slope, icpt = np.polyfit(x, features["pfi"].to_numpy(float), 1)
+        xs = np.linspace(x.min(), x.max(), 50)
+        lab = "linear fit"
+        if predictor is not None:
+            r = predictor[predictor["features"] == "dram_copy_product"].iloc[0]
+            lab += f" (R² {r['r2_in_sample']:.2f}, LOO R² {r['r2_loo']:.2f})"
+        ax.plot(xs, icpt + slope * xs, color="black", lw=1.2, label=lab)
+        ax.set_xlabel("DRAM activity × memory-copy utilisation (uncapped run)")
+        ax.set_title("PFI vs telemetry")
+        ax.legend(fontsize=8)
+    fig.text(0.01, -0.02, "Sources — " + source_note(pfi, by="gpu_model"), fontsize=8, ha="left",
+             va="top")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def fig_allocation(summary: pd.DataFrame, out: Path) -> list[Path]:
+    """Fig. 8: throughput per job relative to the oracle, by strategy, across cuts."""
+    style()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    s = summary.copy()
+    s["cut_pct"] = s["cut"] * 100
+    sns.lineplot(data=s, x="cut_pct", y="rel_to_oracle", hue="strategy", marker="o", ax=axes[0])
+    axes[0].set_xlabel("global power cut (% of uncapped power)")
+    axes[0].set_ylabel("throughput / oracle (mean over workloads)")
+    axes[0].set_title("strategies vs oracle")
+    g = s[(s["cut"] > 0) & ~s["strategy"].isin(["oracle", "equal"])]
+    sns.barplot(data=g, x="cut_pct", y="gap_recovered", hue="strategy", ax=axes[1])
+    axes[1].axhline(0, color="black", lw=0.8)
+    axes[1].set_xlabel("global power cut (%)")
+    axes[1].set_ylabel("share of equal→oracle gap recovered")
+    axes[1].set_title("gap recovered")
+    src = s["curves_source"].iloc[0] if "curves_source" in s.columns else "unknown"
+    fig.text(0.01, -0.02, f"Curves: {SOURCE_WORDS.get(src, src)} ({src}); allocation is a "
+             "simulation on those curves", fontsize=8, ha="left", va="top")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def draw_all(tables: str | Path, out: str | Path) -> list[Path]:
+    """Every figure whose table exists in `tables`."""
+    tables, out = Path(tables), Path(out)
+    made: list[Path] = []
+
+    def have(name: str) -> pd.DataFrame | None:
+        p = tables / name
+        return pd.read_csv(p) if p.exists() else None
+
+    if (s := have("phase_summary.csv")) is not None:
+        made += fig_phase_energy(s, out / "fig1_phase_energy_time")
+    if (s := have("device_share.csv")) is not None:
+        made += fig_device_share(s, out / "fig2_device_share")
+    if (s := have("storage_checkpoint.csv")) is not None:
+        made += fig_storage_checkpoint(s, out / "fig3_storage_checkpoint")
+    if (s := have("curves.csv")) is not None:
+        made += fig_curves(s, out / "fig6_power_throughput")
+    if (s := have("pfi.csv")) is not None:
+        made += fig_pfi(s, have("predictor_features.csv"), have("predictor.csv"), out / "fig7_pfi")
+    if (s := have("allocation_summary.csv")) is not None:
+        made += fig_allocation(s, out / "fig8_allocation")
+    return made

@@ -1,0 +1,268 @@
+"""Phase markers: the training code's side of the events contract.
+
+    from wattlife.markers import phase, step
+
+    with step(items=batch_size):
+        with phase("forward"): ...
+        with phase("backward"): ...
+
+`wattlife run` puts the events path in `WATTLIFE_EVENTS`; without it every marker is a no-op that
+costs well under a microsecond. Rows are buffered and flushed at least once a second, so a killed
+workload keeps every interval closed more than a second before it died.
+
+With `configure(gpu_timeline=True)` boundaries are CUDA events on the current stream, resolved in
+batches (never a synchronise per phase) and mapped to the host clock through an anchor: one host
+timestamp taken right after synchronising on one recorded event (re-anchored every minute).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ENV_EVENTS = "WATTLIFE_EVENTS"
+ENV_RUN_ID = "WATTLIFE_RUN_ID"
+HEADER = "run_id,host,rank,phase,start_ns,end_ns,step,items,local_rank,depth,clock\n"
+FLUSH_EVERY_S = 1.0
+REANCHOR_EVERY_S = 60.0
+
+
+def rank_events_path(path: str | Path, rank: int, world_size: int) -> Path:
+    """Rank 0 writes `path`; other ranks write `<stem>.rank<N><suffix>` beside it."""
+    path = Path(path)
+    if world_size <= 1 or rank == 0:
+        return path
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+class _CudaClock:
+    """Maps CUDA events to the host epoch-ns clock without a synchronise per event."""
+
+    def __init__(self) -> None:
+        import torch  # lazy: markers must not import torch unless the GPU timeline is asked for
+
+        self.torch = torch
+        self.anchors: list[tuple[Any, int]] = []
+        self._anchor()
+
+    def _anchor(self) -> None:
+        ev = self.torch.cuda.Event(enable_timing=True)
+        ev.record()
+        ev.synchronize()
+        self.anchors.append((ev, time.time_ns()))
+        self.anchored_at = time.monotonic()
+
+    def event(self) -> tuple[Any, int]:
+        ev = self.torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev, len(self.anchors) - 1
+
+    def maybe_reanchor(self) -> None:
+        if time.monotonic() - self.anchored_at > REANCHOR_EVERY_S:
+            self._anchor()
+
+    def to_ns(self, ev: Any, anchor_idx: int) -> int:
+        anchor, t0 = self.anchors[anchor_idx]
+        return t0 + int(round(anchor.elapsed_time(ev) * 1e6))
+
+
+class Recorder:
+    """Collects phase intervals of one process and appends them to its events file."""
+
+    def __init__(self, path: str | Path, run_id: str | None = None) -> None:
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.path = rank_events_path(path, self.rank, world)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.host = socket.gethostname()
+        self.run_id = run_id or os.environ.get(ENV_RUN_ID) or self.path.parent.name
+        self._prefix = f"{self.run_id},{self.host},{self.rank},"
+        self._stack: list[_Open] = []
+        self._rows: list[str] = []
+        self._pending: list[tuple] = []  # GPU-timeline rows whose events are not resolved yet
+        self._lock = threading.Lock()
+        self._last_flush = time.monotonic()
+        self.step_index = 0
+        self.cuda: _CudaClock | None = None
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self._fh = open(self.path, "a", buffering=1 << 16)
+        if new:
+            self._fh.write(HEADER)
+            self._fh.flush()
+        atexit.register(self.close)
+
+    def enable_gpu_timeline(self) -> None:
+        if self.cuda is None:
+            self.cuda = _CudaClock()
+
+    def begin(self, name: str, items: float | None = None) -> "_Open":
+        if self.cuda is not None:
+            start: Any = self.cuda.event()
+        else:
+            start = time.time_ns()
+        op = _Open(name, start, items, len(self._stack), self.step_index)
+        self._stack.append(op)
+        return op
+
+    def end(self, op: "_Open", items: float | None = None) -> None:
+        if not self._stack or self._stack[-1] is not op:
+            open_names = [o.name for o in self._stack]
+            raise ValueError(f"phase '{op.name}' ended out of order; open phases: {open_names}")
+        self._stack.pop()
+        if items is not None:
+            op.items = items
+        items_s = "" if op.items is None else repr(op.items)
+        if self.cuda is not None:
+            self._pending.append((op, self.cuda.event(), items_s))
+        else:
+            self._rows.append(f"{self._prefix}{op.name},{op.start},{time.time_ns()},{op.step},"
+                              f"{items_s},{self.local_rank},{op.depth},host\n")
+        if time.monotonic() - self._last_flush > FLUSH_EVERY_S:
+            self.flush()
+
+    def _resolve_pending(self, wait: bool) -> None:
+        keep = []
+        for op, (end_ev, end_anchor), items_s in self._pending:
+            start_ev, start_anchor = op.start
+            if not wait and not end_ev.query():
+                keep.append((op, (end_ev, end_anchor), items_s))
+                continue
+            if wait:
+                end_ev.synchronize()
+            t0 = self.cuda.to_ns(start_ev, start_anchor)
+            t1 = self.cuda.to_ns(end_ev, end_anchor)
+            self._rows.append(f"{self._prefix}{op.name},{t0},{t1},{op.step},{items_s},"
+                              f"{self.local_rank},{op.depth},cuda\n")
+        self._pending = keep
+
+    def flush(self, wait: bool = False) -> None:
+        with self._lock:
+            if self.cuda is not None and self._pending:
+                self._resolve_pending(wait)
+                if not self._stack:
+                    self.cuda.maybe_reanchor()
+            if self._rows and not self._fh.closed:
+                self._fh.write("".join(self._rows))
+                self._fh.flush()
+                self._rows.clear()
+            self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        if self._fh.closed:
+            return
+        self.flush(wait=True)
+        self._fh.close()
+
+
+class _Open:
+    __slots__ = ("name", "start", "items", "depth", "step")
+
+    def __init__(self, name: str, start: Any, items: float | None, depth: int, step: int) -> None:
+        self.name, self.start, self.items, self.depth, self.step = name, start, items, depth, step
+
+
+_recorder: Recorder | None = None
+_resolved = False
+
+
+def get_recorder() -> Recorder | None:
+    """The process's recorder, created on first use from `WATTLIFE_EVENTS`; None when unset."""
+    global _recorder, _resolved
+    if not _resolved:
+        path = os.environ.get(ENV_EVENTS)
+        _recorder = Recorder(path) if path else None
+        _resolved = True
+    return _recorder
+
+
+def configure(events_path: str | Path | None = None, run_id: str | None = None,
+              gpu_timeline: bool = False) -> Recorder | None:
+    """Set the events path explicitly (else the environment's) and the clock of the boundaries."""
+    global _recorder, _resolved
+    if events_path is not None:
+        if _recorder is not None:
+            _recorder.close()
+        _recorder = Recorder(events_path, run_id)
+        _resolved = True
+    rec = get_recorder()
+    if rec is not None and gpu_timeline:
+        rec.enable_gpu_timeline()
+    return rec
+
+
+def reset() -> None:
+    """Close the current recorder and forget it (tests, or a new run in the same process)."""
+    global _recorder, _resolved
+    if _recorder is not None:
+        _recorder.close()
+    _recorder, _resolved = None, False
+
+
+class phase:
+    """Context manager and decorator marking one phase interval; nests."""
+
+    __slots__ = ("name", "items", "_op")
+
+    def __init__(self, name: str, items: float | None = None) -> None:
+        self.name, self.items, self._op = name, items, None
+
+    def __enter__(self) -> "phase":
+        rec = _recorder if _resolved else get_recorder()
+        if rec is not None:
+            self._op = rec.begin(self.name, self.items)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._op is not None:
+            _recorder.end(self._op)
+            self._op = None
+
+    def __call__(self, fn: Callable) -> Callable:
+        name, items = self.name, self.items
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with phase(name, items):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class step(phase):
+    """One training step carrying the work it did (`items`: images, tokens) for throughput."""
+
+    __slots__ = ()
+
+    def __init__(self, items: float | None = None, name: str = "step") -> None:
+        super().__init__(name, items)
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        rec = _recorder if _resolved else get_recorder()
+        if rec is not None:
+            rec.step_index += 1
+
+
+def begin(name: str, items: float | None = None) -> Any:
+    """Explicit begin; returns a token for `end`. None when no recorder is active."""
+    rec = get_recorder()
+    return rec.begin(name, items) if rec is not None else None
+
+
+def end(token: Any, items: float | None = None) -> None:
+    """Explicit end of the phase `begin` returned."""
+    if token is not None:
+        _recorder.end(token, items)
+
+
+def flush() -> None:
+    rec = get_recorder()
+    if rec is not None:
+        rec.flush()

@@ -1,0 +1,127 @@
+"""What the workloads share: distributed set-up, device choice, staging, and the run summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..markers import ENV_RUN_ID, phase
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    local_rank: int = 0
+    world: int = 1
+
+
+def init_distributed() -> Dist:
+    """Join the torchrun process group when WORLD_SIZE > 1 (NCCL on GPU, Gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    d = Dist(int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")), world)
+    if world > 1:
+        import torch
+        import torch.distributed as td
+
+        if not td.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            if backend == "nccl":
+                torch.cuda.set_device(d.local_rank)
+            td.init_process_group(backend)
+    return d
+
+
+def resolve_device(name: str, dist: Dist):
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("workload asks for device 'cuda' but no GPU is visible")
+        return torch.device("cuda", dist.local_rank)
+    return torch.device(name)
+
+
+def barrier(dist: Dist) -> None:
+    if dist.world > 1:
+        import torch.distributed as td
+
+        td.barrier()
+
+
+def stage_dataset(data_root: Path, storage: str, local_root: Path, dist: Dist) -> Path:
+    """`shared`: read in place. `local`: copy to node-local disk first, as a `stage_copy` phase
+    (local rank 0 copies, the others wait)."""
+    data_root = Path(data_root)
+    if not data_root.exists():
+        raise FileNotFoundError(f"dataset path {data_root} does not exist (run the preparation "
+                                "stage, or `wattlife gen-images` for generated data)")
+    if storage == "shared":
+        return data_root
+    if storage != "local":
+        raise ValueError(f"storage must be 'shared' or 'local', got {storage!r}")
+    dest = Path(os.path.expandvars(str(local_root))) / data_root.name
+    with phase("stage_copy"):
+        if dist.local_rank == 0:
+            if dest.exists():
+                shutil.rmtree(dest)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(data_root, dest)
+        barrier(dist)
+    return dest
+
+
+def checkpoint_dir(ckpt_root: Path, workdir: Path) -> Path:
+    run = os.environ.get(ENV_RUN_ID) or Path(workdir).name
+    d = Path(os.path.expandvars(str(ckpt_root))) / run
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+class Summary:
+    """Per-step throughput and what happened, written as summary.json (rank 0)."""
+
+    def __init__(self, workdir: Path, dist: Dist) -> None:
+        self.workdir, self.dist = Path(workdir), dist
+        self.step_s: list[float] = []
+        self.items: list[float] = []
+        self.skipped = 0
+        self.checkpoints: list[str] = []
+        self.val_acc: float | None = None
+        self.last_loss: float | None = None
+        self._t = time.perf_counter()
+
+    def add_step(self, items: float) -> None:
+        now = time.perf_counter()
+        self.step_s.append(now - self._t)
+        self.items.append(items)
+        self._t = now
+
+    def restart_clock(self) -> None:
+        self._t = time.perf_counter()
+
+    def throughput(self, warmup: int = 3) -> float | None:
+        s = self.step_s[warmup:] if len(self.step_s) > warmup + 2 else self.step_s
+        it = self.items[-len(s):] if s else []
+        return sum(it) / sum(s) * self.dist.world if s and sum(s) > 0 else None
+
+    def write(self, unit: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        doc = {"steps": len(self.step_s), "throughput": self.throughput(),
+               "throughput_unit": f"{unit}/s (all ranks)", "median_step_s":
+               statistics.median(self.step_s) if self.step_s else None,
+               "skipped_items": self.skipped, "checkpoints": sorted(set(self.checkpoints)),
+               "val_accuracy": self.val_acc, "last_loss": self.last_loss,
+               "world_size": self.dist.world, **(extra or {})}
+        if self.dist.rank == 0:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            (self.workdir / "summary.json").write_text(json.dumps(doc, indent=2))
+        print(json.dumps({k: doc[k] for k in ("steps", "throughput", "throughput_unit",
+                                              "skipped_items")}))
+        return doc

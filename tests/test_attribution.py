@@ -1,0 +1,149 @@
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wattlife.attribution import RESIDUAL, attribute_energy, phase_tree
+from wattlife.contracts import UNATTRIBUTED, ContractError
+
+from synth import T0, averaging_sensor, events_frame, trace_frame
+
+MS = 1_000_000
+
+
+def test_integrate_exact_with_nesting_and_unattributed():
+    # readings every 10 ms, each the exact average of the preceding 10 ms
+    t = T0 + np.arange(0, 1001) * 10 * MS
+    edges = T0 + np.array([0, 200, 500, 800, 1000, 10_000]) * MS
+    levels = np.array([100.0, 300.0, 500.0, 200.0, 100.0])
+    p = averaging_sensor(edges, levels, t, 10 * MS)
+    ev = events_frame([("step", T0 + 200 * MS, T0 + 800 * MS),
+                       ("forward", T0 + 200 * MS, T0 + 500 * MS),
+                       ("backward", T0 + 500 * MS, T0 + 800 * MS)])
+    out = attribute_energy(trace_frame(t, p), ev, method="integrate")
+    e = out.set_index("phase")["energy_j"]
+    assert e["forward"] == pytest.approx(300 * 0.3, rel=1e-9)
+    assert e["backward"] == pytest.approx(500 * 0.3, rel=1e-9)
+    assert e["step"] == pytest.approx(0.0, abs=1e-9)  # fully covered by its children
+    total = 100 * 0.2 + 300 * 0.3 + 500 * 0.3 + 200 * 0.2 + 100 * 9.0
+    assert e.sum() == pytest.approx(total, rel=1e-12)
+    assert e[UNATTRIBUTED] == pytest.approx(total - 240, rel=1e-9)
+    row = out.set_index("phase").loc["forward"]
+    assert row["mean_power_w"] == pytest.approx(300.0)
+    assert row["energy_lo_j"] <= row["energy_j"] <= row["energy_hi_j"]
+    assert set(out["method"]) == {"integrate"} and set(out["source"]) == {"nvml-samples"}
+
+
+def test_energy_counter_only_device_is_integrated():
+    t = T0 + np.arange(0, 101) * 100 * MS
+    e = np.arange(0, 101) * 10.0  # 100 W
+    ev = events_frame([("forward", T0 + 1000 * MS, T0 + 3000 * MS)])
+    out = attribute_energy(trace_frame(t, e, "cpu0", "energy_j", "rapl"), ev)
+    row = out.set_index("phase").loc["forward"]
+    assert row["energy_j"] == pytest.approx(200.0)
+    assert row["device_kind"] == "cpu" and row["source"] == "rapl"
+
+
+def _short_phase_run(seed: int, window_ms: float = 20.0):
+    """Three phase kinds of 5-20 ms interleaved, read by a 20 ms averaging sensor every 20 ms."""
+    rng = np.random.default_rng(seed)
+    power = {"matmul": 650.0, "copy": 420.0, "wait": 130.0}
+    names, edges = [], [T0]
+    while edges[-1] < T0 + 30_000 * MS:
+        names.append(rng.choice(list(power)))
+        edges.append(edges[-1] + int(rng.uniform(5, 20) * MS))
+    edges = np.array(edges)
+    levels = np.array([power[n] for n in names])
+    t = np.arange(T0 + 40 * MS, edges[-1], 20 * MS)
+    p = averaging_sensor(edges, levels, t, window_ms * MS)
+    p = p * (1 + rng.normal(0, 0.02, len(p)))  # sensor noise
+    ev = events_frame([(n, a, b) for n, a, b in zip(names, edges[:-1], edges[1:])])
+    return trace_frame(t, p), ev, power
+
+
+def test_deconvolution_recovers_short_phases_within_3_percent():
+    tr, ev, truth = _short_phase_run(0)
+    out = attribute_energy(tr, ev, method="auto", n_boot=50)
+    assert set(out["method"]) == {"deconvolve"}
+    got = out.set_index("phase")["mean_power_w"]
+    for name, watts in truth.items():
+        assert got[name] == pytest.approx(watts, rel=0.03), name
+    ci = out.set_index("phase")
+    for name in truth:
+        assert ci.loc[name, "energy_lo_j"] <= ci.loc[name, "energy_j"] <= ci.loc[name, "energy_hi_j"]
+    # energy still adds up: phases + unattributed + residual = measured total
+    integ = attribute_energy(tr, ev, method="integrate")
+    assert out["energy_j"].sum() == pytest.approx(integ["energy_j"].sum(), rel=1e-9)
+
+
+def test_integration_of_short_phases_is_biased_where_deconvolution_is_not():
+    tr, ev, truth = _short_phase_run(1)
+    integ = attribute_energy(tr, ev, method="integrate").set_index("phase")["mean_power_w"]
+    # the 20 ms window smears the 650 W phase toward its neighbours
+    assert integ["matmul"] < 0.95 * truth["matmul"]
+
+
+def test_window_given_explicitly():
+    tr, ev, truth = _short_phase_run(2, window_ms=20.0)
+    out = attribute_energy(tr, ev, method="deconvolve", window_s=0.020, n_boot=20)
+    assert out["window_ms"].dropna().unique().tolist() == [20.0]
+    assert out.set_index("phase").loc["copy", "mean_power_w"] == pytest.approx(420, rel=0.03)
+
+
+def test_overlapping_phases_that_do_not_nest_are_rejected():
+    ev = events_frame([("a", T0, T0 + 10 * MS), ("b", T0 + 5 * MS, T0 + 20 * MS)])
+    with pytest.raises(ContractError, match="without nesting"):
+        phase_tree(ev)
+
+
+def test_gpus_take_their_own_ranks_phases():
+    t = T0 + np.arange(0, 201) * 10 * MS
+    tr = pd.concat([trace_frame(t, np.full(len(t), 100.0), "gpu0"),
+                    trace_frame(t, np.full(len(t), 300.0), "gpu1")])
+    ev = pd.concat([events_frame([("forward", T0, T0 + 1000 * MS)], rank=0),
+                    events_frame([("backward", T0 + 500 * MS, T0 + 1500 * MS)], rank=1)])
+    out = attribute_energy(tr, ev, method="integrate")
+    g1 = out[out["device"] == "gpu1"].set_index("phase")["energy_j"]
+    assert "forward" not in g1.index
+    assert g1["backward"] == pytest.approx(300.0)
+
+
+def test_idle_split():
+    t = T0 + np.arange(0, 301) * 10 * MS
+    p = np.where(t < T0 + 1000 * MS, 100.0, 400.0)
+    ev = events_frame([("forward", T0 + 1500 * MS, T0 + 2500 * MS)])
+    out = attribute_energy(trace_frame(t, p), ev, method="integrate",
+                           idle_window=(T0, T0 + 900 * MS))
+    row = out.set_index("phase").loc["forward"]
+    assert row["idle_power_w"] == pytest.approx(100.0)
+    assert row["static_j"] == pytest.approx(100.0)
+    assert row["dynamic_j"] == pytest.approx(300.0)
+
+
+intervals = st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 800),
+                               st.sampled_from(["forward", "backward", "data_load"])),
+                     min_size=0, max_size=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(intervals=intervals, powers=st.lists(st.floats(0, 1000), min_size=60, max_size=60),
+       nest=st.booleans())
+def test_energy_is_conserved(intervals, powers, nest):
+    """phases + unattributed = device total, for any set of properly nested intervals."""
+    t = T0 + np.arange(60) * 100 * MS
+    rows, cursor = [], T0 - 200 * MS
+    for start, dur, name in sorted(intervals):
+        a = max(T0 + start * MS - 300 * MS, cursor)  # sequential top-level intervals
+        b = a + dur * MS
+        rows.append(("step", a, b))
+        if nest:
+            rows.append((name, a, a + (b - a) // 2))
+        cursor = b
+    ev = events_frame(rows) if rows else events_frame([])
+    ev = ev.astype({"start_ns": "int64", "end_ns": "int64"})
+    out = attribute_energy(trace_frame(t, np.array(powers)), ev, method="integrate")
+    total = sum(p * 0.1 for p in powers[1:])
+    assert out["energy_j"].sum() == pytest.approx(total, rel=1e-9, abs=1e-6)
+    assert (out.loc[out["phase"] != UNATTRIBUTED, "time_s"] >= -1e-9).all()
+    assert RESIDUAL not in set(out["phase"])

@@ -1,0 +1,67 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wattlife.config import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _write(tmp_path, mutate):
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    mutate(cfg)
+    p = tmp_path / "config.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    (tmp_path / "schema.yaml").write_text((REPO / "config/schema.yaml").read_text())
+    return p
+
+
+def test_demo_config_is_valid_and_gets_defaults():
+    cfg = load_config(REPO / "config/config.yaml")
+    assert cfg["sampler"]["interval_ms"] == 50
+    assert cfg["powercap"]["allow_real"] is False
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["sampler"].update(intervall_ms=20), r"unknown key sampler\.intervall_ms"),
+    (lambda c: c["sampler"].update(interval_ms="fast"), r"sampler\.interval_ms: expected number"),
+    (lambda c: c["workloads"]["resnet"].update(steps=2.5), r"workloads\.resnet\.steps: expected integer"),
+    (lambda c: c.pop("storage"), r"missing required key storage"),
+    (lambda c: c["workloads"]["resnet"].pop("batch_size"), r"missing required key workloads\.resnet\.batch_size"),
+    (lambda c: c["sampler"].update(gpu="amd"), r"sampler\.gpu: expected one of"),
+    (lambda c: c.update(colour="blue"), r"unknown key colour"),
+])
+def test_bad_config_names_the_key(tmp_path, mutate, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(_write(tmp_path, mutate))
+
+
+@pytest.mark.slow
+def test_snakemake_stops_on_bad_config_with_the_key(tmp_path, env_path):
+    bad = _write(tmp_path, lambda c: c["execution"].update(repeats="two"))
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(bad),
+                          "--cores", "1"], cwd=REPO, env=env_path, capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "execution.repeats: expected integer" in out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_dry_run_shows_the_whole_demo_dag(env_path):
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--cores", "2"], cwd=REPO,
+                         env=env_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    for rule in ("gen_images", "execute", "attribute", "aggregate_phases", "powercap_sweep", "pfi",
+                 "predictor", "allocate", "figures"):
+        assert rule in text, rule
+
+
+@pytest.mark.slow
+def test_lint_reports_nothing(env_path):
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, env=env_path,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Lints for" not in out.stdout + out.stderr, out.stdout + out.stderr

@@ -1,0 +1,74 @@
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from wattlife.analysis.curves import load_curves, steady_state
+from wattlife.analysis.pfi import compare_gpus, grid_sensitivity, pfi_table, pfi_value
+
+REPO = Path(__file__).resolve().parents[1]
+A100 = REPO / "results/reference/a100-emerald/dvfs_sweep.csv"
+
+
+def _curve(job, caps, power, thr, gpu="H200"):
+    return pd.DataFrame({"job": job, "gpu_model": gpu, "n_gpus": 8, "cap_w": caps,
+                         "throughput": thr, "throughput_unit": "tokens/s", "power_w": power})
+
+
+def test_proportional_curve_has_pfi_one():
+    caps = np.array([200, 300, 400, 500, 600, 700.0])
+    p = caps * 8
+    df = pfi_table(_curve("prop", caps, p, p * 3.0), n_mc=0)
+    assert df["pfi"].iloc[0] == pytest.approx(1.0)
+    assert df["pfi_area"].iloc[0] == pytest.approx(1.0)
+    assert df["pfi_elastic"].iloc[0] == pytest.approx(1.0)
+
+
+def test_known_value_and_points_equal_to_tmax_are_skipped():
+    # power falls 50% and 20%; throughput 25% and 10% -> ratios 2 and 2; a flat point is skipped
+    p = np.array([500.0, 800, 900, 1000])
+    t = np.array([75.0, 90, 100, 100])
+    assert pfi_value(p, t, np.array([1, 2, 3, 4.0])) == pytest.approx(2.0)
+
+
+def test_monte_carlo_interval_brackets_the_value():
+    caps = np.array([200, 400, 700.0])
+    df = _curve("j", caps, [1600, 3000, 5000], [60, 85, 100])
+    df["throughput_sd"], df["power_sd"] = 0.5, 10.0
+    r = pfi_table(df, n_mc=500).iloc[0]
+    assert r["pfi_lo"] < r["pfi"] < r["pfi_hi"]
+
+
+def test_a100_reference_pfi():
+    pfi = pfi_table(load_curves(A100), n_mc=0).set_index("job")["pfi"]
+    assert len(pfi) == 8
+    assert pfi["ft_llama_8b_dolly"] == pytest.approx(2.6567, abs=1e-3)
+    assert pfi["pt_mpt_13b_lg"] == pytest.approx(1.4026, abs=1e-3)
+    # pre-training is less flexible than fine-tuning and inference on these sweeps
+    assert pfi.filter(like="pt_").max() < pfi.filter(like="ft_").min()
+
+
+def test_grid_sensitivity_recomputes_on_the_subgrid():
+    g = grid_sensitivity(load_curves(A100), [100, 200, 300, 400])
+    assert (g["grid"] == "100,200,300,400").all()
+    assert g["delta"].abs().max() > 0
+
+
+def test_spearman_of_the_papers_table_8_pairs():
+    h200 = [1.18, 1.22, 1.31, 1.43, 1.67, 2.00]
+    h100 = [1.26, 1.19, 1.33, 1.38, 1.51, 1.93]
+    df = pd.DataFrame({"job": [f"j{i}" for i in range(6)] * 2, "gpu_model": ["H200"] * 6 + ["H100"] * 6,
+                       "pfi": h200 + h100})
+    r = compare_gpus(df, "H200", "H100")
+    assert r["spearman_rho"] == pytest.approx(0.943, abs=1e-3)
+    assert r["spearman_rho"] == pytest.approx(stats.spearmanr(h200, h100)[0])
+
+
+def test_steady_state_rules():
+    v = np.concatenate([np.zeros(20), np.arange(1, 81, dtype=float)])
+    assert steady_state(v, "top10", 0.2) == pytest.approx(np.mean(np.arange(73, 81)))
+    assert steady_state(v, "median", 0.2) == pytest.approx(np.median(v[20:]))
+    with pytest.raises(ValueError, match="top10, median or mean"):
+        steady_state(v, "max")

@@ -1,0 +1,79 @@
+import json
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+from wattlife.attribution import attribute_files
+from wattlife.contracts import read_events, read_trace
+
+WORK = ("import time\nfrom wattlife.markers import phase, step\n"
+        "for i in range({n}):\n"
+        "    with step(items=4):\n"
+        "        with phase('forward'):\n            sum(range(200000))\n"
+        "        with phase('backward'):\n            time.sleep(0.02)\n"
+        "raise SystemExit({rc})\n")
+
+
+def _run(tmp_path, env, code, *extra, wait=True):
+    cmd = [sys.executable, "-m", "wattlife.cli", "run", "--trace", str(tmp_path / "trace.csv"),
+           "--events", str(tmp_path / "events.csv"), "--gpu", "sim", "--cpu", "estimate",
+           "--idle-s", "0.3", *extra, "--", sys.executable, "-c", code]
+    if wait:
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.Popen(cmd, env=env)
+
+
+def test_run_returns_exit_code_and_writes_trace_events_meta(tmp_path, env_path):
+    out = _run(tmp_path, env_path, WORK.format(n=15, rc=3))
+    assert out.returncode == 3, out.stderr
+    tr = read_trace(tmp_path / "trace.csv")
+    assert {"gpu0", "cpu0"} <= set(tr["device"])
+    assert set(tr.loc[tr["device"] == "gpu0", "source"]) == {"sim"}
+    assert set(tr.loc[tr["device"] == "cpu0", "source"]) == {"estimate"}
+    ev = read_events(tmp_path / "events.csv")
+    assert (ev["phase"] == "forward").sum() == 15
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["exit_code"] == 3
+    sensors = {(s["device"], s["metric"]): s for s in meta["sampler"]["sensors"]}
+    assert sensors[("gpu0", "power_w")]["source"] == "sim"
+    assert 0.005 < sensors[("gpu0", "power_w")]["update_period_s"] < 0.2
+    assert any("SIMULATED" in n for n in meta["sensor_notes"])
+    assert any("ESTIMATED" in n for n in meta["sensor_notes"])
+    assert meta["idle_baseline"]["end_ns"] > meta["idle_baseline"]["start_ns"]
+    df = attribute_files(tmp_path / "trace.csv", tmp_path / "events.csv", tmp_path / "phases.csv",
+                         idle_split=True, n_boot=20)
+    assert {"forward", "backward", "step", "unattributed"} <= set(df["phase"])
+    assert {"gpu", "cpu"} == set(df["device_kind"])
+
+
+def test_sigkill_of_the_sampler_keeps_earlier_rows(tmp_path, env_path):
+    proc = _run(tmp_path, env_path, WORK.format(n=100000, rc=0), wait=False)
+    time.sleep(6)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    t_kill = time.time_ns()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the last line may be cut by the kill
+        tr = read_trace(tmp_path / "trace.csv")
+    sim = tr[tr["device"] == "gpu0"]
+    # at most the last 2 s of readings are lost
+    assert (t_kill - sim["t_ns"].max()) / 1e9 < 2.0
+    assert len(sim) > 50
+    subprocess.run(["pkill", "-f", "range(100000)"], check=False)
+
+
+def test_sigterm_is_forwarded_and_the_trace_closed(tmp_path, env_path):
+    code = ("import signal, sys, time\nfrom wattlife.markers import phase\n"
+            "def bye(*a):\n    print('child got SIGTERM', flush=True)\n    sys.exit(7)\n"
+            "signal.signal(signal.SIGTERM, bye)\n"
+            "while True:\n    with phase('forward'):\n        time.sleep(0.01)\n")
+    proc = _run(tmp_path, env_path, code, wait=False)
+    time.sleep(4)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 7
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["exit_code"] == 7
+    assert len(read_events(tmp_path / "events.csv")) > 50
+    assert (tmp_path / "trace.csv").read_text().endswith("\n")

@@ -1,0 +1,80 @@
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from wattlife import markers
+from wattlife.contracts import read_events
+from wattlife.workloads import train_from_config
+from wattlife.workloads.datagen import make_image_tree, make_text_corpus
+
+
+def _cfg(tmp_path, **over):
+    w = {"kind": "image_classification", "dataset": "imgs", "model": "resnet18", "device": "cpu",
+         "precision": "fp32", "image_size": 32, "batch_size": 4, "steps": 6, "workers": 1,
+         "val_every": 3, "val_steps": 1, "ckpt_every": 3, "lr": 0.05}
+    w.update(over)
+    return {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
+            "workloads": {"r": w}}
+
+
+@pytest.fixture
+def images(tmp_path):
+    make_image_tree(tmp_path / "shared" / "imgs", n_classes=3, train_per_class=6, val_per_class=2,
+                    size=40)
+    return tmp_path / "shared" / "imgs"
+
+
+@pytest.mark.slow
+def test_image_workload_marks_every_phase_and_checkpoints_reload(tmp_path, images):
+    import torch
+    import torchvision
+
+    markers.configure(tmp_path / "events.csv", run_id="cell")
+    rc = train_from_config(_cfg(tmp_path), "r", "local", True, tmp_path / "work")
+    markers.reset()
+    assert rc == 0
+    ev = read_events(tmp_path / "events.csv")
+    want = {"stage_copy", "model_load", "data_load", "h2d", "forward", "backward", "optimizer",
+            "validation", "checkpoint", "step"}
+    assert want <= set(ev["phase"])
+    assert (ev["phase"] == "forward").sum() == 6
+    dur = (ev["end_ns"] - ev["start_ns"]) / 1e9
+    assert (dur >= 0).all() and dur.max() < 120
+    summary = json.loads((tmp_path / "work" / "summary.json").read_text())
+    assert summary["steps"] == 6 and summary["throughput"] > 0 and summary["skipped_items"] == 0
+    ckpt = Path(summary["checkpoints"][0])
+    assert str(ckpt).startswith(str(tmp_path / "local"))
+    state = torch.load(ckpt, map_location="cpu")
+    model = torchvision.models.resnet18(num_classes=3)
+    model.load_state_dict(state["model"])
+    assert state["step"] == 6
+
+
+@pytest.mark.slow
+def test_corrupt_jpeg_is_skipped_and_counted(tmp_path, images):
+    bad = next((images / "train").rglob("*.JPEG"))
+    bad.write_bytes(b"not a jpeg at all")
+    rc = train_from_config(_cfg(tmp_path, steps=8, batch_size=6, val_every=0), "r", "shared", False,
+                           tmp_path / "work")
+    assert rc == 0
+    summary = json.loads((tmp_path / "work" / "summary.json").read_text())
+    assert summary["skipped_items"] >= 1
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        train_from_config(_cfg(tmp_path), "r", "shared", False, tmp_path / "work")
+
+
+def test_unknown_workload_names_the_key(tmp_path):
+    with pytest.raises(ValueError, match="workloads.nope"):
+        train_from_config(_cfg(tmp_path), "nope", "shared", False, tmp_path / "work")
+
+
+def test_text_corpus_generator(tmp_path):
+    n = make_text_corpus(tmp_path, n_words=5000)
+    assert n == 5000
+    text = (tmp_path / "train.txt").read_text()
+    assert " = " in text and len(text.split()) > 3000
