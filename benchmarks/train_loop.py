@@ -1,0 +1,72 @@
+"""ResNet-50 training loop on synthetic on-GPU data (batch 128, bf16 autocast, channels_last, SGD),
+optionally marking every phase of every step. Prints one JSON line with the throughput.
+
+Used by h200_checks.py to measure the sampler's and the markers' cost on real training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+from wattlife import markers
+from wattlife.markers import phase, step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--markers", choices=["on", "off"], default="off")
+    a = ap.parse_args()
+    torch.backends.cudnn.benchmark = True
+    dev = torch.device("cuda")
+    model = torchvision.models.resnet50().to(dev, memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    xs = [torch.randn(a.batch, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
+          for _ in range(4)]
+    ys = [torch.randint(0, 1000, (a.batch,), device=dev) for _ in range(4)]
+    marked = a.markers == "on" and markers.configure(gpu_timeline=True) is not None
+
+    def plain(i: int) -> None:
+        x, y = xs[i % 4], ys[i % 4]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def with_markers(i: int) -> None:
+        with step(items=a.batch):
+            with phase("data_load"):
+                x, y = xs[i % 4], ys[i % 4]
+            with phase("forward"):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = F.cross_entropy(model(x), y)
+            with phase("backward"):
+                loss.backward()
+            with phase("optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+    body = with_markers if marked else plain
+    for i in range(a.warmup):
+        body(i)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for i in range(a.steps):
+        body(i)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    print(json.dumps({"images_per_s": a.steps * a.batch / dt, "markers": marked,
+                      "step_ms": dt / a.steps * 1e3}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
