@@ -147,3 +147,19 @@ def test_energy_is_conserved(intervals, powers, nest):
     assert out["energy_j"].sum() == pytest.approx(total, rel=1e-9, abs=1e-6)
     assert (out.loc[out["phase"] != UNATTRIBUTED, "time_s"] >= -1e-9).all()
     assert RESIDUAL not in set(out["phase"])
+
+
+def test_a_phase_the_sensor_barely_sees_is_shrunk_not_wild():
+    """A 0.3 ms phase inside 20 ms windows is barely identifiable: its power stays within the
+    readings' range and the table says how little the readings saw of it."""
+    tr, ev, truth = _short_phase_run(3)
+    starts = ev["start_ns"].to_numpy()[::3]
+    tiny = events_frame([("h2d", s, s + 300_000) for s in starts])
+    ev2 = ev.copy()
+    ev2.loc[ev2.index[::3], "start_ns"] += 300_000  # make room: h2d precedes every 3rd phase
+    out = attribute_energy(tr, pd.concat([ev2, tiny], ignore_index=True), method="deconvolve",
+                           window_s=0.02, n_boot=20).set_index("phase")
+    lo, hi = tr["value"].min(), tr["value"].max()
+    assert lo * 0.9 <= out.loc["h2d", "mean_power_w"] <= hi * 1.1
+    assert out.loc["h2d", "identifiability"] < 0.05 < out.loc["matmul", "identifiability"]
+    assert out.loc["copy", "mean_power_w"] == pytest.approx(truth["copy"], rel=0.03)

@@ -31,8 +31,10 @@ def test_restored_on_exception(tmp_path):
 
 
 def test_real_backends_need_explicit_opt_in(tmp_path):
+    ctl = PowerCapController.__new__(PowerCapController)  # no NVML needed to check the guard
+    ctl.backend, ctl.allow_real, ctl.gpus = "nvml", False, [0]
     with pytest.raises(PowerCapError, match="allow_real"):
-        PowerCapController("nvml", state_file=tmp_path / "s.json")
+        ctl.set_cap(300)
 
 
 def test_sigterm_restores_and_state_file_survives_sigkill(tmp_path):

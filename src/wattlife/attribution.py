@@ -12,7 +12,9 @@ sum(phases) + unattributed = E(last reading) - E(first reading).
 
 Deconvolve. When phases are shorter than the sensor's averaging window, model reading i as
 sum_p P_p * overlap(p, [t_i - w, t_i]) / w over phase names p (exclusive time; `unattributed` is a
-name too) and solve non-negative least squares for one mean power per name. Energy of a name is
+name too) and solve non-negative least squares for one mean power per name. A small ridge pulls names the readings
+barely see toward the device's mean power (column `identifiability`: a name's share of the mean
+diagonal of A'A; below ~0.01 its power is mostly that prior, not a measurement). Energy of a name is
 P_p x its total exclusive time; the difference to the measured total is reported as the row
 `deconvolution_residual`, so the energy still adds up. The 95% interval comes from a moving-block
 bootstrap of (reading, overlap) pairs: contiguous blocks of readings are resampled with
@@ -259,10 +261,19 @@ def _segment_index(tree: PhaseTree, series: DeviceSeries) -> tuple[_SegmentIndex
     return _SegmentIndex(series.rel(bounds), seg_name, names), bounds, seg_name
 
 
-def _nnls_normal(g: np.ndarray, h: np.ndarray) -> np.ndarray:
-    ridge = 1e-12 * np.trace(g) + 1e-300
-    r = np.linalg.cholesky(g + ridge * np.eye(len(g))).T
-    d = np.linalg.solve(r.T, h)
+SHRINK = 1e-3  # ridge weight, relative to the mean diagonal of A'A (see _nnls_normal)
+
+
+def _nnls_normal(g: np.ndarray, h: np.ndarray, prior_w: float = 0.0) -> np.ndarray:
+    """argmin ||A b - P||^2 + lam ||b - prior_w||^2, b >= 0, from G = A'A and h = A'P.
+
+    The small ridge (lam = SHRINK x mean diagonal of G) pulls a phase that the readings barely
+    see (a 0.3 ms host-to-device copy inside 20 ms windows) toward the device's mean power
+    instead of letting it take any value; phases with a real share of the time are unaffected
+    (their diagonal is ~1/SHRINK times larger)."""
+    lam = SHRINK * np.trace(g) / len(g) if prior_w > 0 else 1e-12 * np.trace(g) + 1e-300
+    r = np.linalg.cholesky(g + lam * np.eye(len(g))).T
+    d = np.linalg.solve(r.T, h + lam * prior_w)
     return nnls(r, d)[0]
 
 
@@ -292,8 +303,9 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
             h_blocks[b] += a.T @ p[s:e]
     g_all, h_all = g_blocks.sum(0), h_blocks.sum(0)
     used = np.diag(g_all) > 0
+    mean_w = float(np.mean(p))
     beta = np.zeros(k)
-    beta[used] = _nnls_normal(g_all[np.ix_(used, used)], h_all[used])
+    beta[used] = _nnls_normal(g_all[np.ix_(used, used)], h_all[used], mean_w)
     rng = np.random.default_rng(seed)
     boots = np.zeros((n_boot, k))
     for r in range(n_boot):
@@ -301,8 +313,10 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
         gb = np.tensordot(wts, g_blocks, axes=1)
         hb = np.tensordot(wts, h_blocks, axes=1)
         ok = used & (np.diag(gb) > 0)
-        boots[r, ok] = _nnls_normal(gb[np.ix_(ok, ok)], hb[ok])
+        boots[r, ok] = _nnls_normal(gb[np.ix_(ok, ok)], hb[ok], mean_w)
     lo, hi = np.percentile(boots, [2.5, 97.5], axis=0)
+    # how well the readings see each name: its share of the mean diagonal of A'A
+    seen = np.diag(g_all) / max(np.trace(g_all) / k, 1e-300)
     # exclusive time per name inside the trace span
     seg_t0 = np.clip(bounds[:-1], t0, t1)
     seg_t1 = np.clip(bounds[1:], t0, t1)
@@ -319,7 +333,7 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
         rows.append({"phase": nm, "energy_j": beta[j] * ts, "energy_lo_j": lo[j] * ts,
                      "energy_hi_j": hi[j] * ts, "time_s": ts,
                      "count": int(count_by.get(nm, 0)), "method": "deconvolve",
-                     "window_ms": w_ns / 1e6})
+                     "window_ms": w_ns / 1e6, "identifiability": float(seen[j])})
     df = pd.DataFrame(rows)
     total = float(series.energy_j[-1] - series.energy_j[0])
     resid = total - df["energy_j"].sum()

@@ -8,6 +8,7 @@ as it runs (mean time between changes of value) and reported in meta.json.
 
 from __future__ import annotations
 
+import math
 import socket
 import sys
 import threading
@@ -21,12 +22,14 @@ TRACE_HEADER = "t_ns,host,device,metric,value,source\n"
 
 
 class _SeriesStats:
-    __slots__ = ("last_value", "first_change", "last_change", "changes", "n", "source")
+    __slots__ = ("last_value", "first_change", "last_change", "changes", "n", "source", "first_t",
+                 "last_t")
 
     def __init__(self, source: str) -> None:
         self.last_value = None
         self.first_change = self.last_change = 0
         self.changes = self.n = 0
+        self.first_t = self.last_t = 0
         self.source = source
 
 
@@ -60,10 +63,15 @@ class Sampler:
         host = self.host
         stats = self._stats
         for t, dev, metric, value, source in rows:
+            if not math.isfinite(value):  # a sensor's "no value" (e.g. a GPM window too short)
+                continue
             out.append(f"{t},{host},{dev},{metric},{value!r},{source}\n")
             st = stats.get((dev, metric))
             if st is None:
                 st = stats[(dev, metric)] = _SeriesStats(source)
+            if st.n == 0:
+                st.first_t = t
+            st.last_t = t
             st.n += 1
             if value != st.last_value:
                 if st.changes == 0:
@@ -112,13 +120,16 @@ class Sampler:
             b.close()
 
     def sensors(self) -> list[dict[str, Any]]:
-        """Each series with its source and measured update period (seconds between changes)."""
+        """Each series with its source, its reading period (mean seconds between readings) and its
+        measured update period (mean seconds between changes of value: how often the sensor
+        really refreshes when it is read faster than that)."""
         out = []
         for (dev, metric), st in sorted(self._stats.items()):
             period = ((st.last_change - st.first_change) / 1e9 / (st.changes - 1)
                       if st.changes > 1 else None)
+            reading = (st.last_t - st.first_t) / 1e9 / (st.n - 1) if st.n > 1 else None
             out.append({"device": dev, "metric": metric, "source": st.source, "readings": st.n,
-                        "update_period_s": period})
+                        "reading_period_s": reading, "update_period_s": period})
         return out
 
 

@@ -229,7 +229,7 @@ def _oracle_milp(lib: JobLibrary, jobs: np.ndarray, budget: float) -> np.ndarray
     ub = np.concatenate([np.repeat(counts, K).astype(float), np.ones(J * K + J + J * S)])
     integ = np.concatenate([np.ones(J * K), np.zeros(J * K), np.ones(J + J * S)])
     res = milp(c, constraints=LinearConstraint(np.array(A), lo, hi), integrality=integ,
-               bounds=Bounds(0, ub), options={"mip_rel_gap": 1e-9, "disp": False})
+               bounds=Bounds(0, ub), options={"mip_rel_gap": 1e-9, "disp": False, "presolve": False})
     if res.x is None:
         raise RuntimeError(f"oracle MILP failed: {res.message}")
     n = np.round(res.x[o_n:o_l]).reshape(J, K).astype(int)

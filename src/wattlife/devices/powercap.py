@@ -2,7 +2,7 @@
 
 Backends: `nvml` (nvidia-ml-py setter), `nvidia-smi` (`nvidia-smi -i N -pl W`), `simulated` (no
 hardware; the limits live in the controller and in the state file, labelled sim). Real backends
-only when the caller opts in (`allow_real=True`, from `powercap.allow_real` in the config).
+change limits only when the caller opts in (`allow_real=True`, from `powercap.allow_real` in the config).
 
 Before the first change the original limits are written to a state file; they are restored on
 normal exit, on an exception, and on SIGINT/SIGTERM (the controller is a context manager and
@@ -97,10 +97,7 @@ class PowerCapController:
 
     def __init__(self, backend: str = "simulated", state_file: str | Path = "powercap-state.json",
                  allow_real: bool = False, gpus: list[int] | None = None, n_sim: int = 1) -> None:
-        if backend != "simulated" and not allow_real:
-            raise PowerCapError(f"powercap backend '{backend}' changes real GPU power limits; set "
-                                "powercap.allow_real: true in the config to opt in")
-        self.backend = backend
+        self.backend, self.allow_real = backend, allow_real
         self.dev = _make(backend, n_sim)
         self.state_file = Path(state_file)
         self.gpus = list(range(self.dev.count())) if gpus is None else gpus
@@ -128,6 +125,9 @@ class PowerCapController:
 
     def set_cap(self, watts: float) -> None:
         """Set every managed GPU to `watts`, after checking each one's constraints."""
+        if self.backend != "simulated" and not self.allow_real:
+            raise PowerCapError(f"powercap backend '{self.backend}' changes real GPU power limits; "
+                                "set powercap.allow_real: true in the config to opt in")
         for i in self.gpus:
             lo, hi, _ = self.dev.constraints(i)
             if not lo <= watts <= hi:
