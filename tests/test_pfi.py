@@ -72,3 +72,20 @@ def test_steady_state_rules():
     assert steady_state(v, "median", 0.2) == pytest.approx(np.median(v[20:]))
     with pytest.raises(ValueError, match="top10, median or mean"):
         steady_state(v, "max")
+
+
+def test_simulated_gpu_is_calibrated_on_the_a100_sweeps_and_spans_the_h200_range():
+    from wattlife.analysis.calibration import calibrate
+    from wattlife.config import load_config
+    from wattlife.sweep import jobs_from_config, sweep_simulated
+
+    model, per_job, fit = calibrate(load_curves(A100), 400)
+    assert fit["rmse_t_rel"] < 0.02 and len(per_job) == 8
+    cfg = load_config(REPO / "config/config.yaml")
+    jobs = jobs_from_config(cfg)
+    for j in jobs:
+        j.noise = 0.0
+    pfi = pfi_table(sweep_simulated(jobs, cfg["powercap"]["grid_w"], state_file="/tmp/wl-s.json"),
+                    n_mc=0)
+    assert pfi["pfi"].min() >= 1.05 and pfi["pfi"].max() <= 2.8
+    assert (pfi["source"] == "sim").all()

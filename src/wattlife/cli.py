@@ -80,6 +80,20 @@ def cmd_predict(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from .analysis.calibration import calibrate
+    from .analysis.curves import load_curves
+
+    model, per_job, fit = calibrate(load_curves(a.curves), a.tdp)
+    doc = {"curves": str(a.curves), "tdp_w": a.tdp, "fit": fit,
+           "mem_share": dict(zip(per_job["job"], per_job["mem_share"]))}
+    text = json.dumps(doc, indent=2, default=float)
+    if a.output:
+        Path(a.output).write_text(text + "\n")
+    print(text)
+    return 0
+
+
 def cmd_sweep(a: argparse.Namespace) -> int:
     from .sweep import sweep_from_config
 
@@ -207,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--pfi", required=True)
     pr.add_argument("-o", "--output", required=True)
     pr.set_defaults(fn=cmd_predict)
+
+    cs = sub.add_parser("calibrate-sim", help="fit the simulated GPU's parameters to measured sweeps")
+    cs.add_argument("curves")
+    cs.add_argument("--tdp", type=float, required=True, help="TDP (W) of the measured GPU")
+    cs.add_argument("-o", "--output", help="write the fit as JSON")
+    cs.set_defaults(fn=cmd_calibrate)
 
     sw = sub.add_parser("sweep", help="power-cap sweep of the jobs in a config")
     sw.add_argument("--config", required=True)

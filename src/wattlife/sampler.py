@@ -162,7 +162,8 @@ def build_backends(cfg: dict[str, Any], log=print) -> tuple[list[SensorBackend],
         sim = cfg.get("sim_gpu", {})
         backends.append(SimGpuBackend(n_gpus=sim.get("n_gpus", 1),
                                       mem_share=sim.get("mem_share", 0.3),
-                                      interval_s=sim.get("interval_ms", 20) / 1000))
+                                      interval_s=sim.get("interval_ms", 20) / 1000,
+                                      cap_w=sim.get("cap_w")))
         notes.append("GPU power is SIMULATED (source=sim): no GPU was measured")
     cpu = cfg.get("cpu", "auto")
     if cpu in ("auto", "rapl"):

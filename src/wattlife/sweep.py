@@ -62,7 +62,7 @@ def sweep_simulated(jobs: list[SimJob], grid: list[float], model: SimGpuModel | 
     top = df.groupby("job")["cap_w"].transform("max") == df["cap_w"]
     df = df.merge(tele, on="job", how="left")
     for col in ("dram_active", "util_mem", "tensor_active", "sm_active"):
-        df.loc[~top.to_numpy(), col] = df.loc[~top.to_numpy(), col]  # telemetry of the uncapped run
+        df.loc[~top.to_numpy(), col] = np.nan  # telemetry is that of the uncapped run
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
 
 
@@ -92,3 +92,83 @@ def sweep_from_config(config_path: str | Path, out: str | Path, job: str | None 
                          state_file=Path(out).with_name("powercap-state.json"))
     write_table(df, out, CURVES_COLUMNS)
     return df
+
+
+def _steps_from_run(trace_path: Path, events_path: Path) -> pd.DataFrame:
+    """Per-step throughput (items/s) and aggregate GPU power (W, summed over GPUs) of one run."""
+    from .attribution import device_series
+    from .contracts import device_kind, read_events, read_trace
+
+    ev = read_events(events_path)
+    steps = ev[(ev["phase"] == "step") & (ev["rank"] == ev["rank"].min())].sort_values("start_ns")
+    if steps.empty:
+        raise ValueError(f"{events_path}: no `step` phases; mark steps with wattlife.markers.step")
+    if steps["items"].isna().all():
+        raise ValueError(f"{events_path}: steps carry no `items`; use step(items=...)")
+    dt = (steps["end_ns"] - steps["start_ns"]).to_numpy() / 1e9
+    world = ev["rank"].nunique()
+    out = pd.DataFrame({"throughput": steps["items"].to_numpy() * world / dt})
+    tr = read_trace(trace_path)
+    gpus = [s for s in device_series(tr) if device_kind(s.device) == "gpu"]
+    if not gpus:
+        raise ValueError(f"{trace_path}: no GPU power in the trace")
+    a, b = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    out["power_w"] = sum((s.energy_at(b) - s.energy_at(a)) / dt for s in gpus)
+    out.attrs["source"] = ",".join(sorted({s.source for s in gpus}))
+    tele = tr[tr["metric"].isin(["dram_active", "util_mem", "tensor_active", "sm_active"])]
+    out.attrs["telemetry"] = tele.groupby("metric")["value"].mean().to_dict()
+    out.attrs["n_gpus"] = len(gpus)
+    return out
+
+
+def sweep_command(job: str, cmd: list[str], caps: list[float], controller: PowerCapController,
+                  out_dir: str | Path, sampler_cfg: dict[str, Any] | None = None,
+                  rule: str = "top10", warmup_frac: float = 0.2, unit: str = "items/s",
+                  gpu_model: str | None = None) -> pd.DataFrame:
+    """Run `cmd` once per cap under the sampler, the cap set before it starts (so before it
+    creates its CUDA context), and extract steady-state throughput and aggregate GPU power of
+    its training steps (validation and checkpoint are not steps, so they are excluded).
+    A failed cap is recorded (`status`) and the sweep goes on; the limits are restored at the end
+    whatever happens."""
+    from .run import run_under_sampler
+
+    out_dir = Path(out_dir)
+    rows = []
+    with controller:
+        for cap in tqdm(sorted(caps, reverse=True), desc=f"sweep {job}", unit="cap"):
+            run_dir = out_dir / f"{job}_cap{cap:g}"
+            row: dict[str, Any] = {"job": job, "cap_w": cap, "throughput_unit": unit}
+            try:
+                controller.set_cap(cap)
+                cfg = dict(sampler_cfg or {})
+                if controller.backend == "simulated":
+                    cfg["sim_gpu"] = {**cfg.get("sim_gpu", {}), "cap_w": controller.dev.get(0)}
+                rc = run_under_sampler(cmd, run_dir / "trace.csv", run_dir / "events.csv",
+                                       sampler_cfg=cfg, run_id=run_dir.name,
+                                       cell={"job": job, "cap_w": cap})
+                if rc != 0:
+                    raise RuntimeError(f"command exited with {rc}")
+                st = _steps_from_run(run_dir / "trace.csv", run_dir / "events.csv")
+                k = int(len(st) * warmup_frac)
+                row.update(throughput=steady_state(st["throughput"], rule, warmup_frac),
+                           power_w=steady_state(st["power_w"], rule, warmup_frac),
+                           throughput_sd=float(st["throughput"][k:].std()),
+                           power_sd=float(st["power_w"][k:].std()), n_steps=len(st),
+                           n_gpus=st.attrs["n_gpus"], source=st.attrs["source"], status="ok",
+                           **st.attrs["telemetry"])
+            except Exception as exc:  # recorded; the sweep goes on
+                row.update(throughput=np.nan, power_w=np.nan, status=f"failed: {exc}")
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    meta_gpu = gpu_model or ("Simulated H200 (sim)" if controller.backend == "simulated" else "GPU")
+    df["gpu_model"] = meta_gpu
+    if "n_gpus" not in df.columns:
+        df["n_gpus"] = np.nan
+    df["n_gpus"] = df["n_gpus"].fillna(df["n_gpus"].max())
+    # telemetry columns describe the uncapped (highest-cap) run only
+    top = df["cap_w"] == df["cap_w"].max()
+    for col in ("dram_active", "util_mem", "tensor_active", "sm_active"):
+        if col in df.columns:
+            df.loc[~top, col] = np.nan
+    df.to_csv(out_dir / f"{job}_curves.csv", index=False)
+    return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]

@@ -86,7 +86,8 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
         ref = int(np.argmax(g["cap_w"].to_numpy(float)))
         Ps.append(p)
         Ts.append(t / t[ref] if objective == "relative" else t)
-        tele.append(float(g["dram_active"].iloc[0] * g["util_mem"].iloc[0] / 100.0)
+        top = g.loc[g["cap_w"].idxmax()]  # telemetry of the uncapped run
+        tele.append(float(top["dram_active"] * top["util_mem"] / 100.0)
                     if {"dram_active", "util_mem"} <= set(g.columns) else np.nan)
     if not jobs:
         raise ValueError("no job in the curves has two or more usable points")
