@@ -5,6 +5,8 @@ import sys
 import time
 import warnings
 
+import pytest
+
 from wattlife.attribution import attribute_files
 from wattlife.contracts import read_events, read_trace
 
@@ -77,3 +79,15 @@ def test_sigterm_is_forwarded_and_the_trace_closed(tmp_path, env_path):
     assert meta["exit_code"] == 7
     assert len(read_events(tmp_path / "events.csv")) > 50
     assert (tmp_path / "trace.csv").read_text().endswith("\n")
+
+
+def test_wrapper_phases_cover_idle_startup_and_exit(tmp_path, env_path):
+    out = _run(tmp_path, env_path, WORK.format(n=5, rc=0))
+    assert out.returncode == 0, out.stderr
+    df = attribute_files(tmp_path / "trace.csv", tmp_path / "events.csv", tmp_path / "phases.csv",
+                         method="integrate")
+    gpu = df[df["device"] == "gpu0"].set_index("phase")
+    assert {"idle_baseline", "process_startup", "process_exit"} <= set(gpu.index)
+    assert gpu.loc["idle_baseline", "time_s"] == pytest.approx(0.3, abs=0.1)
+    # what is left unattributed is only the sampler's own start and stop, well under a second
+    assert gpu.loc["unattributed", "time_s"] < 0.5

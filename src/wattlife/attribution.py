@@ -419,6 +419,33 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
     return out[PHASES_COLUMNS + [c for c in out.columns if c not in PHASES_COLUMNS]]
 
 
+WRAPPER_PHASES = ("idle_baseline", "process_startup", "process_exit")
+
+
+def wrapper_events(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    """Intervals `wattlife run` itself knows, per (host, rank): the idle baseline before the
+    command, the command's start-up until its first marked phase (interpreter, imports, CUDA
+    context) and its exit after its last one. Without them that time is `unattributed`."""
+    rows = []
+    ib = meta.get("idle_baseline") or {}
+    w0, w1 = meta.get("workload_start_ns"), meta.get("workload_end_ns")
+    for (host, rank), g in events.groupby(["host", "rank"]):
+        first, last = int(g["start_ns"].min()), int(g["end_ns"].max())
+        base = {"run_id": g["run_id"].iloc[0], "host": host, "rank": rank, "step": np.nan,
+                "items": np.nan}
+        if "local_rank" in g.columns:
+            base["local_rank"] = g["local_rank"].iloc[0]
+        if ib and ib.get("end_ns", 0) > ib.get("start_ns", 0) and ib["end_ns"] <= first:
+            rows.append({**base, "phase": "idle_baseline", "start_ns": ib["start_ns"],
+                         "end_ns": min(ib["end_ns"], w0 or ib["end_ns"])})
+        if w0 and w0 < first:
+            rows.append({**base, "phase": "process_startup", "start_ns": max(w0, ib.get("end_ns", w0)),
+                         "end_ns": first})
+        if w1 and w1 > last:
+            rows.append({**base, "phase": "process_exit", "start_ns": last, "end_ns": w1})
+    return pd.DataFrame(rows)
+
+
 def attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str = "auto",
                     window_ms: float | None = None, idle_split: bool = False,
                     n_boot: int = 200) -> pd.DataFrame:
@@ -435,6 +462,11 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
                              "(sampler.idle_baseline_s > 0)")
         idle = (ib["start_ns"], ib["end_ns"])
     window_s = window_ms / 1000.0 if window_ms else meta.get("sensor_window_s")
+    if meta and len(events_df):
+        extra = wrapper_events(events_df, meta)
+        if len(extra):
+            events_df = pd.concat([events_df, extra.astype({"start_ns": "int64", "end_ns": "int64"})],
+                                  ignore_index=True)
     df = attribute_energy(trace_df, events_df, method, window_s, meta.get("run_id"), idle, n_boot)
     write_table(df, out, PHASES_COLUMNS)
     return df

@@ -21,7 +21,8 @@ from .contracts import LIFECYCLE_PHASES, UNATTRIBUTED  # noqa: E402
 SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measured",
                 "nvml-samples": "measured (NVML samples)", "nvml-counter": "measured (NVML counter)",
                 "nvml-poll": "measured (NVML)", "rapl": "measured (RAPL)"}
-PHASE_ORDER = LIFECYCLE_PHASES + ["step", UNATTRIBUTED]
+PHASE_ORDER = (["idle_baseline", "process_startup"] + LIFECYCLE_PHASES
+               + ["step", "process_exit", UNATTRIBUTED])
 _PALETTE = dict(zip(PHASE_ORDER, sns.color_palette("tab20", len(PHASE_ORDER))))
 
 
@@ -42,6 +43,18 @@ def source_note(df: pd.DataFrame, by: str | None = "device_kind") -> str:
         words = ", ".join(f"{SOURCE_WORDS.get(x, x)} ({x})" for x in srcs)
         parts.append(f"{str(key).upper()}: {words}")
     return " · ".join(parts)
+
+
+def source_words(df: pd.DataFrame, by: str = "device_kind") -> str:
+    """Short axis-label form: 'GPU SIMULATED, CPU ESTIMATED' (measured sources are named too)."""
+    if "source" not in df.columns or by not in df.columns:
+        return ""
+    parts = []
+    for key, s in df.groupby(by)["source"]:
+        srcs = sorted(set(",".join(s.astype(str)).split(",")))
+        parts.append(f"{str(key).upper()} " + "/".join(SOURCE_WORDS.get(x, x).split(" (")[0]
+                                                       for x in srcs))
+    return ", ".join(parts)
 
 
 def _save(fig: plt.Figure, out: Path) -> list[Path]:
@@ -88,9 +101,9 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
                                       np.clip(hi.fillna(0).to_numpy() - tot, 0, None)],
                     fmt="none", ecolor="black", capsize=2, lw=0.8)
         ax.invert_yaxis()
-        ax.set_xlabel("energy (kJ)")
+        ax.set_xlabel(f"energy (kJ) — {source_words(d)}")
         ax.set_title(f"{c['workload']} — storage {c['storage']}, checkpoint {c['checkpoint']}")
-        ax.legend(loc="lower right")
+        ax.legend(loc="best", title="device")
         t = d.groupby("phase")["time_s"].max().reindex(order).fillna(0)
         ax2 = axes[row, 1]
         ax2.barh(order, t, color=[_PALETTE.get(p, "#999999") for p in order])
@@ -134,21 +147,25 @@ def fig_storage_checkpoint(deltas: pd.DataFrame, out: Path) -> list[Path]:
     d = deltas[~((deltas["storage"] == "shared") & (deltas["checkpoint"] == "off"))].copy()
     d["cell"] = d["storage"] + ", ckpt " + d["checkpoint"]
     workloads = sorted(d["workload"].unique())
-    fig, axes = plt.subplots(len(workloads), 2, figsize=(12, 0.5 + 4 * len(workloads)),
+    fig, axes = plt.subplots(len(workloads), 2, figsize=(13, 1.0 + 4.6 * len(workloads)),
                              squeeze=False)
     for r, w in enumerate(workloads):
         g = d[d["workload"] == w]
         order = _phase_sort(g["phase"])
-        for c, (col, label) in enumerate((("d_energy_j", "Δ energy (J)"), ("d_time_s", "Δ time (s)"))):
+        srcs = sorted(set(",".join(deltas["source"].astype(str)).split(",")))
+        words = "/".join(SOURCE_WORDS.get(x, x).split(" (")[0] for x in srcs)
+        panels = (("d_energy_j", f"Δ energy (J), GPU + CPU — {words}", "energy"), ("d_time_s", "Δ time (s) — measured wall time", "time"))
+        for c, (col, label, what) in enumerate(panels):
             ax = axes[r, c]
             sns.barplot(data=g, y="phase", x=col, hue="cell", order=order, ax=ax, orient="h")
             ax.axvline(0, color="black", lw=0.8)
             ax.set_xlabel(label)
             ax.set_ylabel("" if c else "phase")
-            ax.set_title(f"{w}: vs shared storage, checkpoint off")
+            ax.set_title(f"{w}: {what} vs shared storage, checkpoint off")
             if c:
                 ax.set_yticklabels([])
-            ax.legend(fontsize=8, loc="lower right")
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3,
+                      title=None)
     fig.text(0.01, -0.01, "Sources — " + source_note(deltas, by=None), fontsize=8, ha="left",
              va="top")
     fig.tight_layout()
@@ -175,7 +192,7 @@ def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
     sns.lineplot(data=c, x="p_rel", y="t_rel", hue="job", style="gpu_model", marker="o", ax=axes[1])
     axes[1].plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="proportional (PFI = 1)")
     axes[1].set_xlabel("power / uncapped power")
-    axes[1].set_ylabel("throughput / uncapped throughput")
+    axes[1].set_ylabel(f"throughput / uncapped — {source_words(c, 'gpu_model')}")
     axes[1].set_title("normalised")
     axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     fig.suptitle("Power–throughput under per-GPU power caps")
@@ -199,6 +216,7 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
     for i, (cat, g) in enumerate(p.groupby("category", sort=False)):
         ax.hlines(g["pfi"].median(), i - 0.3, i + 0.3, color="black", lw=2)
     ax.axhline(1, color="grey", ls="--", lw=1)
+    ax.set_ylabel(f"PFI — {source_words(p, 'gpu_model')}")
     ax.set_title("PFI by job category (bar = median)")
     ax.legend(fontsize=8)
     if n == 2:
@@ -213,6 +231,7 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
             lab += f" (R² {r['r2_in_sample']:.2f}, LOO R² {r['r2_loo']:.2f})"
         ax.plot(xs, icpt + slope * xs, color="black", lw=1.2, label=lab)
         ax.set_xlabel("DRAM activity × memory-copy utilisation (uncapped run)")
+        ax.set_ylabel(f"PFI — {source_words(pfi, 'gpu_model')}")
         ax.set_title("PFI vs telemetry")
         ax.legend(fontsize=8)
     fig.text(0.01, -0.02, "Sources — " + source_note(pfi, by="gpu_model"), fontsize=8, ha="left",

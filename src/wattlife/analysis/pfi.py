@@ -1,7 +1,11 @@
 """Power Flexibility Index (DESIGN.md, "Power Flexibility Index").
 
 PFI = (1/N) sum_i (1 - P_i/P_max) / (1 - T_i/T_max) over the N capped points with T_i != T_max,
-(T_max, P_max) being the uncapped run (the highest cap of the grid). Alternatives:
+(T_max, P_max) being the uncapped run (the highest cap of the grid). With measured (noisy) points
+"T_i != T_max" is read as: a point whose power AND throughput are both within `min_delta`
+(default 1 %) of the uncapped run is one where the cap did not bind (the job drew less than the
+cap anyway), so it is excluded like T_i = T_max; otherwise its ratio is noise over noise.
+`min_delta=0` gives the literal formula. Alternatives:
 - `pfi_area`: sum_i (1 - P_i/P_max) / sum_i (1 - T_i/T_max) (ratio of mean cuts; robust to a
   point whose throughput barely moves);
 - `pfi_elastic`: 1 / epsilon of a constant-elasticity fit log T = a + epsilon log P.
@@ -20,11 +24,16 @@ from scipy import stats
 from ..contracts import PFI_COLUMNS, write_table
 
 
-def pfi_value(power: np.ndarray, throughput: np.ndarray, caps: np.ndarray) -> float:
+MIN_DELTA = 0.01
+
+
+def pfi_value(power: np.ndarray, throughput: np.ndarray, caps: np.ndarray,
+              min_delta: float = MIN_DELTA) -> float:
     """Eq. 1 for one job's points (any order); the highest cap is the uncapped reference."""
     ref = int(np.argmax(caps))
     pm, tm = power[ref], throughput[ref]
-    mask = (np.arange(len(caps)) != ref) & (throughput != tm)
+    bound = (np.abs(1 - power / pm) >= min_delta) | (np.abs(1 - throughput / tm) >= min_delta)
+    mask = (np.arange(len(caps)) != ref) & (throughput != tm) & bound
     if not mask.any():
         return float("nan")
     return float(np.mean((1 - power[mask] / pm) / (1 - throughput[mask] / tm)))
@@ -60,13 +69,16 @@ def pfi_table(curves: pd.DataFrame, grid: list[float] | None = None, n_mc: int =
         caps = g["cap_w"].to_numpy(float)
         t = g["throughput"].to_numpy(float)
         p = g["power_w"].to_numpy(float)
-        row = {"job": job, "gpu_model": gpu, "n_caps": max(len(caps) - 1, 0),
+        row = {"job": job, "gpu_model": gpu,
                "grid": ",".join(f"{c:g}" for c in caps)}
         if len(caps) < 2:
-            row.update(pfi=np.nan, pfi_lo=np.nan, pfi_hi=np.nan)
+            row.update(pfi=np.nan, pfi_lo=np.nan, pfi_hi=np.nan, n_caps=0)
             rows.append(row)
             continue
         row["pfi"] = pfi_value(p, t, caps)
+        ref = int(np.argmax(caps))
+        row["n_caps"] = int(np.sum(((np.abs(1 - p / p[ref]) >= MIN_DELTA) |
+                                    (np.abs(1 - t / t[ref]) >= MIN_DELTA)) & (caps != caps[ref])))
         row["pfi_area"] = pfi_area(p, t, caps)
         row["pfi_elastic"] = pfi_elastic(p, t)
         if n_mc > 0 and {"throughput_sd", "power_sd"} <= set(g.columns) and \
