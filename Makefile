@@ -24,6 +24,11 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
+# every figure of the committed GPU/reference results, from their CSVs (no GPU, no training)
+figures-from-cache: install
+	wattlife figures --reference results/reference -o results/reference-figures
+	wattlife figures results/demo/tables -o results/demo/figures
+
 bench: install
 	wattlife bench all
 

@@ -8,6 +8,9 @@ from wattlife.config import validate_config
 min_version("9.0")
 
 
+report: "report/workflow.rst"
+
+
 configfile: "config/config.yaml"
 
 

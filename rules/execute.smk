@@ -19,7 +19,7 @@ rule execute:
         run_id=lambda wc: f"{wc.workload}-{wc.storage}-ckpt{wc.checkpoint}-r{wc.repeat}",
         launcher=EXE.get("launcher", ""),
         workdir=lambda wc, output: output.summary.rsplit("/", 1)[0],
-    threads: workflow.cores  # one cell at a time: cells must not share the machine while measured
+    threads: 256  # scaled down to --cores: one cell at a time, cells must not share a machine while measured
     resources:
         gpus=lambda wc: 0 if config["sampler"].get("gpu") in ("sim", "none") else 1,
     shell:

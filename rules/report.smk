@@ -15,7 +15,10 @@ rule figures:
             else []
         ),
     output:
-        figure_targets(),
+        [
+            report(path, caption=f"../report/{os.path.basename(path).split('_')[0]}.rst", category="figures")
+            for path in figure_targets()
+        ],
     log:
         f"{RES}/logs/figures.log",
     conda:

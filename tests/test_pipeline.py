@@ -44,3 +44,24 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path):
     # figures regenerate from the tables alone
     again = draw_all(res / "tables", tmp_path / "again")
     assert len(again) == 12
+    # one HTML report with every figure and its caption
+    rep = tmp_path / "report.html"
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--report", str(rep), "--configfile",
+                          str(p)], cwd=REPO, env=env_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    html = rep.read_text(errors="replace")
+    for f in ("fig1_phase_energy_time", "fig6_power_throughput", "fig8_allocation"):
+        assert f in html
+    assert "interval 50 ms" in html  # captions rendered from this run's config
+    assert 'GPU backend <tt class=\\"docutils literal\\">sim</tt>' in html
+
+
+@pytest.mark.slow
+def test_reference_figures_regenerate_from_committed_csvs(tmp_path):
+    from wattlife.figures import draw_reference
+
+    made = draw_reference(REPO / "results/reference", tmp_path)
+    names = {m.name for m in made}
+    assert {"h200_sampler.png", "h200_attribution.png", "a100_fig6_power_throughput.png",
+            "a100_fig7_pfi.png", "a100_fig8_allocation.png"} <= names
+    assert all(m.stat().st_size > 5000 for m in made)

@@ -148,9 +148,10 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
 
 
 def cmd_figures(a: argparse.Namespace) -> int:
-    from .figures import draw_all
+    from .figures import draw_all, draw_reference
 
-    for p in draw_all(a.tables, a.output):
+    paths = draw_reference(a.tables, a.output) if a.reference else draw_all(a.tables, a.output)
+    for p in paths:
         print(p)
     return 0
 
@@ -268,8 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("-o", "--output", required=True, help="tables folder")
     ag.set_defaults(fn=cmd_aggregate)
 
-    fg = sub.add_parser("figures", help="draw every figure from a tables folder")
-    fg.add_argument("tables")
+    fg = sub.add_parser("figures", help="draw every figure from a tables folder (or the references)")
+    fg.add_argument("tables", help="a run's tables folder, or with --reference results/reference")
+    fg.add_argument("--reference", action="store_true",
+                    help="draw the committed reference results (H200, A100) from their CSVs")
     fg.add_argument("-o", "--output", required=True)
     fg.set_defaults(fn=cmd_figures)
 

@@ -57,6 +57,14 @@ def source_words(df: pd.DataFrame, by: str = "device_kind") -> str:
     return ", ".join(parts)
 
 
+def source_tag(df: pd.DataFrame) -> str:
+    """'(SIMULATED)', '(measured)', '(ESTIMATED, SIMULATED)' from a table's source column."""
+    if "source" not in df.columns:
+        return "(source unknown)"
+    srcs = sorted(set(",".join(df["source"].astype(str)).split(",")))
+    return "(" + ", ".join(SOURCE_WORDS.get(x, x).split(" (")[0] for x in srcs) + ")"
+
+
 def _save(fig: plt.Figure, out: Path) -> list[Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
     paths = [out.with_suffix(".png"), out.with_suffix(".pdf")]
@@ -121,9 +129,10 @@ def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
     """Fig. 2: CPU/GPU share of the energy per workload and cell."""
     style()
     share = share.copy()
-    share["cell"] = share["workload"] + "\n" + share["storage"] + ", ckpt " + share["checkpoint"]
+    share["cell"] = (share["workload"] + "\n" + share["storage"] + "\nckpt "
+                     + share["checkpoint"].astype(str))
     pv = share.pivot_table(index="cell", columns="device_kind", values="share").fillna(0) * 100
-    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(pv)), 4))
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(pv)), 4.5))
     bottom = np.zeros(len(pv))
     for kind, color in (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f")):
         if kind in pv.columns:
@@ -133,11 +142,11 @@ def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
                     ax.text(x, b + v / 2, f"{v:.0f}%", ha="center", va="center", color="white",
                             fontsize=9)
             bottom += pv[kind].to_numpy()
-    ax.set_ylabel("share of energy (%)")
+    ax.set_ylabel(f"share of energy (%)\n{source_words(share)}")
     ax.set_ylim(0, 100)
     ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
     ax.set_title("CPU / GPU share of energy")
-    fig.text(0.01, -0.02, "Sources — " + source_note(share), fontsize=8, ha="left", va="top")
+    fig.text(0.01, -0.1, "Sources — " + source_note(share), fontsize=8, ha="left", va="top")
     return _save(fig, out)
 
 
@@ -185,14 +194,15 @@ def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
     sns.lineplot(data=c, x="power_w", y="throughput", hue="job", style="gpu_model", marker="o",
                  ax=axes[0])
     axes[0].set_xlabel("realised aggregate GPU power (W)")
-    axes[0].set_ylabel("throughput (" + ", ".join(sorted(c["throughput_unit"].unique())) + ")")
+    axes[0].set_ylabel("throughput, " + ", ".join(sorted(c["throughput_unit"].unique()))
+                       + f" {source_tag(c)}")
     axes[0].set_yscale("log")
     axes[0].set_title("raw")
     axes[0].get_legend().remove()
     sns.lineplot(data=c, x="p_rel", y="t_rel", hue="job", style="gpu_model", marker="o", ax=axes[1])
     axes[1].plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="proportional (PFI = 1)")
     axes[1].set_xlabel("power / uncapped power")
-    axes[1].set_ylabel(f"throughput / uncapped — {source_words(c, 'gpu_model')}")
+    axes[1].set_ylabel(f"throughput / uncapped {source_tag(c)}")
     axes[1].set_title("normalised")
     axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     fig.suptitle("Power–throughput under per-GPU power caps")
@@ -216,7 +226,7 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
     for i, (cat, g) in enumerate(p.groupby("category", sort=False)):
         ax.hlines(g["pfi"].median(), i - 0.3, i + 0.3, color="black", lw=2)
     ax.axhline(1, color="grey", ls="--", lw=1)
-    ax.set_ylabel(f"PFI — {source_words(p, 'gpu_model')}")
+    ax.set_ylabel(f"PFI {source_tag(p)}")
     ax.set_title("PFI by job category (bar = median)")
     ax.legend(fontsize=8)
     if n == 2:
@@ -231,7 +241,7 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
             lab += f" (R² {r['r2_in_sample']:.2f}, LOO R² {r['r2_loo']:.2f})"
         ax.plot(xs, icpt + slope * xs, color="black", lw=1.2, label=lab)
         ax.set_xlabel("DRAM activity × memory-copy utilisation (uncapped run)")
-        ax.set_ylabel(f"PFI — {source_words(pfi, 'gpu_model')}")
+        ax.set_ylabel(f"PFI {source_tag(pfi)}")
         ax.set_title("PFI vs telemetry")
         ax.legend(fontsize=8)
     fig.text(0.01, -0.02, "Sources — " + source_note(pfi, by="gpu_model"), fontsize=8, ha="left",
@@ -284,4 +294,86 @@ def draw_all(tables: str | Path, out: str | Path) -> list[Path]:
         made += fig_pfi(s, have("predictor_features.csv"), have("predictor.csv"), out / "fig7_pfi")
     if (s := have("allocation_summary.csv")) is not None:
         made += fig_allocation(s, out / "fig8_allocation")
+    return made
+
+
+def fig_h200_sampler(ref: Path, out: Path) -> list[Path]:
+    """Sampler checks on the H200 (results/reference/h200/sampler): accuracy, resolution, overhead."""
+    style()
+    acc = pd.read_csv(ref / "accuracy_windows.csv")
+    hist = pd.read_csv(ref / "resolution_histogram.csv")
+    ovh = pd.read_csv(ref / "overhead_runs.csv")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    t = (acc["t_ns"] - acc["t_ns"].iloc[0]) / 1e9
+    err = (acc["samples_j"] / acc["counter_j"] - 1) * 100
+    ax = axes[0]
+    ax.plot(t, acc["counter_j"] / 1000, label="total-energy counter", lw=2)
+    ax.plot(t, acc["samples_j"] / 1000, label="∫ 20 ms driver samples", ls="--")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("cumulative GPU energy (kJ) — measured (NVML)")
+    ax.set_title(f"accuracy: {err.iloc[-1]:+.2f} % after {t.iloc[-1]:.0f} s")
+    ax.legend()
+    ax = axes[1]
+    ax.bar((hist["bin_lo_w"] + hist["bin_hi_w"]) / 2, hist["count"],
+           width=hist["bin_hi_w"] - hist["bin_lo_w"], color="#2a7ab9")
+    ax.set_xlabel("driver power sample (W) — measured (NVML samples)")
+    ax.set_ylabel("samples")
+    ax.set_title("resolution: 40 ms on / 40 ms off")
+    ax = axes[2]
+    sns.stripplot(data=ovh, x="mode", y="images_per_s", ax=ax, size=7, order=["bare", "sampler", "markers"])
+    med = ovh.groupby("mode")["images_per_s"].median()
+    for i, m in enumerate(["bare", "sampler", "markers"]):
+        ax.hlines(med[m], i - 0.3, i + 0.3, color="black")
+    ax.set_ylabel("ResNet-50 images/s (measured)")
+    ax.set_title("overhead (5 interleaved runs each; bar = median)")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def fig_h200_attribution(ref: Path, out: Path) -> list[Path]:
+    """Per-kind mean power: long phases (integrated) vs 5-20 ms phases (deconvolved, 95% CI)."""
+    style()
+    c = pd.read_csv(ref / "attribution_comparison.csv")
+    x = np.arange(len(c))
+    fig, ax = plt.subplots(figsize=(8, 4.4))
+    ax.bar(x - 0.27, c["long_integrated_w"], 0.27, label="long phases (≥1 s), integrated")
+    ax.bar(x, c["short_deconvolved_w"], 0.27, label="5–20 ms phases, deconvolved",
+           yerr=[c["short_deconvolved_w"] - c["short_lo_w"], c["short_hi_w"] - c["short_deconvolved_w"]],
+           capsize=3)
+    if "short_block_regression_w" in c.columns:
+        ax.bar(x + 0.27, c["short_block_regression_w"], 0.27, label="5–20 ms phases, 2 s block regression")
+    ax.set_xticks(x, c["kind"])
+    ax.set_ylabel("mean GPU power (W) — measured (NVML samples)")
+    ax.set_title("H200: per-phase power, long vs short phases")
+    ax.legend(fontsize=8, loc="upper right")
+    return _save(fig, out)
+
+
+def draw_reference(ref_root: str | Path, out: str | Path) -> list[Path]:
+    """Every figure of the committed reference results, from their CSVs alone (no GPU)."""
+    from .analysis.allocation import simulate_allocation
+    from .analysis.curves import load_curves
+    from .analysis.pfi import pfi_table
+
+    ref_root, out = Path(ref_root), Path(out)
+    made: list[Path] = []
+    h200 = ref_root / "h200"
+    if (h200 / "sampler" / "accuracy_windows.csv").exists():
+        made += fig_h200_sampler(h200 / "sampler", out / "h200_sampler")
+    if (h200 / "attribution" / "attribution_comparison.csv").exists():
+        made += fig_h200_attribution(h200 / "attribution", out / "h200_attribution")
+    a100 = ref_root / "a100-emerald" / "dvfs_sweep.csv"
+    if a100.exists():
+        curves = load_curves(a100)
+        tables = out / "a100_tables"
+        tables.mkdir(parents=True, exist_ok=True)
+        pfi = pfi_table(curves, n_mc=0)
+        _, summ = simulate_allocation(curves, [0.0, 0.1, 0.2, 0.3, 0.4], n_workloads=100,
+                                      n_jobs=100, seed=0)
+        summ["curves_source"] = "measured"
+        for name, df in (("curves.csv", curves), ("pfi.csv", pfi), ("allocation_summary.csv", summ)):
+            df.to_csv(tables / name, index=False)
+        made += fig_curves(curves, out / "a100_fig6_power_throughput")
+        made += fig_pfi(pfi, None, None, out / "a100_fig7_pfi")
+        made += fig_allocation(summ, out / "a100_fig8_allocation")
     return made

@@ -1,0 +1,42 @@
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_notebook_runs_on_cached_tables(tmp_path, monkeypatch):
+    """The notebook reproduces its numbers from tables alone (here: tables made by the analysis
+    functions from the committed A100 reference data and a simulated sweep)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from wattlife.analysis.aggregate import write_phase_tables  # noqa: F401  (layout check)
+    from wattlife.analysis.pfi import pfi_table
+    from wattlife.config import load_config
+    from wattlife.sweep import jobs_from_config, sweep_simulated
+
+    tables = tmp_path / "run" / "tables"
+    tables.mkdir(parents=True)
+    cfg = load_config(REPO / "config/config.yaml")
+    curves = sweep_simulated(jobs_from_config(cfg), cfg["powercap"]["grid_w"],
+                             state_file=tmp_path / "s.json")
+    pfi_table(curves, n_mc=50).to_csv(tables / "pfi.csv", index=False)
+    import pandas as pd
+
+    pd.DataFrame({"workload": ["w"] * 2, "storage": "shared", "checkpoint": "on",
+                  "device_kind": ["gpu", "cpu"], "energy_j": [80.0, 20.0], "share": [0.8, 0.2],
+                  "source": ["sim", "estimate"]}).to_csv(tables / "device_share.csv", index=False)
+    pd.DataFrame({"workload": "w", "storage": "shared", "checkpoint": "on",
+                  "phase": ["forward", "backward"], "device_kind": "gpu",
+                  "energy_j": [30.0, 50.0]}).to_csv(tables / "phase_summary.csv", index=False)
+    nb = nbformat.read(REPO / "notebooks/key_numbers.ipynb", as_version=4)
+    monkeypatch.setenv("WATTLIFE_RESULTS", str(tmp_path / "run"))
+    monkeypatch.setenv("WATTLIFE_ROOT", str(REPO))
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    out = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "ft_llama_8b_dolly" in out and "2.657" in out
+    assert "sim" in out
