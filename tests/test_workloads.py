@@ -78,3 +78,43 @@ def test_text_corpus_generator(tmp_path):
     assert n == 5000
     text = (tmp_path / "train.txt").read_text()
     assert " = " in text and len(text.split()) > 3000
+
+
+@pytest.mark.slow
+def test_causal_lm_trains_tiny_qwen3_with_a_local_tokenizer_and_checkpoints(tmp_path):
+    import torch
+
+    make_text_corpus(tmp_path / "shared" / "wikitext", n_words=30_000)
+    cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
+           "workloads": {"q": {"kind": "causal_lm", "dataset": "wikitext", "model_config": "qwen3-tiny",
+                               "device": "cpu", "precision": "fp32", "seq_len": 64, "batch_size": 4,
+                               "steps": 6, "val_every": 3, "val_steps": 1, "ckpt_every": 3,
+                               "tokenizer_vocab": 512}}}
+    markers.configure(tmp_path / "events.csv", run_id="q")
+    assert train_from_config(cfg, "q", "local", True, tmp_path / "work") == 0
+    markers.reset()
+    ev = read_events(tmp_path / "events.csv")
+    want = {"stage_copy", "model_load", "tokenize", "data_load", "h2d", "forward", "backward",
+            "optimizer", "validation", "checkpoint", "step"}
+    assert want <= set(ev["phase"])
+    assert set(ev.loc[ev["phase"] == "step", "items"]) == {4 * 64.0}
+    s = json.loads((tmp_path / "work" / "summary.json").read_text())
+    assert s["model_source"] == "random-init" and s["throughput"] > 0 and s["mfu"] is None
+    assert s["flops_per_token"] > 6 * s["non_embedding_parameters"]
+    state = torch.load(s["checkpoints"][0], map_location="cpu")
+    from transformers import Qwen3ForCausalLM
+
+    from wattlife.workloads.causal_lm import model_config
+
+    c = model_config("qwen3-tiny")
+    c.vocab_size = max(c.vocab_size, s["tokenizer_vocab"])
+    Qwen3ForCausalLM(c).load_state_dict(state["model"])
+    assert state["step"] == 6 and "state" in state["optimizer"]
+
+
+def test_causal_lm_config_errors_are_clear(tmp_path):
+    from wattlife.workloads.causal_lm import model_config
+
+    with pytest.raises(FileNotFoundError, match="qwen3-8b"):
+        model_config("qwen9-huge")
+    assert model_config("qwen3-8b").num_hidden_layers == 36

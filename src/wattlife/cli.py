@@ -118,7 +118,8 @@ def cmd_gen_images(a: argparse.Namespace) -> int:
     from .workloads.datagen import make_image_tree
 
     n = make_image_tree(a.output, n_classes=a.classes, train_per_class=a.train_per_class,
-                        val_per_class=a.val_per_class, size=a.size, seed=a.seed)
+                        val_per_class=a.val_per_class, size=a.size, seed=a.seed,
+                        workers=a.workers)
     print(f"wrote {n} JPEG files under {a.output}")
     return 0
 
@@ -248,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     gi.add_argument("--val-per-class", type=int, default=8)
     gi.add_argument("--size", type=int, default=96)
     gi.add_argument("--seed", type=int, default=0)
+    gi.add_argument("--workers", type=int, default=1, help="processes writing files")
     gi.set_defaults(fn=cmd_gen_images)
 
     gt = sub.add_parser("gen-text", help="generate a WikiText-like text corpus")

@@ -14,31 +14,46 @@ import numpy as np
 from tqdm import tqdm
 
 
-def make_image_tree(root: str | Path, n_classes: int = 10, train_per_class: int = 32,
-                    val_per_class: int = 8, size: int = 96, seed: int = 0) -> int:
-    """Write the tree; returns the number of files. Existing files are kept (idempotent)."""
+def _write_image(job: tuple) -> None:
     from PIL import Image
 
-    root = Path(root)
+    path, c, size, seed = job
+    if path.exists():
+        return
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:size, 0:size] / size
-    jobs = [(split, c, i) for split, per in (("train", train_per_class), ("val", val_per_class))
+    freq = 1 + c % 5
+    ph = rng.uniform(0, 2 * np.pi)
+    base = np.stack([np.sin(2 * np.pi * freq * xx + ph + k + yy * (c % 3)) for k in range(3)], -1)
+    hue = np.array([(c * 37) % 255, (c * 91) % 255, (c * 53) % 255]) / 255.0
+    img = 0.5 + 0.25 * base + 0.25 * hue + rng.normal(0, 0.08, (size, size, 3))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.JPEG")
+    Image.fromarray((np.clip(img, 0, 1) * 255).astype(np.uint8)).save(tmp, quality=90)
+    tmp.replace(path)
+
+
+def make_image_tree(root: str | Path, n_classes: int = 10, train_per_class: int = 32,
+                    val_per_class: int = 8, size: int = 96, seed: int = 0,
+                    workers: int = 1) -> int:
+    """Write the tree (in `workers` processes); returns the number of files. Files already there
+    are kept, so a rerun is cheap and a killed run resumes."""
+    root = Path(root)
+    jobs = [(root / split / f"n{c:08d}" / f"{split}_{c:04d}_{i:05d}.JPEG", c, size,
+             (seed, c, i, split == "val"))
+            for split, per in (("train", train_per_class), ("val", val_per_class))
             for c in range(n_classes) for i in range(per)]
-    written = 0
-    for split, c, i in tqdm(jobs, desc=f"images -> {root}", unit="img", leave=False):
-        path = root / split / f"n{c:08d}" / f"{split}_{c:04d}_{i:05d}.JPEG"
-        if path.exists():
-            written += 1
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        freq = 1 + c % 5
-        phase = rng.uniform(0, 2 * np.pi)
-        base = np.stack([np.sin(2 * np.pi * freq * xx + phase + k) for k in range(3)], -1)
-        hue = np.array([(c * 37) % 255, (c * 91) % 255, (c * 53) % 255]) / 255.0
-        img = 0.5 + 0.25 * base + 0.25 * hue + rng.normal(0, 0.08, (size, size, 3))
-        Image.fromarray((np.clip(img, 0, 1) * 255).astype(np.uint8)).save(path, quality=90)
-        written += 1
-    return written
+    if workers > 1:
+        from multiprocessing import Pool
+
+        with Pool(workers) as pool:
+            for _ in tqdm(pool.imap_unordered(_write_image, jobs, chunksize=64), total=len(jobs),
+                          desc=f"images -> {root}", unit="img", leave=False):
+                pass
+    else:
+        for job in tqdm(jobs, desc=f"images -> {root}", unit="img", leave=False):
+            _write_image(job)
+    return len(jobs)
 
 
 def make_text_corpus(root: str | Path, n_words: int = 200_000, vocab: int = 5000,

@@ -1,0 +1,123 @@
+"""Execution stage at realistic scale on one GPU (issue 5), in one call.
+
+    PYTHONPATH=src python3 benchmarks/h200_execution.py --out DIR
+
+- ResNet-50, 224 px, batch 256, generated JPEGs from disk, 12 loader workers, storage local
+  (stage_copy), checkpointing on and off; plus the GPU-only ceiling on synthetic on-GPU tensors;
+- Qwen3-1.7B architecture (random init, locally trained tokenizer), sequence 2048, batch 8, bf16,
+  fused AdamW, checkpointing on and off.
+Each cell runs under `wattlife run` (NVML) and is attributed; per-phase tables and one summary
+JSON land in --out. Changes no GPU setting.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+PY = sys.executable
+DRY = os.environ.get("WL_DRY") == "1"  # CPU rehearsal: tiny sizes, simulated GPU
+HERE = Path(__file__).resolve().parent
+
+
+def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, out: Path) -> dict:
+    d = work / name
+    code = ("import json,sys; from wattlife.workloads import train_from_config; "
+            f"sys.exit(train_from_config(json.loads({json.dumps(json.dumps(cfg))}), {wl!r}, "
+            f"{storage!r}, {ckpt!r}, {str(d / 'work')!r}))")
+    t = time.time()
+    r = subprocess.run([PY, "-m", "wattlife.cli", "run", "--trace", str(d / "trace.csv"),
+                        "--events", str(d / "events.csv"), "--gpu", "sim" if DRY else "nvml", "--idle-s", "2",
+                        "--run-id", name, "--", PY, "-c", code], capture_output=True, text=True)
+    if r.returncode:
+        return {"cell": name, "error": r.stderr[-3000:]}
+    subprocess.run([PY, "-m", "wattlife.cli", "attribute", "--trace", str(d / "trace.csv"),
+                    "--events", str(d / "events.csv"), "-o", str(out / f"{name}_phases.csv"),
+                    "--idle-split"], check=True, capture_output=True)
+    s = json.loads((d / "work" / "summary.json").read_text())
+    ph = pd.read_csv(out / f"{name}_phases.csv")
+    ph = ph[ph["phase"] != "deconvolution_residual"]
+    e = ph.groupby("device_kind")["energy_j"].sum()
+    gpu = ph[ph["device_kind"] == "gpu"].set_index("phase")
+    cpu = ph[ph["device_kind"] == "cpu"].set_index("phase")
+    run = [p for p in gpu.index if p not in ("idle_baseline", "process_startup", "process_exit",
+                                             "unattributed", "step")]
+    io = [p for p in ("stage_copy", "data_load") if p in gpu.index]
+    t_run = gpu.loc[run, "time_s"].sum()
+    e_run = gpu.loc[run, "energy_j"].sum() + cpu.loc[[p for p in run if p in cpu.index], "energy_j"].sum()
+    e_io = gpu.loc[io, "energy_j"].sum() + cpu.loc[[p for p in io if p in cpu.index], "energy_j"].sum()
+    return {"cell": name, "wall_s": time.time() - t, "throughput": s["throughput"],
+            "unit": s["throughput_unit"], "mfu": s.get("mfu"), "steps": s["steps"],
+            "gpu_share_of_energy": float(e.get("gpu", 0) / e.sum()),
+            "cpu_source": ",".join(sorted(set(ph.loc[ph["device_kind"] == "cpu", "source"]))),
+            "copy_plus_data_load_time_share": float(gpu.loc[io, "time_s"].sum() / t_run) if io else 0.0,
+            "copy_plus_data_load_energy_share": float(e_io / e_run) if io else 0.0,
+            "skipped": s.get("skipped_items"), "checkpoints": len(s.get("checkpoints", []))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="synthetic,resnet,qwen")
+    a = ap.parse_args()
+    out = Path(a.out)
+    work = Path("/tmp/wl-exec")
+    shared = work / "shared"
+    res: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+    def save():
+        (out / "execution_summary.json").write_text(json.dumps(res, indent=1, default=str))
+
+    parts = a.only.split(",")
+    n = (lambda big, small: small if DRY else big)
+    dev = "cpu" if DRY else "cuda"
+    if "synthetic" in parts and not DRY:
+        r = subprocess.run([PY, str(HERE / "train_loop.py"), "--batch", "256", "--steps", "60",
+                            "--warmup", "20"], capture_output=True, text=True)
+        res["resnet50_synthetic_gpu_only"] = json.loads(r.stdout.strip().splitlines()[-1]) \
+            if r.returncode == 0 else r.stderr[-2000:]
+        save()
+    if "resnet" in parts:
+        t = time.time()
+        subprocess.run([PY, "-m", "wattlife.cli", "gen-images", str(shared / "imagenet-gen"),
+                        "--classes", "10", "--train-per-class", str(n(1100, 8)), "--val-per-class",
+                        str(n(60, 2)), "--size", str(n(256, 64)), "--workers", "14"], check=True, capture_output=True)
+        res["jpeg_generation_s"] = time.time() - t
+        cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
+               "workloads": {"r50": {"kind": "image_classification", "dataset": "imagenet-gen",
+                                     "model": "resnet50", "device": dev, "precision": "bf16",
+                                     "image_size": n(224, 32), "batch_size": n(256, 4),
+                                     "steps": n(100, 4), "workers": n(12, 1), "prefetch": 4,
+                                     "val_every": n(50, 2), "val_steps": 2,
+                                     "ckpt_every": n(50, 2), "lr": 0.1}}}
+        for ck in (True, False):
+            res[f"resnet50_local_ckpt{'on' if ck else 'off'}"] = cell(
+                work, f"resnet50-local-ckpt{'on' if ck else 'off'}", cfg, "r50", "local", ck, out)
+            save()
+    if "qwen" in parts:
+        from wattlife.workloads.datagen import make_text_corpus
+
+        t = time.time()
+        make_text_corpus(shared / "wikitext-gen", n_words=n(1_600_000, 20_000))
+        res["text_generation_s"] = time.time() - t
+        cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
+               "workloads": {"q": {"kind": "causal_lm", "dataset": "wikitext-gen",
+                                   "model_config": n("qwen3-1.7b", "qwen3-tiny"), "device": dev,
+                                   "precision": "bf16", "seq_len": n(2048, 64),
+                                   "batch_size": n(8, 2), "steps": n(50, 4), "val_every": n(25, 2),
+                                   "val_steps": 1, "ckpt_every": n(50, 4),
+                                   "tokenizer_vocab": n(8192, 512), "lr": 3e-4}}}
+        for ck in (True, False):
+            res[f"qwen3_1.7b_local_ckpt{'on' if ck else 'off'}"] = cell(
+                work, f"qwen3-1.7b-local-ckpt{'on' if ck else 'off'}", cfg, "q", "local", ck, out)
+            save()
+    print(json.dumps(res, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
