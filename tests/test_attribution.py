@@ -163,3 +163,15 @@ def test_a_phase_the_sensor_barely_sees_is_shrunk_not_wild():
     assert lo * 0.9 <= out.loc["h2d", "mean_power_w"] <= hi * 1.1
     assert out.loc["h2d", "identifiability"] < 0.05 < out.loc["matmul", "identifiability"]
     assert out.loc["copy", "mean_power_w"] == pytest.approx(truth["copy"], rel=0.03)
+
+
+def test_zero_length_phases_nest_where_they_belong():
+    """On the GPU timeline a phase can take no time (its two events run back to back)."""
+    ev = events_frame([("step", T0, T0 + 100), ("data_load", T0 + 2, T0 + 2), ("h2d", T0 + 4, T0 + 50),
+                       ("forward", T0 + 50, T0 + 100), ("step", T0 + 100, T0 + 200),
+                       ("data_load", T0 + 100, T0 + 100), ("h2d", T0 + 100, T0 + 150)])
+    tree = phase_tree(ev)
+    got = {(n, int(s - T0)): int(d) for n, s, d in zip(tree.name, tree.start, tree.depth)}
+    assert got[("data_load", 2)] == 1 and got[("h2d", 4)] == 1
+    assert got[("step", 100)] == 0 and got[("h2d", 100)] == 1
+    assert got[("data_load", 100)] >= 1  # inside step 2 (which sibling holds it is immaterial)

@@ -105,9 +105,17 @@ def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
     name = events["phase"].to_numpy(object)[order]
     n = len(start)
     idx = np.arange(n)
-    # intervals open at my start = those started before me minus those ended at or before my start
-    depth = idx - np.searchsorted(np.sort(end), start, side="right")
-    depth = np.maximum(depth, 0)
+    # intervals open at my start = those sorted before me minus those of them already ended.
+    # Every interval ending at or before my start counts as ended, except zero-length ones that
+    # start at my instant and sort at or after me (myself included): they are not before me.
+    closed = np.searchsorted(np.sort(end), start, side="right")
+    zl = (end == start).astype(np.int64)
+    if zl.any():
+        new_group = np.concatenate([[True], start[1:] != start[:-1]])
+        cum = np.concatenate([[0], np.cumsum(zl)])
+        g_end = np.append(np.flatnonzero(new_group)[1:], n)[np.cumsum(new_group) - 1]
+        closed -= cum[g_end] - cum[idx]  # zero-length intervals of my instant at or after me
+    depth = np.maximum(idx - closed, 0)
     parent = np.full(n, -1, dtype=np.int64)
     for d in range(1, int(depth.max(initial=0)) + 1):
         child = idx[depth == d]
