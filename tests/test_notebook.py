@@ -1,4 +1,3 @@
-import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ def test_notebook_runs_on_cached_tables(tmp_path, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
-    from wattlife.analysis.aggregate import write_phase_tables  # noqa: F401  (layout check)
     from wattlife.analysis.pfi import pfi_table
     from wattlife.config import load_config
     from wattlife.sweep import jobs_from_config, sweep_simulated

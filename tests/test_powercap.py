@@ -2,7 +2,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 

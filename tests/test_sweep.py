@@ -1,6 +1,5 @@
 import sys
 
-import numpy as np
 import pytest
 
 from wattlife.devices.powercap import PowerCapController

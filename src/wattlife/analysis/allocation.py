@@ -306,7 +306,11 @@ def simulate_allocation(curves: pd.DataFrame, cuts: list[float], n_workloads: in
     ref = rows[rows["strategy"] == "oracle"].set_index(["workload", "cut"])["total_throughput"]
     eq = rows[rows["strategy"] == "equal"].set_index(["workload", "cut"])["total_throughput"]
     key = pd.MultiIndex.from_frame(rows[["workload", "cut"]])
-    rows["rel_to_oracle"] = rows["total_throughput"].to_numpy() / ref.reindex(key).to_numpy()
+    t, t_or, t_eq = (rows["total_throughput"].to_numpy(), ref.reindex(key).to_numpy(),
+                     eq.reindex(key).to_numpy())
+    rows["rel_to_oracle"] = t / t_or
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rows["gap_recovered"] = np.where(t_or - t_eq > 1e-12, (t - t_eq) / (t_or - t_eq), np.nan)
     rows["objective"] = objective
     summ = rows.groupby(["cut", "strategy"], as_index=False).agg(
         throughput_per_job=("throughput_per_job", "mean"), rel_to_oracle=("rel_to_oracle", "mean"))

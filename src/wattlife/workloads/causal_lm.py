@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..markers import configure, phase, step
-from .common import Summary, barrier, checkpoint_dir, init_distributed, resolve_device, stage_dataset
+from ..markers import phase, step
+from .common import all_reduce_grads, barrier, checkpoint_dir, start_cell
 
 MODELS_DIR = Path(__file__).resolve().parents[3] / "config" / "models"
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
@@ -101,11 +101,7 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
                     checkpoint: bool, ckpt_root: Path, workdir: Path) -> int:
     import torch
 
-    dist = init_distributed()
-    device = resolve_device(w.get("device", "auto"), dist)
-    configure(gpu_timeline=device.type == "cuda" and w.get("gpu_timeline", True))
-    summary = Summary(workdir, dist)
-    root = stage_dataset(data_root, storage, local_root, dist)
+    dist, device, summary, root = start_cell(w, data_root, storage, local_root, workdir)
     train_file, val_file = root / "train.txt", root / "validation.txt"
     if not train_file.exists():
         raise FileNotFoundError(f"{train_file} does not exist (a WikiText-style folder has "
@@ -212,10 +208,7 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
                     loss.backward()
             if explicit_sync:
                 with phase("grad_sync"):
-                    for p in model.parameters():
-                        if p.grad is not None:
-                            torch.distributed.all_reduce(p.grad)
-                            p.grad.div_(dist.world)
+                    all_reduce_grads(model, dist.world)
             with phase("optimizer"):
                 opt.step()
                 opt.zero_grad(set_to_none=True)

@@ -125,3 +125,26 @@ class Summary:
         print(json.dumps({k: doc[k] for k in ("steps", "throughput", "throughput_unit",
                                               "skipped_items")}))
         return doc
+
+
+def start_cell(w: dict[str, Any], data_root: Path, storage: str, local_root: Path,
+               workdir: Path) -> tuple[Dist, Any, "Summary", Path]:
+    """What every workload does first: join the process group, pick the device, put the phase
+    boundaries on the GPU timeline when training on a GPU, and stage the dataset."""
+    from ..markers import configure
+
+    dist = init_distributed()
+    device = resolve_device(w.get("device", "auto"), dist)
+    configure(gpu_timeline=device.type == "cuda" and w.get("gpu_timeline", True))
+    summary = Summary(workdir, dist)
+    return dist, device, summary, stage_dataset(data_root, storage, local_root, dist)
+
+
+def all_reduce_grads(model: Any, world: int) -> None:
+    """The `explicit` grad_sync mode: average every gradient across ranks after backward."""
+    import torch.distributed as td
+
+    for p in model.parameters():
+        if p.grad is not None:
+            td.all_reduce(p.grad)
+            p.grad.div_(world)

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..markers import configure, phase, step
-from .common import Summary, checkpoint_dir, init_distributed, resolve_device, stage_dataset
+from ..markers import phase, step
+from .common import all_reduce_grads, checkpoint_dir, start_cell
 
 
 class _SkipCorrupt:
@@ -73,11 +73,7 @@ def train_image(w: dict[str, Any], data_root: Path, storage: str, local_root: Pa
     import torch.nn.functional as F
     import torchvision
 
-    dist = init_distributed()
-    device = resolve_device(w.get("device", "auto"), dist)
-    configure(gpu_timeline=device.type == "cuda" and w.get("gpu_timeline", True))
-    summary = Summary(workdir, dist)
-    root = stage_dataset(data_root, storage, local_root, dist)
+    dist, device, summary, root = start_cell(w, data_root, storage, local_root, workdir)
 
     with phase("model_load"):
         train_ds = _dataset(root, True, w["image_size"])
@@ -145,11 +141,7 @@ def train_image(w: dict[str, Any], data_root: Path, storage: str, local_root: Pa
                     loss.backward()
             if explicit_sync:
                 with phase("grad_sync"):
-                    world = torch.distributed.get_world_size()
-                    for p in model.parameters():
-                        if p.grad is not None:
-                            torch.distributed.all_reduce(p.grad)
-                            p.grad.div_(world)
+                    all_reduce_grads(model, dist.world)
             with phase("optimizer"):
                 opt.step()
                 opt.zero_grad(set_to_none=True)
