@@ -85,7 +85,10 @@ def test_simulated_gpu_is_calibrated_on_the_a100_sweeps_and_spans_the_h200_range
     jobs = jobs_from_config(cfg)
     for j in jobs:
         j.noise = 0.0
-    pfi = pfi_table(sweep_simulated(jobs, cfg["powercap"]["grid_w"], state_file="/tmp/wl-s.json"),
-                    n_mc=0)
+    pfi = pfi_table(sweep_simulated(jobs, cfg["powercap"]["grid_w"], state_file="/tmp/wl-s.json",
+                                    large_grid=cfg["powercap"]["grid_large_w"]), n_mc=0)
+    grids = pfi.set_index("job")["grid"]
+    assert grids["dense-pretrain-70b"] == "200,500,600,700"  # 16 GPUs: the paper's 4-point grid
+    assert grids["dense-pretrain-8b"] == "200,300,400,500,600,700"
     assert pfi["pfi"].min() >= 1.05 and pfi["pfi"].max() <= 2.8
     assert (pfi["source"] == "sim").all()

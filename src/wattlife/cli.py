@@ -55,10 +55,18 @@ def cmd_attribute(a: argparse.Namespace) -> int:
 
 
 def cmd_pfi(a: argparse.Namespace) -> int:
-    from .analysis.pfi import pfi_files
+    from .analysis.curves import load_curves
+    from .analysis.pfi import compare_gpus, grid_sensitivity, pfi_files
 
     df = pfi_files(a.curves, a.output, grid=a.grid, n_mc=a.mc, seed=a.seed)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if a.subgrid:
+        sens = grid_sensitivity(load_curves(a.curves), a.subgrid)
+        sens.to_csv(Path(a.output).with_name(Path(a.output).stem + "_subgrid.csv"), index=False)
+        print("\ngrid sensitivity:\n" + sens.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if a.compare:
+        gpu_a, gpu_b = a.compare.split(",")
+        print(f"\n{gpu_a} vs {gpu_b}: {compare_gpus(df, gpu_a, gpu_b)}")
     return 0
 
 
@@ -201,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("-o", "--output", required=True)
     f.add_argument("--grid", type=_floats, help="cap grid (W) to restrict to, e.g. 200,400,700")
     f.add_argument("--mc", type=int, default=2000, help="Monte Carlo draws for the interval")
+    f.add_argument("--subgrid", type=_floats,
+                   help="also recompute on this sub-grid (grid sensitivity), e.g. 200,500,600,700")
+    f.add_argument("--compare", help="two GPU models, 'H200,H100': Spearman rho of their PFIs")
     f.add_argument("--seed", type=int, default=0)
     f.set_defaults(fn=cmd_pfi)
 

@@ -32,15 +32,25 @@ def simulate_window(model: SimGpuModel, job: SimJob, cap_w: float, n_steps: int,
     return thr, pwr, st
 
 
+LARGE_JOB_GPUS = 16
+LARGE_JOB_GRID = [200.0, 500.0, 600.0, 700.0]  # the paper's grid for 16- and 32-GPU jobs
+
+
+def grid_for(job: SimJob, grid: list[float], large_grid: list[float] | None) -> list[float]:
+    """The cap grid of one job: the 4-point grid for jobs of >= 16 GPUs when one is given."""
+    return sorted(large_grid) if large_grid and job.n_gpus >= LARGE_JOB_GPUS else sorted(grid)
+
+
 def sweep_simulated(jobs: list[SimJob], grid: list[float], model: SimGpuModel | None = None,
                     n_steps: int = 60, rule: str = "top10", warmup_frac: float = 0.2,
-                    seed: int = 0, state_file: str | Path = "powercap-state.json") -> pd.DataFrame:
+                    seed: int = 0, state_file: str | Path = "powercap-state.json",
+                    large_grid: list[float] | None = None) -> pd.DataFrame:
     """Curves table (contract + telemetry + sd columns) for simulated jobs."""
     model = model or SimGpuModel()
     rng = np.random.default_rng(seed)
     rows: list[dict[str, Any]] = []
     with PowerCapController("simulated", state_file=state_file, n_sim=1) as ctl:
-        todo = [(j, c) for j in jobs for c in sorted(grid)]
+        todo = [(j, c) for j in jobs for c in grid_for(j, grid, large_grid)]
         for job, cap in tqdm(todo, desc="power-cap sweep (sim)", unit="cap", leave=False):
             row: dict[str, Any] = {"job": job.name, "gpu_model": model.name, "n_gpus": job.n_gpus,
                                    "cap_w": cap, "throughput_unit": job.throughput_unit,
@@ -87,7 +97,8 @@ def sweep_from_config(config_path: str | Path, out: str | Path, job: str | None 
         if not jobs:
             raise ValueError(f"powercap.jobs.{job}: no such job")
     grid = pc.get("grid_w", [200, 300, 400, 500, 600, 700])
-    df = sweep_simulated(jobs, grid, n_steps=pc.get("window_steps", 60),
+    df = sweep_simulated(jobs, grid, large_grid=pc.get("grid_large_w", LARGE_JOB_GRID),
+                         n_steps=pc.get("window_steps", 60),
                          rule=pc.get("steady_rule", "top10"), warmup_frac=pc.get("warmup_frac", 0.2),
                          state_file=Path(out).with_name("powercap-state.json"))
     write_table(df, out, CURVES_COLUMNS)
