@@ -117,3 +117,8 @@ def test_causal_lm_config_errors_are_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="qwen3-8b"):
         model_config("qwen9-huge")
     assert model_config("qwen3-8b").num_hidden_layers == 36
+
+
+def test_fewer_images_than_one_batch_is_a_clear_error(tmp_path, images):
+    with pytest.raises(ValueError, match="fewer than one batch of 64"):
+        train_from_config(_cfg(tmp_path, batch_size=64), "r", "shared", False, tmp_path / "work")

@@ -99,6 +99,9 @@ def train_image(w: dict[str, Any], data_root: Path, storage: str, local_root: Pa
         num_workers=workers, pin_memory=device.type == "cuda", drop_last=True,
         persistent_workers=workers > 0, collate_fn=_collate,
         prefetch_factor=w.get("prefetch", 2) if workers > 0 else None)
+    if len(loader) == 0:
+        raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), fewer "
+                         f"than one batch of {w['batch_size']}; use more images or a smaller batch")
     val_loader = torch.utils.data.DataLoader(val_ds, batch_size=w["batch_size"], num_workers=workers,
                                              collate_fn=_collate)
     amp = w.get("precision", "bf16") == "bf16"
