@@ -1,5 +1,6 @@
 # Offline datasets for the demo and tests (real datasets come through the preparation stage).
 IMAGES = config.get("data", {}).get("images", {})
+TEXT = config.get("data", {}).get("text", {})
 
 
 rule resolved_config:
@@ -30,3 +31,16 @@ rule gen_images:
     shell:
         "wattlife gen-images {output} --classes {params.classes} --train-per-class {params.train}"
         " --val-per-class {params.val} --size {params.size} > {log} 2>&1"
+
+
+rule gen_text:
+    output:
+        directory(os.path.join(config["storage"]["shared"], TEXT.get("name", "text"))),
+    log:
+        f"{RES}/logs/gen_text.log",
+    conda:
+        "../envs/wattlife.yaml"
+    params:
+        words=TEXT.get("words", 200000),
+    shell:
+        "wattlife gen-text {output} --words {params.words} > {log} 2>&1"
