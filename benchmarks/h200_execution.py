@@ -64,6 +64,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="synthetic,resnet,qwen")
+    ap.add_argument("--quick", action="store_true",
+                    help="checkpointing on only, fewer steps (when little device time is left)")
     a = ap.parse_args()
     out = Path(a.out)
     work = Path("/tmp/wl-exec")
@@ -75,6 +77,8 @@ def main() -> None:
 
     parts = a.only.split(",")
     n = (lambda big, small: small if DRY else big)
+    q = (lambda full, quick: quick if a.quick else full)
+    ckpts = (True,) if a.quick else (True, False)
     dev = "cpu" if DRY else "cuda"
     if "synthetic" in parts and not DRY:
         r = subprocess.run([PY, str(HERE / "train_loop.py"), "--batch", "256", "--steps", "60",
@@ -85,17 +89,17 @@ def main() -> None:
     if "resnet" in parts:
         t = time.time()
         subprocess.run([PY, "-m", "wattlife.cli", "gen-images", str(shared / "imagenet-gen"),
-                        "--classes", "10", "--train-per-class", str(n(1100, 8)), "--val-per-class",
+                        "--classes", "10", "--train-per-class", str(n(q(1100, 500), 8)), "--val-per-class",
                         str(n(60, 2)), "--size", str(n(256, 64)), "--workers", "14"], check=True, capture_output=True)
         res["jpeg_generation_s"] = time.time() - t
         cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
                "workloads": {"r50": {"kind": "image_classification", "dataset": "imagenet-gen",
                                      "model": "resnet50", "device": dev, "precision": "bf16",
                                      "image_size": n(224, 32), "batch_size": n(256, 4),
-                                     "steps": n(100, 4), "workers": n(12, 1), "prefetch": 4,
-                                     "val_every": n(50, 2), "val_steps": 2,
-                                     "ckpt_every": n(50, 2), "lr": 0.1}}}
-        for ck in (True, False):
+                                     "steps": n(q(100, 50), 4), "workers": n(12, 1),
+                                     "prefetch": 4, "val_every": n(q(50, 25), 2), "val_steps": 2,
+                                     "ckpt_every": n(q(50, 25), 2), "lr": 0.1}}}
+        for ck in ckpts:
             res[f"resnet50_local_ckpt{'on' if ck else 'off'}"] = cell(
                 work, f"resnet50-local-ckpt{'on' if ck else 'off'}", cfg, "r50", "local", ck, out)
             save()
@@ -103,16 +107,17 @@ def main() -> None:
         from wattlife.workloads.datagen import make_text_corpus
 
         t = time.time()
-        make_text_corpus(shared / "wikitext-gen", n_words=n(1_600_000, 20_000))
+        make_text_corpus(shared / "wikitext-gen", n_words=n(q(1_600_000, 1_000_000), 20_000))
         res["text_generation_s"] = time.time() - t
         cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
                "workloads": {"q": {"kind": "causal_lm", "dataset": "wikitext-gen",
                                    "model_config": n("qwen3-1.7b", "qwen3-tiny"), "device": dev,
                                    "precision": "bf16", "seq_len": n(2048, 64),
-                                   "batch_size": n(8, 2), "steps": n(50, 4), "val_every": n(25, 2),
-                                   "val_steps": 1, "ckpt_every": n(50, 4),
+                                   "batch_size": n(8, 2), "steps": n(q(50, 30), 4),
+                                   "val_every": n(q(25, 15), 2), "val_steps": 1,
+                                   "ckpt_every": n(q(50, 30), 4),
                                    "tokenizer_vocab": n(8192, 512), "lr": 3e-4}}}
-        for ck in (True, False):
+        for ck in ckpts:
             res[f"qwen3_1.7b_local_ckpt{'on' if ck else 'off'}"] = cell(
                 work, f"qwen3-1.7b-local-ckpt{'on' if ck else 'off'}", cfg, "q", "local", ck, out)
             save()

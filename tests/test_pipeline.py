@@ -20,6 +20,8 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path):
     cfg["storage"] = {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")}
     cfg["data"]["images"].update(classes=3, train_per_class=8, val_per_class=2)
     cfg["workloads"]["resnet"].update(steps=4, val_every=2, ckpt_every=2, image_size=32)
+    cfg["workloads"]["qwen"].update(steps=4, val_every=2, ckpt_every=2)
+    cfg["data"]["text"]["words"] = 10_000
     cfg["analysis"].update(allocation_workloads=5, allocation_jobs=6, pfi_mc=50)
     cfg["sampler"]["idle_baseline_s"] = 0.3
     p = tmp_path / "config.yaml"
@@ -36,6 +38,8 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path):
     ph = pd.read_csv(res / "tables" / "phases.csv")
     assert len(ph.groupby(["storage", "checkpoint"])) == 4
     assert set(ph.loc[ph["device_kind"] == "gpu", "source"]) == {"sim"}
+    assert set(ph["workload"]) == {"resnet", "qwen"}
+    assert {"tokenize", "forward", "optimizer"} <= set(ph.loc[ph["workload"] == "qwen", "phase"])
     assert "stage_copy" in set(ph.loc[ph["storage"] == "local", "phase"])
     assert "stage_copy" not in set(ph.loc[ph["storage"] == "shared", "phase"])
     assert "checkpoint" not in set(ph.loc[ph["checkpoint"] == "off", "phase"])
