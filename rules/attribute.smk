@@ -30,7 +30,5 @@ rule aggregate_phases:
         f"{RES}/logs/aggregate_phases.log",
     conda:
         "../envs/wattlife.yaml"
-    params:
-        outdir=lambda wc, output: os.path.dirname(output.phases),
-    shell:
-        "wattlife aggregate {input.phases} -o {params.outdir} > {log} 2>&1"
+    script:
+        "../scripts/aggregate_phases.py"

@@ -23,8 +23,5 @@ rule figures:
         f"{RES}/logs/figures.log",
     conda:
         "../envs/wattlife.yaml"
-    params:
-        tables=lambda wc, input: os.path.dirname(input.summary),
-        outdir=lambda wc, output: os.path.dirname(output[0]),
-    shell:
-        "wattlife figures {params.tables} -o {params.outdir} > {log} 2>&1"
+    script:
+        "../scripts/figures.py"
