@@ -21,8 +21,8 @@ from .contracts import LIFECYCLE_PHASES, UNATTRIBUTED  # noqa: E402
 SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measured",
                 "nvml-samples": "measured (NVML samples)", "nvml-counter": "measured (NVML counter)",
                 "nvml-poll": "measured (NVML)", "rapl": "measured (RAPL)"}
-PHASE_ORDER = (["idle_baseline", "process_startup"] + LIFECYCLE_PHASES
-               + ["step", "process_exit", UNATTRIBUTED])
+PHASE_ORDER = (["idle_baseline", "process_startup"] + LIFECYCLE_PHASES[:3] + ["tokenize"]
+               + LIFECYCLE_PHASES[3:] + ["step", "process_exit", UNATTRIBUTED])
 _PALETTE = dict(zip(PHASE_ORDER, sns.color_palette("tab20", len(PHASE_ORDER))))
 
 
@@ -32,37 +32,38 @@ def style() -> None:
                          "axes.titleweight": "bold", "legend.frameon": False})
 
 
+def _sources(values: pd.Series) -> list[str]:
+    """Distinct sources in a column whose cells may list several ('estimate,sim')."""
+    return sorted(set(",".join(values.astype(str)).split(",")))
+
+
+def _word(src: str, long: bool = False) -> str:
+    w = SOURCE_WORDS.get(src, src)
+    return f"{w} ({src})" if long else w.split(" (")[0]
+
+
 def source_note(df: pd.DataFrame, by: str | None = "device_kind") -> str:
     """'GPU: SIMULATED (sim) · CPU: ESTIMATED (estimate)' from a table's source column."""
     if "source" not in df.columns:
         return "source unknown"
-    parts = []
     groups = df.groupby(by)["source"] if by and by in df.columns else [("data", df["source"])]
-    for key, s in groups:
-        srcs = sorted(set(",".join(s.astype(str)).split(",")))
-        words = ", ".join(f"{SOURCE_WORDS.get(x, x)} ({x})" for x in srcs)
-        parts.append(f"{str(key).upper()}: {words}")
-    return " · ".join(parts)
+    return " · ".join(f"{str(k).upper()}: " + ", ".join(_word(x, True) for x in _sources(s))
+                      for k, s in groups)
 
 
 def source_words(df: pd.DataFrame, by: str = "device_kind") -> str:
     """Short axis-label form: 'GPU SIMULATED, CPU ESTIMATED' (measured sources are named too)."""
     if "source" not in df.columns or by not in df.columns:
         return ""
-    parts = []
-    for key, s in df.groupby(by)["source"]:
-        srcs = sorted(set(",".join(s.astype(str)).split(",")))
-        parts.append(f"{str(key).upper()} " + "/".join(SOURCE_WORDS.get(x, x).split(" (")[0]
-                                                       for x in srcs))
-    return ", ".join(parts)
+    return ", ".join(f"{str(k).upper()} " + "/".join(_word(x) for x in _sources(s))
+                     for k, s in df.groupby(by)["source"])
 
 
 def source_tag(df: pd.DataFrame) -> str:
     """'(SIMULATED)', '(measured)', '(ESTIMATED, SIMULATED)' from a table's source column."""
     if "source" not in df.columns:
         return "(source unknown)"
-    srcs = sorted(set(",".join(df["source"].astype(str)).split(",")))
-    return "(" + ", ".join(SOURCE_WORDS.get(x, x).split(" (")[0] for x in srcs) + ")"
+    return "(" + ", ".join(_word(x) for x in _sources(df["source"])) + ")"
 
 
 def _save(fig: plt.Figure, out: Path) -> list[Path]:
@@ -161,9 +162,7 @@ def fig_storage_checkpoint(deltas: pd.DataFrame, out: Path) -> list[Path]:
     for r, w in enumerate(workloads):
         g = d[d["workload"] == w]
         order = _phase_sort(g["phase"])
-        srcs = sorted(set(",".join(deltas["source"].astype(str)).split(",")))
-        words = "/".join(SOURCE_WORDS.get(x, x).split(" (")[0] for x in srcs)
-        panels = (("d_energy_j", f"Δ energy (J), GPU + CPU — {words}", "energy"), ("d_time_s", "Δ time (s) — measured wall time", "time"))
+        panels = (("d_energy_j", f"Δ energy (J), GPU + CPU {source_tag(deltas)}", "energy"), ("d_time_s", "Δ time (s) — measured wall time", "time"))
         for c, (col, label, what) in enumerate(panels):
             ax = axes[r, c]
             sns.barplot(data=g, y="phase", x=col, hue="cell", order=order, ax=ax, orient="h")

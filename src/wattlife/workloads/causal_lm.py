@@ -110,11 +110,15 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
     bf16 = w.get("precision", "bf16") == "bf16"
     pretrained = Path(w["pretrained"]) if w.get("pretrained") else None
 
-    with phase("model_load"):
-        cfg = model_config(w.get("model_config", "qwen3-tiny"))
+    cfg = model_config(w.get("model_config", "qwen3-tiny"))
+    with phase("tokenize"):  # load (or train) the tokenizer, then tokenise and pack the corpus
         tok = load_tokenizer(pretrained if pretrained and pretrained.exists() else None, train_file,
                              min(cfg.vocab_size, int(w.get("tokenizer_vocab", 8192))),
                              Path(workdir) / "tokenizer")
+        blocks = pack(tok, train_file, seq)
+        val_blocks = pack(tok, val_file, seq) if val_file.exists() else blocks[:2]
+
+    with phase("model_load"):
         cfg.vocab_size = max(cfg.vocab_size, len(tok))
         cfg.use_cache = False
         from transformers import Qwen3ForCausalLM
@@ -156,10 +160,6 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
             model = torch.compile(model)
         opt = torch.optim.AdamW(model.parameters(), lr=w.get("lr", 3e-4), weight_decay=0.1,
                                 fused=device.type == "cuda")
-
-    with phase("tokenize"):
-        blocks = pack(tok, train_file, seq)
-        val_blocks = pack(tok, val_file, seq) if val_file.exists() else blocks[:2]
 
     sampler = None
     if dist.world > 1:
