@@ -3,7 +3,7 @@ import pytest
 from wattlife.cli import build_parser, main
 
 COMMANDS = ["run", "attribute", "pfi", "allocate", "predict", "calibrate-sim", "sweep", "powercap",
-            "gen-images", "gen-text", "train", "aggregate", "figures", "bench"]
+            "gen-images", "gen-text", "train", "aggregate", "figures", "bench", "fetch"]
 
 
 def test_every_command_has_help(capsys):

@@ -156,6 +156,19 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fetch(a: argparse.Namespace) -> int:
+    from .markers import phase
+    from .prepare.fetch import fetch_http, fetch_path
+
+    with phase(f"download_{a.kind}"):
+        if a.url:
+            r = fetch_http(a.url, a.output, sha256=a.sha256, force=a.force, retries=a.retries)
+        else:
+            r = fetch_path(a.path, a.output, force=a.force)
+    print(json.dumps(r))
+    return 0
+
+
 def cmd_figures(a: argparse.Namespace) -> int:
     from .figures import draw_all, draw_reference
 
@@ -281,6 +294,20 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("phases", nargs="+", help="phases.csv files (meta.json beside each)")
     ag.add_argument("-o", "--output", required=True, help="tables folder")
     ag.set_defaults(fn=cmd_aggregate)
+
+    fe = sub.add_parser("fetch", help="fetch an artefact (HTTP(S) URL or local/shared path)",
+                        description="Streamed, resumable, retried; sha256-verified; the file appears "
+                                    "at its final path only when complete. Run it under `wattlife run` "
+                                    "to measure it as a download_dataset / download_model phase.")
+    src = fe.add_mutually_exclusive_group(required=True)
+    src.add_argument("--url")
+    src.add_argument("--path", help="local or shared-file-system path (file or folder)")
+    fe.add_argument("-o", "--output", required=True, help="final path of the artefact")
+    fe.add_argument("--sha256")
+    fe.add_argument("--kind", choices=["dataset", "model"], default="dataset")
+    fe.add_argument("--retries", type=int, default=5)
+    fe.add_argument("--force", action="store_true", help="fetch even if present and verified")
+    fe.set_defaults(fn=cmd_fetch)
 
     fg = sub.add_parser("figures", help="draw every figure from a tables folder (or the references)")
     fg.add_argument("tables", help="a run's tables folder, or with --reference results/reference")

@@ -1,0 +1,126 @@
+"""Fetch an artefact to its final path: plain HTTP(S) and local/shared paths.
+
+HTTP downloads stream to `<dest>.part`, resume from where a broken transfer stopped (HTTP Range),
+retry connection errors with exponential backoff, verify sha256 when one is given, and only then
+rename to `dest` (atomic on one file system). A rerun with `dest` present and verified does nothing
+unless forced. A 404 or any other client error is final and named; a checksum mismatch removes the
+partial file and never promotes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+from http.client import IncompleteRead
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+CHUNK = 1 << 20
+
+
+class FetchError(RuntimeError):
+    """A download failed for good; the message names the artefact and why."""
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verified(dest: Path, sha256: str | None) -> bool:
+    return dest.exists() and (sha256 is None or sha256_of(dest) == sha256.lower())
+
+
+def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: int = 5,
+               backoff_s: float = 0.5, force: bool = False, timeout_s: float = 60.0,
+               progress: bool = True) -> dict[str, Any]:
+    """Download `url` to `dest`; returns bytes transferred, seconds, attempts, resumed."""
+    dest = Path(dest)
+    if not force and _verified(dest, sha256):
+        return {"url": url, "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    if force and part.exists():
+        part.unlink()
+    t0 = time.monotonic()
+    transferred, attempts, resumed = 0, 0, False
+    while True:
+        attempts += 1
+        have = part.stat().st_size if part.exists() else 0
+        req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                if have and resp.status == 206:
+                    mode, resumed = "ab", True
+                else:
+                    mode, have = "wb", 0
+                total = resp.headers.get("Content-Length")
+                total = int(total) + have if total is not None else None
+                with open(part, mode) as fh, tqdm(total=total, initial=have, unit="B",
+                                                  unit_scale=True, desc=dest.name,
+                                                  disable=not progress, leave=False) as bar:
+                    while True:
+                        block = resp.read(CHUNK)
+                        if not block:
+                            break
+                        fh.write(block)
+                        transferred += len(block)
+                        bar.update(len(block))
+                if total is not None and part.stat().st_size < total:
+                    raise IncompleteRead(b"", total - part.stat().st_size)
+            break
+        except urllib.error.HTTPError as exc:
+            if exc.code == 416 and have:  # asked past the end: the part is already complete
+                break
+            if 400 <= exc.code < 500:
+                raise FetchError(f"{url}: HTTP {exc.code} {exc.reason} (not retried)") from exc
+            err: Exception = exc
+        except (urllib.error.URLError, ConnectionError, IncompleteRead, TimeoutError,
+                OSError) as exc:
+            err = exc
+        if attempts > retries:
+            raise FetchError(f"{url}: gave up after {attempts} attempts: {err} "
+                             f"(partial file kept for resume: {part})")
+        time.sleep(backoff_s * 2 ** (attempts - 1))
+    if sha256 is not None and sha256_of(part) != sha256.lower():
+        part.unlink()
+        raise FetchError(f"{url}: sha256 mismatch (expected {sha256}); partial file removed, "
+                         "nothing promoted")
+    os.replace(part, dest)
+    return {"url": url, "dest": str(dest), "skipped": False, "bytes": transferred,
+            "seconds": time.monotonic() - t0, "attempts": attempts, "resumed": resumed,
+            "size_bytes": dest.stat().st_size}
+
+
+def fetch_path(src: str | Path, dest: str | Path, force: bool = False) -> dict[str, Any]:
+    """Copy a file or folder from a local/shared path, into a temporary name, then rename."""
+    src, dest = Path(src), Path(dest)
+    if not src.exists():
+        raise FetchError(f"{src}: no such file or folder")
+    if dest.exists() and not force:
+        return {"src": str(src), "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
+    t0 = time.monotonic()
+    tmp = dest.with_name(dest.name + ".part")
+    if tmp.exists():
+        shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, tmp)
+        size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
+    else:
+        shutil.copy2(src, tmp)
+        size = tmp.stat().st_size
+    if dest.exists():
+        shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
+    os.replace(tmp, dest)
+    return {"src": str(src), "dest": str(dest), "skipped": False, "bytes": size,
+            "seconds": time.monotonic() - t0}
