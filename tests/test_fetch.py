@@ -81,3 +81,26 @@ def test_fetch_command_marks_a_download_phase(tmp_path, monkeypatch, capsys):
     markers.reset()
     assert read_events(tmp_path / "events.csv")["phase"].tolist() == ["download_model"]
     assert '"bytes": 1000' in capsys.readouterr().out
+
+
+def test_huggingface_client_end_to_end_against_a_loopback_hub(tmp_path, monkeypatch):
+    """The real `snapshot_download` against the Hub routes it uses, served on 127.0.0.1."""
+    from loopback import HubServer
+
+    from wattlife.prepare.fetch import fetch_hf
+
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    model = {"config.json": b'{"model_type": "qwen3"}', "model.safetensors": os.urandom(200_000)}
+    data = {"train.txt": b"hello world\n" * 1000, "sub/validation.txt": b"bye\n" * 10}
+    with HubServer({("model", "org/tiny"): model, ("dataset", "org/text"): data}) as hub:
+        r = fetch_hf("org/tiny", tmp_path / "m", endpoint=hub.url)
+        assert (tmp_path / "m" / "model.safetensors").read_bytes() == model["model.safetensors"]
+        assert r["files"] == 2 and r["size_bytes"] == sum(map(len, model.values()))
+        d = fetch_hf("org/text", tmp_path / "d", repo_type="dataset", endpoint=hub.url)
+        assert (tmp_path / "d" / "sub" / "validation.txt").read_bytes() == data["sub/validation.txt"]
+        assert d["files"] == 2
+        assert any("/resolve/" in q for q in hub.requests)
+        with pytest.raises(FetchError, match="not found"):
+            fetch_hf("org/nope", tmp_path / "n", endpoint=hub.url)

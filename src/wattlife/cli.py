@@ -158,11 +158,14 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
 
 def cmd_fetch(a: argparse.Namespace) -> int:
     from .markers import phase
-    from .prepare.fetch import fetch_http, fetch_path
+    from .prepare.fetch import fetch_hf, fetch_http, fetch_path
 
     with phase(f"download_{a.kind}"):
         if a.url:
             r = fetch_http(a.url, a.output, sha256=a.sha256, force=a.force, retries=a.retries)
+        elif a.hf:
+            r = fetch_hf(a.hf, a.output, repo_type=a.kind, revision=a.revision,
+                         endpoint=a.endpoint, force=a.force)
         else:
             r = fetch_path(a.path, a.output, force=a.force)
     print(json.dumps(r))
@@ -295,13 +298,16 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("-o", "--output", required=True, help="tables folder")
     ag.set_defaults(fn=cmd_aggregate)
 
-    fe = sub.add_parser("fetch", help="fetch an artefact (HTTP(S) URL or local/shared path)",
+    fe = sub.add_parser("fetch", help="fetch an artefact (HTTP(S) URL, Hugging Face repo, or path)",
                         description="Streamed, resumable, retried; sha256-verified; the file appears "
                                     "at its final path only when complete. Run it under `wattlife run` "
                                     "to measure it as a download_dataset / download_model phase.")
     src = fe.add_mutually_exclusive_group(required=True)
     src.add_argument("--url")
     src.add_argument("--path", help="local or shared-file-system path (file or folder)")
+    src.add_argument("--hf", metavar="REPO_ID", help="Hugging Face repository (model or dataset: --kind)")
+    fe.add_argument("--revision", help="Hugging Face revision (default main)")
+    fe.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
     fe.add_argument("-o", "--output", required=True, help="final path of the artefact")
     fe.add_argument("--sha256")
     fe.add_argument("--kind", choices=["dataset", "model"], default="dataset")

@@ -124,3 +124,30 @@ def fetch_path(src: str | Path, dest: str | Path, force: bool = False) -> dict[s
     os.replace(tmp, dest)
     return {"src": str(src), "dest": str(dest), "skipped": False, "bytes": size,
             "seconds": time.monotonic() - t0}
+
+
+def fetch_hf(repo_id: str, dest: str | Path, repo_type: str = "model", revision: str | None = None,
+             endpoint: str | None = None, force: bool = False) -> dict[str, Any]:
+    """A Hugging Face model or dataset repository through `huggingface_hub.snapshot_download`.
+
+    Endpoint from the argument or `HF_ENDPOINT`; the token comes from the standard places
+    (`HF_TOKEN`, the cached login) inside the client and is never read or logged here."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    dest = Path(dest)
+    t0 = time.monotonic()
+    before = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()) if dest.exists() else 0
+    try:
+        path = snapshot_download(repo_id, repo_type=repo_type, revision=revision,
+                                 local_dir=str(dest), endpoint=endpoint, force_download=force)
+    except RepositoryNotFoundError as exc:
+        raise FetchError(f"{repo_type} repository {repo_id!r} not found at "
+                         f"{endpoint or os.environ.get('HF_ENDPOINT', 'the Hub')}") from exc
+    except HfHubHTTPError as exc:
+        raise FetchError(f"{repo_type} repository {repo_id!r}: {exc}") from exc
+    files = [p for p in Path(path).rglob("*") if p.is_file() and ".cache" not in p.parts]
+    size = sum(p.stat().st_size for p in files)
+    return {"repo_id": repo_id, "repo_type": repo_type, "dest": str(path), "files": len(files),
+            "size_bytes": size, "bytes": max(size - before, 0) if not force else size,
+            "seconds": time.monotonic() - t0, "skipped": size == before and not force}
