@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..markers import phase, step
-from .common import all_reduce_grads, barrier, checkpoint_dir, start_cell
+from .common import backward_and_step, barrier, checkpoint_dir, start_cell
 
 MODELS_DIR = Path(__file__).resolve().parents[3] / "config" / "models"
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
@@ -200,18 +200,7 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
                 batch = batch.to(device, non_blocking=True)
             with phase("forward"):
                 loss = model(input_ids=batch, labels=batch).loss  # labels shifted inside
-            with phase("backward"):
-                if explicit_sync:
-                    with model.no_sync():
-                        loss.backward()
-                else:
-                    loss.backward()
-            if explicit_sync:
-                with phase("grad_sync"):
-                    all_reduce_grads(model, dist.world)
-            with phase("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            backward_and_step(model, loss, opt, explicit_sync, dist.world)
         summary.add_step(bs * seq)
         bar.update(1)
         if val_every and (i + 1) % val_every == 0:

@@ -148,3 +148,23 @@ def all_reduce_grads(model: Any, world: int) -> None:
         if p.grad is not None:
             td.all_reduce(p.grad)
             p.grad.div_(world)
+
+
+def backward_and_step(model: Any, loss: Any, opt: Any, explicit_sync: bool, world: int) -> None:
+    """The marked tail of a training step: `backward`, `grad_sync` (explicit mode: DDP's
+    overlapped all-reduce is switched off with no_sync and done after backward instead), and
+    `optimizer`."""
+    from ..markers import phase
+
+    with phase("backward"):
+        if explicit_sync:
+            with model.no_sync():
+                loss.backward()
+        else:
+            loss.backward()
+    if explicit_sync:
+        with phase("grad_sync"):
+            all_reduce_grads(model, world)
+    with phase("optimizer"):
+        opt.step()
+        opt.zero_grad(set_to_none=True)

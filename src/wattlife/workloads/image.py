@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..markers import phase, step
-from .common import all_reduce_grads, checkpoint_dir, start_cell
+from .common import backward_and_step, checkpoint_dir, start_cell
 
 
 class _SkipCorrupt:
@@ -136,18 +136,7 @@ def train_image(w: dict[str, Any], data_root: Path, storage: str, local_root: Pa
             with phase("forward"):
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                     loss = F.cross_entropy(model(x), y)
-            with phase("backward"):
-                if explicit_sync:
-                    with model.no_sync():
-                        loss.backward()
-                else:
-                    loss.backward()
-            if explicit_sync:
-                with phase("grad_sync"):
-                    all_reduce_grads(model, dist.world)
-            with phase("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            backward_and_step(model, loss, opt, explicit_sync, dist.world)
         summary.add_step(len(y))
         bar.update(1)
         if val_every and (i + 1) % val_every == 0:
