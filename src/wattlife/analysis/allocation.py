@@ -119,7 +119,7 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
     cat_arr = np.array(cats)
     cat_med = pd.Series(pfi_m).groupby(cat_arr).median()
     weights = {"equal": pmax.copy(), "pfi_measured": pmax / tmax * pfi_m,
-               "category": pmax * cat_arr_map(cat_arr, cat_med)}
+               "category": pmax * pd.Series(cat_arr).map(cat_med).to_numpy(float)}
     tele = np.array(tele)
     if np.isfinite(tele).all():
         from .predictor import loo_predictions
@@ -127,10 +127,6 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
         weights["telemetry"] = pmax * tele
         weights["pfi_predicted"] = pmax / tmax * loo_predictions(tele, pfi_m)
     return JobLibrary(jobs, cat_arr, P, T, pmax, tmax, pmin, dp, slope, bridged, p0, weights)
-
-
-def cat_arr_map(cats: np.ndarray, med: pd.Series) -> np.ndarray:
-    return np.array([med.get(c, np.nan) for c in cats], dtype=float)
 
 
 def _eval_curves(lib: JobLibrary, idx: np.ndarray, power: np.ndarray) -> np.ndarray:
@@ -185,6 +181,12 @@ def oracle(lib: JobLibrary, idx: np.ndarray, budget: np.ndarray) -> tuple[np.nda
     need_exact = (partial & bridged).any(1)
     for r in np.flatnonzero(need_exact):
         power[r] = _oracle_milp(lib, idx[r], budget[r])
+        # HiGHS meets the budget row to its feasibility tolerance (~1e-7 relative); take any
+        # excess off the job with the most room above its minimum so the budget holds exactly
+        excess = power[r].sum() - budget[r]
+        if excess > 0:
+            j = int(np.argmax(power[r] - lib.pmin[idx[r]]))
+            power[r, j] -= excess
     return power, int(need_exact.sum())
 
 
