@@ -151,8 +151,6 @@ def check_attribution(work: Path, long_s: float, short_s: float) -> tuple[pd.Dat
         tr = read_trace(d / "trace.csv")
         ev = read_events(d / "events.csv")
         gpu = tr[tr["device"] == "gpu0"]
-        method = "integrate" if mode == "long" else "deconvolve"
-        ph = attribute_energy(gpu, ev, method=method, n_boot=200)
         if mode == "long":
             # ground truth: the middle of each >= 1 s phase, away from the sensor's window edges
             e2 = ev.copy()
@@ -160,6 +158,8 @@ def check_attribution(work: Path, long_s: float, short_s: float) -> tuple[pd.Dat
             e2["start_ns"] += trim
             e2["end_ns"] -= trim
             ph = attribute_energy(gpu, e2, method="integrate")
+        else:
+            ph = attribute_energy(gpu, ev, method="deconvolve", n_boot=200)
         ph.to_csv(work / f"attribution_{mode}.csv", index=False)
         out[mode] = ph.set_index("phase")
         if mode == "short":

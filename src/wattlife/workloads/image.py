@@ -115,6 +115,7 @@ def train_image(w: dict[str, Any], data_root: Path, storage: str, local_root: Pa
     from tqdm import tqdm
 
     bar = tqdm(total=steps, desc="train", unit="step", disable=dist.rank != 0, mininterval=2)
+    loss = None
     for i in range(steps):
         with step(items=w["batch_size"]) as st:
             with phase("data_load"):
@@ -152,7 +153,7 @@ def train_image(w: dict[str, Any], data_root: Path, storage: str, local_root: Pa
                 os.replace(tmp, ckpt_path)
                 summary.checkpoints.append(str(ckpt_path))
     bar.close()
-    summary.last_loss = float(loss.detach()) if "loss" in dir() else None
+    summary.last_loss = float(loss.detach()) if loss is not None else None
     summary.write(unit="images", extra={"epochs_started": epoch + 1, "classes": n_classes})
     return 0
 
