@@ -13,6 +13,7 @@ JSON land in --out. Changes no GPU setting.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -40,6 +41,10 @@ def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, ou
                     "--events", str(d / "events.csv"), "-o", str(out / f"{name}_phases.csv"),
                     "--idle-split"], check=True, capture_output=True)
     s = json.loads((d / "work" / "summary.json").read_text())
+    # the raw inputs too, so the tables can be re-attributed without the GPU
+    pd.read_csv(d / "trace.csv").to_csv(out / f"{name}_trace.csv.gz", index=False)
+    for f, dst in (("events.csv", "events.csv"), ("meta.json", "meta.json"), ("work/summary.json", "summary.json")):
+        shutil.copy(d / f, out / f"{name}_{dst}")
     ph = pd.read_csv(out / f"{name}_phases.csv")
     ph = ph[ph["phase"] != "deconvolution_residual"]
     e = ph.groupby("device_kind")["energy_j"].sum()

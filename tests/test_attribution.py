@@ -175,3 +175,26 @@ def test_zero_length_phases_nest_where_they_belong():
     assert got[("data_load", 2)] == 1 and got[("h2d", 4)] == 1
     assert got[("step", 100)] == 0 and got[("h2d", 100)] == 1
     assert got[("data_load", 100)] >= 1  # inside step 2 (which sibling holds it is immaterial)
+
+
+def test_deconvolution_is_bounded_by_the_power_limit_or_the_highest_reading():
+    """Two phases that always run together (a 1 ms copy glued to a forward pass) are nearly
+    collinear: noise can push one far above anything the device can draw. The bound is the
+    larger of the trace's power limit and its highest reading; without a limit there is none."""
+    from wattlife.attribution import _nnls_normal, device_series
+
+    rng = np.random.default_rng(3)
+    c = rng.uniform(0.02, 0.08, 200)  # the copy's share of each window; the forward's is ~19x it
+    a = np.column_stack([c, 19 * c + rng.normal(0, 2e-3, 200)])
+    y = a @ np.array([300.0, 500.0]) + rng.normal(0, 25.0, 200)
+    free = _nnls_normal(a.T @ a, a.T @ y)
+    assert free.max() > 900  # the unbounded answer is unphysical
+    bounded = _nnls_normal(a.T @ a, a.T @ y, max_w=700.0)
+    assert bounded.max() <= 700.0 + 1e-9 and bounded.min() >= 0
+    tr, _, _ = _short_phase_run(5)
+    assert device_series(tr)[0].max_power_w == np.inf
+    lim = trace_frame(tr["t_ns"].to_numpy()[::50], np.full(len(tr[::50]), 600.0), metric="power_limit_w")
+    s = device_series(pd.concat([tr, lim], ignore_index=True))[0]
+    assert s.max_power_w == pytest.approx(tr["value"].max())  # readings above the limit: bursts
+    lim["value"] = 900.0
+    assert device_series(pd.concat([tr, lim], ignore_index=True))[0].max_power_w == 900.0

@@ -99,7 +99,7 @@ def test_causal_lm_trains_tiny_qwen3_with_a_local_tokenizer_and_checkpoints(tmp_
     assert set(ev.loc[ev["phase"] == "step", "items"]) == {4 * 64.0}
     s = json.loads((tmp_path / "work" / "summary.json").read_text())
     assert s["model_source"] == "random-init" and s["throughput"] > 0 and s["mfu"] is None
-    assert s["flops_per_token"] > 6 * s["non_embedding_parameters"]
+    assert s["flops_per_token"] > 6 * s["active_parameters"] and s["task"] == "pretrain"
     state = torch.load(s["checkpoints"][0], map_location="cpu")
     from transformers import Qwen3ForCausalLM
 
@@ -109,6 +109,79 @@ def test_causal_lm_trains_tiny_qwen3_with_a_local_tokenizer_and_checkpoints(tmp_
     c.vocab_size = max(c.vocab_size, s["tokenizer_vocab"])
     Qwen3ForCausalLM(c).load_state_dict(state["model"])
     assert state["step"] == 6 and "state" in state["optimizer"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["qwen3-tiny", "qwen3-moe-tiny"])
+@pytest.mark.parametrize("task", ["pretrain", "lora"])
+def test_dense_and_moe_models_train_with_both_tasks(tmp_path, model, task):
+    """LoRA trains only the adapters, leaves the base weights as they were and checkpoints only
+    the adapters; MoE counts only the routed top-k experts as active."""
+    import torch
+
+    make_text_corpus(tmp_path / "shared" / "wikitext", n_words=20_000)
+    w = {"kind": "causal_lm", "dataset": "wikitext", "model_config": model, "task": task,
+         "lora_rank": 4, "device": "cpu", "precision": "fp32", "seq_len": 32, "batch_size": 2,
+         "steps": 4, "ckpt_every": 4, "tokenizer_vocab": 512, "lr": 1e-2}
+    cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
+           "workloads": {"q": w}}
+    torch.manual_seed(0)
+    assert train_from_config(cfg, "q", "shared", True, tmp_path / "work") == 0
+    s = json.loads((tmp_path / "work" / "summary.json").read_text())
+    state = torch.load(s["checkpoints"][0], map_location="cpu")
+    if model == "qwen3-moe-tiny":
+        assert s["experts"] == 8 and s["experts_per_token"] == 2
+        assert s["active_parameters"] < 0.8 * s["parameters"]
+    if task == "pretrain":
+        assert s["trained_parameters"] == s["parameters"] and not state["adapters_only"]
+        assert s["flops_per_token"] >= 6 * s["active_parameters"]
+        return
+    assert 0 < s["trained_parameters"] < 0.5 * s["parameters"]
+    assert state["adapters_only"] and state["model"]
+    assert all("lora_" in k for k in state["model"])
+    # LoRA's FLOPs: weight gradients only for the adapters
+    assert 4 * s["active_parameters"] < s["flops_per_token"] < 6 * s["active_parameters"] + 1e9
+
+
+@pytest.mark.parametrize("model", ["qwen3-tiny", "qwen3-moe-tiny"])
+def test_lora_changes_only_the_adapters(model):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from wattlife.workloads.causal_lm import _with_lora, model_config
+
+    m = _with_lora(AutoModelForCausalLM.from_config(model_config(model)), {"lora_rank": 4})
+    before = {k: v.detach().clone() for k, v in m.named_parameters()}
+    opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-2)
+    x = torch.randint(0, 2048, (2, 16))
+    for _ in range(3):
+        m(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    changed = {k for k, v in m.named_parameters() if not torch.equal(v, before[k])}
+    assert changed and all("lora_" in k for k in changed)
+    assert any("lora_B" in k for k in changed)  # B starts at zero, so it must have moved
+    targets = {k.split(".lora_")[0].rsplit(".", 1)[-1] for k in changed}
+    assert {"q_proj", "v_proj", "o_proj"} <= targets
+
+
+@pytest.mark.parametrize("name, total_b, active_b", [
+    ("qwen3-32b", 32.8, 32.0), ("llama-3.1-70b", 70.6, 69.5), ("mistral-small-24b", 23.6, 22.9),
+    ("qwen3-30b-a3b", 30.5, 3.04), ("gpt-oss-20b", 20.9, 3.61), ("deepseek-v2-lite", 15.7, 2.45)])
+def test_shipped_study_configs_have_their_public_sizes(name, total_b, active_b):
+    """Built on the meta device (no memory): total parameters as published; active = matmul
+    parameters a token passes through (routed top-k experts only, input embedding excluded)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from wattlife.workloads.causal_lm import model_config, parameter_counts
+
+    cfg = model_config(name)
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    c = parameter_counts(m, cfg)
+    assert c["parameters"] / 1e9 == pytest.approx(total_b, rel=0.01)
+    assert c["active_parameters"] / 1e9 == pytest.approx(active_b, rel=0.01)
 
 
 def test_causal_lm_config_errors_are_clear(tmp_path):

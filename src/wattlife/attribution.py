@@ -12,7 +12,8 @@ sum(phases) + unattributed = E(last reading) - E(first reading).
 
 Deconvolve. When phases are shorter than the sensor's averaging window, model reading i as
 sum_p P_p * overlap(p, [t_i - w, t_i]) / w over phase names p (exclusive time; `unattributed` is a
-name too) and solve non-negative least squares for one mean power per name. A small ridge pulls names the readings
+name too) and solve least squares for one mean power per name, bounded below by 0 and, where the trace has the
+device's `power_limit_w`, above by the larger of that limit and the highest reading. A small ridge pulls names the readings
 barely see toward the device's mean power (column `identifiability`: a name's share of the mean
 diagonal of A'A; below ~0.01 its power is mostly that prior, not a measurement). Energy of a name is
 P_p x its total exclusive time; the difference to the measured total is reported as the row
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import nnls
+from scipy.optimize import lsq_linear, nnls
 
 from .contracts import (PHASES_COLUMNS, UNATTRIBUTED, ContractError, device_kind, read_events,
                         read_trace, write_table)
@@ -49,6 +50,7 @@ class DeviceSeries:
     energy_j: np.ndarray
     power_w: np.ndarray | None  # window-average power readings, if the device has them
     source: str
+    max_power_w: float = np.inf  # upper bound of a phase's mean power in deconvolution
 
     def rel(self, t_ns: np.ndarray) -> np.ndarray:
         """Seconds-scale float times relative to the first reading (epoch ns in float64 would
@@ -68,7 +70,9 @@ def device_series(trace: pd.DataFrame) -> list[DeviceSeries]:
     out = []
     kinds = trace["device"].map(device_kind)
     sel = trace[kinds.isin(ATTRIBUTED_KINDS) & trace["metric"].isin(["power_w", "energy_j"])]
+    limits = trace[trace["metric"] == "power_limit_w"].groupby(["host", "device"])["value"].max()
     for (host, dev), g in sel.groupby(["host", "device"], sort=True):
+        limit = float(limits.get((host, dev), np.inf))
         power = g[g["metric"] == "power_w"]
         if len(power) >= 2:
             power = power.sort_values("t_ns", kind="stable").drop_duplicates("t_ns", keep="last")
@@ -76,7 +80,10 @@ def device_series(trace: pd.DataFrame) -> list[DeviceSeries]:
             p = power["value"].to_numpy(np.float64)
             e = np.concatenate([[0.0], np.cumsum(p[1:] * np.diff(t) / 1e9)])
             src = power["source"].mode().iat[0]
-            out.append(DeviceSeries(host, dev, t, e, p, src))
+            # a burst may exceed the limit (the H200's 20 ms readings reach ~1.3x it): the highest
+            # reading says how far this device went
+            bound = max(limit, float(p.max())) if np.isfinite(limit) else np.inf
+            out.append(DeviceSeries(host, dev, t, e, p, src, bound))
             continue
         energy = g[g["metric"] == "energy_j"].sort_values("t_ns", kind="stable")
         if len(energy) >= 2:
@@ -272,8 +279,12 @@ def _segment_index(tree: PhaseTree, series: DeviceSeries) -> tuple[_SegmentIndex
 SHRINK = 1e-3  # ridge weight, relative to the mean diagonal of A'A (see _nnls_normal)
 
 
-def _nnls_normal(g: np.ndarray, h: np.ndarray, prior_w: float = 0.0) -> np.ndarray:
-    """argmin ||A b - P||^2 + lam ||b - prior_w||^2, b >= 0, from G = A'A and h = A'P.
+def _nnls_normal(g: np.ndarray, h: np.ndarray, prior_w: float = 0.0,
+                 max_w: float = np.inf) -> np.ndarray:
+    """argmin ||A b - P||^2 + lam ||b - prior_w||^2, 0 <= b <= max_w, from G = A'A and h = A'P.
+
+    The upper bound (see `device_series`) keeps a collinear pair of phases (a 3 ms copy that
+    always precedes a forward pass) from trading watts without physical limit.
 
     The small ridge (lam = SHRINK x mean diagonal of G) pulls a phase that the readings barely
     see (a 0.3 ms host-to-device copy inside 20 ms windows) toward the device's mean power
@@ -282,6 +293,8 @@ def _nnls_normal(g: np.ndarray, h: np.ndarray, prior_w: float = 0.0) -> np.ndarr
     lam = SHRINK * np.trace(g) / len(g) if prior_w > 0 else 1e-12 * np.trace(g) + 1e-300
     r = np.linalg.cholesky(g + lam * np.eye(len(g))).T
     d = np.linalg.solve(r.T, h + lam * prior_w)
+    if np.isfinite(max_w):
+        return lsq_linear(r, d, bounds=(0.0, max_w), method="bvls").x
     return nnls(r, d)[0]
 
 
@@ -313,7 +326,7 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
     used = np.diag(g_all) > 0
     mean_w = float(np.mean(p))
     beta = np.zeros(k)
-    beta[used] = _nnls_normal(g_all[np.ix_(used, used)], h_all[used], mean_w)
+    beta[used] = _nnls_normal(g_all[np.ix_(used, used)], h_all[used], mean_w, series.max_power_w)
     rng = np.random.default_rng(seed)
     boots = np.zeros((n_boot, k))
     for r in range(n_boot):
@@ -321,7 +334,7 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
         gb = np.tensordot(wts, g_blocks, axes=1)
         hb = np.tensordot(wts, h_blocks, axes=1)
         ok = used & (np.diag(gb) > 0)
-        boots[r, ok] = _nnls_normal(gb[np.ix_(ok, ok)], hb[ok], mean_w)
+        boots[r, ok] = _nnls_normal(gb[np.ix_(ok, ok)], hb[ok], mean_w, series.max_power_w)
     lo, hi = np.percentile(boots, [2.5, 97.5], axis=0)
     # how well the readings see each name: its share of the mean diagonal of A'A
     seen = np.diag(g_all) / max(np.trace(g_all) / k, 1e-300)
@@ -358,7 +371,7 @@ def estimate_window(series: DeviceSeries, tree: PhaseTree,
     """The averaging window (s) among `factors` x spacing whose deconvolution fits best."""
     n = min(len(series.t_ns), max_readings)
     sub = DeviceSeries(series.host, series.device, series.t_ns[:n], series.energy_j[:n],
-                       series.power_w[:n], series.source)
+                       series.power_w[:n], series.source, series.max_power_w)
     index = _segment_index(tree, series)[0]
     best, best_rss = series.spacing_s, np.inf
     for f in factors:

@@ -1,23 +1,33 @@
-"""Qwen3 causal language model on a WikiText-style corpus, every lifecycle phase marked.
+"""Causal language model on a WikiText-style corpus, every lifecycle phase marked.
 
-transformers `Qwen3ForCausalLM` from a config (`config/models/<name>.json` or a path): pretrained
-weights from `pretrained` when that folder exists, random init otherwise. Tokenizer from the
-pretrained folder, else a byte-level BPE trained here with `tokenizers` on the training split (no
-hub needed). Text is tokenised once, concatenated with EOS and packed into `seq_len + 1` blocks.
-bf16 parameters, fused AdamW (on GPU), SDPA attention. Under torchrun with `fsdp: true` the model is
-sharded (FSDP full shard, one unit per decoder layer) and, with `activation_checkpointing`, the
-decoder layers recompute their activations; otherwise DDP. `grad_sync: explicit` all-reduces
-gradients after backward as its own phase (DDP only; FSDP's reduce-scatter stays inside backward).
+Any Hugging Face causal-LM config (`config/models/<name>.json` or a path; `model_type` picks the
+architecture: Qwen3, Qwen3-MoE, Llama, Mistral, gpt-oss, DeepSeek-V2, ...): pretrained weights from
+`pretrained` when that folder exists, random init otherwise. Tokenizer from the pretrained folder,
+else a byte-level BPE trained here with `tokenizers` on the training split (no hub needed). Text is
+tokenised once, concatenated with EOS and packed into `seq_len` blocks. bf16 parameters, fused
+AdamW (on GPU), SDPA attention where the architecture has it.
 
-MFU = achieved model FLOP/s / peak: FLOPs per token = 6 N (N = non-embedding parameters) +
-12 L d s (attention scores, L layers, d hidden size, s sequence length), the usual accounting;
-peak bf16 dense per GPU from `peak_tflops` or the GPU's name (H100/H200 989, A100 312 TFLOP/s).
+Task `pretrain` trains every parameter; `lora` freezes the base model and trains PEFT LoRA adapters
+(rank `lora_rank`, default 32) on the attention and MLP projections; its checkpoints hold only the
+adapters and their optimizer state. Under torchrun with `fsdp: true` the model is sharded (FSDP
+full shard, one unit per decoder layer) and, with `activation_checkpointing`, the decoder layers
+recompute their activations; otherwise DDP. `grad_sync: explicit` all-reduces gradients after
+backward as its own phase (DDP only; FSDP's reduce-scatter stays inside backward).
+
+MFU = achieved model FLOP/s / peak. Per token: 2 N_active (forward) + 2 N_active (backward, input
+gradients) + 2 N_trained (backward, weight gradients) + 12 L s H_attn (attention scores and values,
+forward and backward), where N_active counts the matmul parameters a token goes through (the output
+projection included, the input embedding lookup not; for MoE only the routed top-k experts), and
+N_trained the active ones that are trained (all of them for `pretrain`: the usual 6 N; the adapters
+for `lora`). Peak bf16 dense per GPU from `peak_tflops` or the GPU's name (H100/H200 989, A100 312
+TFLOP/s).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +39,8 @@ PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
 
 
 def model_config(name_or_path: str):
-    from transformers import Qwen3Config
+    """A transformers config from a shipped name or a config.json path (its `model_type` decides)."""
+    from transformers import AutoConfig
 
     p = Path(name_or_path)
     if not p.exists():
@@ -38,7 +49,49 @@ def model_config(name_or_path: str):
         raise FileNotFoundError(f"model config {name_or_path!r} not found (a path, or a name under "
                                 f"{MODELS_DIR}: {sorted(x.stem for x in MODELS_DIR.glob('*.json'))})")
     d = {k: v for k, v in json.loads(p.read_text()).items() if not k.startswith("_")}
-    return Qwen3Config(**d)
+    if "model_type" not in d:
+        raise ValueError(f"{p}: a model config needs 'model_type' (e.g. qwen3, qwen3_moe, llama)")
+    return AutoConfig.for_model(d.pop("model_type"), **d)
+
+
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k_experts")
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
+
+
+def _first(cfg, keys: tuple[str, ...]) -> int | None:
+    for k in keys:
+        v = getattr(cfg, k, None)
+        if v:
+            return int(v)
+    return None
+
+
+def parameter_counts(model, cfg) -> dict[str, int]:
+    """Total, trained, and active (per token) matmul parameters; see the module docstring.
+
+    Routed experts live under `.experts.` in transformers' MoE models (shared experts under
+    `shared_expert(s)`, which every token uses); a token uses top_k / n_experts of them."""
+    n_experts, top_k = _first(cfg, EXPERT_COUNT_KEYS), _first(cfg, TOP_K_KEYS)
+    frac = top_k / n_experts if n_experts and top_k else 1.0
+    emb_in = model.get_input_embeddings().weight
+    out = model.get_output_embeddings()
+    tied = out is not None and out.weight is emb_in
+    total = trained = 0
+    active = trained_active = 0.0
+    for name, prm in model.named_parameters():
+        n = prm.numel()
+        total += n
+        trained += n if prm.requires_grad else 0
+        if prm is emb_in and not tied:
+            continue  # the input lookup is no matmul
+        f = frac if ".experts." in f".{name}" else 1.0
+        active += n * f
+        trained_active += n * f if prm.requires_grad else 0
+    return {"parameters": total, "trained_parameters": trained, "active_parameters": int(active),
+            "trained_active_parameters": int(trained_active), "experts": n_experts or 0,
+            "experts_per_token": top_k or 0}
 
 
 def load_tokenizer(pretrained: Path | None, train_file: Path, vocab_size: int, cache_dir: Path):
@@ -79,8 +132,23 @@ def pack(tokenizer, text_file: Path, seq_len: int):
     return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
 
 
-def flops_per_token(cfg, n_params_non_embedding: int, seq_len: int) -> float:
-    return 6.0 * n_params_non_embedding + 12.0 * cfg.num_hidden_layers * cfg.hidden_size * seq_len
+def attention_flops_per_token(cfg, seq_len: int) -> float:
+    """Scores and values, forward and backward, summed over layers (sliding-window layers see at
+    most their window; MLA's query/key and value head sizes may differ)."""
+    heads = cfg.num_attention_heads
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    qk = (getattr(cfg, "qk_nope_head_dim", 0) or 0) + (getattr(cfg, "qk_rope_head_dim", 0) or 0) or hd
+    v = getattr(cfg, "v_head_dim", None) or hd
+    window = getattr(cfg, "sliding_window", None)
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    s_eff = [min(seq_len, window) if (t == "sliding_attention" and window) else seq_len for t in types]
+    return float(sum(6.0 * s * heads * (qk + v) for s in s_eff))
+
+
+def flops_per_token(cfg, counts: dict[str, int], seq_len: int) -> float:
+    """Model FLOPs per trained token (see the module docstring)."""
+    return (4.0 * counts["active_parameters"] + 2.0 * counts["trained_active_parameters"]
+            + attention_flops_per_token(cfg, seq_len))
 
 
 def peak_flops(device, w: dict[str, Any]) -> float | None:
@@ -111,6 +179,10 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
     pretrained = Path(w["pretrained"]) if w.get("pretrained") else None
 
     cfg = model_config(w.get("model_config", "qwen3-tiny"))
+    for k, v in (w.get("model_overrides") or {}).items():  # e.g. fewer layers to fit one GPU
+        if not hasattr(cfg, k):
+            raise ValueError(f"model_overrides.{k}: {cfg.model_type} configs have no such field")
+        setattr(cfg, k, v)
     with phase("tokenize"):  # load (or train) the tokenizer, then tokenise and pack the corpus
         tok = load_tokenizer(pretrained if pretrained and pretrained.exists() else None, train_file,
                              min(cfg.vocab_size, int(w.get("tokenizer_vocab", 8192))),
@@ -118,25 +190,27 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
         blocks = pack(tok, train_file, seq)
         val_blocks = pack(tok, val_file, seq) if val_file.exists() else blocks[:2]
 
+    task = w.get("task", "pretrain")
     with phase("model_load"):
         cfg.vocab_size = max(cfg.vocab_size, len(tok))
         cfg.use_cache = False
-        from transformers import Qwen3ForCausalLM
+        from transformers import AutoModelForCausalLM
 
         dtype = torch.bfloat16 if bf16 else torch.float32
         if pretrained is not None and (pretrained / "config.json").exists():
-            model = Qwen3ForCausalLM.from_pretrained(str(pretrained), torch_dtype=dtype,
-                                                     attn_implementation="sdpa")
+            model = AutoModelForCausalLM.from_pretrained(str(pretrained), dtype=dtype,
+                                                         attn_implementation=_attn(cfg))
             source = f"pretrained:{pretrained}"
         else:
-            cfg._attn_implementation = "sdpa"
+            cfg._attn_implementation = _attn(cfg)
             with torch.device(device):
-                model = Qwen3ForCausalLM(cfg).to(dtype)
+                model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
             source = "random-init"
-        n_total = sum(p.numel() for p in model.parameters())
-        n_embed = model.get_input_embeddings().weight.numel()
         if w.get("activation_checkpointing"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if task == "lora":
+            model = _with_lora(model, w)
+        counts = parameter_counts(model, cfg)
         model = model.to(device)
         fsdp = dist.world > 1 and w.get("fsdp", False)
         if fsdp:
@@ -145,11 +219,12 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
             from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
             from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-            from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
+            layers = {type(m) for m in model.modules()
+                      if type(m).__name__ in set(getattr(_base(model), "_no_split_modules", None) or [])}
             model = FSDP(model, sharding_strategy=ShardingStrategy.FULL_SHARD,
                          auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
-                                                            transformer_layer_cls={Qwen3DecoderLayer}),
+                                                            transformer_layer_cls=layers),
                          mixed_precision=MixedPrecision(param_dtype=dtype, reduce_dtype=dtype),
                          device_id=device if device.type == "cuda" else None, use_orig_params=True)
         elif dist.world > 1:
@@ -158,7 +233,9 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
             model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         if w.get("compile"):
             model = torch.compile(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=w.get("lr", 3e-4), weight_decay=0.1,
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                lr=w.get("lr", 3e-4 if task == "pretrain" else 1e-4),
+                                weight_decay=0.1 if task == "pretrain" else 0.0,
                                 fused=device.type == "cuda")
 
     sampler = None
@@ -178,14 +255,20 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
     ckpt_every, val_every = int(w.get("ckpt_every", 0)), int(w.get("val_every", 0))
     ckpt_dir = checkpoint_dir(ckpt_root, workdir)
     steps, epoch, it = int(w["steps"]), 0, iter(loader)
-    fpt = flops_per_token(cfg, n_total - n_embed, seq)
+    fpt = flops_per_token(cfg, counts, seq)
     peak = peak_flops(device, w)
     model.train()
     from tqdm import tqdm
 
     bar = tqdm(total=steps, desc="train", unit="step", disable=dist.rank != 0, mininterval=2)
     summary.restart_clock()
-    for i in range(steps):
+    # the PFI study's protocol: a fixed run length, one evaluation and one checkpoint at set times
+    duration = float(w.get("duration_s", 0) or 0)
+    eval_at, ckpt_at = w.get("eval_at_s"), w.get("ckpt_at_s")
+    timed = bool(duration) or eval_at is not None or ckpt_at is not None
+    t_start = time.monotonic()
+    i, stop = 0, False
+    while not stop:
         with step(items=bs * seq):
             with phase("data_load"):
                 try:
@@ -203,21 +286,32 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
             backward_and_step(model, loss, opt, explicit_sync, dist.world)
         summary.add_step(bs * seq)
         bar.update(1)
-        if val_every and (i + 1) % val_every == 0:
+        i += 1
+        elapsed = time.monotonic() - t_start
+        do_eval = (elapsed >= eval_at) if eval_at is not None else bool(val_every and i % val_every == 0)
+        do_ckpt = checkpoint and ((elapsed >= ckpt_at) if ckpt_at is not None
+                                  else bool(ckpt_every and i % ckpt_every == 0))
+        stop = i >= steps or (bool(duration) and elapsed >= duration)
+        if timed and dist.world > 1:  # ranks' clocks differ: all act on the same decision
+            stop, do_eval, do_ckpt = _agree((stop, do_eval, do_ckpt), device)
+        if do_eval:
+            eval_at = float("inf") if eval_at is not None else None
             with phase("validation"):
                 summary.val_acc = _val_loss(model, val_blocks, bs, device, w.get("val_steps", 2))
             model.train()
-        if checkpoint and ckpt_every and (i + 1) % ckpt_every == 0:
+        if do_ckpt:
+            ckpt_at = float("inf") if ckpt_at is not None else None
             with phase("checkpoint"):
-                _save(model, opt, ckpt_dir, i + 1, dist, fsdp)
+                _save(model, opt, ckpt_dir, i, dist, fsdp, task == "lora")
                 summary.checkpoints.append(str(ckpt_dir / "model.pt"))
     bar.close()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     summary.last_loss = float(loss.detach())
     thr = summary.throughput()
-    extra = {"model_source": source, "parameters": n_total, "non_embedding_parameters": n_total - n_embed,
+    extra = {"model_source": source, "model_type": cfg.model_type, "task": task, **counts,
              "flops_per_token": fpt, "seq_len": seq, "tokenizer_vocab": len(tok),
+             "tflops_per_gpu": thr * fpt / dist.world / 1e12 if thr else None,
              "mfu": (thr * fpt / (peak * dist.world)) if thr and peak else None,
              "peak_flops_per_gpu": peak, "val_metric": "mean cross-entropy loss",
              "epochs_started": epoch + 1}
@@ -237,8 +331,46 @@ def _val_loss(model, blocks, bs: int, device, max_steps: int) -> float:
     return sum(losses) / max(len(losses), 1)
 
 
-def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool) -> None:
-    """Model and optimizer state; FSDP gathers a full state dict to rank 0."""
+def _agree(flags: tuple[bool, ...], device) -> tuple[bool, ...]:
+    """Logical OR of each flag over all ranks."""
+    import torch
+    import torch.distributed as tdist
+
+    t = torch.tensor([float(f) for f in flags], device=device)
+    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+    return tuple(bool(x) for x in t.tolist())
+
+
+def _attn(cfg) -> str:
+    """SDPA where the architecture supports it (gpt-oss's attention sinks need eager)."""
+    return "eager" if cfg.model_type in ("gpt_oss",) else "sdpa"
+
+
+def _base(model):
+    """The transformers model under PEFT/DDP/compile wrappers."""
+    inner = getattr(model, "_orig_mod", model)
+    inner = getattr(inner, "module", inner)
+    return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+
+
+def _with_lora(model, w: dict[str, Any]):
+    """Freeze the base model; LoRA adapters on the attention and MLP projections it has."""
+    from peft import LoraConfig, get_peft_model
+
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    targets = w.get("lora_targets") or [t for t in LORA_TARGETS if t in names]
+    if not targets:
+        raise ValueError(f"{type(model).__name__}: none of the LoRA target modules {LORA_TARGETS} "
+                         "exists; set workloads.<name>.lora_targets")
+    r = int(w.get("lora_rank", 32))
+    return get_peft_model(model, LoraConfig(r=r, lora_alpha=int(w.get("lora_alpha", 2 * r)),
+                                            lora_dropout=0.0, target_modules=list(targets),
+                                            task_type="CAUSAL_LM"))
+
+
+def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_only: bool = False) -> None:
+    """Model (or, for LoRA, only the adapters) and optimizer state; FSDP gathers a full state dict
+    to rank 0."""
     import torch
 
     if fsdp:
@@ -247,12 +379,22 @@ def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool) -> None:
 
         with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT,
                                   FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
-            state = {"model": model.state_dict(),
-                     "optimizer": FSDP.optim_state_dict(model, opt), "step": step_no}
+            weights = model.state_dict()
+            if adapters_only:
+                weights = {k: v for k, v in weights.items() if "lora_" in k}
+            state = {"model": weights, "optimizer": FSDP.optim_state_dict(model, opt),
+                     "step": step_no, "adapters_only": adapters_only}
     else:
-        inner = model.module if hasattr(model, "module") else model
-        inner = getattr(inner, "_orig_mod", inner)
-        state = {"model": inner.state_dict(), "optimizer": opt.state_dict(), "step": step_no}
+        inner = getattr(model, "_orig_mod", model)
+        inner = inner.module if hasattr(inner, "module") else inner
+        if adapters_only:
+            from peft import get_peft_model_state_dict
+
+            weights = get_peft_model_state_dict(inner)
+        else:
+            weights = inner.state_dict()
+        state = {"model": weights, "optimizer": opt.state_dict(), "step": step_no,
+                 "adapters_only": adapters_only}
     if dist.rank == 0:
         tmp = ckpt_dir / "model.pt.tmp"
         torch.save(state, tmp)
