@@ -361,6 +361,15 @@ def draw_reference(ref_root: str | Path, out: str | Path) -> list[Path]:
         made += fig_h200_sampler(h200 / "sampler", out / "h200_sampler")
     if (h200 / "attribution" / "attribution_comparison.csv").exists():
         made += fig_h200_attribution(h200 / "attribution", out / "h200_attribution")
+    cells = sorted((h200 / "execution" / "cells").glob("*/phases.csv"))
+    if cells:
+        from .analysis.aggregate import write_phase_tables
+
+        tables = out / "h200_execution_tables"
+        write_phase_tables(cells, tables)
+        summary = pd.read_csv(tables / "phase_summary.csv")
+        made += fig_phase_energy(summary, out / "h200_fig1_phase_energy_time")
+        made += fig_device_share(pd.read_csv(tables / "device_share.csv"), out / "h200_fig2_device_share")
     a100 = ref_root / "a100-emerald" / "dvfs_sweep.csv"
     if a100.exists():
         curves = load_curves(a100)

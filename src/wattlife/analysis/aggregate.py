@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,15 +14,22 @@ from ..attribution import RESIDUAL
 CELL_KEYS = ["workload", "storage", "checkpoint", "repeat"]
 
 
+CELL_DIR = re.compile(r"^(?P<workload>.+)-(?P<storage>shared|local)-ckpt(?P<checkpoint>on|off)$")
+
+
 def collect_phases(phase_files: list[str | Path]) -> pd.DataFrame:
-    """All cells' phases rows, with the cell's keys (from meta.json) and the run's throughput."""
+    """All cells' phases rows, with the cell's keys (from meta.json, or else from a folder named
+    `<workload>-<storage>-ckpt<on|off>` as the benchmarks write them) and the run's throughput."""
     frames = []
     for f in phase_files:
         f = Path(f)
         df = pd.read_csv(f)
         meta_p, summ_p = f.with_name("meta.json"), f.with_name("work") / "summary.json"
         meta = json.loads(meta_p.read_text()) if meta_p.exists() else {}
-        cell = meta.get("cell", {})
+        cell = meta.get("cell") or {}
+        named = CELL_DIR.match(f.parent.name)
+        if not cell and named:
+            cell = {**named.groupdict(), "repeat": 1}
         for k in CELL_KEYS:
             df[k] = cell.get(k, "")
         df["gpu_model"] = meta.get("gpu_model") or ""

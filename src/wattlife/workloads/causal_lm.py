@@ -299,11 +299,13 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
             with phase("validation"):
                 summary.val_acc = _val_loss(model, val_blocks, bs, device, w.get("val_steps", 2))
             model.train()
+            summary.end_pause()
         if do_ckpt:
             ckpt_at = float("inf") if ckpt_at is not None else None
             with phase("checkpoint"):
                 _save(model, opt, ckpt_dir, i, dist, fsdp, task == "lora")
                 summary.checkpoints.append(str(ckpt_dir / "model.pt"))
+            summary.end_pause()
     bar.close()
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -96,7 +96,7 @@ class Summary:
         self.checkpoints: list[str] = []
         self.val_acc: float | None = None
         self.last_loss: float | None = None
-        self._t = time.perf_counter()
+        self._t = self._loop_t0 = time.perf_counter()
 
     def add_step(self, items: float) -> None:
         now = time.perf_counter()
@@ -105,6 +105,12 @@ class Summary:
         self._t = now
 
     def restart_clock(self) -> None:
+        """Start of the training loop (and of the window throughput)."""
+        self._t = self._loop_t0 = time.perf_counter()
+
+    def end_pause(self) -> None:
+        """After a validation or checkpoint: the next step's time starts now, so per-step
+        throughput excludes the pause; the window throughput keeps it."""
         self._t = time.perf_counter()
 
     def throughput(self, warmup: int = 3) -> float | None:
@@ -114,7 +120,10 @@ class Summary:
 
     def write(self, unit: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         doc = {"steps": len(self.step_s), "throughput": self.throughput(),
-               "throughput_unit": f"{unit}/s (all ranks)", "median_step_s":
+               "throughput_unit": f"{unit}/s (all ranks)",
+               "throughput_window": sum(self.items) * self.dist.world / (time.perf_counter() - self._loop_t0)
+               if self.items else None,
+               "median_step_s":
                statistics.median(self.step_s) if self.step_s else None,
                "skipped_items": self.skipped, "checkpoints": sorted(set(self.checkpoints)),
                "val_accuracy": self.val_acc, "last_loss": self.last_loss,

@@ -144,6 +144,7 @@ def train_image(w: dict[str, Any], data_root: Path, storage: str, local_root: Pa
             with phase("validation"):
                 summary.val_acc = _validate(model, val_loader, device, amp, w.get("val_steps", 0))
             model.train()
+            summary.end_pause()
         if checkpoint and ckpt_every and (i + 1) % ckpt_every == 0 and dist.rank == 0:
             with phase("checkpoint"):
                 state = {"model": (model.module if dist.world > 1 else model).state_dict(),
@@ -152,6 +153,7 @@ def train_image(w: dict[str, Any], data_root: Path, storage: str, local_root: Pa
                 torch.save(state, tmp)
                 os.replace(tmp, ckpt_path)
                 summary.checkpoints.append(str(ckpt_path))
+            summary.end_pause()
     bar.close()
     summary.last_loss = float(loss.detach()) if loss is not None else None
     summary.write(unit="images", extra={"epochs_started": epoch + 1, "classes": n_classes})
