@@ -23,6 +23,7 @@ include: "rules/data.smk"
 include: "rules/execute.smk"
 include: "rules/attribute.smk"
 include: "rules/powercap.smk"
+include: "rules/prepare.smk"
 include: "rules/report.smk"
 
 

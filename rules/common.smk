@@ -1,6 +1,7 @@
 # Helpers shared by the rules: the matrix of cells and the run's output paths.
 import json
 import os
+import re
 
 RES = config["results_dir"]
 EXE = config["execution"]
@@ -12,6 +13,32 @@ wildcard_constraints:
     storage="shared|local",
     checkpoint="on|off",
     repeat="[0-9]+",
+
+
+# preparation / post-execution (rules/prepare.smk)
+PREP = config.get("prepare", {})
+CATALOGUE = {e["name"]: e for e in PREP.get("catalogue", [])}
+XFER = f"{RES}/transfers/{{artefact}}"
+SERVED = f"{RES}/prepare/served"
+UPLOAD = PREP.get("upload", {})
+
+
+def transfer_names():
+    return list(CATALOGUE) + (["upload"] if UPLOAD.get("cell") else [])
+
+
+def fetch_args(wc, input):
+    """The client and its arguments for one catalogue entry."""
+    e = CATALOGUE[wc.artefact]
+    if e["source"] == "generated":
+        sha = json.loads(open(input.manifest).read())[wc.artefact]["sha256"]
+        rate = PREP.get("loopback", {}).get("rate_mbps")
+        return (f"--url /{wc.artefact}.bin --serve-dir {os.path.dirname(input.manifest)} --sha256 {sha}"
+                + (f" --rate-mbps {rate}" if rate else ""))
+    flag = {"hf": "--hf", "kaggle": "--kaggle", "http": "--url", "path": "--path"}[e["source"]]
+    extra = f" --sha256 {e['sha256']}" if e.get("sha256") else ""
+    extra += f" --revision {e['revision']}" if e.get("revision") else ""
+    return f"{flag} {e['id']}{extra}"
 
 
 def cells():
@@ -33,15 +60,35 @@ def dataset_dir(workload):
     return os.path.join(config["storage"]["shared"], config["workloads"][workload]["dataset"])
 
 
+def dataset_input(workload):
+    """The dataset folder as an input where a rule makes it (the demo's generated data); a
+    dataset prepared outside the workflow is checked by the workload itself (a clear error)."""
+    made = {d.get("name") for d in config.get("data", {}).values() if isinstance(d, dict)}
+    return dataset_dir(workload) if config["workloads"][workload]["dataset"] in made else []
+
+
+def pfi_run():
+    """A config with `pfi_matrix` is a PFI run: its targets are the sweeps and what follows them."""
+    return bool(config.get("pfi_matrix", {}).get("cells"))
+
+
 def figure_targets():
+    if pfi_run():
+        return [f"{RES}/figures/{f}.png" for f in ("fig6_power_throughput", "fig7_pfi", "fig8_allocation")]
     figs = ["fig1_phase_energy_time", "fig2_device_share", "fig3_storage_checkpoint"]
+    if config.get("prepare", {}).get("catalogue"):
+        figs += ["fig4_download_size", "fig5_staging_breakeven"]
     if config.get("powercap", {}).get("jobs"):
         figs += ["fig6_power_throughput", "fig7_pfi", "fig8_allocation"]
     return [f"{RES}/figures/{f}.png" for f in figs]
 
 
 def all_targets():
+    if pfi_run():
+        return figure_targets() + [f"{RES}/tables/{t}.csv" for t in ("pfi", "predictor", "allocation_summary")]
     out = figure_targets() + [f"{RES}/tables/phase_summary.csv"]
     if config.get("powercap", {}).get("jobs"):
         out += [f"{RES}/tables/pfi.csv", f"{RES}/tables/predictor.csv"]
+    if config.get("prepare", {}).get("catalogue"):
+        out += [f"{RES}/tables/download_fit.csv", f"{RES}/tables/facility_cache.csv"]
     return out

@@ -4,7 +4,7 @@
 rule execute:
     input:
         config=f"{RES}/config.yaml",
-        data=lambda wc: dataset_dir(wc.workload),
+        data=lambda wc: dataset_input(wc.workload),
     output:
         trace=f"{CELL}/trace.csv",
         events=f"{CELL}/events.csv",

@@ -1,17 +1,54 @@
 # Power elasticity: cap sweeps -> curves -> PFI -> predictor -> allocation simulation.
 
 
-rule powercap_sweep:
-    input:
-        config=f"{RES}/config.yaml",
-    output:
-        f"{RES}/tables/curves.csv",
-    log:
-        f"{RES}/logs/powercap_sweep.log",
-    conda:
-        "../envs/wattlife.yaml"
-    shell:
-        "wattlife sweep --config {input.config} -o {output} > {log} 2>&1"
+PFI_CELLS = config.get("pfi_matrix", {}).get("cells", {})
+
+if PFI_CELLS:  # the PFI study's matrix: one sweep job per cell, on that cell's GPUs
+
+    rule pfi_cell_sweep:
+        input:
+            config=f"{RES}/config.yaml",
+        output:
+            f"{RES}/pfi/{{pcell}}/curves.csv",
+        log:
+            f"{RES}/pfi/{{pcell}}/sweep.log",
+        wildcard_constraints:
+            pcell="|".join(map(re.escape, PFI_CELLS)),
+        conda:
+            "../envs/wattlife.yaml"
+        threads: 256  # a whole node: nothing else may share the GPUs while caps change
+        resources:
+            gpus=lambda wc: PFI_CELLS[wc.pcell]["gpus"],
+            nodes=lambda wc: -(-PFI_CELLS[wc.pcell]["gpus"] // 8),
+            runtime=lambda wc: 60 + 8 * int(config["pfi_matrix"].get("duration_s", 1800)) // 60,
+        shell:
+            "wattlife pfi-sweep --config {input.config} --cell {wildcards.pcell} -o {output} > {log} 2>&1"
+
+    rule pfi_curves:
+        input:
+            expand(f"{RES}/pfi/{{pcell}}/curves.csv", pcell=PFI_CELLS),
+        output:
+            f"{RES}/tables/curves.csv",
+        log:
+            f"{RES}/logs/pfi_curves.log",
+        conda:
+            "../envs/wattlife.yaml"
+        shell:
+            "wattlife aggregate-curves {input} -o {output} > {log} 2>&1"
+
+else:
+
+    rule powercap_sweep:
+        input:
+            config=f"{RES}/config.yaml",
+        output:
+            f"{RES}/tables/curves.csv",
+        log:
+            f"{RES}/logs/powercap_sweep.log",
+        conda:
+            "../envs/wattlife.yaml"
+        shell:
+            "wattlife sweep --config {input.config} -o {output} > {log} 2>&1"
 
 
 rule pfi:

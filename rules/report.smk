@@ -3,9 +3,11 @@
 
 rule figures:
     input:
-        summary=f"{RES}/tables/phase_summary.csv",
-        share=f"{RES}/tables/device_share.csv",
-        deltas=f"{RES}/tables/storage_checkpoint.csv",
+        phases=lambda wc: (
+            []
+            if pfi_run()
+            else [os.path.join(RES, "tables", t) for t in ("phase_summary.csv", "device_share.csv", "storage_checkpoint.csv")]
+        ),
         elasticity=lambda wc: (
             [
                 os.path.join(RES, "tables", t)
@@ -14,11 +16,21 @@ rule figures:
             if config.get("powercap", {}).get("jobs")
             else []
         ),
+        prepare=lambda wc: (
+            [
+                os.path.join(RES, "tables", t)
+                for t in ("downloads.csv", "download_fit.csv", "staging_breakeven.csv")
+            ]
+            if config.get("prepare", {}).get("catalogue") and not pfi_run()
+            else []
+        ),
     output:
         [
             report(path, caption=f"../report/{os.path.basename(path).split('_')[0]}.rst", category="figures")
             for path in figure_targets()
         ],
+    params:
+        tables=lambda wc, input: os.path.join(RES, "tables"),
     log:
         f"{RES}/logs/figures.log",
     conda:

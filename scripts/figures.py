@@ -7,7 +7,7 @@ import os
 from wattlife.figures import draw_all
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's `script:` directive
-made = draw_all(os.path.dirname(snakemake.input.summary), os.path.dirname(snakemake.output[0]))
+made = draw_all(snakemake.params.tables, os.path.dirname(snakemake.output[0]))
 missing = [p for p in snakemake.output if p not in {str(m) for m in made}]
 if missing:
     raise RuntimeError(f"figures not drawn (their tables are missing?): {missing}")

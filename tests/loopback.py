@@ -1,7 +1,6 @@
-"""A real HTTP server on 127.0.0.1 serving generated files, for the download tests.
-
-Supports Range requests, an optional rate limit (bytes/s, so transfers are network-bound), and
-failure injection: reset the connection after N bytes of the first response of a path."""
+"""Real HTTP servers on 127.0.0.1 for the download tests: the package's `ArtefactServer` (plain
+files: Range, rate limit, connection resets, PUT) and `HubServer` (the Hub routes that
+`snapshot_download` uses)."""
 
 from __future__ import annotations
 
@@ -9,71 +8,18 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from wattlife.prepare.serve import ArtefactServer
 
-class LoopbackServer:
-    def __init__(self, files: dict[str, bytes], rate_bps: float | None = None,
-                 reset_after: dict[str, int] | None = None) -> None:
-        self.files, self.rate, self.reset_after = files, rate_bps, dict(reset_after or {})
-        self.requests: list[tuple[str, str | None]] = []
-        outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):  # quiet
-                pass
-
-            def do_GET(self):
-                path = self.path.split("?")[0]
-                outer.requests.append((path, self.headers.get("Range")))
-                body = outer.files.get(path)
-                if body is None:
-                    self.send_error(404, "Not Found")
-                    return
-                start = 0
-                rng = self.headers.get("Range")
-                if rng and rng.startswith("bytes="):
-                    start = int(rng[6:].split("-")[0] or 0)
-                    if start >= len(body):
-                        self.send_error(416, "Range Not Satisfiable")
-                        return
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-                else:
-                    self.send_response(200)
-                self.send_header("Content-Length", str(len(body) - start))
-                self.end_headers()
-                cut = outer.reset_after.pop(path, None)
-                data = body[start:]
-                step = 64 * 1024
-                sent = 0
-                for i in range(0, len(data), step):
-                    chunk = data[i:i + step]
-                    if cut is not None and sent + len(chunk) > cut:
-                        self.wfile.write(chunk[: cut - sent])
-                        self.wfile.flush()
-                        self.connection.close()  # connection reset mid-file
-                        return
-                    self.wfile.write(chunk)
-                    sent += len(chunk)
-                    if outer.rate:
-                        time.sleep(len(chunk) / outer.rate)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> "LoopbackServer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *a) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+LoopbackServer = ArtefactServer  # the package's server: Range, rate limit, resets, PUT
 
 
 class HubServer:
     """The subset of the Hugging Face Hub's HTTP interface that `snapshot_download` uses:
     revision info, recursive tree listing, and file resolve (HEAD and GET) for models and
-    datasets, served from generated files on 127.0.0.1."""
+    datasets, served from generated files on 127.0.0.1; and what `HfApi.upload_folder` uses:
+    repository creation, preupload (every file `regular`, i.e. inline) and the NDJSON commit,
+    whose files land in `repos`."""
 
     SHA = "0123456789abcdef0123456789abcdef01234567"
 
@@ -132,6 +78,38 @@ class HubServer:
                     return self._send(200, body, {"ETag": f'"{oid(body)}"',
                                                   "X-Repo-Commit": outer.SHA}, head)
                 self._send(404, b"no route", {}, head)
+
+            def do_POST(self):
+                import base64
+
+                path = self.path.split("?")[0]
+                outer.requests.append(f"POST {path}")
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                js = {"Content-Type": "application/json"}
+                if path == "/api/repos/create":
+                    req = json.loads(body)
+                    rid = f"{req['organization']}/{req['name']}" if req.get("organization") else req["name"]
+                    outer.repos.setdefault((req.get("type") or "model", rid), {})
+                    return self._send(200, json.dumps({"url": f"{outer.url}/{rid}"}).encode(), js, False)
+                m = re.fullmatch(r"/api/(models|datasets)/(.+?)/(preupload|commit)/([^/]+)", path)
+                if not m:
+                    return self._send(404, b"no route", {}, False)
+                repo = outer.repos.get((m.group(1)[:-1], m.group(2)))
+                if repo is None:
+                    return self._send(404, b'{"error":"Repository not found"}',
+                                      {"X-Error-Code": "RepoNotFound", **js}, False)
+                if m.group(3) == "preupload":
+                    files = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
+                             for f in json.loads(body)["files"]]
+                    return self._send(200, json.dumps({"files": files}).encode(), js, False)
+                for line in body.decode().splitlines():
+                    op = json.loads(line)
+                    if op["key"] == "file":
+                        v = op["value"]
+                        repo[v["path"]] = base64.b64decode(v["content"])
+                doc = {"commitUrl": f"{outer.url}/{m.group(2)}/commit/{outer.SHA}",
+                       "commitOid": outer.SHA, "pullRequestUrl": None}
+                return self._send(200, json.dumps(doc).encode(), js, False)
 
             def do_GET(self):
                 self._route(head=False)

@@ -24,6 +24,8 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path):
     cfg["data"]["text"]["words"] = 10_000
     cfg["analysis"].update(allocation_workloads=5, allocation_jobs=6, pfi_mc=50)
     cfg["sampler"]["idle_baseline_s"] = 0.3
+    for e, size in zip(cfg["prepare"]["catalogue"], (1e6, 3e6, 6e6, 2e6, 4e6)):
+        e["size_bytes"] = int(size)
     p = tmp_path / "config.yaml"
     p.write_text(yaml.safe_dump(cfg))
     out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/local",
@@ -32,7 +34,8 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     res = tmp_path / "res"
     for f in ("fig1_phase_energy_time", "fig2_device_share", "fig3_storage_checkpoint",
-              "fig6_power_throughput", "fig7_pfi", "fig8_allocation"):
+              "fig4_download_size", "fig5_staging_breakeven", "fig6_power_throughput", "fig7_pfi",
+              "fig8_allocation"):
         assert (res / "figures" / f"{f}.png").stat().st_size > 10_000, f
         assert (res / "figures" / f"{f}.pdf").exists()
     ph = pd.read_csv(res / "tables" / "phases.csv")
@@ -43,18 +46,25 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path):
     assert "stage_copy" in set(ph.loc[ph["storage"] == "local", "phase"])
     assert "stage_copy" not in set(ph.loc[ph["storage"] == "shared", "phase"])
     assert "checkpoint" not in set(ph.loc[ph["checkpoint"] == "off", "phase"])
+    dl = pd.read_csv(res / "tables" / "downloads.csv")  # 5 downloads over loopback + 1 upload
+    assert len(dl.drop_duplicates("artefact")) == 6 and set(dl["server"]) == {"loopback"}
+    assert set(dl["direction"]) == {"download", "upload"} and (dl["net_recv_bytes"] >= dl["bytes"]).all()
+    assert set(dl.loc[dl["device_kind"] == "gpu", "source"]) == {"sim"} and (dl["energy_j"] > 0).all()
+    fit = pd.read_csv(res / "tables" / "download_fit.csv")
+    assert set(fit.loc[fit["direction"] == "download", "n"]) == {5}
+    assert pd.read_csv(res / "tables" / "facility_cache.csv")["source"].str.startswith("estimate").all()
     pfi = pd.read_csv(res / "tables" / "pfi.csv")
     assert set(pfi["source"]) == {"sim"} and pfi["pfi"].between(1.0, 3.0).all()
     # figures regenerate from the tables alone
     again = draw_all(res / "tables", tmp_path / "again")
-    assert len(again) == 12
+    assert len(again) == 16
     # one HTML report with every figure and its caption
     rep = tmp_path / "report.html"
     out = subprocess.run([sys.executable, "-m", "snakemake", "--report", str(rep), "--configfile",
                           str(p)], cwd=REPO, env=env_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     html = rep.read_text(errors="replace")
-    for f in ("fig1_phase_energy_time", "fig6_power_throughput", "fig8_allocation"):
+    for f in ("fig1_phase_energy_time", "fig4_download_size", "fig6_power_throughput", "fig8_allocation"):
         assert f in html
     assert "interval 50 ms" in html  # captions rendered from this run's config
     assert 'GPU backend <tt class=\\"docutils literal\\">sim</tt>' in html
@@ -66,6 +76,7 @@ def test_reference_figures_regenerate_from_committed_csvs(tmp_path):
 
     made = draw_reference(REPO / "results/reference", tmp_path)
     names = {m.name for m in made}
-    assert {"h200_sampler.png", "h200_attribution.png", "a100_fig6_power_throughput.png",
+    assert {"h200_sampler.png", "h200_attribution.png", "h200_fig1_phase_energy_time.png",
+            "h200_fig2_device_share.png", "a100_fig6_power_throughput.png",
             "a100_fig7_pfi.png", "a100_fig8_allocation.png"} <= names
     assert all(m.stat().st_size > 5000 for m in made)

@@ -110,6 +110,26 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_aggregate_curves(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .contracts import CURVES_COLUMNS, read_curves, write_table
+
+    df = pd.concat([read_curves(f) for f in a.curves], ignore_index=True)
+    write_table(df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]], a.output,
+                CURVES_COLUMNS)
+    print(f"{a.output}: {df['job'].nunique()} jobs, {len(df)} caps")
+    return 0
+
+
+def cmd_pfi_sweep(a: argparse.Namespace) -> int:
+    from .sweep import sweep_matrix_cell
+
+    df = sweep_matrix_cell(a.config, a.cell, a.output, backend=a.backend)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
 def cmd_powercap(a: argparse.Namespace) -> int:
     from .devices.powercap import PowerCapController, restore_from_state
 
@@ -156,19 +176,139 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_fetch(a: argparse.Namespace) -> int:
+def _transfer(a: argparse.Namespace, phase_name: str, do) -> int:
+    """Run `do()` as one marked phase; add psutil network bytes; print and record the result."""
     from .markers import phase
-    from .prepare.fetch import fetch_hf, fetch_http, fetch_path
+    from .prepare.fetch import network_bytes
 
-    with phase(f"download_{a.kind}"):
-        if a.url:
-            r = fetch_http(a.url, a.output, sha256=a.sha256, force=a.force, retries=a.retries)
-        elif a.hf:
-            r = fetch_hf(a.hf, a.output, repo_type=a.kind, revision=a.revision,
-                         endpoint=a.endpoint, force=a.force)
-        else:
-            r = fetch_path(a.path, a.output, force=a.force)
+    before = network_bytes()
+    with phase(phase_name):
+        r = do()
+    after = network_bytes()
+    r.update(name=a.name or Path(a.output if hasattr(a, "output") and a.output else a.src).name,
+             kind=getattr(a, "kind", "model"), net_recv_bytes=after["recv"] - before["recv"],
+             net_sent_bytes=after["sent"] - before["sent"],
+             server="loopback" if getattr(a, "serve_dir", None) or getattr(a, "serve_put", None) else "remote")
     print(json.dumps(r))
+    if a.record:
+        Path(a.record).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.record).write_text(json.dumps(r, indent=1))
+    return 0
+
+
+def _serving(root: str | None, rate_mbps: float | None, upload: bool = False):
+    """A loopback ArtefactServer for the demo, or nothing."""
+    import contextlib
+
+    from .prepare.serve import ArtefactServer
+
+    if not root:
+        return contextlib.nullcontext(None)
+    rate = rate_mbps * 1e6 / 8 if rate_mbps else None
+    return ArtefactServer(root=None if upload else root, upload_root=root if upload else None,
+                          rate_bps=rate)
+
+
+def cmd_fetch(a: argparse.Namespace) -> int:
+    from .prepare.fetch import fetch_hf, fetch_http, fetch_kaggle, fetch_path
+
+    with _serving(a.serve_dir, a.rate_mbps) as srv:
+        def do():
+            if a.url:
+                url = srv.url + "/" + a.url.lstrip("/") if srv else a.url
+                r = fetch_http(url, a.output, sha256=a.sha256, force=a.force, retries=a.retries)
+                r["client"] = "http"
+            elif a.hf:
+                r = fetch_hf(a.hf, a.output, repo_type=a.kind, revision=a.revision,
+                             endpoint=a.endpoint, force=a.force)
+                r["client"] = "huggingface_hub"
+            elif a.kaggle:
+                r = fetch_kaggle(a.kaggle, a.output, force=a.force)
+                r["client"] = "kaggle"
+            else:
+                r = fetch_path(a.path, a.output, force=a.force)
+                r["client"] = "copy"
+            r["direction"] = "download"
+            return r
+
+        return _transfer(a, f"download_{a.kind}", do)
+
+
+def cmd_upload(a: argparse.Namespace) -> int:
+    from .prepare.fetch import FetchError, fetch_path
+    from .prepare.upload import upload_hf, upload_http
+
+    if a.from_summary:
+        ckpts = json.loads(Path(a.from_summary).read_text()).get("checkpoints") or []
+        if not ckpts:
+            raise FetchError(f"{a.from_summary}: the cell wrote no checkpoint to upload "
+                             "(run a checkpoint-on cell)")
+        a.src = ckpts[-1]
+    if not a.src:
+        raise SystemExit("wattlife upload: give SRC or --from-summary")
+    with _serving(a.serve_put, a.rate_mbps, upload=True) as srv:
+        def do():
+            if a.put:
+                r = upload_http(a.src, srv.url + "/" + a.put.lstrip("/") if srv else a.put)
+                r["client"] = "http-put"
+            elif a.hf:
+                r = upload_hf(a.src, a.hf, endpoint=a.endpoint)
+                r["client"] = "huggingface_hub"
+            else:
+                r = fetch_path(a.src, a.copy, force=True)
+                r["client"] = "copy"
+            r["direction"] = "upload"
+            return r
+
+        return _transfer(a, "upload", do)
+
+
+def cmd_gen_catalogue(a: argparse.Namespace) -> int:
+    from .config import load_config
+    from .prepare.catalogue import check_catalogue, generate_artefacts
+
+    cat = check_catalogue(load_config(a.config).get("prepare", {}).get("catalogue", []))
+    m = generate_artefacts(cat, a.output)
+    print(json.dumps({k: v["size_bytes"] for k, v in m.items()}))
+    return 0
+
+
+def cmd_prepare_tables(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .analysis.downloads import download_fit, download_rows, facility_estimate, staging_breakeven
+    from .config import load_config
+    from .prepare.catalogue import check_catalogue
+
+    cfg = load_config(a.config)
+    prep = cfg.get("prepare", {})
+    out = Path(a.output)
+    out.mkdir(parents=True, exist_ok=True)
+    recs = [json.loads(Path(r).read_text()) for r in a.records]
+    rows = download_rows(recs, [pd.read_csv(Path(r).with_name("phases.csv")) for r in a.records])
+    fit = download_fit(rows)
+    cat = pd.DataFrame(check_catalogue(prep.get("catalogue", [])))
+    fac_cfg = prep.get("facility", {})
+    fac = facility_estimate(cat, fit, fac_cfg.get("users_per_artefact", 100),
+                            fac_cfg.get("downloads_per_user_per_month", 1))
+    tables = {"downloads.csv": rows, "download_fit.csv": fit, "facility_cache.csv": fac}
+    if a.phase_summary and Path(a.phase_summary).exists():
+        summ = pd.read_csv(a.phase_summary)
+        nbytes, epochs = {}, {}
+        for f in a.cell_summaries:
+            parts = Path(f).parts  # runs/<workload>/<storage>/ckpt-<on|off>/r<k>/work/summary.json
+            w, storage = parts[-6], parts[-5]
+            s = json.loads(Path(f).read_text())
+            if storage == "local" and s.get("dataset_bytes"):
+                nbytes[w] = s["dataset_bytes"]
+            if storage == "shared" and s.get("epochs_run"):
+                epochs[w] = s["epochs_run"]
+        sizes = sorted(cat.loc[cat["kind"] == "dataset", "size_bytes"].astype(float))
+        tables["staging_breakeven.csv"] = staging_breakeven(
+            summ, {w: b for w, b in nbytes.items() if w in epochs}, epochs, sizes)
+    for name, df in tables.items():
+        df.to_csv(out / name, index=False)
+        print(out / name)
     return 0
 
 
@@ -303,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "at its final path only when complete. Run it under `wattlife run` "
                                     "to measure it as a download_dataset / download_model phase.")
     src = fe.add_mutually_exclusive_group(required=True)
-    src.add_argument("--url")
+    src.add_argument("--url", help="HTTP(S) URL (with --serve-dir: a path under that folder)")
+    src.add_argument("--kaggle", metavar="OWNER/DATASET", help="Kaggle dataset (credentials: the client's)")
     src.add_argument("--path", help="local or shared-file-system path (file or folder)")
     src.add_argument("--hf", metavar="REPO_ID", help="Hugging Face repository (model or dataset: --kind)")
     fe.add_argument("--revision", help="Hugging Face revision (default main)")
@@ -313,7 +454,55 @@ def build_parser() -> argparse.ArgumentParser:
     fe.add_argument("--kind", choices=["dataset", "model"], default="dataset")
     fe.add_argument("--retries", type=int, default=5)
     fe.add_argument("--force", action="store_true", help="fetch even if present and verified")
+    fe.add_argument("--name", help="artefact name for the record (default: the output's name)")
+    fe.add_argument("--record", help="write the transfer's JSON record here (bytes, seconds, network bytes)")
+    fe.add_argument("--serve-dir", help="demo/offline: serve this folder on a loopback HTTP server and "
+                                        "fetch --url from it (the server's CPU time is measured too)")
+    fe.add_argument("--rate-mbps", type=float, help="rate limit of the loopback server (Mbit/s)")
     fe.set_defaults(fn=cmd_fetch)
+
+    up = sub.add_parser("upload", help="post-execution: send the trained model out (HTTP PUT, "
+                                       "Hugging Face, or copy), marked as an `upload` phase")
+    up.add_argument("src", nargs="?", help="file or folder to upload")
+    up.add_argument("--from-summary", help="upload the last checkpoint a cell's work/summary.json lists")
+    dst = up.add_mutually_exclusive_group(required=True)
+    dst.add_argument("--put", metavar="URL", help="HTTP PUT to URL/<file> (with --serve-put: a path)")
+    dst.add_argument("--hf", metavar="REPO_ID", help="Hugging Face model repository")
+    dst.add_argument("--copy", metavar="PATH", help="copy to a target path")
+    up.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
+    up.add_argument("--name", help="name for the record (default: the source's name)")
+    up.add_argument("--record", help="write the transfer's JSON record here")
+    up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this folder")
+    up.add_argument("--rate-mbps", type=float, help="rate limit of the loopback server (Mbit/s)")
+    up.set_defaults(fn=cmd_upload)
+
+    ps = sub.add_parser("pfi-sweep", help="power-cap sweep of one cell of a config's pfi_matrix "
+                                          "(real training at every cap of the hardware grid)")
+    ps.add_argument("--config", required=True)
+    ps.add_argument("--cell", required=True, help="a key of pfi_matrix.cells")
+    ps.add_argument("-o", "--output", required=True, help="the cell's curves.csv")
+    ps.add_argument("--backend", choices=["simulated", "nvml", "nvidia-smi"],
+                    help="override powercap.backend (simulated: no real cap changes)")
+    ps.set_defaults(fn=cmd_pfi_sweep)
+
+    acu = sub.add_parser("aggregate-curves", help="concatenate per-job curves.csv into one table")
+    acu.add_argument("curves", nargs="+")
+    acu.add_argument("-o", "--output", required=True)
+    acu.set_defaults(fn=cmd_aggregate_curves)
+
+    gc = sub.add_parser("gen-catalogue", help="generate the config's `generated` catalogue artefacts")
+    gc.add_argument("config", help="config YAML with prepare.catalogue")
+    gc.add_argument("-o", "--output", required=True, help="folder for the files and manifest.json")
+    gc.set_defaults(fn=cmd_gen_catalogue)
+
+    pt = sub.add_parser("prepare-tables", help="download/upload rows, size fit, facility-scale cache "
+                                               "estimate and staging break-even")
+    pt.add_argument("--config", required=True, help="config YAML (prepare.catalogue, prepare.facility)")
+    pt.add_argument("--records", nargs="+", required=True, help="transfer records (phases.csv beside each)")
+    pt.add_argument("--phase-summary", help="the execution matrix's phase_summary.csv")
+    pt.add_argument("--cell-summaries", nargs="*", default=[], help="cells' work/summary.json")
+    pt.add_argument("-o", "--output", required=True, help="tables folder")
+    pt.set_defaults(fn=cmd_prepare_tables)
 
     fg = sub.add_parser("figures", help="draw every figure from a tables folder (or the references)")
     fg.add_argument("tables", help="a run's tables folder, or with --reference results/reference")

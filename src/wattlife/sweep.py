@@ -183,3 +183,85 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
             df.loc[~top, col] = np.nan
     df.to_csv(out_dir / f"{job}_curves.csv", index=False)
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
+
+
+HARDWARE_DIR = Path(__file__).resolve().parents[2] / "config" / "hardware"
+
+
+def hardware_profile(name_or_path: str) -> dict[str, Any]:
+    """A GPU's power-cap profile: `config/hardware/<name>.yaml` or a path."""
+    import yaml
+
+    p = Path(name_or_path)
+    if not p.exists():
+        p = HARDWARE_DIR / f"{name_or_path}.yaml"
+    if not p.exists():
+        raise FileNotFoundError(f"hardware profile {name_or_path!r} not found (a path, or one of "
+                                f"{sorted(x.stem for x in HARDWARE_DIR.glob('*.yaml'))})")
+    prof = yaml.safe_load(p.read_text())
+    bad = [c for c in prof["grid_w"] + prof["grid_large_w"] if not prof["min_cap_w"] <= c <= prof["max_cap_w"]]
+    if bad:
+        raise ValueError(f"{p}: caps {bad} outside [{prof['min_cap_w']}, {prof['max_cap_w']}] W")
+    return prof
+
+
+def matrix_cell_workload(cfg: dict[str, Any], cell: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The causal-LM workload of one `pfi_matrix` cell, and the cell itself."""
+    m = cfg["pfi_matrix"]
+    if cell not in m["cells"]:
+        raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
+    c = m["cells"][cell]
+    prof = hardware_profile(cfg["powercap"].get("hardware", "h200"))
+    w = {"kind": "causal_lm", "dataset": m["dataset"], "device": "cuda", "precision": "bf16",
+         "steps": 10**9, "val_steps": 5, "fsdp": c["gpus"] > 1, "peak_tflops": prof["peak_tflops_bf16"],
+         "tokenizer_vocab": m.get("tokenizer_vocab", 32768),
+         **{k: m[k] for k in ("duration_s", "eval_at_s", "ckpt_at_s") if k in m},
+         **{k: v for k, v in c.items() if k not in ("gpus", "set")}}
+    return w, c
+
+
+def sweep_matrix_cell(config_path: str | Path, cell: str, out: str | Path,
+                      backend: str | None = None) -> pd.DataFrame:
+    """Power-cap sweep of one `pfi_matrix` cell: the job trained at every cap of the hardware
+    profile's grid (the 4-point grid from `large_job_gpus` GPUs), under the sampler, launched
+    with torchrun across the cell's GPUs (srun across nodes when it needs more than one)."""
+    import yaml
+
+    from .config import load_config
+    from .devices.powercap import PowerCapController
+
+    cfg = load_config(config_path)
+    w, c = matrix_cell_workload(cfg, cell)
+    pc = cfg["powercap"]
+    prof = hardware_profile(pc.get("hardware", "h200"))
+    caps = prof["grid_large_w"] if c["gpus"] >= prof.get("large_job_gpus", LARGE_JOB_GPUS) else prof["grid_w"]
+    out = Path(out)
+    run_dir = out.parent / "runs"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cell_cfg = run_dir / "cell_config.yaml"
+    cell_cfg.write_text(yaml.safe_dump({**{k: cfg[k] for k in ("run_name", "results_dir", "sampler",
+                                                                "storage", "execution")},
+                                        "workloads": {cell: w}}))
+    per_node = min(c["gpus"], prof.get("gpus_per_node", 8))
+    nodes = -(-c["gpus"] // per_node)
+    launch = ["torchrun", f"--nproc-per-node={per_node}"]
+    if nodes > 1:  # one torchrun per node; the sampler wraps them on this (the first) node only
+        import os
+        import subprocess
+
+        head = subprocess.run(["scontrol", "show", "hostnames", os.environ.get("SLURM_JOB_NODELIST", "")],
+                              capture_output=True, text=True, check=True).stdout.split()[0]
+        launch = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", *launch, f"--nnodes={nodes}",
+                  "--rdzv-backend=c10d", f"--rdzv-endpoint={head}:29500"]
+    cmd = [*launch, "-m", "wattlife.cli", "train", "--config", str(cell_cfg), "--workload", cell,
+           "--storage", "shared", "--checkpoint", "on", "--workdir", str(run_dir / "work")]
+    backend = backend or pc.get("backend", "simulated")
+    with PowerCapController(backend, allow_real=pc.get("allow_real", False),
+                            state_file=out.with_name("powercap-state.json")) as ctl:
+        df = sweep_command(cell, cmd, caps, ctl, run_dir, sampler_cfg=cfg.get("sampler"),
+                           rule=pc.get("steady_rule", "top10"), warmup_frac=pc.get("warmup_frac", 0.2),
+                           unit="tokens/s", gpu_model=prof["gpu_model"])
+    df["category"] = c["task"]
+    df["set"] = c.get("set", "main")
+    write_table(df, out, CURVES_COLUMNS)
+    return df

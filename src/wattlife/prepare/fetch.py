@@ -9,6 +9,7 @@ partial file and never promotes it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -86,6 +87,10 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
             err: Exception = exc
         except (urllib.error.URLError, ConnectionError, IncompleteRead, TimeoutError,
                 OSError) as exc:
+            if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+                kept = part.stat().st_size if part.exists() else 0
+                raise FetchError(f"{url}: disk full writing {part} ({exc.strerror}); {kept} bytes "
+                                 "kept for resume, nothing promoted: free space and rerun") from exc
             err = exc
         if attempts > retries:
             raise FetchError(f"{url}: gave up after {attempts} attempts: {err} "
@@ -151,3 +156,53 @@ def fetch_hf(repo_id: str, dest: str | Path, repo_type: str = "model", revision:
     return {"repo_id": repo_id, "repo_type": repo_type, "dest": str(path), "files": len(files),
             "size_bytes": size, "bytes": max(size - before, 0) if not force else size,
             "seconds": time.monotonic() - t0, "skipped": size == before and not force}
+
+
+def fetch_kaggle(dataset: str, dest: str | Path, force: bool = False) -> dict[str, Any]:
+    """A Kaggle dataset (`owner/name[/version]`) through the `kaggle` client, unzipped into a
+    temporary folder and renamed to `dest` when complete.
+
+    Credentials come from the client's standard places (`~/.kaggle/kaggle.json`, or
+    `KAGGLE_USERNAME`/`KAGGLE_KEY`) and are never read or logged here. `KAGGLE_API_ENVIRONMENT=LOCALHOST`
+    (the Kaggle SDK's name for http://localhost) turns on the client's `--local` switch: the tests
+    serve the client's DownloadDataset call on 127.0.0.1:80. `kaggle` is imported
+    only here because importing it authenticates."""
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()) and not force:
+        return {"dataset": dataset, "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
+    t0 = time.monotonic()
+    try:
+        from kaggle.api.kaggle_api_extended import KaggleApi
+    except (OSError, ValueError, SystemExit) as exc:  # the client authenticates on import
+        raise FetchError(f"kaggle dataset {dataset!r}: no Kaggle credentials "
+                         "(~/.kaggle/kaggle.json or KAGGLE_USERNAME/KAGGLE_KEY)") from exc
+    import requests
+
+    api = KaggleApi()
+    api.authenticate()
+    if os.environ.get("KAGGLE_API_ENVIRONMENT") == "LOCALHOST":
+        api.args = [*getattr(api, "args", []), "--local"]  # the client's own switch: http://localhost
+    tmp = dest.with_name(dest.name + ".part")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        api.dataset_download_files(dataset, path=str(tmp), force=True, quiet=False, unzip=True)
+    except requests.exceptions.HTTPError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        code = exc.response.status_code if exc.response is not None else "?"
+        raise FetchError(f"kaggle dataset {dataset!r}: HTTP {code} {exc}") from exc
+    size = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)
+    return {"dataset": dataset, "dest": str(dest), "skipped": False, "bytes": size,
+            "size_bytes": size, "seconds": time.monotonic() - t0}
+
+
+def network_bytes() -> dict[str, int]:
+    """Bytes received and sent over all interfaces, loopback included (psutil counters)."""
+    import psutil
+
+    c = psutil.net_io_counters()
+    return {"recv": int(c.bytes_recv), "sent": int(c.bytes_sent)}

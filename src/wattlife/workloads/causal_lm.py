@@ -244,6 +244,7 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
 
         sampler = DistributedSampler(blocks, dist.world, dist.rank, shuffle=True)
     bs = int(w["batch_size"])
+    summary.train_items = len(blocks) * seq
     if len(blocks) < bs * dist.world:
         raise ValueError(f"only {len(blocks)} packed blocks of {seq} tokens for batch size {bs} "
                          f"x {dist.world} ranks: use more data or a shorter seq_len")

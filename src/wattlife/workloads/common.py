@@ -96,6 +96,8 @@ class Summary:
         self.checkpoints: list[str] = []
         self.val_acc: float | None = None
         self.last_loss: float | None = None
+        self.dataset_bytes: int | None = None
+        self.train_items: int | None = None  # items in one epoch of the training split
         self._t = self._loop_t0 = time.perf_counter()
 
     def add_step(self, items: float) -> None:
@@ -127,6 +129,9 @@ class Summary:
                statistics.median(self.step_s) if self.step_s else None,
                "skipped_items": self.skipped, "checkpoints": sorted(set(self.checkpoints)),
                "val_accuracy": self.val_acc, "last_loss": self.last_loss,
+               "dataset_bytes": self.dataset_bytes, "train_items": self.train_items,
+               "epochs_run": sum(self.items) * self.dist.world / self.train_items
+               if self.train_items else None,
                "world_size": self.dist.world, **(extra or {})}
         if self.dist.rank == 0:
             self.workdir.mkdir(parents=True, exist_ok=True)
@@ -146,7 +151,11 @@ def start_cell(w: dict[str, Any], data_root: Path, storage: str, local_root: Pat
     device = resolve_device(w.get("device", "auto"), dist)
     configure(gpu_timeline=device.type == "cuda" and w.get("gpu_timeline", True))
     summary = Summary(workdir, dist)
-    return dist, device, summary, stage_dataset(data_root, storage, local_root, dist)
+    root = stage_dataset(data_root, storage, local_root, dist)
+    # the dataset's size (for the staging break-even); walked on the copy, never on the shared FS
+    summary.dataset_bytes = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) \
+        if storage == "local" else None
+    return dist, device, summary, root
 
 
 def all_reduce_grads(model: Any, world: int) -> None:

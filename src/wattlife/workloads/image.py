@@ -79,6 +79,7 @@ def train_image(w: dict[str, Any], data_root: Path, storage: str, local_root: Pa
         train_ds = _dataset(root, True, w["image_size"])
         val_ds = _dataset(root, False, w["image_size"])
         n_classes = len(train_ds.classes)
+        summary.train_items = len(train_ds)
         model = getattr(torchvision.models, w.get("model", "resnet50"))(num_classes=n_classes)
         model = model.to(device, memory_format=torch.channels_last)
         if dist.world > 1:

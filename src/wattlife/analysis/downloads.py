@@ -1,0 +1,112 @@
+"""Preparation and post-execution tables: download/upload rows, the linear fit of energy and time
+against size, the facility-scale cost a shared cache would avoid, and the staging break-even.
+
+Pure functions on tables (`download_rows` joins each transfer's record with its attributed phases).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+GB = 1e9
+TRANSFER_PHASES = ("download_dataset", "download_model", "upload")
+
+
+def download_rows(records: list[dict], phases: list[pd.DataFrame]) -> pd.DataFrame:
+    """One row per transfer x device kind: artefact, kind, client, bytes, seconds, network bytes,
+    energy of its phase on that device kind with the 95% interval, and the source of each number.
+
+    `records[i]` is what `wattlife fetch/upload --record` wrote; `phases[i]` the attributed
+    phases.csv of the same run."""
+    rows = []
+    for rec, ph in zip(records, phases):
+        ph = ph[ph["phase"].isin(TRANSFER_PHASES)]
+        for kind, g in ph.groupby("device_kind"):
+            rows.append({
+                "artefact": rec["name"], "kind": rec.get("kind", ""), "direction": rec.get("direction", "download"),
+                "client": rec.get("client", ""), "server": rec.get("server", "remote"),
+                "size_bytes": rec.get("size_bytes", rec.get("bytes")), "bytes": rec.get("bytes"),
+                "seconds": rec.get("seconds"), "net_recv_bytes": rec.get("net_recv_bytes"),
+                "net_sent_bytes": rec.get("net_sent_bytes"), "skipped": rec.get("skipped", False),
+                "device_kind": kind, "energy_j": g["energy_j"].sum(),
+                "energy_lo_j": g["energy_lo_j"].sum(), "energy_hi_j": g["energy_hi_j"].sum(),
+                "phase_time_s": g["time_s"].max(), "method": ",".join(sorted(set(g["method"]))),
+                "source": ",".join(sorted(set(g["source"]))),
+                "bytes_source": "measured (client)", "net_source": "measured (psutil, all interfaces)",
+            })
+    return pd.DataFrame(rows)
+
+
+def download_fit(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per direction x device kind: energy = a + b * GB and time = c + d * GB by least squares,
+    with R^2 (scipy.stats.linregress). Skipped transfers (already present) are left out."""
+    out = []
+    d = rows[~rows["skipped"].astype(bool)]
+    for (direction, kind), g in d.groupby(["direction", "device_kind"]):
+        x = g["bytes"].to_numpy(float) / GB
+        rec = {"direction": direction, "device_kind": kind, "n": len(g),
+               "source": ",".join(sorted(set(g["source"])))}
+        if len(g) >= 3 and np.ptp(x) > 0:
+            e = stats.linregress(x, g["energy_j"].to_numpy(float))
+            t = stats.linregress(x, g["seconds"].to_numpy(float))
+            rec.update(j_per_gb=e.slope, j_intercept=e.intercept, r2_energy=e.rvalue ** 2,
+                       s_per_gb=t.slope, s_intercept=t.intercept, r2_time=t.rvalue ** 2)
+        else:
+            rec.update(j_per_gb=np.nan, j_intercept=np.nan, r2_energy=np.nan, s_per_gb=np.nan,
+                       s_intercept=np.nan, r2_time=np.nan)
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def facility_estimate(catalogue: pd.DataFrame, fit: pd.DataFrame, users_per_artefact: float,
+                      downloads_per_user_per_month: float) -> pd.DataFrame:
+    """Per catalogue artefact: energy per download predicted by the fit (all device kinds summed),
+    and per month the energy of every user fetching it vs a shared read-only cache fetching it
+    once: avoided = (users x downloads per user - 1) x energy per download. The numbers are
+    `estimate`s (a fit applied to public sizes), and say which fit they came from."""
+    f = fit[fit["direction"] == "download"]
+    sec_per_gb = float(f["s_per_gb"].mean())
+    per_month = users_per_artefact * downloads_per_user_per_month
+    out = catalogue[["name", "kind", "size_bytes"]].copy()
+    gb = out["size_bytes"].astype(float) / GB
+    for r in f.itertuples(index=False):  # per device kind, so a GPU-less login node can drop GPU
+        out[f"energy_per_download_j_{r.device_kind}"] = np.maximum(r.j_intercept + r.j_per_gb * gb, 0.0)
+    out["energy_per_download_j"] = out[[f"energy_per_download_j_{k}" for k in f["device_kind"]]].sum(axis=1)
+    out["seconds_per_download"] = sec_per_gb * gb
+    out["downloads_per_month"] = per_month
+    out["energy_no_cache_kwh_per_month"] = out["energy_per_download_j"] * per_month / 3.6e6
+    out["energy_with_cache_kwh_per_month"] = out["energy_per_download_j"] / 3.6e6
+    out["avoided_kwh_per_month"] = out["energy_no_cache_kwh_per_month"] - out["energy_with_cache_kwh_per_month"]
+    out["source"] = "estimate (fit: " + ",".join(sorted(set(f["source"]))) + ")"
+    return out
+
+
+def staging_breakeven(summary: pd.DataFrame, dataset_bytes: dict[str, float],
+                      epochs_run: dict[str, float], sizes_bytes: list[float]) -> pd.DataFrame:
+    """Epochs after which copying a dataset to node-local disk has paid for itself.
+
+    From the execution matrix (checkpoint-off cells where there are any; energy summed over
+    devices): the copy costs the `local` cell's stage_copy energy for `dataset_bytes[w]`; reading
+    from local disk saves, per epoch, (data_load energy of `shared` - of `local`) /
+    `epochs_run[w]`. Both scale with the dataset's size, so the break-even `copy / saving` is the
+    same at every size; the table evaluates it (and the copy's energy) at `sizes_bytes` for the
+    figure. A saving <= 0 (local no faster, as when both paths are one disk) is `inf`: never."""
+    s = summary[summary["checkpoint"] == "off"] if "off" in set(summary["checkpoint"]) else summary
+    e = s.groupby(["workload", "storage", "phase"])["energy_j"].sum()
+    src = s.groupby("workload")["source"].agg(lambda v: ",".join(sorted(set(",".join(v).split(",")))))
+    out = []
+    for w, nbytes in dataset_bytes.items():
+        if not nbytes or (w, "local", "stage_copy") not in e.index or (w, "shared", "data_load") not in e.index:
+            continue
+        copy_per_gb = e[(w, "local", "stage_copy")] / (nbytes / GB)
+        saving = (e[(w, "shared", "data_load")] - e.get((w, "local", "data_load"), 0.0)) / epochs_run[w]
+        saving_per_gb = saving / (nbytes / GB)
+        epochs = copy_per_gb / saving_per_gb if saving_per_gb > 0 else np.inf
+        for size in sizes_bytes:
+            out.append({"workload": w, "dataset_bytes": float(size), "copy_j_per_gb": copy_per_gb,
+                        "saving_j_per_gb_epoch": saving_per_gb, "copy_energy_j": copy_per_gb * size / GB,
+                        "breakeven_epochs": epochs, "measured_dataset_bytes": float(nbytes),
+                        "source": src.get(w, "")})
+    return pd.DataFrame(out)

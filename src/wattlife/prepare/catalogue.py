@@ -1,0 +1,63 @@
+"""The preparation stage's catalogue: what is downloaded, from where, and how big it is.
+
+An entry: `name`, `kind` (dataset | model), `source` (hf | kaggle | http | path | generated),
+`id` (repository id, Kaggle slug, URL or path; for `generated` none), `size_bytes` (the public
+size, or the generated size), optional `params` (models), `sha256`, `revision`.
+`generated` entries are files of random bytes made by `generate_artefacts` and served over
+loopback by the demo, so that every download is a real HTTP transfer without a network."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SOURCES = ("hf", "kaggle", "http", "path", "generated")
+KINDS = ("dataset", "model")
+
+
+def check_catalogue(entries: list[dict[str, Any]], where: str = "prepare.catalogue") -> list[dict[str, Any]]:
+    """Entries with a clear error naming the first bad key."""
+    names = set()
+    for i, e in enumerate(entries):
+        at = f"{where}[{i}]"
+        for key in ("name", "kind", "source", "size_bytes"):
+            if key not in e:
+                raise ValueError(f"{at}: missing '{key}'")
+        if e["kind"] not in KINDS:
+            raise ValueError(f"{at}.kind: expected one of {KINDS}, got {e['kind']!r}")
+        if e["source"] not in SOURCES:
+            raise ValueError(f"{at}.source: expected one of {SOURCES}, got {e['source']!r}")
+        if e["source"] != "generated" and not e.get("id"):
+            raise ValueError(f"{at}.id: a {e['source']} source needs an id (repository, slug, URL or path)")
+        if not isinstance(e["size_bytes"], (int, float)) or e["size_bytes"] <= 0:
+            raise ValueError(f"{at}.size_bytes: expected a positive number, got {e['size_bytes']!r}")
+        if e["name"] in names:
+            raise ValueError(f"{at}.name: {e['name']!r} appears twice")
+        names.add(e["name"])
+    return entries
+
+
+def generate_artefacts(entries: list[dict[str, Any]], out: str | Path, seed: int = 0) -> dict[str, Any]:
+    """Random-byte files for the `generated` entries (incompressible, like model weights and
+    compressed datasets), with their sha256 in `manifest.json`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {}
+    for e in entries:
+        if e["source"] != "generated":
+            continue
+        f = out / f"{e['name']}.bin"
+        h, left = hashlib.sha256(), int(e["size_bytes"])
+        with open(f, "wb") as fh:
+            while left:
+                block = os.urandom(min(left, 1 << 22))
+                fh.write(block)
+                h.update(block)
+                left -= len(block)
+        manifest[e["name"]] = {"file": f.name, "size_bytes": int(e["size_bytes"]), "sha256": h.hexdigest(),
+                               "kind": e["kind"]}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest

@@ -1,0 +1,111 @@
+"""A real HTTP server on 127.0.0.1 for offline downloads and uploads (the demo and the tests).
+
+Serves files from memory (`files`: URL path -> bytes) or from a folder (`root`), with Range
+requests, an optional rate limit (bytes/s, so a transfer is network-bound like a real one) and
+failure injection (`reset_after`: close the connection after N bytes of a path's first response).
+PUT stores the body under `upload_root` (HTTP upload of a trained model). Where a run serves and
+downloads on the same machine, the server's CPU time is part of what the sampler measures: the
+demo says so in its download rows (`server: loopback`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote
+
+STEP = 64 * 1024
+
+
+class ArtefactServer:
+    def __init__(self, files: dict[str, bytes] | None = None, root: str | Path | None = None,
+                 rate_bps: float | None = None, reset_after: dict[str, int] | None = None,
+                 upload_root: str | Path | None = None) -> None:
+        self.files, self.root = dict(files or {}), Path(root) if root else None
+        self.rate, self.reset_after = rate_bps, dict(reset_after or {})
+        self.upload_root = Path(upload_root) if upload_root else None
+        self.requests: list[tuple[str, str | None]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def do_GET(self):
+                path = unquote(self.path.split("?")[0])
+                outer.requests.append((path, self.headers.get("Range")))
+                body = outer.body(path)
+                if body is None:
+                    self.send_error(404, "Not Found")
+                    return
+                start = 0
+                rng = self.headers.get("Range")
+                if rng and rng.startswith("bytes="):
+                    start = int(rng[6:].split("-")[0] or 0)
+                    if start >= len(body):
+                        self.send_error(416, "Range Not Satisfiable")
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(body) - start))
+                self.send_header("Accept-Ranges", "bytes")
+                self.end_headers()
+                cut = outer.reset_after.pop(path, None)
+                sent = 0
+                for i in range(start, len(body), STEP):
+                    chunk = body[i:i + STEP]
+                    if cut is not None and sent + len(chunk) > cut:
+                        self.wfile.write(chunk[: cut - sent])
+                        self.wfile.flush()
+                        self.connection.close()  # connection reset mid-file
+                        return
+                    self.wfile.write(chunk)
+                    sent += len(chunk)
+                    if outer.rate:
+                        time.sleep(len(chunk) / outer.rate)
+
+            def do_PUT(self):
+                path = unquote(self.path.split("?")[0]).lstrip("/")
+                if outer.upload_root is None or ".." in Path(path).parts:
+                    self.send_error(403, "Uploads not accepted here")
+                    return
+                n = int(self.headers.get("Content-Length", 0))
+                dest = outer.upload_root / path
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with open(dest, "wb") as fh:
+                    left = n
+                    while left:
+                        chunk = self.rfile.read(min(STEP, left))
+                        if not chunk:
+                            break
+                        fh.write(chunk)
+                        left -= len(chunk)
+                        if outer.rate:
+                            time.sleep(len(chunk) / outer.rate)
+                self.send_response(201 if not left else 400)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def body(self, path: str) -> bytes | memoryview | None:
+        if path in self.files:
+            return self.files[path]
+        if self.root is not None:
+            f = (self.root / path.lstrip("/")).resolve()
+            if f.is_file() and self.root.resolve() in f.parents:
+                return memoryview(f.read_bytes())
+        return None
+
+    def __enter__(self) -> "ArtefactServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *a) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

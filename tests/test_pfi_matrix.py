@@ -1,0 +1,57 @@
+"""The PFI study's matrix: hardware profiles, cells, and the dry run of config/pfi.yaml."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wattlife.config import load_config
+from wattlife.sweep import hardware_profile, matrix_cell_workload
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("gpu", ["h200", "h100"])
+def test_hardware_profiles_have_the_studys_grids(gpu):
+    p = hardware_profile(gpu)
+    assert p["grid_w"] == [200, 300, 400, 500, 600, 700] and p["grid_large_w"] == [200, 500, 600, 700]
+    assert p["min_cap_w"] <= min(p["grid_w"]) and max(p["grid_w"]) <= p["max_cap_w"] == p["tdp_w"]
+
+
+def test_a_profile_with_caps_outside_its_range_is_refused(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "config/hardware/h200.yaml").read_text().replace("min_cap_w: 200", "min_cap_w: 250"))
+    with pytest.raises(ValueError, match=r"caps \[200, 200\] outside \[250, 700\]"):
+        hardware_profile(bad)
+    with pytest.raises(FileNotFoundError, match="h200"):
+        hardware_profile("b300")
+
+
+def test_cells_become_causal_lm_workloads_with_the_protocol():
+    cfg = load_config(REPO / "config/pfi.yaml")
+    w, c = matrix_cell_workload(cfg, "qwen3-30b-a3b-lora-8g-compile")
+    assert w["task"] == "lora" and w["compile"] is True and w["fsdp"] is True
+    assert (w["duration_s"], w["eval_at_s"], w["ckpt_at_s"]) == (1800, 900, 1200)
+    assert w["peak_tflops"] == 989 and "gpus" not in w and c["gpus"] == 8
+    tasks = {c["task"] for c in cfg["pfi_matrix"]["cells"].values()}
+    gpus = {c["gpus"] for c in cfg["pfi_matrix"]["cells"].values()}
+    assert tasks == {"pretrain", "lora"} and gpus == {8, 16, 32}
+    with pytest.raises(ValueError, match="no such cell"):
+        matrix_cell_workload(cfg, "nope")
+
+
+@pytest.mark.slow
+def test_dry_run_of_the_pfi_matrix_lists_every_cell(env_path):
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "config/pfi.yaml",
+                          "--cores", "8"], cwd=REPO, env=env_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    cells = set(load_config(REPO / "config/pfi.yaml")["pfi_matrix"]["cells"])
+    listed = set(re.findall(r"results/pfi/pfi/([^/\s]+)/curves\.csv", out.stdout))
+    assert listed == cells
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out.stdout, re.M))
+    assert counts["pfi_cell_sweep"] == str(len(cells)) and "execute" not in counts
+    for rule in ("pfi_curves", "pfi", "predictor", "allocate", "figures"):
+        assert counts[rule] == "1", rule
