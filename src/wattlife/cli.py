@@ -122,6 +122,15 @@ def cmd_aggregate_curves(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge_nodes(a: argparse.Namespace) -> int:
+    from .nodes import merge_node_runs
+
+    check = merge_node_runs(a.traces, a.events, a.trace, a.events_out, warn_ms=a.warn_ms)
+    print(check.to_string(index=False, float_format=lambda v: f"{v:.3f}") if len(check)
+          else "one host: no clock check")
+    return 0
+
+
 def cmd_pfi_sweep(a: argparse.Namespace) -> int:
     from .sweep import sweep_matrix_cell
 
@@ -484,6 +493,15 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--backend", choices=["simulated", "nvml", "nvidia-smi"],
                     help="override powercap.backend (simulated: no real cap changes)")
     ps.set_defaults(fn=cmd_pfi_sweep)
+
+    mn = sub.add_parser("merge-nodes", help="merge per-node traces and events of a multi-node run, "
+                                            "checking that the nodes' clocks agree")
+    mn.add_argument("--traces", nargs="+", required=True)
+    mn.add_argument("--events", nargs="+", required=True)
+    mn.add_argument("--trace", required=True, help="merged trace to write")
+    mn.add_argument("--events-out", required=True, help="merged events to write")
+    mn.add_argument("--warn-ms", type=float, default=5.0, help="warn above this clock offset")
+    mn.set_defaults(fn=cmd_merge_nodes)
 
     acu = sub.add_parser("aggregate-curves", help="concatenate per-job curves.csv into one table")
     acu.add_argument("curves", nargs="+")
