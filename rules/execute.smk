@@ -21,7 +21,8 @@ rule execute:
         workdir=lambda wc, output: output.summary.rsplit("/", 1)[0],
     threads: 256  # scaled down to --cores: one cell at a time, cells must not share a machine while measured
     resources:
-        gpus=lambda wc: 0 if config["sampler"].get("gpu") in ("sim", "none") else 1,
+        # the Slurm plugin turns `gpu` into --gpus=N; a simulated GPU asks for none
+        gpu=lambda wc: 0 if config["sampler"].get("gpu") in ("sim", "none") else EXE.get("gpus_per_node", 1),
     shell:
         "wattlife run --config {input.config} --trace {output.trace} --events {output.events}"
         " --meta {output.meta} --run-id {params.run_id} --cell {params.cell:q} --"

@@ -18,7 +18,7 @@ if PFI_CELLS:  # the PFI study's matrix: one sweep job per cell, on that cell's 
             "../envs/wattlife.yaml"
         threads: 256  # a whole node: nothing else may share the GPUs while caps change
         resources:
-            gpus=lambda wc: PFI_CELLS[wc.pcell]["gpus"],
+            gpu=lambda wc: min(PFI_CELLS[wc.pcell]["gpus"], 8),  # per node: the plugin's --gpus
             nodes=lambda wc: -(-PFI_CELLS[wc.pcell]["gpus"] // 8),
             runtime=lambda wc: 60 + 8 * int(config["pfi_matrix"].get("duration_s", 1800)) // 60,
         shell:

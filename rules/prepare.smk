@@ -1,3 +1,13 @@
+# Where downloads run: on the login node (`prepare.download_on: login`, the study's choice, as
+# local rules of a Slurm run) or as jobs in a partition with network access.
+if PREP.get("download_on", "login") == "login":
+
+    localrules:
+        gen_catalogue,
+        download,
+        upload,
+
+
 # Preparation (downloads) and post-execution (upload): each transfer under the sampler as its own
 # run, attributed like a cell; then the size fit, facility-scale cache estimate and staging break-even.
 rule gen_catalogue:
@@ -37,6 +47,8 @@ rule download:
         kind=lambda wc: CATALOGUE[wc.artefact]["kind"],
         dest=lambda wc: os.path.join(config["storage"]["shared"], "downloads", wc.artefact),
     threads: 256  # one transfer at a time while it is measured
+    resources:
+        slurm_partition=lambda wc: PREP.get("download_on", "login"),
     shell:
         "wattlife run --config {input.config} --trace {output.trace} --events {output.events}"
         " --meta {output.meta} --run-id download-{wildcards.artefact} --"
