@@ -16,6 +16,14 @@ fi
 chown -R munge:munge /etc/munge /run/munge 2>/dev/null || true
 chmod 400 /etc/munge/munge.key
 pgrep -x -r S,R,D munged >/dev/null || runuser -u munge -- /usr/sbin/munged --force
+# two placeholder GPUs for the GRES of GPU rules (this machine has none): char devices like
+# /dev/null where mknod is allowed, plain files otherwise (no cgroup confines devices here)
+for i in 0 1; do
+  [ -e /dev/wattlife-gpu$i ] || mknod /dev/wattlife-gpu$i c 1 3 2>/dev/null || touch /dev/wattlife-gpu$i
+done
+cat > /etc/slurm/gres.conf <<CONF
+NodeName=${host} Name=gpu File=/dev/wattlife-gpu[0-1]
+CONF
 cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=wattlife
 SlurmctldHost=${host}
@@ -34,9 +42,10 @@ SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
+GresTypes=gpu
 MinJobAge=3600
 ReturnToService=2
-NodeName=${host} CPUs=$(nproc) RealMemory=${mem} State=UNKNOWN
+NodeName=${host} CPUs=$(nproc) RealMemory=${mem} Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
 rm -f /etc/slurm/cgroup.conf  # 22.05 has no 'disabled'; linuxproc + task/none need no cgroups
