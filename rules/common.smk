@@ -52,6 +52,34 @@ def cells():
     ]
 
 
+def train_command(wc, input, output):
+    """The cell's command. One node: `wattlife run -- [launcher] wattlife train ...`. Per-node
+    sampling (`execution.nodes` > 1, or `per_node_sampler: true`): `srun` starts one
+    `wattlife run` per node, each wrapping that node's torchrun (c10d rendezvous on the first
+    node), writing nodes/<host>/{trace,events,meta}; `wattlife merge-nodes` then merges them into
+    the cell's trace and events and checks the nodes' clocks (clock_offsets.csv)."""
+    d = os.path.dirname(output.trace)
+    run_id = f"{wc.workload}-{wc.storage}-ckpt{wc.checkpoint}-r{wc.repeat}"
+    cell = json.dumps(dict(wc.items()))
+    train = (f"wattlife train --config {input.config} --workload {wc.workload} --storage {wc.storage}"
+             f" --checkpoint {wc.checkpoint} --workdir {os.path.dirname(output.summary)}")
+    nodes = int(EXE.get("nodes", 1))
+    if nodes == 1 and not EXE.get("per_node_sampler", False):
+        return (f"wattlife run --config {input.config} --trace {output.trace} --events {output.events}"
+                f" --meta {output.meta} --run-id {run_id} --cell '{cell}' -- {EXE.get('launcher', '')} {train}")
+    g = int(EXE.get("gpus_per_node", 1))
+    node_dir = f"{d}/nodes/$h"
+    per_node = (f"h=$(hostname -s); mkdir -p {node_dir}; wattlife run --config {input.config}"
+                f" --trace {node_dir}/trace.csv --events {node_dir}/events.csv --meta {node_dir}/meta.json"
+                f" --run-id {run_id} --cell '\\''{cell}'\\'' -- torchrun --nnodes={nodes} --nproc-per-node={g}"
+                f" --rdzv-backend=c10d --rdzv-endpoint=$head:29500 -m wattlife.cli {train.split(' ', 1)[1]}")
+    return (f"head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -1); export head;"
+            f" srun --overlap --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c '{per_node}'"
+            f" && wattlife merge-nodes --traces {d}/nodes/*/trace.csv --events {d}/nodes/*/events.csv"
+            f" --trace {output.trace} --events-out {output.events}"
+            f" && cp \"$(ls {d}/nodes/*/meta.json | head -1)\" {output.meta}")
+
+
 def cell_files(name):
     return [os.path.join(CELL.format(**c), name) for c in cells()]
 

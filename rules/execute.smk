@@ -15,17 +15,11 @@ rule execute:
     conda:
         "../envs/wattlife.yaml"
     params:
-        cell=lambda wc: json.dumps(dict(wc.items())),
-        run_id=lambda wc: f"{wc.workload}-{wc.storage}-ckpt{wc.checkpoint}-r{wc.repeat}",
-        launcher=EXE.get("launcher", ""),
-        workdir=lambda wc, output: output.summary.rsplit("/", 1)[0],
+        cmd=train_command,
     threads: 256  # scaled down to --cores: one cell at a time, cells must not share a machine while measured
     resources:
         # the Slurm plugin turns `gpu` into --gpus=N; a simulated GPU asks for none
         gpu=lambda wc: 0 if config["sampler"].get("gpu") in ("sim", "none") else EXE.get("gpus_per_node", 1),
+        nodes=lambda wc: int(EXE.get("nodes", 1)),
     shell:
-        "wattlife run --config {input.config} --trace {output.trace} --events {output.events}"
-        " --meta {output.meta} --run-id {params.run_id} --cell {params.cell:q} --"
-        " {params.launcher} wattlife train --config {input.config} --workload {wildcards.workload}"
-        " --storage {wildcards.storage} --checkpoint {wildcards.checkpoint}"
-        " --workdir {params.workdir} > {log} 2>&1"
+        "({params.cmd}) > {log} 2>&1"

@@ -33,7 +33,8 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     cfg["data"]["images"].update(classes=2, train_per_class=6, val_per_class=2)
     cfg["workloads"]["resnet"].update(steps=2, val_every=0, ckpt_every=1, image_size=32,
                                       batch_size=4)
-    cfg["execution"].update(storage=["local"], checkpoint=["on"])
+    # the multi-node launch path on this one node: srun -> a sampler per node -> torchrun -> merge
+    cfg["execution"].update(storage=["local"], checkpoint=["on"], per_node_sampler=True)
     cfg["sampler"]["idle_baseline_s"] = 0.2
     conf = tmp_path / "config.yaml"
     conf.write_text(yaml.safe_dump(cfg))
@@ -60,6 +61,9 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
         assert execute_ids, job
         shown = subprocess.run(["scontrol", "show", "job", execute_ids[0]], capture_output=True, text=True).stdout
         assert re.search(r"gres/gpu[=:]1|gpu:1", shown), shown
+    node_traces = list((cell / "nodes").glob("*/trace.csv"))
+    assert len(node_traces) == 1 and (cell / "clock_offsets.csv").exists()
+    assert set(pd.read_csv(cell / "trace.csv")["host"]) == {node_traces[0].parent.name}
     ph = pd.read_csv(cell / "phases.csv")
     assert {"stage_copy", "forward", "checkpoint"} <= set(ph["phase"])
     assert pd.read_csv(tmp_path / "res/tables/pfi.csv")["pfi"].notna().all()
