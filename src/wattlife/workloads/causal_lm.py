@@ -9,8 +9,8 @@ AdamW (on GPU), SDPA attention where the architecture has it.
 
 Task `pretrain` trains every parameter; `lora` freezes the base model and trains PEFT LoRA adapters
 (rank `lora_rank`, default 32) on the attention and MLP projections; its checkpoints hold only the
-adapters and their optimizer state. Under torchrun with `fsdp: true` the model is sharded (FSDP
-full shard, one unit per decoder layer) and, with `activation_checkpointing`, the decoder layers
+adapters and their optimizer state. Under torchrun with `fsdp: true` the model is sharded (FSDP2
+`fully_shard`, one unit per decoder layer) and, with `activation_checkpointing`, the decoder layers
 recompute their activations; otherwise DDP. `grad_sync: explicit` all-reduces gradients after
 backward as its own phase (DDP only; FSDP's reduce-scatter stays inside backward).
 
@@ -213,20 +213,14 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
         counts = parameter_counts(model, cfg)
         model = model.to(device)
         fsdp = dist.world > 1 and w.get("fsdp", False)
-        if fsdp:
-            import functools
+        if fsdp:  # FSDP2: one shard unit per decoder layer, then the root (CPU/Gloo too)
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-            from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
-            from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-
-            layers = {type(m) for m in model.modules()
-                      if type(m).__name__ in set(getattr(_base(model), "_no_split_modules", None) or [])}
-            model = FSDP(model, sharding_strategy=ShardingStrategy.FULL_SHARD,
-                         auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
-                                                            transformer_layer_cls=layers),
-                         mixed_precision=MixedPrecision(param_dtype=dtype, reduce_dtype=dtype),
-                         device_id=device if device.type == "cuda" else None, use_orig_params=True)
+            names = set(getattr(_base(model), "_no_split_modules", None) or [])
+            mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype)
+            for m in [m for m in model.modules() if type(m).__name__ in names]:
+                fully_shard(m, mp_policy=mp)
+            fully_shard(model, mp_policy=mp)
         elif dist.world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -376,17 +370,14 @@ def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_o
     to rank 0."""
     import torch
 
-    if fsdp:
-        from torch.distributed.fsdp import FullStateDictConfig, StateDictType
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    if fsdp:  # every rank takes part in gathering the full state; rank 0 writes it
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-        with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT,
-                                  FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
-            weights = model.state_dict()
-            if adapters_only:
-                weights = {k: v for k, v in weights.items() if "lora_" in k}
-            state = {"model": weights, "optimizer": FSDP.optim_state_dict(model, opt),
-                     "step": step_no, "adapters_only": adapters_only}
+        weights, optim = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True,
+                                                                            cpu_offload=True))
+        if adapters_only:
+            weights = {k: v for k, v in weights.items() if "lora_" in k}
+        state = {"model": weights, "optimizer": optim, "step": step_no, "adapters_only": adapters_only}
     else:
         inner = getattr(model, "_orig_mod", model)
         inner = inner.module if hasattr(inner, "module") else inner
