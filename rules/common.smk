@@ -65,8 +65,11 @@ def train_command(wc, input, output):
              f" --checkpoint {wc.checkpoint} --workdir {os.path.dirname(output.summary)}")
     nodes = int(EXE.get("nodes", 1))
     if nodes == 1 and not EXE.get("per_node_sampler", False):
+        launcher = EXE.get("launcher", "").strip()
+        if launcher.split()[:1] and launcher.split()[0].endswith("torchrun"):
+            train = f"-m wattlife.cli {train.split(' ', 1)[1]}"  # torchrun runs Python modules
         return (f"wattlife run --config {input.config} --trace {output.trace} --events {output.events}"
-                f" --meta {output.meta} --run-id {run_id} --cell '{cell}' -- {EXE.get('launcher', '')} {train}")
+                f" --meta {output.meta} --run-id {run_id} --cell '{cell}' -- {launcher} {train}")
     g = int(EXE.get("gpus_per_node", 1))
     node_dir = f"{d}/nodes/$h"
     per_node = (f"h=$(hostname -s); mkdir -p {node_dir}; wattlife run --config {input.config}"

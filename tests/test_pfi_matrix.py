@@ -55,3 +55,15 @@ def test_dry_run_of_the_pfi_matrix_lists_every_cell(env_path):
     assert counts["pfi_cell_sweep"] == str(len(cells)) and "execute" not in counts
     for rule in ("pfi_curves", "pfi", "predictor", "allocate", "figures"):
         assert counts[rule] == "1", rule
+
+
+@pytest.mark.slow
+def test_dry_run_of_the_paper_matrix(env_path):
+    """config/paper.yaml: 12 downloads, 24 cells launched by torchrun (as a Python module)."""
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile", "config/paper.yaml",
+                          "--cores", "8"], cwd=REPO, env=env_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out.stdout, re.M))
+    assert counts["download"] == "12" and counts["execute"] == "24" and counts["upload"] == "1"
+    assert "-- torchrun --nproc-per-node 4 -m wattlife.cli train" in out.stdout
