@@ -61,21 +61,21 @@ def train_command(wc, input, output):
     d = os.path.dirname(output.trace)
     run_id = f"{wc.workload}-{wc.storage}-ckpt{wc.checkpoint}-r{wc.repeat}"
     cell = json.dumps(dict(wc.items()))
-    train = (f"wattlife train --config {input.config} --workload {wc.workload} --storage {wc.storage}"
+    train = (f"train --config {input.config} --workload {wc.workload} --storage {wc.storage}"
              f" --checkpoint {wc.checkpoint} --workdir {os.path.dirname(output.summary)}")
     nodes = int(EXE.get("nodes", 1))
     if nodes == 1 and not EXE.get("per_node_sampler", False):
         launcher = EXE.get("launcher", "").strip()
-        if launcher.split()[:1] and launcher.split()[0].endswith("torchrun"):
-            train = f"-m wattlife.cli {train.split(' ', 1)[1]}"  # torchrun runs Python modules
+        torchrun = launcher.split()[:1] and launcher.split()[0].endswith("torchrun")
+        prog = "-m wattlife.cli" if torchrun else "wattlife"  # torchrun runs Python modules
         return (f"wattlife run --config {input.config} --trace {output.trace} --events {output.events}"
-                f" --meta {output.meta} --run-id {run_id} --cell '{cell}' -- {launcher} {train}")
+                f" --meta {output.meta} --run-id {run_id} --cell '{cell}' -- {launcher} {prog} {train}")
     g = int(EXE.get("gpus_per_node", 1))
     node_dir = f"{d}/nodes/$h"
     per_node = (f"h=$(hostname -s); mkdir -p {node_dir}; wattlife run --config {input.config}"
                 f" --trace {node_dir}/trace.csv --events {node_dir}/events.csv --meta {node_dir}/meta.json"
                 f" --run-id {run_id} --cell '\\''{cell}'\\'' -- torchrun --nnodes={nodes} --nproc-per-node={g}"
-                f" --rdzv-backend=c10d --rdzv-endpoint=$head:29500 -m wattlife.cli {train.split(' ', 1)[1]}")
+                f" --rdzv-backend=c10d --rdzv-endpoint=$head:29500 -m wattlife.cli {train}")
     return (f"head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -1); export head;"
             f" srun --overlap --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c '{per_node}'"
             f" && wattlife merge-nodes --traces {d}/nodes/*/trace.csv --events {d}/nodes/*/events.csv"

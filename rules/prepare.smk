@@ -112,6 +112,7 @@ rule prepare_tables:
         phases=expand(f"{XFER}/phases.csv", artefact=transfer_names()),
         summary=f"{RES}/tables/phase_summary.csv",
         cells=cell_files("work/summary.json"),
+        metas=cell_files("meta.json"),  # the cells' keys, beside each summary
     output:
         downloads=f"{RES}/tables/downloads.csv",
         fit=f"{RES}/tables/download_fit.csv",

@@ -185,7 +185,7 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
     return 0
 
 
-def _transfer(a: argparse.Namespace, phase_name: str, do) -> int:
+def _transfer(a: argparse.Namespace, phase_name: str, do, default_name: str) -> int:
     """Run `do()` as one marked phase; add psutil network bytes; print and record the result."""
     from .markers import phase
     from .prepare.fetch import network_bytes
@@ -194,8 +194,7 @@ def _transfer(a: argparse.Namespace, phase_name: str, do) -> int:
     with phase(phase_name):
         r = do()
     after = network_bytes()
-    r.update(name=a.name or Path(a.output if hasattr(a, "output") and a.output else a.src).name,
-             kind=getattr(a, "kind", "model"), net_recv_bytes=after["recv"] - before["recv"],
+    r.update(name=a.name or default_name, kind=getattr(a, "kind", "model"), net_recv_bytes=after["recv"] - before["recv"],
              net_sent_bytes=after["sent"] - before["sent"],
              server="loopback" if getattr(a, "serve_dir", None) or getattr(a, "serve_put", None) else "remote")
     print(json.dumps(r))
@@ -240,7 +239,7 @@ def cmd_fetch(a: argparse.Namespace) -> int:
             r["direction"] = "download"
             return r
 
-        return _transfer(a, f"download_{a.kind}", do)
+        return _transfer(a, f"download_{a.kind}", do, Path(a.output).name)
 
 
 def cmd_upload(a: argparse.Namespace) -> int:
@@ -269,7 +268,7 @@ def cmd_upload(a: argparse.Namespace) -> int:
             r["direction"] = "upload"
             return r
 
-        return _transfer(a, "upload", do)
+        return _transfer(a, "upload", do, Path(a.src).name)
 
 
 def cmd_gen_catalogue(a: argparse.Namespace) -> int:
@@ -304,9 +303,9 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
     if a.phase_summary and Path(a.phase_summary).exists():
         summ = pd.read_csv(a.phase_summary)
         nbytes, epochs = {}, {}
-        for f in a.cell_summaries:
-            parts = Path(f).parts  # runs/<workload>/<storage>/ckpt-<on|off>/r<k>/work/summary.json
-            w, storage = parts[-6], parts[-5]
+        for f in a.cell_summaries:  # <cell>/work/summary.json, the cell's keys in <cell>/meta.json
+            cell = json.loads((Path(f).parents[1] / "meta.json").read_text()).get("cell") or {}
+            w, storage = cell.get("workload"), cell.get("storage")
             s = json.loads(Path(f).read_text())
             if storage == "local" and s.get("dataset_bytes"):
                 nbytes[w] = s["dataset_bytes"]

@@ -48,12 +48,13 @@ def merge_node_runs(traces: list[str | Path], events: list[str | Path], out_trac
                     out_events: str | Path, warn_ms: float = 5.0) -> pd.DataFrame:
     """Concatenate per-node traces and events (each row keeps its host) into one run; returns the
     clock check, also written beside the merged trace as `clock_offsets.csv`."""
-    tr = pd.concat([read_trace(t) for t in traces], ignore_index=True)
-    ev = pd.concat([read_events(e) for e in events], ignore_index=True)
-    hosts_per_file = [read_trace(t)["host"].unique().tolist() for t in traces]
+    node_traces = [read_trace(t) for t in traces]
+    hosts_per_file = [t["host"].unique().tolist() for t in node_traces]
     if len({h for hs in hosts_per_file for h in hs}) < len(traces):
         raise ValueError(f"two node traces share a host name ({hosts_per_file}): each node's "
                          "sampler must write its own host")
+    tr = pd.concat(node_traces, ignore_index=True)
+    ev = pd.concat([read_events(e) for e in events], ignore_index=True)
     tr.sort_values(["t_ns", "host", "device"], kind="stable").to_csv(out_trace, index=False)
     ev.sort_values(["start_ns", "host", "rank"], kind="stable").to_csv(out_events, index=False)
     check = clock_offsets(ev, warn_ms)

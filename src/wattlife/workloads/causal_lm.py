@@ -375,20 +375,16 @@ def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_o
 
         weights, optim = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True,
                                                                             cpu_offload=True))
-        if adapters_only:
-            weights = {k: v for k, v in weights.items() if "lora_" in k}
-        state = {"model": weights, "optimizer": optim, "step": step_no, "adapters_only": adapters_only}
+        inner = model
     else:
         inner = getattr(model, "_orig_mod", model)
         inner = inner.module if hasattr(inner, "module") else inner
-        if adapters_only:
-            from peft import get_peft_model_state_dict
+        weights, optim = inner.state_dict(), opt.state_dict()
+    if adapters_only:
+        from peft import get_peft_model_state_dict
 
-            weights = get_peft_model_state_dict(inner)
-        else:
-            weights = inner.state_dict()
-        state = {"model": weights, "optimizer": opt.state_dict(), "step": step_no,
-                 "adapters_only": adapters_only}
+        weights = get_peft_model_state_dict(inner, state_dict=weights)
+    state = {"model": weights, "optimizer": optim, "step": step_no, "adapters_only": adapters_only}
     if dist.rank == 0:
         tmp = ckpt_dir / "model.pt.tmp"
         torch.save(state, tmp)
