@@ -2,13 +2,21 @@
 
 --mode varying  : >= 60 s of load whose intensity changes every few seconds (accuracy check)
 --mode square   : matmul ON for --on-ms, idle for --off-ms, repeated (resolution check)
---mode long     : three phase kinds (matmul, copy, wait), each >= 1 s, repeated (ground truth)
+--mode long     : phase kinds (--kinds), each >= 1 s, in a new random order every round
+                  (ground truth; no kind always follows the same one)
 --mode short    : the same kinds interleaved in random 5-20 ms phases (deconvolution check),
                   in 2 s `block` phases whose mix of kinds differs, so block-level energies (where the
                   sensor window does not matter) give a second, window-free estimate per kind
-Kinds: `matmul` (bf16, random data: at the power limit in steady state), `matmul_low` (the same
-matmul on constant data: fewer bit toggles, below the limit), `copy` (1 GiB device copies),
-`wait` (GPU idle, host sleeping).
+--mode step     : per kind, 1.5 s of GPU idle then 3 s of the kind (step response: does the
+                  kind's power depend on how long it has run?)
+Kinds: `matmul` (bf16 8192^3, random data: at the power limit in steady state), `matmul_low` (the
+same matmul on constant data: fewer bit toggles, below the limit), `matmul_narrow` (bf16, random
+data, 256 x 8192 x 8192), `matmul_half` / `matmul_quarter` (bf16 8192^3, random data, through
+cuBLASLt told to use 1/2 or 1/4 of the SMs: PyTorch's SM carve-out, a library setting of this process,
+not a GPU setting), `copy` (1 GiB device
+copies), `wait` (GPU idle, host sleeping), `wait_spin` (the GPU waits inside a spinning kernel, as
+a collective waits for its peers: the GPU stays in its active state).
+--clocks CSV polls the SM clock, the clock-event (throttle) reasons and the temperature every 5 ms.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from wattlife import markers
 from wattlife.markers import phase
 
 
-KINDS = ["matmul", "matmul_low", "copy", "wait"]
+KINDS = ["matmul", "matmul_low", "matmul_narrow", "matmul_half", "matmul_quarter", "copy", "wait",
+         "wait_spin"]
 
 
 class Kinds:
@@ -36,10 +45,16 @@ class Kinds:
         self.c = torch.empty(8192, 8192, device=d, dtype=torch.bfloat16)
         self.a_low = torch.full((8192, 8192), 0.5, device=d, dtype=torch.bfloat16)
         self.b_low = torch.full((8192, 8192), 0.25, device=d, dtype=torch.bfloat16)
+        self.a_nar = torch.randn(256, 8192, device=d, dtype=torch.bfloat16)
+        self.c_nar = torch.empty(256, 8192, device=d, dtype=torch.bfloat16)
         self.src = torch.empty(256 * 2**20, device=d, dtype=torch.float32)  # 1 GiB
         self.dst = torch.empty_like(self.src)
         self.mm_ms = self._time(lambda: torch.matmul(self.a, self.b, out=self.c))
         self.cp_ms = self._time(lambda: self.dst.copy_(self.src))
+        self.nar_ms = self._time(lambda: torch.matmul(self.a_nar, self.b, out=self.c_nar), n=200)
+        self.spin_cycles_per_ms = 1e6 / self._time(lambda: torch.cuda._sleep(1_000_000))
+        self.n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+        self.part_ms = {f: self._time(lambda f=f: self._matmul_part(f), n=10) for f in (2, 4)}
 
     @staticmethod
     def _time(fn, n: int = 20) -> float:
@@ -60,6 +75,30 @@ class Kinds:
         for _ in range(max(1, round(ms / self.mm_ms))):
             torch.matmul(self.a_low, self.b_low, out=self.c)
 
+    def matmul_narrow(self, ms: float) -> None:
+        for _ in range(max(1, round(ms / self.nar_ms))):
+            torch.matmul(self.a_nar, self.b, out=self.c_nar)
+
+    def _matmul_part(self, fraction: int) -> None:
+        torch.backends.cuda.preferred_blas_library("cublaslt")
+        torch._C._set_sm_carveout_experimental(self.n_sm - self.n_sm // fraction)
+        try:
+            torch.matmul(self.a, self.b, out=self.c)
+        finally:
+            torch._C._set_sm_carveout_experimental(None)
+            torch.backends.cuda.preferred_blas_library("default")
+
+    def matmul_half(self, ms: float) -> None:
+        for _ in range(max(1, round(ms / self.part_ms[2]))):
+            self._matmul_part(2)
+
+    def matmul_quarter(self, ms: float) -> None:
+        for _ in range(max(1, round(ms / self.part_ms[4]))):
+            self._matmul_part(4)
+
+    def wait_spin(self, ms: float) -> None:
+        torch.cuda._sleep(int(ms * self.spin_cycles_per_ms))
+
     def copy(self, ms: float) -> None:
         n_el = self.src.numel()
         full = int(ms // self.cp_ms)
@@ -77,17 +116,59 @@ class Kinds:
         getattr(self, kind)(ms)
 
 
+class ClockPoller:
+    """SM clock, clock-event reasons and temperature every `period_s`, in a thread -> CSV."""
+
+    def __init__(self, path: str, period_s: float = 0.005) -> None:
+        import threading
+
+        import pynvml
+
+        pynvml.nvmlInit()
+        self.nv, self.h = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.path, self.period_s, self.rows = path, period_s, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        nv, h = self.nv, self.h
+        reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        while not self.stop.wait(self.period_s):
+            self.rows.append((time.time_ns(), nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                              reasons(h),
+                              nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        import pandas as pd
+
+        pd.DataFrame(self.rows, columns=["t_ns", "sm_clock_mhz", "event_reasons", "temp_c"]).to_csv(
+            self.path, index=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--mode", choices=["varying", "square", "long", "short"], required=True)
+    ap.add_argument("--mode", choices=["varying", "square", "long", "short", "step"], required=True)
+    ap.add_argument("--kinds", default="matmul,matmul_low,copy,wait",
+                    help=f"comma-separated phase kinds for long/short/step, of {KINDS}")
+    ap.add_argument("--clocks", help="CSV to write SM clock / event reasons / temperature to")
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--on-ms", type=float, default=40)
     ap.add_argument("--off-ms", type=float, default=40)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    kinds = a.kinds.split(",")
+    if unknown := set(kinds) - set(KINDS):
+        ap.error(f"--kinds: unknown {sorted(unknown)}; expected some of {KINDS}")
     markers.configure(gpu_timeline=True)
     k = Kinds()
-    print(f"matmul {k.mm_ms:.3f} ms, 1 GiB copy {k.cp_ms:.3f} ms", flush=True)
+    print(f"matmul {k.mm_ms:.3f} ms (1/2 SMs {k.part_ms[2]:.3f}, 1/4 SMs {k.part_ms[4]:.3f}), narrow "
+          f"matmul {k.nar_ms:.3f} ms, 1 GiB copy {k.cp_ms:.3f} ms, "
+          f"spin {k.spin_cycles_per_ms:.0f} cycles/ms", flush=True)
+    poller = ClockPoller(a.clocks) if a.clocks else None
     rng = np.random.default_rng(a.seed)
     t_end = time.monotonic() + a.seconds
     if a.mode == "varying":
@@ -108,20 +189,28 @@ def main() -> None:
                 k.wait(a.off_ms)
     elif a.mode == "long":
         while time.monotonic() < t_end:
-            for kind in KINDS:
-                with phase(kind):
-                    k.run(kind, 1500)
+            for kind in rng.permutation(kinds):
+                with phase(str(kind)):
+                    k.run(str(kind), 1500)
+    elif a.mode == "step":
+        for kind in kinds:
+            with phase(f"idle_before_{kind}"):
+                k.wait(1500)
+            with phase(kind):
+                k.run(kind, 3000)
     else:
         while time.monotonic() < t_end:
-            mix = rng.dirichlet(np.ones(len(KINDS)))
+            mix = rng.dirichlet(np.ones(len(kinds)))
             block_end = time.monotonic() + 2.0
             with phase("block"):
                 while time.monotonic() < block_end:
-                    kind = KINDS[rng.choice(len(KINDS), p=mix)]
+                    kind = kinds[rng.choice(len(kinds), p=mix)]
                     with phase(kind):
                         k.run(kind, rng.uniform(5, 20))
     torch.cuda.synchronize()
     markers.reset()
+    if poller:
+        poller.close()
 
 
 if __name__ == "__main__":

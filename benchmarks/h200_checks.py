@@ -32,6 +32,17 @@ from wattlife.contracts import read_events, read_trace
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
+KIND_SETS = {  # attribution runs: phase kinds run long (ground truth) and short (deconvolved)
+    # kinds whose power does not depend on how long they run (step responses flat)
+    "constant": ["matmul_low", "matmul_narrow", "copy", "wait_spin"],
+    # kinds whose power does: the at-limit matmul (bursts overshoot the limit) and the idle GPU
+    # (clocks drop only after a while)
+    "length_dependent": ["matmul", "matmul_low", "copy", "wait"],
+    "quarter": ["matmul_quarter", "copy", "wait"],
+    "half": ["matmul_half", "copy", "wait_spin"],
+    "all": ["matmul", "matmul_low", "matmul_narrow", "matmul_half", "matmul_quarter", "copy", "wait",
+            "wait_spin"],
+}
 
 
 def under_sampler(run_dir: Path, cmd: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
@@ -39,7 +50,9 @@ def under_sampler(run_dir: Path, cmd: list[str], env: dict | None = None) -> sub
     full = [PY, "-m", "wattlife.cli", "run", "--trace", str(run_dir / "trace.csv"),
             "--events", str(run_dir / "events.csv"), "--gpu", "nvml", "--cpu", "auto",
             "--idle-s", "1", "--"] + cmd
-    return subprocess.run(full, env=env or os.environ.copy(), capture_output=True, text=True)
+    r = subprocess.run(full, env=env or os.environ.copy(), capture_output=True, text=True)
+    (run_dir / "output.txt").write_text(r.stdout + r.stderr)
+    return r
 
 
 def gpu_power(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -140,12 +153,31 @@ def check_overhead(work: Path, pairs: int, steps: int) -> tuple[pd.DataFrame, di
                 "sampler_cpu_share_of_core": float((s["sampler_cpu_s"] / s["sampler_wall_s"]).median())}
 
 
-def check_attribution(work: Path, long_s: float, short_s: float) -> tuple[pd.DataFrame, dict]:
+def phase_clocks(run_dir: Path, names: list[str]) -> pd.DataFrame:
+    """Mean SM clock, temperature and the share of polls with any clock-event (throttle) reason
+    other than idle, per phase kind, from the workload's 5 ms clock polls."""
+    ck = pd.read_csv(run_dir / "clocks.csv")
+    ev = read_events(run_dir / "events.csv")
+    ev = ev[ev["phase"].isin(names)].sort_values("start_ns")
+    i = np.searchsorted(ev["start_ns"].to_numpy(), ck["t_ns"].to_numpy(), "right") - 1
+    ok = (i >= 0) & (ck["t_ns"].to_numpy() < ev["end_ns"].to_numpy()[np.clip(i, 0, None)])
+    ck = ck[ok].assign(phase=ev["phase"].to_numpy()[i[ok]])
+    idle_bit = 0x1  # GpuIdle: not a limit
+    ck["limited"] = (ck["event_reasons"].astype(np.int64) & ~idle_bit) != 0
+    return ck.groupby("phase").agg(sm_clock_mhz=("sm_clock_mhz", "mean"),
+                                   temp_c=("temp_c", "mean"), limited_share=("limited", "mean"),
+                                   polls=("t_ns", "size"))
+
+
+def check_attribution(work: Path, long_s: float, short_s: float, kinds: list[str],
+                      tag: str) -> tuple[pd.DataFrame, dict]:
     out = {}
+    clocks = {}
     for mode, secs in (("long", long_s), ("short", short_s)):
-        d = work / f"attr_{mode}"
-        r = under_sampler(d, [PY, str(HERE / "gpu_loads.py"), "--mode", mode,
-                              "--seconds", str(secs)])
+        d = work / f"attr_{tag}_{mode}"
+        r = under_sampler(d, [PY, str(HERE / "gpu_loads.py"), "--mode", mode, "--kinds",
+                              ",".join(kinds), "--seconds", str(secs),
+                              "--clocks", str(d / "clocks.csv")])
         if r.returncode:
             raise RuntimeError(r.stderr[-2000:])
         tr = read_trace(d / "trace.csv")
@@ -160,15 +192,22 @@ def check_attribution(work: Path, long_s: float, short_s: float) -> tuple[pd.Dat
             ph = attribute_energy(gpu, e2, method="integrate")
         else:
             ph = attribute_energy(gpu, ev, method="deconvolve", n_boot=200)
-        ph.to_csv(work / f"attribution_{mode}.csv", index=False)
+            est = attribute_energy(gpu, ev, method="deconvolve", n_boot=200, response="estimate")
+            est.to_csv(work / f"attribution_{tag}_short_response.csv", index=False)
+            est.attrs["sensor_responses"][(est["host"].iloc[0], "gpu0")].to_csv(
+                work / f"attribution_{tag}_sensor_response.csv")
+            out["short_response"] = est.set_index("phase")
+        ph.to_csv(work / f"attribution_{tag}_{mode}.csv", index=False)
         out[mode] = ph.set_index("phase")
+        clocks[mode] = phase_clocks(d, kinds)
         if mode == "short":
             seg = (ev["end_ns"] - ev["start_ns"]) / 1e6
+            seg = seg[ev["phase"].isin(kinds)]
             out["short_phase_ms"] = (float(seg.min()), float(seg.median()), float(seg.max()))
             out["window_ms"] = float(ph["window_ms"].dropna().iloc[0])
-    blocks = block_regression(work / "attr_short")
+    blocks = block_regression(work / f"attr_{tag}_short", work / f"attribution_{tag}_blocks.csv")
     cmp_rows = []
-    for kind in ("matmul", "matmul_low", "copy", "wait"):
+    for kind in kinds:
         truth = out["long"].loc[kind, "mean_power_w"]
         got = out["short"].loc[kind]
         cmp_rows.append({"kind": kind, "long_integrated_w": truth,
@@ -178,15 +217,55 @@ def check_attribution(work: Path, long_s: float, short_s: float) -> tuple[pd.Dat
                          "short_hi_w": got["energy_hi_j"] / got["time_s"],
                          "rel_error": got["mean_power_w"] / truth - 1,
                          "rel_error_vs_blocks": got["mean_power_w"] / blocks.get(kind, np.nan) - 1,
-                         "short_phases": int(got["count"])})
+                         "short_phases": int(got["count"]),
+                         "short_deconvolved_estimated_response_w":
+                             out["short_response"].loc[kind, "mean_power_w"],
+                         "rel_error_estimated_response":
+                             out["short_response"].loc[kind, "mean_power_w"] / truth - 1,
+                         "identifiability": got.get("identifiability", np.nan),
+                         "long_sm_clock_mhz": clocks["long"]["sm_clock_mhz"].get(kind, np.nan),
+                         "short_sm_clock_mhz": clocks["short"]["sm_clock_mhz"].get(kind, np.nan),
+                         "long_limited_share": clocks["long"]["limited_share"].get(kind, np.nan),
+                         "short_limited_share": clocks["short"]["limited_share"].get(kind, np.nan),
+                         "long_temp_c": clocks["long"]["temp_c"].get(kind, np.nan),
+                         "short_temp_c": clocks["short"]["temp_c"].get(kind, np.nan)})
     cmp = pd.DataFrame(cmp_rows)
-    return cmp, {"short_phase_ms_min_median_max": out["short_phase_ms"],
+    return cmp, {"kinds": kinds, "short_phase_ms_min_median_max": out["short_phase_ms"],
                  "deconvolution_window_ms": out["window_ms"],
                  "max_abs_rel_error": float(cmp["rel_error"].abs().max()),
                  "max_abs_rel_error_vs_blocks": float(cmp["rel_error_vs_blocks"].abs().max())}
 
 
-def block_regression(run_dir: Path) -> dict[str, float]:
+def check_step(work: Path, kinds: list[str]) -> pd.DataFrame:
+    """Step response per kind: mean power of the driver's samples and the SM clock by time since
+    the kind began after 1.5 s of idle. A kind whose power is flat from the first 20 ms on has
+    one power whatever its phase length; one that overshoots or sags does not."""
+    d = work / "step"
+    r = under_sampler(d, [PY, str(HERE / "gpu_loads.py"), "--mode", "step", "--kinds",
+                          ",".join(kinds), "--clocks", str(d / "clocks.csv")])
+    if r.returncode:
+        raise RuntimeError(r.stderr[-2000:])
+    power, _ = gpu_power(d)
+    ck = pd.read_csv(d / "clocks.csv")
+    ev = read_events(d / "events.csv")
+    edges_ms = np.array([0, 20, 50, 100, 200, 500, 1000, 2000, 3000])
+    rows = []
+    for kind in kinds:
+        e = ev[ev["phase"] == kind].iloc[0]
+        for what, t, v in (("power_w", power["t_ns"], power["value"]),
+                           ("sm_clock_mhz", ck["t_ns"], ck["sm_clock_mhz"])):
+            # a power sample averages the ~20 ms before its stamp: bin it by its window's middle
+            since = (t.to_numpy() - (10e6 if what == "power_w" else 0) - e["start_ns"]) / 1e6
+            b = np.digitize(since, edges_ms) - 1
+            for j in range(len(edges_ms) - 1):
+                m = b == j
+                rows.append({"kind": kind, "metric": what, "from_ms": edges_ms[j],
+                             "to_ms": edges_ms[j + 1], "mean": float(v.to_numpy()[m].mean())
+                             if m.any() else np.nan, "n": int(m.sum())})
+    return pd.DataFrame(rows)
+
+
+def block_regression(run_dir: Path, out_csv: Path) -> dict[str, float]:
     """Per-kind power from 2 s blocks of differing mixes: E_block = sum_k P_k t_k (NNLS).
 
     Each block's energy is integrated over 2 s, so the sensor's ~20-30 ms window matters only at
@@ -210,7 +289,7 @@ def block_regression(run_dir: Path) -> dict[str, float]:
     e = s.energy_at(blocks["end_ns"].to_numpy()) - s.energy_at(blocks["start_ns"].to_numpy())
     beta = nnls(a, e)[0]
     pd.DataFrame(np.column_stack([a, e]), columns=names + ["gap", "energy_j"]).to_csv(
-        run_dir.parent / "attribution_blocks.csv", index=False)
+        out_csv, index=False)
     return dict(zip(names + ["gap"], beta))
 
 
@@ -220,7 +299,9 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--accuracy-s", type=float, default=65)
-    ap.add_argument("--only", default="resolution,attribution,accuracy,overhead")
+    ap.add_argument("--only", default="resolution,attribution,accuracy,overhead",
+                    help="comma-separated parts: accuracy, resolution, overhead, step, "
+                         "attribution[:KIND_SET] with KIND_SET one of " + ", ".join(KIND_SETS))
     a = ap.parse_args()
     out = Path(a.out)
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "wattlife-h200"
@@ -248,10 +329,16 @@ def main() -> None:
             elif part == "overhead":
                 df, summary["overhead"] = check_overhead(work, a.pairs, a.steps)
                 df.to_csv(out / "overhead_runs.csv", index=False)
-            elif part == "attribution":
-                cmp, summary["attribution"] = check_attribution(work, 24, 60)
-                cmp.to_csv(out / "attribution_comparison.csv", index=False)
-                for f in ("attribution_long.csv", "attribution_short.csv", "attribution_blocks.csv"):
+            elif part == "step":
+                check_step(work, KIND_SETS["all"]).to_csv(out / "step_response.csv", index=False)
+            elif part.startswith("attribution"):
+                tag = part.partition(":")[2] or "constant"
+                kinds = KIND_SETS[tag]
+                cmp, summary[f"attribution_{tag}"] = check_attribution(
+                    work, 6 * len(kinds), 60, kinds, tag)
+                cmp.to_csv(out / f"attribution_{tag}_comparison.csv", index=False)
+                for m in ("long", "short", "blocks", "short_response", "sensor_response"):
+                    f = f"attribution_{tag}_{m}.csv"
                     (out / f).write_bytes((work / f).read_bytes())
         except Exception:  # noqa: BLE001 - keep the other parts' results
             summary[part] = {"error": traceback.format_exc()[-3000:]}

@@ -33,3 +33,13 @@ def events_frame(rows: list[tuple[str, int, int]], host: str = "h", rank: int = 
     return pd.DataFrame({"run_id": "r", "host": host, "rank": rank,
                          "phase": [r[0] for r in rows], "start_ns": [r[1] for r in rows],
                          "end_ns": [r[2] for r in rows], "step": 0, "items": np.nan})
+
+
+def response_sensor(edges_ns: np.ndarray, power_w: np.ndarray, t_read: np.ndarray,
+                    lag_edges_ms: list[float], weights: list[float]) -> np.ndarray:
+    """Readings by a sensor that weighs lag bin [lag_edges[k], lag_edges[k+1]) ms by weights[k]
+    (a delayed window with a tail, as the H200's)."""
+    ms = 1_000_000
+    return sum(w * averaging_sensor(edges_ns, power_w, np.asarray(t_read) - int(lo * ms),
+                                    (hi - lo) * ms)
+               for lo, hi, w in zip(lag_edges_ms[:-1], lag_edges_ms[1:], weights))

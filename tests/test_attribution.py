@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wattlife.attribution import RESIDUAL, attribute_energy, phase_tree
+from wattlife.attribution import RESIDUAL, SensorResponse, attribute_energy, phase_tree
 from wattlife.contracts import UNATTRIBUTED, ContractError
 
-from synth import T0, averaging_sensor, events_frame, trace_frame
+from synth import T0, averaging_sensor, events_frame, response_sensor, trace_frame
 
 MS = 1_000_000
 
@@ -45,8 +45,10 @@ def test_energy_counter_only_device_is_integrated():
     assert row["device_kind"] == "cpu" and row["source"] == "rapl"
 
 
-def _short_phase_run(seed: int, window_ms: float = 20.0):
-    """Three phase kinds of 5-20 ms interleaved, read by a 20 ms averaging sensor every 20 ms."""
+def _short_phase_run(seed: int, window_ms: float = 20.0, lags_ms: list[float] | None = None,
+                     weights: list[float] | None = None):
+    """Three phase kinds of 5-20 ms interleaved, read every 20 ms by a 20 ms averaging sensor
+    (or one with the given lag weights)."""
     rng = np.random.default_rng(seed)
     power = {"matmul": 650.0, "copy": 420.0, "wait": 130.0}
     names, edges = [], [T0]
@@ -56,7 +58,10 @@ def _short_phase_run(seed: int, window_ms: float = 20.0):
     edges = np.array(edges)
     levels = np.array([power[n] for n in names])
     t = np.arange(T0 + 40 * MS, edges[-1], 20 * MS)
-    p = averaging_sensor(edges, levels, t, window_ms * MS)
+    if lags_ms:
+        p = response_sensor(edges, levels, t, lags_ms, weights)
+    else:
+        p = averaging_sensor(edges, levels, t, window_ms * MS)
     p = p * (1 + rng.normal(0, 0.02, len(p)))  # sensor noise
     ev = events_frame([(n, a, b) for n, a, b in zip(names, edges[:-1], edges[1:])])
     return trace_frame(t, p), ev, power
@@ -198,3 +203,69 @@ def test_deconvolution_is_bounded_by_the_power_limit_or_the_highest_reading():
     assert s.max_power_w == pytest.approx(tr["value"].max())  # readings above the limit: bursts
     lim["value"] = 900.0
     assert device_series(pd.concat([tr, lim], ignore_index=True))[0].max_power_w == 900.0
+
+
+DELAYED = ([0, 10, 20, 30], [0.0, 0.5, 0.5])  # a 20 ms window that reports 10 ms late
+
+
+def test_a_delayed_sensor_biases_the_boxcar_and_its_estimated_response_does_not():
+    tr, ev, truth = _short_phase_run(0, lags_ms=DELAYED[0], weights=DELAYED[1])
+    box = attribute_energy(tr, ev, method="deconvolve", n_boot=20).set_index("phase")
+    assert box.loc["wait", "mean_power_w"] < 0.95 * truth["wait"]  # no boxcar [0, w] fits a delay
+    out = attribute_energy(tr, ev, method="deconvolve", n_boot=20, response="estimate")
+    got = out.set_index("phase")["mean_power_w"]
+    for name, watts in truth.items():
+        assert got[name] == pytest.approx(watts, rel=0.02), name
+    r = out.attrs["sensor_responses"][("h", "gpu0")]
+    assert r.estimated and r.centroid_s == pytest.approx(0.020, abs=0.001)
+    w = dict(zip(np.round(np.asarray(r.edges_s[:-1]) * 1e3), r.weights))
+    assert w[0.0] + w[5.0] < 0.02 and sum(w[k] for k in (10.0, 15.0, 20.0, 25.0)) > 0.97
+    assert out["sensor_response"].iloc[0].startswith("estimated response: 6 lag bins to 30 ms")
+    # the energy still adds up
+    integ = attribute_energy(tr, ev, method="integrate")
+    assert out["energy_j"].sum() == pytest.approx(integ["energy_j"].sum(), rel=1e-9)
+
+
+def test_a_given_sensor_response_applies_to_gpus(tmp_path):
+    tr, ev, truth = _short_phase_run(3, lags_ms=DELAYED[0], weights=DELAYED[1])
+    given = SensorResponse((0.0, 0.010, 0.030), (0.0, 1.0))
+    given.to_csv(tmp_path / "r.csv")
+    again = SensorResponse.from_csv(tmp_path / "r.csv")
+    assert again == given and not again.is_boxcar and again.describe().startswith("given")
+    got = attribute_energy(tr, ev, method="deconvolve", n_boot=20, response=again)
+    for name, watts in truth.items():
+        assert got.set_index("phase").loc[name, "mean_power_w"] == pytest.approx(watts, rel=0.02)
+    assert SensorResponse.boxcar(0.02).describe() == "boxcar 20.0 ms"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("lag_lo_ms,lag_hi_ms,weight\n0,10,0.5\n12,20,0.5\n", "line 3: lag_lo_ms 12.0 does not continue"),
+    ("lag_lo_ms,lag_hi_ms,weight\n0,10,0.7\n10,20,0.7\n", "weights must be >= 0 and sum to 1"),
+    ("lo,hi,w\n0,10,1\n", "expected columns"),
+])
+def test_a_bad_sensor_response_file_is_named(tmp_path, text, message):
+    f = tmp_path / "bad.csv"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=message) as e:
+        SensorResponse.from_csv(f)
+    assert "bad.csv" in str(e.value)
+
+
+def test_cli_estimates_a_sensor_response_and_reuses_it(tmp_path, capsys):
+    from wattlife.cli import main
+
+    tr, ev, truth = _short_phase_run(4, lags_ms=DELAYED[0], weights=DELAYED[1])
+    tr.to_csv(tmp_path / "trace.csv", index=False)
+    ev.to_csv(tmp_path / "events.csv", index=False)
+    args = ["attribute", "--trace", str(tmp_path / "trace.csv"), "--events",
+            str(tmp_path / "events.csv"), "--method", "deconvolve", "--bootstrap", "10"]
+    assert main(args + ["-o", str(tmp_path / "a.csv"), "--sensor-response", "estimate"]) == 0
+    saved = tmp_path / "a.h.gpu0.sensor_response.csv"
+    assert saved.exists()
+    assert main(args + ["-o", str(tmp_path / "b.csv"), "--sensor-response", str(saved)]) == 0
+    a = pd.read_csv(tmp_path / "a.csv").set_index("phase")
+    b = pd.read_csv(tmp_path / "b.csv").set_index("phase")
+    assert b.loc["wait", "mean_power_w"] == pytest.approx(a.loc["wait", "mean_power_w"], rel=1e-6)
+    assert b.loc["wait", "sensor_response"].startswith("given response")
+    assert main(args + ["-o", str(tmp_path / "c.csv"), "--sensor-response", "nope.csv"]) == 2
+    assert "nope.csv" in capsys.readouterr().err

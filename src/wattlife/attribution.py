@@ -20,6 +20,13 @@ P_p x its total exclusive time; the difference to the measured total is reported
 `deconvolution_residual`, so the energy still adds up. The 95% interval comes from a moving-block
 bootstrap of (reading, overlap) pairs: contiguous blocks of readings are resampled with
 replacement, which keeps the readings' autocorrelation.
+
+Sensor response. The window above is a boxcar [t_i - w, t_i]. A real sensor weighs the past
+differently: the H200's readings start to move ~5 ms after a step and settle only after ~40 ms
+(results/reference/h200/attribution/). `SensorResponse` generalises the boxcar to piecewise-constant
+weights over lag bins; `estimate_response` finds them from the run itself by alternating least
+squares (powers given weights, weights given powers; weights >= 0, summing to 1), which needs
+phases of varied length and order, as interleaved short phases have.
 """
 
 from __future__ import annotations
@@ -91,6 +98,78 @@ def device_series(trace: pd.DataFrame) -> list[DeviceSeries]:
             e = energy["value"].to_numpy(np.float64)
             out.append(DeviceSeries(host, dev, t, e - e[0], None, energy["source"].mode().iat[0]))
     return out
+
+
+@dataclass(frozen=True)
+class SensorResponse:
+    """How a reading stamped t weighs the true power at t - lag: weight k on lag bin
+    [edges_s[k], edges_s[k+1]); weights >= 0 sum to 1. A boxcar of width w is one bin [0, w)."""
+
+    edges_s: tuple[float, ...]
+    weights: tuple[float, ...]
+    estimated: bool = False
+
+    def __post_init__(self) -> None:
+        e, w = np.asarray(self.edges_s, float), np.asarray(self.weights, float)
+        if len(e) != len(w) + 1 or len(w) == 0:
+            raise ValueError(f"sensor response: {len(w)} weights need {len(w) + 1} lag edges, "
+                             f"got {len(e)}")
+        if e[0] < 0 or np.any(np.diff(e) <= 0):
+            raise ValueError(f"sensor response: lag edges must start at >= 0 and increase, got {e}")
+        if np.any(w < 0) or not np.isclose(w.sum(), 1.0, atol=1e-6):
+            raise ValueError(f"sensor response: weights must be >= 0 and sum to 1, got {w}")
+
+    @classmethod
+    def boxcar(cls, window_s: float) -> "SensorResponse":
+        return cls((0.0, float(window_s)), (1.0,))
+
+    @property
+    def is_boxcar(self) -> bool:
+        return len(self.weights) == 1 and self.edges_s[0] == 0.0
+
+    @property
+    def span_s(self) -> float:
+        return float(self.edges_s[-1])
+
+    @property
+    def centroid_s(self) -> float:
+        e = np.asarray(self.edges_s)
+        return float(np.dot(self.weights, (e[:-1] + e[1:]) / 2))
+
+    def describe(self) -> str:
+        if self.is_boxcar:
+            return f"boxcar {self.span_s * 1e3:.1f} ms"
+        kind = "estimated" if self.estimated else "given"
+        return (f"{kind} response: {len(self.weights)} lag bins to {self.span_s * 1e3:.0f} ms, "
+                f"centroid {self.centroid_s * 1e3:.1f} ms")
+
+    def design(self, index: "_SegmentIndex", t: np.ndarray) -> np.ndarray:
+        """A[i, n] = the weight reading i gives to phase name n's time."""
+        e = np.asarray(self.edges_s) * 1e9
+        return sum(wk * index.overlap(t - e[k], e[k + 1] - e[k])
+                   for k, wk in enumerate(self.weights) if wk > 0)
+
+    def to_csv(self, path: str | Path) -> None:
+        e = np.asarray(self.edges_s) * 1e3
+        pd.DataFrame({"lag_lo_ms": e[:-1], "lag_hi_ms": e[1:], "weight": self.weights}).to_csv(
+            path, index=False)
+
+    @classmethod
+    def from_csv(cls, path: str | Path) -> "SensorResponse":
+        """Lag bins `lag_lo_ms,lag_hi_ms,weight`, contiguous, as `to_csv` writes them."""
+        df = pd.read_csv(path)
+        need = {"lag_lo_ms", "lag_hi_ms", "weight"}
+        if not need <= set(df.columns):
+            raise ValueError(f"{path}: expected columns {sorted(need)}, got {list(df.columns)}")
+        lo, hi = df["lag_lo_ms"].to_numpy(float), df["lag_hi_ms"].to_numpy(float)
+        gaps = np.flatnonzero(~np.isclose(lo[1:], hi[:-1]))
+        if len(gaps):
+            raise ValueError(f"{path}, line {gaps[0] + 3}: lag_lo_ms {lo[gaps[0] + 1]} does not "
+                             f"continue the previous bin's lag_hi_ms {hi[gaps[0]]}")
+        try:
+            return cls(tuple(np.append(lo, hi[-1]) / 1e3), tuple(df["weight"].astype(float)))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
 
 
 @dataclass
@@ -300,15 +379,18 @@ def _nnls_normal(g: np.ndarray, h: np.ndarray, prior_w: float = 0.0,
 
 def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = None,
                n_boot: int = 200, n_blocks: int = 100, seed: int = 0,
-               chunk: int = 500_000) -> pd.DataFrame:
-    """Mean power per phase name by NNLS over all readings (see the module docstring)."""
+               chunk: int = 500_000, response: SensorResponse | None = None) -> pd.DataFrame:
+    """Mean power per phase name by NNLS over all readings (see the module docstring); the
+    readings' window is `response`, else a boxcar of `window_s`, else of the reading spacing."""
     if series.power_w is None:
         raise ValueError(f"{series.device}: deconvolution needs power readings, the trace has only "
                          "an energy counter")
     index, bounds, seg_name = _segment_index(tree, series)
     names = index.names
     t0, t1 = series.t_ns[0], series.t_ns[-1]
-    w_ns = float(window_s if window_s else series.spacing_s) * 1e9
+    if response is None:
+        response = SensorResponse.boxcar(window_s if window_s else series.spacing_s)
+    w_ns = response.span_s * 1e9
     t = series.rel(series.t_ns[1:])  # the first reading has no defined window start
     p = series.power_w[1:]
     k = len(names)
@@ -319,7 +401,7 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
     for b in range(n_blocks):
         for s in range(edges[b], edges[b + 1], chunk):
             e = min(s + chunk, edges[b + 1])
-            a = index.overlap(t[s:e], w_ns)
+            a = response.design(index, t[s:e])
             g_blocks[b] += a.T @ a
             h_blocks[b] += a.T @ p[s:e]
     g_all, h_all = g_blocks.sum(0), h_blocks.sum(0)
@@ -354,13 +436,15 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
         rows.append({"phase": nm, "energy_j": beta[j] * ts, "energy_lo_j": lo[j] * ts,
                      "energy_hi_j": hi[j] * ts, "time_s": ts,
                      "count": int(count_by.get(nm, 0)), "method": "deconvolve",
-                     "window_ms": w_ns / 1e6, "identifiability": float(seen[j])})
+                     "window_ms": w_ns / 1e6, "identifiability": float(seen[j]),
+                     "sensor_response": response.describe()})
     df = pd.DataFrame(rows)
     total = float(series.energy_j[-1] - series.energy_j[0])
     resid = total - df["energy_j"].sum()
     df = pd.concat([df, pd.DataFrame([{"phase": RESIDUAL, "energy_j": resid, "energy_lo_j": resid,
                                        "energy_hi_j": resid, "time_s": 0.0, "count": 0,
-                                       "method": "deconvolve", "window_ms": w_ns / 1e6}])],
+                                       "method": "deconvolve", "window_ms": w_ns / 1e6,
+                                       "sensor_response": response.describe()}])],
                    ignore_index=True)
     return df
 
@@ -384,6 +468,37 @@ def estimate_window(series: DeviceSeries, tree: PhaseTree,
     return best
 
 
+def estimate_response(series: DeviceSeries, tree: PhaseTree, bin_s: float = 0.005,
+                      max_lag_s: float | None = None, iters: int = 50,
+                      max_readings: int = 200_000) -> SensorResponse:
+    """The sensor's lag weights (bins of `bin_s` up to `max_lag_s`, default 3 reading spacings)
+    that, with one power per phase name, fit the readings best: alternating non-negative least
+    squares, starting from a boxcar of one spacing. Needs short phases of varied length and
+    order; with long phases only, the readings say little about the weights."""
+    n = min(len(series.t_ns), max_readings)
+    index = _segment_index(tree, series)[0]
+    t, p = series.rel(series.t_ns[1:n]), series.power_w[1:n]
+    max_lag = max_lag_s if max_lag_s else 3 * series.spacing_s
+    edges = np.arange(0.0, max_lag + bin_s / 2, bin_s)
+    overlaps = np.stack([index.overlap(t - edges[k] * 1e9, bin_s * 1e9)
+                         for k in range(len(edges) - 1)])  # bins x readings x names
+    h = (edges[1:] <= series.spacing_s + 1e-12).astype(float)
+    h /= h.sum()
+    big = 1e3 * np.sqrt(len(p))  # weight of the sum-to-one row
+    for _ in range(iters):
+        beta = nnls(np.tensordot(h, overlaps, axes=1), p)[0]
+        per_bin = overlaps @ beta  # bins x readings
+        h_new = nnls(np.vstack([per_bin.T, np.full(len(h), big)]), np.append(p, big))[0]
+        h_new /= h_new.sum()
+        done = np.max(np.abs(h_new - h)) < 1e-5
+        h = h_new
+        if done:
+            break
+    keep = len(h) - int(np.argmax(h[::-1] > 0))  # drop all-zero bins at the long end
+    return SensorResponse(tuple(map(float, edges[:keep + 1])),
+                          tuple(map(float, h[:keep] / h[:keep].sum())), estimated=True)
+
+
 def idle_power(series: DeviceSeries, start_ns: int, end_ns: int) -> float:
     """Mean power of a device over [start, end] (the idle baseline window)."""
     dt = (end_ns - start_ns) / 1e9
@@ -396,9 +511,17 @@ def idle_power(series: DeviceSeries, start_ns: int, end_ns: int) -> float:
 def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "auto",
                      window_s: float | None = None, run_id: str | None = None,
                      idle_window: tuple[int, int] | None = None,
-                     n_boot: int = 200) -> pd.DataFrame:
+                     n_boot: int = 200,
+                     response: SensorResponse | str | None = None) -> pd.DataFrame:
     """trace x events -> phases table (contract columns plus host, window_ms, and, with an idle
-    window, idle_power_w / static_j / dynamic_j)."""
+    window, idle_power_w / static_j / dynamic_j).
+
+    `response` shapes deconvolution's reading window: None, a boxcar (`window_s`, else
+    estimated); a `SensorResponse`, the GPU sensor's weights (for GPUs; CPU and DRAM keep the
+    boxcar); "estimate", weights estimated per device from the run (`estimate_response`). The
+    responses used are in `out.attrs["sensor_responses"]` ({(host, device): SensorResponse})."""
+    if isinstance(response, str) and response != "estimate":
+        raise ValueError(f"response must be a SensorResponse, 'estimate' or None, got {response!r}")
     if method not in ("auto", "integrate", "deconvolve"):
         raise ValueError(f"method must be auto, integrate or deconvolve, got {method!r}")
     if run_id is None:
@@ -406,6 +529,7 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
         run_id = ids[0] if len(ids) == 1 else "run"
     pmap = _phase_map(events)
     frames = []
+    used: dict[tuple[str, str], SensorResponse] = {}
     for s in device_series(trace):
         ev = _events_for(s, pmap, events)
         tree = phase_tree(ev, where=f"events of {s.host}/{s.device}")
@@ -417,9 +541,15 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
         if m == "auto":
             m = choose_method(s, tree, window_s or s.spacing_s)
         if m == "deconvolve":
-            if w is None:
+            r = None
+            if response == "estimate":
+                r = estimate_response(s, tree)
+            elif isinstance(response, SensorResponse) and device_kind(s.device) == "gpu":
+                r = response
+            elif w is None:
                 w = estimate_window(s, tree)
-            df = deconvolve(s, tree, w, n_boot=n_boot)
+            df = deconvolve(s, tree, w, n_boot=n_boot, response=r)
+            used[(s.host, s.device)] = r or SensorResponse.boxcar(w or s.spacing_s)
         else:
             df = integrate(s, tree)
         df["device"], df["host"] = s.device, s.host
@@ -437,7 +567,9 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
     out["run_id"] = run_id
     with np.errstate(divide="ignore", invalid="ignore"):
         out["mean_power_w"] = np.where(out["time_s"] > 0, out["energy_j"] / out["time_s"], np.nan)
-    return out[PHASES_COLUMNS + [c for c in out.columns if c not in PHASES_COLUMNS]]
+    out = out[PHASES_COLUMNS + [c for c in out.columns if c not in PHASES_COLUMNS]]
+    out.attrs["sensor_responses"] = used
+    return out
 
 
 WRAPPER_PHASES = ("idle_baseline", "process_startup", "process_exit")
@@ -469,8 +601,16 @@ def wrapper_events(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
 
 def attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str = "auto",
                     window_ms: float | None = None, idle_split: bool = False,
-                    n_boot: int = 200) -> pd.DataFrame:
-    """Read trace, events and meta.json beside the trace; write phases.csv."""
+                    n_boot: int = 200, sensor_response: str = "boxcar") -> pd.DataFrame:
+    """Read trace, events and meta.json beside the trace; write phases.csv.
+
+    `sensor_response`: "boxcar", "estimate" (the estimated weights are written beside the output
+    as `<stem>.<host>.<device>.sensor_response.csv`, reusable on other runs), or such a CSV."""
+    response: SensorResponse | str | None = None
+    if sensor_response == "estimate":
+        response = "estimate"
+    elif sensor_response != "boxcar":
+        response = SensorResponse.from_csv(sensor_response)
     trace_df = read_trace(trace)
     events_df = read_events(events)
     meta_path = Path(trace).with_name("meta.json")
@@ -488,6 +628,11 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
         if len(extra):
             events_df = pd.concat([events_df, extra.astype({"start_ns": "int64", "end_ns": "int64"})],
                                   ignore_index=True)
-    df = attribute_energy(trace_df, events_df, method, window_s, meta.get("run_id"), idle, n_boot)
+    df = attribute_energy(trace_df, events_df, method, window_s, meta.get("run_id"), idle, n_boot,
+                          response)
     write_table(df, out, PHASES_COLUMNS)
+    out = Path(out)
+    for (host, device), r in df.attrs["sensor_responses"].items():
+        if r.estimated:
+            r.to_csv(out.with_name(f"{out.stem}.{host}.{device}.sensor_response.csv"))
     return df

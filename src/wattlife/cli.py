@@ -47,7 +47,7 @@ def cmd_attribute(a: argparse.Namespace) -> int:
     from .attribution import attribute_files
 
     df = attribute_files(a.trace, a.events, a.output, a.method, a.sensor_window_ms, a.idle_split,
-                         a.bootstrap)
+                         a.bootstrap, a.sensor_response)
     show = df.groupby(["device_kind", "phase", "method", "source"], as_index=False)[
         ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"], ascending=[True, False])
     print(show.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -363,6 +363,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--method", default="auto", choices=["auto", "integrate", "deconvolve"])
     t.add_argument("--sensor-window-ms", type=float,
                    help="averaging window of power readings (default: meta.json, else estimated)")
+    t.add_argument("--sensor-response", default="boxcar", metavar="boxcar|estimate|CSV",
+                   help="shape of a reading's window for deconvolution: a boxcar (default), lag "
+                        "weights estimated from this run (written beside the output), or a CSV of "
+                        "lag_lo_ms,lag_hi_ms,weight (the GPU sensor's, e.g. estimated earlier)")
     t.add_argument("--idle-split", action="store_true",
                    help="split energy into static (idle baseline) and dynamic parts")
     t.add_argument("--bootstrap", type=int, default=200, help="bootstrap replicates (deconvolve)")

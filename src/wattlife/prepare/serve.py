@@ -69,10 +69,15 @@ class ArtefactServer:
 
             def do_PUT(self):
                 path = unquote(self.path.split("?")[0]).lstrip("/")
+                n = int(self.headers.get("Content-Length", 0))
                 if outer.upload_root is None or ".." in Path(path).parts:
+                    # read the body first: a client still sending it would see a broken pipe
+                    # instead of the refusal
+                    left = n
+                    while left and (chunk := self.rfile.read(min(STEP, left))):
+                        left -= len(chunk)
                     self.send_error(403, "Uploads not accepted here")
                     return
-                n = int(self.headers.get("Content-Length", 0))
                 dest = outer.upload_root / path
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 with open(dest, "wb") as fh:
