@@ -63,10 +63,13 @@ def bench_attribution(n_rows: int = 10_000_000, n_intervals: int = 1_000_000) ->
                            "phase": np.tile(names, n_steps), "start_ns": s, "end_ns": e,
                            "step": np.repeat(np.arange(n_steps), 4), "items": np.nan})
     out = {"trace_rows": n_rows, "intervals": len(events)}
-    for method in ("integrate", "deconvolve"):
+    for label, method, response in (("integrate", "integrate", None),
+                                    ("deconvolve", "deconvolve", None),
+                                    ("deconvolve_estimated_response", "deconvolve", "estimate")):
         t1 = time.perf_counter()
-        attribute_energy(trace, events, method=method, window_s=0.02, n_boot=100)
-        out[f"{method}_s"] = time.perf_counter() - t1
+        attribute_energy(trace, events, method=method, window_s=0.02, n_boot=100,
+                         response=response)
+        out[f"{label}_s"] = time.perf_counter() - t1
     out["peak_rss_gb"] = _peak_rss_gb()
     return out
 

@@ -205,8 +205,9 @@ def hardware_profile(name_or_path: str) -> dict[str, Any]:
     return prof
 
 
-def matrix_cell_workload(cfg: dict[str, Any], cell: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The causal-LM workload of one `pfi_matrix` cell, and the cell itself."""
+def matrix_cell_workload(cfg: dict[str, Any], cell: str
+                         ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The causal-LM workload of one `pfi_matrix` cell, the cell itself and its hardware profile."""
     m = cfg["pfi_matrix"]
     if cell not in m["cells"]:
         raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
@@ -217,7 +218,7 @@ def matrix_cell_workload(cfg: dict[str, Any], cell: str) -> tuple[dict[str, Any]
          "tokenizer_vocab": m.get("tokenizer_vocab", 32768),
          **{k: m[k] for k in ("duration_s", "eval_at_s", "ckpt_at_s") if k in m},
          **{k: v for k, v in c.items() if k not in ("gpus", "set")}}
-    return w, c
+    return w, c, prof
 
 
 def sweep_matrix_cell(config_path: str | Path, cell: str, out: str | Path,
@@ -231,9 +232,8 @@ def sweep_matrix_cell(config_path: str | Path, cell: str, out: str | Path,
     from .devices.powercap import PowerCapController
 
     cfg = load_config(config_path)
-    w, c = matrix_cell_workload(cfg, cell)
+    w, c, prof = matrix_cell_workload(cfg, cell)
     pc = cfg["powercap"]
-    prof = hardware_profile(pc.get("hardware", "h200"))
     caps = prof["grid_large_w"] if c["gpus"] >= prof.get("large_job_gpus", LARGE_JOB_GPUS) else prof["grid_w"]
     out = Path(out)
     run_dir = out.parent / "runs"
