@@ -7,10 +7,16 @@
 2. resolution : 40 ms on / 40 ms off; the power samples must show two separated levels.
 3. overhead   : ResNet-50 training throughput without / with the sampler / with every phase marked
                 (interleaved runs); the sampler's own CPU time per wall second.
-4. attribution: three phase kinds (matmul, copy, wait) in >= 1 s phases (ground truth by
-                integration), then interleaved in 5-20 ms phases (deconvolution); per-kind mean
-                power compared (target: within 5%).
-Writes CSVs and summary.json under --out and prints a short table last. Changes no GPU setting.
+4. step       : per phase kind, 1.5 s idle then 3 s of the kind: power and SM clock by time since
+                the kind began (does the kind's power depend on how long it runs?).
+5. attribution[:SET]: a set of phase kinds (KIND_SETS) in >= 1 s phases (ground truth by
+                integration), then interleaved in 5-20 ms phases (deconvolution with a boxcar
+                window and with an estimated sensor response; 2 s block regression); per-kind
+                mean power compared (target: within 5%), with each kind's SM clock in both runs.
+Writes CSVs and summary.json under --out and prints a short table last. Changes no GPU setting
+(the SM carve-out of `matmul_half`/`matmul_quarter` is a cuBLASLt option of the process).
+`--work DIR --analyse-only` repeats the analysis of step/attribution on saved traces, e.g. those
+in results/reference/h200/attribution/runs.tar.gz, without a GPU.
 """
 
 from __future__ import annotations
@@ -169,10 +175,8 @@ def phase_clocks(run_dir: Path, names: list[str]) -> pd.DataFrame:
                                    polls=("t_ns", "size"))
 
 
-def check_attribution(work: Path, long_s: float, short_s: float, kinds: list[str],
-                      tag: str) -> tuple[pd.DataFrame, dict]:
-    out = {}
-    clocks = {}
+def run_attribution(work: Path, long_s: float, short_s: float, kinds: list[str], tag: str) -> None:
+    """The GPU part: the kinds in long phases, then in short ones, under the sampler."""
     for mode, secs in (("long", long_s), ("short", short_s)):
         d = work / f"attr_{tag}_{mode}"
         r = under_sampler(d, [PY, str(HERE / "gpu_loads.py"), "--mode", mode, "--kinds",
@@ -180,6 +184,16 @@ def check_attribution(work: Path, long_s: float, short_s: float, kinds: list[str
                               "--clocks", str(d / "clocks.csv")])
         if r.returncode:
             raise RuntimeError(r.stderr[-2000:])
+
+
+def analyse_attribution(work: Path, kinds: list[str], tag: str) -> tuple[pd.DataFrame, dict]:
+    """Long-phase ground truth vs the short phases' deconvolution (boxcar window, estimated
+    sensor response) and block regression, with each kind's SM clock in both runs. Runs on
+    the saved traces, so it can be repeated without a GPU."""
+    out = {}
+    clocks = {}
+    for mode in ("long", "short"):
+        d = work / f"attr_{tag}_{mode}"
         tr = read_trace(d / "trace.csv")
         ev = read_events(d / "events.csv")
         gpu = tr[tr["device"] == "gpu0"]
@@ -236,21 +250,27 @@ def check_attribution(work: Path, long_s: float, short_s: float, kinds: list[str
                  "max_abs_rel_error_vs_blocks": float(cmp["rel_error_vs_blocks"].abs().max())}
 
 
-def check_step(work: Path, kinds: list[str]) -> pd.DataFrame:
-    """Step response per kind: mean power of the driver's samples and the SM clock by time since
-    the kind began after 1.5 s of idle. A kind whose power is flat from the first 20 ms on has
-    one power whatever its phase length; one that overshoots or sags does not."""
+def run_step(work: Path, kinds: list[str]) -> None:
     d = work / "step"
     r = under_sampler(d, [PY, str(HERE / "gpu_loads.py"), "--mode", "step", "--kinds",
                           ",".join(kinds), "--clocks", str(d / "clocks.csv")])
     if r.returncode:
         raise RuntimeError(r.stderr[-2000:])
+
+
+def analyse_step(work: Path, kinds: list[str]) -> pd.DataFrame:
+    """Step response per kind: mean power of the driver's samples and the SM clock by time since
+    the kind began after 1.5 s of idle. A kind whose power is flat from the first 20 ms on has
+    one power whatever its phase length; one that overshoots or sags does not."""
+    d = work / "step"
     power, _ = gpu_power(d)
     ck = pd.read_csv(d / "clocks.csv")
     ev = read_events(d / "events.csv")
     edges_ms = np.array([0, 20, 50, 100, 200, 500, 1000, 2000, 3000])
     rows = []
     for kind in kinds:
+        if not (ev["phase"] == kind).any():
+            continue  # a run made before this kind existed
         e = ev[ev["phase"] == kind].iloc[0]
         for what, t, v in (("power_w", power["t_ns"], power["value"]),
                            ("sm_clock_mhz", ck["t_ns"], ck["sm_clock_mhz"])):
@@ -302,11 +322,16 @@ def main() -> None:
     ap.add_argument("--only", default="resolution,attribution,accuracy,overhead",
                     help="comma-separated parts: accuracy, resolution, overhead, step, "
                          "attribution[:KIND_SET] with KIND_SET one of " + ", ".join(KIND_SETS))
+    ap.add_argument("--work", help="folder of the runs' traces (default $TMPDIR/wattlife-h200)")
+    ap.add_argument("--analyse-only", action="store_true",
+                    help="step/attribution: analyse the traces already in --work (no GPU needed)")
     a = ap.parse_args()
     out = Path(a.out)
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / "wattlife-h200"
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(a.work) if a.work else Path(os.environ.get("TMPDIR", "/tmp")) / "wattlife-h200"
     work.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                     "analysed_from": str(work) if a.analyse_only else "this run"}
     try:
         import pynvml
 
@@ -330,12 +355,15 @@ def main() -> None:
                 df, summary["overhead"] = check_overhead(work, a.pairs, a.steps)
                 df.to_csv(out / "overhead_runs.csv", index=False)
             elif part == "step":
-                check_step(work, KIND_SETS["all"]).to_csv(out / "step_response.csv", index=False)
+                if not a.analyse_only:
+                    run_step(work, KIND_SETS["all"])
+                analyse_step(work, KIND_SETS["all"]).to_csv(out / "step_response.csv", index=False)
             elif part.startswith("attribution"):
                 tag = part.partition(":")[2] or "constant"
                 kinds = KIND_SETS[tag]
-                cmp, summary[f"attribution_{tag}"] = check_attribution(
-                    work, 6 * len(kinds), 60, kinds, tag)
+                if not a.analyse_only:
+                    run_attribution(work, 6 * len(kinds), 60, kinds, tag)
+                cmp, summary[f"attribution_{tag}"] = analyse_attribution(work, kinds, tag)
                 cmp.to_csv(out / f"attribution_{tag}_comparison.csv", index=False)
                 for m in ("long", "short", "blocks", "short_response", "sensor_response"):
                     f = f"attribution_{tag}_{m}.csv"
