@@ -13,7 +13,8 @@ Kinds: `matmul` (bf16 8192^3, random data: at the power limit in steady state), 
 same matmul on constant data: fewer bit toggles, below the limit), `matmul_narrow` (bf16, random
 data, 256 x 8192 x 8192), `matmul_half` / `matmul_quarter` (bf16 8192^3, random data, through
 cuBLASLt told to use 1/2 or 1/4 of the SMs: PyTorch's SM carve-out, a library setting of this process,
-not a GPU setting), `copy` (1 GiB device
+not a GPU setting), `copy_quarter` (1 GiB copied by a Triton kernel of 1/4 as many thread
+blocks as SMs: memory-bound on part of the GPU), `copy` (1 GiB device
 copies), `wait` (GPU idle, host sleeping), `wait_spin` (the GPU waits inside a spinning kernel, as
 a collective waits for its peers: the GPU stays in its active state).
 --clocks CSV polls the SM clock, the clock-event (throttle) reasons and the temperature every 5 ms.
@@ -31,8 +32,8 @@ from wattlife import markers
 from wattlife.markers import phase
 
 
-KINDS = ["matmul", "matmul_low", "matmul_narrow", "matmul_half", "matmul_quarter", "copy", "wait",
-         "wait_spin"]
+KINDS = ["matmul", "matmul_low", "matmul_narrow", "matmul_half", "matmul_quarter", "copy",
+         "copy_quarter", "wait", "wait_spin"]
 
 
 class Kinds:
@@ -55,6 +56,8 @@ class Kinds:
         self.spin_cycles_per_ms = 1e6 / self._time(lambda: torch.cuda._sleep(1_000_000))
         self.n_sm = torch.cuda.get_device_properties(0).multi_processor_count
         self.part_ms = {f: self._time(lambda f=f: self._matmul_part(f), n=10) for f in (2, 4)}
+        self._copy_kernel = _strided_copy_kernel()
+        self.cpq_ms = self._time(self._copy_part, n=10)
 
     @staticmethod
     def _time(fn, n: int = 20) -> float:
@@ -88,6 +91,14 @@ class Kinds:
             torch._C._set_sm_carveout_experimental(None)
             torch.backends.cuda.preferred_blas_library("default")
 
+    def _copy_part(self) -> None:
+        self._copy_kernel[(self.n_sm // 4,)](self.src, self.dst, self.src.numel(), BLOCK=4096,
+                                             num_warps=8)
+
+    def copy_quarter(self, ms: float) -> None:
+        for _ in range(max(1, round(ms / self.cpq_ms))):
+            self._copy_part()
+
     def matmul_half(self, ms: float) -> None:
         for _ in range(max(1, round(ms / self.part_ms[2]))):
             self._matmul_part(2)
@@ -114,6 +125,23 @@ class Kinds:
 
     def run(self, kind: str, ms: float) -> None:
         getattr(self, kind)(ms)
+
+
+def _strided_copy_kernel():
+    """A grid-stride copy kernel (Triton): each of the launched programs copies every
+    n-th block, so the number of programs sets how many SMs take part."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def strided_copy(src, dst, n, BLOCK: tl.constexpr):
+        step = tl.num_programs(0) * BLOCK
+        for start in range(tl.program_id(0) * BLOCK, n, step):
+            offs = start + tl.arange(0, BLOCK)
+            m = offs < n
+            tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
+
+    return strided_copy
 
 
 class ClockPoller:
@@ -166,7 +194,7 @@ def main() -> None:
     markers.configure(gpu_timeline=True)
     k = Kinds()
     print(f"matmul {k.mm_ms:.3f} ms (1/2 SMs {k.part_ms[2]:.3f}, 1/4 SMs {k.part_ms[4]:.3f}), narrow "
-          f"matmul {k.nar_ms:.3f} ms, 1 GiB copy {k.cp_ms:.3f} ms, "
+          f"matmul {k.nar_ms:.3f} ms, 1 GiB copy {k.cp_ms:.3f} ms (1/4 SMs {k.cpq_ms:.3f}), "
           f"spin {k.spin_cycles_per_ms:.0f} cycles/ms", flush=True)
     poller = ClockPoller(a.clocks) if a.clocks else None
     rng = np.random.default_rng(a.seed)

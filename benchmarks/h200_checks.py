@@ -39,15 +39,16 @@ from wattlife.contracts import read_events, read_trace
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 KIND_SETS = {  # attribution runs: phase kinds run long (ground truth) and short (deconvolved)
-    # kinds whose power does not depend on how long they run (step responses flat)
-    "constant": ["matmul_low", "matmul_narrow", "copy", "wait_spin"],
-    # kinds whose power does: the at-limit matmul (bursts overshoot the limit) and the idle GPU
-    # (clocks drop only after a while)
-    "length_dependent": ["matmul", "matmul_low", "copy", "wait"],
+    # not clock-limited: tensor cores and memory on a quarter of the SMs, the idle GPU
+    "quarter_sm": ["matmul_quarter", "copy_quarter", "wait"],
     "quarter": ["matmul_quarter", "copy", "wait"],
+    # matmuls held by the SW power cap when long (clocks drop within ~50-100 ms), so their
+    # 5-20 ms bursts run faster and draw more than their long phases
     "half": ["matmul_half", "copy", "wait_spin"],
-    "all": ["matmul", "matmul_low", "matmul_narrow", "matmul_half", "matmul_quarter", "copy", "wait",
-            "wait_spin"],
+    "full_sm": ["matmul_low", "matmul_narrow", "copy", "wait_spin"],
+    "at_limit": ["matmul", "matmul_low", "copy", "wait"],
+    "all": ["matmul", "matmul_low", "matmul_narrow", "matmul_half", "matmul_quarter", "copy",
+            "copy_quarter", "wait", "wait_spin"],
 }
 
 
@@ -359,7 +360,7 @@ def main() -> None:
                     run_step(work, KIND_SETS["all"])
                 analyse_step(work, KIND_SETS["all"]).to_csv(out / "step_response.csv", index=False)
             elif part.startswith("attribution"):
-                tag = part.partition(":")[2] or "constant"
+                tag = part.partition(":")[2] or "quarter_sm"
                 kinds = KIND_SETS[tag]
                 if not a.analyse_only:
                     run_attribution(work, 6 * len(kinds), 60, kinds, tag)

@@ -428,21 +428,38 @@ def fig_h200_sampler(ref: Path, out: Path) -> list[Path]:
 
 
 def fig_h200_attribution(ref: Path, out: Path) -> list[Path]:
-    """Per-kind mean power: long phases (integrated) vs 5-20 ms phases (deconvolved, 95% CI)."""
+    """Per-kind mean power: long phases (integrated) vs 5-20 ms phases (deconvolved with a
+    boxcar window, 95% CI, and with the estimated sensor response), split into kinds the GPU's
+    power cap leaves alone (the 5% criterion) and kinds it clock-limits (length-dependent)."""
     style()
-    c = pd.read_csv(ref / "attribution_comparison.csv")
-    x = np.arange(len(c))
-    fig, ax = plt.subplots(figsize=(8, 4.4))
-    ax.bar(x - 0.27, c["long_integrated_w"], 0.27, label="long phases (≥1 s), integrated")
-    ax.bar(x, c["short_deconvolved_w"], 0.27, label="5–20 ms phases, deconvolved",
-           yerr=[c["short_deconvolved_w"] - c["short_lo_w"], c["short_hi_w"] - c["short_deconvolved_w"]],
-           capsize=3)
-    if "short_block_regression_w" in c.columns:
-        ax.bar(x + 0.27, c["short_block_regression_w"], 0.27, label="5–20 ms phases, 2 s block regression")
-    ax.set_xticks(x, c["kind"])
-    ax.set_ylabel("mean GPU power (W) — measured (NVML samples)")
-    ax.set_title("H200: per-phase power, long vs short phases")
-    ax.legend(fontsize=8, loc="upper right")
+    c = pd.read_csv(ref / "comparison.csv")
+    c["label"] = c["kind"] + "\n" + c["set"] + " r" + c["run"].astype(str)
+    limited = c[["long_limited_share", "short_limited_share"]].max(axis=1) >= 0.05
+    parts = [(c[~limited], "not clock-limited (5 % criterion)"),
+             (c[limited], "clock-limited by the power cap in some polls")]
+    fig, axes = plt.subplots(1, 2, figsize=(15, 4.8), gridspec_kw={"width_ratios": [
+        max(len(parts[0][0]), 1), max(len(parts[1][0]), 1)]})
+    for ax, (d, title) in zip(axes, parts):
+        x = np.arange(len(d))
+        ax.bar(x - 0.27, d["long_integrated_w"], 0.27, label="long phases (1.5 s), integrated")
+        ax.bar(x, d["short_deconvolved_w"], 0.27, label="5–20 ms phases, deconvolved (boxcar)",
+               yerr=[d["short_deconvolved_w"] - d["short_lo_w"],
+                     d["short_hi_w"] - d["short_deconvolved_w"]], capsize=2)
+        ax.bar(x + 0.27, d["short_deconvolved_estimated_response_w"], 0.27,
+               label="5–20 ms phases, deconvolved (estimated sensor response)")
+        for xi, (_, r) in zip(x, d.iterrows()):
+            ax.annotate(f"{r['rel_error']:+.1%}\n{r['rel_error_estimated_response']:+.1%}",
+                        (xi, max(r["short_hi_w"], r["long_integrated_w"],
+                                 r["short_deconvolved_estimated_response_w"]) + 15),
+                        ha="center", fontsize=6.5)
+        ax.set_xticks(x, d["label"], fontsize=7, rotation=30, ha="right")
+        ax.set_ylim(0, 1.2 * max(d[["long_integrated_w", "short_hi_w"]].max().max(), 1))
+        ax.set_title(title, fontsize=10)
+    axes[0].set_ylabel("mean GPU power (W) — measured (NVML samples)")
+    axes[1].legend(fontsize=7, loc="upper right")
+    fig.suptitle("H200: per-kind power, long vs short phases (labels: error vs long, boxcar / "
+                 "estimated response)", fontsize=10)
+    fig.tight_layout()
     return _save(fig, out)
 
 
@@ -457,7 +474,7 @@ def draw_reference(ref_root: str | Path, out: str | Path) -> list[Path]:
     h200 = ref_root / "h200"
     if (h200 / "sampler" / "accuracy_windows.csv").exists():
         made += fig_h200_sampler(h200 / "sampler", out / "h200_sampler")
-    if (h200 / "attribution" / "attribution_comparison.csv").exists():
+    if (h200 / "attribution" / "comparison.csv").exists():
         made += fig_h200_attribution(h200 / "attribution", out / "h200_attribution")
     cells = sorted((h200 / "execution" / "cells").glob("*/phases.csv"))
     if cells:
