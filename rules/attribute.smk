@@ -6,15 +6,18 @@ rule attribute:
         trace=f"{CELL}/trace.csv",
         events=f"{CELL}/events.csv",
         meta=f"{CELL}/meta.json",
+        response=sensor_response_file(),
     output:
         f"{CELL}/phases.csv",
     log:
         f"{CELL}/attribute.log",
+    params:
+        options=attribute_options(),
     conda:
         "../envs/wattlife.yaml"
     shell:
         "wattlife attribute --trace {input.trace} --events {input.events} -o {output}"
-        " --idle-split > {log} 2>&1"
+        " --idle-split {params.options} > {log} 2>&1"
 
 
 rule aggregate_phases:

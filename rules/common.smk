@@ -83,6 +83,21 @@ def train_command(wc, input, output):
             f" && cp \"$(ls {d}/nodes/*/meta.json | head -1)\" {output.meta}")
 
 
+ATTRIBUTION = config.get("attribution", {})
+
+
+def attribute_options():
+    """`wattlife attribute` options from the `attribution` section."""
+    return (f"--method {ATTRIBUTION.get('method', 'auto')} "
+            f"--sensor-response {ATTRIBUTION.get('sensor_response', 'boxcar')}")
+
+
+def sensor_response_file():
+    """The sensor-response CSV as an input (a changed response reruns the attribution)."""
+    r = ATTRIBUTION.get("sensor_response", "boxcar")
+    return [] if r in ("boxcar", "estimate") else [r]
+
+
 def cell_files(name):
     return [os.path.join(CELL.format(**c), name) for c in cells()]
 

@@ -94,15 +94,18 @@ rule attribute_transfer:
         trace=f"{XFER}/trace.csv",
         events=f"{XFER}/events.csv",
         meta=f"{XFER}/meta.json",
+        response=sensor_response_file(),
     output:
         f"{XFER}/phases.csv",
     log:
         f"{XFER}/attribute.log",
+    params:
+        options=attribute_options(),
     conda:
         "../envs/wattlife.yaml"
     shell:
         "wattlife attribute --trace {input.trace} --events {input.events} -o {output}"
-        " --idle-split > {log} 2>&1"
+        " --idle-split {params.options} > {log} 2>&1"
 
 
 rule prepare_tables:

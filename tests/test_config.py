@@ -33,6 +33,8 @@ def test_demo_config_is_valid_and_gets_defaults():
     (lambda c: c["workloads"]["resnet"].pop("batch_size"), r"missing required key workloads\.resnet\.batch_size"),
     (lambda c: c["sampler"].update(gpu="amd"), r"sampler\.gpu: expected one of"),
     (lambda c: c.update(colour="blue"), r"unknown key colour"),
+    (lambda c: c.update(attribution={"sensor_response": "h200"}),
+     r"attribution\.sensor_response: expected boxcar, estimate, or the path of a CSV"),
 ])
 def test_bad_config_names_the_key(tmp_path, mutate, message):
     with pytest.raises(ConfigError, match=message):
@@ -65,3 +67,14 @@ def test_lint_reports_nothing(env_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Lints for" not in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_attribution_options_reach_every_attribute_job(env_path):
+    resp = "results/reference/h200/attribution/h200_sensor_response.csv"
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "2",
+                          "--config", f"attribution={{method: deconvolve, sensor_response: {resp}}}"],
+                         cwd=REPO, env=env_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    cmds = [ln for ln in (out.stdout + out.stderr).splitlines() if "wattlife attribute " in ln]
+    assert cmds and all(f"--method deconvolve --sensor-response {resp}" in c for c in cmds)

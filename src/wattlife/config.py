@@ -48,6 +48,9 @@ def _describe(err: jsonschema.ValidationError) -> str:
         return f"{path}: expected {err.validator_value}, got {err.instance!r}"
     if err.validator == "enum":
         return f"{path}: expected one of {err.validator_value}, got {err.instance!r}"
+    if err.validator == "pattern":
+        want = err.schema.get("description") or f"a string matching {err.validator_value}"
+        return f"{path}: expected {want}, got {err.instance!r}"
     return f"{path}: {err.message}"
 
 
