@@ -60,6 +60,12 @@ class Kinds:
         self.cpq_ms = self._time(self._copy_part, n=10)
 
     @staticmethod
+    def _repeat(fn, unit_ms: float, ms: float) -> None:
+        """Call `fn` (one launch of about `unit_ms`) often enough to fill `ms`, at least once."""
+        for _ in range(max(1, round(ms / unit_ms))):
+            fn()
+
+    @staticmethod
     def _time(fn, n: int = 20) -> float:
         for _ in range(3):
             fn()
@@ -71,16 +77,13 @@ class Kinds:
         return (time.perf_counter() - t) / n * 1e3
 
     def matmul(self, ms: float) -> None:
-        for _ in range(max(1, round(ms / self.mm_ms))):
-            torch.matmul(self.a, self.b, out=self.c)
+        self._repeat(lambda: torch.matmul(self.a, self.b, out=self.c), self.mm_ms, ms)
 
     def matmul_low(self, ms: float) -> None:
-        for _ in range(max(1, round(ms / self.mm_ms))):
-            torch.matmul(self.a_low, self.b_low, out=self.c)
+        self._repeat(lambda: torch.matmul(self.a_low, self.b_low, out=self.c), self.mm_ms, ms)
 
     def matmul_narrow(self, ms: float) -> None:
-        for _ in range(max(1, round(ms / self.nar_ms))):
-            torch.matmul(self.a_nar, self.b, out=self.c_nar)
+        self._repeat(lambda: torch.matmul(self.a_nar, self.b, out=self.c_nar), self.nar_ms, ms)
 
     def _matmul_part(self, fraction: int) -> None:
         torch.backends.cuda.preferred_blas_library("cublaslt")
@@ -96,16 +99,13 @@ class Kinds:
                                              num_warps=8)
 
     def copy_quarter(self, ms: float) -> None:
-        for _ in range(max(1, round(ms / self.cpq_ms))):
-            self._copy_part()
+        self._repeat(self._copy_part, self.cpq_ms, ms)
 
     def matmul_half(self, ms: float) -> None:
-        for _ in range(max(1, round(ms / self.part_ms[2]))):
-            self._matmul_part(2)
+        self._repeat(lambda: self._matmul_part(2), self.part_ms[2], ms)
 
     def matmul_quarter(self, ms: float) -> None:
-        for _ in range(max(1, round(ms / self.part_ms[4]))):
-            self._matmul_part(4)
+        self._repeat(lambda: self._matmul_part(4), self.part_ms[4], ms)
 
     def wait_spin(self, ms: float) -> None:
         torch.cuda._sleep(int(ms * self.spin_cycles_per_ms))

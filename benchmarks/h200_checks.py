@@ -16,7 +16,7 @@
 Writes CSVs and summary.json under --out and prints a short table last. Changes no GPU setting
 (the SM carve-out of `matmul_half`/`matmul_quarter` is a cuBLASLt option of the process).
 `--work DIR --analyse-only` repeats the analysis of step/attribution on saved traces, e.g. those
-in results/reference/h200/attribution/runs.tar.gz, without a GPU.
+in results/reference/h200/attribution/run*/traces.tar.gz, without a GPU.
 """
 
 from __future__ import annotations
@@ -160,11 +160,9 @@ def check_overhead(work: Path, pairs: int, steps: int) -> tuple[pd.DataFrame, di
                 "sampler_cpu_share_of_core": float((s["sampler_cpu_s"] / s["sampler_wall_s"]).median())}
 
 
-def phase_clocks(run_dir: Path, names: list[str]) -> pd.DataFrame:
+def phase_clocks(ck: pd.DataFrame, ev: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     """Mean SM clock, temperature and the share of polls with any clock-event (throttle) reason
-    other than idle, per phase kind, from the workload's 5 ms clock polls."""
-    ck = pd.read_csv(run_dir / "clocks.csv")
-    ev = read_events(run_dir / "events.csv")
+    other than idle, per phase kind, from the workload's 5 ms clock polls `ck`."""
     ev = ev[ev["phase"].isin(names)].sort_values("start_ns")
     i = np.searchsorted(ev["start_ns"].to_numpy(), ck["t_ns"].to_numpy(), "right") - 1
     ok = (i >= 0) & (ck["t_ns"].to_numpy() < ev["end_ns"].to_numpy()[np.clip(i, 0, None)])
@@ -214,13 +212,13 @@ def analyse_attribution(work: Path, kinds: list[str], tag: str) -> tuple[pd.Data
             out["short_response"] = est.set_index("phase")
         ph.to_csv(work / f"attribution_{tag}_{mode}.csv", index=False)
         out[mode] = ph.set_index("phase")
-        clocks[mode] = phase_clocks(d, kinds)
+        clocks[mode] = phase_clocks(pd.read_csv(d / "clocks.csv"), ev, kinds)
         if mode == "short":
             seg = (ev["end_ns"] - ev["start_ns"]) / 1e6
             seg = seg[ev["phase"].isin(kinds)]
             out["short_phase_ms"] = (float(seg.min()), float(seg.median()), float(seg.max()))
             out["window_ms"] = float(ph["window_ms"].dropna().iloc[0])
-    blocks = block_regression(work / f"attr_{tag}_short", work / f"attribution_{tag}_blocks.csv")
+            blocks = block_regression(gpu, ev, work / f"attribution_{tag}_blocks.csv")
     cmp_rows = []
     for kind in kinds:
         truth = out["long"].loc[kind, "mean_power_w"]
@@ -286,16 +284,14 @@ def analyse_step(work: Path, kinds: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def block_regression(run_dir: Path, out_csv: Path) -> dict[str, float]:
+def block_regression(gpu: pd.DataFrame, ev: pd.DataFrame, out_csv: Path) -> dict[str, float]:
     """Per-kind power from 2 s blocks of differing mixes: E_block = sum_k P_k t_k (NNLS).
 
     Each block's energy is integrated over 2 s, so the sensor's ~20-30 ms window matters only at
     the block edges (~1%): a window-free estimate of the same short-phase physics."""
     from scipy.optimize import nnls
 
-    tr = read_trace(run_dir / "trace.csv")
-    ev = read_events(run_dir / "events.csv")
-    s = [x for x in device_series(tr[tr["device"] == "gpu0"]) if x.device == "gpu0"][0]
+    s = [x for x in device_series(gpu) if x.device == "gpu0"][0]
     blocks = ev[ev["phase"] == "block"].sort_values("start_ns")
     kinds = ev[ev["phase"] != "block"]
     bi = np.searchsorted(blocks["start_ns"].to_numpy(), kinds["start_ns"].to_numpy(), "right") - 1

@@ -541,15 +541,14 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
         if m == "auto":
             m = choose_method(s, tree, window_s or s.spacing_s)
         if m == "deconvolve":
-            r = None
             if response == "estimate":
                 r = estimate_response(s, tree)
             elif isinstance(response, SensorResponse) and device_kind(s.device) == "gpu":
                 r = response
-            elif w is None:
-                w = estimate_window(s, tree)
-            df = deconvolve(s, tree, w, n_boot=n_boot, response=r)
-            used[(s.host, s.device)] = r or SensorResponse.boxcar(w or s.spacing_s)
+            else:
+                r = SensorResponse.boxcar(w or estimate_window(s, tree))
+            df = deconvolve(s, tree, n_boot=n_boot, response=r)
+            used[(s.host, s.device)] = r
         else:
             df = integrate(s, tree)
         df["device"], df["host"] = s.device, s.host
