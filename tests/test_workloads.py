@@ -93,8 +93,8 @@ def test_causal_lm_trains_tiny_qwen3_with_a_local_tokenizer_and_checkpoints(tmp_
     assert train_from_config(cfg, "q", "local", True, tmp_path / "work") == 0
     markers.reset()
     ev = read_events(tmp_path / "events.csv")
-    want = {"stage_copy", "model_load", "tokenize", "data_load", "h2d", "forward", "backward",
-            "optimizer", "validation", "checkpoint", "step"}
+    want = {"stage_copy", "setup", "model_load", "tokenize", "data_load", "h2d", "forward", "backward",
+            "optimizer", "validation", "checkpoint", "step", "finalize"}
     assert want <= set(ev["phase"])
     assert set(ev.loc[ev["phase"] == "step", "items"]) == {4 * 64.0}
     s = json.loads((tmp_path / "work" / "summary.json").read_text())
@@ -106,7 +106,9 @@ def test_causal_lm_trains_tiny_qwen3_with_a_local_tokenizer_and_checkpoints(tmp_
     from wattlife.workloads.causal_lm import model_config
 
     c = model_config("qwen3-tiny")
-    c.vocab_size = max(c.vocab_size, s["tokenizer_vocab"])
+    # the model's vocabulary is the tokenizer's, rounded up to a multiple of 64
+    assert s["vocab_size"] == -(-s["tokenizer_vocab"] // 64) * 64 and s["vocab_size"] != c.vocab_size
+    c.vocab_size = s["vocab_size"]
     Qwen3ForCausalLM(c).load_state_dict(state["model"])
     assert state["step"] == 6 and "state" in state["optimizer"]
 
@@ -150,7 +152,7 @@ def test_lora_changes_only_the_adapters(model):
 
     from wattlife.workloads.causal_lm import _with_lora, model_config
 
-    m = _with_lora(AutoModelForCausalLM.from_config(model_config(model)), {"lora_rank": 4})
+    m, info = _with_lora(AutoModelForCausalLM.from_config(model_config(model)), {"lora_rank": 4})
     before = {k: v.detach().clone() for k, v in m.named_parameters()}
     opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-2)
     x = torch.randint(0, 2048, (2, 16))
@@ -163,6 +165,14 @@ def test_lora_changes_only_the_adapters(model):
     assert any("lora_B" in k for k in changed)  # B starts at zero, so it must have moved
     targets = {k.split(".lora_")[0].rsplit(".", 1)[-1] for k in changed}
     assert {"q_proj", "v_proj", "o_proj"} <= targets
+    # what the summary says carries adapters is what trained
+    assert set(info["lora_target_modules"]) <= targets
+    if model == "qwen3-moe-tiny":  # the routed experts' fused weights, one adapter per expert
+        assert info["lora_target_parameters"] == ["experts.gate_up_proj", "experts.down_proj"]
+        assert "experts" in targets and "gate_proj" not in info["lora_target_modules"]
+    else:
+        assert info["lora_target_parameters"] == []
+        assert {"gate_proj", "up_proj", "down_proj"} <= targets
 
 
 @pytest.mark.parametrize("name, total_b, active_b", [
@@ -195,3 +205,63 @@ def test_causal_lm_config_errors_are_clear(tmp_path):
 def test_fewer_images_than_one_batch_is_a_clear_error(tmp_path, images):
     with pytest.raises(ValueError, match="fewer than one batch of 64"):
         train_from_config(_cfg(tmp_path, batch_size=64), "r", "shared", False, tmp_path / "work")
+
+
+def test_experts_backend_vocab_and_lora_plan_from_config():
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from wattlife.workloads.causal_lm import (experts_implementation, is_moe, lora_plan,
+                                              model_config, model_vocab)
+
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert experts_implementation({}, cuda) == "grouped_mm"
+    assert experts_implementation({}, cpu) == "eager"
+    assert experts_implementation({"experts_implementation": "grouped_mm"}, cpu) == "grouped_mm"
+    assert experts_implementation({"experts_implementation": "eager"}, cuda) == "eager"
+    with pytest.raises(ValueError, match="experts_implementation: expected one of"):
+        experts_implementation({"experts_implementation": "fast"}, cuda)
+    assert is_moe(model_config("qwen3-moe-tiny")) and not is_moe(model_config("qwen3-tiny"))
+    assert model_vocab(3090) == 3136 and model_vocab(3072) == 3072 and model_vocab(5, 1) == 5
+    with pytest.raises(ValueError, match="vocab_multiple"):
+        model_vocab(100, 0)
+    moe = AutoModelForCausalLM.from_config(model_config("qwen3-moe-tiny"))
+    assert lora_plan(moe, {"lora_experts": False}, True)["lora_target_parameters"] == []
+    assert lora_plan(moe, {}, False)["lora_target_parameters"] == []
+    assert lora_plan(moe, {"lora_targets": ["q_proj"]}, True)["lora_target_modules"] == ["q_proj"]
+
+
+@pytest.mark.parametrize("model, impl", [("qwen3-moe-tiny", "grouped_mm"), ("qwen3-moe-tiny", "auto"),
+                                         ("qwen3-tiny", "auto")])
+def test_causal_lm_summary_names_backend_compile_vocab_and_basis(tmp_path, monkeypatch, model, impl):
+    """The summary records the experts backend the model runs, whether it was compiled, the
+    tokenizer-sized vocabulary and each throughput's basis; every second is in a named phase."""
+    import torch
+
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: compiled.append(kw) or m)
+    make_text_corpus(tmp_path / "shared" / "wikitext", n_words=8_000)
+    w = {"kind": "causal_lm", "dataset": "wikitext", "model_config": model, "device": "cpu",
+         "precision": "fp32", "seq_len": 32, "batch_size": 2, "steps": 3, "val_every": 2,
+         "val_steps": 1, "tokenizer_vocab": 300, "experts_implementation": impl, "compile": True,
+         "compile_mode": "max-autotune-no-cudagraphs"}
+    cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
+           "workloads": {"q": w}}
+    markers.configure(tmp_path / "events.csv", run_id="q")
+    assert train_from_config(cfg, "q", "shared", False, tmp_path / "work") == 0
+    markers.reset()
+    s = json.loads((tmp_path / "work" / "summary.json").read_text())
+    assert compiled == [{"mode": "max-autotune-no-cudagraphs"}] and s["compile"] is True
+    assert s["compile_mode"] == "max-autotune-no-cudagraphs"
+    want = {"qwen3-tiny": "none", "qwen3-moe-tiny": "eager" if impl == "auto" else impl}[model]
+    assert s["experts_impl"] == want
+    assert s["vocab_size"] == -(-s["tokenizer_vocab"] // 64) * 64 < 2048
+    assert s["throughput_basis"] == "step" and s["mfu_basis"] == "step"
+    assert 0 < s["throughput_wall"] < s["throughput"]  # the validation pause is in `wall` only
+    ev = read_events(tmp_path / "events.csv")
+    top = ev[ev["depth"] == 0].sort_values("start_ns")
+    assert {"setup", "tokenize", "model_load", "finalize"} <= set(top["phase"])
+    # between the first and the last top-level phase the gaps are the loop's own bookkeeping
+    gaps = (top["start_ns"].to_numpy()[1:] - top["end_ns"].to_numpy()[:-1]).clip(0).sum() / 1e9
+    span = (top["end_ns"].max() - top["start_ns"].min()) / 1e9
+    assert gaps < 0.05 * span

@@ -7,9 +7,26 @@ else a byte-level BPE trained here with `tokenizers` on the training split (no h
 tokenised once, concatenated with EOS and packed into `seq_len` blocks. bf16 parameters, fused
 AdamW (on GPU), SDPA attention where the architecture has it.
 
+Vocabulary: a randomly initialised model's embedding and output layer are sized to the tokenizer it
+trains with (`len(tokenizer)` rounded up to a multiple of `vocab_multiple`, default 64, for the
+matrix units), not to the architecture's published vocabulary (Qwen3's 151,936): logits over ids
+that never occur would be matmuls counted in MFU for nothing. A pretrained model keeps its own
+vocabulary (grown if the tokenizer is larger). The summary gives `vocab_size` and
+`tokenizer_vocab`.
+
+MoE experts: `experts_implementation` picks transformers' experts backend (`auto`: `grouped_mm` on
+CUDA — one grouped GEMM per projection over all experts — and `eager`, the per-expert loop, on
+CPU; or `eager`, `grouped_mm`, `batched_mm` by name); the summary records the backend the model
+actually uses (`experts_impl`, `none` for dense models). `compile: true` wraps the model in
+`torch.compile` (mode `compile_mode`, default the default); the summary records it.
+
 Task `pretrain` trains every parameter; `lora` freezes the base model and trains PEFT LoRA adapters
-(rank `lora_rank`, default 32) on the attention and MLP projections; its checkpoints hold only the
-adapters and their optimizer state. Under torchrun with `fsdp: true` the model is sharded (FSDP2
+(rank `lora_rank`, default 32) on the attention projections (q/k/v/o, MLA's q_a/q_b/kv_a/kv_b), the
+dense MLP projections (gate/up/down) where the model has dense MLPs, and — `lora_experts`, default
+true, where the installed PEFT has `target_parameters` — the routed experts' fused weights
+(`experts.gate_up_proj`, `experts.down_proj`: one rank-r adapter per expert). The router and the
+embeddings carry none. The summary lists them (`lora_target_modules`, `lora_target_parameters`).
+Its checkpoints hold only the adapters and their optimizer state. Under torchrun with `fsdp: true` the model is sharded (FSDP2
 `fully_shard`, one unit per decoder layer) and, with `activation_checkpointing`, the decoder layers
 recompute their activations; otherwise DDP. `grad_sync: explicit` all-reduces gradients after
 backward as its own phase (DDP only; FSDP's reduce-scatter stays inside backward).
@@ -17,10 +34,17 @@ backward as its own phase (DDP only; FSDP's reduce-scatter stays inside backward
 MFU = achieved model FLOP/s / peak. Per token: 2 N_active (forward) + 2 N_active (backward, input
 gradients) + 2 N_trained (backward, weight gradients) + 12 L s H_attn (attention scores and values,
 forward and backward), where N_active counts the matmul parameters a token goes through (the output
-projection included, the input embedding lookup not; for MoE only the routed top-k experts), and
+projection at the model's vocabulary size included, the input embedding lookup not; for MoE only
+the routed top-k experts), and
 N_trained the active ones that are trained (all of them for `pretrain`: the usual 6 N; the adapters
 for `lora`). Peak bf16 dense per GPU from `peak_tflops` or the GPU's name (H100/H200 989, A100 312
-TFLOP/s).
+TFLOP/s). `mfu` uses the `step` throughput (training steps only); `mfu_wall` the `wall` one.
+
+Phases besides the step's: `setup` (importing transformers, reading the model config), `tokenize`
+(load or train the tokenizer, tokenise and pack the corpus: the dataset's preparation),
+`model_load` (construction, LoRA wrapping, the move to the device, sharding, compile wrapping,
+optimizer and data loader set-up) and `finalize` (the final device synchronisation and the
+summary), so that no second of the cell is `unattributed`.
 """
 
 from __future__ import annotations
@@ -58,6 +82,9 @@ EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k_experts")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                 "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
+# the routed experts' fused 3-D weights in transformers' MoE models (PEFT `target_parameters`)
+EXPERT_PARAMETERS = ("gate_up_proj", "down_proj")
+EXPERTS_IMPLEMENTATIONS = ("auto", "eager", "grouped_mm", "batched_mm")
 
 
 def _first(cfg, keys: tuple[str, ...]) -> int | None:
@@ -66,6 +93,35 @@ def _first(cfg, keys: tuple[str, ...]) -> int | None:
         if v:
             return int(v)
     return None
+
+
+def is_moe(cfg) -> bool:
+    """Whether the config routes tokens to experts."""
+    return bool(_first(cfg, EXPERT_COUNT_KEYS))
+
+
+def experts_implementation(w: dict[str, Any], device) -> str:
+    """The transformers experts backend the workload asks for: `experts_implementation` from the
+    config, `auto` = `grouped_mm` on CUDA, `eager` elsewhere (the CPU path the tests run)."""
+    want = str(w.get("experts_implementation", "auto"))
+    if want not in EXPERTS_IMPLEMENTATIONS:
+        raise ValueError(f"experts_implementation: expected one of {list(EXPERTS_IMPLEMENTATIONS)}, "
+                         f"got {want!r}")
+    if want == "auto":
+        return "grouped_mm" if getattr(device, "type", str(device)) == "cuda" else "eager"
+    return want
+
+
+def model_vocab(tokenizer_len: int, multiple: int = 64) -> int:
+    """The vocabulary a random-init model is built with: the tokenizer's, rounded up to `multiple`."""
+    if multiple < 1:
+        raise ValueError(f"vocab_multiple: expected an integer >= 1, got {multiple}")
+    return -(-int(tokenizer_len) // multiple) * multiple
+
+
+def model_vocab_size(model) -> int:
+    """Rows of the model's input embedding (= columns of its output projection)."""
+    return int(_base(model).get_input_embeddings().weight.shape[0])
 
 
 def parameter_counts(model, cfg) -> dict[str, int]:
@@ -178,11 +234,13 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
     bf16 = w.get("precision", "bf16") == "bf16"
     pretrained = Path(w["pretrained"]) if w.get("pretrained") else None
 
-    cfg = model_config(w.get("model_config", "qwen3-tiny"))
-    for k, v in (w.get("model_overrides") or {}).items():  # e.g. fewer layers to fit one GPU
-        if not hasattr(cfg, k):
-            raise ValueError(f"model_overrides.{k}: {cfg.model_type} configs have no such field")
-        setattr(cfg, k, v)
+    with phase("setup"):  # importing transformers alone takes seconds
+        cfg = model_config(w.get("model_config", "qwen3-tiny"))
+        for k, v in (w.get("model_overrides") or {}).items():  # e.g. fewer layers to fit one GPU
+            if not hasattr(cfg, k):
+                raise ValueError(f"model_overrides.{k}: {cfg.model_type} configs have no such field")
+            setattr(cfg, k, v)
+        experts = experts_implementation(w, device) if is_moe(cfg) else None
     with phase("tokenize"):  # load (or train) the tokenizer, then tokenise and pack the corpus
         tok = load_tokenizer(pretrained if pretrained and pretrained.exists() else None, train_file,
                              min(cfg.vocab_size, int(w.get("tokenizer_vocab", 8192))),
@@ -192,24 +250,32 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
 
     task = w.get("task", "pretrain")
     with phase("model_load"):
-        cfg.vocab_size = max(cfg.vocab_size, len(tok))
         cfg.use_cache = False
         from transformers import AutoModelForCausalLM
 
         dtype = torch.bfloat16 if bf16 else torch.float32
+        kw = {"experts_implementation": experts} if experts else {}
         if pretrained is not None and (pretrained / "config.json").exists():
             model = AutoModelForCausalLM.from_pretrained(str(pretrained), dtype=dtype,
-                                                         attn_implementation=_attn(cfg))
+                                                         attn_implementation=_attn(cfg), **kw)
+            if len(tok) > model.get_input_embeddings().weight.shape[0]:
+                model.resize_token_embeddings(len(tok))
             source = f"pretrained:{pretrained}"
         else:
+            cfg.vocab_size = model_vocab(len(tok), int(w.get("vocab_multiple", 64)))
             cfg._attn_implementation = _attn(cfg)
+            if experts:
+                cfg._experts_implementation = experts
             with torch.device(device):
                 model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
             source = "random-init"
+        cfg = model.config
+        experts_used = getattr(cfg, "_experts_implementation", None) if experts else None
         if w.get("activation_checkpointing"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        lora_info: dict[str, Any] = {}
         if task == "lora":
-            model = _with_lora(model, w)
+            model, lora_info = _with_lora(model, w)
         counts = parameter_counts(model, cfg)
         model = model.to(device)
         fsdp = dist.world > 1 and w.get("fsdp", False)
@@ -226,27 +292,16 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
 
             model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         if w.get("compile"):
-            model = torch.compile(model)
+            model = torch.compile(model, **({"mode": w["compile_mode"]} if w.get("compile_mode") else {}))
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                                 lr=w.get("lr", 3e-4 if task == "pretrain" else 1e-4),
                                 weight_decay=0.1 if task == "pretrain" else 0.0,
                                 fused=device.type == "cuda")
+        loader, sampler = _loader(blocks, w, dist, device)
 
-    sampler = None
-    if dist.world > 1:
-        from torch.utils.data.distributed import DistributedSampler
-
-        sampler = DistributedSampler(blocks, dist.world, dist.rank, shuffle=True)
+    explicit_sync = dist.world > 1 and not fsdp and w.get("grad_sync", "overlapped") == "explicit"
     bs = int(w["batch_size"])
     summary.train_items = len(blocks) * seq
-    if len(blocks) < bs * dist.world:
-        raise ValueError(f"only {len(blocks)} packed blocks of {seq} tokens for batch size {bs} "
-                         f"x {dist.world} ranks: use more data or a shorter seq_len")
-    loader = torch.utils.data.DataLoader(blocks, batch_size=bs, shuffle=sampler is None,
-                                         sampler=sampler, drop_last=True,
-                                         pin_memory=device.type == "cuda",
-                                         num_workers=int(w.get("workers", 0)))
-    explicit_sync = dist.world > 1 and not fsdp and w.get("grad_sync", "overlapped") == "explicit"
     ckpt_every, val_every = int(w.get("ckpt_every", 0)), int(w.get("val_every", 0))
     ckpt_dir = checkpoint_dir(ckpt_root, workdir)
     steps, epoch, it = int(w["steps"]), 0, iter(loader)
@@ -302,18 +357,45 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
                 summary.checkpoints.append(str(ckpt_dir / "model.pt"))
             summary.end_pause()
     bar.close()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    summary.last_loss = float(loss.detach())
-    thr = summary.throughput()
-    extra = {"model_source": source, "model_type": cfg.model_type, "task": task, **counts,
-             "flops_per_token": fpt, "seq_len": seq, "tokenizer_vocab": len(tok),
-             "tflops_per_gpu": thr * fpt / dist.world / 1e12 if thr else None,
-             "mfu": (thr * fpt / (peak * dist.world)) if thr and peak else None,
-             "peak_flops_per_gpu": peak, "val_metric": "mean cross-entropy loss",
-             "epochs_started": epoch + 1}
-    summary.write(unit="tokens", extra=extra)
+    with phase("finalize"):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        summary.last_loss = float(loss.detach())
+        thr, thr_wall = summary.throughput(), summary.throughput_wall()
+        extra = {"model_source": source, "model_type": cfg.model_type, "task": task, **counts,
+                 "flops_per_token": fpt, "seq_len": seq, "tokenizer_vocab": len(tok),
+                 "vocab_size": int(model_vocab_size(model)),
+                 "experts_impl": experts_used or "none", "compile": bool(w.get("compile")),
+                 "compile_mode": w.get("compile_mode") or ("default" if w.get("compile") else None),
+                 **lora_info,
+                 "tflops_per_gpu": thr * fpt / dist.world / 1e12 if thr else None,
+                 "mfu": (thr * fpt / (peak * dist.world)) if thr and peak else None,
+                 "mfu_basis": "step",
+                 "mfu_wall": (thr_wall * fpt / (peak * dist.world)) if thr_wall and peak else None,
+                 "peak_flops_per_gpu": peak, "val_metric": "mean cross-entropy loss",
+                 "epochs_started": epoch + 1}
+        summary.write(unit="tokens", extra=extra)
     return 0
+
+
+def _loader(blocks, w: dict[str, Any], dist, device):
+    """The training batches: shuffled packed blocks (a DistributedSampler under torchrun)."""
+    import torch
+
+    bs = int(w["batch_size"])
+    if len(blocks) < bs * dist.world:
+        raise ValueError(f"only {len(blocks)} packed blocks of {blocks.shape[1]} tokens for batch size "
+                         f"{bs} x {dist.world} ranks: use more data or a shorter seq_len")
+    sampler = None
+    if dist.world > 1:
+        from torch.utils.data.distributed import DistributedSampler
+
+        sampler = DistributedSampler(blocks, dist.world, dist.rank, shuffle=True)
+    loader = torch.utils.data.DataLoader(blocks, batch_size=bs, shuffle=sampler is None,
+                                         sampler=sampler, drop_last=True,
+                                         pin_memory=device.type == "cuda",
+                                         num_workers=int(w.get("workers", 0)))
+    return loader, sampler
 
 
 def _val_loss(model, blocks, bs: int, device, max_steps: int) -> float:
@@ -350,19 +432,46 @@ def _base(model):
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
-def _with_lora(model, w: dict[str, Any]):
-    """Freeze the base model; LoRA adapters on the attention and MLP projections it has."""
-    from peft import LoraConfig, get_peft_model
+def lora_plan(model, w: dict[str, Any], peft_has_target_parameters: bool) -> dict[str, list[str]]:
+    """Which modules and parameters get LoRA adapters (see the module docstring): the attention
+    and dense-MLP Linear layers the model has (`lora_targets` overrides), and the routed experts'
+    fused weights when `lora_experts` (default true) and PEFT can target parameters."""
+    import torch
 
-    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
-    targets = w.get("lora_targets") or [t for t in LORA_TARGETS if t in names]
-    if not targets:
+    linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    modules = list(w.get("lora_targets") or [t for t in LORA_TARGETS if t in linear])
+    params: list[str] = []
+    if w.get("lora_experts", True) and peft_has_target_parameters:
+        for n, m in model.named_modules():
+            if n.endswith(".experts") or n == "experts":
+                own = {pn for pn, p in m.named_parameters(recurse=False) if p.dim() == 3}
+                params = [f"experts.{pn}" for pn in EXPERT_PARAMETERS if pn in own]
+                break
+    if not modules and not params:
         raise ValueError(f"{type(model).__name__}: none of the LoRA target modules {LORA_TARGETS} "
                          "exists; set workloads.<name>.lora_targets")
+    return {"lora_target_modules": modules, "lora_target_parameters": params}
+
+
+def _with_lora(model, w: dict[str, Any]):
+    """Freeze the base model; LoRA adapters as `lora_plan` says. Returns the PEFT model and what
+    carries adapters (for the summary)."""
+    import inspect
+
+    from peft import LoraConfig, get_peft_model
+
+    has_tp = "target_parameters" in inspect.signature(LoraConfig).parameters
+    plan = lora_plan(model, w, has_tp)
     r = int(w.get("lora_rank", 32))
-    return get_peft_model(model, LoraConfig(r=r, lora_alpha=int(w.get("lora_alpha", 2 * r)),
-                                            lora_dropout=0.0, target_modules=list(targets),
-                                            task_type="CAUSAL_LM"))
+    kw = {"target_parameters": plan["lora_target_parameters"]} if plan["lora_target_parameters"] else {}
+    peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=int(w.get("lora_alpha", 2 * r)),
+                                                  lora_dropout=0.0,
+                                                  target_modules=plan["lora_target_modules"],
+                                                  task_type="CAUSAL_LM", **kw))
+    if not has_tp and w.get("lora_experts", True) and any(
+            n.endswith(".experts") for n, _ in model.named_modules()):
+        plan["lora_note"] = "installed PEFT has no target_parameters: the experts carry no adapters"
+    return peft_model, {**plan, "lora_rank": r}
 
 
 def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_only: bool = False) -> None:

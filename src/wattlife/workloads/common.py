@@ -107,24 +107,31 @@ class Summary:
         self._t = now
 
     def restart_clock(self) -> None:
-        """Start of the training loop (and of the window throughput)."""
+        """Start of the training loop (and of the `wall` throughput)."""
         self._t = self._loop_t0 = time.perf_counter()
 
     def end_pause(self) -> None:
         """After a validation or checkpoint: the next step's time starts now, so per-step
-        throughput excludes the pause; the window throughput keeps it."""
+        throughput (basis `step`) excludes the pause; the `wall` throughput keeps it."""
         self._t = time.perf_counter()
 
     def throughput(self, warmup: int = 3) -> float | None:
+        """Basis `step`: items over the training steps' own time (the first `warmup` steps and
+        every evaluation / checkpoint pause left out) — the headline number."""
         s = self.step_s[warmup:] if len(self.step_s) > warmup + 2 else self.step_s
         it = self.items[-len(s):] if s else []
         return sum(it) / sum(s) * self.dist.world if s and sum(s) > 0 else None
 
+    def throughput_wall(self) -> float | None:
+        """Basis `wall`: all items over the training loop's wall time, evaluation and checkpoint
+        pauses (and warm-up steps) included."""
+        dt = time.perf_counter() - self._loop_t0
+        return sum(self.items) * self.dist.world / dt if self.items and dt > 0 else None
+
     def write(self, unit: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         doc = {"steps": len(self.step_s), "throughput": self.throughput(),
-               "throughput_unit": f"{unit}/s (all ranks)",
-               "throughput_window": sum(self.items) * self.dist.world / (time.perf_counter() - self._loop_t0)
-               if self.items else None,
+               "throughput_unit": f"{unit}/s (all ranks)", "throughput_basis": "step",
+               "throughput_wall": self.throughput_wall(),
                "median_step_s":
                statistics.median(self.step_s) if self.step_s else None,
                "skipped_items": self.skipped, "checkpoints": sorted(set(self.checkpoints)),
@@ -137,7 +144,7 @@ class Summary:
             self.workdir.mkdir(parents=True, exist_ok=True)
             (self.workdir / "summary.json").write_text(json.dumps(doc, indent=2))
         print(json.dumps({k: doc[k] for k in ("steps", "throughput", "throughput_unit",
-                                              "skipped_items")}))
+                                              "throughput_basis", "throughput_wall", "skipped_items")}))
         return doc
 
 
