@@ -17,6 +17,8 @@ not a GPU setting), `copy_quarter` (1 GiB copied by a Triton kernel of 1/4 as ma
 blocks as SMs: memory-bound on part of the GPU), `copy` (1 GiB device
 copies), `wait` (GPU idle, host sleeping), `wait_spin` (the GPU waits inside a spinning kernel, as
 a collective waits for its peers: the GPU stays in its active state).
+--phase-ms sets the long phases' length (default 1500); --zeus-csv wraps each long phase in a Zeus
+window as well (the side-by-side of peers_zeus.py) and writes each window's energy.
 --clocks CSV polls the SM clock, the clock-event (throttle) reasons and the temperature every 5 ms.
 """
 
@@ -187,6 +189,8 @@ def main() -> None:
     ap.add_argument("--on-ms", type=float, default=40)
     ap.add_argument("--off-ms", type=float, default=40)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--phase-ms", type=float, default=1500, help="long phases' length (default 1500)")
+    ap.add_argument("--zeus-csv", help="long mode: a Zeus window around each phase too, written here")
     a = ap.parse_args()
     kinds = a.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
@@ -216,10 +220,24 @@ def main() -> None:
             with phase("off"):
                 k.wait(a.off_ms)
     elif a.mode == "long":
+        mon, windows = None, []
+        if a.zeus_csv:
+            from zeus.monitor import ZeusMonitor
+
+            mon = ZeusMonitor(gpu_indices=[0])
         while time.monotonic() < t_end:
             for kind in rng.permutation(kinds):
                 with phase(str(kind)):
-                    k.run(str(kind), 1500)
+                    if mon:
+                        mon.begin_window(str(kind))  # synchronises, reads the energy counter
+                    k.run(str(kind), a.phase_ms)
+                    if mon:
+                        m = mon.end_window(str(kind))
+                        windows.append((str(kind), m.time, float(sum(m.gpu_energy.values()))))
+        if mon:
+            import pandas as pd
+
+            pd.DataFrame(windows, columns=["phase", "time_s", "energy_j"]).to_csv(a.zeus_csv, index=False)
     elif a.mode == "step":
         for kind in kinds:
             with phase(f"idle_before_{kind}"):

@@ -4,10 +4,14 @@
 
 - ResNet-50, 224 px, batch 256, generated JPEGs from disk, 12 loader workers, storage local
   (stage_copy), checkpointing on and off; plus the GPU-only ceiling on synthetic on-GPU tensors;
-- Qwen3-1.7B architecture (random init, locally trained tokenizer), sequence 2048, batch 8, bf16,
-  fused AdamW, checkpointing on and off.
-Each cell runs under `wattlife run` (NVML) and is attributed; per-phase tables and one summary
-JSON land in --out. Changes no GPU setting.
+- Qwen3-1.7B architecture (random init, locally trained tokenizer, the model's vocabulary sized
+  to it), sequence 2048, batch 8, bf16, fused AdamW, torch.compile (`--qwen-compile`),
+  checkpointing on and off.
+Each cell runs under `wattlife run` (NVML) and is attributed; its files land in
+--out/cells/<cell>/ (phases.csv, events.csv, meta.json, trace.csv.gz, work/summary.json, the
+layout `wattlife aggregate` and `make figures-from-cache` read) and one summary JSON in --out.
+Throughputs: `throughput` on the `step` basis (training steps only), `throughput_wall` on the
+`wall` basis (evaluation and checkpoint pauses included). Changes no GPU setting.
 """
 
 import argparse
@@ -35,17 +39,20 @@ def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, ou
     r = subprocess.run([PY, "-m", "wattlife.cli", "run", "--trace", str(d / "trace.csv"),
                         "--events", str(d / "events.csv"), "--gpu", "sim" if DRY else "nvml", "--idle-s", "2",
                         "--run-id", name, "--", PY, "-c", code], capture_output=True, text=True)
+    shutil.rmtree(work / "local" / "checkpoints", ignore_errors=True)  # disk
     if r.returncode:
         return {"cell": name, "error": r.stderr[-3000:]}
+    c = out / "cells" / name
+    (c / "work").mkdir(parents=True, exist_ok=True)
     subprocess.run([PY, "-m", "wattlife.cli", "attribute", "--trace", str(d / "trace.csv"),
-                    "--events", str(d / "events.csv"), "-o", str(out / f"{name}_phases.csv"),
+                    "--events", str(d / "events.csv"), "-o", str(c / "phases.csv"),
                     "--idle-split"], check=True, capture_output=True)
     s = json.loads((d / "work" / "summary.json").read_text())
     # the raw inputs too, so the tables can be re-attributed without the GPU
-    pd.read_csv(d / "trace.csv").to_csv(out / f"{name}_trace.csv.gz", index=False)
-    for f, dst in (("events.csv", "events.csv"), ("meta.json", "meta.json"), ("work/summary.json", "summary.json")):
-        shutil.copy(d / f, out / f"{name}_{dst}")
-    ph = pd.read_csv(out / f"{name}_phases.csv")
+    pd.read_csv(d / "trace.csv").to_csv(c / "trace.csv.gz", index=False)
+    for f in ("events.csv", "meta.json", "work/summary.json"):
+        shutil.copy(d / f, c / f)
+    ph = pd.read_csv(c / "phases.csv")
     ph = ph[ph["phase"] != "deconvolution_residual"]
     e = ph.groupby("device_kind")["energy_j"].sum()
     gpu = ph[ph["device_kind"] == "gpu"].set_index("phase")
@@ -56,8 +63,13 @@ def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, ou
     t_run = gpu.loc[run, "time_s"].sum()
     e_run = gpu.loc[run, "energy_j"].sum() + cpu.loc[[p for p in run if p in cpu.index], "energy_j"].sum()
     e_io = gpu.loc[io, "energy_j"].sum() + cpu.loc[[p for p in io if p in cpu.index], "energy_j"].sum()
+    t_all = gpu["time_s"].sum()
     return {"cell": name, "wall_s": time.time() - t, "throughput": s["throughput"],
-            "unit": s["throughput_unit"], "mfu": s.get("mfu"), "steps": s["steps"],
+            "unit": s["throughput_unit"], "basis": s.get("throughput_basis"),
+            "throughput_wall": s.get("throughput_wall"), "mfu": s.get("mfu"),
+            "mfu_wall": s.get("mfu_wall"), "compile": s.get("compile"), "steps": s["steps"],
+            "unattributed_s": float(gpu["time_s"].get("unattributed", 0.0)),
+            "unattributed_share_of_time": float(gpu["time_s"].get("unattributed", 0.0) / t_all),
             "gpu_share_of_energy": float(e.get("gpu", 0) / e.sum()),
             "cpu_source": ",".join(sorted(set(ph.loc[ph["device_kind"] == "cpu", "source"]))),
             "copy_plus_data_load_time_share": float(gpu.loc[io, "time_s"].sum() / t_run) if io else 0.0,
@@ -71,6 +83,8 @@ def main() -> None:
     ap.add_argument("--only", default="synthetic,resnet,qwen")
     ap.add_argument("--quick", action="store_true",
                     help="checkpointing on only, fewer steps (when little device time is left)")
+    ap.add_argument("--qwen-compile", choices=["on", "off"], default="on",
+                    help="torch.compile the Qwen3 model (default on)")
     a = ap.parse_args()
     out = Path(a.out)
     work = Path("/tmp/wl-exec")
@@ -121,7 +135,8 @@ def main() -> None:
                                    "batch_size": n(8, 2), "steps": n(q(50, 30), 4),
                                    "val_every": n(q(25, 15), 2), "val_steps": 1,
                                    "ckpt_every": n(q(50, 30), 4),
-                                   "tokenizer_vocab": n(8192, 512), "lr": 3e-4}}}
+                                   "tokenizer_vocab": n(8192, 512), "lr": 3e-4,
+                                   "compile": a.qwen_compile == "on" and not DRY}}}
         for ck in ckpts:
             res[f"qwen3_1.7b_local_ckpt{'on' if ck else 'off'}"] = cell(
                 work, f"qwen3-1.7b-local-ckpt{'on' if ck else 'off'}", cfg, "q", "local", ck, out)

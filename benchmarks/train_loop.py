@@ -1,7 +1,9 @@
 """ResNet-50 training loop on synthetic on-GPU data (batch 128, bf16 autocast, channels_last, SGD),
-optionally marking every phase of every step. Prints one JSON line with the throughput.
+optionally marking every phase of every step, or measuring with Zeus windows (`--zeus step`: a
+window around every step; `--zeus phase`: around every forward, backward and optimizer, each
+window's energy written to `--zeus-csv`). Prints one JSON line with the throughput.
 
-Used by h200_checks.py to measure the sampler's and the markers' cost on real training.
+Used by h200_checks.py and peers_zeus.py to measure the cost of measuring on real training.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--markers", choices=["on", "off"], default="off")
+    ap.add_argument("--zeus", choices=["off", "step", "phase"], default="off",
+                    help="Zeus windows around every step or every phase (default off)")
+    ap.add_argument("--zeus-csv", help="CSV of every Zeus window (phase, step, time_s, energy_j)")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda")
@@ -55,7 +60,38 @@ def main() -> None:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
 
-    body = with_markers if marked else plain
+    windows: list[tuple[str, int, float, float]] = []
+    if a.zeus != "off":
+        from zeus.monitor import ZeusMonitor
+
+        mon = ZeusMonitor(gpu_indices=[0])
+
+        def win(name: str, i: int, fn):
+            mon.begin_window(name)
+            out = fn()
+            m = mon.end_window(name)
+            windows.append((name, i, m.time, float(sum(m.gpu_energy.values()))))
+            return out
+
+    def zeus_step(i: int) -> None:
+        win("step", i, lambda: plain(i))
+
+    def zeus_phase(i: int) -> None:
+        x, y = xs[i % 4], ys[i % 4]
+
+        def fwd():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return F.cross_entropy(model(x), y)
+
+        loss = win("forward", i, fwd)
+        win("backward", i, loss.backward)
+
+        def optim():
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        win("optimizer", i, optim)
+
+    body = {"step": zeus_step, "phase": zeus_phase}.get(a.zeus) or (with_markers if marked else plain)
     for i in range(a.warmup):
         body(i)
     torch.cuda.synchronize()
@@ -64,7 +100,13 @@ def main() -> None:
         body(i)
     torch.cuda.synchronize()
     dt = time.perf_counter() - t
-    print(json.dumps({"images_per_s": a.steps * a.batch / dt, "markers": marked,
+    if a.zeus_csv and windows:
+        import pandas as pd
+
+        w = pd.DataFrame(windows, columns=["phase", "step", "time_s", "energy_j"])
+        w["measured"] = w["step"] >= a.warmup
+        w.to_csv(a.zeus_csv, index=False)
+    print(json.dumps({"images_per_s": a.steps * a.batch / dt, "markers": marked, "zeus": a.zeus,
                       "step_ms": dt / a.steps * 1e3}), flush=True)
 
 
