@@ -18,7 +18,9 @@ MoE experts: `experts_implementation` picks transformers' experts backend (`auto
 CUDA — one grouped GEMM per projection over all experts — and `eager`, the per-expert loop, on
 CPU; or `eager`, `grouped_mm`, `batched_mm` by name); the summary records the backend the model
 actually uses (`experts_impl`, `none` for dense models). `compile: true` wraps the model in
-`torch.compile` (mode `compile_mode`, default the default); the summary records it.
+`torch.compile` (mode `compile_mode`, default the default; the first training step compiles, inside
+its `forward` and `backward` phases; evaluation runs the uncompiled module, which shares the
+weights, rather than recompiling for eval mode); the summary records it.
 
 Task `pretrain` trains every parameter; `lora` freezes the base model and trains PEFT LoRA adapters
 (rank `lora_rank`, default 32) on the attention projections (q/k/v/o, MLA's q_a/q_b/kv_a/kv_b), the
@@ -347,7 +349,10 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
         if do_eval:
             eval_at = float("inf") if eval_at is not None else None
             with phase("validation"):
-                summary.val_acc = _val_loss(model, val_blocks, bs, device, w.get("val_steps", 2))
+                # the uncompiled module: evaluation (eval mode, no grad) would recompile the
+                # whole model (43-58 s for Qwen3-1.7B on the H200) for a few forward passes
+                summary.val_acc = _val_loss(getattr(model, "_orig_mod", model), val_blocks, bs,
+                                            device, w.get("val_steps", 2))
             model.train()
             summary.end_pause()
         if do_ckpt:
