@@ -45,3 +45,19 @@ def test_every_row_names_its_basis():
     assert c.loc["step", "mfu"] == pytest.approx(0.5) and c.loc["step", "experts_impl"] == "unrecorded"
     # without events an old summary gives only its `wall` row
     assert list(performance_table([("c", "m", old)])["basis"]) == ["wall"]
+
+
+def test_aggregated_phase_rows_carry_the_throughput_basis(tmp_path):
+    import json
+
+    from wattlife.analysis.aggregate import collect_phases
+
+    cell = tmp_path / "qwen-local-ckpton"
+    (cell / "work").mkdir(parents=True)
+    pd.DataFrame({"run_id": ["x"], "phase": ["forward"], "device_kind": ["gpu"], "device": ["gpu0"],
+                  "energy_j": [1.0], "time_s": [1.0]}).to_csv(cell / "phases.csv", index=False)
+    (cell / "work" / "summary.json").write_text(json.dumps(
+        {"throughput": 10.0, "throughput_unit": "tokens/s (all ranks)", "throughput_basis": "step",
+         "throughput_wall": 8.0}))
+    df = collect_phases([cell / "phases.csv"])
+    assert df.loc[0, "throughput_basis"] == "step" and df.loc[0, "throughput_wall"] == 8.0

@@ -19,7 +19,8 @@ CELL_DIR = re.compile(r"^(?P<workload>.+)-(?P<storage>shared|local)-ckpt(?P<chec
 
 def collect_phases(phase_files: list[str | Path]) -> pd.DataFrame:
     """All cells' phases rows, with the cell's keys (from meta.json, or else from a folder named
-    `<workload>-<storage>-ckpt<on|off>` as the benchmarks write them) and the run's throughput."""
+    `<workload>-<storage>-ckpt<on|off>` as the benchmarks write them) and the run's throughput
+    with its basis (`throughput` on `throughput_basis`, and `throughput_wall`)."""
     frames = []
     for f in phase_files:
         f = Path(f)
@@ -37,6 +38,10 @@ def collect_phases(phase_files: list[str | Path]) -> pd.DataFrame:
             s = json.loads(summ_p.read_text())
             df["throughput"] = s.get("throughput")
             df["throughput_unit"] = s.get("throughput_unit")
+            # `step`: training steps only (summaries before the basis was recorded: see
+            # wattlife.analysis.performance); `throughput_wall`: pauses included
+            df["throughput_basis"] = s.get("throughput_basis", "unrecorded")
+            df["throughput_wall"] = s.get("throughput_wall")
         frames.append(df)
     if not frames:
         raise ValueError("no phases.csv to aggregate")
