@@ -114,6 +114,15 @@ def experts_implementation(w: dict[str, Any], device) -> str:
     return want
 
 
+def _has_experts_backends() -> bool:
+    """Whether the installed transformers has selectable experts backends (5.x)."""
+    try:
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def model_vocab(tokenizer_len: int, multiple: int = 64) -> int:
     """The vocabulary a random-init model is built with: the tokenizer's, rounded up to `multiple`."""
     if multiple < 1:
@@ -243,6 +252,8 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
                 raise ValueError(f"model_overrides.{k}: {cfg.model_type} configs have no such field")
             setattr(cfg, k, v)
         experts = experts_implementation(w, device) if is_moe(cfg) else None
+        if experts and not _has_experts_backends():
+            experts = None  # transformers < 5: the per-expert loop only (recorded as such)
     with phase("tokenize"):  # load (or train) the tokenizer, then tokenise and pack the corpus
         tok = load_tokenizer(pretrained if pretrained and pretrained.exists() else None, train_file,
                              min(cfg.vocab_size, int(w.get("tokenizer_vocab", 8192))),
@@ -272,7 +283,8 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
                 model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
             source = "random-init"
         cfg = model.config
-        experts_used = getattr(cfg, "_experts_implementation", None) if experts else None
+        experts_used = (getattr(cfg, "_experts_implementation", None) if experts
+                        else "eager" if is_moe(cfg) else None)
         if w.get("activation_checkpointing"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         lora_info: dict[str, Any] = {}
