@@ -52,3 +52,80 @@ def pytest_collection_modifyitems(config, items):
         for it in items:
             if "slurm" in it.keywords:
                 it.add_marker(skip)
+
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes whose process group is `pgid` (from /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(d))
+    return out
+
+
+class Children:
+    """Processes a test starts: each in its own process group, all ended when the test ends.
+
+    `spawn(cmd, **popen_kwargs)` is `subprocess.Popen` with `process_group=0`. At teardown, whatever
+    the test's outcome, every group with a live member gets SIGTERM, then SIGKILL after `grace_s`,
+    then its leader is reaped. Groups are signalled by id, never by a name pattern; a group whose
+    leader is reaped is signalled only while /proc shows live members, so the id is still theirs.
+    """
+
+    def __init__(self, grace_s: float = 5.0) -> None:
+        self.procs: list = []
+        self.grace_s = grace_s
+
+    def spawn(self, cmd, **kw):
+        import subprocess
+
+        kw.setdefault("process_group", 0)
+        p = subprocess.Popen(cmd, **kw)
+        self.procs.append(p)
+        return p
+
+    def _alive(self, p) -> bool:
+        return bool(group_members(p.pid))
+
+    def _signal(self, p, sig) -> None:
+        if self._alive(p):
+            try:
+                os.killpg(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def end_all(self) -> None:
+        import signal
+        import time
+
+        for p in self.procs:
+            self._signal(p, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        while any(self._alive(p) for p in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for p in self.procs:
+            self._signal(p, signal.SIGKILL)
+        for p in self.procs:
+            for stream in (p.stdin, p.stdout, p.stderr):
+                if stream is not None:
+                    stream.close()
+            p.wait()
+        self.procs.clear()
+
+
+@pytest.fixture
+def children():
+    """Start subprocesses with `children.spawn(...)`; all of them are ended after the test."""
+    c = Children()
+    try:
+        yield c
+    finally:
+        c.end_all()
