@@ -82,7 +82,12 @@ class Children:
 
     def __init__(self, grace_s: float = 5.0) -> None:
         self.procs: list = []
+        self.groups: list[int] = []  # groups the test learnt of (e.g. a grandchild's) to end too
         self.grace_s = grace_s
+
+    def adopt_group(self, pgid: int) -> None:
+        """Also end process group `pgid` at teardown (only while /proc shows live members)."""
+        self.groups.append(pgid)
 
     def spawn(self, cmd, **kw):
         import subprocess
@@ -92,33 +97,28 @@ class Children:
         self.procs.append(p)
         return p
 
-    def _alive(self, p) -> bool:
-        return bool(group_members(p.pid))
-
-    def _signal(self, p, sig) -> None:
-        if self._alive(p):
-            try:
-                os.killpg(p.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
     def end_all(self) -> None:
         import signal
         import time
 
-        for p in self.procs:
-            self._signal(p, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
-        while any(self._alive(p) for p in self.procs) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for p in self.procs:
-            self._signal(p, signal.SIGKILL)
+        groups = [p.pid for p in self.procs] + self.groups
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for g in groups:
+                if group_members(g):
+                    try:
+                        os.killpg(g, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            deadline = time.monotonic() + self.grace_s
+            while any(group_members(g) for g in groups) and time.monotonic() < deadline:
+                time.sleep(0.05)
         for p in self.procs:
             for stream in (p.stdin, p.stdout, p.stderr):
                 if stream is not None:
                     stream.close()
             p.wait()
         self.procs.clear()
+        self.groups.clear()
 
 
 @pytest.fixture

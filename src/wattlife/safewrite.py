@@ -11,6 +11,7 @@ descriptor, so exactly what reached the file is known and a retry never duplicat
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import tempfile
@@ -25,7 +26,9 @@ class SafeAppender:
 
     def __init__(self, path: str | Path, header: str, label: str, truncate: bool = False,
                  on_error: Callable[[dict[str, Any]], None] | None = None,
-                 max_pending_bytes: int = MAX_PENDING_BYTES) -> None:
+                 max_pending_bytes: int = MAX_PENDING_BYTES, strict_open: bool = False) -> None:
+        """`strict_open`: a failure to open the file at construction raises OSError (for callers
+        that can still refuse to start) instead of being reported and retried."""
         self.path, self.header, self.label = Path(path), header, label
         self.on_error = on_error
         self.max_pending = max_pending_bytes
@@ -39,7 +42,7 @@ class SafeAppender:
         self.fallback: str | None = None
         self.rows_in_fallback = 0
         self.closed = False
-        self._open()
+        self._open(strict=strict_open)
 
     def _fail(self, action: str, exc: OSError) -> None:
         self.error_count += 1
@@ -54,15 +57,21 @@ class SafeAppender:
                 except Exception:  # reporting must not break recording
                     pass
 
-    def _open(self) -> bool:
+    def _open(self, strict: bool = False) -> bool:
         if self._fd is not None:
             return True
         flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if self._truncate else os.O_APPEND)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except FileExistsError:  # a file where a folder of the path should be
+                raise NotADirectoryError(errno.ENOTDIR, "a file is in the way of its folder "
+                                         f"{self.path.parent}") from None
             self._fd = os.open(self.path, flags, 0o644)
             new = self._truncate or os.fstat(self._fd).st_size == 0
         except OSError as exc:
+            if strict:
+                raise
             self._fail("open", exc)
             return False
         if new:

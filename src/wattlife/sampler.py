@@ -58,11 +58,12 @@ class Sampler:
     def start(self) -> None:
         """Open the trace (an unopenable path raises RuntimeError: nothing was started yet) and
         start the polling thread."""
-        self._out = SafeAppender(self.trace_path, TRACE_HEADER, "sampler", truncate=True)
-        if self._out._fd is None:
-            err = self._out.errors[-1]
-            self._out.closed = True
-            raise RuntimeError(f"--trace: {err}")
+        try:
+            self._out = SafeAppender(self.trace_path, TRACE_HEADER, "sampler", truncate=True,
+                                     strict_open=True)
+        except OSError as exc:
+            raise RuntimeError(f"--trace {self.trace_path}: cannot open it: "
+                               f"{exc.strerror or exc}") from None
         self._out.flush()
         self.start_ns = time.time_ns()
         self._thread = threading.Thread(target=self._loop, name="wattlife-sampler", daemon=True)
