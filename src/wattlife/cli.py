@@ -166,6 +166,9 @@ def cmd_powercap(a: argparse.Namespace) -> int:
     from .devices.powercap import PowerCapController, restore_from_state
 
     if a.action == "restore":
+        if not Path(a.state).exists():
+            print(f"no state file {a.state}: no power limit to restore")
+            return 0
         restored = restore_from_state(a.state)
         print(f"restored {len(restored)} GPU power limit(s) from {a.state}: {restored}")
         return 0
@@ -445,8 +448,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     pc = sub.add_parser("powercap", help="show GPU power limits, or restore them from a state file")
     pc.add_argument("action", choices=["show", "restore"])
-    pc.add_argument("--state", default="wattlife-powercap-state.json")
-    pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"])
+    pc.add_argument("--state", default="wattlife-powercap-state.json",
+                    help="state file a controller wrote (default: %(default)s)")
+    pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
+                    help="for `show`: where to read the limits (default: %(default)s)")
     pc.set_defaults(fn=cmd_powercap)
 
     gi = sub.add_parser("gen-images", help="generate an ImageNet-layout tree of real JPEG files")

@@ -192,6 +192,7 @@ def build_backends(cfg: dict[str, Any], log=print) -> tuple[list[SensorBackend],
                 telemetry_s=positive_seconds(nv.get("telemetry_ms", 1000),
                                              "sampler.nvml.telemetry_ms"),
                 gpm=nv.get("gpm", True)))
+            notes.extend(backends[-1].notes)  # CUDA_VISIBLE_DEVICES mapping
         except SensorUnavailable as exc:
             if gpu == "nvml":
                 raise
