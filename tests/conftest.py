@@ -97,6 +97,19 @@ class Children:
         self.procs.append(p)
         return p
 
+    def run(self, cmd, timeout: float, **kw):
+        """`subprocess.run(cmd, timeout=...)` with the child in its own group: on timeout the whole
+        group is ended (not only the direct child) and TimeoutExpired is raised."""
+        import subprocess
+
+        p = self.spawn(cmd, **kw)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.end_all()
+            raise
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
     def end_all(self) -> None:
         import signal
         import time

@@ -36,9 +36,13 @@ def env(env_path, tmp_path):
     return {**env_path, "TMPDIR": str(tmp_path)}
 
 
-def _run(tmp_path, env, code, *extra, **kw):
-    return subprocess.run(_cmd(tmp_path, code, *extra, **kw), env=env, capture_output=True,
-                          text=True, timeout=120)
+@pytest.fixture
+def run(children, env):
+    """Run `wattlife run` to its end, in its own process group (ended on timeout)."""
+    def go(tmp_path, code, *extra, **kw):
+        return children.run(_cmd(tmp_path, code, *extra, **kw), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, timeout=120)
+    return go
 
 
 def _wait_for(path: Path, timeout=60.0):
@@ -61,9 +65,9 @@ def _gone(pid: int, timeout=10.0) -> bool:
     return False
 
 
-def test_events_on_a_full_disk_never_stop_the_workload(tmp_path, env):
+def test_events_on_a_full_disk_never_stop_the_workload(tmp_path, run):
     (tmp_path / "events.csv").symlink_to("/dev/full")
-    out = _run(tmp_path, env, LOOP.format(d=str(tmp_path), n=150))
+    out = run(tmp_path, LOOP.format(d=str(tmp_path), n=150))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "done").exists()  # the training loop ran to its end
     assert out.stderr.count("No space left on device;") == 1  # reported once
@@ -79,9 +83,9 @@ def test_events_on_a_full_disk_never_stop_the_workload(tmp_path, env):
     assert Path(summary["fallback"]).parent == tmp_path
 
 
-def test_trace_on_a_full_disk_keeps_the_workload_and_meta(tmp_path, env):
+def test_trace_on_a_full_disk_keeps_the_workload_and_meta(tmp_path, run):
     (tmp_path / "trace.csv").symlink_to("/dev/full")
-    out = _run(tmp_path, env, LOOP.format(d=str(tmp_path), n=60))
+    out = run(tmp_path, LOOP.format(d=str(tmp_path), n=60))
     assert out.returncode == 0, out.stderr
     assert out.stderr.count("wattlife sampler: cannot write") == 1
     meta = json.loads((tmp_path / "meta.json").read_text())
@@ -91,18 +95,18 @@ def test_trace_on_a_full_disk_keeps_the_workload_and_meta(tmp_path, env):
     assert (read_events(tmp_path / "events.csv")["phase"] == "forward").sum() == 60
 
 
-def test_unwritable_meta_path_falls_back_to_the_temporary_folder(tmp_path, env):
+def test_unwritable_meta_path_falls_back_to_the_temporary_folder(tmp_path, run):
     (tmp_path / "file").write_text("not a folder")
-    out = _run(tmp_path, env, "pass", "--meta", str(tmp_path / "file" / "meta.json"))
+    out = run(tmp_path, "pass", "--meta", str(tmp_path / "file" / "meta.json"))
     assert out.returncode == 0
     assert "meta.json is in" in out.stderr
     fallback = out.stderr.split("meta.json is in ")[1].split()[0]
     assert json.loads(Path(fallback).read_text())["exit_code"] == 0
 
 
-def test_unwritable_trace_path_is_refused_before_the_workload_starts(tmp_path, env):
+def test_unwritable_trace_path_is_refused_before_the_workload_starts(tmp_path, run):
     (tmp_path / "file").write_text("not a folder")
-    out = _run(tmp_path, env, LOOP.format(d=str(tmp_path), n=1),
+    out = run(tmp_path, LOOP.format(d=str(tmp_path), n=1),
                trace=tmp_path / "file" / "trace.csv")
     assert out.returncode == 2
     assert "--trace" in out.stderr and "Traceback" not in out.stderr
@@ -139,7 +143,7 @@ def test_terminal_ctrl_c_reaches_the_workload_once(tmp_path, env, children):
     assert meta["exit_signal"] == "SIGINT"
 
 
-def test_workload_dies_with_wattlife_even_after_sigkill(tmp_path, env, children):
+def test_workload_dies_with_wattlife_even_after_sigkill(tmp_path, env, children, run):
     p = children.spawn(_cmd(tmp_path, LOOP.format(d=str(tmp_path), n=100000)), env=env)
     _wait_for(tmp_path / "ready")
     pid = int((tmp_path / "pid").read_text())
@@ -148,7 +152,7 @@ def test_workload_dies_with_wattlife_even_after_sigkill(tmp_path, env, children)
     p.wait()
     assert _gone(pid), "the workload outlived wattlife"
     # the killed run's lock is released by the kernel: a new run on the same events file works
-    out = _run(tmp_path, env, "pass")
+    out = run(tmp_path, "pass")
     assert out.returncode == 0, out.stderr
 
 
@@ -161,19 +165,19 @@ def test_sigterm_ended_workload_gives_143(tmp_path, env, children):
     assert meta["exit_code"] == 143 and meta["exit_signal"] == "SIGTERM"
 
 
-def test_leftover_processes_of_the_workload_are_ended(tmp_path, env):
+def test_leftover_processes_of_the_workload_are_ended(tmp_path, run):
     """CMD exits leaving a background child in its group: wattlife ends it."""
     code = ("import subprocess, sys\nfrom pathlib import Path\n"
             "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
             f"Path({str(tmp_path / 'orphan')!r}).write_text(str(p.pid))\n")
-    out = _run(tmp_path, env, code)
+    out = run(tmp_path, code)
     assert out.returncode == 0, out.stderr
     assert _gone(int((tmp_path / "orphan").read_text()), timeout=1)
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["signals"]["leftover_processes_ended"] == 1
 
 
-def test_two_runs_cannot_share_an_events_file(tmp_path, env, children):
+def test_two_runs_cannot_share_an_events_file(tmp_path, env, children, run):
     a = children.spawn(_cmd(tmp_path, LOOP.format(d=str(tmp_path), n=100000)), env=env)
     _wait_for(tmp_path / "ready")
     deadline = time.monotonic() + 30
@@ -182,7 +186,7 @@ def test_two_runs_cannot_share_an_events_file(tmp_path, env, children):
         time.sleep(0.05)
     other = tmp_path / "other"
     other.mkdir()
-    out = _run(other, env, "pass", events=tmp_path / "events.csv")
+    out = run(other, "pass", events=tmp_path / "events.csv")
     assert out.returncode == 2
     assert "in use by another wattlife run" in out.stderr and "--events" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
