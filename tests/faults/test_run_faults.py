@@ -218,3 +218,63 @@ def test_missing_command_gives_127_and_meta(tmp_path, env):
     assert "cannot start 'no-such-command-xyz'" in out.stderr
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["exit_code"] == 127 and "No such file" in meta["start_error"]
+
+
+def test_events_written_once_the_disk_frees_up_nothing_lost_nothing_doubled(tmp_path, monkeypatch,
+                                                                            capsys):
+    """The markers' writer while the disk is full, including a write cut in the middle of a row,
+    then free again: every row lands once, in order; the failure is reported once."""
+    import errno
+
+    from wattlife import markers, safewrite
+
+    real_write = os.write
+    state = {"full": False, "cut": False}
+
+    def write(fd, data):
+        if state["cut"]:  # half of the bytes get out, then the disk is full
+            state["cut"], state["full"] = False, True
+            return real_write(fd, bytes(data[:len(data) // 2 + 3]))
+        if state["full"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(safewrite.os, "write", write)
+    rec = markers.configure(tmp_path / "events.csv", run_id="r")
+    for k in range(30):
+        if k == 10:
+            state["cut"] = True
+        if k == 20:
+            state["full"] = False
+        with markers.phase("forward"):
+            pass
+        rec.flush()
+    markers.reset()
+    ev = read_events(tmp_path / "events.csv")
+    assert len(ev) == 30 and ev["start_ns"].is_monotonic_increasing
+    assert capsys.readouterr().err.count("No space left on device;") == 1
+
+
+def test_events_still_unwritable_at_exit_go_to_a_fallback_file(tmp_path, monkeypatch):
+    import errno
+
+    from wattlife import markers, safewrite
+
+    monkeypatch.setattr(safewrite.tempfile, "tempdir", str(tmp_path))  # the fallback folder
+    real = os.write
+
+    def events_disk_full(fd, data):  # only the events file's disk is full
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/events.csv"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(safewrite.os, "write", events_disk_full)
+    rec = markers.configure(tmp_path / "events.csv", run_id="r")
+    for _ in range(5):
+        with markers.phase("forward"):
+            pass
+    rec.close()
+    s = rec._out.summary()
+    assert s["rows_written"] == 0 and s["rows_in_fallback"] == 5 and s["rows_dropped"] == 0
+    assert "No space left" in s["errors"][0]
+    assert (read_events(s["fallback"])["phase"] == "forward").sum() == 5
