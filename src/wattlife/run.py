@@ -241,8 +241,13 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
         events.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RuntimeError(f"--events {events}: cannot create its folder: {exc.strerror}") from exc
-    lock = EventsLock(events, run_id)
+    # everything that can refuse comes before the previous run's events are removed
+    backends, notes = build_backends(sampler_cfg, log=lambda msg: print(msg, file=sys.stderr))
+    lock = None
+    sampler = Sampler(backends, trace)
     try:
+        lock = EventsLock(events, run_id)
+        sampler.start()
         try:  # a rerun of the cell starts a fresh events file (a device or fifo is left alone)
             if events.is_file():
                 events.unlink()
@@ -251,24 +256,24 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
         except OSError as exc:
             raise RuntimeError(f"--events {events}: cannot remove the previous run's events: "
                                f"{exc.strerror}") from exc
-        return _run_locked(cmd, trace, events, meta, sampler_cfg, run_id, cell)
+    except BaseException:
+        if sampler.start_ns:
+            sampler.stop()  # closes the backends too
+        else:
+            for b in backends:
+                b.close()
+        if lock is not None:
+            lock.release()
+        raise
+    try:
+        return _run_started(cmd, sampler, backends, notes, events, meta, sampler_cfg, run_id, cell)
     finally:
         lock.release()
 
 
-def _run_locked(cmd: list[str], trace: Path, events: Path, meta: Path,
-                sampler_cfg: dict[str, Any], run_id: str, cell: dict[str, Any] | None) -> int:
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr)
-
-    backends, notes = build_backends(sampler_cfg, log=log)
-    sampler = Sampler(backends, trace)
-    try:
-        sampler.start()
-    except RuntimeError:
-        for b in backends:
-            b.close()
-        raise
+def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[str],
+                 events: Path, meta: Path, sampler_cfg: dict[str, Any], run_id: str,
+                 cell: dict[str, Any] | None) -> int:
     status = StatusListener()
     if status.address is None:
         notes.append("markers' write errors cannot be reported to wattlife here (no abstract "

@@ -106,12 +106,15 @@ def test_unwritable_meta_path_falls_back_to_the_temporary_folder(tmp_path, run):
 
 def test_unwritable_trace_path_is_refused_before_the_workload_starts(tmp_path, run):
     (tmp_path / "file").write_text("not a folder")
+    previous = "run_id,host,rank,phase,start_ns,end_ns,step,items,local_rank,depth,clock\n"
+    (tmp_path / "events.csv").write_text(previous)
     out = run(tmp_path, LOOP.format(d=str(tmp_path), n=1),
                trace=tmp_path / "file" / "trace.csv")
     assert out.returncode == 2
     assert "--trace" in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "pid").exists()
+    assert (tmp_path / "events.csv").read_text() == previous  # the previous run's events kept
 
 
 def test_terminal_ctrl_c_reaches_the_workload_once(tmp_path, env, children):
