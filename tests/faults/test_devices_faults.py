@@ -250,3 +250,36 @@ def test_powercap_restore_failing_set_keeps_the_state(fake, tmp_path):
     with pytest.raises(PowerCapError, match="GPU 0: NVML cannot set the power limit"):
         restore_from_state(state)
     assert state.exists()
+
+
+def test_visible_devices_parser_property():
+    """Any CUDA_VISIBLE_DEVICES text: the result is the valid entries before the first invalid
+    one, each once, in order, all real NVML indices; anything cut or merged is in a note."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    nv = FakeNvml(n=3)
+    token = st.one_of(st.integers(0, 5).map(str), st.sampled_from(
+        ["GPU-fake0", "GPU-fake2", "GPU-fake", "GPU-zz", "MIG-x", "", " 1", "abc", "-1"]))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(token, max_size=6))
+    def check(tokens):
+        value = ",".join(tokens)
+        idx, notes = resolve_visible_devices(value, nv)
+        assert all(0 <= i < 3 for i in idx) and len(set(idx)) == len(idx)
+        expect = []
+        for t in (value.split(",") if value.strip() else []):
+            t = t.strip()
+            i = (int(t) if t.isdigit() and int(t) < 3 else
+                 {"GPU-fake0": 0, "GPU-fake2": 2}.get(t))
+            if i is None:
+                assert any("invalid" in n for n in notes)
+                break
+            if i not in expect:
+                expect.append(i)
+        assert idx == expect
+        if not idx:
+            assert any("sees no GPU" in n for n in notes)
+
+    check()
