@@ -63,7 +63,11 @@ def cmd_run(a: argparse.Namespace) -> int:
         cell = json.loads(a.cell) if a.cell else None
     except ValueError as exc:
         raise ValueError(f"--cell: expected JSON, got {a.cell!r} ({exc})") from None
-    return run_under_sampler(cmd, a.trace, a.events, a.meta, cfg, a.run_id, cell)
+    try:
+        return run_under_sampler(cmd, a.trace, a.events, a.meta, cfg, a.run_id, cell)
+    except KeyboardInterrupt:  # before the sampler took over the signals: nothing was started
+        print("wattlife run: interrupted before CMD started", file=sys.stderr)
+        return 130
 
 
 def cmd_attribute(a: argparse.Namespace) -> int:

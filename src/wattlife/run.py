@@ -280,19 +280,25 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
                      "unix sockets); see the workload's stderr")
     received: list[str] = []
     forwarded: list[str] = []
+    pending: list[int] = []  # got while CMD was being started: forwarded once it exists
     proc: subprocess.Popen | None = None
     stop_idle = threading.Event()
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        received.append(signal.Signals(signum).name)
-        if proc is not None and proc.returncode is None:
+    def forward(signum: int) -> None:
+        if proc.returncode is None:
             try:  # CMD is not reaped until after the wait below, so its group id is still its own
                 os.killpg(proc.pid, signum)
                 forwarded.append(signal.Signals(signum).name)
             except ProcessLookupError:
                 pass
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        if proc is not None:
+            forward(signum)
         else:
-            stop_idle.set()  # before CMD starts: do not start it
+            pending.append(signum)
+            stop_idle.set()  # during the idle baseline: CMD is not started at all
 
     old = {s: signal.signal(s, on_signal) for s in FORWARDED}
     t_start = t_end = idle_end = time.time_ns()
@@ -308,8 +314,8 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
         if status.address:
             env[ENV_STATUS] = status.address
         t_start = time.time_ns()
-        if received:
-            rc = 128 + signal.Signals[received[0]].value
+        if pending:
+            rc = 128 + pending[0]
             start_error = f"not started: wattlife got {received[0]} before CMD started"
         else:
             try:
@@ -325,6 +331,8 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
                 start_error = f"cannot start {cmd[0]!r}: {exc.strerror or exc}"
                 print(f"wattlife run: {start_error}", file=sys.stderr)
             if proc is not None:
+                while pending:  # a signal that came during Popen: the handler saw no proc yet
+                    forward(pending.pop(0))
                 for b in backends:
                     if hasattr(b, "watch_pid"):
                         b.watch_pid = proc.pid

@@ -281,3 +281,18 @@ def test_events_still_unwritable_at_exit_go_to_a_fallback_file(tmp_path, monkeyp
     assert s["rows_written"] == 0 and s["rows_in_fallback"] == 5 and s["rows_dropped"] == 0
     assert "No space left" in s["errors"][0]
     assert (read_events(s["fallback"])["phase"] == "forward").sum() == 5
+
+
+def test_ctrl_c_during_the_idle_baseline_starts_nothing(tmp_path, env, children):
+    p = children.spawn(_cmd(tmp_path, LOOP.format(d=str(tmp_path), n=5), "--idle-s", "60"),
+                       env=env)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "events.csv.lock").exists():  # wattlife holds the run: idle baseline
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.3)
+    os.killpg(p.pid, signal.SIGINT)
+    assert p.wait(timeout=30) == 130
+    assert not (tmp_path / "pid").exists()
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["exit_code"] == 130 and "before CMD started" in meta["start_error"]
