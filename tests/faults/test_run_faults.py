@@ -117,6 +117,7 @@ def test_unwritable_trace_path_is_refused_before_the_workload_starts(tmp_path, r
     assert (tmp_path / "events.csv").read_text() == previous  # the previous run's events kept
 
 
+@pytest.mark.slow
 def test_terminal_ctrl_c_reaches_the_workload_once(tmp_path, env, children):
     """Ctrl-C = SIGINT to wattlife's whole process group. The workload's KeyboardInterrupt
     handler takes 0.5 s to checkpoint; a second SIGINT would interrupt it. 10 runs at once."""
