@@ -8,8 +8,9 @@ Process handling (what a user at a terminal or a batch system sees):
 - CMD runs in its own process group, so a terminal's Ctrl-C (SIGINT to the foreground group) or a
   signal to wattlife's group reaches wattlife only; wattlife forwards SIGINT, SIGTERM, SIGHUP and
   SIGQUIT to CMD's group exactly once each time it gets one. (A signal sent to every process of a
-  job, as Slurm's `scancel` does, reaches CMD directly as well as through wattlife.) When stdin is
-  a terminal, CMD gets /dev/null as stdin: from a background group, reading the terminal would
+  job, as Slurm's `scancel` does, reaches CMD directly as well as through wattlife.) Ctrl-Z
+  (SIGTSTP) stops CMD's group and then wattlife; SIGCONT (`fg`, `bg`) continues both. When stdin
+  is a terminal, CMD gets /dev/null as stdin: from a background group, reading the terminal would
   stop it.
 - CMD dies with wattlife: the kernel sends it SIGKILL when wattlife ends, even by SIGKILL
   (`PR_SET_PDEATHSIG`, Linux). Processes still in CMD's group when CMD has exited get SIGTERM,
@@ -300,7 +301,27 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
             pending.append(signum)
             stop_idle.set()  # during the idle baseline: CMD is not started at all
 
+    def on_stop(signum: int, _frame: Any) -> None:
+        """Ctrl-Z: CMD's group stops too, then wattlife stops itself the default way."""
+        if proc is not None and proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signum)
+            except ProcessLookupError:
+                pass
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # stops here until SIGCONT
+        signal.signal(signum, on_stop)
+
+    def on_cont(_signum: int, _frame: Any) -> None:
+        if proc is not None and proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
     old = {s: signal.signal(s, on_signal) for s in FORWARDED}
+    old[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, on_stop)
+    old[signal.SIGCONT] = signal.signal(signal.SIGCONT, on_cont)
     t_start = t_end = idle_end = time.time_ns()
     start_error: str | None = None
     rc: int | None = None

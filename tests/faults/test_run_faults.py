@@ -297,3 +297,28 @@ def test_ctrl_c_during_the_idle_baseline_starts_nothing(tmp_path, env, children)
     assert not (tmp_path / "pid").exists()
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["exit_code"] == 130 and "before CMD started" in meta["start_error"]
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _wait_state(pid: int, states: str, timeout=20.0) -> str:
+    deadline = time.monotonic() + timeout
+    while _state(pid) not in states and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _state(pid)
+
+
+def test_ctrl_z_stops_and_fg_continues_the_workload_too(tmp_path, env, children):
+    p = children.spawn(_cmd(tmp_path, LOOP.format(d=str(tmp_path), n=100000)), env=env)
+    _wait_for(tmp_path / "ready")
+    pid = int((tmp_path / "pid").read_text())
+    children.adopt_group(pid)
+    os.killpg(p.pid, signal.SIGTSTP)  # what the terminal does on Ctrl-Z
+    assert _wait_state(pid, "T") == "T"  # the workload stopped with wattlife
+    assert _wait_state(p.pid, "T") == "T"
+    os.killpg(p.pid, signal.SIGCONT)  # what the shell's `fg` does
+    assert _wait_state(pid, "RS") in "RS"
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 143
