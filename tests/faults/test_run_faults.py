@@ -322,3 +322,34 @@ def test_ctrl_z_stops_and_fg_continues_the_workload_too(tmp_path, env, children)
     assert _wait_state(pid, "RS") in "RS"
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=30) == 143
+
+
+def test_events_folder_unusable_in_the_workload_never_raises(tmp_path, monkeypatch):
+    """Markers pointed (outside `wattlife run`) at a path whose folder is a file: the training
+    loop runs on, the rows end in the fallback file."""
+    from wattlife import markers, safewrite
+
+    monkeypatch.setattr(safewrite.tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "file").write_text("x")
+    rec = markers.configure(tmp_path / "file" / "events.csv", run_id="r")
+    for _ in range(3):
+        with markers.step(items=1):
+            with markers.phase("forward"):
+                pass
+    rec.close()
+    s = rec._out.summary()
+    assert s["rows_in_fallback"] == 6 and "cannot open" in s["errors"][0]
+    assert len(read_events(s["fallback"])) == 6
+
+
+def test_memory_bound_while_the_disk_is_full_counts_dropped_rows(tmp_path, monkeypatch):
+    from wattlife import safewrite
+
+    monkeypatch.setattr(safewrite.tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "t.csv").symlink_to("/dev/full")
+    out = safewrite.SafeAppender(tmp_path / "t.csv", "a,b\n", "test", max_pending_bytes=40)
+    for k in range(10):
+        out.write(f"{k},{k}\n")  # 4 bytes a row; the header's 4 bytes are queued too
+    s = out.close()
+    assert s["rows_in_fallback"] == 9 and s["rows_dropped"] == 1  # 4 + 9*4 = 40 bytes kept
+    assert s["rows_in_fallback"] + s["rows_dropped"] + s["rows_written"] == 10
