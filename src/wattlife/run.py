@@ -228,11 +228,16 @@ def _write_meta(meta: Path, doc: dict[str, Any]) -> str:
 
 def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
                       meta: str | Path | None = None, sampler_cfg: dict[str, Any] | None = None,
-                      run_id: str | None = None, cell: dict[str, Any] | None = None) -> int:
+                      run_id: str | None = None, cell: dict[str, Any] | None = None,
+                      reraise_signals: bool = False) -> int:
     """Run `cmd` under the sampler; return its exit status. See the module docstring.
 
     Raises RuntimeError/ValueError (one line, naming the option) only before CMD is started:
     an unwritable trace or events folder, an events file in use, a bad sampler setting.
+    `reraise_signals`: for callers that run several commands (a sweep): if wattlife got SIGINT or
+    SIGTERM (forwarded to CMD), once CMD has ended and meta.json is written the signal goes to
+    the handler that was installed before (e.g. PowerCapController's, which restores the caps),
+    or raises KeyboardInterrupt / SystemExit(128 + N), so the caller stops instead of going on.
     """
     sampler_cfg = sampler_cfg or {}
     trace, events = Path(trace), Path(events)
@@ -267,14 +272,15 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
             lock.release()
         raise
     try:
-        return _run_started(cmd, sampler, backends, notes, events, meta, sampler_cfg, run_id, cell)
+        return _run_started(cmd, sampler, backends, notes, events, meta, sampler_cfg, run_id, cell,
+                            reraise_signals)
     finally:
         lock.release()
 
 
 def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[str],
                  events: Path, meta: Path, sampler_cfg: dict[str, Any], run_id: str,
-                 cell: dict[str, Any] | None) -> int:
+                 cell: dict[str, Any] | None, reraise_signals: bool = False) -> int:
     status = StatusListener()
     if status.address is None:
         notes.append("markers' write errors cannot be reported to wattlife here (no abstract "
@@ -419,4 +425,12 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
             "python": sys.version.split()[0], "libraries": library_versions(),
         }
         _write_meta(meta, doc)
+    stop = [signal.Signals[n] for n in received if n in ("SIGINT", "SIGTERM")]
+    if reraise_signals and stop:
+        before = old[stop[0]]
+        if callable(before) and before is not signal.default_int_handler:
+            before(stop[0], None)
+        if stop[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + stop[0])
     return rc

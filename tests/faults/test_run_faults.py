@@ -353,3 +353,21 @@ def test_memory_bound_while_the_disk_is_full_counts_dropped_rows(tmp_path, monke
     s = out.close()
     assert s["rows_in_fallback"] == 9 and s["rows_dropped"] == 1  # 4 + 9*4 = 40 bytes kept
     assert s["rows_in_fallback"] + s["rows_dropped"] + s["rows_written"] == 10
+
+
+def test_a_sweep_stops_when_wattlife_is_signalled(tmp_path):
+    """In-process (as `sweep` calls it): a SIGTERM to this process is forwarded to CMD, and once
+    CMD has ended and meta.json is written it reaches the caller, instead of being swallowed and
+    the next cap started."""
+    from wattlife.run import run_under_sampler
+
+    code = ("import os, signal, time\nos.kill(os.getppid(), signal.SIGTERM)\n"
+            "time.sleep(30)\n")  # ended by the forwarded SIGTERM
+    with pytest.raises(SystemExit) as exc:
+        run_under_sampler([sys.executable, "-c", code], tmp_path / "trace.csv",
+                          tmp_path / "events.csv", sampler_cfg={"gpu": "sim", "cpu": "none"},
+                          reraise_signals=True)
+    assert exc.value.code == 143
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["exit_code"] == 143 and meta["signals"]["forwarded_to_cmd_group"] == ["SIGTERM"]
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers put back
