@@ -52,3 +52,93 @@ def pytest_collection_modifyitems(config, items):
         for it in items:
             if "slurm" in it.keywords:
                 it.add_marker(skip)
+
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes whose process group is `pgid` (from /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(d))
+    return out
+
+
+class Children:
+    """Processes a test starts: each in its own process group, all ended when the test ends.
+
+    `spawn(cmd, **popen_kwargs)` is `subprocess.Popen` with `process_group=0`. At teardown, whatever
+    the test's outcome, every group with a live member gets SIGTERM, then SIGKILL after `grace_s`,
+    then its leader is reaped. Groups are signalled by id, never by a name pattern; a group whose
+    leader is reaped is signalled only while /proc shows live members, so the id is still theirs.
+    """
+
+    def __init__(self, grace_s: float = 5.0) -> None:
+        self.procs: list = []
+        self.groups: list[int] = []  # groups the test learnt of (e.g. a grandchild's) to end too
+        self.grace_s = grace_s
+
+    def adopt_group(self, pgid: int) -> None:
+        """Also end process group `pgid` at teardown (only while /proc shows live members)."""
+        self.groups.append(pgid)
+
+    def spawn(self, cmd, **kw):
+        import subprocess
+
+        kw.setdefault("process_group", 0)
+        p = subprocess.Popen(cmd, **kw)
+        self.procs.append(p)
+        return p
+
+    def run(self, cmd, timeout: float, **kw):
+        """`subprocess.run(cmd, timeout=...)` with the child in its own group: on timeout the whole
+        group is ended (not only the direct child) and TimeoutExpired is raised."""
+        import subprocess
+
+        p = self.spawn(cmd, **kw)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.end_all()
+            raise
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+    def end_all(self) -> None:
+        import signal
+        import time
+
+        groups = [p.pid for p in self.procs] + self.groups
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for g in groups:
+                if group_members(g):
+                    try:
+                        os.killpg(g, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            deadline = time.monotonic() + self.grace_s
+            while any(group_members(g) for g in groups) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        for p in self.procs:
+            for stream in (p.stdin, p.stdout, p.stderr):
+                if stream is not None:
+                    stream.close()
+            p.wait()
+        self.procs.clear()
+        self.groups.clear()
+
+
+@pytest.fixture
+def children():
+    """Start subprocesses with `children.spawn(...)`; all of them are ended after the test."""
+    c = Children()
+    try:
+        yield c
+    finally:
+        c.end_all()

@@ -1,6 +1,5 @@
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -69,11 +68,11 @@ def test_rank_files(tmp_path, monkeypatch):
     assert ev["rank"].tolist() == [3] and ev["local_rank"].tolist() == [1]
 
 
-def test_sigkill_keeps_intervals_closed_more_than_a_second_earlier(tmp_path):
+def test_sigkill_keeps_intervals_closed_more_than_a_second_earlier(tmp_path, children):
     path = tmp_path / "events.csv"
     code = ("import time\nfrom wattlife.markers import phase\n"
             "for i in range(100000):\n    with phase('forward'):\n        time.sleep(0.01)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code],
+    proc = children.spawn([sys.executable, "-c", code],
                             env=dict(os.environ, WATTLIFE_EVENTS=str(path)))
     time.sleep(4.0)
     proc.send_signal(signal.SIGKILL)

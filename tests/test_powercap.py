@@ -36,17 +36,17 @@ def test_real_backends_need_explicit_opt_in(tmp_path):
         ctl.set_cap(300)
 
 
-def test_sigterm_restores_and_state_file_survives_sigkill(tmp_path):
+def test_sigterm_restores_and_state_file_survives_sigkill(tmp_path, children):
     state = tmp_path / "s.json"
     code = ("import time\nfrom wattlife.devices.powercap import PowerCapController\n"
             f"ctl = PowerCapController('simulated', state_file={str(state)!r})\n"
             "with ctl:\n    ctl.set_cap(400)\n    print('set', flush=True)\n    time.sleep(60)\n")
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    p = children.spawn([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "set"
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=20) == 128 + signal.SIGTERM
     assert not state.exists()  # restored, state removed
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    p = children.spawn([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "set"
     p.send_signal(signal.SIGKILL)
     p.wait()

@@ -18,17 +18,22 @@ WORK = ("import time\nfrom wattlife.markers import phase, step\n"
         "raise SystemExit({rc})\n")
 
 
-def _run(tmp_path, env, code, *extra, wait=True):
-    cmd = [sys.executable, "-m", "wattlife.cli", "run", "--trace", str(tmp_path / "trace.csv"),
-           "--events", str(tmp_path / "events.csv"), "--gpu", "sim", "--cpu", "estimate",
-           "--idle-s", "0.3", *extra, "--", sys.executable, "-c", code]
-    if wait:
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    return subprocess.Popen(cmd, env=env)
+def _cmd(tmp_path, code, *extra):
+    return [sys.executable, "-m", "wattlife.cli", "run", "--trace", str(tmp_path / "trace.csv"),
+            "--events", str(tmp_path / "events.csv"), "--gpu", "sim", "--cpu", "estimate",
+            "--idle-s", "0.3", *extra, "--", sys.executable, "-c", code]
 
 
-def test_run_returns_exit_code_and_writes_trace_events_meta(tmp_path, env_path):
-    out = _run(tmp_path, env_path, WORK.format(n=15, rc=3))
+def _run(tmp_path, env, code, *extra, children, wait=True):
+    """Run `wattlife run` in its own process group, to its end (or only start it: wait=False)."""
+    if not wait:
+        return children.spawn(_cmd(tmp_path, code, *extra), env=env)
+    return children.run(_cmd(tmp_path, code, *extra), env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, timeout=120)
+
+
+def test_run_returns_exit_code_and_writes_trace_events_meta(tmp_path, env_path, children):
+    out = _run(tmp_path, env_path, WORK.format(n=15, rc=3), children=children)
     assert out.returncode == 3, out.stderr
     tr = read_trace(tmp_path / "trace.csv")
     assert {"gpu0", "cpu0"} <= set(tr["device"])
@@ -50,8 +55,8 @@ def test_run_returns_exit_code_and_writes_trace_events_meta(tmp_path, env_path):
     assert {"gpu", "cpu"} == set(df["device_kind"])
 
 
-def test_sigkill_of_the_sampler_keeps_earlier_rows(tmp_path, env_path):
-    proc = _run(tmp_path, env_path, WORK.format(n=100000, rc=0), wait=False)
+def test_sigkill_of_the_sampler_keeps_earlier_rows(tmp_path, env_path, children):
+    proc = _run(tmp_path, env_path, WORK.format(n=100000, rc=0), children=children, wait=False)
     time.sleep(6)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -63,15 +68,14 @@ def test_sigkill_of_the_sampler_keeps_earlier_rows(tmp_path, env_path):
     # at most the last 2 s of readings are lost
     assert (t_kill - sim["t_ns"].max()) / 1e9 < 2.0
     assert len(sim) > 50
-    subprocess.run(["pkill", "-f", "range(100000)"], check=False)
 
 
-def test_sigterm_is_forwarded_and_the_trace_closed(tmp_path, env_path):
+def test_sigterm_is_forwarded_and_the_trace_closed(tmp_path, env_path, children):
     code = ("import signal, sys, time\nfrom wattlife.markers import phase\n"
             "def bye(*a):\n    print('child got SIGTERM', flush=True)\n    sys.exit(7)\n"
             "signal.signal(signal.SIGTERM, bye)\n"
             "while True:\n    with phase('forward'):\n        time.sleep(0.01)\n")
-    proc = _run(tmp_path, env_path, code, wait=False)
+    proc = _run(tmp_path, env_path, code, children=children, wait=False)
     time.sleep(4)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 7
@@ -81,8 +85,8 @@ def test_sigterm_is_forwarded_and_the_trace_closed(tmp_path, env_path):
     assert (tmp_path / "trace.csv").read_text().endswith("\n")
 
 
-def test_wrapper_phases_cover_idle_startup_and_exit(tmp_path, env_path):
-    out = _run(tmp_path, env_path, WORK.format(n=5, rc=0))
+def test_wrapper_phases_cover_idle_startup_and_exit(tmp_path, env_path, children):
+    out = _run(tmp_path, env_path, WORK.format(n=5, rc=0), children=children)
     assert out.returncode == 0, out.stderr
     df = attribute_files(tmp_path / "trace.csv", tmp_path / "events.csv", tmp_path / "phases.csv",
                          method="integrate")

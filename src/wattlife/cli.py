@@ -15,6 +15,26 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
 
 
+def _positive_ms(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (v > 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of milliseconds > 0, got {text!r}")
+    return v
+
+
+def _nonnegative_s(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (0 <= v < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return v
+
+
 def _load_sampler_cfg(path: str | None) -> dict:
     if not path:
         return {}
@@ -31,7 +51,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         print("wattlife run: give the command after --", file=sys.stderr)
         return 2
     cfg = _load_sampler_cfg(a.config)
-    if a.interval_ms:
+    if a.interval_ms is not None:
         cfg["interval_ms"] = a.interval_ms
     if a.gpu:
         cfg["gpu"] = a.gpu
@@ -39,8 +59,15 @@ def cmd_run(a: argparse.Namespace) -> int:
         cfg["cpu"] = a.cpu
     if a.idle_s is not None:
         cfg["idle_baseline_s"] = a.idle_s
-    cell = json.loads(a.cell) if a.cell else None
-    return run_under_sampler(cmd, a.trace, a.events, a.meta, cfg, a.run_id, cell)
+    try:
+        cell = json.loads(a.cell) if a.cell else None
+    except ValueError as exc:
+        raise ValueError(f"--cell: expected JSON, got {a.cell!r} ({exc})") from None
+    try:
+        return run_under_sampler(cmd, a.trace, a.events, a.meta, cfg, a.run_id, cell)
+    except KeyboardInterrupt:  # before the sampler took over the signals: nothing was started
+        print("wattlife run: interrupted before CMD started", file=sys.stderr)
+        return 130
 
 
 def cmd_attribute(a: argparse.Namespace) -> int:
@@ -143,6 +170,9 @@ def cmd_powercap(a: argparse.Namespace) -> int:
     from .devices.powercap import PowerCapController, restore_from_state
 
     if a.action == "restore":
+        if not Path(a.state).exists():
+            print(f"no state file {a.state}: no power limit to restore")
+            return 0
         restored = restore_from_state(a.state)
         print(f"restored {len(restored)} GPU power limit(s) from {a.state}: {restored}")
         return 0
@@ -347,10 +377,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--events", required=True, help="events CSV the workload's markers write")
     r.add_argument("--meta", help="meta.json path (default: beside the trace)")
     r.add_argument("--config", help="config YAML whose `sampler` section to use")
-    r.add_argument("--interval-ms", type=float, help="sampler interval (default 50)")
-    r.add_argument("--gpu", choices=["auto", "nvml", "sim", "none"], help="GPU backend")
-    r.add_argument("--cpu", choices=["auto", "rapl", "estimate", "none"], help="CPU backend")
-    r.add_argument("--idle-s", type=float, help="seconds of idle baseline before CMD starts")
+    r.add_argument("--interval-ms", type=_positive_ms,
+                   help="sampler interval in ms, > 0 (default: the config's, else 50)")
+    r.add_argument("--gpu", choices=["auto", "nvml", "sim", "none"],
+                   help="GPU backend (default: the config's, else auto)")
+    r.add_argument("--cpu", choices=["auto", "rapl", "estimate", "none"],
+                   help="CPU backend (default: the config's, else auto)")
+    r.add_argument("--idle-s", type=_nonnegative_s,
+                   help="seconds of idle baseline before CMD starts, >= 0 (default: the config's "
+                        "idle_baseline_s, else 0)")
     r.add_argument("--run-id", help="run id (default: the trace's folder name)")
     r.add_argument("--cell", help="JSON of the matrix cell, recorded in meta.json")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
@@ -417,8 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     pc = sub.add_parser("powercap", help="show GPU power limits, or restore them from a state file")
     pc.add_argument("action", choices=["show", "restore"])
-    pc.add_argument("--state", default="wattlife-powercap-state.json")
-    pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"])
+    pc.add_argument("--state", default="wattlife-powercap-state.json",
+                    help="state file a controller wrote (default: %(default)s)")
+    pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
+                    help="for `show`: where to read the limits (default: %(default)s)")
     pc.set_defaults(fn=cmd_powercap)
 
     gi = sub.add_parser("gen-images", help="generate an ImageNet-layout tree of real JPEG files")

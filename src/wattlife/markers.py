@@ -8,7 +8,10 @@
 
 `wattlife run` puts the events path in `WATTLIFE_EVENTS`; without it every marker is a no-op that
 costs well under a microsecond. Rows are buffered and flushed at least once a second, so a killed
-workload keeps every interval closed more than a second before it died.
+workload keeps every interval closed more than a second before it died. A failing write (full
+disk, read-only folder) never raises into the training loop: it is reported once on stderr and to
+`wattlife run` (which records it in meta.json), the rows wait in memory and are written when the
+disk takes them again, else to a fallback file at exit (see `wattlife.safewrite`).
 
 With `configure(gpu_timeline=True)` boundaries are CUDA events on the current stream, resolved in
 batches (never a synchronise per phase) and mapped to the host clock through an anchor: one host
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import os
 import socket
 import threading
@@ -28,6 +32,7 @@ from typing import Any, Callable
 
 ENV_EVENTS = "WATTLIFE_EVENTS"
 ENV_RUN_ID = "WATTLIFE_RUN_ID"
+ENV_STATUS = "WATTLIFE_STATUS"  # abstract unix datagram socket of `wattlife run` for write errors
 HEADER = "run_id,host,rank,phase,start_ns,end_ns,step,items,local_rank,depth,clock\n"
 FLUSH_EVERY_S = 1.0
 REANCHOR_EVERY_S = 60.0
@@ -80,7 +85,6 @@ class Recorder:
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         world = int(os.environ.get("WORLD_SIZE", "1"))
         self.path = rank_events_path(path, self.rank, world)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.host = socket.gethostname()
         self.run_id = run_id or os.environ.get(ENV_RUN_ID) or self.path.parent.name
         self._prefix = f"{self.run_id},{self.host},{self.rank},"
@@ -91,12 +95,23 @@ class Recorder:
         self._last_flush = time.monotonic()
         self.step_index = 0
         self.cuda: _CudaClock | None = None
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        self._fh = open(self.path, "a", buffering=1 << 16)
-        if new:
-            self._fh.write(HEADER)
-            self._fh.flush()
+        from .safewrite import SafeAppender
+
+        self._out = SafeAppender(self.path, HEADER, f"markers (rank {self.rank})",
+                                 on_error=self._report)
         atexit.register(self.close)
+
+    def _report(self, msg: dict[str, Any]) -> None:
+        """Tell `wattlife run` (if it is listening) about a write problem, for its meta.json."""
+        addr = os.environ.get(ENV_STATUS)
+        if not addr:
+            return
+        msg = {"rank": self.rank, "local_rank": self.local_rank, "pid": os.getpid(), **msg}
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                s.sendto(json.dumps(msg).encode(), "\0" + addr)
+        except OSError:  # wattlife gone or no abstract sockets here: stderr already has it
+            pass
 
     def enable_gpu_timeline(self) -> None:
         if self.cuda is None:
@@ -148,17 +163,20 @@ class Recorder:
                 self._resolve_pending(wait)
                 if not self._stack:
                     self.cuda.maybe_reanchor()
-            if self._rows and not self._fh.closed:
-                self._fh.write("".join(self._rows))
-                self._fh.flush()
+            if self._rows and not self._out.closed:
+                self._out.write("".join(self._rows))
                 self._rows.clear()
+            elif not self._out.closed:
+                self._out.flush()  # retry rows a failed write left queued
             self._last_flush = time.monotonic()
 
     def close(self) -> None:
-        if self._fh.closed:
+        if self._out.closed:
             return
         self.flush(wait=True)
-        self._fh.close()
+        summary = self._out.close()
+        if summary["write_errors"]:
+            self._report({"label": "markers", "summary": summary})
 
 
 class _Open:

@@ -1,29 +1,61 @@
 """`wattlife run -- CMD`: the sampler around a command.
 
 Starts the sampler, records an idle baseline, runs CMD with the events path in its environment
-(`WATTLIFE_EVENTS`), forwards SIGINT/SIGTERM to it, stops the sampler when it ends, writes
-meta.json, and returns CMD's exit code.
+(`WATTLIFE_EVENTS`), stops the sampler when it ends, writes meta.json, and returns CMD's exit
+status in the shell's convention (128 + N when a signal N ended it).
+
+Process handling (what a user at a terminal or a batch system sees):
+- CMD runs in its own process group, so a terminal's Ctrl-C (SIGINT to the foreground group) or a
+  signal to wattlife's group reaches wattlife only; wattlife forwards SIGINT, SIGTERM, SIGHUP and
+  SIGQUIT to CMD's group exactly once each time it gets one. (A signal sent to every process of a
+  job, as Slurm's `scancel` does, reaches CMD directly as well as through wattlife.) Ctrl-Z
+  (SIGTSTP) stops CMD's group and then wattlife; SIGCONT (`fg`, `bg`) continues both. When stdin
+  is a terminal, CMD gets /dev/null as stdin: from a background group, reading the terminal would
+  stop it.
+- CMD dies with wattlife: the kernel sends it SIGKILL when wattlife ends, even by SIGKILL
+  (`PR_SET_PDEATHSIG`, Linux). Processes still in CMD's group when CMD has exited get SIGTERM,
+  then SIGKILL after `LEFTOVER_GRACE_S`.
+- One run per events file: an exclusive lock (`<events>.lock`, released by the kernel if wattlife
+  dies) makes a second run with the same `--events` fail with a clear error before it starts.
+- Recording faults never touch the workload: a failing write of the trace (sampler) or of events
+  (markers, reported to wattlife over an abstract unix socket) is reported once, kept in memory
+  and retried, and ends in a fallback file; meta.json records all of it under `recording` and is
+  always written (to a fallback file in the temporary folder if its own path fails).
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
 import json
 import os
 import platform
+import secrets
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .markers import ENV_EVENTS, ENV_RUN_ID
+from .markers import ENV_EVENTS, ENV_RUN_ID, ENV_STATUS
 from .sampler import Sampler, build_backends
 
 LIBRARIES = ["wattlife", "torch", "torchvision", "transformers", "nvidia-ml-py", "numpy", "pandas",
              "snakemake", "psutil"]
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+LEFTOVER_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
+
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - not Linux
+    _LIBC = None
 
 
 def library_versions() -> dict[str, str | None]:
@@ -36,68 +68,369 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
+def shell_status(returncode: int) -> int:
+    """Popen's returncode in the shell's convention: -N (killed by signal N) -> 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _die_with_parent(parent_pid: int):
+    """preexec_fn: the kernel SIGKILLs the child when its parent dies (even by SIGKILL)."""
+    def preexec() -> None:
+        if _LIBC is not None:
+            _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(128 + signal.SIGKILL)
+    return preexec
+
+
+class EventsLock:
+    """An exclusive lock on `<events>.lock` for the duration of a run (see the module docstring)."""
+
+    def __init__(self, events: Path, run_id: str) -> None:
+        self.path = events.with_name(events.name + ".lock")
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise RuntimeError(f"--events {events}: cannot create its lock file {self.path}: "
+                                   f"{exc.strerror}") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 300).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise RuntimeError(
+                    f"--events {events} is in use by another wattlife run ({holder}); two runs "
+                    "must not share an events file: give this run its own --events") from None
+            try:  # the previous holder may have removed the file between our open and our lock
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, run_id {run_id}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+        os.close(self.fd)
+
+
+class StatusListener:
+    """Receives the markers' write-error reports (abstract unix datagram socket, Linux)."""
+
+    def __init__(self) -> None:
+        self.address: str | None = f"wattlife-{os.getpid()}-{secrets.token_hex(6)}"
+        self.messages: list[dict[str, Any]] = []
+        self.sock: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            self.sock.bind("\0" + self.address)
+            self.sock.setblocking(False)
+        except OSError:
+            self.sock.close()
+            self.sock, self.address = None, None
+
+    def drain(self) -> list[dict[str, Any]]:
+        while self.sock is not None:
+            try:
+                data = self.sock.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                break
+            try:
+                self.messages.append(json.loads(data))
+            except ValueError:
+                self.messages.append({"unparsed": data.decode(errors="replace")})
+        return self.messages
+
+    def close(self) -> None:
+        self.drain()
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _live_members(pgid: int) -> int:
+    """How many non-zombie processes are in group `pgid` (from /proc; 0 where /proc is absent)."""
+    n = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for d in entries:
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                n += 1
+    return n
+
+
+def _end_leftovers(pgid: int) -> int:
+    """CMD has exited but is not reaped (so its group id is still ours): end what is left of its
+    group, SIGTERM then SIGKILL. Returns how many processes were left."""
+    left = _live_members(pgid)
+    if not left:
+        return 0
+    os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while _live_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _live_members(pgid):
+        os.killpg(pgid, signal.SIGKILL)
+    return left
+
+
+def _write_meta(meta: Path, doc: dict[str, Any]) -> str:
+    """Write meta.json atomically; if its path fails, to the temporary folder. Returns the path."""
+    text = json.dumps(doc, indent=2, default=str)
+    try:
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        tmp = meta.with_name(f".{meta.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(meta)
+        return str(meta)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except (OSError, UnboundLocalError):
+            pass
+        try:
+            fd, name = tempfile.mkstemp(prefix="wattlife-meta-", suffix=".json")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+        except OSError as exc2:
+            print(f"wattlife run: cannot write {meta} ({exc.strerror or exc}) nor a fallback "
+                  f"({exc2.strerror or exc2}); meta.json follows on stderr", file=sys.stderr)
+            print(text, file=sys.stderr)
+            return "<stderr>"
+        print(f"wattlife run: cannot write {meta} ({exc.strerror or exc}); meta.json is in {name}",
+              file=sys.stderr)
+        return name
+
+
 def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
                       meta: str | Path | None = None, sampler_cfg: dict[str, Any] | None = None,
-                      run_id: str | None = None, cell: dict[str, Any] | None = None) -> int:
-    """Run `cmd` under the sampler; return its exit code. See the module docstring."""
+                      run_id: str | None = None, cell: dict[str, Any] | None = None,
+                      reraise_signals: bool = False) -> int:
+    """Run `cmd` under the sampler; return its exit status. See the module docstring.
+
+    Raises RuntimeError/ValueError (one line, naming the option) only before CMD is started:
+    an unwritable trace or events folder, an events file in use, a bad sampler setting.
+    `reraise_signals`: for callers that run several commands (a sweep): if wattlife got SIGINT or
+    SIGTERM (forwarded to CMD), once CMD has ended and meta.json is written the signal goes to
+    the handler that was installed before (e.g. PowerCapController's, which restores the caps),
+    or raises KeyboardInterrupt / SystemExit(128 + N), so the caller stops instead of going on.
+    """
     sampler_cfg = sampler_cfg or {}
     trace, events = Path(trace), Path(events)
     meta = Path(meta) if meta else trace.with_name("meta.json")
     run_id = run_id or trace.parent.name
-    events.parent.mkdir(parents=True, exist_ok=True)
-    if events.exists():
-        events.unlink()  # a rerun of the cell starts a fresh events file
-    for old in events.parent.glob(f"{events.stem}.rank*{events.suffix}"):
-        old.unlink()
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr)
-
-    backends, notes = build_backends(sampler_cfg, log=log)
-    sampler = Sampler(backends, trace)
-    sampler.start()
-    idle_s = float(sampler_cfg.get("idle_baseline_s", 0.0))
-    if idle_s > 0:
-        time.sleep(idle_s)
-    idle_end = time.time_ns()
-
-    env = dict(os.environ, **{ENV_EVENTS: str(events.resolve()), ENV_RUN_ID: run_id})
-    t_start = time.time_ns()
     try:
-        proc = subprocess.Popen(cmd, env=env)
+        events.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        sampler.stop()
-        raise RuntimeError(f"cannot start {cmd[0]!r}: {exc}") from exc
-    for b in backends:
-        if hasattr(b, "watch_pid"):
-            b.watch_pid = proc.pid
-
-    def forward(signum: int, _frame: Any) -> None:
-        proc.send_signal(signum)
-
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        raise RuntimeError(f"--events {events}: cannot create its folder: {exc.strerror}") from exc
+    # everything that can refuse comes before the previous run's events are removed
+    backends, notes = build_backends(sampler_cfg, log=lambda msg: print(msg, file=sys.stderr))
+    lock = None
+    sampler = Sampler(backends, trace)
     try:
-        rc = proc.wait()
+        lock = EventsLock(events, run_id)
+        sampler.start()
+        try:  # a rerun of the cell starts a fresh events file (a device or fifo is left alone)
+            if events.is_file():
+                events.unlink()
+            for old in events.parent.glob(f"{events.stem}.rank*{events.suffix}"):
+                old.unlink()
+        except OSError as exc:
+            raise RuntimeError(f"--events {events}: cannot remove the previous run's events: "
+                               f"{exc.strerror}") from exc
+    except BaseException:
+        if sampler.start_ns:
+            sampler.stop()  # closes the backends too
+        else:
+            for b in backends:
+                b.close()
+        if lock is not None:
+            lock.release()
+        raise
+    try:
+        return _run_started(cmd, sampler, backends, notes, events, meta, sampler_cfg, run_id, cell,
+                            reraise_signals)
+    finally:
+        lock.release()
+
+
+def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[str],
+                 events: Path, meta: Path, sampler_cfg: dict[str, Any], run_id: str,
+                 cell: dict[str, Any] | None, reraise_signals: bool = False) -> int:
+    status = StatusListener()
+    if status.address is None:
+        notes.append("markers' write errors cannot be reported to wattlife here (no abstract "
+                     "unix sockets); see the workload's stderr")
+    received: list[str] = []
+    forwarded: list[str] = []
+    pending: list[int] = []  # got while CMD was being started: forwarded once it exists
+    proc: subprocess.Popen | None = None
+    stop_idle = threading.Event()
+
+    def forward(signum: int) -> None:
+        if proc.returncode is None:
+            try:  # CMD is not reaped until after the wait below, so its group id is still its own
+                os.killpg(proc.pid, signum)
+                forwarded.append(signal.Signals(signum).name)
+            except ProcessLookupError:
+                pass
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        if proc is not None:
+            forward(signum)
+        else:
+            pending.append(signum)
+            stop_idle.set()  # during the idle baseline: CMD is not started at all
+
+    def on_stop(signum: int, _frame: Any) -> None:
+        """Ctrl-Z: CMD's group stops too, then wattlife stops itself the default way."""
+        if proc is not None and proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signum)
+            except ProcessLookupError:
+                pass
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # stops here until SIGCONT
+        signal.signal(signum, on_stop)
+
+    def on_cont(_signum: int, _frame: Any) -> None:
+        if proc is not None and proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    old = {s: signal.signal(s, on_signal) for s in FORWARDED}
+    old[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, on_stop)
+    old[signal.SIGCONT] = signal.signal(signal.SIGCONT, on_cont)
+    t_start = t_end = idle_end = time.time_ns()
+    start_error: str | None = None
+    rc: int | None = None
+    leftovers = 0
+    try:
+        idle_s = float(sampler_cfg.get("idle_baseline_s", 0.0))
+        if idle_s > 0:
+            stop_idle.wait(idle_s)
+        idle_end = time.time_ns()
+        env = dict(os.environ, **{ENV_EVENTS: str(events.resolve()), ENV_RUN_ID: run_id})
+        if status.address:
+            env[ENV_STATUS] = status.address
+        t_start = time.time_ns()
+        if pending:
+            rc = 128 + pending[0]
+            start_error = f"not started: wattlife got {received[0]} before CMD started"
+        else:
+            try:
+                stdin = subprocess.DEVNULL if os.isatty(0) else None
+            except OSError:
+                stdin = None
+            try:
+                proc = subprocess.Popen(cmd, env=env, stdin=stdin, process_group=0,
+                                        preexec_fn=_die_with_parent(os.getpid()))
+            except OSError as exc:
+                # the shell's statuses: 127 not found, 126 found but not executable
+                rc = 127 if exc.errno == errno.ENOENT else 126
+                start_error = f"cannot start {cmd[0]!r}: {exc.strerror or exc}"
+                print(f"wattlife run: {start_error}", file=sys.stderr)
+            if proc is not None:
+                while pending:  # a signal that came during Popen: the handler saw no proc yet
+                    forward(pending.pop(0))
+                for b in backends:
+                    if hasattr(b, "watch_pid"):
+                        b.watch_pid = proc.pid
+                while True:  # wait for CMD's exit without reaping it (its pid stays reserved)
+                    try:
+                        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+                        break
+                    except ChildProcessError:
+                        break
+                    except InterruptedError:
+                        continue
+                t_end = time.time_ns()
+                leftovers = _end_leftovers(proc.pid)
+                rc = shell_status(proc.wait())
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        t_end = time.time_ns()
+        if proc is not None and proc.returncode is None:  # wattlife itself failed: CMD ends too
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            rc = shell_status(proc.returncode)
+        if proc is None:
+            t_end = t_start
         sampler.stop()
-        info = [b.info() for b in backends]
+        markers_reports = status.drain()
+        status.close()
+        info = []
+        for b in backends:
+            try:
+                info.append(b.info())
+            except Exception as exc:
+                info.append({"backend": b.name, "error": f"{type(exc).__name__}: {exc}"})
         gpu_info = next((i for i in info if "gpu_model" in i), {})
+        trace_rec = sampler.write_summary()
+        recording = {
+            "trace": trace_rec,
+            "events": markers_reports,
+            "complete": (not trace_rec.get("write_errors") and not markers_reports
+                         and not sampler.errors),
+        }
         doc = {
             "run_id": run_id, "host": socket.gethostname(), "cmd": cmd,
             "cell": cell or {}, "start_ns": sampler.start_ns, "end_ns": sampler.end_ns,
             "workload_start_ns": t_start, "workload_end_ns": t_end,
             "idle_baseline": {"start_ns": sampler.start_ns, "end_ns": idle_end},
-            "exit_code": proc.returncode,
+            "exit_code": rc,
+            "exit_signal": (signal.Signals(-proc.returncode).name
+                            if proc is not None and proc.returncode < 0 else None),
+            "start_error": start_error,
+            "signals": {"received": received, "forwarded_to_cmd_group": forwarded,
+                        "leftover_processes_ended": leftovers},
             "gpu_model": gpu_info.get("gpu_model"), "driver": gpu_info.get("driver"),
+            "gpus": gpu_info.get("gpus", []),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "sampler": {"settings": sampler_cfg, "backends": info, "sensors": sampler.sensors(),
                         "rows": sampler.rows_written, "cpu_time_s": sampler.cpu_time_s,
                         "errors": sampler.errors},
+            "recording": recording,
             "sensor_notes": notes, "platform": platform.platform(),
             "python": sys.version.split()[0], "libraries": library_versions(),
         }
-        meta.parent.mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps(doc, indent=2, default=str))
+        _write_meta(meta, doc)
+    stop = [signal.Signals[n] for n in received if n in ("SIGINT", "SIGTERM")]
+    if reraise_signals and stop:
+        before = old[stop[0]]
+        if callable(before) and before is not signal.default_int_handler:
+            before(stop[0], None)
+        if stop[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + stop[0])
     return rc

@@ -2,7 +2,9 @@
 
 It runs in a thread of the `wattlife run` process, never inside the workload. Rows go to the
 trace file (CSV, trace contract) and are flushed to the OS every `flush_s` (0.5 s), so a SIGKILL of
-either process loses at most that much. Each (device, metric) series' update period is measured
+either process loses at most that much. A failing write (full disk) never stops the sampler: it is
+reported once, the rows wait in memory and are retried, else go to a fallback file at the end
+(`wattlife.safewrite`); `write_summary()` says what happened, for meta.json. Each (device, metric) series' update period is measured
 as it runs (mean time between changes of value) and reported in meta.json.
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .devices.base import SensorBackend, SensorUnavailable
+from .safewrite import SafeAppender
 
 TRACE_HEADER = "t_ns,host,device,metric,value,source\n"
 
@@ -40,7 +43,6 @@ class Sampler:
                  host: str | None = None, flush_s: float = 0.5) -> None:
         self.backends = backends
         self.trace_path = Path(trace_path)
-        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
         self.host = host or socket.gethostname()
         self.flush_s = flush_s
         self._stop = threading.Event()
@@ -50,11 +52,19 @@ class Sampler:
         self.rows_written = 0
         self.cpu_time_s = 0.0
         self.start_ns = self.end_ns = 0
+        self._out: SafeAppender | None = None
+        self._summary: dict[str, Any] | None = None
 
     def start(self) -> None:
-        self._fh = open(self.trace_path, "w", buffering=1 << 20)
-        self._fh.write(TRACE_HEADER)
-        self._fh.flush()
+        """Open the trace (an unopenable path raises RuntimeError: nothing was started yet) and
+        start the polling thread."""
+        try:
+            self._out = SafeAppender(self.trace_path, TRACE_HEADER, "sampler", truncate=True,
+                                     strict_open=True)
+        except OSError as exc:
+            raise RuntimeError(f"--trace {self.trace_path}: cannot open it: "
+                               f"{exc.strerror or exc}") from None
+        self._out.flush()
         self.start_ns = time.time_ns()
         self._thread = threading.Thread(target=self._loop, name="wattlife-sampler", daemon=True)
         self._thread.start()
@@ -99,11 +109,13 @@ class Sampler:
                         if msg not in self.errors:
                             self.errors.append(msg)
                             print(f"wattlife sampler: {msg}", file=sys.stderr)
-            if buf and (stopping or time.monotonic() - last_flush >= self.flush_s):
-                self._fh.write("".join(buf))
-                self._fh.flush()
-                self.rows_written += len(buf)
-                buf.clear()
+            if stopping or time.monotonic() - last_flush >= self.flush_s:
+                if buf:
+                    self._out.write("".join(buf))
+                    buf.clear()
+                else:
+                    self._out.flush()  # retry what a failed write left queued
+                self.rows_written = self._out.rows_written
                 last_flush = time.monotonic()
             if stopping:
                 break
@@ -111,13 +123,26 @@ class Sampler:
         self.cpu_time_s = time.thread_time() - cpu0
 
     def stop(self) -> None:
+        """Last readings, close the trace (fallback file for unwritten rows), release devices.
+        Never raises: what went wrong is in `errors` and `write_summary()`."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self.end_ns = time.time_ns()
-        self._fh.close()
+        if self._out is not None:
+            self._summary = self._out.close()
+            self.rows_written = self._out.rows_written
         for b in self.backends:
-            b.close()
+            try:
+                b.close()
+            except Exception as exc:
+                self.errors.append(f"{b.name}: close: {type(exc).__name__}: {exc}")
+
+    def write_summary(self) -> dict[str, Any]:
+        """The trace's rows written, dropped, left in a fallback file, and write errors."""
+        if self._summary is not None:
+            return self._summary
+        return self._out.summary() if self._out is not None else {}
 
     def sensors(self) -> list[dict[str, Any]]:
         """Each series with its source, its reading period (mean seconds between readings) and its
@@ -133,13 +158,25 @@ class Sampler:
         return out
 
 
+def positive_seconds(value: Any, key: str) -> float:
+    """Milliseconds from the config as seconds; anything but a finite number > 0 is an error
+    naming `key` (a negative interval would make the sampler spin)."""
+    try:
+        ms = float(value)
+    except (TypeError, ValueError):
+        ms = math.nan
+    if not (math.isfinite(ms) and ms > 0):
+        raise ValueError(f"{key} must be a number of milliseconds > 0, got {value!r}")
+    return ms / 1000.0
+
+
 def build_backends(cfg: dict[str, Any], log=print) -> tuple[list[SensorBackend], list[str]]:
     """Backends from the `sampler` config section; returns them and the notes on missing sensors.
 
     gpu: auto (NVML if a GPU answers, else none) | nvml | sim | none
     cpu: auto (RAPL if readable, else the configured fallback) | rapl | estimate | none
     """
-    interval = cfg.get("interval_ms", 50) / 1000.0
+    interval = positive_seconds(cfg.get("interval_ms", 50), "sampler.interval_ms")
     backends: list[SensorBackend] = []
     notes: list[str] = []
     gpu = cfg.get("gpu", "auto")
@@ -148,10 +185,14 @@ def build_backends(cfg: dict[str, Any], log=print) -> tuple[list[SensorBackend],
 
         nv = cfg.get("nvml", {})
         try:
-            backends.append(NvmlBackend(interval_s=interval, drain_s=nv.get("drain_ms", 500) / 1000,
-                                        counter_s=nv.get("counter_ms", 1000) / 1000,
-                                        telemetry_s=nv.get("telemetry_ms", 1000) / 1000,
-                                        gpm=nv.get("gpm", True)))
+            backends.append(NvmlBackend(
+                interval_s=interval,
+                drain_s=positive_seconds(nv.get("drain_ms", 500), "sampler.nvml.drain_ms"),
+                counter_s=positive_seconds(nv.get("counter_ms", 1000), "sampler.nvml.counter_ms"),
+                telemetry_s=positive_seconds(nv.get("telemetry_ms", 1000),
+                                             "sampler.nvml.telemetry_ms"),
+                gpm=nv.get("gpm", True)))
+            notes.extend(backends[-1].notes)  # CUDA_VISIBLE_DEVICES mapping
         except SensorUnavailable as exc:
             if gpu == "nvml":
                 raise
@@ -162,7 +203,8 @@ def build_backends(cfg: dict[str, Any], log=print) -> tuple[list[SensorBackend],
         sim = cfg.get("sim_gpu", {})
         backends.append(SimGpuBackend(n_gpus=sim.get("n_gpus", 1),
                                       mem_share=sim.get("mem_share", 0.3),
-                                      interval_s=sim.get("interval_ms", 20) / 1000,
+                                      interval_s=positive_seconds(sim.get("interval_ms", 20),
+                                                                  "sampler.sim_gpu.interval_ms"),
                                       cap_w=sim.get("cap_w")))
         notes.append("GPU power is SIMULATED (source=sim): no GPU was measured")
     cpu = cfg.get("cpu", "auto")

@@ -156,7 +156,7 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
                     cfg["sim_gpu"] = {**cfg.get("sim_gpu", {}), "cap_w": controller.dev.get(0)}
                 rc = run_under_sampler(cmd, run_dir / "trace.csv", run_dir / "events.csv",
                                        sampler_cfg=cfg, run_id=run_dir.name,
-                                       cell={"job": job, "cap_w": cap})
+                                       cell={"job": job, "cap_w": cap}, reraise_signals=True)
                 if rc != 0:
                     raise RuntimeError(f"command exited with {rc}")
                 st = _steps_from_run(run_dir / "trace.csv", run_dir / "events.csv")

@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,15 @@ class PowerCapError(RuntimeError):
 
 class _Nvml:
     def __init__(self) -> None:
-        import pynvml
-
+        try:
+            import pynvml
+        except ImportError as exc:
+            raise PowerCapError("NVML is not available: nvidia-ml-py is not installed") from None
         self.nv = pynvml
-        pynvml.nvmlInit()
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise PowerCapError(f"NVML is not available ({exc}): no NVIDIA driver here") from None
 
     def count(self) -> int:
         return self.nv.nvmlDeviceGetCount()
@@ -40,16 +46,26 @@ class _Nvml:
     def _h(self, i: int):
         return self.nv.nvmlDeviceGetHandleByIndex(i)
 
+    def _call(self, what: str, i: int, fn, *args):
+        try:
+            return fn(self._h(i), *args)
+        except self.nv.NVMLError as exc:
+            raise PowerCapError(f"GPU {i}: NVML cannot {what}: {exc}") from None
+
     def get(self, i: int) -> float:
-        return self.nv.nvmlDeviceGetPowerManagementLimit(self._h(i)) / 1000.0
+        return self._call("read the power limit", i,
+                          self.nv.nvmlDeviceGetPowerManagementLimit) / 1000.0
 
     def constraints(self, i: int) -> tuple[float, float, float]:
-        lo, hi = self.nv.nvmlDeviceGetPowerManagementLimitConstraints(self._h(i))
-        default = self.nv.nvmlDeviceGetPowerManagementDefaultLimit(self._h(i))
+        lo, hi = self._call("read the power limit range", i,
+                            self.nv.nvmlDeviceGetPowerManagementLimitConstraints)
+        default = self._call("read the default power limit", i,
+                             self.nv.nvmlDeviceGetPowerManagementDefaultLimit)
         return lo / 1000.0, hi / 1000.0, default / 1000.0
 
     def set(self, i: int, watts: float) -> None:
-        self.nv.nvmlDeviceSetPowerManagementLimit(self._h(i), int(round(watts * 1000)))
+        self._call(f"set the power limit to {watts:g} W", i,
+                   self.nv.nvmlDeviceSetPowerManagementLimit, int(round(watts * 1000)))
 
 
 class _NvidiaSmi(_Nvml):
@@ -102,7 +118,9 @@ class PowerCapController:
         self.state_file = Path(state_file)
         self.gpus = list(range(self.dev.count())) if gpus is None else gpus
         self._saved: dict[int, float] | None = None
+        self._own_state = False  # this controller wrote the state file (so it removes it)
         self._old_handlers: dict[int, Any] = {}
+        self._depth = 0  # `with` nesting of this controller: only the outermost level acts
 
     def describe(self) -> dict[str, Any]:
         out = {"backend": self.backend, "source": "sim" if self.backend == "simulated" else "nvml",
@@ -114,14 +132,26 @@ class PowerCapController:
         return out
 
     def _save(self) -> None:
+        """Remember the limits before the first change. The state file keeps the oldest
+        originals: if one exists (another live controller, or a killed one whose caps were
+        never restored), it is left as it is and not removed by this controller's restore."""
         if self._saved is not None:
             return
-        self._saved = {i: self.dev.get(i) for i in self.gpus}
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"backend": self.backend, "pid": os.getpid(),
-                                   "limits_w": self._saved}))
-        tmp.replace(self.state_file)
+        saved = {i: self.dev.get(i) for i in self.gpus}
+        if self.state_file.exists():
+            read_state(self.state_file)  # malformed: refuse before changing anything
+            self._own_state = False
+            print(f"wattlife powercap: {self.state_file} already holds original limits (another "
+                  "controller, or a killed run not yet restored); it is kept as it is",
+                  file=sys.stderr)
+        else:
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.state_file.with_name(self.state_file.name + f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"backend": self.backend, "pid": os.getpid(),
+                                       "limits_w": saved}))
+            tmp.replace(self.state_file)
+            self._own_state = True
+        self._saved = saved
 
     def set_cap(self, watts: float) -> None:
         """Set every managed GPU to `watts`, after checking each one's constraints."""
@@ -137,15 +167,22 @@ class PowerCapController:
             self.dev.set(i, watts)
 
     def restore(self) -> dict[int, float]:
+        """Put back the limits seen before this controller's first change (once)."""
         if self._saved is None:
             return {}
         for i, w in self._saved.items():
             self.dev.set(i, w)
         restored, self._saved = self._saved, None
-        self.state_file.unlink(missing_ok=True)
+        if self._own_state:
+            self.state_file.unlink(missing_ok=True)
+            self._own_state = False
         return restored
 
     def __enter__(self) -> "PowerCapController":
+        self._depth += 1
+        if self._depth > 1:  # nested `with` of the same controller: the outer level owns it all
+            return self
+
         def handler(signum: int, frame: Any) -> None:
             self.restore()
             old = self._old_handlers.get(signum)
@@ -164,27 +201,60 @@ class PowerCapController:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth > 0:
+            return
         try:
             self.restore()
         finally:
             for s, h in self._old_handlers.items():
-                signal.signal(s, h)
+                if h is not None:  # None: a handler not installed from Python; cannot be reset
+                    signal.signal(s, h)
             self._old_handlers.clear()
 
 
+STATE_FORM = ('JSON {"backend": "nvml"|"nvidia-smi"|"simulated", "limits_w": {"<gpu index>": '
+              '<watts>, ...}}')
+
+
+def read_state(state_file: str | Path) -> tuple[str, dict[int, float]]:
+    """The backend and the limits of a state file; PowerCapError (one line) if malformed."""
+    state_file = Path(state_file)
+    try:
+        doc = json.loads(state_file.read_text())
+    except OSError as exc:
+        raise PowerCapError(f"state file {state_file}: cannot read it: {exc.strerror}") from None
+    except ValueError as exc:
+        raise PowerCapError(f"state file {state_file}: not JSON ({exc}); expected {STATE_FORM}"
+                            ) from None
+    try:
+        backend = doc["backend"]
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r}")
+        limits = {int(k): float(v) for k, v in doc["limits_w"].items()}
+        bad = [w for w in limits.values() if not 0 < w < float("inf")]
+        if bad or any(i < 0 for i in limits):
+            raise ValueError(f"limits {doc['limits_w']}")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = f"missing key {exc}" if isinstance(exc, KeyError) else f"bad {exc}"
+        raise PowerCapError(f"state file {state_file}: {what}; expected {STATE_FORM}") from None
+    return backend, limits
+
+
 def restore_from_state(state_file: str | Path) -> dict[int, float]:
-    """Restore the limits a killed controller saved (for a Slurm epilog). No file: nothing to do."""
+    """Restore the limits a killed controller saved (for a Slurm epilog). No file: nothing to do.
+    The file is removed only once every limit is set back; on any error it stays, and the error
+    is a PowerCapError naming it."""
     state_file = Path(state_file)
     if not state_file.exists():
         return {}
-    doc = json.loads(state_file.read_text())
-    backend = doc["backend"]
-    if backend == "simulated":
-        state_file.unlink()
-        return {int(k): v for k, v in doc["limits_w"].items()}
-    dev = _make(backend)
-    limits = {int(k): float(v) for k, v in doc["limits_w"].items()}
-    for i, w in limits.items():
-        dev.set(i, w)
+    backend, limits = read_state(state_file)
+    if backend != "simulated":  # a simulated controller's limits died with its process
+        try:
+            dev = _make(backend)
+            for i, w in limits.items():
+                dev.set(i, w)
+        except PowerCapError as exc:
+            raise PowerCapError(f"{exc}; {state_file} is kept for a retry") from None
     state_file.unlink()
     return limits

@@ -1,0 +1,168 @@
+"""Appending rows to a file that may fail (full disk, read-only or vanished folder, I/O error).
+
+`SafeAppender` is how the sampler writes the trace and the markers write events: a failing write
+never raises into the caller (the sampler thread, the workload's training loop). The first failure
+is reported once (stderr, and `on_error` so it reaches meta.json); rows not yet written stay in
+memory (up to `max_pending_bytes`, newer rows beyond that are counted as dropped) and every later
+write retries, so a disk that frees up loses nothing. What is still unwritten at `close()` goes to a
+fallback file in the temporary folder, named in the summary. Writes use `os.write` on the raw
+descriptor, so exactly what reached the file is known and a retry never duplicates a byte.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+MAX_PENDING_BYTES = 64 << 20
+
+
+class SafeAppender:
+    """Rows of text appended to `path`, never raising on a write. See the module docstring."""
+
+    def __init__(self, path: str | Path, header: str, label: str, truncate: bool = False,
+                 on_error: Callable[[dict[str, Any]], None] | None = None,
+                 max_pending_bytes: int = MAX_PENDING_BYTES, strict_open: bool = False) -> None:
+        """`strict_open`: a failure to open the file at construction raises OSError (for callers
+        that can still refuse to start) instead of being reported and retried."""
+        self.path, self.header, self.label = Path(path), header, label
+        self.on_error = on_error
+        self.max_pending = max_pending_bytes
+        self._truncate = truncate
+        self._fd: int | None = None
+        self._out = bytearray()
+        self._mid_line = False  # the file ends inside a row (a partial write before a failure)
+        self._header_nl = 0  # newlines of a queued header, not counted as rows
+        self.rows_written = self.rows_dropped = self.error_count = 0
+        self.errors: list[str] = []
+        self.fallback: str | None = None
+        self.rows_in_fallback = 0
+        self.closed = False
+        self._open(strict=strict_open)
+
+    def _fail(self, action: str, exc: OSError) -> None:
+        self.error_count += 1
+        msg = f"cannot {action} {self.path}: {exc.strerror or exc}"
+        if msg not in self.errors:
+            self.errors.append(msg)
+            print(f"wattlife {self.label}: {msg}; rows are kept in memory and written when it "
+                  "succeeds again, else to a fallback file at the end", file=sys.stderr)
+            if self.on_error is not None:
+                try:
+                    self.on_error({"label": self.label, "path": str(self.path), "error": msg})
+                except Exception:  # reporting must not break recording
+                    pass
+
+    def _open(self, strict: bool = False) -> bool:
+        if self._fd is not None:
+            return True
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if self._truncate else os.O_APPEND)
+        try:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except FileExistsError:  # a file where a folder of the path should be
+                raise NotADirectoryError(errno.ENOTDIR, "a file is in the way of its folder "
+                                         f"{self.path.parent}") from None
+            self._fd = os.open(self.path, flags, 0o644)
+            new = self._truncate or os.fstat(self._fd).st_size == 0
+        except OSError as exc:
+            if strict:
+                raise
+            self._fail("open", exc)
+            return False
+        if new:
+            self._out[:0] = self.header.encode()
+            self._header_nl = self.header.count("\n")
+        self._truncate = False
+        return True
+
+    def write(self, text: str) -> None:
+        """Queue `text` (whole rows, each ending in a newline) and write what can be written."""
+        if self.closed:
+            return
+        data = text.encode()
+        if len(self._out) + len(data) > self.max_pending:
+            self.rows_dropped += data.count(b"\n")
+        else:
+            self._out += data
+        self.flush()
+
+    def flush(self) -> bool:
+        """Write what is queued; True when nothing is left queued."""
+        if not self._out:
+            return True
+        if not self._open():
+            return False
+        try:
+            while self._out:
+                n = os.write(self._fd, self._out)
+                done = self._out[:n]
+                nl = done.count(b"\n")
+                skip = min(nl, self._header_nl)
+                self._header_nl -= skip
+                self.rows_written += nl - skip
+                self._mid_line = not done.endswith(b"\n")
+                del self._out[:n]
+        except OSError as exc:
+            self._fail("write", exc)
+            return False
+        return True
+
+    @property
+    def pending_rows(self) -> int:
+        return self._out.count(b"\n") - self._header_nl
+
+    def close(self) -> dict[str, Any]:
+        """Last write attempt, then the fallback file for what is left; returns `summary()`."""
+        if self.closed:
+            return self.summary()
+        self.flush()
+        if self._out:
+            data = bytes(self._out)
+            if self._mid_line:  # the head of this row is in the main file: its tail alone is no row
+                cut = data.find(b"\n") + 1
+                self.rows_dropped += 1 if cut else 0
+                data = data[cut:]
+            if self._header_nl and data.startswith(self.header.encode()):
+                data = data[len(self.header):]  # the header is written below anyway
+            n_rows = data.count(b"\n")
+            name = None
+            try:
+                fd, name = tempfile.mkstemp(prefix=f"wattlife-{self.label}-{os.getpid()}-",
+                                            suffix=f"-{self.path.name}")
+                try:
+                    view = memoryview(self.header.encode() + data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+                self.fallback, self.rows_in_fallback = name, n_rows
+                print(f"wattlife {self.label}: {n_rows} row(s) that could not be written to "
+                      f"{self.path} are in {name}", file=sys.stderr)
+            except OSError as exc:
+                self.rows_dropped += n_rows
+                print(f"wattlife {self.label}: {n_rows} row(s) lost: neither {self.path} nor "
+                      f"a fallback file ({name or tempfile.gettempdir()}) can be written "
+                      f"({exc.strerror or exc})", file=sys.stderr)
+            self._out.clear()
+            self._header_nl = 0
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError as exc:
+                self._fail("close", exc)
+            self._fd = None
+        self.closed = True
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        """What meta.json records: rows written, dropped, in the fallback file, errors."""
+        return {"path": str(self.path), "rows_written": self.rows_written,
+                "rows_dropped": self.rows_dropped, "rows_pending": self.pending_rows,
+                "rows_in_fallback": self.rows_in_fallback,
+                "write_errors": self.error_count, "errors": list(self.errors),
+                "fallback": self.fallback}
