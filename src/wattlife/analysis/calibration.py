@@ -62,3 +62,59 @@ def calibrate(curves: pd.DataFrame, tdp_w: float) -> tuple[SimGpuModel, pd.DataF
                             "max_abs_t_rel": float(np.max(np.abs(r))), "n_points": int(len(r)),
                             "alpha": model.alpha, "gamma": model.gamma,
                             "static_share": fit.x[2], "mem_power_share": fit.x[3]}
+
+
+# --- per-job calibration to a published PFI ------------------------------------------------------
+
+CALIBRATED_SOURCE = "simulated/calibrated"
+
+
+def sim_curve(model: SimGpuModel, m: float, caps: list[float] | np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-GPU realised power and relative throughput of a job (memory-bound share m) at caps."""
+    pts = [model.at_cap(float(c), m) for c in caps]
+    return (np.array([p["power_w"] for p in pts]), np.array([p["throughput_rel"] for p in pts]))
+
+
+def sim_pfi(model: SimGpuModel, m: float, caps: list[float] | np.ndarray) -> float:
+    """PFI (Eq. 1, the same rule as `pfi_value`) of the simulated job on a cap grid."""
+    from .pfi import pfi_value
+
+    p, t = sim_curve(model, m, caps)
+    return pfi_value(p, t, np.asarray(caps, float))
+
+
+def calibrate_to_pfi(target: float, caps: list[float], model: SimGpuModel | None = None,
+                     tol: float = 0.01) -> float:
+    """The memory-bound share m whose simulated curve has PFI `target` on `caps` (within `tol`).
+
+    A scan of m over [0, 0.95] finds the first pair of neighbours that brackets the target and
+    bisection closes it (PFI(m) rises with m but is not smooth: a cap stops binding as m grows).
+    Raises ValueError when the model cannot reach the target on this grid, naming its range."""
+    model = model or SimGpuModel()
+    grid = np.linspace(0.0, 0.95, 191)
+    vals = np.array([sim_pfi(model, m, caps) for m in grid])
+    ok = np.isfinite(vals)
+    if not ok.any():
+        raise ValueError(f"the simulated GPU gives no PFI on caps {caps}")
+    for k in range(len(grid) - 1):
+        a, b = vals[k], vals[k + 1]
+        if not (np.isfinite(a) and np.isfinite(b)) or not min(a, b) <= target <= max(a, b):
+            continue
+        lo, hi, vlo = grid[k], grid[k + 1], a
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            v = sim_pfi(model, mid, caps)
+            if abs(v - target) <= 1e-4:
+                return float(mid)
+            if (v < target) == (vlo < target):
+                lo, vlo = mid, v
+            else:
+                hi = mid
+        if abs(sim_pfi(model, lo, caps) - target) <= tol:
+            return float(lo)
+    best = int(np.nanargmin(np.where(ok, np.abs(vals - target), np.inf)))
+    if abs(vals[best] - target) <= tol:
+        return float(grid[best])
+    raise ValueError(f"PFI {target} is outside what the simulated GPU reaches on caps {caps} "
+                     f"({np.nanmin(vals):.3f}..{np.nanmax(vals):.3f})")
