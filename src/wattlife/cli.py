@@ -75,8 +75,22 @@ def cmd_allocate(a: argparse.Namespace) -> int:
 
     summary = allocate_files(a.curves, a.output, cuts=a.cuts, n_workloads=a.workloads,
                              n_jobs=a.jobs, seed=a.seed, strategies=a.strategies, mix=a.mix,
-                             pfi_path=a.pfi)
+                             pfi_path=a.pfi, objective=a.objective, exact=a.exact_oracle)
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def cmd_pfi_study(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .analysis.pfi_study import run_pfi_study
+
+    paths = run_pfi_study(a.output, n_workloads=a.workloads, n_jobs=a.jobs, cuts=a.cuts,
+                          seed=a.seed, a100=a.a100, figures=not a.no_figures)
+    for p in paths.values():
+        print(p)
+    g = pd.read_csv(paths["gap_recovered.csv"])
+    print(g.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 
 
@@ -386,16 +400,39 @@ def build_parser() -> argparse.ArgumentParser:
     al = sub.add_parser("allocate", help="simulate splitting a global power cut across jobs")
     al.add_argument("curves")
     al.add_argument("-o", "--output", required=True)
-    al.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4])
-    al.add_argument("--workloads", type=int, default=500)
-    al.add_argument("--jobs", type=int, default=100)
-    al.add_argument("--seed", type=int, default=0)
+    al.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4],
+                    help="global cuts as fractions of uncapped power (default 0,0.05,...,0.4)")
+    al.add_argument("--workloads", type=int, default=500, help="workloads sampled (default 500)")
+    al.add_argument("--jobs", type=int, default=100, help="jobs per workload (default 100)")
+    al.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     al.add_argument("--mix", default="random",
-                    help="'random', or category weights like 'pretrain=0.3,finetune=0.7'")
-    al.add_argument("--pfi", help="pfi.csv (else computed from the curves)")
+                    help="'random' (default); 'production' (Hu et al. NSDI '24: 3.2%% pretraining "
+                         "jobs, the rest fine-tuning; also production-seren, 0.9%%); or category "
+                         "weights like 'pretrain=0.3,finetune=0.7'")
+    al.add_argument("--objective", choices=["relative", "absolute"], default="relative",
+                    help="throughput summed as each job's share of its uncapped throughput "
+                         "(relative, default) or in the curves' units, e.g. tokens/s (absolute)")
+    al.add_argument("--exact-oracle", action="store_true",
+                    help="no time-sharing between two caps in the oracle: a MILP per workload "
+                         "where the envelope bridges a dip (slow on noisy curves; default off)")
+    al.add_argument("--pfi", help="pfi.csv (default: computed from the curves)")
     al.add_argument("--strategies", type=lambda s: s.split(","), default=None,
                     help="comma-separated subset of strategies (default: all)")
     al.set_defaults(fn=cmd_allocate)
+
+    st = sub.add_parser("pfi-study", help="the study's allocation experiment on its 25 jobs "
+                                          "(curves calibrated to the published PFIs) + A100 sweeps")
+    st.add_argument("-o", "--output", default="results/reference/pfi-study",
+                    help="folder for the tables and figures (default results/reference/pfi-study)")
+    st.add_argument("--workloads", type=int, default=500, help="workloads (default 500)")
+    st.add_argument("--jobs", type=int, default=100, help="jobs per workload (default 100)")
+    st.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4],
+                    help="cuts (default 0,0.05,...,0.4)")
+    st.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    st.add_argument("--a100", default="results/reference/a100-emerald/dvfs_sweep.csv",
+                    help="measured sweeps run beside it (default the public A100 sweeps)")
+    st.add_argument("--no-figures", action="store_true", help="tables only (default: draw figures)")
+    st.set_defaults(fn=cmd_pfi_study)
 
     pr = sub.add_parser("predict", help="PFI predictor from telemetry: ablation table")
     pr.add_argument("curves")
