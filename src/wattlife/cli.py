@@ -58,7 +58,7 @@ def cmd_pfi(a: argparse.Namespace) -> int:
     from .analysis.curves import load_curves
     from .analysis.pfi import compare_gpus, grid_sensitivity, pfi_files
 
-    df = pfi_files(a.curves, a.output, grid=a.grid, n_mc=a.mc, seed=a.seed)
+    df = pfi_files(a.curves, a.output, grid=a.grid, n_mc=a.mc, seed=a.seed, config=a.config)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if a.subgrid:
         sens = grid_sensitivity(load_curves(a.curves), a.subgrid)
@@ -106,6 +106,22 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     from .analysis.calibration import calibrate
     from .analysis.curves import load_curves
 
+    if a.published:
+        from .analysis.calibration import calibrated_study_curves
+        from .analysis.pfi import pfi_table, read_study_jobs, with_published
+
+        curves = calibrated_study_curves(read_study_jobs(a.published), noise=a.noise, seed=a.seed)
+        pfi = with_published(pfi_table(curves, n_mc=0), curves)
+        if a.output:
+            Path(a.output).parent.mkdir(parents=True, exist_ok=True)
+            curves.to_csv(a.output, index=False)
+        cols = ["job", "grid", "pfi", "pfi_published", "pfi_4cap", "pfi_4cap_published"]
+        m = curves.groupby("job")["mem_share"].first().rename("mem_share")
+        print(pfi[cols].merge(m, left_on="job", right_index=True).to_string(
+            index=False, float_format=lambda v: f"{v:.4f}"))
+        return 0
+    if not a.curves or a.tdp is None:
+        raise ValueError("calibrate-sim: give CURVES and --tdp, or --published JOBS.csv")
     model, per_job, fit = calibrate(load_curves(a.curves), a.tdp)
     doc = {"curves": str(a.curves), "tdp_w": a.tdp, "fit": fit,
            "mem_share": dict(zip(per_job["job"], per_job["mem_share"]))}
@@ -394,7 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--subgrid", type=_floats,
                    help="also recompute on this sub-grid (grid sensitivity), e.g. 200,500,600,700")
     f.add_argument("--compare", help="two GPU models, 'H200,H100': Spearman rho of their PFIs")
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
+    f.add_argument("--config", help="a config whose pfi_matrix cells give each job's paper_job: the "
+                                    "published PFI (95 %% interval) and the 4-cap sub-grid PFI go "
+                                    "beside the measured one (default: only if the curves carry "
+                                    "a paper_job column)")
     f.set_defaults(fn=cmd_pfi)
 
     al = sub.add_parser("allocate", help="simulate splitting a global power cut across jobs")
@@ -441,9 +461,17 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(fn=cmd_predict)
 
     cs = sub.add_parser("calibrate-sim", help="fit the simulated GPU's parameters to measured sweeps")
-    cs.add_argument("curves")
-    cs.add_argument("--tdp", type=float, required=True, help="TDP (W) of the measured GPU")
-    cs.add_argument("-o", "--output", help="write the fit as JSON")
+    cs.add_argument("curves", nargs="?", help="measured sweeps to fit the shared parameters to")
+    cs.add_argument("--tdp", type=float, help="TDP (W) of the measured GPU (with CURVES)")
+    cs.add_argument("--published", metavar="JOBS_CSV",
+                    help="instead: calibrate one simulated job per row of the study's table "
+                         "(e.g. results/reference/pfi-study/published/pfi-study-jobs.csv) to its "
+                         "published PFI on its own grid; -o writes the curves (source "
+                         "simulated/calibrated)")
+    cs.add_argument("--noise", type=float, default=0.0,
+                    help="with --published: relative within-run noise on every point (default 0)")
+    cs.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
+    cs.add_argument("-o", "--output", help="write the fit as JSON (or, with --published, the curves CSV)")
     cs.set_defaults(fn=cmd_calibrate)
 
     sw = sub.add_parser("sweep", help="power-cap sweep of the jobs in a config")

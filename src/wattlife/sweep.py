@@ -239,7 +239,8 @@ def sweep_matrix_cell(config_path: str | Path, cell: str, out: str | Path,
     cfg = load_config(config_path)
     w, c, prof = matrix_cell_workload(cfg, cell)
     pc = cfg["powercap"]
-    caps = prof["grid_large_w"] if c["gpus"] >= prof.get("large_job_gpus", LARGE_JOB_GPUS) else prof["grid_w"]
+    caps = c.get("caps") or (prof["grid_large_w"] if c["gpus"] >= prof.get("large_job_gpus", LARGE_JOB_GPUS)
+                             else prof["grid_w"])
     out = Path(out)
     run_dir = out.parent / "runs"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -268,5 +269,8 @@ def sweep_matrix_cell(config_path: str | Path, cell: str, out: str | Path,
                            unit="tokens/s", gpu_model=prof["gpu_model"])
     df["category"] = c["task"]
     df["set"] = c.get("set", "main")
+    if c.get("paper_job"):  # the study's label: PFI tables put the published value beside it
+        df["paper_job"] = c["paper_job"]
+        df["hardware"] = c.get("hardware") or pc.get("hardware", "h200")
     write_table(df, out, CURVES_COLUMNS)
     return df

@@ -118,11 +118,32 @@ def compare_gpus(pfi: pd.DataFrame, gpu_a: str, gpu_b: str) -> dict[str, float]:
     return {"spearman_rho": float(rho), "p_value": float(p), "n_jobs": int(len(common))}
 
 
+def study_labels(config_path: str | Path) -> pd.DataFrame:
+    """job (a pfi_matrix cell name) -> paper_job, hardware, set, from a config's cells."""
+    from ..config import load_config
+
+    cfg = load_config(config_path)
+    hw = cfg.get("powercap", {}).get("hardware", "h200")
+    rows = [{"job": k, "paper_job": c.get("paper_job"), "hardware": c.get("hardware", hw),
+             "set": c.get("set", "main")}
+            for k, c in cfg.get("pfi_matrix", {}).get("cells", {}).items()]
+    return pd.DataFrame(rows, columns=["job", "paper_job", "hardware", "set"])
+
+
 def pfi_files(curves_path: str | Path, out: str | Path, grid: list[float] | None = None,
-              n_mc: int = 2000, seed: int = 0) -> pd.DataFrame:
+              n_mc: int = 2000, seed: int = 0, config: str | Path | None = None) -> pd.DataFrame:
+    """PFI table of a curves file; with the study's labels (a `paper_job` column in the curves,
+    or the cells of `config`) the published values and the 4-cap sub-grid PFI go beside it."""
     from .curves import load_curves
 
-    df = pfi_table(load_curves(curves_path), grid=grid, n_mc=n_mc, seed=seed)
+    curves = load_curves(curves_path)
+    if config is not None and "paper_job" not in curves.columns:
+        lab = study_labels(config)
+        curves = curves.merge(lab.drop(columns=[c for c in ("hardware", "set") if c in curves.columns]),
+                              on="job", how="left")
+    df = pfi_table(curves, grid=grid, n_mc=n_mc, seed=seed)
+    if "paper_job" in curves.columns and curves["paper_job"].notna().any():
+        df = with_published(df, curves)
     write_table(df, out, PFI_COLUMNS)
     return df
 
