@@ -122,6 +122,7 @@ def test_simulated_curves_support_every_strategy():
     curves = sweep_simulated(jobs, [200, 300, 400, 500, 600, 700], state_file="/tmp/wl-state.json")
     rows, summ = simulate_allocation(curves, [0.2, 0.3], n_workloads=10, n_jobs=10)
     assert set(summ["strategy"]) == {"equal", "pfi_measured", "pfi_predicted", "category",
-                                     "telemetry", "oracle"}  # no moe_ft category: not offered
+                                     "telemetry", "oracle"}  # no moe_ft category: moe_ft_weighted
+    # not offered; power_per_throughput is `equal` under the relative objective: not offered
     assert (summ["rel_to_oracle"] <= 1 + 1e-9).all()
     assert summ["gap_recovered"].notna().all()

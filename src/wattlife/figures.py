@@ -366,17 +366,22 @@ def fig_allocation(summary: pd.DataFrame, out: Path, title: str = "") -> list[Pa
         if col not in s.columns:
             s[col] = default
     combos = list(s.groupby(["mix", "objective"], sort=True).groups)
+    order = sorted(s["strategy"].unique())
+    pal = dict(zip(order, sns.color_palette("tab10", len(order))))  # one colour per strategy
     fig, axes = plt.subplots(len(combos), 2, figsize=(12, 4.6 * len(combos)), squeeze=False)
     for r, (mix, obj) in enumerate(combos):
         d = s[(s["mix"] == mix) & (s["objective"] == obj)]
         ax = axes[r, 0]
-        sns.lineplot(data=d, x="cut_pct", y="rel_to_oracle", hue="strategy", marker="o", ax=ax)
+        sns.lineplot(data=d, x="cut_pct", y="rel_to_oracle", hue="strategy", marker="o", ax=ax,
+                     hue_order=[o for o in order if o in set(d["strategy"])], palette=pal)
         ax.set_xlabel("global power cut (% of uncapped power)")
         ax.set_ylabel("throughput / oracle (mean over workloads)")
         ax.set_title(f"{mix} mix, {obj} throughput: strategies vs oracle")
+        ax.legend(fontsize=7)
         ax = axes[r, 1]
         g = d[(d["cut"] > 0) & ~d["strategy"].isin(["oracle", "equal"])]
-        sns.barplot(data=g, x="cut_pct", y="gap_recovered", hue="strategy", ax=ax)
+        sns.barplot(data=g, x="cut_pct", y="gap_recovered", hue="strategy", ax=ax,
+                    hue_order=[o for o in order if o in set(g["strategy"])], palette=pal)
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xlabel("global power cut (%)")
         ax.set_ylabel("share of equal→oracle gap recovered")
@@ -386,11 +391,11 @@ def fig_allocation(summary: pd.DataFrame, out: Path, title: str = "") -> list[Pa
         ax.text(0.0, -0.2, "Worse than equal split: " + note, transform=ax.transAxes, fontsize=7,
                 ha="left", va="top", wrap=True)
     src = s["curves_source"].iloc[0] if "curves_source" in s.columns else "unknown"
-    if title:
-        fig.suptitle(title)
     fig.text(0.01, -0.01, f"Curves: {SOURCE_WORDS.get(src, src)} ({src}); allocation is a "
              "simulation on those curves", fontsize=8, ha="left", va="top")
     fig.tight_layout()
+    if title:
+        fig.suptitle(title, y=1.0 + 0.02 / len(combos))
     return _save(fig, out)
 
 

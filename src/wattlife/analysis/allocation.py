@@ -7,6 +7,8 @@ c the jobs together must draw at most (1 - c) * sum P_max. Strategies:
   study's Eq. 2);
 - `pfi_predicted`: the same with PFI predicted from telemetry (leave-one-out linear model on the
   DRAM copy product), only when the curves carry telemetry;
+- `power_per_throughput`: cut proportional to P_max,i / T_max,i (PFI-aware with every PFI set
+  to 1; `absolute` objective only, it is `equal` otherwise): isolates what PFI adds to Eq. 2;
 - `category`: cut proportional to P_max,i * median PFI of the job's category;
 - `moe_ft_weighted`: the study's "MoE FT-weighted" heuristic, equal weight with the cut of MoE
   fine-tuning jobs doubled (only when a category is `moe_ft`);
@@ -40,8 +42,8 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from .pfi import pfi_table
 
-STRATEGIES = ["equal", "pfi_measured", "pfi_predicted", "category", "moe_ft_weighted", "telemetry",
-              "oracle"]
+STRATEGIES = ["equal", "pfi_measured", "pfi_predicted", "power_per_throughput", "category",
+              "moe_ft_weighted", "telemetry", "oracle"]
 
 # The production mix (the study's Sec. 6: jobs sampled "according to the pretraining/fine-tuning
 # ratio" of Hu et al., "Characterization of Large Language Model Development in the Datacenter",
@@ -145,6 +147,8 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
     cat_med = pd.Series(pfi_m).groupby(cat_arr).median()
     weights = {"equal": pmax.copy(), "pfi_measured": pmax / tmax * pfi_m,
                "category": pmax * pd.Series(cat_arr).map(cat_med).to_numpy(float)}
+    if objective == "absolute":  # with relative throughput T_max = 1: the same as equal
+        weights["power_per_throughput"] = pmax / tmax
     if (cat_arr == "moe_ft").any():
         weights["moe_ft_weighted"] = pmax * np.where(cat_arr == "moe_ft", 2.0, 1.0)
     tele = np.array(tele)

@@ -34,7 +34,7 @@ def gap_table(summary: pd.DataFrame, cuts: tuple[float, ...] = (0.1, 0.2, 0.3)) 
     s = summary[np.isin(summary["cut"].round(4), np.round(cuts, 4))]
     eq = s[s["strategy"] == "equal"].set_index(["mix", "objective", "cut"])["throughput_per_job"]
     orc = s[s["strategy"] == "oracle"].set_index(["mix", "objective", "cut"])["throughput_per_job"]
-    out = s[s["strategy"].isin(["pfi_measured", "pfi_predicted"])].copy()
+    out = s[s["strategy"].isin(["pfi_measured", "pfi_predicted", "power_per_throughput"])].copy()
     key = pd.MultiIndex.from_frame(out[["mix", "objective", "cut"]])
     out["gain_over_equal_per_job"] = out["throughput_per_job"].to_numpy() - eq.reindex(key).to_numpy()
     out["oracle_gain_over_equal_per_job"] = orc.reindex(key).to_numpy() - eq.reindex(key).to_numpy()
