@@ -126,12 +126,37 @@ def test_production_mix_samples_pretraining_at_hu_et_al_share():
 def test_study_allocation_small(tmp_path):
     from wattlife.analysis.pfi_study import run_pfi_study
 
-    paths = run_pfi_study(tmp_path, n_workloads=20, n_jobs=20, cuts=[0.0, 0.1, 0.2, 0.3],
+    paths = run_pfi_study(tmp_path, n_workloads=20, n_jobs=20, cuts=[0.0, 0.3],
+                          mixes=("production",), objectives=("absolute",),
                           a100=REPO / "results/reference/a100-emerald/dvfs_sweep.csv")
     s = pd.read_csv(paths["allocation_summary.csv"])
-    assert set(s["mix"]) == {"random", "production"} and set(s["objective"]) == {"relative", "absolute"}
+    assert set(s["mix"]) == {"production"} and set(s["objective"]) == {"absolute"}
     assert {"pfi_measured", "pfi_predicted", "category", "moe_ft_weighted", "oracle"} <= set(s["strategy"])
     assert (s["rel_to_oracle"] <= 1 + 1e-9).all()
     g = pd.read_csv(paths["gap_recovered.csv"])
     assert g["paper_gap_recovered"].dropna().unique().tolist() == [0.63]
     assert (tmp_path / "fig_pfi_vs_published.png").exists() and (tmp_path / "fig_allocation_a100.png").exists()
+
+
+def test_worse_than_equal_note_names_every_negative_cut():
+    from wattlife.figures import worse_than_equal_note
+
+    s = pd.DataFrame({"cut": [0.2, 0.4, 0.2, 0.4, 0.2, 0.4, 0.2],
+                      "strategy": ["category", "category", "pfi_measured", "pfi_measured",
+                                   "equal", "equal", "oracle"],
+                      "gap_recovered": [-0.44, -4.3, 0.1, 0.2, 0.0, 0.0, 1.0]})
+    assert worse_than_equal_note(s) == "category -0.44 at 20 %, -4.3 at 40 %"
+    assert worse_than_equal_note(s[s["strategy"] != "category"]) == "none"
+
+
+def test_published_figure_with_and_without_measured_values(tmp_path):
+    from wattlife.figures import fig_pfi_published
+
+    pub = published_pfi()
+    pub = pub[pub["hardware"] == "h200"].head(4)
+    p = pd.DataFrame({"job": pub["paper_job"], "gpu_model": "NVIDIA H200", "pfi": pub["pfi_published"] + 0.05,
+                      "pfi_published": pub["pfi_published"], "pfi_published_lo": pub["pfi_published_lo"],
+                      "pfi_published_hi": pub["pfi_published_hi"], "pfi_4cap": np.nan,
+                      "pfi_4cap_published": pub["pfi_4cap_published"], "source": "nvml-samples"})
+    assert fig_pfi_published(p, tmp_path / "measured")[0].exists()
+    assert fig_pfi_published(p.assign(source="sim"), tmp_path / "none")[0].exists()

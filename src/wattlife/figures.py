@@ -438,7 +438,8 @@ def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
         ax.set_xlabel("published PFI (study, H200)")
         ax.set_ylabel("this suite's PFI")
         ax.set_title(ttl, fontsize=10)
-        ax.legend(fontsize=8, loc="lower right")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="lower right")
     fig.text(0.01, -0.02, "Sources — " + source_note(p, by="gpu_model") + ". A simulated-calibrated "
              "curve matches the published PFI on its own grid by construction; its 4-cap PFI tests "
              "the simulator's curve shape.", fontsize=8, ha="left", va="top", wrap=True)
