@@ -586,4 +586,12 @@ def draw_reference(ref_root: str | Path, out: str | Path) -> list[Path]:
         made += fig_curves(curves, out / "a100_fig6_power_throughput")
         made += fig_pfi(pfi, None, None, out / "a100_fig7_pfi")
         made += fig_allocation(summ, out / "a100_fig8_allocation")
+    study = ref_root / "pfi-study"
+    if (study / "allocation_summary.csv").exists():  # the committed tables of `wattlife pfi-study`
+        made += fig_allocation(pd.read_csv(study / "allocation_summary.csv"),
+                               out / "pfi_study_allocation_calibrated",
+                               title="Allocation on the study's 25 jobs (curves SIMULATED, calibrated "
+                                     "to the published PFIs)")
+        made += fig_pfi_published(pd.read_csv(study / "pfi_calibrated.csv"),
+                                  out / "pfi_study_pfi_vs_published")
     return made
