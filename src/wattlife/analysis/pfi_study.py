@@ -73,8 +73,13 @@ def run_pfi_study(out: str | Path, n_workloads: int = 500, n_jobs: int = 100,
     summ = pd.concat(summaries, ignore_index=True)
     summ["curves_source"] = CALIBRATED_SOURCE
     gaps = gap_table(summ)
+    from .predictor import job_features, predictor_table
+
+    pred = predictor_table(job_features(curves, pfi))  # the predictor behind `pfi_predicted`
+    pred["source"] = CALIBRATED_SOURCE
     for name, df in (("curves_calibrated.csv", curves), ("pfi_calibrated.csv", pfi),
-                     ("allocation_summary.csv", summ), ("gap_recovered.csv", gaps)):
+                     ("allocation_summary.csv", summ), ("gap_recovered.csv", gaps),
+                     ("predictor_calibrated.csv", pred)):
         df.to_csv(out / name, index=False, float_format="%.6g")
         written[name] = out / name
     a100_summ = None
