@@ -418,8 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(fn=cmd_pfi)
 
     al = sub.add_parser("allocate", help="simulate splitting a global power cut across jobs")
-    al.add_argument("curves")
-    al.add_argument("-o", "--output", required=True)
+    al.add_argument("curves", help="curves.csv (or an Emerald sweep file)")
+    al.add_argument("-o", "--output", required=True,
+                    help="per-workload rows CSV; the summary is written beside it (*_summary.csv)")
     al.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4],
                     help="global cuts as fractions of uncapped power (default 0,0.05,...,0.4)")
     al.add_argument("--workloads", type=int, default=500, help="workloads sampled (default 500)")
