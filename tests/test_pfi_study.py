@@ -160,3 +160,15 @@ def test_published_figure_with_and_without_measured_values(tmp_path):
                       "pfi_4cap_published": pub["pfi_4cap_published"], "source": "nvml-samples"})
     assert fig_pfi_published(p, tmp_path / "measured")[0].exists()
     assert fig_pfi_published(p.assign(source="sim"), tmp_path / "none")[0].exists()
+
+
+def test_validation_and_h100_cells_take_ep_from_the_validation_table(cells):
+    v = read_study_validation().set_index("job_id")
+    for c in cells.values():
+        if c["set"] not in ("validation", "h100") or c["paper_job"] not in v.index:
+            continue
+        ep = v.loc[c["paper_job"], "ep"]
+        if pd.isna(ep):
+            assert "expert_parallel" in c["assumed"] and c["expert_parallel"] == 1
+        else:
+            assert "expert_parallel" not in c["assumed"] and c["expert_parallel"] == int(ep)
