@@ -25,6 +25,7 @@ include: "rules/attribute.smk"
 include: "rules/powercap.smk"
 include: "rules/prepare.smk"
 include: "rules/report.smk"
+include: "rules/pfi_study.smk"
 
 
 rule all:

@@ -31,7 +31,7 @@ def test_a_profile_with_caps_outside_its_range_is_refused(tmp_path):
 
 def test_cells_become_causal_lm_workloads_with_the_protocol():
     cfg = load_config(REPO / "config/pfi.yaml")
-    w, c, prof = matrix_cell_workload(cfg, "qwen3-30b-a3b-lora-8g-compile")
+    w, c, prof = matrix_cell_workload(cfg, "moe-ft-qwen3-30b-a3b-8g")
     assert w["task"] == "lora" and w["compile"] is True and w["fsdp"] is True
     assert (w["duration_s"], w["eval_at_s"], w["ckpt_at_s"]) == (1800, 900, 1200)
     assert w["peak_tflops"] == prof["peak_tflops_bf16"] == 989 and "gpus" not in w and c["gpus"] == 8

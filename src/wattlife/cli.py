@@ -85,7 +85,7 @@ def cmd_pfi(a: argparse.Namespace) -> int:
     from .analysis.curves import load_curves
     from .analysis.pfi import compare_gpus, grid_sensitivity, pfi_files
 
-    df = pfi_files(a.curves, a.output, grid=a.grid, n_mc=a.mc, seed=a.seed)
+    df = pfi_files(a.curves, a.output, grid=a.grid, n_mc=a.mc, seed=a.seed, config=a.config)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if a.subgrid:
         sens = grid_sensitivity(load_curves(a.curves), a.subgrid)
@@ -102,8 +102,22 @@ def cmd_allocate(a: argparse.Namespace) -> int:
 
     summary = allocate_files(a.curves, a.output, cuts=a.cuts, n_workloads=a.workloads,
                              n_jobs=a.jobs, seed=a.seed, strategies=a.strategies, mix=a.mix,
-                             pfi_path=a.pfi)
+                             pfi_path=a.pfi, objective=a.objective, exact=a.exact_oracle)
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def cmd_pfi_study(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .analysis.pfi_study import run_pfi_study
+
+    paths = run_pfi_study(a.output, n_workloads=a.workloads, n_jobs=a.jobs, cuts=a.cuts,
+                          seed=a.seed, a100=a.a100, figures=not a.no_figures)
+    for p in paths.values():
+        print(p)
+    g = pd.read_csv(paths["gap_recovered.csv"])
+    print(g.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 
 
@@ -119,6 +133,22 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     from .analysis.calibration import calibrate
     from .analysis.curves import load_curves
 
+    if a.published:
+        from .analysis.calibration import calibrated_study_curves
+        from .analysis.pfi import pfi_table, read_study_jobs, with_published
+
+        curves = calibrated_study_curves(read_study_jobs(a.published), noise=a.noise, seed=a.seed)
+        pfi = with_published(pfi_table(curves, n_mc=0), curves)
+        if a.output:
+            Path(a.output).parent.mkdir(parents=True, exist_ok=True)
+            curves.to_csv(a.output, index=False)
+        cols = ["job", "grid", "pfi", "pfi_published", "pfi_4cap", "pfi_4cap_published"]
+        m = curves.groupby("job")["mem_share"].first().rename("mem_share")
+        print(pfi[cols].merge(m, left_on="job", right_index=True).to_string(
+            index=False, float_format=lambda v: f"{v:.4f}"))
+        return 0
+    if not a.curves or a.tdp is None:
+        raise ValueError("calibrate-sim: give CURVES and --tdp, or --published JOBS.csv")
     model, per_job, fit = calibrate(load_curves(a.curves), a.tdp)
     doc = {"curves": str(a.curves), "tdp_w": a.tdp, "fit": fit,
            "mem_share": dict(zip(per_job["job"], per_job["mem_share"]))}
@@ -415,22 +445,50 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--subgrid", type=_floats,
                    help="also recompute on this sub-grid (grid sensitivity), e.g. 200,500,600,700")
     f.add_argument("--compare", help="two GPU models, 'H200,H100': Spearman rho of their PFIs")
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
+    f.add_argument("--config", help="a config whose pfi_matrix cells give each job's paper_job: the "
+                                    "published PFI (95 %% interval) and the 4-cap sub-grid PFI go "
+                                    "beside the measured one (default: only if the curves carry "
+                                    "a paper_job column)")
     f.set_defaults(fn=cmd_pfi)
 
     al = sub.add_parser("allocate", help="simulate splitting a global power cut across jobs")
-    al.add_argument("curves")
-    al.add_argument("-o", "--output", required=True)
-    al.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4])
-    al.add_argument("--workloads", type=int, default=500)
-    al.add_argument("--jobs", type=int, default=100)
-    al.add_argument("--seed", type=int, default=0)
+    al.add_argument("curves", help="curves.csv (or an Emerald sweep file)")
+    al.add_argument("-o", "--output", required=True,
+                    help="per-workload rows CSV; the summary is written beside it (*_summary.csv)")
+    al.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4],
+                    help="global cuts as fractions of uncapped power (default 0,0.05,...,0.4)")
+    al.add_argument("--workloads", type=int, default=500, help="workloads sampled (default 500)")
+    al.add_argument("--jobs", type=int, default=100, help="jobs per workload (default 100)")
+    al.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     al.add_argument("--mix", default="random",
-                    help="'random', or category weights like 'pretrain=0.3,finetune=0.7'")
-    al.add_argument("--pfi", help="pfi.csv (else computed from the curves)")
+                    help="'random' (default); 'production' (Hu et al. NSDI '24: 3.2%% pretraining "
+                         "jobs, the rest fine-tuning; also production-seren, 0.9%%); or category "
+                         "weights like 'pretrain=0.3,finetune=0.7'")
+    al.add_argument("--objective", choices=["relative", "absolute"], default="relative",
+                    help="throughput summed as each job's share of its uncapped throughput "
+                         "(relative, default) or in the curves' units, e.g. tokens/s (absolute)")
+    al.add_argument("--exact-oracle", action="store_true",
+                    help="no time-sharing between two caps in the oracle: a MILP per workload "
+                         "where the envelope bridges a dip (slow on noisy curves; default off)")
+    al.add_argument("--pfi", help="pfi.csv (default: computed from the curves)")
     al.add_argument("--strategies", type=lambda s: s.split(","), default=None,
                     help="comma-separated subset of strategies (default: all)")
     al.set_defaults(fn=cmd_allocate)
+
+    st = sub.add_parser("pfi-study", help="the study's allocation experiment on its 25 jobs "
+                                          "(curves calibrated to the published PFIs) + A100 sweeps")
+    st.add_argument("-o", "--output", default="results/reference/pfi-study",
+                    help="folder for the tables and figures (default results/reference/pfi-study)")
+    st.add_argument("--workloads", type=int, default=500, help="workloads (default 500)")
+    st.add_argument("--jobs", type=int, default=100, help="jobs per workload (default 100)")
+    st.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4],
+                    help="cuts (default 0,0.05,...,0.4)")
+    st.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    st.add_argument("--a100", default="results/reference/a100-emerald/dvfs_sweep.csv",
+                    help="measured sweeps run beside it (default the public A100 sweeps)")
+    st.add_argument("--no-figures", action="store_true", help="tables only (default: draw figures)")
+    st.set_defaults(fn=cmd_pfi_study)
 
     pr = sub.add_parser("predict", help="PFI predictor from telemetry: ablation table")
     pr.add_argument("curves")
@@ -439,9 +497,17 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(fn=cmd_predict)
 
     cs = sub.add_parser("calibrate-sim", help="fit the simulated GPU's parameters to measured sweeps")
-    cs.add_argument("curves")
-    cs.add_argument("--tdp", type=float, required=True, help="TDP (W) of the measured GPU")
-    cs.add_argument("-o", "--output", help="write the fit as JSON")
+    cs.add_argument("curves", nargs="?", help="measured sweeps to fit the shared parameters to")
+    cs.add_argument("--tdp", type=float, help="TDP (W) of the measured GPU (with CURVES)")
+    cs.add_argument("--published", metavar="JOBS_CSV",
+                    help="instead: calibrate one simulated job per row of the study's table "
+                         "(e.g. results/reference/pfi-study/published/pfi-study-jobs.csv) to its "
+                         "published PFI on its own grid; -o writes the curves (source "
+                         "simulated/calibrated)")
+    cs.add_argument("--noise", type=float, default=0.0,
+                    help="with --published: relative within-run noise on every point (default 0)")
+    cs.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
+    cs.add_argument("-o", "--output", help="write the fit as JSON (or, with --published, the curves CSV)")
     cs.set_defaults(fn=cmd_calibrate)
 
     sw = sub.add_parser("sweep", help="power-cap sweep of the jobs in a config")

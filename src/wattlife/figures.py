@@ -19,6 +19,7 @@ import seaborn as sns  # noqa: E402
 from .contracts import LIFECYCLE_PHASES, UNATTRIBUTED  # noqa: E402
 
 SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measured",
+                "simulated/calibrated": "SIMULATED (calibrated to published PFIs)",
                 "nvml-samples": "measured (NVML samples)", "nvml-counter": "measured (NVML counter)",
                 "nvml-poll": "measured (NVML)", "rapl": "measured (RAPL)"}
 PHASE_ORDER = (["idle_baseline", "process_startup"] + LIFECYCLE_PHASES[:3] + ["tokenize"]
@@ -339,25 +340,109 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
     return _save(fig, out)
 
 
-def fig_allocation(summary: pd.DataFrame, out: Path) -> list[Path]:
-    """Fig. 8: throughput per job relative to the oracle, by strategy, across cuts."""
+def worse_than_equal_note(summary: pd.DataFrame, strategies: list[str] | None = None) -> str:
+    """Where a heuristic recovers a negative share of the equal→oracle gap (does worse than the
+    equal split), with the numbers: 'category −0.44 at 20 %, −4.3 at 40 %; ...' (or 'none')."""
+    s = summary[(summary["cut"] > 0) & ~summary["strategy"].isin(["equal", "oracle"])]
+    if strategies:
+        s = s[s["strategy"].isin(strategies)]
+    parts = []
+    for strat, g in s.sort_values("cut").groupby("strategy", sort=True):
+        bad = g[g["gap_recovered"] < -1e-9]
+        if len(bad):
+            parts.append(f"{strat} " + ", ".join(f"{v:+.2g} at {c * 100:g} %"
+                                                 for c, v in zip(bad["cut"], bad["gap_recovered"])))
+    return "; ".join(parts) if parts else "none"
+
+
+def fig_allocation(summary: pd.DataFrame, out: Path, title: str = "") -> list[Path]:
+    """Fig. 8: throughput relative to the oracle and share of the equal→oracle gap recovered, by
+    strategy and cut; one row per (mix, objective). The caption under each row names, with
+    numbers, every cut where a heuristic does worse than the equal split."""
     style()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     s = summary.copy()
     s["cut_pct"] = s["cut"] * 100
-    sns.lineplot(data=s, x="cut_pct", y="rel_to_oracle", hue="strategy", marker="o", ax=axes[0])
-    axes[0].set_xlabel("global power cut (% of uncapped power)")
-    axes[0].set_ylabel("throughput / oracle (mean over workloads)")
-    axes[0].set_title("strategies vs oracle")
-    g = s[(s["cut"] > 0) & ~s["strategy"].isin(["oracle", "equal"])]
-    sns.barplot(data=g, x="cut_pct", y="gap_recovered", hue="strategy", ax=axes[1])
-    axes[1].axhline(0, color="black", lw=0.8)
-    axes[1].set_xlabel("global power cut (%)")
-    axes[1].set_ylabel("share of equal→oracle gap recovered")
-    axes[1].set_title("gap recovered")
+    for col, default in (("mix", "random"), ("objective", "relative")):
+        if col not in s.columns:
+            s[col] = default
+    combos = list(s.groupby(["mix", "objective"], sort=True).groups)
+    order = sorted(s["strategy"].unique())
+    pal = dict(zip(order, sns.color_palette("tab10", len(order))))  # one colour per strategy
+    fig, axes = plt.subplots(len(combos), 2, figsize=(12, 4.6 * len(combos)), squeeze=False)
+    for r, (mix, obj) in enumerate(combos):
+        d = s[(s["mix"] == mix) & (s["objective"] == obj)]
+        ax = axes[r, 0]
+        sns.lineplot(data=d, x="cut_pct", y="rel_to_oracle", hue="strategy", marker="o", ax=ax,
+                     hue_order=[o for o in order if o in set(d["strategy"])], palette=pal)
+        ax.set_xlabel("global power cut (% of uncapped power)")
+        ax.set_ylabel("throughput / oracle (mean over workloads)")
+        ax.set_title(f"{mix} mix, {obj} throughput: strategies vs oracle")
+        ax.legend(fontsize=7)
+        ax = axes[r, 1]
+        g = d[(d["cut"] > 0) & ~d["strategy"].isin(["oracle", "equal"])]
+        sns.barplot(data=g, x="cut_pct", y="gap_recovered", hue="strategy", ax=ax,
+                    hue_order=[o for o in order if o in set(g["strategy"])], palette=pal)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xlabel("global power cut (%)")
+        ax.set_ylabel("share of equal→oracle gap recovered")
+        ax.set_title("gap recovered (below 0 = worse than the equal split)")
+        ax.legend(fontsize=7)
+        note = worse_than_equal_note(d)
+        ax.text(0.0, -0.2, "Worse than equal split: " + note, transform=ax.transAxes, fontsize=7,
+                ha="left", va="top", wrap=True)
     src = s["curves_source"].iloc[0] if "curves_source" in s.columns else "unknown"
-    fig.text(0.01, -0.02, f"Curves: {SOURCE_WORDS.get(src, src)} ({src}); allocation is a "
+    fig.text(0.01, -0.01, f"Curves: {SOURCE_WORDS.get(src, src)} ({src}); allocation is a "
              "simulation on those curves", fontsize=8, ha="left", va="top")
+    fig.tight_layout()
+    if title:
+        fig.suptitle(title, y=1.0 + 0.02 / len(combos))
+    return _save(fig, out)
+
+
+def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
+    """PFI of each study job against the published value (95 % interval), and the 4-cap sub-grid
+    PFI against Table 9. Measured values are drawn as measured; simulated-calibrated ones are
+    drawn apart and say so; with no measured value the figure says "no measured values"."""
+    style()
+    p = pfi.dropna(subset=["pfi_published"]).copy()
+    if "source" not in p.columns:
+        p["source"] = "unknown"
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    measured = p[p["source"].astype(str).str.contains("measured|nvml", regex=True)]
+    other = p.drop(measured.index)
+    lim = [1.0, max(3.4, float(np.nanmax(p[["pfi", "pfi_published"]].to_numpy(float))) + 0.1)]
+    for ax, x, y, ttl in ((axes[0], "pfi_published", "pfi", "PFI on the job's own grid"),
+                          (axes[1], "pfi_4cap_published", "pfi_4cap",
+                           "PFI on the 4-cap grid 200/500/600/700 W (8-GPU groups, Table 9)")):
+        ax.plot(lim, lim, color="grey", ls="--", lw=1)
+        if x not in p.columns or y not in p.columns:
+            ax.text(0.5, 0.5, "no values", transform=ax.transAxes, ha="center")
+            continue
+        for df, mk, lab in ((measured, "o", "measured"), (other, "x", None)):
+            d = df.dropna(subset=[x, y])
+            if not len(d):
+                continue
+            src = ",".join(sorted(d["source"].astype(str).unique()))
+            xerr = None
+            if x == "pfi_published" and "pfi_published_lo" in d.columns and d["pfi_published_lo"].notna().any():
+                # the published PFI is rounded to 2 decimals, its interval to 3: clip at 0
+                xerr = np.clip(np.vstack([d[x] - d["pfi_published_lo"].fillna(d[x]),
+                                          d["pfi_published_hi"].fillna(d[x]) - d[x]]), 0, None)
+            ax.errorbar(d[x], d[y], xerr=xerr, fmt=mk, ms=6, capsize=2,
+                        label=f"{lab or SOURCE_WORDS.get(src, src)} (n={len(d)})")
+        if not len(measured.dropna(subset=[y])):
+            ax.text(0.5, 0.92, "no measured values", transform=ax.transAxes, ha="center",
+                    fontsize=12, color="firebrick", weight="bold")
+        ax.set_xlim(lim)
+        ax.set_ylim(lim)
+        ax.set_xlabel("published PFI (study, H200)")
+        ax.set_ylabel("this suite's PFI")
+        ax.set_title(ttl, fontsize=10)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="lower right")
+    fig.text(0.01, -0.02, "Sources — " + source_note(p, by="gpu_model") + ". A simulated-calibrated "
+             "curve matches the published PFI on its own grid by construction; its 4-cap PFI tests "
+             "the simulator's curve shape.", fontsize=8, ha="left", va="top", wrap=True)
     fig.tight_layout()
     return _save(fig, out)
 
@@ -389,6 +474,8 @@ def draw_all(tables: str | Path, out: str | Path) -> list[Path]:
         made += fig_curves(s, out / "fig6_power_throughput")
     if (s := have("pfi.csv")) is not None:
         made += fig_pfi(s, have("predictor_features.csv"), have("predictor.csv"), out / "fig7_pfi")
+        if "pfi_published" in s.columns:
+            made += fig_pfi_published(s, out / "fig7b_pfi_vs_published")
     if (s := have("allocation_summary.csv")) is not None:
         made += fig_allocation(s, out / "fig8_allocation")
     return made
@@ -499,4 +586,12 @@ def draw_reference(ref_root: str | Path, out: str | Path) -> list[Path]:
         made += fig_curves(curves, out / "a100_fig6_power_throughput")
         made += fig_pfi(pfi, None, None, out / "a100_fig7_pfi")
         made += fig_allocation(summ, out / "a100_fig8_allocation")
+    study = ref_root / "pfi-study"
+    if (study / "allocation_summary.csv").exists():  # the committed tables of `wattlife pfi-study`
+        made += fig_allocation(pd.read_csv(study / "allocation_summary.csv"),
+                               out / "pfi_study_allocation_calibrated",
+                               title="Allocation on the study's 25 jobs (curves SIMULATED, calibrated "
+                                     "to the published PFIs)")
+        made += fig_pfi_published(pd.read_csv(study / "pfi_calibrated.csv"),
+                                  out / "pfi_study_pfi_vs_published")
     return made

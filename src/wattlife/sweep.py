@@ -205,6 +205,11 @@ def hardware_profile(name_or_path: str) -> dict[str, Any]:
     return prof
 
 
+# keys of a pfi_matrix cell that describe the cell (its study label, set, grid, hardware) and are
+# not settings of the causal_lm workload
+CELL_ONLY_KEYS = ("gpus", "set", "paper_job", "assumed", "hardware", "caps", "expert_parallel")
+
+
 def matrix_cell_workload(cfg: dict[str, Any], cell: str
                          ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The causal-LM workload of one `pfi_matrix` cell, the cell itself and its hardware profile."""
@@ -212,12 +217,12 @@ def matrix_cell_workload(cfg: dict[str, Any], cell: str
     if cell not in m["cells"]:
         raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
     c = m["cells"][cell]
-    prof = hardware_profile(cfg["powercap"].get("hardware", "h200"))
+    prof = hardware_profile(c.get("hardware") or cfg["powercap"].get("hardware", "h200"))
     w = {"kind": "causal_lm", "dataset": m["dataset"], "device": "cuda", "precision": "bf16",
          "steps": 10**9, "val_steps": 5, "fsdp": c["gpus"] > 1, "peak_tflops": prof["peak_tflops_bf16"],
          "tokenizer_vocab": m.get("tokenizer_vocab", 32768),
          **{k: m[k] for k in ("duration_s", "eval_at_s", "ckpt_at_s") if k in m},
-         **{k: v for k, v in c.items() if k not in ("gpus", "set")}}
+         **{k: v for k, v in c.items() if k not in CELL_ONLY_KEYS}}
     return w, c, prof
 
 
@@ -234,7 +239,8 @@ def sweep_matrix_cell(config_path: str | Path, cell: str, out: str | Path,
     cfg = load_config(config_path)
     w, c, prof = matrix_cell_workload(cfg, cell)
     pc = cfg["powercap"]
-    caps = prof["grid_large_w"] if c["gpus"] >= prof.get("large_job_gpus", LARGE_JOB_GPUS) else prof["grid_w"]
+    caps = c.get("caps") or (prof["grid_large_w"] if c["gpus"] >= prof.get("large_job_gpus", LARGE_JOB_GPUS)
+                             else prof["grid_w"])
     out = Path(out)
     run_dir = out.parent / "runs"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -263,5 +269,8 @@ def sweep_matrix_cell(config_path: str | Path, cell: str, out: str | Path,
                            unit="tokens/s", gpu_model=prof["gpu_model"])
     df["category"] = c["task"]
     df["set"] = c.get("set", "main")
+    if c.get("paper_job"):  # the study's label: PFI tables put the published value beside it
+        df["paper_job"] = c["paper_job"]
+        df["hardware"] = c.get("hardware") or pc.get("hardware", "h200")
     write_table(df, out, CURVES_COLUMNS)
     return df

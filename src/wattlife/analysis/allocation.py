@@ -3,20 +3,32 @@
 N workloads of M jobs are sampled from measured (or simulated) power-throughput curves. For a cut
 c the jobs together must draw at most (1 - c) * sum P_max. Strategies:
 - `equal`: job i's cut proportional to P_max,i;
-- `pfi_measured`: cut proportional to (P_max,i / T_max,i) * PFI_i with the measured PFI;
+- `pfi_measured`: cut proportional to (P_max,i / T_max,i) * PFI_i with the measured PFI (the
+  study's Eq. 2);
 - `pfi_predicted`: the same with PFI predicted from telemetry (leave-one-out linear model on the
   DRAM copy product), only when the curves carry telemetry;
+- `power_per_throughput`: cut proportional to P_max,i / T_max,i (PFI-aware with every PFI set
+  to 1; `absolute` objective only, it is `equal` otherwise): isolates what PFI adds to Eq. 2;
 - `category`: cut proportional to P_max,i * median PFI of the job's category;
+- `moe_ft_weighted`: the study's "MoE FT-weighted" heuristic, equal weight with the cut of MoE
+  fine-tuning jobs doubled (only when a category is `moe_ft`);
 - `telemetry`: cut proportional to P_max,i * (dram_active * util_mem) of the uncapped run;
-- `oracle`: the split maximising total throughput given every job's piecewise-linear curve.
+- `oracle`: the split maximising total throughput given every job's curve.
 Every weighted cut is clipped to the job's measured power range and the rest re-spread
-(water-filling), so each strategy meets the budget exactly when it can.
+(water-filling), so each strategy meets the budget exactly when it can. Heuristics are evaluated
+on the piecewise-linear interpolation of the measured points (as the study does).
 
-The oracle is exact. Greedy by marginal throughput per watt on each curve's upper concave hull
-solves the hull problem exactly, and its optimum has at most one job strictly inside a hull
-segment. If that segment is a segment of the real curve, the hull value is achieved and hence
-optimal; otherwise (a hull segment bridging a non-concave dip) that instance is solved as a
-mixed-integer program (piecewise-linear curves with segment binaries, HiGHS through scipy).
+The oracle (default, `exact=False`) solves the problem on each curve's upper concave envelope: a
+job may sit anywhere on a chord between two measured caps by alternating between them (a time
+average), which is the LP  max sum_jk lam_jk T_jk  s.t.  sum_k lam_jk = 1, sum_jk lam_jk P_jk <= B.
+Greedy by marginal throughput per watt over the envelope segments solves that LP exactly (the
+tests check it against scipy's linprog), vectorised over workloads: one argsort per cut. Its
+value is an upper bound of every interpolated allocation, so the oracle is never worse than any
+strategy. At most one job per workload ends strictly inside an envelope segment that bridges a
+non-concave dip (the only place time-sharing differs from interpolation); the summary counts those
+workloads (`n_timeshared`). `exact=True` solves those workloads instead as a mixed-integer
+program without time-sharing (piecewise-linear curves with segment binaries, HiGHS through scipy;
+slow on noisy curves).
 """
 
 from __future__ import annotations
@@ -30,7 +42,20 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from .pfi import pfi_table
 
-STRATEGIES = ["equal", "pfi_measured", "pfi_predicted", "category", "telemetry", "oracle"]
+STRATEGIES = ["equal", "pfi_measured", "pfi_predicted", "power_per_throughput", "category",
+              "moe_ft_weighted", "telemetry", "oracle"]
+
+# The production mix (the study's Sec. 6: jobs sampled "according to the pretraining/fine-tuning
+# ratio" of Hu et al., "Characterization of Large Language Model Development in the Datacenter",
+# NSDI '24, on the Acme trace). Hu et al. give pretraining as 3.2 % (Kalos) and 0.9 % (Seren) of all
+# jobs, holding 94.0 % and 69.5 % of GPU time; evaluation jobs are most of the rest and are not
+# training jobs the study swept. Here pretraining gets Kalos's 3.2 % of the sampled jobs and every
+# other sampled job is fine-tuning (ASSUMED: the count share of SFT jobs is only in Hu et al.'s
+# Fig. 4, not in its text, so all non-pretraining jobs stand for fine-tuning). `production-seren`
+# uses Seren's 0.9 %.
+PRODUCTION_MIXES = {"production": {"pretrain": 0.032, "finetune": 0.968},
+                    "production-kalos": {"pretrain": 0.032, "finetune": 0.968},
+                    "production-seren": {"pretrain": 0.009, "finetune": 0.991}}
 
 
 @dataclass
@@ -39,6 +64,7 @@ class JobLibrary:
 
     jobs: list[str]
     category: np.ndarray
+    task: np.ndarray  # pretrain / finetune where known (the production mix samples on it)
     P: np.ndarray
     T: np.ndarray
     pmax: np.ndarray
@@ -72,7 +98,7 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
         raise ValueError(f"objective must be relative or absolute, got {objective!r}")
     if pfi is None:
         pfi = pfi_table(curves, n_mc=0)
-    jobs, cats, Ps, Ts, tele = [], [], [], [], []
+    jobs, cats, tasks, Ps, Ts, tele = [], [], [], [], [], []
     for (job, gpu), g in curves.groupby(["job", "gpu_model"], sort=True):
         g = g.dropna(subset=["power_w", "throughput"]).sort_values("power_w")
         if "status" in g.columns:
@@ -81,6 +107,7 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
             continue
         jobs.append(job if curves["gpu_model"].nunique() == 1 else f"{job}@{gpu}")
         cats.append(g["category"].iloc[0] if "category" in g.columns else "all")
+        tasks.append(_task_of(g))
         p = g["power_w"].to_numpy(float)
         t = g["throughput"].to_numpy(float)
         ref = int(np.argmax(g["cap_w"].to_numpy(float)))
@@ -120,13 +147,31 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
     cat_med = pd.Series(pfi_m).groupby(cat_arr).median()
     weights = {"equal": pmax.copy(), "pfi_measured": pmax / tmax * pfi_m,
                "category": pmax * pd.Series(cat_arr).map(cat_med).to_numpy(float)}
+    if objective == "absolute":  # with relative throughput T_max = 1: the same as equal
+        weights["power_per_throughput"] = pmax / tmax
+    if (cat_arr == "moe_ft").any():
+        weights["moe_ft_weighted"] = pmax * np.where(cat_arr == "moe_ft", 2.0, 1.0)
     tele = np.array(tele)
     if np.isfinite(tele).all():
         from .predictor import loo_predictions
 
         weights["telemetry"] = pmax * tele
         weights["pfi_predicted"] = pmax / tmax * loo_predictions(tele, pfi_m)
-    return JobLibrary(jobs, cat_arr, P, T, pmax, tmax, pmin, dp, slope, bridged, p0, weights)
+    return JobLibrary(jobs, cat_arr, np.array(tasks), P, T, pmax, tmax, pmin, dp, slope, bridged, p0,
+                      weights)
+
+
+def _task_of(g: pd.DataFrame) -> str:
+    """pretrain / finetune of one job's rows (a `task` column, else its category's name)."""
+    for col in ("task", "category"):
+        if col in g.columns:
+            v = str(g[col].iloc[0]).lower()
+            if v in ("pretrain", "pt") or v.startswith("pt") or v.endswith("_pt") or "pretrain" in v:
+                return "pretrain"
+            if v in ("lora", "finetune", "ft", "ft_lora", "sft") or v.startswith("ft") or \
+                    v.endswith("_ft") or "finetune" in v or "lora" in v:
+                return "finetune"
+    return "other"
 
 
 def _eval_curves(lib: JobLibrary, idx: np.ndarray, power: np.ndarray) -> np.ndarray:
@@ -159,8 +204,13 @@ def weighted_cut(weights: np.ndarray, room: np.ndarray, total_cut: np.ndarray,
     return np.minimum(hi[:, None] * w, room)
 
 
-def oracle(lib: JobLibrary, idx: np.ndarray, budget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exact maximum of sum throughput under sum power <= budget. Returns (power, n_milp)."""
+def oracle(lib: JobLibrary, idx: np.ndarray, budget: np.ndarray, exact: bool = False
+           ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Best split of `budget` (n,) over the jobs idx (n, m): (power, total throughput, count).
+
+    Default: the exact optimum on the concave envelopes (time-sharing between two measured caps
+    allowed), vectorised; count = workloads where a job time-shares across a non-concave dip.
+    exact=True: those workloads solved as a MILP without time-sharing; count = MILPs solved."""
     n, m = idx.shape
     avail = budget - lib.pmin[idx].sum(1)
     dp = lib.hull_dp[idx].reshape(n, -1)
@@ -176,18 +226,23 @@ def oracle(lib: JobLibrary, idx: np.ndarray, budget: np.ndarray) -> tuple[np.nda
     np.put_along_axis(alloc, order, got, 1)
     S = lib.hull_dp.shape[1]
     power = lib.pmin[idx] + alloc.reshape(n, m, S).sum(-1)
+    t_min = lib.T[idx, 0]  # the lowest-power point is always on the envelope
+    thr = t_min.sum(1) + (alloc * slope).sum(1)
     partial = (alloc > 1e-9) & (alloc < dp - 1e-9)
     bridged = lib.hull_bridged[idx].reshape(n, -1)
-    need_exact = (partial & bridged).any(1)
-    for r in np.flatnonzero(need_exact):
+    timeshared = (partial & bridged).any(1)
+    if not exact:
+        return power, thr, int(timeshared.sum())
+    for r in np.flatnonzero(timeshared):
         power[r] = _oracle_milp(lib, idx[r], budget[r])
         # HiGHS meets the budget row to its feasibility tolerance (~1e-7 relative); take any
         # excess off the job with the most room above its minimum so the budget holds exactly
         excess = power[r].sum() - budget[r]
         if excess > 0:
-            j = int(np.argmax(power[r] - lib.pmin[idx[r]]))
-            power[r, j] -= excess
-    return power, int(need_exact.sum())
+            jj = int(np.argmax(power[r] - lib.pmin[idx[r]]))
+            power[r, jj] -= excess
+        thr[r] = _eval_curves(lib, idx[r][None], power[r][None]).sum()
+    return power, thr, int(timeshared.sum())
 
 
 def _oracle_milp(lib: JobLibrary, jobs: np.ndarray, budget: float) -> np.ndarray:
@@ -249,21 +304,42 @@ def _oracle_milp(lib: JobLibrary, jobs: np.ndarray, budget: float) -> np.ndarray
     return power
 
 
-def sample_workloads(lib: JobLibrary, n: int, m: int, mix: str, rng: np.random.Generator) -> np.ndarray:
-    """(n, m) job indices: uniform ('random') or weighted by category ('pretrain=0.3,...')."""
+def parse_mix(mix: str) -> tuple[str, dict[str, float]] | None:
+    """'random' -> None; 'production[-kalos|-seren]' -> ('task', shares); 'a=0.3,b=0.7' ->
+    ('category', shares)."""
     if mix == "random":
+        return None
+    if mix in PRODUCTION_MIXES:
+        return "task", dict(PRODUCTION_MIXES[mix])
+    wanted = {}
+    for part in mix.split(","):
+        k, eq, v = part.partition("=")
+        try:
+            wanted[k.strip()] = float(v)
+        except ValueError:
+            raise ValueError(f"mix {mix!r}: expected 'random', one of {sorted(PRODUCTION_MIXES)}, "
+                             "or category weights like 'pretrain=0.3,finetune=0.7'") from None
+    return "category", wanted
+
+
+def sample_workloads(lib: JobLibrary, n: int, m: int, mix: str, rng: np.random.Generator) -> np.ndarray:
+    """(n, m) job indices: uniform ('random'), by task ('production': Hu et al.'s shares) or
+    weighted by category ('pretrain=0.3,...'); uniform among the jobs of a class."""
+    spec = parse_mix(mix)
+    if spec is None:
         prob = None
     else:
-        wanted = {}
-        for part in mix.split(","):
-            k, _, v = part.partition("=")
-            wanted[k.strip()] = float(v)
-        unknown = set(wanted) - set(lib.category)
+        col, wanted = spec
+        labels = lib.task if col == "task" else lib.category
+        have = set(labels)
+        unknown = {k for k, v in wanted.items() if v > 0} - have
         if unknown:
-            raise ValueError(f"mix names categories {sorted(unknown)} that no job has "
-                             f"(have {sorted(set(lib.category))})")
-        per_cat = pd.Series(lib.category).value_counts()
-        prob = np.array([wanted.get(c, 0.0) / per_cat[c] for c in lib.category])
+            raise ValueError(f"mix {mix!r} names {col} {sorted(unknown)} that no job has "
+                             f"(have {sorted(have)})")
+        per = pd.Series(labels).value_counts()
+        prob = np.array([wanted.get(c, 0.0) / per[c] for c in labels])
+        if prob.sum() <= 0:
+            raise ValueError(f"mix {mix!r} gives every job probability 0")
         prob /= prob.sum()
     return rng.choice(len(lib.jobs), size=(n, m), p=prob)
 
@@ -271,8 +347,14 @@ def sample_workloads(lib: JobLibrary, n: int, m: int, mix: str, rng: np.random.G
 def simulate_allocation(curves: pd.DataFrame, cuts: list[float], n_workloads: int = 500,
                         n_jobs: int = 100, seed: int = 0, strategies: list[str] | None = None,
                         mix: str = "random", pfi: pd.DataFrame | None = None,
-                        objective: str = "relative") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Returns (per workload x cut x strategy rows, summary per cut x strategy)."""
+                        objective: str = "relative", exact: bool = False,
+                        progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Returns (per workload x cut x strategy rows, summary per cut x strategy).
+
+    objective: `relative` (each job's throughput over its uncapped throughput, so every job
+    counts alike) or `absolute` (the curves' own units, e.g. tokens/s, as the study does)."""
+    from tqdm import tqdm
+
     lib = build_library(curves, pfi, objective)
     rng = np.random.default_rng(seed)
     idx = sample_workloads(lib, n_workloads, n_jobs, mix, rng)
@@ -290,20 +372,25 @@ def simulate_allocation(curves: pd.DataFrame, cuts: list[float], n_workloads: in
     room = pmax - pmin
     total_pmax = pmax.sum(1)
     out = []
+    bar = tqdm(total=len(cuts) * len(usable), desc=f"allocation ({mix})", unit="run",
+               disable=not progress, leave=False)
     for c in cuts:
         budget = (1 - c) * total_pmax
         cut_total = c * total_pmax
         feasible = cut_total <= room.sum(1) + 1e-9
         for s in usable:
+            n_ts = 0
             if s == "oracle":
-                power, _ = oracle(lib, idx, budget)
+                power, thr, n_ts = oracle(lib, idx, budget, exact=exact)
             else:
                 power = pmax - weighted_cut(lib.weights[s][idx], room, cut_total)
-            thr = _eval_curves(lib, idx, power).sum(1)
+                thr = _eval_curves(lib, idx, power).sum(1)
+            bar.update()
             out.append(pd.DataFrame({"workload": np.arange(n_workloads), "cut": c, "strategy": s,
                                      "total_throughput": thr, "throughput_per_job": thr / n_jobs,
                                      "power_w": power.sum(1), "budget_w": budget,
-                                     "feasible": feasible}))
+                                     "feasible": feasible, "n_timeshared": n_ts}))
+    bar.close()
     rows = pd.concat(out, ignore_index=True)
     ref = rows[rows["strategy"] == "oracle"].set_index(["workload", "cut"])["total_throughput"]
     eq = rows[rows["strategy"] == "equal"].set_index(["workload", "cut"])["total_throughput"]
@@ -315,7 +402,8 @@ def simulate_allocation(curves: pd.DataFrame, cuts: list[float], n_workloads: in
         rows["gap_recovered"] = np.where(t_or - t_eq > 1e-12, (t - t_eq) / (t_or - t_eq), np.nan)
     rows["objective"] = objective
     summ = rows.groupby(["cut", "strategy"], as_index=False).agg(
-        throughput_per_job=("throughput_per_job", "mean"), rel_to_oracle=("rel_to_oracle", "mean"))
+        throughput_per_job=("throughput_per_job", "mean"), rel_to_oracle=("rel_to_oracle", "mean"),
+        n_timeshared=("n_timeshared", "first"))
     eqm = summ[summ["strategy"] == "equal"].set_index("cut")["throughput_per_job"]
     orm = summ[summ["strategy"] == "oracle"].set_index("cut")["throughput_per_job"]
     gap = (orm - eqm).reindex(summ["cut"]).to_numpy()
@@ -323,19 +411,25 @@ def simulate_allocation(curves: pd.DataFrame, cuts: list[float], n_workloads: in
         summ["gap_recovered"] = np.where(
             gap > 1e-12, (summ["throughput_per_job"].to_numpy() - eqm.reindex(summ["cut"]).to_numpy())
             / gap, np.nan)
+    summ["worse_than_equal"] = summ["gap_recovered"] < -1e-9
     summ["objective"] = objective
+    summ["mix"] = mix
+    summ["oracle"] = "milp (no time-sharing)" if exact else "concave envelope (time-sharing)"
+    summ["n_workloads"], summ["n_jobs"] = n_workloads, n_jobs
     summ["skipped"] = ",".join(s for s in wanted if s not in usable)
     return rows, summ
 
 
 def allocate_files(curves_path: str | Path, out: str | Path, cuts: list[float],
                    n_workloads: int, n_jobs: int, seed: int, strategies: list[str] | None,
-                   mix: str, pfi_path: str | Path | None = None) -> pd.DataFrame:
+                   mix: str, pfi_path: str | Path | None = None, objective: str = "relative",
+                   exact: bool = False) -> pd.DataFrame:
     from .curves import load_curves
 
     curves = load_curves(curves_path)
     pfi = pd.read_csv(pfi_path) if pfi_path else None
-    rows, summ = simulate_allocation(curves, cuts, n_workloads, n_jobs, seed, strategies, mix, pfi)
+    rows, summ = simulate_allocation(curves, cuts, n_workloads, n_jobs, seed, strategies, mix, pfi,
+                                     objective, exact)
     if "source" in curves.columns:
         src = ",".join(sorted(curves["source"].astype(str).unique()))
         rows["curves_source"] = summ["curves_source"] = src

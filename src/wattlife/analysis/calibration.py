@@ -62,3 +62,210 @@ def calibrate(curves: pd.DataFrame, tdp_w: float) -> tuple[SimGpuModel, pd.DataF
                             "max_abs_t_rel": float(np.max(np.abs(r))), "n_points": int(len(r)),
                             "alpha": model.alpha, "gamma": model.gamma,
                             "static_share": fit.x[2], "mem_power_share": fit.x[3]}
+
+
+# --- per-job calibration to a published PFI ------------------------------------------------------
+
+CALIBRATED_SOURCE = "simulated/calibrated"
+
+
+def sim_curve(model: SimGpuModel, m: float, caps: list[float] | np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-GPU realised power and relative throughput of a job (memory-bound share m) at caps."""
+    pts = [model.at_cap(float(c), m) for c in caps]
+    return (np.array([p["power_w"] for p in pts]), np.array([p["throughput_rel"] for p in pts]))
+
+
+def sim_pfi(model: SimGpuModel, m: float, caps: list[float] | np.ndarray) -> float:
+    """PFI (Eq. 1, the same rule as `pfi_value`) of the simulated job on a cap grid."""
+    from .pfi import pfi_value
+
+    p, t = sim_curve(model, m, caps)
+    return pfi_value(p, t, np.asarray(caps, float))
+
+
+def calibrate_to_pfi(target: float, caps: list[float], model: SimGpuModel | None = None,
+                     tol: float = 0.01) -> float:
+    """The memory-bound share m whose simulated curve has PFI `target` on `caps` (within `tol`).
+
+    A scan of m over [0, 0.95] finds the first pair of neighbours that brackets the target and
+    bisection closes it (PFI(m) rises with m but is not smooth: a cap stops binding as m grows).
+    Raises ValueError when the model cannot reach the target on this grid, naming its range."""
+    model = model or SimGpuModel()
+    grid = np.linspace(0.0, 0.95, 64)
+    vals = np.array([sim_pfi(model, m, caps) for m in grid])
+    ok = np.isfinite(vals)
+    if not ok.any():
+        raise ValueError(f"the simulated GPU gives no PFI on caps {caps}")
+    for k in range(len(grid) - 1):
+        a, b = vals[k], vals[k + 1]
+        if not (np.isfinite(a) and np.isfinite(b)) or not min(a, b) <= target <= max(a, b):
+            continue
+        lo, hi, vlo = grid[k], grid[k + 1], a
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            v = sim_pfi(model, mid, caps)
+            if abs(v - target) <= 1e-4:
+                return float(mid)
+            if (v < target) == (vlo < target):
+                lo, vlo = mid, v
+            else:
+                hi = mid
+        if abs(sim_pfi(model, lo, caps) - target) <= tol:
+            return float(lo)
+    best = int(np.nanargmin(np.where(ok, np.abs(vals - target), np.inf)))
+    if abs(vals[best] - target) <= tol:
+        return float(grid[best])
+    raise ValueError(f"PFI {target} is outside what the simulated GPU reaches on caps {caps} "
+                     f"({np.nanmin(vals):.3f}..{np.nanmax(vals):.3f})")
+
+
+SUBGRID_4CAP = [200.0, 500.0, 600.0, 700.0]
+
+
+def calibrate_job(pfi: float, caps: list[float], pfi_4cap: float | None = None,
+                  model: SimGpuModel | None = None, p_mem_share: float | None = None,
+                  tol: float = 0.01) -> tuple[float, SimGpuModel, float]:
+    """Calibrate one job: returns (m, the job's model, its PFI on the 4-cap grid).
+
+    The PFI on the job's grid is always met within `tol` (m by `calibrate_to_pfi`). With
+    `pfi_4cap` (the study's Table 9, 8-GPU groups) a second parameter, the power drawn while
+    stalled on memory (`p_mem` = share x TDP), is chosen so the 4-cap PFI comes as close to it as
+    the model allows (a scan, then bisection where the error changes sign). Without it, `p_mem`
+    is `p_mem_share` x TDP (default: the model's own)."""
+    model = model or SimGpuModel()
+
+    def at(share: float) -> tuple[float, SimGpuModel, float]:
+        mdl = replace(model, p_mem=share * model.tdp_w)
+        m = calibrate_to_pfi(pfi, caps, mdl, tol)
+        return m, mdl, sim_pfi(mdl, m, SUBGRID_4CAP)
+
+    if pfi_4cap is None or not np.isfinite(pfi_4cap):
+        if p_mem_share is None:
+            m = calibrate_to_pfi(pfi, caps, model, tol)
+            return m, model, sim_pfi(model, m, SUBGRID_4CAP)
+        return at(p_mem_share)
+    shares = np.linspace(0.0, 1.0, 9)
+    fits = []
+    for sh in shares:
+        try:
+            fits.append((sh, *at(sh)))
+        except ValueError:
+            continue
+    if not fits:
+        raise ValueError(f"cannot calibrate PFI {pfi} on caps {caps} for any memory power share")
+    best = min(fits, key=lambda f: abs(f[3] - pfi_4cap))
+    for a, b in zip(fits[:-1], fits[1:]):
+        if (a[3] - pfi_4cap) * (b[3] - pfi_4cap) < 0:
+            lo, hi, elo = a[0], b[0], a[3] - pfi_4cap
+            for _ in range(6):
+                mid = (lo + hi) / 2
+                try:
+                    f = (mid, *at(mid))
+                except ValueError:
+                    break
+                if abs(f[3] - pfi_4cap) < abs(best[3] - pfi_4cap):
+                    best = f
+                if (f[3] - pfi_4cap) * elo > 0:
+                    lo, elo = mid, f[3] - pfi_4cap
+                else:
+                    hi = mid
+            break
+    return best[1], best[2], best[3]
+
+
+# Uncapped throughput of the study's jobs is not published per job. For the `absolute` objective
+# (tokens/s, as the study's Sec. 6 reports) it is ESTIMATED here from the model size:
+#   tokens/s = n_gpus * peak_bf16 * MFU / (k * N_active), k = 6 (pretraining) or 4 (LoRA: the
+#   frozen base still needs forward and activation gradients, no weight gradients).
+# N_active from the study's Table 2 (Qwen3-30B-A3B: "~3B"); MFU ASSUMED 0.40 dense, 0.20 MoE.
+ACTIVE_PARAMS = {"Llama-3.1-70B": 70.6e9, "Qwen3-32B": 32.8e9, "Qwen3-30B-A3B": 3.0e9,
+                 "gpt-oss-20b": 3.6e9, "Mistral-Small-24B-Base-2501": 24e9,
+                 "DeepSeek-V2-Lite": 2.4e9, "gemma-4-26B-A4B": 4.0e9}
+ASSUMED_MFU = {"dense": 0.40, "moe": 0.20}
+H200_PEAK_BF16 = 989e12
+
+
+def estimated_tokens_per_s(model: str, arch: str, task: str, n_gpus: int,
+                           peak: float = H200_PEAK_BF16) -> float:
+    """Uncapped tokens/s of a study job from its size (an estimate, see ACTIVE_PARAMS)."""
+    if model not in ACTIVE_PARAMS:
+        raise ValueError(f"no active-parameter count for model {model!r} (have {sorted(ACTIVE_PARAMS)})")
+    k = 6.0 if task.upper().startswith("PT") or task == "pretrain" else 4.0
+    return n_gpus * peak * ASSUMED_MFU["moe" if arch == "moe" else "dense"] / (k * ACTIVE_PARAMS[model])
+
+
+def study_fits(jobs: pd.DataFrame, model: SimGpuModel | None = None, fit_4cap: bool = True
+               ) -> pd.DataFrame:
+    """Per study job: m, p_mem share, the simulated 4-cap PFI. With `fit_4cap`, 8-GPU groups
+    also match Table 9 as far as the model allows; 16/32-GPU groups (one published PFI) take the
+    median memory power share of the 8-GPU groups of their category (ASSUMED)."""
+    model = model or SimGpuModel()
+    rows = {}
+    first = jobs["caps"].map(len) == 6
+    for i, r in jobs[first if fit_4cap else jobs.index == jobs.index].iterrows():
+        m, mdl, p4 = calibrate_job(float(r["pfi"]), list(r["caps"]),
+                                   r.get("pfi_4cap") if fit_4cap else None, model)
+        rows[i] = {"m": m, "p_mem_share": mdl.p_mem / model.tdp_w, "pfi_4cap_sim": p4}
+    if fit_4cap:
+        fitted = pd.DataFrame(rows).T.join(jobs["category"])
+        med = fitted.groupby("category")["p_mem_share"].median()
+        for i, r in jobs[~first].iterrows():
+            share = float(med.get(r["category"], fitted["p_mem_share"].median()))
+            m, mdl, p4 = calibrate_job(float(r["pfi"]), list(r["caps"]), None, model, share)
+            rows[i] = {"m": m, "p_mem_share": share, "pfi_4cap_sim": np.nan}
+    return pd.DataFrame(rows).T.reindex(jobs.index)
+
+
+_FITS_CACHE: dict[tuple, pd.DataFrame] = {}
+
+
+def calibrated_study_curves(jobs: pd.DataFrame | None = None, model: SimGpuModel | None = None,
+                            noise: float = 0.0, seed: int = 0, fit_4cap: bool = True) -> pd.DataFrame:
+    """Curves of the study's 25 headline jobs from the simulated GPU calibrated to each
+    published PFI on the job's own grid (source `simulated/calibrated`, never measured); with
+    `fit_4cap` the 8-GPU groups' 4-cap PFI (Table 9) is matched as far as the model allows.
+
+    noise: relative sd of within-run noise added to every point's throughput and power (0 keeps
+    each curve's PFI equal to the published value within 0.01); the sd columns carry it."""
+    from ..contracts import CURVES_COLUMNS
+    from ..devices.simgpu import SimJob
+    from .pfi import read_study_jobs
+
+    default = jobs is None and model is None
+    jobs = read_study_jobs() if jobs is None else jobs
+    model = model or SimGpuModel()
+    key = ("study", fit_4cap)
+    if default and key in _FITS_CACHE:
+        fits = _FITS_CACHE[key]
+    else:
+        fits = study_fits(jobs, model, fit_4cap)
+        if default:
+            _FITS_CACHE[key] = fits
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, r in jobs.iterrows():
+        caps = list(r["caps"])
+        m, share = float(fits.loc[i, "m"]), float(fits.loc[i, "p_mem_share"])
+        mdl = replace(model, p_mem=share * model.tdp_w)
+        p, t = sim_curve(mdl, m, caps)
+        tmax = estimated_tokens_per_s(r["model"], r["arch"], r["task"], int(r["n_gpus"]))
+        thr, pwr = tmax * t, int(r["n_gpus"]) * p
+        if noise > 0:
+            thr = thr * (1 + rng.normal(0, noise, len(caps)))
+            pwr = pwr * (1 + rng.normal(0, noise, len(caps)))
+        d = pd.DataFrame({"job": r["job_id"], "gpu_model": model.name, "n_gpus": int(r["n_gpus"]),
+                          "cap_w": np.asarray(caps, float), "throughput": thr,
+                          "throughput_unit": "tokens/s (estimated)", "power_w": pwr,
+                          "throughput_sd": noise * thr, "power_sd": noise * pwr,
+                          "category": r["category"],
+                          "task": "pretrain" if str(r["task"]).upper() == "PT" else "finetune",
+                          "paper_job": r["job_id"], "hardware": "h200", "mem_share": m,
+                          "mem_power_share": share, "source": CALIBRATED_SOURCE, "status": "ok"})
+        tele = SimJob(r["job_id"], m).telemetry()
+        top = d["cap_w"] == d["cap_w"].max()
+        for k, v in tele.items():
+            d[k] = np.where(top, v, np.nan)  # telemetry is that of the uncapped run
+        out.append(d)
+    df = pd.concat(out, ignore_index=True)
+    return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]

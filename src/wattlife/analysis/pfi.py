@@ -118,10 +118,110 @@ def compare_gpus(pfi: pd.DataFrame, gpu_a: str, gpu_b: str) -> dict[str, float]:
     return {"spearman_rho": float(rho), "p_value": float(p), "n_jobs": int(len(common))}
 
 
+def study_labels(config_path: str | Path) -> pd.DataFrame:
+    """job (a pfi_matrix cell name) -> paper_job, hardware, set, from a config's cells."""
+    from ..config import load_config
+
+    cfg = load_config(config_path)
+    hw = cfg.get("powercap", {}).get("hardware", "h200")
+    rows = [{"job": k, "paper_job": c.get("paper_job"), "hardware": c.get("hardware", hw),
+             "set": c.get("set", "main")}
+            for k, c in cfg.get("pfi_matrix", {}).get("cells", {}).items()]
+    return pd.DataFrame(rows, columns=["job", "paper_job", "hardware", "set"])
+
+
 def pfi_files(curves_path: str | Path, out: str | Path, grid: list[float] | None = None,
-              n_mc: int = 2000, seed: int = 0) -> pd.DataFrame:
+              n_mc: int = 2000, seed: int = 0, config: str | Path | None = None) -> pd.DataFrame:
+    """PFI table of a curves file; with the study's labels (a `paper_job` column in the curves,
+    or the cells of `config`) the published values and the 4-cap sub-grid PFI go beside it."""
     from .curves import load_curves
 
-    df = pfi_table(load_curves(curves_path), grid=grid, n_mc=n_mc, seed=seed)
+    curves = load_curves(curves_path)
+    if config is not None and "paper_job" not in curves.columns:
+        lab = study_labels(config)
+        curves = curves.merge(lab.drop(columns=[c for c in ("hardware", "set") if c in curves.columns]),
+                              on="job", how="left")
+    df = pfi_table(curves, grid=grid, n_mc=n_mc, seed=seed)
+    if "paper_job" in curves.columns and curves["paper_job"].notna().any():
+        df = with_published(df, curves)
     write_table(df, out, PFI_COLUMNS)
     return df
+
+
+# --- the study's published values ---------------------------------------------------------------
+
+STUDY_DIR = Path(__file__).resolve().parents[3] / "results" / "reference" / "pfi-study" / "published"
+SUBGRID_4CAP = [200.0, 500.0, 600.0, 700.0]  # the study's coarse grid (Table 9)
+# CSV setting column -> pfi_matrix cell key
+STUDY_SETTINGS = {"seq_len": "seq_len", "batch_size": "batch_size", "ep": "expert_parallel",
+                  "compile": "compile", "grad_ckpt": "activation_checkpointing"}
+
+
+def read_study_jobs(path: str | Path | None = None) -> pd.DataFrame:
+    """The study's 25 headline sweep groups (Table 6/9), one row each, `caps` as a float list."""
+    p = Path(path) if path else STUDY_DIR / "pfi-study-jobs.csv"
+    d = pd.read_csv(p)
+    need = {"job_id", "task", "n_gpus", "cap_grid_w", "pfi", "pfi_ci_lo", "pfi_ci_hi", "pfi_4cap", "n_runs"}
+    missing = need - set(d.columns)
+    if missing:
+        raise ValueError(f"{p}: not the study's job table, missing columns {sorted(missing)}")
+    d["caps"] = d["cap_grid_w"].map(lambda s: [float(x) for x in str(s).split(";")])
+    return d
+
+
+def read_study_validation(path: str | Path | None = None) -> pd.DataFrame:
+    """The study's held-out (Table 7) and H100-matched (Table 8) groups, one row each."""
+    p = Path(path) if path else STUDY_DIR / "pfi-study-validation.csv"
+    d = pd.read_csv(p)
+    if not {"job_id", "role", "pfi_h200", "pfi_h100"} <= set(d.columns):
+        raise ValueError(f"{p}: not the study's validation table (job_id, role, pfi_h200, pfi_h100)")
+    return d
+
+
+def published_pfi(jobs: pd.DataFrame | None = None, validation: pd.DataFrame | None = None
+                  ) -> pd.DataFrame:
+    """One row per (paper_job, hardware): the published PFI, its 95 % interval and 4-cap PFI."""
+    j = read_study_jobs() if jobs is None else jobs
+    v = read_study_validation() if validation is None else validation
+    rows = [pd.DataFrame({"paper_job": j["job_id"], "hardware": "h200", "pfi_published": j["pfi"],
+                          "pfi_published_lo": j["pfi_ci_lo"], "pfi_published_hi": j["pfi_ci_hi"],
+                          "pfi_4cap_published": j["pfi_4cap"], "n_runs_published": j["n_runs"]})]
+    val = v[v["role"] != "main_study_h100_match"]
+    rows.append(pd.DataFrame({"paper_job": val["job_id"], "hardware": "h200",
+                              "pfi_published": val["pfi_h200"], "n_runs_published": val["n_runs_h200"]}))
+    h = v[v["pfi_h100"].notna()]
+    rows.append(pd.DataFrame({"paper_job": h["job_id"], "hardware": "h100",
+                              "pfi_published": h["pfi_h100"], "n_runs_published": h["n_runs_h100"]}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def with_published(pfi: pd.DataFrame, curves: pd.DataFrame | None = None,
+                   published: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The PFI table with the published value beside the measured one wherever `paper_job` is set.
+
+    Adds pfi_published (+ its 95 % interval and run count), the measured PFI on the 4-cap
+    sub-grid (200/500/600/700 W) for groups swept on the 6-cap grid, the published 4-cap PFI, and
+    the differences. `paper_job` and `hardware` come from the PFI table (or the curves)."""
+    out = pfi.copy()
+    if curves is not None:
+        for col in ("paper_job", "hardware"):
+            if col in curves.columns and col not in out.columns:
+                out = out.merge(curves.groupby(["job", "gpu_model"], as_index=False)[col].first(),
+                                on=["job", "gpu_model"], how="left")
+    if "paper_job" not in out.columns:
+        return out
+    if "hardware" not in out.columns:
+        out["hardware"] = "h200"
+    out["hardware"] = out["hardware"].fillna("h200")
+    pub = published_pfi() if published is None else published
+    out = out.merge(pub, on=["paper_job", "hardware"], how="left")
+    if curves is not None:
+        sub = pfi_table(curves, grid=SUBGRID_4CAP, n_mc=0)[["job", "gpu_model", "pfi", "grid"]]
+        six = out["grid"].astype(str).str.count(",") >= 5
+        sub = sub.rename(columns={"pfi": "pfi_4cap", "grid": "grid_4cap"})
+        out = out.merge(sub, on=["job", "gpu_model"], how="left")
+        out.loc[~six.to_numpy(), ["pfi_4cap", "grid_4cap"]] = np.nan
+    out["pfi_minus_published"] = out["pfi"] - out["pfi_published"]
+    if "pfi_4cap" in out.columns:
+        out["pfi_4cap_minus_published"] = out["pfi_4cap"] - out["pfi_4cap_published"]
+    return out

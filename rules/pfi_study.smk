@@ -1,0 +1,29 @@
+# The PFI study's allocation experiment on its own 25 jobs (curves of the simulated GPU calibrated
+# to the published PFIs) with the public A100 sweeps beside it. Not part of `all`; ask for it:
+#   snakemake --cores 2 pfi_study          -> {RES}/pfi-study/ (tables + figures)
+# The committed copy in results/reference/pfi-study/ came from `wattlife pfi-study` (its README).
+
+PFI_STUDY = config.get("analysis", {}).get("pfi_study", {})
+
+
+rule pfi_study:
+    input:
+        jobs="results/reference/pfi-study/published/pfi-study-jobs.csv",
+        a100="results/reference/a100-emerald/dvfs_sweep.csv",
+    output:
+        gaps=f"{RES}/pfi-study/gap_recovered.csv",
+        summary=f"{RES}/pfi-study/allocation_summary.csv",
+        pfi=f"{RES}/pfi-study/pfi_calibrated.csv",
+        a100=f"{RES}/pfi-study/allocation_a100_summary.csv",
+        figure=f"{RES}/pfi-study/fig_allocation_calibrated.png",
+    log:
+        f"{RES}/logs/pfi_study.log",
+    conda:
+        "../envs/wattlife.yaml"
+    params:
+        out=lambda wc, output: os.path.dirname(output.gaps),
+        workloads=PFI_STUDY.get("workloads", 500),
+        jobs=PFI_STUDY.get("jobs", 100),
+    shell:
+        "wattlife pfi-study -o {params.out} --a100 {input.a100} --workloads {params.workloads}"
+        " --jobs {params.jobs} > {log} 2>&1"

@@ -1,0 +1,111 @@
+"""The power-elasticity study's allocation experiment on its own 25 jobs (Sec. 6 of Emerald AI's
+"Characterizing Job Power Elasticity for Power-Flexible AI Training").
+
+The study's per-job curves are not published, only each job's PFI (Table 6). Here each job's curve
+comes from the simulated GPU calibrated to that PFI on the job's own cap grid (source
+`simulated/calibrated`); the uncapped tokens/s of each job is estimated from its size (see
+`calibration.estimated_tokens_per_s`). On those curves: strategies equal, PFI-aware with the
+measured (= published) and the predicted PFI, category, MoE-FT-weighted, telemetry and the oracle,
+cuts 0-40 %, the random and the production mix, 500 workloads x 100 jobs; the share of the
+equal->oracle gap PFI-aware recovers beside the paper's 63 % (production mix, 30 % cut). The same
+allocation on the public A100 sweeps (measured) is run beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .allocation import simulate_allocation
+from .calibration import CALIBRATED_SOURCE, calibrated_study_curves
+from .pfi import pfi_table, with_published
+
+PAPER_GAP_RECOVERED = {"mix": "production", "cut": 0.30, "gap_recovered": 0.63,
+                       "tokens_per_s_per_job": 1500.0}
+CUTS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4]
+
+
+def gap_table(summary: pd.DataFrame, cuts: tuple[float, ...] = (0.1, 0.2, 0.3)) -> pd.DataFrame:
+    """Share of the equal->oracle gap PFI-aware recovers at `cuts`, per mix and objective, with the
+    throughput gained over the equal split per job and the paper's figure beside it."""
+    s = summary[np.isin(summary["cut"].round(4), np.round(cuts, 4))]
+    eq = s[s["strategy"] == "equal"].set_index(["mix", "objective", "cut"])["throughput_per_job"]
+    orc = s[s["strategy"] == "oracle"].set_index(["mix", "objective", "cut"])["throughput_per_job"]
+    out = s[s["strategy"].isin(["pfi_measured", "pfi_predicted", "power_per_throughput"])].copy()
+    key = pd.MultiIndex.from_frame(out[["mix", "objective", "cut"]])
+    out["gain_over_equal_per_job"] = out["throughput_per_job"].to_numpy() - eq.reindex(key).to_numpy()
+    out["oracle_gain_over_equal_per_job"] = orc.reindex(key).to_numpy() - eq.reindex(key).to_numpy()
+    paper = (out["mix"] == PAPER_GAP_RECOVERED["mix"]) & np.isclose(out["cut"], PAPER_GAP_RECOVERED["cut"]) \
+        & (out["objective"] == "absolute")
+    out["paper_gap_recovered"] = np.where(paper, PAPER_GAP_RECOVERED["gap_recovered"], np.nan)
+    out["paper_gain_per_job_tokens_s"] = np.where(paper, PAPER_GAP_RECOVERED["tokens_per_s_per_job"], np.nan)
+    cols = ["mix", "objective", "strategy", "cut", "gap_recovered", "gain_over_equal_per_job",
+            "oracle_gain_over_equal_per_job", "paper_gap_recovered", "paper_gain_per_job_tokens_s",
+            "curves_source"]
+    return out[[c for c in cols if c in out.columns]].sort_values(["mix", "objective", "strategy", "cut"])
+
+
+def run_pfi_study(out: str | Path, n_workloads: int = 500, n_jobs: int = 100,
+                  cuts: list[float] | None = None, seed: int = 0,
+                  mixes: tuple[str, ...] = ("random", "production"),
+                  objectives: tuple[str, ...] = ("relative", "absolute"),
+                  a100: str | Path | None = None, figures: bool = True) -> dict[str, Path]:
+    """Write the calibrated curves, PFI beside the published values, the allocation summaries,
+    the gap table and (optionally) the figures under `out`. Returns the written paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cuts = cuts or CUTS
+    written: dict[str, Path] = {}
+    curves = calibrated_study_curves()
+    pfi = with_published(pfi_table(curves, n_mc=0), curves)
+    bad = pfi[(pfi["pfi"] - pfi["pfi_published"]).abs() > 0.01]
+    if len(bad):
+        raise RuntimeError(f"calibration missed the published PFI for {list(bad['job'])}")
+    summaries = []
+    for mix in mixes:
+        for obj in objectives:
+            _, s = simulate_allocation(curves, cuts, n_workloads, n_jobs, seed=seed, mix=mix,
+                                       pfi=pfi, objective=obj)
+            summaries.append(s)
+    summ = pd.concat(summaries, ignore_index=True)
+    summ["curves_source"] = CALIBRATED_SOURCE
+    gaps = gap_table(summ)
+    from .predictor import job_features, predictor_table
+
+    pred = predictor_table(job_features(curves, pfi))  # the predictor behind `pfi_predicted`
+    pred["source"] = CALIBRATED_SOURCE
+    for name, df in (("curves_calibrated.csv", curves), ("pfi_calibrated.csv", pfi),
+                     ("allocation_summary.csv", summ), ("gap_recovered.csv", gaps),
+                     ("predictor_calibrated.csv", pred)):
+        df.to_csv(out / name, index=False, float_format="%.6g")
+        written[name] = out / name
+    a100_summ = None
+    if a100 is not None and Path(a100).exists():
+        from .curves import load_curves
+
+        _, a100_summ = simulate_allocation(load_curves(a100), cuts, n_workloads, n_jobs, seed=seed)
+        a100_summ["curves_source"] = "measured"
+        a100_summ.to_csv(out / "allocation_a100_summary.csv", index=False, float_format="%.6g")
+        written["allocation_a100_summary.csv"] = out / "allocation_a100_summary.csv"
+    if figures:
+        from ..figures import fig_allocation, fig_pfi_published, worse_than_equal_note
+
+        fig_pfi_published(pfi, out / "fig_pfi_vs_published")
+        fig_allocation(summ, out / "fig_allocation_calibrated",
+                       title="Allocation on the study's 25 jobs (curves SIMULATED, calibrated to "
+                             "the published PFIs)")
+        written["fig_pfi_vs_published.png"] = out / "fig_pfi_vs_published.png"
+        written["fig_allocation_calibrated.png"] = out / "fig_allocation_calibrated.png"
+        notes = {f"{m}/{o}": worse_than_equal_note(summ[(summ["mix"] == m) & (summ["objective"] == o)])
+                 for m in mixes for o in objectives}
+        if a100_summ is not None:
+            fig_allocation(a100_summ, out / "fig_allocation_a100",
+                           title="Allocation on the public A100 sweeps (measured curves)")
+            written["fig_allocation_a100.png"] = out / "fig_allocation_a100.png"
+            notes["a100/random/relative"] = worse_than_equal_note(a100_summ)
+        (out / "worse_than_equal.json").write_text(json.dumps(notes, indent=1) + "\n")
+        written["worse_than_equal.json"] = out / "worse_than_equal.json"
+    return written
