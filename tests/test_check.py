@@ -224,3 +224,19 @@ def test_check_runs_reports_every_run(good_run, tmp_path):
     rc, text = check_runs([good_run, tmp_path / "nope"])
     assert rc == 1
     assert f"{good_run}: ok" in text and "not a directory" in text
+
+
+def test_bad_cells_are_found_on_their_lines(run):
+    tr, ev = run / "trace.csv", run / "events.csv"
+    lines = _lines(tr)
+    cols = lines[6].split(",")
+    cols[4] = "n/a"  # line 7: value not a number
+    lines[6] = ",".join(cols)
+    tr.write_text("".join(lines))
+    lines = _lines(ev)
+    cols = lines[2].split(",")
+    cols[4] = ""  # line 3: start_ns empty
+    lines[2] = ",".join(cols)
+    ev.write_text("".join(lines))
+    found = _find(check_run(run), "value.type")
+    assert sorted((f.file, f.line) for f in found) == sorted([(str(tr), 7), (str(ev), 3)])

@@ -88,16 +88,22 @@ def _capped(severity: str, code: str, file: str, lines: Iterable[Any], messages:
 
 # --------------------------------------------------------------------------- reading (I/O edge)
 
-def read_csv_lines(path: Path, max_rows: int = 5) -> tuple[pd.DataFrame | None, list[Finding]]:
-    """Read a contract CSV (plain, .gz, or Parquet) as strings, with a `line_no` column.
+def read_csv_lines(path: Path, max_rows: int = 5, kinds: dict[str, str] | None = None,
+                   allow_empty: Iterable[str] = ()) -> tuple[pd.DataFrame | None, list[Finding]]:
+    """Read a contract CSV (plain, .gz, or Parquet) with a `line_no` column; the `kinds`
+    columns as int64 ('int') / float64 ('float'), the others as categories.
+
+    A typed parse is tried first (the C parser: fast on millions of rows); if a cell does not
+    parse, the file is read as strings and every bad cell reported (`to_numbers`).
 
     Lines whose field count differs from the header's are reported (error) and left out; a last
     line without its newline (a killed writer) is reported (warning) and left out, as the
     contract readers do. Field counting is vectorised over the raw bytes.
     """
     name = str(path)
+    kinds = kinds or {}
     if path.suffix == ".parquet":
-        df = pd.read_parquet(path).astype(str)
+        df = pd.read_parquet(path)
         df["line_no"] = pd.array([pd.NA] * len(df), dtype="Int64")
         return df, []
     data = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
@@ -119,7 +125,8 @@ def read_csv_lines(path: Path, max_rows: int = 5) -> tuple[pd.DataFrame | None, 
         except pd.errors.ParserError as exc:
             return None, findings + [Finding(ERROR, "csv.parse", name, None, str(exc))]
         df["line_no"] = np.arange(2, len(df) + 2)
-        return df, findings
+        df, ff = to_numbers(df, kinds, name, max_rows, allow_empty)
+        return df, findings + ff
     buf = np.frombuffer(data, dtype=np.uint8)
     nl = np.flatnonzero(buf == ord("\n"))
     commas = np.flatnonzero(buf == ord(","))
@@ -145,8 +152,20 @@ def read_csv_lines(path: Path, max_rows: int = 5) -> tuple[pd.DataFrame | None, 
     else:
         text = data
         rows_line = line_no[~blank][1:]
-    df = pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False,
-                     skip_blank_lines=True)
+    header = pd.read_csv(io.BytesIO(text), nrows=0).columns
+    typed = {c: ("int64" if kinds[c] == "int" else "float64") for c in kinds if c in header}
+    empty_ok = set(allow_empty)
+    try:
+        df = pd.read_csv(io.BytesIO(text), keep_default_na=False, na_values={c: [""] for c in typed},
+                         dtype={**{c: "category" for c in header if c not in typed}, **typed})
+        holes = [c for c in typed if c not in empty_ok and df[c].isna().any()]
+        if holes:
+            raise ValueError(f"empty cells in {holes}")
+    except ValueError:  # a cell that does not parse: find them all on the strings
+        df = pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False)
+        df["line_no"] = rows_line[:len(df)]
+        df, ff = to_numbers(df, kinds, name, max_rows, allow_empty)
+        return df, findings + ff
     df["line_no"] = rows_line[:len(df)]
     return df, findings
 
@@ -176,14 +195,14 @@ def to_numbers(df: pd.DataFrame, kinds: dict[str, str], file: str, max_rows: int
         empty = (raw == "").to_numpy()
         if kind == "int":
             # parsed from the digits (float64 would lose nanoseconds above 2**53); "12.0" passes
-            whole = raw.str.extract(r"^(-?\d+)(?:\.0*)?$")[0]
-            ok = whole.notna().to_numpy()
+            ok = raw.str.fullmatch(r"-?\d+(?:\.0*)?").fillna(False).to_numpy(bool)
             vals = pd.Series(np.nan, index=raw.index, dtype="float64")
+            whole = raw[ok].str.replace(r"\.0*$", "", regex=True).astype(np.int64)
             if ok.all():
-                vals = whole.astype(np.int64)
+                vals = whole
             elif ok.any():
                 vals = vals.astype(object)
-                vals[ok] = whole[ok].astype(np.int64)
+                vals[ok] = whole
         else:
             vals = pd.to_numeric(raw.where(~empty, None), errors="coerce").astype("float64")
             ok = vals.notna().to_numpy()
@@ -232,18 +251,18 @@ def check_trace(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5) -> 
                      [f"value {x} is not finite" for x in tr["value"][bad_v].head(max_rows)],
                      max_rows)
     known = SOURCES_MEASURED | SOURCES_NOT_MEASURED
-    src = tr["source"].astype(str)
-    empty = (src.str.strip() == "").to_numpy()
+    src = tr["source"]
+    empty = src.isna().to_numpy() | src.isin([""]).to_numpy()
     if empty.any():
         f += _capped(ERROR, "trace.source-missing", file, tr["line_no"][empty],
                      ["empty source: every reading says whether it is measured, estimated or "
                       "simulated"] * int(empty.sum()), max_rows)
-    unknown = sorted(set(src[~empty]) - known)
+    unknown = sorted(set(map(str, src[~empty].unique())) - known)
     for s in unknown:
         first = int(tr["line_no"][(src == s).to_numpy()].iloc[0])
         f.append(Finding(WARNING, "trace.source-unknown", file, first,
                          f"source {s!r} is not one of {sorted(known)}"))
-    devs = pd.Series(tr["device"].astype(str).unique())
+    devs = pd.Series([str(d) for d in tr["device"].unique()])
     for d in devs[~devs.str.match(DEVICE_RE)]:
         first = int(tr["line_no"][(tr["device"] == d).to_numpy()].iloc[0])
         f.append(Finding(WARNING, "trace.device-name", file, first,
@@ -252,14 +271,15 @@ def check_trace(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5) -> 
         f.append(Finding(ERROR, "trace.no-energy", file, None,
                          "no power_w or energy_j rows: nothing to attribute"))
     keys = ["host", "device", "metric"]
-    back = (tr.groupby(keys, sort=False)["t_ns"].diff() < 0).to_numpy()
+    back = (tr.groupby(keys, sort=False, observed=True)["t_ns"].diff() < 0).to_numpy()
     if back.any():
         f += _capped(ERROR, "clock.not-monotone", file, tr["line_no"][back],
                      [f"t_ns goes back in time within series {r.host}/{r.device}/{r.metric}"
                       for r in tr[back].head(max_rows).itertuples()], max_rows)
     en = tr[tr["metric"] == "energy_j"]
     if len(en):
-        fall = (en.groupby(["host", "device"], sort=False)["value"].diff() < 0).to_numpy()
+        fall = (en.groupby(["host", "device"], sort=False, observed=True)["value"].diff()
+                < 0).to_numpy()
         if fall.any():
             f += _capped(WARNING, "trace.energy-falls", file, en["line_no"][fall],
                          [f"cumulative energy_j of {r.host}/{r.device} falls to {r.value}"
@@ -420,7 +440,7 @@ def check_span(tr: pd.DataFrame, ev: pd.DataFrame, trace_file: str,
     """Every event lies inside its host's trace span (else attribution has no energy for it),
     and inside the workload's window that meta.json records."""
     f: list[Finding] = []
-    span = tr.groupby("host")["t_ns"].agg(["min", "max"])
+    span = tr.groupby("host", observed=True)["t_ns"].agg(["min", "max"])
     ev = ev.assign(host_key=ev["host"].astype(str))
     hosts = set(span.index.astype(str))
     if len(hosts) == 1:  # one-host run whose trace and events name the host differently
@@ -572,16 +592,13 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
         f.append(Finding(ERROR, "file.missing", str(run / "trace.csv"), None,
                          "no trace (trace.csv, trace.csv.gz or trace.parquet)"))
     else:
-        raw, ff = read_csv_lines(tr_path, max_rows)
+        raw, ff = read_csv_lines(tr_path, max_rows, {"t_ns": "int", "value": "float"})
         f += ff
         if raw is not None:
             cols = check_columns(raw, TRACE_COLUMNS, str(tr_path))
             f += cols
             if not cols:
-                tr, ff = to_numbers(raw, {"t_ns": "int", "value": "float"}, str(tr_path),
-                                    max_rows)
-                f += ff
-                tr = tr[tr["t_ns"].notna()]
+                tr = raw[raw["t_ns"].notna()]
                 tr["t_ns"] = tr["t_ns"].astype(np.int64)
                 f += check_trace(tr, str(tr_path), now_ns, max_rows)
                 rows = ((meta or {}).get("sampler") or {}).get("rows")
@@ -596,24 +613,22 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
         f.append(Finding(ERROR, "file.missing", str(ev_path), None, "no events.csv"))
     frames = []
     for p in ev_paths:
-        raw, ff = read_csv_lines(p, max_rows)
+        df, ff = read_csv_lines(p, max_rows, {"start_ns": "int", "end_ns": "int", "rank": "int",
+                                              "items": "float", "step": "float", "depth": "float"},
+                                allow_empty=("items", "step", "depth"))
         f += ff
-        if raw is None:
+        if df is None:
             continue
-        cols = check_columns(raw, EVENTS_COLUMNS, str(p))
+        cols = check_columns(df, EVENTS_COLUMNS, str(p))
         f += cols
-        if cols:
-            continue
-        df, ff = to_numbers(raw, {"start_ns": "int", "end_ns": "int", "rank": "int",
-                                  "items": "float", "step": "float", "depth": "float"},
-                            str(p), max_rows, allow_empty=("items", "step", "depth"))
-        f += ff
-        frames.append(df.assign(file_name=str(p)))
+        if not cols:
+            frames.append(df.assign(file_name=str(p)))
     if frames:
         ev = pd.concat(frames, ignore_index=True)
         ev = ev[ev["start_ns"].notna() & ev["end_ns"].notna() & ev["rank"].notna()]
         ev = ev.astype({"start_ns": np.int64, "end_ns": np.int64, "rank": np.int64})
         ev["phase"] = ev["phase"].astype(str)
+        ev["host"] = ev["host"].astype(str)
         f += check_events(ev, now_ns, max_rows)
         if tr is not None and len(tr):
             f += check_span(tr, ev, str(tr_path), meta, max_rows)
@@ -637,18 +652,15 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
 
     ph_path = run / "phases.csv"
     if ph_path.exists():
-        raw, ff = read_csv_lines(ph_path, max_rows)
+        ph, ff = read_csv_lines(ph_path, max_rows, {c: "float" for c in (
+            "energy_j", "energy_lo_j", "energy_hi_j", "time_s", "count", "mean_power_w")},
+            allow_empty=("energy_lo_j", "energy_hi_j", "mean_power_w"))
         f += ff
-        if raw is not None:
-            cols = check_columns(raw, PHASES_COLUMNS, str(ph_path))
+        if ph is not None:
+            cols = check_columns(ph, PHASES_COLUMNS, str(ph_path))
             f += cols
             if not cols:
-                ph, ff = to_numbers(raw, {c: "float" for c in ("energy_j", "energy_lo_j",
-                                                               "energy_hi_j", "time_s",
-                                                               "count", "mean_power_w")},
-                                    str(ph_path), max_rows,
-                                    allow_empty=("energy_lo_j", "energy_hi_j", "mean_power_w"))
-                f += ff + check_phases_table(ph, str(ph_path), max_rows)
+                f += check_phases_table(ph, str(ph_path), max_rows)
     return f
 
 
