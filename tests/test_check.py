@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from synth import T0, events_frame
 
+from synth import T0, events_frame
 from wattlife.check import ERROR, WARNING, check_run, check_runs, nesting
 
 # a tiny image-classification-like workload: the phases src/wattlife/workloads/image.py marks

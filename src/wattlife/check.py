@@ -79,7 +79,7 @@ def _capped(severity: str, code: str, file: str, lines: Iterable[Any], messages:
     """One finding per offending row up to `max_rows`, then one saying how many more there are."""
     lines, messages = list(lines), list(messages)
     out = [Finding(severity, code, file, None if ln is None else int(ln), msg)
-           for ln, msg in zip(lines[:max_rows], messages[:max_rows])]
+           for ln, msg in zip(lines[:max_rows], messages[:max_rows], strict=True)]
     if len(lines) > max_rows:
         out.append(Finding(severity, code, file, None,
                            f"... and {len(lines) - max_rows:,} more row(s) like the above"))
@@ -114,7 +114,8 @@ def read_csv_lines(path: Path, max_rows: int = 5, kinds: dict[str, str] | None =
         cut = data.rfind(b"\n")
         n_line = data.count(b"\n") + 1
         if cut < 0:
-            return None, [Finding(ERROR, "csv.truncated-header", name, 1, "header line is truncated")]
+            return None, [Finding(ERROR, "csv.truncated-header", name, 1,
+                                  "header line is truncated")]
         findings.append(Finding(WARNING, "csv.truncated-line", name, n_line,
                                 f"truncated last line {data[cut + 1:][:80]!r} (writer killed?); "
                                 "readers ignore it"))
@@ -156,7 +157,8 @@ def read_csv_lines(path: Path, max_rows: int = 5, kinds: dict[str, str] | None =
     typed = {c: ("int64" if kinds[c] == "int" else "float64") for c in kinds if c in header}
     empty_ok = set(allow_empty)
     try:
-        df = pd.read_csv(io.BytesIO(text), keep_default_na=False, na_values={c: [""] for c in typed},
+        df = pd.read_csv(io.BytesIO(text), keep_default_na=False,
+                         na_values={c: [""] for c in typed},
                          dtype={**{c: "category" for c in header if c not in typed}, **typed})
         holes = [c for c in typed if c not in empty_ok and df[c].isna().any()]
         if holes:
@@ -348,10 +350,10 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
             p = ok.loc[tree.loc[g.index, "parent"]]
             f += _capped(ERROR, "events.overlap", str(file), g["line_no"],
                          [f"phase '{r.phase}' [{r.start_ns}, {r.end_ns}] overlaps '{q.phase}' "
-                          f"({q.file_name}:{q.line_no}, [{q.start_ns}, {q.end_ns}]) without nesting "
-                          f"inside it (host {r.host}, rank {r.rank})"
+                          f"({q.file_name}:{q.line_no}, [{q.start_ns}, {q.end_ns}]) without "
+                          f"nesting inside it (host {r.host}, rank {r.rank})"
                           for r, q in zip(g.head(max_rows).itertuples(),
-                                          p.head(max_rows).itertuples())], max_rows)
+                                          p.head(max_rows).itertuples(), strict=True)], max_rows)
     steps = ev[ev["phase"] == "step"]
     no_items = (steps["items"].isna() | (steps["items"] <= 0)).to_numpy()
     for file, g in steps[no_items].groupby("file_name", sort=False):
@@ -456,7 +458,8 @@ def check_span(tr: pd.DataFrame, ev: pd.DataFrame, trace_file: str,
     for file, g in bad.groupby("file_name", sort=False):
         f += _capped(ERROR, "events.outside-trace", str(file), g["line_no"],
                      [f"phase '{r.phase}' [{r.start_ns}, {r.end_ns}] lies outside the trace span "
-                      f"[{span.loc[r.host_key, 'min']}, {span.loc[r.host_key, 'max']}] of host {r.host_key}"
+                      f"[{span.loc[r.host_key, 'min']}, {span.loc[r.host_key, 'max']}] "
+                      f"of host {r.host_key}"
                       for r in g.head(max_rows).itertuples()], max_rows)
     w0, w1 = (meta or {}).get("workload_start_ns"), (meta or {}).get("workload_end_ns")
     if isinstance(w0, int) and isinstance(w1, int):
