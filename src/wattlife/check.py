@@ -6,7 +6,7 @@ and optionally `phases.csv` (attribution) and `work/summary.json` (the workload'
 
 Every check is a pure function of tables and dicts returning a list of `Finding`s (severity,
 code, file, CSV line counted with the header as line 1, message); only `read_csv_lines`,
-`check_run` and `main` touch files. Row checks are vectorised (pandas/numpy): traces can have
+`_load_json` and `check_run` touch files. Row checks are vectorised (pandas/numpy): traces can have
 millions of rows. Repeated findings of one check are capped (`max_rows`) with a count of the rest.
 
 The nesting rule is the attribution's (`attribution.phase_tree`): intervals of one (host, rank)
