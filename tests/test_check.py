@@ -10,9 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from synth import T0, events_frame
+from wattlife.attribution import phase_tree
 from wattlife.check import ERROR, WARNING, check_run, check_runs, nesting
+from wattlife.contracts import ContractError
 
 # a tiny image-classification-like workload: the phases src/wattlife/workloads/image.py marks
 WORK = ("import json, os, pathlib, time\nfrom wattlife.markers import phase, step\n"
@@ -240,3 +244,38 @@ def test_bad_cells_are_found_on_their_lines(run):
     ev.write_text("".join(lines))
     found = _find(check_run(run), "value.type")
     assert sorted((f.file, f.line) for f in found) == sorted([(str(tr), 7), (str(ev), 3)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 15)), min_size=1, max_size=25))
+def test_nesting_agrees_with_attribution(spans):
+    """On random intervals (nested or not), `nesting` finds an overlap exactly when attribution's
+    phase_tree refuses the events, and otherwise the same depths and parents."""
+    ev = events_frame([(f"p{i}", T0 + a, T0 + a + d) for i, (a, d) in enumerate(spans)])
+    tree = nesting(ev)
+    try:
+        ref = phase_tree(ev)
+    except ContractError:
+        assert tree["overlap"].any()
+        return
+    assert not tree["overlap"].any()
+    # phase_tree sorts by (start, -end); map its positions back to ev's labels by name
+    label = {name: i for i, name in enumerate(ev["phase"])}
+    order = [label[n] for n in ref.name]
+    assert tree["depth"].to_numpy()[order].tolist() == ref.depth.tolist()
+    parents = [-1 if p < 0 else order[p] for p in ref.parent]
+    assert tree["parent"].to_numpy()[order].tolist() == parents
+
+
+def test_per_rank_events_files_are_checked_together(run):
+    ev = pd.read_csv(run / "events.csv")
+    ev.assign(rank=1, local_rank=1).to_csv(run / "events.rank1.csv", index=False)
+    assert check_run(run, kind="image_classification") == []
+    lines = _lines(run / "events.rank1.csv")
+    n = _line_of(run / "events.rank1.csv", "step", 2)
+    cols = lines[n - 1].split(",")
+    cols[7] = "0"
+    lines[n - 1] = ",".join(cols)
+    (run / "events.rank1.csv").write_text("".join(lines))
+    found = _find(check_run(run), "events.step-items")
+    assert [(f.file, f.line) for f in found] == [(str(run / "events.rank1.csv"), n)]
