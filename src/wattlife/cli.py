@@ -395,6 +395,14 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return bench.main(a.what, a.scale)
 
 
+def cmd_check(a: argparse.Namespace) -> int:
+    from .check import check_runs
+
+    rc, report = check_runs(a.run_dirs, kind=a.kind, as_json=a.json, max_rows=a.max_rows)
+    print(report)
+    return rc
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wattlife", description=(
         "Where the energy of AI training goes, and how flexible its power is."))
@@ -639,6 +647,21 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("what", choices=["markers", "attribution", "allocate", "all"])
     b.add_argument("--scale", type=float, default=1.0, help="fraction of the full-size benchmark")
     b.set_defaults(fn=cmd_bench)
+
+    ck = sub.add_parser("check", help="validate run directories against the file contracts",
+                        description="Check trace, events, meta.json, phases.csv and "
+                                    "work/summary.json of each RUN_DIR; every finding names file "
+                                    "and line. Exit 1 if any error, 0 otherwise (warnings allowed).")
+    ck.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to check")
+    ck.add_argument("--kind", choices=["auto", "none", "image_classification", "causal_lm"],
+                    default="auto", help="workload kind whose required phases are checked; auto: "
+                    "from meta.json's cell, else work/summary.json, else the phases; none: skip "
+                    "(default: auto)")
+    ck.add_argument("--json", action="store_true",
+                    help="print the findings as a JSON list instead of text (default: text)")
+    ck.add_argument("--max-rows", type=int, default=5,
+                    help="findings listed per check and file before a count of the rest (default: 5)")
+    ck.set_defaults(fn=cmd_check)
     return p
 
 
