@@ -47,7 +47,7 @@ def cmd_attribute(a: argparse.Namespace) -> int:
     from .attribution import attribute_files
 
     df = attribute_files(a.trace, a.events, a.output, a.method, a.sensor_window_ms, a.idle_split,
-                         a.bootstrap, a.sensor_response)
+                         a.bootstrap, a.sensor_response, strict=a.strict)
     show = df.groupby(["device_kind", "phase", "method", "source"], as_index=False)[
         ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"], ascending=[True, False])
     print(show.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -338,6 +338,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wattlife", description=(
         "Where the energy of AI training goes, and how flexible its power is."))
+    p.add_argument("--debug", action="store_true",
+                   help="show the full traceback of an error (also WATTLIFE_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a command under the energy sampler",
@@ -357,10 +359,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
 
     t = sub.add_parser("attribute", help="trace x events -> per-phase energy (phases.csv)")
-    t.add_argument("--trace", required=True)
-    t.add_argument("--events", required=True)
-    t.add_argument("-o", "--output", required=True)
-    t.add_argument("--method", default="auto", choices=["auto", "integrate", "deconvolve"])
+    t.add_argument("--trace", required=True, help="trace CSV/Parquet of the run (meta.json beside it "
+                                                  "is read if present)")
+    t.add_argument("--events", required=True, help="events CSV of the run (per-rank siblings "
+                                                   "<stem>.rank<N>.csv are read too)")
+    t.add_argument("-o", "--output", required=True, help="phases.csv to write (not an input)")
+    t.add_argument("--method", default="auto", choices=["auto", "integrate", "deconvolve"],
+                   help="auto (default): deconvolve where phases are shorter than two sensor "
+                        "periods, else integrate")
+    t.add_argument("--strict", action="store_true",
+                   help="phases' time outside the trace's span is an error, not a warning")
     t.add_argument("--sensor-window-ms", type=float,
                    help="averaging window of power readings (default: meta.json, else estimated)")
     t.add_argument("--sensor-response", default="boxcar", metavar="boxcar|estimate|CSV",
@@ -539,13 +547,70 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line(exc: BaseException) -> str:
+    """One line that names the file/option and what went wrong, for any error a command meets."""
+    import json as _json
+
+    import pandas as pd
+
+    if isinstance(exc, OSError) and exc.filename is not None:
+        what = exc.strerror or type(exc).__name__
+        hint = {"EROFS": "read-only file system: choose another output path",
+                "ENOSPC": "no space left on the device: free space or choose another path",
+                "EISDIR": "is a directory: give a file path",
+                "EACCES": "permission denied", "ENOENT": "no such file or directory"}
+        import errno as _errno
+
+        name = _errno.errorcode.get(exc.errno or 0, "")
+        return f"{exc.filename}: {hint.get(name, what)}"
+    if isinstance(exc, _json.JSONDecodeError):
+        return f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    if isinstance(exc, pd.errors.EmptyDataError):
+        return f"empty CSV file (no header): {exc}"
+    if isinstance(exc, KeyError):
+        return f"missing key or column {exc}"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Bad input or a fault: one line on stderr naming the file/option, exit 2
+    (1 for an unexpected internal error), no traceback unless --debug or WATTLIFE_DEBUG=1.
+    Warnings are one line each too."""
+    import os
+    import warnings
+
+    import pandas as pd
+    import yaml
+
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.fn(args) or 0)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        print(f"wattlife {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    debug = args.debug or os.environ.get("WATTLIFE_DEBUG", "") not in ("", "0")
+    name = f"wattlife {args.command}"
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"{name}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        if not debug:
+            warnings.showwarning = show
+        try:
+            return int(args.fn(args) or 0)
+        except KeyboardInterrupt:
+            print(f"{name}: interrupted", file=sys.stderr)
+            return 130
+        except (ValueError, OSError, RuntimeError, KeyError, pd.errors.ParserError,
+                pd.errors.EmptyDataError, yaml.YAMLError) as exc:
+            if debug:
+                raise
+            print(f"{name}: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+        except Exception as exc:  # a bug, not bad input: still one line, the traceback on demand
+            if debug:
+                raise
+            print(f"{name}: internal error: {type(exc).__name__}: {_one_line(exc)} "
+                  "(rerun with --debug or WATTLIFE_DEBUG=1 for the traceback)", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":
