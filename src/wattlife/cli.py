@@ -15,6 +15,53 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
 
 
+def _sha256(text: str) -> str:
+    """A sha256 digest: 64 hexadecimal characters (checked before any download starts)."""
+    import re
+
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", text.strip()):
+        raise argparse.ArgumentTypeError(f"expected 64 hexadecimal characters, got {text!r} "
+                                         f"({len(text.strip())} characters)")
+    return text.strip().lower()
+
+
+# Per command: (options naming outputs, options naming inputs). An output equal to an input is
+# refused before anything runs, so raw data is never overwritten.
+GUARDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "attribute": (("output",), ("trace", "events", "sensor_response")),
+    "pfi": (("output",), ("curves",)),
+    "allocate": (("output",), ("curves", "pfi")),
+    "predict": (("output",), ("curves", "pfi")),
+    "calibrate-sim": (("output",), ("curves",)),
+    "aggregate-curves": (("output",), ("curves",)),
+    "merge-nodes": (("trace", "events_out"), ("traces", "events")),
+    "aggregate": (("output",), ("phases",)),
+    "prepare-tables": (("output",), ("config", "records", "phase_summary", "cell_summaries")),
+    "fetch": (("output", "record"), ("path",)),
+    "upload": (("record", "copy"), ("src", "from_summary")),
+    "sweep": (("output",), ("config",)),
+    "pfi-sweep": (("output",), ("config",)),
+    "figures": (("output",), ("tables",)),
+    "gen-catalogue": (("output",), ("config",)),
+}
+
+
+def _guard(a: argparse.Namespace) -> None:
+    from .contracts import refuse_overwrite
+
+    outs, ins = GUARDS.get(a.command, ((), ()))
+    inputs: list[str] = []
+    for name in ins:
+        v = getattr(a, name, None)
+        inputs += [str(x) for x in v] if isinstance(v, list) else [str(v)] if v else []
+    for name in outs:
+        v = getattr(a, name, None)
+        if v:
+            refuse_overwrite(v, inputs)
+    if a.command == "merge-nodes" and a.trace and a.events_out:
+        refuse_overwrite(a.events_out, [a.trace])
+
+
 def _load_sampler_cfg(path: str | None) -> dict:
     if not path:
         return {}
@@ -62,7 +109,9 @@ def cmd_pfi(a: argparse.Namespace) -> int:
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if a.subgrid:
         sens = grid_sensitivity(load_curves(a.curves), a.subgrid)
-        sens.to_csv(Path(a.output).with_name(Path(a.output).stem + "_subgrid.csv"), index=False)
+        from .contracts import write_csv
+
+        write_csv(sens, Path(a.output).with_name(Path(a.output).stem + "_subgrid.csv"))
         print("\ngrid sensitivity:\n" + sens.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if a.compare:
         gpu_a, gpu_b = a.compare.split(",")
@@ -97,7 +146,9 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
            "mem_share": dict(zip(per_job["job"], per_job["mem_share"]))}
     text = json.dumps(doc, indent=2, default=float)
     if a.output:
-        Path(a.output).write_text(text + "\n")
+        from .contracts import write_text
+
+        write_text(a.output, text + "\n")
     print(text)
     return 0
 
@@ -113,9 +164,11 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 def cmd_aggregate_curves(a: argparse.Namespace) -> int:
     import pandas as pd
 
-    from .contracts import CURVES_COLUMNS, read_curves, write_table
+    from .contracts import CURVES_COLUMNS, write_table
 
-    df = pd.concat([read_curves(f) for f in a.curves], ignore_index=True)
+    from .analysis.curves import load_curves
+
+    df = pd.concat([load_curves(f) for f in a.curves], ignore_index=True)
     write_table(df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]], a.output,
                 CURVES_COLUMNS)
     print(f"{a.output}: {df['job'].nunique()} jobs, {len(df)} caps")
@@ -198,9 +251,13 @@ def _transfer(a: argparse.Namespace, phase_name: str, do, default_name: str) -> 
              net_sent_bytes=after["sent"] - before["sent"],
              server="loopback" if getattr(a, "serve_dir", None) or getattr(a, "serve_put", None) else "remote")
     print(json.dumps(r))
+    if r.get("skipped"):
+        print(f"wattlife: {r.get('dest', '')} is already there (verified where a sha256 was given): "
+              "nothing transferred; --force fetches again", file=sys.stderr)
     if a.record:
-        Path(a.record).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.record).write_text(json.dumps(r, indent=1))
+        from .contracts import write_text
+
+        write_text(a.record, json.dumps(r, indent=1))
     return 0
 
 
@@ -292,8 +349,16 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
     prep = cfg.get("prepare", {})
     out = Path(a.output)
     out.mkdir(parents=True, exist_ok=True)
-    recs = [json.loads(Path(r).read_text()) for r in a.records]
-    rows = download_rows(recs, [pd.read_csv(Path(r).with_name("phases.csv")) for r in a.records])
+    from .contracts import PHASES_COLUMNS, read_table, write_csv
+
+    recs = []
+    for r in a.records:
+        try:
+            recs.append(json.loads(Path(r).read_text()))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{r}:{exc.lineno}:{exc.colno}: not a valid JSON record ({exc.msg})") from None
+    rows = download_rows(recs, [read_table(Path(r).with_name("phases.csv"), PHASES_COLUMNS)
+                                for r in a.records])
     fit = download_fit(rows)
     cat = pd.DataFrame(check_catalogue(prep.get("catalogue", [])))
     fac_cfg = prep.get("facility", {})
@@ -315,7 +380,7 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
         tables["staging_breakeven.csv"] = staging_breakeven(
             summ, {w: b for w, b in nbytes.items() if w in epochs}, epochs, sizes)
     for name, df in tables.items():
-        df.to_csv(out / name, index=False)
+        write_csv(df, out / name)
         print(out / name)
     return 0
 
@@ -323,7 +388,14 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
 def cmd_figures(a: argparse.Namespace) -> int:
     from .figures import draw_all, draw_reference
 
+    tables = Path(a.tables)
+    if not tables.is_dir():
+        raise FileNotFoundError(2, "No such folder of tables (expected a run's tables/ folder, or "
+                                   "results/reference with --reference)", str(tables))
     paths = draw_reference(a.tables, a.output) if a.reference else draw_all(a.tables, a.output)
+    if not paths:
+        raise ValueError(f"{tables}: no table to draw from (expected e.g. phases.csv, curves.csv, "
+                         f"pfi.csv{' or the reference folders' if a.reference else ''}); nothing drawn")
     for p in paths:
         print(p)
     return 0
@@ -470,7 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     fe.add_argument("--revision", help="Hugging Face revision (default main)")
     fe.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
     fe.add_argument("-o", "--output", required=True, help="final path of the artefact")
-    fe.add_argument("--sha256")
+    fe.add_argument("--sha256", type=_sha256,
+                    help="expected sha256 of the file (64 hex characters; default: not verified)")
     fe.add_argument("--kind", choices=["dataset", "model"], default="dataset")
     fe.add_argument("--retries", type=int, default=5)
     fe.add_argument("--force", action="store_true", help="fetch even if present and verified")
@@ -558,11 +631,11 @@ def _one_line(exc: BaseException) -> str:
         hint = {"EROFS": "read-only file system: choose another output path",
                 "ENOSPC": "no space left on the device: free space or choose another path",
                 "EISDIR": "is a directory: give a file path",
-                "EACCES": "permission denied", "ENOENT": "no such file or directory"}
+                "EACCES": "permission denied"}
         import errno as _errno
 
         name = _errno.errorcode.get(exc.errno or 0, "")
-        return f"{exc.filename}: {hint.get(name, what)}"
+        return f"{exc.filename}: {hint.get(name, what[:1].lower() + what[1:])}"
     if isinstance(exc, _json.JSONDecodeError):
         return f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
     if isinstance(exc, pd.errors.EmptyDataError):
@@ -595,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         if not debug:
             warnings.showwarning = show
         try:
+            _guard(args)
             return int(args.fn(args) or 0)
         except KeyboardInterrupt:
             print(f"{name}: interrupted", file=sys.stderr)

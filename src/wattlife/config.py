@@ -68,7 +68,10 @@ def validate_config(cfg: dict[str, Any], schema: str | Path | None = None) -> No
 
 def check_references(cfg: dict[str, Any]) -> None:
     """Names one section uses must be defined in another: every workload of
-    `execution.workloads` is a key of `workloads`. Raise ConfigError naming the key."""
+    `execution.workloads` is a key of `workloads` (except in a PFI run, whose targets are the
+    `pfi_matrix` sweeps). Raise ConfigError naming the key."""
+    if ((cfg.get("pfi_matrix") or {}).get("cells")):
+        return  # a PFI run: its targets are the sweeps, execution.workloads is unused
     defined = cfg.get("workloads") or {}
     used = (cfg.get("execution") or {}).get("workloads") or []
     if isinstance(used, list):

@@ -205,8 +205,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        yield tmp
-        os.replace(tmp, path)
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        except OSError as exc:  # name the path the user gave, not the temporary one
+            if exc.filename in (str(tmp), tmp) and exc.errno is not None:
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
+            raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

@@ -46,6 +46,8 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
                progress: bool = True) -> dict[str, Any]:
     """Download `url` to `dest`; returns bytes transferred, seconds, attempts, resumed."""
     dest = Path(dest)
+    if dest.is_dir():
+        raise FetchError(f"{dest}: is a directory; give the file's path, e.g. {dest / Path(url).name}")
     if not force and _verified(dest, sha256):
         return {"url": url, "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +113,9 @@ def fetch_path(src: str | Path, dest: str | Path, force: bool = False) -> dict[s
     src, dest = Path(src), Path(dest)
     if not src.exists():
         raise FetchError(f"{src}: no such file or folder")
+    if src.is_file() and dest.is_dir():
+        raise FetchError(f"{dest}: is a directory and {src} a file; give the file's path, e.g. "
+                         f"{dest / src.name}")
     if dest.exists() and not force:
         return {"src": str(src), "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
     t0 = time.monotonic()
