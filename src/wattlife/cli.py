@@ -420,13 +420,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", required=True, help="trace CSV to write")
     r.add_argument("--events", required=True, help="events CSV the workload's markers write")
     r.add_argument("--meta", help="meta.json path (default: beside the trace)")
-    r.add_argument("--config", help="config YAML whose `sampler` section to use")
+    r.add_argument("--config", help="config YAML whose `sampler` section to use (default: none, "
+                                    "the built-in sampler defaults)")
     r.add_argument("--interval-ms", type=float, help="sampler interval (default 50)")
-    r.add_argument("--gpu", choices=["auto", "nvml", "sim", "none"], help="GPU backend")
-    r.add_argument("--cpu", choices=["auto", "rapl", "estimate", "none"], help="CPU backend")
-    r.add_argument("--idle-s", type=float, help="seconds of idle baseline before CMD starts")
+    r.add_argument("--gpu", choices=["auto", "nvml", "sim", "none"],
+                   help="GPU backend (default: the config's, else auto: NVML if a GPU is visible, "
+                        "else none, noted in meta.json)")
+    r.add_argument("--cpu", choices=["auto", "rapl", "estimate", "none"],
+                   help="CPU backend (default: the config's, else auto: RAPL if readable, else "
+                        "the config's cpu_fallback, estimate by default)")
+    r.add_argument("--idle-s", type=float, help="seconds of idle baseline before CMD starts "
+                                                "(default: the config's, else 0)")
     r.add_argument("--run-id", help="run id (default: the trace's folder name)")
-    r.add_argument("--cell", help="JSON of the matrix cell, recorded in meta.json")
+    r.add_argument("--cell", help="JSON of the matrix cell, recorded in meta.json (default: none)")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     r.set_defaults(fn=cmd_run)
 
@@ -449,79 +455,97 @@ def build_parser() -> argparse.ArgumentParser:
                         "lag_lo_ms,lag_hi_ms,weight (the GPU sensor's, e.g. estimated earlier)")
     t.add_argument("--idle-split", action="store_true",
                    help="split energy into static (idle baseline) and dynamic parts")
-    t.add_argument("--bootstrap", type=int, default=200, help="bootstrap replicates (deconvolve)")
+    t.add_argument("--bootstrap", type=int, default=200,
+                   help="bootstrap replicates for deconvolution's interval (default 200)")
     t.set_defaults(fn=cmd_attribute)
 
     f = sub.add_parser("pfi", help="Power Flexibility Index per job from curves.csv")
-    f.add_argument("curves")
-    f.add_argument("-o", "--output", required=True)
-    f.add_argument("--grid", type=_floats, help="cap grid (W) to restrict to, e.g. 200,400,700")
-    f.add_argument("--mc", type=int, default=2000, help="Monte Carlo draws for the interval")
+    f.add_argument("curves", help="curves.csv (the contract's columns) or an Emerald sweep CSV")
+    f.add_argument("-o", "--output", required=True, help="pfi.csv to write")
+    f.add_argument("--grid", type=_floats, help="cap grid (W) to restrict to, e.g. 200,400,700 "
+                                                "(default: every cap of each job)")
+    f.add_argument("--mc", type=int, default=2000,
+                   help="Monte Carlo draws for the interval (default 2000)")
     f.add_argument("--subgrid", type=_floats,
-                   help="also recompute on this sub-grid (grid sensitivity), e.g. 200,500,600,700")
-    f.add_argument("--compare", help="two GPU models, 'H200,H100': Spearman rho of their PFIs")
-    f.add_argument("--seed", type=int, default=0)
+                   help="also recompute on this sub-grid (grid sensitivity), e.g. 200,500,600,700 "
+                        "(default: none)")
+    f.add_argument("--compare", help="two GPU models, 'H200,H100': Spearman rho of their PFIs "
+                                     "(default: none)")
+    f.add_argument("--seed", type=int, default=0, help="random seed of the interval (default 0)")
     f.set_defaults(fn=cmd_pfi)
 
     al = sub.add_parser("allocate", help="simulate splitting a global power cut across jobs")
-    al.add_argument("curves")
-    al.add_argument("-o", "--output", required=True)
-    al.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4])
-    al.add_argument("--workloads", type=int, default=500)
-    al.add_argument("--jobs", type=int, default=100)
-    al.add_argument("--seed", type=int, default=0)
+    al.add_argument("curves", help="curves.csv (the contract's columns) or an Emerald sweep CSV")
+    al.add_argument("-o", "--output", required=True,
+                    help="allocation.csv to write (its summary goes beside it, <stem>_summary.csv)")
+    al.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4],
+                    help="global power cuts as fractions of the jobs' uncapped power "
+                         "(default 0,0.05,...,0.4)")
+    al.add_argument("--workloads", type=int, default=500,
+                    help="simulated workloads (mixes of jobs) (default 500)")
+    al.add_argument("--jobs", type=int, default=100,
+                    help="jobs per workload, sampled from the curves' jobs (default 100)")
+    al.add_argument("--seed", type=int, default=0, help="random seed of the sampling (default 0)")
     al.add_argument("--mix", default="random",
-                    help="'random', or category weights like 'pretrain=0.3,finetune=0.7'")
-    al.add_argument("--pfi", help="pfi.csv (else computed from the curves)")
+                    help="'random' (default), or category weights like 'pretrain=0.3,finetune=0.7'")
+    al.add_argument("--pfi", help="pfi.csv (default: computed from the curves)")
     al.add_argument("--strategies", type=lambda s: s.split(","), default=None,
                     help="comma-separated subset of strategies (default: all)")
     al.set_defaults(fn=cmd_allocate)
 
     pr = sub.add_parser("predict", help="PFI predictor from telemetry: ablation table")
-    pr.add_argument("curves")
-    pr.add_argument("--pfi", required=True)
-    pr.add_argument("-o", "--output", required=True)
+    pr.add_argument("curves", help="curves.csv with the uncapped run's telemetry columns")
+    pr.add_argument("--pfi", required=True, help="pfi.csv of the same jobs (measured PFI)")
+    pr.add_argument("-o", "--output", required=True,
+                    help="predictor.csv to write (features beside it, <stem>_features.csv)")
     pr.set_defaults(fn=cmd_predict)
 
     cs = sub.add_parser("calibrate-sim", help="fit the simulated GPU's parameters to measured sweeps")
-    cs.add_argument("curves")
+    cs.add_argument("curves", help="measured curves.csv (or an Emerald sweep CSV)")
     cs.add_argument("--tdp", type=float, required=True, help="TDP (W) of the measured GPU")
-    cs.add_argument("-o", "--output", help="write the fit as JSON")
+    cs.add_argument("-o", "--output", help="write the fit as JSON (default: print only)")
     cs.set_defaults(fn=cmd_calibrate)
 
     sw = sub.add_parser("sweep", help="power-cap sweep of the jobs in a config")
-    sw.add_argument("--config", required=True)
+    sw.add_argument("--config", required=True, help="config YAML with the jobs and the cap grid")
     sw.add_argument("-o", "--output", required=True, help="curves.csv to write")
-    sw.add_argument("--job", help="only this job of the config")
+    sw.add_argument("--job", help="only this job of the config (default: every job)")
     sw.set_defaults(fn=cmd_sweep)
 
     pc = sub.add_parser("powercap", help="show GPU power limits, or restore them from a state file")
-    pc.add_argument("action", choices=["show", "restore"])
-    pc.add_argument("--state", default="wattlife-powercap-state.json")
-    pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"])
+    pc.add_argument("action", choices=["show", "restore"],
+                    help="show the limits, or restore them from the state file")
+    pc.add_argument("--state", default="wattlife-powercap-state.json",
+                    help="state file of the original limits (default wattlife-powercap-state.json)")
+    pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
+                    help="how to read/set limits (default nvml)")
     pc.set_defaults(fn=cmd_powercap)
 
     gi = sub.add_parser("gen-images", help="generate an ImageNet-layout tree of real JPEG files")
-    gi.add_argument("output")
-    gi.add_argument("--classes", type=int, default=10)
-    gi.add_argument("--train-per-class", type=int, default=32)
-    gi.add_argument("--val-per-class", type=int, default=8)
-    gi.add_argument("--size", type=int, default=96)
-    gi.add_argument("--seed", type=int, default=0)
-    gi.add_argument("--workers", type=int, default=1, help="processes writing files")
+    gi.add_argument("output", help="folder of the tree (train/<class>/*.JPEG, val/<class>/*.JPEG)")
+    gi.add_argument("--classes", type=int, default=10, help="classes (default 10)")
+    gi.add_argument("--train-per-class", type=int, default=32,
+                    help="training images per class (default 32)")
+    gi.add_argument("--val-per-class", type=int, default=8,
+                    help="validation images per class (default 8)")
+    gi.add_argument("--size", type=int, default=96, help="image side in pixels (default 96)")
+    gi.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gi.add_argument("--workers", type=int, default=1, help="processes writing files (default 1)")
     gi.set_defaults(fn=cmd_gen_images)
 
     gt = sub.add_parser("gen-text", help="generate a WikiText-like text corpus")
-    gt.add_argument("output")
-    gt.add_argument("--words", type=int, default=200_000)
-    gt.add_argument("--seed", type=int, default=0)
+    gt.add_argument("output", help="folder for train.txt and validation.txt")
+    gt.add_argument("--words", type=int, default=200_000, help="words in all (default 200000)")
+    gt.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gt.set_defaults(fn=cmd_gen_text)
 
     tr = sub.add_parser("train", help="run one training workload (phases marked)")
-    tr.add_argument("--config", required=True)
-    tr.add_argument("--workload", required=True)
-    tr.add_argument("--storage", choices=["shared", "local"], default="shared")
-    tr.add_argument("--checkpoint", choices=["on", "off"], default="off")
+    tr.add_argument("--config", required=True, help="config YAML with the workloads section")
+    tr.add_argument("--workload", required=True, help="a key of the config's workloads")
+    tr.add_argument("--storage", choices=["shared", "local"], default="shared",
+                    help="read the dataset in place, or stage it to local disk first (default shared)")
+    tr.add_argument("--checkpoint", choices=["on", "off"], default="off",
+                    help="write checkpoints (default off)")
     tr.add_argument("--workdir", required=True, help="folder for checkpoints and local copies")
     tr.set_defaults(fn=cmd_train)
 
@@ -544,52 +568,62 @@ def build_parser() -> argparse.ArgumentParser:
     fe.add_argument("-o", "--output", required=True, help="final path of the artefact")
     fe.add_argument("--sha256", type=_sha256,
                     help="expected sha256 of the file (64 hex characters; default: not verified)")
-    fe.add_argument("--kind", choices=["dataset", "model"], default="dataset")
-    fe.add_argument("--retries", type=int, default=5)
+    fe.add_argument("--kind", choices=["dataset", "model"], default="dataset",
+                    help="what is fetched: names the phase download_<kind> (default dataset)")
+    fe.add_argument("--retries", type=int, default=5,
+                    help="retries of a broken HTTP transfer, resumed (default 5)")
     fe.add_argument("--force", action="store_true", help="fetch even if present and verified")
     fe.add_argument("--name", help="artefact name for the record (default: the output's name)")
-    fe.add_argument("--record", help="write the transfer's JSON record here (bytes, seconds, network bytes)")
+    fe.add_argument("--record", help="write the transfer's JSON record here (bytes, seconds, "
+                                     "network bytes) (default: print only)")
     fe.add_argument("--serve-dir", help="demo/offline: serve this folder on a loopback HTTP server and "
-                                        "fetch --url from it (the server's CPU time is measured too)")
-    fe.add_argument("--rate-mbps", type=float, help="rate limit of the loopback server (Mbit/s)")
+                                        "fetch --url from it (the server's CPU time is measured too) "
+                                        "(default: none, fetch from the URL)")
+    fe.add_argument("--rate-mbps", type=float,
+                    help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
     fe.set_defaults(fn=cmd_fetch)
 
     up = sub.add_parser("upload", help="post-execution: send the trained model out (HTTP PUT, "
                                        "Hugging Face, or copy), marked as an `upload` phase")
     up.add_argument("src", nargs="?", help="file or folder to upload")
-    up.add_argument("--from-summary", help="upload the last checkpoint a cell's work/summary.json lists")
+    up.add_argument("--from-summary", help="upload the last checkpoint a cell's work/summary.json "
+                                           "lists (default: SRC)")
     dst = up.add_mutually_exclusive_group(required=True)
     dst.add_argument("--put", metavar="URL", help="HTTP PUT to URL/<file> (with --serve-put: a path)")
     dst.add_argument("--hf", metavar="REPO_ID", help="Hugging Face model repository")
     dst.add_argument("--copy", metavar="PATH", help="copy to a target path")
     up.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
     up.add_argument("--name", help="name for the record (default: the source's name)")
-    up.add_argument("--record", help="write the transfer's JSON record here")
-    up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this folder")
-    up.add_argument("--rate-mbps", type=float, help="rate limit of the loopback server (Mbit/s)")
+    up.add_argument("--record", help="write the transfer's JSON record here (default: print only)")
+    up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this folder "
+                                        "(default: none, PUT to the URL)")
+    up.add_argument("--rate-mbps", type=float,
+                    help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
     up.set_defaults(fn=cmd_upload)
 
     ps = sub.add_parser("pfi-sweep", help="power-cap sweep of one cell of a config's pfi_matrix "
                                           "(real training at every cap of the hardware grid)")
-    ps.add_argument("--config", required=True)
+    ps.add_argument("--config", required=True, help="config YAML with pfi_matrix")
     ps.add_argument("--cell", required=True, help="a key of pfi_matrix.cells")
     ps.add_argument("-o", "--output", required=True, help="the cell's curves.csv")
     ps.add_argument("--backend", choices=["simulated", "nvml", "nvidia-smi"],
-                    help="override powercap.backend (simulated: no real cap changes)")
+                    help="override powercap.backend (simulated: no real cap changes) "
+                         "(default: the config's powercap.backend)")
     ps.set_defaults(fn=cmd_pfi_sweep)
 
     mn = sub.add_parser("merge-nodes", help="merge per-node traces and events of a multi-node run, "
                                             "checking that the nodes' clocks agree")
-    mn.add_argument("--traces", nargs="+", required=True)
-    mn.add_argument("--events", nargs="+", required=True)
+    mn.add_argument("--traces", nargs="+", required=True, help="each node's trace.csv")
+    mn.add_argument("--events", nargs="+", required=True, help="each node's events.csv")
     mn.add_argument("--trace", required=True, help="merged trace to write")
     mn.add_argument("--events-out", required=True, help="merged events to write")
-    mn.add_argument("--warn-ms", type=float, default=5.0, help="warn above this clock offset")
+    mn.add_argument("--warn-ms", type=float, default=5.0,
+                    help="warn above this clock offset between nodes (default 5 ms)")
     mn.set_defaults(fn=cmd_merge_nodes)
 
     acu = sub.add_parser("aggregate-curves", help="concatenate per-job curves.csv into one table")
-    acu.add_argument("curves", nargs="+")
-    acu.add_argument("-o", "--output", required=True)
+    acu.add_argument("curves", nargs="+", help="per-job curves.csv files")
+    acu.add_argument("-o", "--output", required=True, help="the combined curves.csv to write")
     acu.set_defaults(fn=cmd_aggregate_curves)
 
     gc = sub.add_parser("gen-catalogue", help="generate the config's `generated` catalogue artefacts")
@@ -601,8 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                "estimate and staging break-even")
     pt.add_argument("--config", required=True, help="config YAML (prepare.catalogue, prepare.facility)")
     pt.add_argument("--records", nargs="+", required=True, help="transfer records (phases.csv beside each)")
-    pt.add_argument("--phase-summary", help="the execution matrix's phase_summary.csv")
-    pt.add_argument("--cell-summaries", nargs="*", default=[], help="cells' work/summary.json")
+    pt.add_argument("--phase-summary", help="the execution matrix's phase_summary.csv (default: "
+                                            "none, no staging break-even table)")
+    pt.add_argument("--cell-summaries", nargs="*", default=[],
+                    help="cells' work/summary.json (default: none)")
     pt.add_argument("-o", "--output", required=True, help="tables folder")
     pt.set_defaults(fn=cmd_prepare_tables)
 
@@ -610,12 +646,14 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("tables", help="a run's tables folder, or with --reference results/reference")
     fg.add_argument("--reference", action="store_true",
                     help="draw the committed reference results (H200, A100) from their CSVs")
-    fg.add_argument("-o", "--output", required=True)
+    fg.add_argument("-o", "--output", required=True, help="folder for the PNG and PDF figures")
     fg.set_defaults(fn=cmd_figures)
 
     b = sub.add_parser("bench", help="benchmarks that print figures (markers, attribution, allocate)")
-    b.add_argument("what", choices=["markers", "attribution", "allocate", "all"])
-    b.add_argument("--scale", type=float, default=1.0, help="fraction of the full-size benchmark")
+    b.add_argument("what", choices=["markers", "attribution", "allocate", "all"],
+                   help="which benchmark")
+    b.add_argument("--scale", type=float, default=1.0,
+                   help="fraction of the full-size benchmark (default 1.0)")
     b.set_defaults(fn=cmd_bench)
     return p
 
