@@ -1,4 +1,4 @@
-"""File contracts shared by every part of the suite (see DESIGN.md, "File contracts").
+"""File contracts shared by every part of the suite (see README.md, "Files and formulas").
 
 Column names, and the readers and writers of trace / events / phases / curves / pfi tables.
 Readers accept unknown extra columns, name the file and line of a malformed row, and tolerate a
