@@ -108,19 +108,23 @@ MAX_PLAUSIBLE_W = {"gpu": 5_000.0, "cpu": 5_000.0, "dram": 2_000.0, "node": 200_
 def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | None = 2) -> None:
     """Reject power/energy readings no device can give: NaN, inf, negative power, power above
     `MAX_PLAUSIBLE_W` for the device's kind, negative energy. Names file, line and device."""
-    metric = df["metric"].to_numpy()
+    mcodes, metrics = pd.factorize(df["metric"])
+    metrics = list(metrics)
     v = df["value"].to_numpy(np.float64)
-    kind = df["device"].map(device_kind)
-    cap = kind.map(MAX_PLAUSIBLE_W).fillna(MAX_PLAUSIBLE_W["node"]).to_numpy(np.float64)
-    is_p, is_e = metric == "power_w", metric == "energy_j"
+    codes, devices = pd.factorize(df["device"])  # few devices, many rows
+    kinds = np.array([device_kind(str(d)) for d in devices] + ["node"], dtype=object)
+    caps = np.array([MAX_PLAUSIBLE_W.get(k, MAX_PLAUSIBLE_W["node"]) for k in kinds])
+    cap = caps[codes]
+    is_p = mcodes == (metrics.index("power_w") if "power_w" in metrics else -2)
+    is_e = mcodes == (metrics.index("energy_j") if "energy_j" in metrics else -2)
     with np.errstate(invalid="ignore"):
         bad = ((is_p | is_e) & ~np.isfinite(v)) | (is_p & ((v < 0) | (v > cap))) | (is_e & (v < 0))
     if not bad.any():
         return
     i = int(np.flatnonzero(bad)[0])
     where = f"{path}:{i + first_data_line}" if first_data_line else f"{path} row {i}"
-    dev, m = df["device"].iat[i], metric[i]
-    rng = f"[0, {cap[i]:g}] W for a {kind.iat[i]}" if m == "power_w" else "a finite value >= 0 J"
+    dev, m = df["device"].iat[i], metrics[mcodes[i]]
+    rng = f"[0, {cap[i]:g}] W for a {kinds[codes[i]]}" if m == "power_w" else "a finite value >= 0 J"
     raise ContractError(f"{where}: device {dev} {m} reading {float(v[i])!r} is outside the physical "
                         f"range (expected {rng}); {int(bad.sum())} such reading(s) in the file")
 
