@@ -227,6 +227,9 @@ def cmd_train(a: argparse.Namespace) -> int:
     from .workloads import train_from_config
 
     cfg = load_config(a.config)
+    if a.workload not in (cfg.get("workloads") or {}):
+        raise ValueError(f"--workload {a.workload}: not a key of {a.config}'s workloads "
+                         f"(defined: {sorted(cfg.get('workloads') or {})})")
     return train_from_config(cfg, a.workload, a.storage, a.checkpoint == "on", a.workdir)
 
 

@@ -208,7 +208,10 @@ def hardware_profile(name_or_path: str) -> dict[str, Any]:
 def matrix_cell_workload(cfg: dict[str, Any], cell: str
                          ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The causal-LM workload of one `pfi_matrix` cell, the cell itself and its hardware profile."""
-    m = cfg["pfi_matrix"]
+    m = cfg.get("pfi_matrix") or {}
+    if not m.get("cells"):
+        raise ValueError("pfi_matrix.cells: missing from the config; pfi-sweep needs a config with a "
+                         "pfi_matrix (e.g. config/pfi.yaml)")
     if cell not in m["cells"]:
         raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
     c = m["cells"][cell]

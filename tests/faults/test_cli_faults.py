@@ -218,3 +218,13 @@ def test_a_bad_option_value_names_the_option(capsys):
         main(["pfi", "c.csv", "-o", "o.csv", "--grid", "200,abc"])
     assert exc.value.code == 2
     assert "--grid" in capsys.readouterr().err
+
+
+def test_an_undefined_workload_or_cell_names_the_option(tmp_path, capsys):
+    assert main(["train", "--config", str(REPO / "config/config.yaml"), "--workload", "bert",
+                 "--workdir", str(tmp_path / "w")]) == 2
+    assert "--workload bert: not a key of" in _one_line(capsys)
+    assert main(["pfi-sweep", "--config", str(REPO / "config/config.yaml"), "--cell", "x", "-o",
+                 str(tmp_path / "c.csv")]) == 2
+    assert "pfi_matrix.cells: missing" in _one_line(capsys)
+    assert not (tmp_path / "w").exists()
