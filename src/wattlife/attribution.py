@@ -372,14 +372,13 @@ def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
     per_boundary = sigma_p * series.spacing_s / np.sqrt(12.0)
     boundaries = 2.0 * g["count"].clip(lower=1).to_numpy()
     half = 1.96 * per_boundary * np.sqrt(boundaries)
-    # no phase draws less than the device's floor (its lowest reading) nor more than its bound
+    # no phase draws less than the device's floor (its lowest reading). The upper end is left
+    # alone: a reading at the device's highest value is not a bound on the phase's true power
+    # (an estimate saturates, a sensor averages), and clamping it would give a zero-width interval.
     t_pos = g["time_s"].clip(lower=0.0).to_numpy()
     e = g["energy_j"].to_numpy()
     g["energy_lo_j"] = np.minimum(np.maximum(e - half, series.floor_w * t_pos), e)
-    hi = e + half
-    if np.isfinite(series.upper_w):
-        hi = np.maximum(np.minimum(hi, series.upper_w * t_pos), e)
-    g["energy_hi_j"] = hi
+    g["energy_hi_j"] = e + half
     g["identified"] = True
     g["method"] = "integrate"
     g["window_ms"] = np.nan
@@ -510,10 +509,13 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
     # bootstrap interval has not collapsed (a zero-width interval means every replicate hit the
     # same bound: the data pushed the estimate against a physical limit). Otherwise the interval
     # is everything physically possible, the device's floor to its upper bound.
-    collapsed = (hi - lo) <= 1e-6 * np.maximum(np.abs(hi), 1.0)
+    # A device that read one value throughout (e.g. a utilisation estimate saturated at its
+    # maximum) has floor == upper: every phase drew that power, and a point is all there is.
+    upper = series.upper_w
+    constant = not floor < upper
+    collapsed = ((hi - lo) <= 1e-6 * np.maximum(np.abs(hi), 1.0)) & (not constant)
     # a name absent from most replicates (one long phase in one block) is barely resampled
     identified = used & (seen >= MIN_IDENTIFIABILITY) & ~collapsed & (seen_boot >= n_boot / 2)
-    upper = series.upper_w
     lo = np.where(identified, lo, floor)
     hi = np.where(identified, hi, np.maximum(upper, beta) if np.isfinite(upper) else np.inf)
     # exclusive time per name inside the trace span

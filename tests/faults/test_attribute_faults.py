@@ -194,3 +194,16 @@ def test_output_equal_to_an_input_is_refused(tmp_path, capsys):
     assert main(args) == 2
     assert "also an input" in capsys.readouterr().err
     assert (tmp_path / "trace.csv").read_bytes() == before
+
+
+def test_a_device_that_read_one_value_gives_every_phase_that_power():
+    """A CPU estimate saturated at its maximum (two busy loops on 2 cores): every reading 150 W.
+    Before: energy_lo 0 J for every phase; now each phase is 150 W x its time."""
+    t = T0 + np.arange(0, 80) * 50 * MS
+    ev = events_frame([("idle_baseline", T0, T0 + 300 * MS),
+                       ("download_dataset", T0 + 1000 * MS, T0 + 1043 * MS)])
+    out = attribute_energy(trace_frame(t, np.full(80, 150.0), "cpu0", source="estimate"), ev,
+                           method="deconvolve", n_boot=20).set_index("phase").drop(RESIDUAL)
+    assert out["energy_j"].to_numpy() == pytest.approx(150.0 * out["time_s"].to_numpy())
+    assert out["energy_lo_j"].to_numpy() == pytest.approx(out["energy_j"].to_numpy())
+    assert out["identified"].all()
