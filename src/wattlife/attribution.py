@@ -48,6 +48,7 @@ from .contracts import (PHASES_COLUMNS, UNATTRIBUTED, ContractError, device_kind
                         read_trace, refuse_overwrite, write_table)
 
 RESIDUAL = "deconvolution_residual"
+ATTRIBUTED_KINDS = ("gpu", "cpu", "dram")
 PROGRESS_MIN_READINGS = 2_000_000  # show a progress bar when a trace has more readings
 
 
@@ -57,7 +58,6 @@ def _progress(n_devices: int, n_readings: int, desc: str):
 
     return tqdm(total=n_devices, desc=desc, unit="device",
                 disable=n_readings < PROGRESS_MIN_READINGS or None)
-ATTRIBUTED_KINDS = ("gpu", "cpu", "dram")
 
 
 @dataclass
