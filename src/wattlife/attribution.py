@@ -646,17 +646,16 @@ def check_time_units(trace: pd.DataFrame, events: pd.DataFrame, trace_name: str 
                      events_name: str = "events") -> None:
     """Every timestamp is epoch nanoseconds: a trace or events file stamped in s, ms or us (as
     other tools write them) is an error that says which unit it looks like."""
-    units = {trace_name + " column t_ns": time_unit(trace["t_ns"].to_numpy())}
+    cols = {trace_name + " column t_ns": trace["t_ns"].to_numpy()}
     if len(events):
-        units[events_name + " column start_ns"] = time_unit(events["start_ns"].to_numpy())
-    known = {k: u for k, u in units.items() if u is not None}
-    bad = {k: u for k, u in known.items() if u != "ns"}
-    if bad:
-        k, u = next(iter(bad.items()))
-        raise ContractError(f"{k}: timestamps look like epoch {'seconds' if u == 's' else u} "
-                            f"(median {np.median(trace['t_ns'] if 't_ns' in k else events['start_ns']):.4g}); "
-                            "expected epoch nanoseconds (time.time_ns(), ~1.7e18); convert with "
-                            f"x {int(1e9 / _UNITS[u]):,}")
+        cols[events_name + " column start_ns"] = events["start_ns"].to_numpy()
+    for where, values in cols.items():
+        unit = time_unit(values)
+        if unit is not None and unit != "ns":
+            raise ContractError(
+                f"{where}: timestamps look like epoch {'seconds' if unit == 's' else unit} "
+                f"(median {np.median(values):.4g}); expected epoch nanoseconds (time.time_ns(), "
+                f"~1.7e18): multiply by {int(1e9 / _UNITS[unit]):,}")
 
 
 def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "auto",

@@ -142,6 +142,7 @@ def test_timestamps_in_the_wrong_unit_are_named(tmp_path, capsys, unit, div):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "events.csv column start_ns" in err and f"epoch {unit}" in err and "nanoseconds" in err
+    assert f"median {np.median(ev['start_ns']):.4g}" in err
 
 
 @pytest.mark.parametrize("value,line", [("1e300", 7), ("-500", 7), ("nan", 7), ("inf", 7)])
