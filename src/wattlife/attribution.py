@@ -794,6 +794,9 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
         response = SensorResponse.from_csv(sensor_response)
     trace_df = read_trace(trace)
     events_df = read_events(events)
+    if not len(events_df):
+        warnings.warn(f"{events}: no phases (header only): the whole trace is `unattributed` "
+                      "(GPUs: `idle`)")
     meta_path = Path(trace).with_name("meta.json")
     try:
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}

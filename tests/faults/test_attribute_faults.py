@@ -208,3 +208,17 @@ def test_a_device_that_read_one_value_gives_every_phase_that_power():
     assert out["energy_j"].to_numpy() == pytest.approx(150.0 * out["time_s"].to_numpy())
     assert out["energy_lo_j"].to_numpy() == pytest.approx(out["energy_j"].to_numpy())
     assert out["identified"].all()
+
+
+def test_header_only_events_warn_and_a_header_only_trace_fails(tmp_path, capsys):
+    (tmp_path / "ev.csv").write_text("run_id,host,rank,phase,start_ns,end_ns,step,items\n")
+    _flat().to_csv(tmp_path / "trace.csv", index=False)
+    args = ["attribute", "--trace", str(tmp_path / "trace.csv"), "--events", str(tmp_path / "ev.csv"),
+            "-o", str(tmp_path / "ph.csv")]
+    assert main(args) == 0
+    assert "ev.csv: no phases (header only)" in capsys.readouterr().err
+    (tmp_path / "trace.csv").write_text("t_ns,host,device,metric,value,source\n")
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("no GPU, CPU or DRAM power/energy readings to attribute")
+    assert len([ln for ln in err.splitlines() if ": error:" in ln]) == 1 and "Traceback" not in err
