@@ -12,10 +12,14 @@ sum(phases) + unattributed = E(last reading) - E(first reading).
 
 Deconvolve. When phases are shorter than the sensor's averaging window, model reading i as
 sum_p P_p * overlap(p, [t_i - w, t_i]) / w over phase names p (exclusive time; `unattributed` is a
-name too) and solve least squares for one mean power per name, bounded below by 0 and, where the trace has the
+name too) and solve least squares for one mean power per name, bounded below by the device's floor
+(its lowest reading: a phase on a device that draws power never gets 0 J) and, where the trace has the
 device's `power_limit_w`, above by the larger of that limit and the highest reading. A small ridge pulls names the readings
 barely see toward the device's mean power (column `identifiability`: a name's share of the mean
-diagonal of A'A; below ~0.01 its power is mostly that prior, not a measurement). Energy of a name is
+diagonal of A'A; below 0.01 its power is mostly that prior, not a measurement). Such a name, or one
+whose bootstrap interval collapsed onto a bound, has `identified` False and the interval of all
+that is physically possible: floor x time to upper bound x time (the upper bound is the power
+limit's, else the highest reading). Energy of a name is
 P_p x its total exclusive time; the difference to the measured total is reported as the row
 `deconvolution_residual`, so the energy still adds up. The 95% interval comes from a moving-block
 bootstrap of (reading, overlap) pairs: contiguous blocks of readings are resampled with
@@ -41,10 +45,19 @@ import pandas as pd
 from scipy.optimize import lsq_linear, nnls
 
 from .contracts import (PHASES_COLUMNS, UNATTRIBUTED, ContractError, device_kind, read_events,
-                        read_trace, write_table)
+                        read_trace, refuse_overwrite, write_table)
 
 RESIDUAL = "deconvolution_residual"
 ATTRIBUTED_KINDS = ("gpu", "cpu", "dram")
+PROGRESS_MIN_READINGS = 2_000_000  # show a progress bar when a trace has more readings
+
+
+def _progress(n_devices: int, n_readings: int, desc: str):
+    """A tqdm bar over devices for large traces (stderr; silent when small or not a terminal)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=n_devices, desc=desc, unit="device",
+                disable=n_readings < PROGRESS_MIN_READINGS or None)
 
 
 @dataclass
@@ -58,6 +71,19 @@ class DeviceSeries:
     power_w: np.ndarray | None  # window-average power readings, if the device has them
     source: str
     max_power_w: float = np.inf  # upper bound of a phase's mean power in deconvolution
+    floor_w: float = 0.0  # the lowest power the device was seen drawing (lower bound of a phase's)
+
+    @property
+    def upper_w(self) -> float:
+        """The highest mean power a phase can have: the power-limit bound where the trace has one,
+        else the highest power the device was seen drawing."""
+        if np.isfinite(self.max_power_w):
+            return float(self.max_power_w)
+        if self.power_w is not None:
+            return float(np.max(self.power_w))
+        dt = np.diff(self.t_ns) / 1e9
+        ok = dt > 0
+        return float(np.max(np.diff(self.energy_j)[ok] / dt[ok])) if ok.any() else np.inf
 
     def rel(self, t_ns: np.ndarray) -> np.ndarray:
         """Seconds-scale float times relative to the first reading (epoch ns in float64 would
@@ -90,13 +116,18 @@ def device_series(trace: pd.DataFrame) -> list[DeviceSeries]:
             # a burst may exceed the limit (the H200's 20 ms readings reach ~1.3x it): the highest
             # reading says how far this device went
             bound = max(limit, float(p.max())) if np.isfinite(limit) else np.inf
-            out.append(DeviceSeries(host, dev, t, e, p, src, bound))
+            floor = max(float(p[1:].min()), 0.0)  # p[0] has no window (not integrated)
+            out.append(DeviceSeries(host, dev, t, e, p, src, bound, floor))
             continue
         energy = g[g["metric"] == "energy_j"].sort_values("t_ns", kind="stable")
         if len(energy) >= 2:
             t = energy["t_ns"].to_numpy(np.int64)
             e = energy["value"].to_numpy(np.float64)
-            out.append(DeviceSeries(host, dev, t, e - e[0], None, energy["source"].mode().iat[0]))
+            dt = np.diff(t) / 1e9
+            ok = dt > 0
+            floor = max(float(np.min(np.diff(e)[ok] / dt[ok])), 0.0) if ok.any() else 0.0
+            out.append(DeviceSeries(host, dev, t, e - e[0], None, energy["source"].mode().iat[0],
+                                    floor_w=floor))
     return out
 
 
@@ -238,23 +269,69 @@ def _segments(tree: PhaseTree) -> tuple[np.ndarray, np.ndarray]:
     return times[order], label[order]
 
 
-def _phase_map(events: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
-    """Which rank's events each (host, device) takes: GPU k <- local rank k; CPU/DRAM <- the
-    lowest rank on the host (it drives the host's work)."""
+IDLE = "idle"  # the phase of a GPU that no rank uses
+
+
+def gpu_mapping(meta: dict) -> list[int] | None:
+    """Local rank -> the GPU's number in the trace's device names (`gpu<N>`), from meta.json.
+
+    `wattlife run` records `gpus: [{device, local_rank, cuda_ordinal, nvml_index, ...}]`; its trace
+    names each GPU by CUDA ordinal, so rank k drives `device` of the entry whose local_rank is k.
+    An explicit `cuda_to_nvml` list (top level or under `gpu_mapping`) is for traces named by NVML
+    index. None if meta.json has neither (then rank k drives gpu k)."""
+    gpus = meta.get("gpus")
+    if isinstance(gpus, list) and gpus and all(isinstance(g, dict) for g in gpus):
+        try:
+            by_rank = {int(g["local_rank"]): int(str(g["device"]).removeprefix("gpu")) for g in gpus}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ContractError(f"meta.json: gpus entries need device 'gpu<N>' and local_rank, "
+                                f"got {gpus!r}") from exc
+        if sorted(by_rank) == list(range(len(by_rank))):
+            return [by_rank[k] for k in range(len(by_rank))]
+    m = meta.get("cuda_to_nvml")
+    if m is None and isinstance(meta.get("gpu_mapping"), dict):
+        m = meta["gpu_mapping"].get("cuda_to_nvml")
+    if m is None:
+        return None
+    if not isinstance(m, (list, tuple)) or not all(isinstance(i, int) and i >= 0 for i in m):
+        raise ContractError(f"meta.json: cuda_to_nvml must be a list of NVML indices (non-negative "
+                            f"integers), got {m!r}")
+    return list(m)
+
+
+def _phase_map(events: pd.DataFrame,
+               cuda_to_nvml: list[int] | None = None) -> dict[tuple[str, str], pd.DataFrame]:
+    """Which rank's events each (host, device) takes: the GPU of local rank k is CUDA device k,
+    i.e. NVML index cuda_to_nvml[k] (k itself without a mapping); CPU/DRAM <- the lowest rank on
+    the host (it drives the host's work)."""
     ev = events.copy()
     if "local_rank" not in ev.columns or ev["local_rank"].isna().any():
         ev["local_rank"] = ev.groupby("host")["rank"].rank(method="dense").astype(int) - 1
     out: dict[tuple[str, str], pd.DataFrame] = {}
     for host, g in ev.groupby("host"):
         for lr, gg in g.groupby("local_rank"):
-            out[(host, f"gpu{int(lr)}")] = gg
+            k = int(lr)
+            if cuda_to_nvml is not None and k >= len(cuda_to_nvml):
+                raise ContractError(f"events: local rank {k} on {host} has no GPU in meta.json's "
+                                    f"cuda_to_nvml {cuda_to_nvml}")
+            out[(host, f"gpu{cuda_to_nvml[k] if cuda_to_nvml is not None else k}")] = gg
         low = g[g["rank"] == g["rank"].min()]
         out[(host, "host")] = low
     return out
 
 
+def _idle_events(series: DeviceSeries, run_id: str) -> pd.DataFrame:
+    """One `idle` interval over the whole trace: a GPU that no rank used."""
+    return pd.DataFrame({"run_id": [run_id], "host": [series.host], "rank": [-1], "phase": [IDLE],
+                         "start_ns": [int(series.t_ns[0])], "end_ns": [int(series.t_ns[-1])],
+                         "step": [np.nan], "items": [np.nan]})
+
+
 def _events_for(series: DeviceSeries, pmap: dict, events: pd.DataFrame) -> pd.DataFrame:
+    """The events of the rank that drives this device; for a GPU no rank uses, one `idle`
+    interval (never another rank's phases)."""
     kind = device_kind(series.device)
+    run_id = str(events["run_id"].iloc[0]) if len(events) else "run"
     key = (series.host, series.device if kind == "gpu" else "host")
     if key in pmap:
         return pmap[key]
@@ -265,9 +342,10 @@ def _events_for(series: DeviceSeries, pmap: dict, events: pd.DataFrame) -> pd.Da
         key = (only, series.device if kind == "gpu" else "host")
         if key in pmap:
             return pmap[key]
-        return pmap[(only, "host")]
-    if kind == "gpu" and (series.host, "host") in pmap:
-        return pmap[(series.host, "host")]
+        if kind != "gpu":
+            return pmap[(only, "host")]
+    if kind == "gpu":
+        return _idle_events(series, run_id)
     return events.iloc[:0]
 
 
@@ -307,8 +385,14 @@ def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
     per_boundary = sigma_p * series.spacing_s / np.sqrt(12.0)
     boundaries = 2.0 * g["count"].clip(lower=1).to_numpy()
     half = 1.96 * per_boundary * np.sqrt(boundaries)
-    g["energy_lo_j"] = g["energy_j"] - half
-    g["energy_hi_j"] = g["energy_j"] + half
+    # no phase draws less than the device's floor (its lowest reading). The upper end is left
+    # alone: a reading at the device's highest value is not a bound on the phase's true power
+    # (an estimate saturates, a sensor averages), and clamping it would give a zero-width interval.
+    t_pos = g["time_s"].clip(lower=0.0).to_numpy()
+    e = g["energy_j"].to_numpy()
+    g["energy_lo_j"] = np.minimum(np.maximum(e - half, series.floor_w * t_pos), e)
+    g["energy_hi_j"] = e + half
+    g["identified"] = True
     g["method"] = "integrate"
     g["window_ms"] = np.nan
     return g
@@ -355,12 +439,16 @@ def _segment_index(tree: PhaseTree, series: DeviceSeries) -> tuple[_SegmentIndex
     return _SegmentIndex(series.rel(bounds), seg_name, names), bounds, seg_name
 
 
+MIN_IDENTIFIABILITY = 0.01  # below it a name's power is mostly the ridge prior (see deconvolve)
 SHRINK = 1e-3  # ridge weight, relative to the mean diagonal of A'A (see _nnls_normal)
 
 
 def _nnls_normal(g: np.ndarray, h: np.ndarray, prior_w: float = 0.0,
-                 max_w: float = np.inf) -> np.ndarray:
-    """argmin ||A b - P||^2 + lam ||b - prior_w||^2, 0 <= b <= max_w, from G = A'A and h = A'P.
+                 max_w: float = np.inf, min_w: float = 0.0) -> np.ndarray:
+    """argmin ||A b - P||^2 + lam ||b - prior_w||^2, min_w <= b <= max_w, from G = A'A and h = A'P.
+
+    The lower bound is the device's floor (its lowest reading): a phase on a device that draws
+    power never gets 0 W, which least squares alone would give a phase the readings barely see.
 
     The upper bound (see `device_series`) keeps a collinear pair of phases (a 3 ms copy that
     always precedes a forward pass) from trading watts without physical limit.
@@ -372,8 +460,11 @@ def _nnls_normal(g: np.ndarray, h: np.ndarray, prior_w: float = 0.0,
     lam = SHRINK * np.trace(g) / len(g) if prior_w > 0 else 1e-12 * np.trace(g) + 1e-300
     r = np.linalg.cholesky(g + lam * np.eye(len(g))).T
     d = np.linalg.solve(r.T, h + lam * prior_w)
-    if np.isfinite(max_w):
-        return lsq_linear(r, d, bounds=(0.0, max_w), method="bvls").x
+    if np.isfinite(max_w) or min_w > 0:
+        lo = min(max(min_w, 0.0), max_w)
+        if lo == max_w:  # a device that never varied: one possible power
+            return np.full(len(h), lo)
+        return lsq_linear(r, d, bounds=(lo, max_w), method="bvls").x
     return nnls(r, d)[0]
 
 
@@ -408,18 +499,38 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
     used = np.diag(g_all) > 0
     mean_w = float(np.mean(p))
     beta = np.zeros(k)
-    beta[used] = _nnls_normal(g_all[np.ix_(used, used)], h_all[used], mean_w, series.max_power_w)
+    floor, cap = series.floor_w, series.max_power_w
+    beta[used] = _nnls_normal(g_all[np.ix_(used, used)], h_all[used], mean_w, cap, floor)
     rng = np.random.default_rng(seed)
-    boots = np.zeros((n_boot, k))
+    boots = np.full((n_boot, k), np.nan)  # NaN: the replicate holds no reading of that name
     for r in range(n_boot):
         wts = rng.multinomial(n_blocks, np.full(n_blocks, 1.0 / n_blocks)).astype(float)
         gb = np.tensordot(wts, g_blocks, axes=1)
         hb = np.tensordot(wts, h_blocks, axes=1)
         ok = used & (np.diag(gb) > 0)
-        boots[r, ok] = _nnls_normal(gb[np.ix_(ok, ok)], hb[ok], mean_w, series.max_power_w)
-    lo, hi = np.percentile(boots, [2.5, 97.5], axis=0)
+        boots[r, ok] = _nnls_normal(gb[np.ix_(ok, ok)], hb[ok], mean_w, cap, floor)
+    # a name no reading saw keeps the device's mean power; the bootstrap says nothing about it
+    beta[~used] = np.clip(mean_w, floor, cap)
+    seen_boot = np.isfinite(boots).sum(axis=0)
+    boots[:, seen_boot == 0] = beta[seen_boot == 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = np.nanpercentile(boots, [2.5, 97.5], axis=0)
     # how well the readings see each name: its share of the mean diagonal of A'A
     seen = np.diag(g_all) / max(np.trace(g_all) / k, 1e-300)
+    # Identified: the readings see the name (identifiability >= MIN_IDENTIFIABILITY) and its
+    # bootstrap interval has not collapsed (a zero-width interval means every replicate hit the
+    # same bound: the data pushed the estimate against a physical limit). Otherwise the interval
+    # is everything physically possible, the device's floor to its upper bound.
+    # A device that read one value throughout (e.g. a utilisation estimate saturated at its
+    # maximum) has floor == upper: every phase drew that power, and a point is all there is.
+    upper = series.upper_w
+    constant = not floor < upper
+    collapsed = ((hi - lo) <= 1e-6 * np.maximum(np.abs(hi), 1.0)) & (not constant)
+    # a name absent from most replicates (one long phase in one block) is barely resampled
+    identified = used & (seen >= MIN_IDENTIFIABILITY) & ~collapsed & (seen_boot >= n_boot / 2)
+    lo = np.where(identified, lo, floor)
+    hi = np.where(identified, hi, np.maximum(upper, beta) if np.isfinite(upper) else np.inf)
     # exclusive time per name inside the trace span
     seg_t0 = np.clip(bounds[:-1], t0, t1)
     seg_t1 = np.clip(bounds[1:], t0, t1)
@@ -437,6 +548,7 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
                      "energy_hi_j": hi[j] * ts, "time_s": ts,
                      "count": int(count_by.get(nm, 0)), "method": "deconvolve",
                      "window_ms": w_ns / 1e6, "identifiability": float(seen[j]),
+                     "identified": bool(identified[j]),
                      "sensor_response": response.describe()})
     df = pd.DataFrame(rows)
     total = float(series.energy_j[-1] - series.energy_j[0])
@@ -444,6 +556,7 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
     df = pd.concat([df, pd.DataFrame([{"phase": RESIDUAL, "energy_j": resid, "energy_lo_j": resid,
                                        "energy_hi_j": resid, "time_s": 0.0, "count": 0,
                                        "method": "deconvolve", "window_ms": w_ns / 1e6,
+                                       "identified": True,
                                        "sensor_response": response.describe()}])],
                    ignore_index=True)
     return df
@@ -508,13 +621,70 @@ def idle_power(series: DeviceSeries, start_ns: int, end_ns: int) -> float:
     return float((e[1] - e[0]) / dt)
 
 
+def _coverage(series: DeviceSeries, tree: PhaseTree) -> tuple[pd.Series, float, float]:
+    """Per phase name, the share of its (exclusive) time inside the trace's span; the share of
+    all phases' time inside it; the seconds outside it."""
+    t0, t1 = series.t_ns[0], series.t_ns[-1]
+    full = (tree.end - tree.start) / 1e9
+    inside = (np.clip(tree.end, t0, t1) - np.clip(tree.start, t0, t1)) / 1e9
+    ex_full, ex_in = _exclusive(tree, full), _exclusive(tree, inside)
+    by = pd.DataFrame({"phase": tree.name, "full": ex_full, "inside": ex_in}).groupby("phase").sum()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = pd.Series(np.where(by["full"] > 0, by["inside"] / by["full"], 1.0), index=by.index)
+    top = tree.parent < 0
+    tot_full, tot_in = float(full[top].sum()), float(inside[top].sum())
+    overall = tot_in / tot_full if tot_full > 0 else 1.0
+    return frac.clip(0.0, 1.0), overall, tot_full - tot_in
+
+
+# Plausible epoch range (years 2000-2100) in seconds, and the factor of each unit to it.
+_EPOCH_S = (9.4e8, 4.2e9)
+_UNITS = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
+
+
+def time_unit(values: np.ndarray) -> str | None:
+    """The unit in which `values` read as an epoch timestamp of 2000-2100 (None: neither)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return None
+    mid = float(np.median(v))
+    for unit, f in _UNITS.items():
+        if _EPOCH_S[0] <= mid / f <= _EPOCH_S[1]:
+            return unit
+    return None
+
+
+def check_time_units(trace: pd.DataFrame, events: pd.DataFrame, trace_name: str = "trace",
+                     events_name: str = "events") -> None:
+    """Every timestamp is epoch nanoseconds: a trace or events file stamped in s, ms or us (as
+    other tools write them) is an error that says which unit it looks like."""
+    cols = {trace_name + " column t_ns": trace["t_ns"].to_numpy()}
+    if len(events):
+        cols[events_name + " column start_ns"] = events["start_ns"].to_numpy()
+    for where, values in cols.items():
+        unit = time_unit(values)
+        if unit is not None and unit != "ns":
+            raise ContractError(
+                f"{where}: timestamps look like epoch {'seconds' if unit == 's' else unit} "
+                f"(median {np.median(values):.4g}); expected epoch nanoseconds (time.time_ns(), "
+                f"~1.7e18): multiply by {int(1e9 / _UNITS[unit]):,}")
+
+
 def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "auto",
                      window_s: float | None = None, run_id: str | None = None,
                      idle_window: tuple[int, int] | None = None,
                      n_boot: int = 200,
-                     response: SensorResponse | str | None = None) -> pd.DataFrame:
-    """trace x events -> phases table (contract columns plus host, window_ms, and, with an idle
-    window, idle_power_w / static_j / dynamic_j).
+                     response: SensorResponse | str | None = None,
+                     strict: bool = False, cuda_to_nvml: list[int] | None = None,
+                     where: str = "") -> pd.DataFrame:
+    """trace x events -> phases table (contract columns plus host, window_ms, identified,
+    covered_fraction, and, with an idle window, idle_power_w / static_j / dynamic_j).
+
+    Phases' time outside the trace's span cannot be attributed: `covered_fraction` is the share
+    of each phase's time inside it, and an uncovered share is a warning naming it (an error with
+    `strict`). A GPU that no rank uses (`cuda_to_nvml`: CUDA ordinal -> NVML index, from
+    meta.json) gets one `idle` phase. `where` names the inputs in messages.
 
     `response` shapes deconvolution's reading window: None, a boxcar (`window_s`, else
     estimated); a `SensorResponse`, the GPU sensor's weights (for GPUs; CPU and DRAM keep the
@@ -527,12 +697,21 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
     if run_id is None:
         ids = events["run_id"].astype(str).unique() if len(events) else []
         run_id = ids[0] if len(ids) == 1 else "run"
-    pmap = _phase_map(events)
+    check_time_units(trace, events)
+    pmap = _phase_map(events, cuda_to_nvml)
     frames = []
     used: dict[tuple[str, str], SensorResponse] = {}
-    for s in device_series(trace):
+    uncovered: list[str] = []
+    series = device_series(trace)
+    bar = _progress(len(series), sum(len(x.t_ns) for x in series), "attribute")
+    for s in series:
         ev = _events_for(s, pmap, events)
         tree = phase_tree(ev, where=f"events of {s.host}/{s.device}")
+        frac, overall, outside_s = _coverage(s, tree)
+        # within a reading spacing of the trace's ends is what any sampler leaves (it starts
+        # and stops around the command): only more is worth a warning
+        if overall < 1.0 - 1e-9 and not outside_s <= 2 * np.nan_to_num(s.spacing_s):
+            uncovered.append(f"{s.host}/{s.device} {1 - overall:.1%} ({outside_s:.3f} s)")
         m = method
         if m == "deconvolve" and s.power_w is None:
             warnings.warn(f"{s.device}: only an energy counter, integrating instead of deconvolving")
@@ -551,6 +730,8 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
             used[(s.host, s.device)] = r
         else:
             df = integrate(s, tree)
+        df["covered_fraction"] = df["phase"].map(frac).where(df["phase"] != RESIDUAL)
+        df.loc[df["phase"] == UNATTRIBUTED, "covered_fraction"] = 1.0
         df["device"], df["host"] = s.device, s.host
         df["device_kind"] = device_kind(s.device)
         df["source"] = s.source
@@ -560,8 +741,18 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
             df["static_j"] = np.where(df["phase"] == RESIDUAL, 0.0, p_idle * df["time_s"])
             df["dynamic_j"] = df["energy_j"] - df["static_j"]
         frames.append(df)
+        bar.update(1)
+    bar.close()
     if not frames:
-        raise ContractError("trace has no GPU, CPU or DRAM power/energy readings to attribute")
+        raise ContractError(f"{where or 'trace'}: no GPU, CPU or DRAM power/energy readings to "
+                            "attribute")
+    if uncovered:
+        msg = (f"{where + ': ' if where else ''}part of the phases' time lies outside the trace's "
+               f"span and is not attributed (uncovered share: {', '.join(uncovered)}); "
+               "column covered_fraction gives each phase's covered share")
+        if strict:
+            raise ContractError(msg)
+        warnings.warn(msg, stacklevel=2)
     out = pd.concat(frames, ignore_index=True)
     out["run_id"] = run_id
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -600,11 +791,15 @@ def wrapper_events(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
 
 def attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str = "auto",
                     window_ms: float | None = None, idle_split: bool = False,
-                    n_boot: int = 200, sensor_response: str = "boxcar") -> pd.DataFrame:
-    """Read trace, events and meta.json beside the trace; write phases.csv.
+                    n_boot: int = 200, sensor_response: str = "boxcar",
+                    strict: bool = False) -> pd.DataFrame:
+    """Read trace, events and meta.json beside the trace; write phases.csv (refused if it is
+    one of the inputs). `strict`: phases' time outside the trace is an error, not a warning.
 
     `sensor_response`: "boxcar", "estimate" (the estimated weights are written beside the output
     as `<stem>.<host>.<device>.sensor_response.csv`, reusable on other runs), or such a CSV."""
+    refuse_overwrite(out, [trace, events] + ([sensor_response] if sensor_response not in
+                                              ("boxcar", "estimate") else []))
     response: SensorResponse | str | None = None
     if sensor_response == "estimate":
         response = "estimate"
@@ -612,8 +807,15 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
         response = SensorResponse.from_csv(sensor_response)
     trace_df = read_trace(trace)
     events_df = read_events(events)
+    if not len(events_df):
+        warnings.warn(f"{events}: no phases (header only): the whole trace is `unattributed` "
+                      "(GPUs: `idle`)")
     meta_path = Path(trace).with_name("meta.json")
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    except json.JSONDecodeError as exc:
+        raise ContractError(f"{meta_path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+    check_time_units(trace_df, events_df, str(trace), str(events))
     idle = None
     if idle_split:
         ib = meta.get("idle_baseline")
@@ -628,7 +830,8 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
             events_df = pd.concat([events_df, extra.astype({"start_ns": "int64", "end_ns": "int64"})],
                                   ignore_index=True)
     df = attribute_energy(trace_df, events_df, method, window_s, meta.get("run_id"), idle, n_boot,
-                          response)
+                          response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
+                          where=f"{trace} x {events}")
     write_table(df, out, PHASES_COLUMNS)
     out = Path(out)
     for (host, device), r in df.attrs["sensor_responses"].items():

@@ -35,6 +35,53 @@ def _nonnegative_s(text: str) -> float:
     return v
 
 
+def _sha256(text: str) -> str:
+    """A sha256 digest: 64 hexadecimal characters (checked before any download starts)."""
+    import re
+
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", text.strip()):
+        raise argparse.ArgumentTypeError(f"expected 64 hexadecimal characters, got {text!r} "
+                                         f"({len(text.strip())} characters)")
+    return text.strip().lower()
+
+
+# Per command: (options naming outputs, options naming inputs). An output equal to an input is
+# refused before anything runs, so raw data is never overwritten.
+GUARDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "attribute": (("output",), ("trace", "events", "sensor_response")),
+    "pfi": (("output",), ("curves",)),
+    "allocate": (("output",), ("curves", "pfi")),
+    "predict": (("output",), ("curves", "pfi")),
+    "calibrate-sim": (("output",), ("curves",)),
+    "aggregate-curves": (("output",), ("curves",)),
+    "merge-nodes": (("trace", "events_out"), ("traces", "events")),
+    "aggregate": (("output",), ("phases",)),
+    "prepare-tables": (("output",), ("config", "records", "phase_summary", "cell_summaries")),
+    "fetch": (("output", "record"), ("path",)),
+    "upload": (("record", "copy"), ("src", "from_summary")),
+    "sweep": (("output",), ("config",)),
+    "pfi-sweep": (("output",), ("config",)),
+    "figures": (("output",), ("tables",)),
+    "gen-catalogue": (("output",), ("config",)),
+}
+
+
+def _guard(a: argparse.Namespace) -> None:
+    from .contracts import refuse_overwrite
+
+    outs, ins = GUARDS.get(a.command, ((), ()))
+    inputs: list[str] = []
+    for name in ins:
+        v = getattr(a, name, None)
+        inputs += [str(x) for x in v] if isinstance(v, list) else [str(v)] if v else []
+    for name in outs:
+        v = getattr(a, name, None)
+        if v:
+            refuse_overwrite(v, inputs)
+    if a.command == "merge-nodes" and a.trace and a.events_out:
+        refuse_overwrite(a.events_out, [a.trace])
+
+
 def _load_sampler_cfg(path: str | None) -> dict:
     if not path:
         return {}
@@ -74,7 +121,7 @@ def cmd_attribute(a: argparse.Namespace) -> int:
     from .attribution import attribute_files
 
     df = attribute_files(a.trace, a.events, a.output, a.method, a.sensor_window_ms, a.idle_split,
-                         a.bootstrap, a.sensor_response)
+                         a.bootstrap, a.sensor_response, strict=a.strict)
     show = df.groupby(["device_kind", "phase", "method", "source"], as_index=False)[
         ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"], ascending=[True, False])
     print(show.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -89,7 +136,9 @@ def cmd_pfi(a: argparse.Namespace) -> int:
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if a.subgrid:
         sens = grid_sensitivity(load_curves(a.curves), a.subgrid)
-        sens.to_csv(Path(a.output).with_name(Path(a.output).stem + "_subgrid.csv"), index=False)
+        from .contracts import write_csv
+
+        write_csv(sens, Path(a.output).with_name(Path(a.output).stem + "_subgrid.csv"))
         print("\ngrid sensitivity:\n" + sens.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if a.compare:
         gpu_a, gpu_b = a.compare.split(",")
@@ -154,7 +203,9 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
            "mem_share": dict(zip(per_job["job"], per_job["mem_share"]))}
     text = json.dumps(doc, indent=2, default=float)
     if a.output:
-        Path(a.output).write_text(text + "\n")
+        from .contracts import write_text
+
+        write_text(a.output, text + "\n")
     print(text)
     return 0
 
@@ -170,9 +221,11 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 def cmd_aggregate_curves(a: argparse.Namespace) -> int:
     import pandas as pd
 
-    from .contracts import CURVES_COLUMNS, read_curves, write_table
+    from .contracts import CURVES_COLUMNS, write_table
 
-    df = pd.concat([read_curves(f) for f in a.curves], ignore_index=True)
+    from .analysis.curves import load_curves
+
+    df = pd.concat([load_curves(f) for f in a.curves], ignore_index=True)
     write_table(df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]], a.output,
                 CURVES_COLUMNS)
     print(f"{a.output}: {df['job'].nunique()} jobs, {len(df)} caps")
@@ -234,6 +287,9 @@ def cmd_train(a: argparse.Namespace) -> int:
     from .workloads import train_from_config
 
     cfg = load_config(a.config)
+    if a.workload not in (cfg.get("workloads") or {}):
+        raise ValueError(f"--workload {a.workload}: not a key of {a.config}'s workloads "
+                         f"(defined: {sorted(cfg.get('workloads') or {})})")
     return train_from_config(cfg, a.workload, a.storage, a.checkpoint == "on", a.workdir)
 
 
@@ -258,9 +314,13 @@ def _transfer(a: argparse.Namespace, phase_name: str, do, default_name: str) -> 
              net_sent_bytes=after["sent"] - before["sent"],
              server="loopback" if getattr(a, "serve_dir", None) or getattr(a, "serve_put", None) else "remote")
     print(json.dumps(r))
+    if r.get("skipped"):
+        print(f"wattlife: {r.get('dest', '')} is already there (verified where a sha256 was given): "
+              "nothing transferred; --force fetches again", file=sys.stderr)
     if a.record:
-        Path(a.record).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.record).write_text(json.dumps(r, indent=1))
+        from .contracts import write_text
+
+        write_text(a.record, json.dumps(r, indent=1))
     return 0
 
 
@@ -352,8 +412,16 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
     prep = cfg.get("prepare", {})
     out = Path(a.output)
     out.mkdir(parents=True, exist_ok=True)
-    recs = [json.loads(Path(r).read_text()) for r in a.records]
-    rows = download_rows(recs, [pd.read_csv(Path(r).with_name("phases.csv")) for r in a.records])
+    from .contracts import PHASES_COLUMNS, read_table, write_csv
+
+    recs = []
+    for r in a.records:
+        try:
+            recs.append(json.loads(Path(r).read_text()))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{r}:{exc.lineno}:{exc.colno}: not a valid JSON record ({exc.msg})") from None
+    rows = download_rows(recs, [read_table(Path(r).with_name("phases.csv"), PHASES_COLUMNS)
+                                for r in a.records])
     fit = download_fit(rows)
     cat = pd.DataFrame(check_catalogue(prep.get("catalogue", [])))
     fac_cfg = prep.get("facility", {})
@@ -375,7 +443,7 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
         tables["staging_breakeven.csv"] = staging_breakeven(
             summ, {w: b for w, b in nbytes.items() if w in epochs}, epochs, sizes)
     for name, df in tables.items():
-        df.to_csv(out / name, index=False)
+        write_csv(df, out / name)
         print(out / name)
     return 0
 
@@ -383,7 +451,14 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
 def cmd_figures(a: argparse.Namespace) -> int:
     from .figures import draw_all, draw_reference
 
+    tables = Path(a.tables)
+    if not tables.is_dir():
+        raise FileNotFoundError(2, "No such folder of tables (expected a run's tables/ folder, or "
+                                   "results/reference with --reference)", str(tables))
     paths = draw_reference(a.tables, a.output) if a.reference else draw_all(a.tables, a.output)
+    if not paths:
+        raise ValueError(f"{tables}: no table to draw from (expected e.g. phases.csv, curves.csv, "
+                         f"pfi.csv{' or the reference folders' if a.reference else ''}); nothing drawn")
     for p in paths:
         print(p)
     return 0
@@ -406,6 +481,8 @@ def cmd_check(a: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wattlife", description=(
         "Where the energy of AI training goes, and how flexible its power is."))
+    p.add_argument("--debug", action="store_true",
+                   help="show the full traceback of an error (also WATTLIFE_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a command under the energy sampler",
@@ -414,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", required=True, help="trace CSV to write")
     r.add_argument("--events", required=True, help="events CSV the workload's markers write")
     r.add_argument("--meta", help="meta.json path (default: beside the trace)")
-    r.add_argument("--config", help="config YAML whose `sampler` section to use")
+    r.add_argument("--config", help="config YAML whose `sampler` section to use (default: none, "
+                                    "the built-in sampler defaults)")
     r.add_argument("--interval-ms", type=_positive_ms,
                    help="sampler interval in ms, > 0 (default: the config's, else 50)")
     r.add_argument("--gpu", choices=["auto", "nvml", "sim", "none"],
@@ -425,15 +503,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds of idle baseline before CMD starts, >= 0 (default: the config's "
                         "idle_baseline_s, else 0)")
     r.add_argument("--run-id", help="run id (default: the trace's folder name)")
-    r.add_argument("--cell", help="JSON of the matrix cell, recorded in meta.json")
+    r.add_argument("--cell", help="JSON of the matrix cell, recorded in meta.json (default: none)")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     r.set_defaults(fn=cmd_run)
 
     t = sub.add_parser("attribute", help="trace x events -> per-phase energy (phases.csv)")
-    t.add_argument("--trace", required=True)
-    t.add_argument("--events", required=True)
-    t.add_argument("-o", "--output", required=True)
-    t.add_argument("--method", default="auto", choices=["auto", "integrate", "deconvolve"])
+    t.add_argument("--trace", required=True, help="trace CSV/Parquet of the run (meta.json beside it "
+                                                  "is read if present)")
+    t.add_argument("--events", required=True, help="events CSV of the run (per-rank siblings "
+                                                   "<stem>.rank<N>.csv are read too)")
+    t.add_argument("-o", "--output", required=True, help="phases.csv to write (not an input)")
+    t.add_argument("--method", default="auto", choices=["auto", "integrate", "deconvolve"],
+                   help="auto (default): deconvolve where phases are shorter than two sensor "
+                        "periods, else integrate")
+    t.add_argument("--strict", action="store_true",
+                   help="phases' time outside the trace's span is an error, not a warning")
     t.add_argument("--sensor-window-ms", type=float,
                    help="averaging window of power readings (default: meta.json, else estimated)")
     t.add_argument("--sensor-response", default="boxcar", metavar="boxcar|estimate|CSV",
@@ -442,17 +526,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "lag_lo_ms,lag_hi_ms,weight (the GPU sensor's, e.g. estimated earlier)")
     t.add_argument("--idle-split", action="store_true",
                    help="split energy into static (idle baseline) and dynamic parts")
-    t.add_argument("--bootstrap", type=int, default=200, help="bootstrap replicates (deconvolve)")
+    t.add_argument("--bootstrap", type=int, default=200,
+                   help="bootstrap replicates for deconvolution's interval (default 200)")
     t.set_defaults(fn=cmd_attribute)
 
     f = sub.add_parser("pfi", help="Power Flexibility Index per job from curves.csv")
-    f.add_argument("curves")
-    f.add_argument("-o", "--output", required=True)
-    f.add_argument("--grid", type=_floats, help="cap grid (W) to restrict to, e.g. 200,400,700")
-    f.add_argument("--mc", type=int, default=2000, help="Monte Carlo draws for the interval")
+    f.add_argument("curves", help="curves.csv (the contract's columns) or an Emerald sweep CSV")
+    f.add_argument("-o", "--output", required=True, help="pfi.csv to write")
+    f.add_argument("--grid", type=_floats, help="cap grid (W) to restrict to, e.g. 200,400,700 "
+                                                "(default: every cap of each job)")
+    f.add_argument("--mc", type=int, default=2000,
+                   help="Monte Carlo draws for the interval (default 2000)")
     f.add_argument("--subgrid", type=_floats,
-                   help="also recompute on this sub-grid (grid sensitivity), e.g. 200,500,600,700")
-    f.add_argument("--compare", help="two GPU models, 'H200,H100': Spearman rho of their PFIs")
+                   help="also recompute on this sub-grid (grid sensitivity), e.g. 200,500,600,700 "
+                        "(default: none)")
+    f.add_argument("--compare", help="two GPU models, 'H200,H100': Spearman rho of their PFIs "
+                                     "(default: none)")
     f.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
     f.add_argument("--config", help="a config whose pfi_matrix cells give each job's paper_job: the "
                                     "published PFI (95 %% interval) and the 4-cap sub-grid PFI go "
@@ -499,33 +588,36 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(fn=cmd_pfi_study)
 
     pr = sub.add_parser("predict", help="PFI predictor from telemetry: ablation table")
-    pr.add_argument("curves")
-    pr.add_argument("--pfi", required=True)
-    pr.add_argument("-o", "--output", required=True)
+    pr.add_argument("curves", help="curves.csv with the uncapped run's telemetry columns")
+    pr.add_argument("--pfi", required=True, help="pfi.csv of the same jobs (measured PFI)")
+    pr.add_argument("-o", "--output", required=True,
+                    help="predictor.csv to write (features beside it, <stem>_features.csv)")
     pr.set_defaults(fn=cmd_predict)
 
     cs = sub.add_parser("calibrate-sim", help="fit the simulated GPU's parameters to measured sweeps")
     cs.add_argument("curves", nargs="?", help="measured sweeps to fit the shared parameters to")
-    cs.add_argument("--tdp", type=float, help="TDP (W) of the measured GPU (with CURVES)")
+    cs.add_argument("--tdp", type=float, help="TDP (W) of the measured GPU (required with CURVES; default: none)")
     cs.add_argument("--published", metavar="JOBS_CSV",
                     help="instead: calibrate one simulated job per row of the study's table "
                          "(e.g. results/reference/pfi-study/published/pfi-study-jobs.csv) to its "
                          "published PFI on its own grid; -o writes the curves (source "
-                         "simulated/calibrated)")
+                         "simulated/calibrated; default: none)")
     cs.add_argument("--noise", type=float, default=0.0,
                     help="with --published: relative within-run noise on every point (default 0)")
     cs.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
-    cs.add_argument("-o", "--output", help="write the fit as JSON (or, with --published, the curves CSV)")
+    cs.add_argument("-o", "--output", help="write the fit as JSON (or, with --published, the curves CSV) "
+                         "(default: print only)")
     cs.set_defaults(fn=cmd_calibrate)
 
     sw = sub.add_parser("sweep", help="power-cap sweep of the jobs in a config")
-    sw.add_argument("--config", required=True)
+    sw.add_argument("--config", required=True, help="config YAML with the jobs and the cap grid")
     sw.add_argument("-o", "--output", required=True, help="curves.csv to write")
-    sw.add_argument("--job", help="only this job of the config")
+    sw.add_argument("--job", help="only this job of the config (default: every job)")
     sw.set_defaults(fn=cmd_sweep)
 
     pc = sub.add_parser("powercap", help="show GPU power limits, or restore them from a state file")
-    pc.add_argument("action", choices=["show", "restore"])
+    pc.add_argument("action", choices=["show", "restore"],
+                    help="show the limits, or restore them from the state file")
     pc.add_argument("--state", default="wattlife-powercap-state.json",
                     help="state file a controller wrote (default: %(default)s)")
     pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
@@ -533,26 +625,30 @@ def build_parser() -> argparse.ArgumentParser:
     pc.set_defaults(fn=cmd_powercap)
 
     gi = sub.add_parser("gen-images", help="generate an ImageNet-layout tree of real JPEG files")
-    gi.add_argument("output")
-    gi.add_argument("--classes", type=int, default=10)
-    gi.add_argument("--train-per-class", type=int, default=32)
-    gi.add_argument("--val-per-class", type=int, default=8)
-    gi.add_argument("--size", type=int, default=96)
-    gi.add_argument("--seed", type=int, default=0)
-    gi.add_argument("--workers", type=int, default=1, help="processes writing files")
+    gi.add_argument("output", help="folder of the tree (train/<class>/*.JPEG, val/<class>/*.JPEG)")
+    gi.add_argument("--classes", type=int, default=10, help="classes (default 10)")
+    gi.add_argument("--train-per-class", type=int, default=32,
+                    help="training images per class (default 32)")
+    gi.add_argument("--val-per-class", type=int, default=8,
+                    help="validation images per class (default 8)")
+    gi.add_argument("--size", type=int, default=96, help="image side in pixels (default 96)")
+    gi.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gi.add_argument("--workers", type=int, default=1, help="processes writing files (default 1)")
     gi.set_defaults(fn=cmd_gen_images)
 
     gt = sub.add_parser("gen-text", help="generate a WikiText-like text corpus")
-    gt.add_argument("output")
-    gt.add_argument("--words", type=int, default=200_000)
-    gt.add_argument("--seed", type=int, default=0)
+    gt.add_argument("output", help="folder for train.txt and validation.txt")
+    gt.add_argument("--words", type=int, default=200_000, help="words in all (default 200000)")
+    gt.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     gt.set_defaults(fn=cmd_gen_text)
 
     tr = sub.add_parser("train", help="run one training workload (phases marked)")
-    tr.add_argument("--config", required=True)
-    tr.add_argument("--workload", required=True)
-    tr.add_argument("--storage", choices=["shared", "local"], default="shared")
-    tr.add_argument("--checkpoint", choices=["on", "off"], default="off")
+    tr.add_argument("--config", required=True, help="config YAML with the workloads section")
+    tr.add_argument("--workload", required=True, help="a key of the config's workloads")
+    tr.add_argument("--storage", choices=["shared", "local"], default="shared",
+                    help="read the dataset in place, or stage it to local disk first (default shared)")
+    tr.add_argument("--checkpoint", choices=["on", "off"], default="off",
+                    help="write checkpoints (default off)")
     tr.add_argument("--workdir", required=True, help="folder for checkpoints and local copies")
     tr.set_defaults(fn=cmd_train)
 
@@ -573,53 +669,64 @@ def build_parser() -> argparse.ArgumentParser:
     fe.add_argument("--revision", help="Hugging Face revision (default main)")
     fe.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
     fe.add_argument("-o", "--output", required=True, help="final path of the artefact")
-    fe.add_argument("--sha256")
-    fe.add_argument("--kind", choices=["dataset", "model"], default="dataset")
-    fe.add_argument("--retries", type=int, default=5)
+    fe.add_argument("--sha256", type=_sha256,
+                    help="expected sha256 of the file (64 hex characters; default: not verified)")
+    fe.add_argument("--kind", choices=["dataset", "model"], default="dataset",
+                    help="what is fetched: names the phase download_<kind> (default dataset)")
+    fe.add_argument("--retries", type=int, default=5,
+                    help="retries of a broken HTTP transfer, resumed (default 5)")
     fe.add_argument("--force", action="store_true", help="fetch even if present and verified")
     fe.add_argument("--name", help="artefact name for the record (default: the output's name)")
-    fe.add_argument("--record", help="write the transfer's JSON record here (bytes, seconds, network bytes)")
+    fe.add_argument("--record", help="write the transfer's JSON record here (bytes, seconds, "
+                                     "network bytes) (default: print only)")
     fe.add_argument("--serve-dir", help="demo/offline: serve this folder on a loopback HTTP server and "
-                                        "fetch --url from it (the server's CPU time is measured too)")
-    fe.add_argument("--rate-mbps", type=float, help="rate limit of the loopback server (Mbit/s)")
+                                        "fetch --url from it (the server's CPU time is measured too) "
+                                        "(default: none, fetch from the URL)")
+    fe.add_argument("--rate-mbps", type=float,
+                    help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
     fe.set_defaults(fn=cmd_fetch)
 
     up = sub.add_parser("upload", help="post-execution: send the trained model out (HTTP PUT, "
                                        "Hugging Face, or copy), marked as an `upload` phase")
     up.add_argument("src", nargs="?", help="file or folder to upload")
-    up.add_argument("--from-summary", help="upload the last checkpoint a cell's work/summary.json lists")
+    up.add_argument("--from-summary", help="upload the last checkpoint a cell's work/summary.json "
+                                           "lists (default: SRC)")
     dst = up.add_mutually_exclusive_group(required=True)
     dst.add_argument("--put", metavar="URL", help="HTTP PUT to URL/<file> (with --serve-put: a path)")
     dst.add_argument("--hf", metavar="REPO_ID", help="Hugging Face model repository")
     dst.add_argument("--copy", metavar="PATH", help="copy to a target path")
     up.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
     up.add_argument("--name", help="name for the record (default: the source's name)")
-    up.add_argument("--record", help="write the transfer's JSON record here")
-    up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this folder")
-    up.add_argument("--rate-mbps", type=float, help="rate limit of the loopback server (Mbit/s)")
+    up.add_argument("--record", help="write the transfer's JSON record here (default: print only)")
+    up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this folder "
+                                        "(default: none, PUT to the URL)")
+    up.add_argument("--rate-mbps", type=float,
+                    help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
     up.set_defaults(fn=cmd_upload)
 
     ps = sub.add_parser("pfi-sweep", help="power-cap sweep of one cell of a config's pfi_matrix "
                                           "(real training at every cap of the hardware grid)")
-    ps.add_argument("--config", required=True)
+    ps.add_argument("--config", required=True, help="config YAML with pfi_matrix")
     ps.add_argument("--cell", required=True, help="a key of pfi_matrix.cells")
     ps.add_argument("-o", "--output", required=True, help="the cell's curves.csv")
     ps.add_argument("--backend", choices=["simulated", "nvml", "nvidia-smi"],
-                    help="override powercap.backend (simulated: no real cap changes)")
+                    help="override powercap.backend (simulated: no real cap changes) "
+                         "(default: the config's powercap.backend)")
     ps.set_defaults(fn=cmd_pfi_sweep)
 
     mn = sub.add_parser("merge-nodes", help="merge per-node traces and events of a multi-node run, "
                                             "checking that the nodes' clocks agree")
-    mn.add_argument("--traces", nargs="+", required=True)
-    mn.add_argument("--events", nargs="+", required=True)
+    mn.add_argument("--traces", nargs="+", required=True, help="each node's trace.csv")
+    mn.add_argument("--events", nargs="+", required=True, help="each node's events.csv")
     mn.add_argument("--trace", required=True, help="merged trace to write")
     mn.add_argument("--events-out", required=True, help="merged events to write")
-    mn.add_argument("--warn-ms", type=float, default=5.0, help="warn above this clock offset")
+    mn.add_argument("--warn-ms", type=float, default=5.0,
+                    help="warn above this clock offset between nodes (default 5 ms)")
     mn.set_defaults(fn=cmd_merge_nodes)
 
     acu = sub.add_parser("aggregate-curves", help="concatenate per-job curves.csv into one table")
-    acu.add_argument("curves", nargs="+")
-    acu.add_argument("-o", "--output", required=True)
+    acu.add_argument("curves", nargs="+", help="per-job curves.csv files")
+    acu.add_argument("-o", "--output", required=True, help="the combined curves.csv to write")
     acu.set_defaults(fn=cmd_aggregate_curves)
 
     gc = sub.add_parser("gen-catalogue", help="generate the config's `generated` catalogue artefacts")
@@ -631,8 +738,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                "estimate and staging break-even")
     pt.add_argument("--config", required=True, help="config YAML (prepare.catalogue, prepare.facility)")
     pt.add_argument("--records", nargs="+", required=True, help="transfer records (phases.csv beside each)")
-    pt.add_argument("--phase-summary", help="the execution matrix's phase_summary.csv")
-    pt.add_argument("--cell-summaries", nargs="*", default=[], help="cells' work/summary.json")
+    pt.add_argument("--phase-summary", help="the execution matrix's phase_summary.csv (default: "
+                                            "none, no staging break-even table)")
+    pt.add_argument("--cell-summaries", nargs="*", default=[],
+                    help="cells' work/summary.json (default: none)")
     pt.add_argument("-o", "--output", required=True, help="tables folder")
     pt.set_defaults(fn=cmd_prepare_tables)
 
@@ -640,12 +749,14 @@ def build_parser() -> argparse.ArgumentParser:
     fg.add_argument("tables", help="a run's tables folder, or with --reference results/reference")
     fg.add_argument("--reference", action="store_true",
                     help="draw the committed reference results (H200, A100) from their CSVs")
-    fg.add_argument("-o", "--output", required=True)
+    fg.add_argument("-o", "--output", required=True, help="folder for the PNG and PDF figures")
     fg.set_defaults(fn=cmd_figures)
 
     b = sub.add_parser("bench", help="benchmarks that print figures (markers, attribution, allocate)")
-    b.add_argument("what", choices=["markers", "attribution", "allocate", "all"])
-    b.add_argument("--scale", type=float, default=1.0, help="fraction of the full-size benchmark")
+    b.add_argument("what", choices=["markers", "attribution", "allocate", "all"],
+                   help="which benchmark")
+    b.add_argument("--scale", type=float, default=1.0,
+                   help="fraction of the full-size benchmark (default 1.0)")
     b.set_defaults(fn=cmd_bench)
 
     ck = sub.add_parser("check", help="validate run directories against the file contracts",
@@ -665,13 +776,71 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line(exc: BaseException) -> str:
+    """One line that names the file/option and what went wrong, for any error a command meets."""
+    import json as _json
+
+    import pandas as pd
+
+    if isinstance(exc, OSError) and exc.filename is not None:
+        what = exc.strerror or type(exc).__name__
+        hint = {"EROFS": "read-only file system: choose another output path",
+                "ENOSPC": "no space left on the device: free space or choose another path",
+                "EISDIR": "is a directory: give a file path",
+                "EACCES": "permission denied"}
+        import errno as _errno
+
+        name = _errno.errorcode.get(exc.errno or 0, "")
+        return f"{exc.filename}: {hint.get(name, what[:1].lower() + what[1:])}"
+    if isinstance(exc, _json.JSONDecodeError):
+        return f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    if isinstance(exc, pd.errors.EmptyDataError):
+        return f"empty CSV file (no header): {exc}"
+    if isinstance(exc, KeyError):
+        return f"missing key or column {exc}"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Bad input or a fault: one line on stderr naming the file/option, exit 2
+    (1 for an unexpected internal error), no traceback unless --debug or WATTLIFE_DEBUG=1.
+    Warnings are one line each too."""
+    import os
+    import warnings
+
+    import pandas as pd
+    import yaml
+
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.fn(args) or 0)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        print(f"wattlife {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    debug = args.debug or os.environ.get("WATTLIFE_DEBUG", "") not in ("", "0")
+    name = f"wattlife {args.command}"
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"{name}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        if not debug:
+            warnings.showwarning = show
+        try:
+            _guard(args)
+            return int(args.fn(args) or 0)
+        except KeyboardInterrupt:
+            print(f"{name}: interrupted", file=sys.stderr)
+            return 130
+        except (ValueError, OSError, RuntimeError, KeyError, pd.errors.ParserError,
+                pd.errors.EmptyDataError, yaml.YAMLError) as exc:
+            if debug:
+                raise
+            print(f"{name}: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+        except Exception as exc:  # a bug, not bad input: still one line, the traceback on demand
+            if debug:
+                raise
+            print(f"{name}: internal error: {type(exc).__name__}: {_one_line(exc)} "
+                  "(rerun with --debug or WATTLIFE_DEBUG=1 for the traceback)", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

@@ -63,6 +63,22 @@ def validate_config(cfg: dict[str, Any], schema: str | Path | None = None) -> No
     if errors:
         lines = [_describe(e) for e in errors]
         raise ConfigError("invalid config: " + "; ".join(dict.fromkeys(lines)))
+    check_references(cfg)
+
+
+def check_references(cfg: dict[str, Any]) -> None:
+    """Names one section uses must be defined in another: every workload of
+    `execution.workloads` is a key of `workloads` (except in a PFI run, whose targets are the
+    `pfi_matrix` sweeps). Raise ConfigError naming the key."""
+    if ((cfg.get("pfi_matrix") or {}).get("cells")):
+        return  # a PFI run: its targets are the sweeps, execution.workloads is unused
+    defined = cfg.get("workloads") or {}
+    used = (cfg.get("execution") or {}).get("workloads") or []
+    if isinstance(used, list):
+        for i, w in enumerate(used):
+            if w not in defined:
+                raise ConfigError(f"invalid config: execution.workloads[{i}]: workload {w!r} is not "
+                                  f"defined under workloads (defined: {sorted(defined)})")
 
 
 def _defaults(schema: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:

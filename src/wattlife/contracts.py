@@ -1,4 +1,4 @@
-"""File contracts shared by every part of the suite (see DESIGN.md, "File contracts").
+"""File contracts shared by every part of the suite (see README.md, "Files and formulas").
 
 Column names, and the readers and writers of trace / events / phases / curves / pfi tables.
 Readers accept unknown extra columns, name the file and line of a malformed row, and tolerate a
@@ -7,8 +7,11 @@ truncated last line (what a killed writer leaves behind) with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -90,17 +93,49 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             where = f"{path}:{i + first_data_line}" if first_data_line else f"{path} row {i}"
+            dev = f" (device {df['device'].iloc[i]})" if "device" in df.columns else ""
             raise ContractError(f"{where}: column '{col}' expects {'an integer' if kind == 'int' else 'a number'},"
-                                f" got {raw.iloc[i]!r}")
+                                f" got {raw.iloc[i]!r}{dev}")
         df[col] = vals.astype("int64") if kind == "int" else vals.astype("float64")
     return df
 
 
+# What a device of each kind can physically draw (W): far above any real part (a GB200 module
+# is ~2.7 kW; bursts reach ~1.3x the limit), far below a corrupted value like 1e300.
+MAX_PLAUSIBLE_W = {"gpu": 5_000.0, "cpu": 5_000.0, "dram": 2_000.0, "node": 200_000.0}
+
+
+def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | None = 2) -> None:
+    """Reject power/energy readings no device can give: NaN, inf, negative power, power above
+    `MAX_PLAUSIBLE_W` for the device's kind, negative energy. Names file, line and device."""
+    mcodes, metrics = pd.factorize(df["metric"])
+    metrics = list(metrics)
+    v = df["value"].to_numpy(np.float64)
+    codes, devices = pd.factorize(df["device"])  # few devices, many rows
+    kinds = np.array([device_kind(str(d)) for d in devices] + ["node"], dtype=object)
+    caps = np.array([MAX_PLAUSIBLE_W.get(k, MAX_PLAUSIBLE_W["node"]) for k in kinds])
+    cap = caps[codes]
+    is_p = mcodes == (metrics.index("power_w") if "power_w" in metrics else -2)
+    is_e = mcodes == (metrics.index("energy_j") if "energy_j" in metrics else -2)
+    with np.errstate(invalid="ignore"):
+        bad = ((is_p | is_e) & ~np.isfinite(v)) | (is_p & ((v < 0) | (v > cap))) | (is_e & (v < 0))
+    if not bad.any():
+        return
+    i = int(np.flatnonzero(bad)[0])
+    where = f"{path}:{i + first_data_line}" if first_data_line else f"{path} row {i}"
+    dev, m = df["device"].iat[i], metrics[mcodes[i]]
+    rng = f"[0, {cap[i]:g}] W for a {kinds[codes[i]]}" if m == "power_w" else "a finite value >= 0 J"
+    raise ContractError(f"{where}: device {dev} {m} reading {float(v[i])!r} is outside the physical "
+                        f"range (expected {rng}); {int(bad.sum())} such reading(s) in the file")
+
+
 def read_trace(path: str | Path) -> pd.DataFrame:
-    """Read a trace (CSV or Parquet); `t_ns` int64, `value` float64."""
+    """Read a trace (CSV or Parquet); `t_ns` int64, `value` float64; readings outside the
+    physical range are rejected (`check_readings`)."""
     df = _read_csv(path, TRACE_COLUMNS, {"t_ns": "int", "value": "float"})
     for col in ("host", "device", "metric", "source"):
         df[col] = df[col].astype(str)
+    check_readings(df, path, None if Path(path).suffix == ".parquet" else 2)
     return df
 
 
@@ -128,13 +163,23 @@ def read_events(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def read_table(path: str | Path, required: list[str]) -> pd.DataFrame:
-    """Read any contract table (phases, curves, pfi) checking its required columns."""
+def read_table(path: str | Path, required: list[str], allow_empty: bool = False) -> pd.DataFrame:
+    """Read any contract table (phases, curves, pfi) checking its required columns; a file with a
+    header and no rows is an error unless `allow_empty`."""
     path = Path(path)
-    df = pd.read_csv(path)
+    if path.is_dir():
+        raise ContractError(f"{path}: is a directory, expected a CSV file")
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ContractError(f"{path}: empty file (no header); expected columns {required}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ContractError(f"{path}: not a readable CSV ({str(exc).strip()})") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ContractError(f"{path}: missing column(s) {missing}; expected at least {required}")
+    if not len(df) and not allow_empty:
+        raise ContractError(f"{path}: header only, no data rows")
     return df
 
 
@@ -145,15 +190,55 @@ def read_curves(path: str | Path) -> pd.DataFrame:
     return df
 
 
+def refuse_overwrite(output: str | Path, inputs: list[str | Path]) -> None:
+    """An output path that is one of the inputs would destroy raw data: refuse it."""
+    out = Path(output).resolve()
+    for i in inputs:
+        if i is not None and Path(i).resolve() == out:
+            raise ContractError(f"{output}: the output path is also an input ({i}); refusing to "
+                                "overwrite it, choose another -o")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it replaces `path` in one rename, on
+    failure it is removed, so nothing partial is ever at the final path."""
+    path = Path(path)
+    if path.is_dir():
+        raise ContractError(f"{path}: is a directory, expected a file path to write")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        except OSError as exc:  # name the path the user gave, not the temporary one
+            if exc.filename in (str(tmp), tmp) and exc.errno is not None:
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
+            raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_csv(df: pd.DataFrame, path: str | Path, **kw) -> Path:
+    """`df.to_csv(path, index=False)`, atomically."""
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False, **kw)
+    return Path(path)
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write a text file atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
+
+
 def write_table(df: pd.DataFrame, path: str | Path, columns: list[str]) -> Path:
     """Write a contract table with its columns first (extras after), atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     extra = [c for c in df.columns if c not in columns]
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ContractError(f"writing {path}: missing column(s) {missing}")
-    tmp = path.with_name(path.name + ".tmp")
-    df[columns + extra].to_csv(tmp, index=False)
-    tmp.replace(path)
-    return path
+    return write_csv(df[columns + extra], path)

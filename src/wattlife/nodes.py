@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .contracts import read_events, read_trace
+from .contracts import read_events, read_trace, write_csv
 
 
 def clock_offsets(events: pd.DataFrame, warn_ms: float = 5.0) -> pd.DataFrame:
@@ -55,8 +55,8 @@ def merge_node_runs(traces: list[str | Path], events: list[str | Path], out_trac
                          "sampler must write its own host")
     tr = pd.concat(node_traces, ignore_index=True)
     ev = pd.concat([read_events(e) for e in events], ignore_index=True)
-    tr.sort_values(["t_ns", "host", "device"], kind="stable").to_csv(out_trace, index=False)
-    ev.sort_values(["start_ns", "host", "rank"], kind="stable").to_csv(out_events, index=False)
     check = clock_offsets(ev, warn_ms)
-    check.to_csv(Path(out_trace).with_name("clock_offsets.csv"), index=False)
+    write_csv(tr.sort_values(["t_ns", "host", "device"], kind="stable"), out_trace)
+    write_csv(ev.sort_values(["start_ns", "host", "rank"], kind="stable"), out_events)
+    write_csv(check, Path(out_trace).with_name("clock_offsets.csv"))
     return check

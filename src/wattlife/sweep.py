@@ -17,7 +17,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from .analysis.curves import steady_state
-from .contracts import CURVES_COLUMNS, write_table
+from .contracts import CURVES_COLUMNS, write_csv, write_table
 from .devices.powercap import PowerCapController
 from .devices.simgpu import SimGpuModel, SimJob
 
@@ -181,7 +181,7 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
     for col in ("dram_active", "util_mem", "tensor_active", "sm_active"):
         if col in df.columns:
             df.loc[~top, col] = np.nan
-    df.to_csv(out_dir / f"{job}_curves.csv", index=False)
+    write_csv(df, out_dir / f"{job}_curves.csv")
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
 
 
@@ -213,7 +213,10 @@ CELL_ONLY_KEYS = ("gpus", "set", "paper_job", "assumed", "hardware", "caps", "ex
 def matrix_cell_workload(cfg: dict[str, Any], cell: str
                          ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The causal-LM workload of one `pfi_matrix` cell, the cell itself and its hardware profile."""
-    m = cfg["pfi_matrix"]
+    m = cfg.get("pfi_matrix") or {}
+    if not m.get("cells"):
+        raise ValueError("pfi_matrix.cells: missing from the config; pfi-sweep needs a config with a "
+                         "pfi_matrix (e.g. config/pfi.yaml)")
     if cell not in m["cells"]:
         raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
     c = m["cells"][cell]

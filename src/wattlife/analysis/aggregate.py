@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..attribution import RESIDUAL
+from ..contracts import PHASES_COLUMNS, read_table, write_csv
 
 CELL_KEYS = ["workload", "storage", "checkpoint", "repeat"]
 
@@ -24,7 +25,7 @@ def collect_phases(phase_files: list[str | Path]) -> pd.DataFrame:
     frames = []
     for f in phase_files:
         f = Path(f)
-        df = pd.read_csv(f)
+        df = read_table(f, PHASES_COLUMNS)
         meta_p, summ_p = f.with_name("meta.json"), f.with_name("work") / "summary.json"
         meta = json.loads(meta_p.read_text()) if meta_p.exists() else {}
         cell = meta.get("cell") or {}
@@ -101,6 +102,6 @@ def write_phase_tables(phase_files: list[str | Path], out_dir: str | Path) -> li
               "storage_checkpoint.csv": storage_checkpoint_deltas(summary)}
     paths = []
     for name, df in tables.items():
-        df.to_csv(out_dir / name, index=False)
+        write_csv(df, out_dir / name)
         paths.append(out_dir / name)
     return paths

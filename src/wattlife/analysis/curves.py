@@ -49,11 +49,95 @@ def read_emerald_sweep(path: str | Path, gpu_model: str = "A100") -> pd.DataFram
     return out[CURVES_COLUMNS + ["category", "source"]]
 
 
-def load_curves(path: str | Path) -> pd.DataFrame:
-    """A curves table in the contract, or an Emerald sweep file (recognised by its columns)."""
-    head = pd.read_csv(path, nrows=0).columns
-    if "Workload" in head and "GPU power cap" in head:
-        return read_emerald_sweep(path)
-    from ..contracts import read_curves
+MONOTONE_TOL = 0.01  # a drop of more than 1% of the job's highest value marks a curve non-monotone
 
-    return read_curves(path)
+
+def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | None = 2) -> pd.DataFrame:
+    """Check a curves table before PFI, allocation or prediction use it; return it with a
+    `monotone` column.
+
+    Errors (ContractError naming file, line, job): a non-numeric or non-finite cap, throughput or
+    power; a cap or power <= 0; a negative throughput; a cap listed twice for one job (and GPU
+    model); throughput <= 0 at a job's top cap (PFI divides by it). A curve whose throughput or
+    power falls by more than `MONOTONE_TOL` of its maximum as the cap rises is kept but flagged
+    (`monotone` False) with a warning: PFI and allocation assume more power never means less work."""
+    import warnings
+
+    from ..contracts import ContractError
+
+    def line(i: int) -> str:
+        return f"{where}:{i + first_line}" if first_line is not None else f"{where} row {i}"
+
+    df = df.reset_index(drop=True)
+    if not len(df):
+        raise ContractError(f"{where}: header only, no data rows")
+    for col in ("cap_w", "throughput", "power_w"):
+        vals = pd.to_numeric(df[col], errors="coerce")
+        bad = ~np.isfinite(vals.to_numpy(np.float64))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ContractError(f"{line(i)}: column {col} expects a finite number, got "
+                                f"{df[col].iat[i]!r} (job {df['job'].iat[i]})")
+        df[col] = vals.astype(float)
+    checks = [("cap_w", df["cap_w"] <= 0, "a cap > 0 W"),
+              ("power_w", df["power_w"] <= 0, "a power > 0 W (the job's realised GPU power)"),
+              ("throughput", df["throughput"] < 0, "a throughput >= 0")]
+    for col, bad, want in checks:
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ContractError(f"{line(i)}: column {col} expects {want}, got {df[col].iat[i]:g} "
+                                f"(job {df['job'].iat[i]})")
+    key = ["job", "gpu_model"]
+    dup = df.duplicated(key + ["cap_w"], keep="first")
+    if dup.any():
+        i = int(np.flatnonzero(dup.to_numpy())[0])
+        raise ContractError(f"{line(i)}: job {df['job'].iat[i]} ({df['gpu_model'].iat[i]}) lists cap "
+                            f"{df['cap_w'].iat[i]:g} W twice; expected one row per cap (average "
+                            "repeats first)")
+    top = df.groupby(key)["cap_w"].transform("max") == df["cap_w"]
+    zero = top & (df["throughput"] <= 0)
+    if zero.any():
+        i = int(np.flatnonzero(zero.to_numpy())[0])
+        raise ContractError(f"{line(i)}: job {df['job'].iat[i]} has throughput "
+                            f"{df['throughput'].iat[i]:g} at its top cap {df['cap_w'].iat[i]:g} W; "
+                            "expected > 0 (PFI and allocation divide by it)")
+    order = df.sort_values(key + ["cap_w"], kind="stable")
+
+    def monotone(g: pd.DataFrame) -> bool:
+        ok = True
+        for col in ("throughput", "power_w"):
+            v = g[col].to_numpy()
+            drop = np.maximum.accumulate(v) - v
+            ok &= bool(np.all(drop <= MONOTONE_TOL * max(v.max(), 1e-300)))
+        return ok
+
+    flags = order.groupby(key, sort=False)[["throughput", "power_w"]].apply(monotone)
+    df["monotone"] = [bool(flags.loc[(j, m)]) for j, m in zip(df["job"], df["gpu_model"])]
+    bad_jobs = sorted({f"{j} ({m})" for (j, m), ok in flags.items() if not ok})
+    if bad_jobs:
+        warnings.warn(f"{where}: throughput or power falls as the cap rises (by more than "
+                      f"{MONOTONE_TOL:.0%}) for {len(bad_jobs)} job(s): {', '.join(bad_jobs[:5])}"
+                      f"{' ...' if len(bad_jobs) > 5 else ''}; column monotone is False for them",
+                      stacklevel=2)
+    return df
+
+
+def load_curves(path: str | Path) -> pd.DataFrame:
+    """A curves table in the contract, or an Emerald sweep file (recognised by its columns),
+    validated (`validate_curves`)."""
+    from ..contracts import ContractError, read_curves
+
+    path = Path(path)
+    if path.is_dir():
+        raise ContractError(f"{path}: is a directory, expected a curves CSV file")
+    if not path.exists():
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+    try:
+        head = pd.read_csv(path, nrows=0).columns
+    except pd.errors.EmptyDataError:
+        raise ContractError(f"{path}: empty file (no header); expected columns {CURVES_COLUMNS}") from None
+    if "Workload" in head and "GPU power cap" in head:
+        df = read_emerald_sweep(path)
+    else:
+        df = read_curves(path)
+    return validate_curves(df, str(path))

@@ -84,14 +84,14 @@ def predictor_table(features: pd.DataFrame) -> pd.DataFrame:
 
 
 def predictor_files(curves_path: str | Path, pfi_path: str | Path, out: str | Path) -> pd.DataFrame:
+    from ..contracts import read_table, write_csv
     from .curves import load_curves
 
     curves = load_curves(curves_path)
-    feats = job_features(curves, pd.read_csv(pfi_path))
+    feats = job_features(curves, read_table(pfi_path, ["job", "pfi"]))
     df = predictor_table(feats)
     if "source" in curves.columns:
         df["source"] = ",".join(sorted(curves["source"].astype(str).unique()))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
-    feats.to_csv(Path(out).with_name(Path(out).stem + "_features.csv"), index=False)
+    write_csv(df, out)
+    write_csv(feats, Path(out).with_name(Path(out).stem + "_features.csv"))
     return df

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..contracts import write_text
+
 SOURCES = ("hf", "kaggle", "http", "path", "generated")
 KINDS = ("dataset", "model")
 
@@ -59,5 +61,5 @@ def generate_artefacts(entries: list[dict[str, Any]], out: str | Path, seed: int
                 left -= len(block)
         manifest[e["name"]] = {"file": f.name, "size_bytes": int(e["size_bytes"]), "sha256": h.hexdigest(),
                                "kind": e["kind"]}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    write_text(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest

@@ -46,6 +46,8 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
                progress: bool = True) -> dict[str, Any]:
     """Download `url` to `dest`; returns bytes transferred, seconds, attempts, resumed."""
     dest = Path(dest)
+    if dest.is_dir():
+        raise FetchError(f"{dest}: is a directory; give the file's path, e.g. {dest / Path(url).name}")
     if not force and _verified(dest, sha256):
         return {"url": url, "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -106,11 +108,16 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
             "size_bytes": dest.stat().st_size}
 
 
-def fetch_path(src: str | Path, dest: str | Path, force: bool = False) -> dict[str, Any]:
-    """Copy a file or folder from a local/shared path, into a temporary name, then rename."""
+def fetch_path(src: str | Path, dest: str | Path, force: bool = False,
+               progress: bool | None = None) -> dict[str, Any]:
+    """Copy a file or folder from a local/shared path, into a temporary name, then rename (a
+    progress bar on stderr when it is a terminal, or with `progress=True`)."""
     src, dest = Path(src), Path(dest)
     if not src.exists():
         raise FetchError(f"{src}: no such file or folder")
+    if src.is_file() and dest.is_dir():
+        raise FetchError(f"{dest}: is a directory and {src} a file; give the file's path, e.g. "
+                         f"{dest / src.name}")
     if dest.exists() and not force:
         return {"src": str(src), "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
     t0 = time.monotonic()
@@ -118,12 +125,21 @@ def fetch_path(src: str | Path, dest: str | Path, force: bool = False) -> dict[s
     if tmp.exists():
         shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if src.is_dir():
-        shutil.copytree(src, tmp)
-        size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
-    else:
-        shutil.copy2(src, tmp)
-        size = tmp.stat().st_size
+    total = (sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) if src.is_dir()
+             else src.stat().st_size)
+    with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False,
+              disable=None if progress is None else not progress) as bar:
+        def copy(a: str, b: str) -> str:
+            out = shutil.copy2(a, b)
+            bar.update(os.path.getsize(b))
+            return out
+
+        if src.is_dir():
+            shutil.copytree(src, tmp, copy_function=copy)
+            size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
+        else:
+            copy(str(src), str(tmp))
+            size = tmp.stat().st_size
     if dest.exists():
         shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
     os.replace(tmp, dest)

@@ -57,6 +57,10 @@ class ArtefactServer:
                 sent = 0
                 for i in range(start, len(body), STEP):
                     chunk = body[i:i + STEP]
+                    if outer.rate:
+                        # pace before sending: the last byte leaves no earlier than
+                        # bytes / rate after the first, however fast or loaded the machine
+                        time.sleep(len(chunk) / outer.rate)
                     if cut is not None and sent + len(chunk) > cut:
                         self.wfile.write(chunk[: cut - sent])
                         self.wfile.flush()
@@ -64,8 +68,6 @@ class ArtefactServer:
                         return
                     self.wfile.write(chunk)
                     sent += len(chunk)
-                    if outer.rate:
-                        time.sleep(len(chunk) / outer.rate)
 
             def do_PUT(self):
                 path = unquote(self.path.split("?")[0]).lstrip("/")

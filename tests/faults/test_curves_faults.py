@@ -1,0 +1,124 @@
+"""Impossible power-cap curves given to pfi, allocate and predict: each is refused with one line
+naming file, line and job (or, for a non-monotone curve, flagged and warned about)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from wattlife.analysis.curves import load_curves, validate_curves
+from wattlife.cli import main
+from wattlife.contracts import CURVES_COLUMNS, ContractError
+
+
+def _curves(n_jobs: int = 4) -> pd.DataFrame:
+    rows = []
+    for j in range(n_jobs):
+        for cap in (200, 300, 400, 500, 600, 700):
+            rows.append({"job": f"j{j}", "gpu_model": "H200", "n_gpus": 8, "cap_w": cap,
+                         "throughput": 100 * (cap / 700) ** (0.3 + 0.2 * j),
+                         "throughput_unit": "tokens/s", "power_w": 8 * cap * 0.95,
+                         "dram_active": 0.1 * (j + 1), "util_mem": 0.2 * (j + 1),
+                         "tensor_active": 0.5})
+    return pd.DataFrame(rows)
+
+
+def _write(tmp_path, df, name="curves.csv"):
+    p = tmp_path / name
+    df.to_csv(p, index=False)
+    return str(p)
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("cmd", ["pfi", "allocate", "predict"])
+def test_zero_throughput_at_the_top_cap_is_refused(tmp_path, capsys, cmd):
+    """Before: PFI 0.000 for every job and an all-NaN allocation, exit 0."""
+    d = _curves()
+    d.loc[(d["job"] == "j1") & (d["cap_w"] == 700), "throughput"] = 0.0
+    args = [cmd, _write(tmp_path, d), "-o", str(tmp_path / "out.csv")]
+    if cmd == "predict":
+        args += ["--pfi", _write(tmp_path, pd.DataFrame({"job": ["j0"], "pfi": [1.0]}), "pfi.csv")]
+    if cmd == "allocate":
+        args += ["--workloads", "2", "--jobs", "2"]
+    assert main(args) == 2
+    err = _one_error_line(capsys)
+    assert "curves.csv:13: job j1" in err and "top cap 700 W" in err
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_duplicated_caps_are_refused_with_their_line(tmp_path, capsys):
+    d = pd.concat([_curves(), _curves().iloc[[3]]], ignore_index=True)
+    assert main(["pfi", _write(tmp_path, d), "-o", str(tmp_path / "pfi.csv")]) == 2
+    assert "curves.csv:26: job j0 (H200) lists cap 500 W twice" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("col,value,want", [("power_w", -10.0, "power > 0"),
+                                            ("power_w", 0.0, "power > 0"),
+                                            ("cap_w", -200.0, "cap > 0"),
+                                            ("throughput", -1.0, "throughput >= 0"),
+                                            ("throughput", np.inf, "finite number")])
+def test_impossible_values_are_refused(tmp_path, capsys, col, value, want):
+    d = _curves()
+    d.loc[2, col] = value
+    assert main(["pfi", _write(tmp_path, d), "-o", str(tmp_path / "pfi.csv")]) == 2
+    err = _one_error_line(capsys)
+    assert f"curves.csv:4: column {col}" in err and want in err and "job j0" in err
+
+
+def test_a_reversed_curve_is_flagged_and_warned(tmp_path, capsys):
+    """Before: PFI -0.17 without a word."""
+    d = _curves()
+    rev = d["job"] == "j2"
+    d.loc[rev, "throughput"] = d.loc[rev, "throughput"].to_numpy()[::-1]
+    with pytest.warns(UserWarning, match=r"falls as the cap rises .* j2 \(H200\)"):
+        got = load_curves(_write(tmp_path, d))
+    assert dict(got.groupby("job")["monotone"].all()) == {"j0": True, "j1": True, "j2": False,
+                                                          "j3": True}
+    assert main(["pfi", str(tmp_path / "curves.csv"), "-o", str(tmp_path / "pfi.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "wattlife pfi: warning:" in err and "j2 (H200)" in err and "Traceback" not in err
+
+
+def test_small_noise_is_not_non_monotone():
+    d = _curves()
+    d.loc[4, "throughput"] = d.loc[3, "throughput"] * 0.995  # within 1% of the job's maximum
+    assert validate_curves(d)["monotone"].all()
+
+
+@pytest.mark.parametrize("cmd", ["pfi", "allocate", "predict", "calibrate-sim", "aggregate-curves"])
+def test_header_only_curves_give_one_line(tmp_path, capsys, cmd):
+    """Before: a KeyError traceback."""
+    p = tmp_path / "curves.csv"
+    p.write_text(",".join(CURVES_COLUMNS) + "\n")
+    args = [cmd, str(p)]
+    args += {"predict": ["--pfi", str(p), "-o", str(tmp_path / "o.csv")],
+             "calibrate-sim": ["--tdp", "700"]}.get(cmd, ["-o", str(tmp_path / "o.csv")])
+    assert main(args) == 2
+    assert "curves.csv: header only, no data rows" in _one_error_line(capsys)
+
+
+def test_header_only_pfi_table_for_predict(tmp_path, capsys):
+    pfi = tmp_path / "pfi.csv"
+    pfi.write_text("job,pfi\n")
+    assert main(["predict", _write(tmp_path, _curves()), "--pfi", str(pfi), "-o",
+                 str(tmp_path / "o.csv")]) == 2
+    assert "pfi.csv: header only" in _one_error_line(capsys)
+
+
+def test_an_empty_file_and_a_directory_are_named(tmp_path, capsys):
+    (tmp_path / "empty.csv").write_text("")
+    assert main(["pfi", str(tmp_path / "empty.csv"), "-o", str(tmp_path / "o.csv")]) == 2
+    assert "empty.csv: empty file" in _one_error_line(capsys)
+    assert main(["pfi", str(tmp_path), "-o", str(tmp_path / "o.csv")]) == 2
+    assert "is a directory" in _one_error_line(capsys)
+
+
+def test_validate_curves_refuses_directly():
+    d = _curves()
+    d.loc[0, "power_w"] = -1
+    with pytest.raises(ContractError, match=r"x.csv:2: column power_w"):
+        validate_curves(d, "x.csv")
