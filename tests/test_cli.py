@@ -4,7 +4,8 @@ from wattlife.cli import build_parser, main
 
 COMMANDS = ["run", "attribute", "pfi", "allocate", "predict", "calibrate-sim", "sweep", "powercap",
             "gen-images", "gen-text", "train", "aggregate", "figures", "bench", "fetch", "upload",
-            "gen-catalogue", "prepare-tables", "pfi-sweep", "aggregate-curves", "merge-nodes"]
+            "gen-catalogue", "prepare-tables", "pfi-sweep", "aggregate-curves", "merge-nodes",
+            "launch-node"]
 
 
 def test_every_command_has_help(capsys):

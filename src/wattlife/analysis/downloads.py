@@ -35,6 +35,7 @@ def download_rows(records: list[dict], phases: list[pd.DataFrame]) -> pd.DataFra
                 "phase_time_s": g["time_s"].max(), "method": ",".join(sorted(set(g["method"]))),
                 "source": ",".join(sorted(set(g["source"]))),
                 "bytes_source": "measured (client)", "net_source": "measured (psutil, all interfaces)",
+                "transfers_at_once": rec.get("transfers_at_once"),
             })
     return pd.DataFrame(rows)
 
