@@ -19,6 +19,12 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
 
     PFI_MULTI = {n for n in PFI_CELLS if pfi_shape(n)[0] > 1}
 
+    def pfi_dataset_input():
+        """The protocol's dataset as an input where a rule makes it (tests, demo data)."""
+        made = {d.get("name") for d in config.get("data", {}).values() if isinstance(d, dict)}
+        ds = PFI_MATRIX["dataset"]
+        return os.path.join(config["storage"]["shared"], ds) if ds in made else []
+
     for _name, _cells in (("pfi_cap", [n for n in PFI_CELLS if n not in PFI_MULTI]),
                           ("pfi_cap_multinode", sorted(PFI_MULTI))):
         if not _cells:
@@ -27,6 +33,8 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
         rule:
             name:
                 _name
+            input:
+                data=pfi_dataset_input(),
             output:
                 config=f"{PCAP}/config.json",
                 point=f"{PCAP}/curve-point.csv",

@@ -164,7 +164,7 @@ def pfi_run(tmp_path_factory):
     conf.write_text(yaml.safe_dump(cfg))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     target = str(tmp / "res/tables/curves.csv")
-    out = snakemake(["--configfile", str(conf), target], env)
+    out = snakemake(["--configfile", str(conf), "--", target], env)  # targets after --
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return {"tmp": tmp, "conf": conf, "env": env, "res": tmp / "res", "target": target}
 
@@ -186,7 +186,7 @@ def test_a_failed_cap_is_rerun_alone(pfi_run):
     res = pfi_run["res"]
     before = tree(res / "pfi")
     point = res / "pfi/tiny-1g/cap-150/curve-point.csv"
-    out = snakemake(["--configfile", str(pfi_run["conf"]), pfi_run["target"], "--forcerun", str(point)],
+    out = snakemake(["--configfile", str(pfi_run["conf"]), "--forcerun", str(point), "--", pfi_run["target"]],
                     pfi_run["env"])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     after = tree(res / "pfi")
