@@ -51,11 +51,11 @@ def _global(name):
     return getattr(v, "value", v)
 
 
-# transfers one at a time unless the user raises it (`--resources transfers=N`)
+# transfers one at a time unless the user raises it (`--resources transfers=N`). (`exclusive_node`
+# has no global limit here: on Slurm each measuring job has its node to itself; profiles/local
+# allows one at a time.)
 if _global("transfers") is None:
     workflow.register_resource("transfers", 1)
-if workflow.local_exec and _global("exclusive_node") is None:
-    workflow.register_resource("exclusive_node", 1)
 TRANSFERS_AT_ONCE = _global("transfers")
 
 

@@ -100,7 +100,9 @@ def build_command(spec: LaunchSpec, *, config: str, run_dir: str, run_id: str, c
     head = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
     srun = ["srun", "--overlap", f"--nodes={spec.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     nodes = shlex.quote(f["nodes"])
-    return (f"{head} && {_q(srun + per_node)} --rdzv-endpoint=\"$head:{RDZV_PORT}\" "
+    # each node's one task gets the node's CPUs (not the batch job's --cpus-per-task)
+    return (f"{head} && {_q(srun)} --cpus-per-task=\"${{SLURM_CPUS_ON_NODE:-1}}\" {_q(per_node)}"
+            f" --rdzv-endpoint=\"$head:{RDZV_PORT}\" "
             f"{_q(['-m', 'wattlife.cli'] + inner)}"
             f" && wattlife merge-nodes --traces {nodes}/*/trace.csv --events {nodes}/*/events.csv"
             f" --trace {shlex.quote(f['trace'])} --events-out {shlex.quote(f['events'])}"
