@@ -64,9 +64,6 @@ def slice_of(make):
     return lambda wc: J.canonical(make(wc))
 
 
-WRITE_SLICE = "printf '%s\\n' {params.slice:q} > {output.config}"
-
-
 # --- preparation / post-execution (rules/prepare.smk) -------------------------------------
 PREP = config.get("prepare", {})
 CATALOGUE = {e["name"]: e for e in PREP.get("catalogue", [])}
@@ -197,3 +194,30 @@ def all_targets():
     if config.get("prepare", {}).get("catalogue"):
         out += [f"{RES}/tables/download_fit.csv", f"{RES}/tables/facility_cache.csv"]
     return out
+
+
+# --- the PFI matrix (rules/powercap.smk): one job per (cell, cap) ----------------------------
+PFI_MATRIX = config.get("pfi_matrix", {})
+PFI_CELLS = PFI_MATRIX.get("cells", {})
+PCAP = f"{RES}/pfi/{{pcell}}/cap-{{cap}}"
+PFI_CAPS = {name: J.cell_caps(config, name) for name in PFI_CELLS}
+
+
+def pfi_shape(name):
+    """(nodes, GPUs per node) of a PFI cell: its GPUs over its hardware profile's nodes."""
+    cell = PFI_CELLS[name]
+    return J.nodes_for(cell["gpus"], J.cell_hardware(config, cell).get("gpus_per_node", 8))
+
+
+def pfi_cap_files(name):
+    return [f"{RES}/pfi/{name}/cap-{c:g}/curve-point.csv" for c in PFI_CAPS[name]]
+
+
+PFI_MULTI = {n for n in PFI_CELLS if pfi_shape(n)[0] > 1}
+
+
+def pfi_dataset_input():
+    """The protocol's dataset as an input where a rule makes it (tests, demo data)."""
+    made = {d.get("name") for d in config.get("data", {}).values() if isinstance(d, dict)}
+    ds = PFI_MATRIX.get("dataset")
+    return os.path.join(config["storage"]["shared"], ds) if ds in made else []

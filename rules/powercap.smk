@@ -1,29 +1,8 @@
 # Power elasticity: cap sweeps -> curves -> PFI -> predictor -> allocation simulation.
+# (The PFI matrix's cells, caps and shapes: rules/common.smk.)
 
-
-PFI_MATRIX = config.get("pfi_matrix", {})
-PFI_CELLS = PFI_MATRIX.get("cells", {})
-PCAP = f"{RES}/pfi/{{pcell}}/cap-{{cap}}"
 
 if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's GPUs
-
-    PFI_CAPS = {name: J.cell_caps(config, name) for name in PFI_CELLS}
-
-    def pfi_shape(name):
-        """(nodes, GPUs per node) of a PFI cell: its GPUs over its hardware profile's nodes."""
-        cell = PFI_CELLS[name]
-        return J.nodes_for(cell["gpus"], J.cell_hardware(config, cell).get("gpus_per_node", 8))
-
-    def pfi_cap_files(name):
-        return [f"{RES}/pfi/{name}/cap-{c:g}/curve-point.csv" for c in PFI_CAPS[name]]
-
-    PFI_MULTI = {n for n in PFI_CELLS if pfi_shape(n)[0] > 1}
-
-    def pfi_dataset_input():
-        """The protocol's dataset as an input where a rule makes it (tests, demo data)."""
-        made = {d.get("name") for d in config.get("data", {}).values() if isinstance(d, dict)}
-        ds = PFI_MATRIX["dataset"]
-        return os.path.join(config["storage"]["shared"], ds) if ds in made else []
 
     for _name, _cells in (("pfi_cap", [n for n in PFI_CELLS if n not in PFI_MULTI]),
                           ("pfi_cap_multinode", sorted(PFI_MULTI))):
@@ -62,7 +41,7 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 nodes=lambda wc: pfi_shape(wc.pcell)[0],
                 runtime=J.pfi_runtime_min(PFI_MATRIX.get("duration_s", 1800)),
             shell:
-                WRITE_SLICE + " && wattlife pfi-sweep --config {output.config} --cell {wildcards.pcell}"
+                "printf '%s\\n' {params.slice:q} > {output.config} && wattlife pfi-sweep --config {output.config} --cell {wildcards.pcell}"
                 " --cap {wildcards.cap} -o {output.point} > {log} 2>&1"
 
     rule pfi_curve:
@@ -113,7 +92,7 @@ else:
         conda:
             "../envs/wattlife.yaml"
         shell:
-            WRITE_SLICE + " && wattlife sweep --config {output.config} -o {output.curves} > {log} 2>&1"
+            "printf '%s\\n' {params.slice:q} > {output.config} && wattlife sweep --config {output.config} -o {output.curves} > {log} 2>&1"
 
 
 ANALYSIS = config.get("analysis", {})

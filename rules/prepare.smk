@@ -22,7 +22,7 @@ rule gen_catalogue:
     resources:
         **CPU_STEP,
     shell:
-        WRITE_SLICE + " && wattlife gen-catalogue {output.config} -o {params.out} > {log} 2>&1"
+        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife gen-catalogue {output.config} -o {params.out} > {log} 2>&1"
 
 
 rule download:
@@ -55,7 +55,7 @@ rule download:
         runtime=lambda wc: J.transfer_runtime_min(CATALOGUE[wc.artefact]["size_bytes"],
                                                   PREP.get("min_rate_mbps", 100)),
     shell:
-        WRITE_SLICE + " && wattlife run --config {output.config} --trace {output.trace}"
+        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife run --config {output.config} --trace {output.trace}"
         " --events {output.events} --meta {output.meta} --run-id download-{wildcards.artefact} --"
         " wattlife fetch {params.args} -o {params.dest} --kind {params.kind} --force"
         " --name {wildcards.artefact} --transfers-at-once {params.at_once}"
@@ -99,7 +99,7 @@ rule upload:
         transfers=1,
         runtime=J.transfer_runtime_min(UPLOAD.get("size_bytes", 20e9), PREP.get("min_rate_mbps", 100)),
     shell:
-        WRITE_SLICE + " && wattlife run --config {output.config} --trace {output.trace}"
+        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife run --config {output.config} --trace {output.trace}"
         " --events {output.events} --meta {output.meta} --run-id upload --"
         " wattlife upload --from-summary {input.summary} {params.to} {params.rate}"
         " --name model-upload --transfers-at-once {params.at_once} --record {output.record} > {log} 2>&1"
@@ -150,6 +150,6 @@ rule prepare_tables:
     resources:
         **CPU_STEP,
     shell:
-        WRITE_SLICE + " && wattlife prepare-tables --config {output.config} --records {input.records}"
+        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife prepare-tables --config {output.config} --records {input.records}"
         " --phases {input.phases} --phase-summary {input.summary} --cell-summaries {input.cells}"
         " --cell-metas {input.metas} -o {params.tables} > {log} 2>&1"
