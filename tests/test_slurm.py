@@ -65,6 +65,15 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     ph = pd.read_csv(cell / "phases.csv")
     assert {"stage_copy", "forward", "checkpoint"} <= set(ph["phase"])
     assert pd.read_csv(tmp_path / "res/tables/pfi.csv")["pfi"].notna().all()
+    # rerun the one cell through Slurm (the README's form): measured again, in a new Slurm job
+    before = (cell / "trace.csv").read_bytes()
+    rerun = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                            "--configfile", str(conf), *site, "--forcerun", str(cell / "trace.csv"), "--",
+                            str(cell / "phases.csv"), str(tmp_path / "res/tables/pfi.csv")], cwd=REPO,
+                           env=env_path, capture_output=True, text=True, timeout=1200)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    new_ids = re.findall(r"SLURM jobid (\d+)", rerun.stdout + rerun.stderr)
+    assert len(new_ids) == 1 and new_ids[0] != ids[0] and (cell / "trace.csv").read_bytes() != before
     # the finished run, config unchanged: nothing to do
     again = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm",
                             "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),

@@ -76,17 +76,22 @@ def dry(demo, cfg: dict | None = None, extra=(), sort_keys=False) -> tuple[dict[
     return jobs_of(out.stdout), out.stdout
 
 
-def test_every_file_under_results_is_declared(demo):
-    out = snakemake(["--summary", "--configfile", str(demo["conf"])], demo["env"], timeout=300)
+def undeclared(res: Path, conf: Path, env: dict, targets=()) -> tuple[list[str], int]:
+    """Files under `res` that are no output or log of the DAG (nor inside a directory output)."""
+    out = snakemake(["--summary", "--configfile", str(conf), "--", *targets], env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split("\t") for line in out.stdout.splitlines()[1:] if line.strip()]
-    assert all(r[4] == "ok" for r in rows), [r for r in rows if r[4] != "ok"]
+    assert rows and all(r[4] == "ok" for r in rows), [r for r in rows if r[4] != "ok"]
     declared = {Path(r[0]).resolve() for r in rows}  # every output of the DAG ...
     declared |= {Path(x.strip()).resolve() for r in rows for x in r[3].split(",") if x.strip() not in ("", "-")}
     dirs = [d for d in declared if d.is_dir()]  # ... its logs, and what directory outputs hold
-    files = [p.resolve() for p in demo["res"].rglob("*") if p.is_file()]
-    undeclared = [str(p) for p in files if p not in declared and not any(d in p.parents for d in dirs)]
-    assert len(files) > 60 and not undeclared, undeclared
+    files = [p.resolve() for p in res.rglob("*") if p.is_file()]
+    return [str(p) for p in files if p not in declared and not any(d in p.parents for d in dirs)], len(files)
+
+
+def test_every_file_under_results_is_declared(demo):
+    bad, n = undeclared(demo["res"], demo["conf"], demo["env"])
+    assert n > 60 and not bad, bad
 
 
 def test_a_finished_run_has_nothing_to_do(demo):
@@ -180,6 +185,8 @@ def test_pfi_jobs_are_one_per_cell_and_cap_and_the_curve_shows_a_failed_cap(pfi_
     assert cur.loc[cur["cap_w"] == 150, "throughput"].isna().all()
     for cap in ("150", "400", "700"):
         assert (res / f"pfi/tiny-1g/cap-{cap}/config.json").exists()
+    bad, n = undeclared(res, pfi_run["conf"], pfi_run["env"], [pfi_run["target"]])
+    assert n > 20 and not bad, bad
 
 
 def test_a_failed_cap_is_rerun_alone(pfi_run):
