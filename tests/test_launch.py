@@ -11,7 +11,14 @@ import yaml
 
 from wattlife import jobs as J
 from wattlife.config import REPO_ROOT, load_config, validate_config
-from wattlife.launch import LaunchSpec, build_command, merge_meta, run_files, run_node, train_args
+from wattlife.launch import (
+    LaunchSpec,
+    build_command,
+    merge_meta,
+    run_files,
+    run_node,
+    train_args,
+)
 from wattlife.sweep import assemble_curve
 
 

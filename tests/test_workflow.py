@@ -1,6 +1,6 @@
-"""The workflow's unit of work is a cell: on one finished (small) demo, which config edits rerun what
-(`snakemake -n`), that one cell is measured again alone, and that every file under the results
-folder is a declared output or log of some rule. One demo is run for the whole module."""
+"""The workflow's unit of work is a cell: on the session's finished (small) demo, which config edits
+rerun what (`snakemake -n`), that one cell is measured again alone, and that every file under the
+results folder is a declared output or log of some rule; and a PFI matrix's (cell, cap) jobs."""
 
 import hashlib
 import re
@@ -19,23 +19,6 @@ MEASURING = {"execute", "execute_tokenizer", "download", "upload", "powercap_swe
              "pfi_cap_multinode", "gen_catalogue", "gen_images", "gen_text"}
 
 
-def small_demo(tmp: Path) -> dict:
-    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    cfg["results_dir"] = str(tmp / "res")
-    cfg["storage"] = {"shared": str(tmp / "shared"), "local": str(tmp / "local")}
-    cfg["data"]["images"].update(classes=2, train_per_class=6, val_per_class=2)
-    cfg["data"]["text"]["words"] = 5_000
-    cfg["execution"].update(storage=["local"], checkpoint=["on", "off"])
-    cfg["workloads"]["resnet"].update(steps=3, val_every=2, ckpt_every=2, image_size=32, batch_size=4)
-    cfg["workloads"]["qwen"].update(steps=3, val_every=2, ckpt_every=2, seq_len=32)
-    cfg["sampler"]["idle_baseline_s"] = 0.2
-    cfg["prepare"]["catalogue"] = cfg["prepare"]["catalogue"][:1] + cfg["prepare"]["catalogue"][3:4]
-    for e in cfg["prepare"]["catalogue"]:
-        e["size_bytes"] = 1_000_000
-    cfg["analysis"].update(allocation_workloads=3, allocation_jobs=4, pfi_mc=20)
-    return cfg
-
-
 def snakemake(args, env, timeout=900):
     return subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/local", *args],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
@@ -52,18 +35,10 @@ def tree(root: Path) -> dict[str, tuple[int, str]]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("wf")
-    cfg = small_demo(tmp)
-    conf = tmp / "config.yaml"
-    conf.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    import os
-
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    out = snakemake(["--configfile", str(conf)], env)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return {"tmp": tmp, "cfg": cfg, "conf": conf, "env": env, "res": tmp / "res"}
+@pytest.fixture
+def demo(finished_demo):
+    """The session's finished demo (tests/conftest.py): 8 cells, 5 downloads, 1 upload."""
+    return finished_demo
 
 
 def dry(demo, cfg: dict | None = None, extra=(), sort_keys=False) -> tuple[dict[str, int], str]:
@@ -108,7 +83,7 @@ def test_an_analysis_key_reruns_no_measurement(demo):
     cfg = yaml.safe_load(yaml.safe_dump(demo["cfg"]))
     cfg["analysis"]["pfi_mc"] = 21
     cfg["analysis"]["allocation_cuts"] = [0.0, 0.2]
-    jobs, out = dry(demo, cfg)
+    jobs, _ = dry(demo, cfg)
     assert {"pfi", "allocate"} <= set(jobs) and not set(jobs) & MEASURING, jobs
     assert "attribute" not in jobs and "aggregate_phases" not in jobs
 
@@ -117,7 +92,7 @@ def test_one_workload_key_reruns_that_workloads_cells_only(demo):
     cfg = yaml.safe_load(yaml.safe_dump(demo["cfg"]))
     cfg["workloads"]["resnet"]["lr"] = 0.07
     jobs, out = dry(demo, cfg)
-    assert jobs.get("execute") == 2 and "execute_tokenizer" not in jobs, jobs  # resnet's two cells
+    assert jobs.get("execute") == 4 and "execute_tokenizer" not in jobs, jobs  # resnet's four cells
     assert not {"download", "upload", "powercap_sweep", "gen_catalogue", "gen_images", "gen_text"} & set(jobs)
     assert "/runs/qwen/" not in "".join(re.findall(r"output: (.*)", out))
 
@@ -179,7 +154,7 @@ def test_pfi_jobs_are_one_per_cell_and_cap_and_the_curve_shows_a_failed_cap(pfi_
     cur = pd.read_csv(res / "tables/curves.csv")
     st = dict(zip(cur["cap_w"], cur["status"]))
     assert st[400] == st[700] == "ok" and st[150].startswith("failed"), st
-    assert "outside" in open(res / "pfi/tiny-1g/cap-150/run.log").read()  # the device refused it
+    assert "outside" in (res / "pfi/tiny-1g/cap-150/run.log").read_text()  # the device refused it
     ok = cur[cur["status"] == "ok"]
     assert (ok["throughput"] > 0).all() and set(ok["source"]) == {"sim"}
     assert cur.loc[cur["cap_w"] == 150, "throughput"].isna().all()

@@ -417,7 +417,11 @@ def load_checkpoint(model, opt, path: Path, fsdp: bool) -> dict[str, Any]:
     path = Path(path)
     if fsdp:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_state_dict,
+            set_state_dict,
+        )
 
         info = json.loads((path / "wattlife.json").read_text())
         weights, optim = get_state_dict(model, opt)
