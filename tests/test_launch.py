@@ -159,3 +159,17 @@ def test_slice_written_by_a_rule_loads_as_a_config(tmp_path, demo):
     bad.write_text(yaml.safe_dump({"slice": "x", "sampler": {"gpu": "warp"}}))
     with pytest.raises(ValueError, match="sampler.gpu"):
         load_config(bad)
+
+
+def test_transfers_overlapping_each_other_are_counted():
+    from wattlife.analysis.downloads import download_rows, overlapping
+
+    # [0,10) and [5,15) overlap; [20,30) is alone; the last window is unknown
+    got = overlapping(np.array([0, 5, 20, np.nan]), np.array([10, 15, 30, np.nan]))
+    assert got[:3].tolist() == [1, 1, 0] and np.isnan(got[3])
+    ph = pd.DataFrame([{"phase": "download_dataset", "device_kind": "cpu", "energy_j": 1.0, "energy_lo_j": 0.9,
+                        "energy_hi_j": 1.1, "time_s": 1.0, "method": "integrate", "source": "estimate"}])
+    recs = [{"name": n, "bytes": 1, "start_ns": a, "end_ns": b, "transfers_at_once": 1}
+            for n, a, b in (("x", 0, 10), ("y", 5, 15))]
+    rows = download_rows(recs, [ph, ph])
+    assert rows["overlapping_transfers"].tolist() == [1, 1] and rows["transfers_at_once"].tolist() == [1, 1]

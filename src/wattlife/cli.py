@@ -211,10 +211,15 @@ def _transfer(a: argparse.Namespace, phase_name: str, do, default_name: str) -> 
     from .markers import phase
     from .prepare.fetch import network_bytes
 
+    import time
+
     before = network_bytes()
+    t0 = time.time_ns()
     with phase(phase_name):
         r = do()
+    t1 = time.time_ns()
     after = network_bytes()
+    r.update(start_ns=t0, end_ns=t1)  # the transfer's window: overlaps with others are counted later
     r.update(name=a.name or default_name, kind=getattr(a, "kind", "model"), net_recv_bytes=after["recv"] - before["recv"],
              net_sent_bytes=after["sent"] - before["sent"],
              server="loopback" if getattr(a, "serve_dir", None) or getattr(a, "serve_put", None) else "remote")
