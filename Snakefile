@@ -1,6 +1,9 @@
 # wattlife — the experiment matrix as a Snakemake workflow.
 # Demo:    snakemake --profile profiles/local            (config/config.yaml)
-# Cluster: snakemake --profile profiles/slurm --configfile config/paper.yaml
+# Cluster: snakemake --profile profiles/slurm --configfile config/paper.yaml \
+#              --config 'slurm={account: <account>, gpu_partition: <gpu partition>}'
+# Rerun one cell (measured again, then everything downstream of it):
+#          snakemake --profile profiles/local --forcerun results/demo/runs/resnet/local/ckpt-on/r1/trace.csv
 from snakemake.utils import min_version, validate
 
 from wattlife.config import validate_config
@@ -32,3 +35,14 @@ rule all:
     input:
         all_targets(),
     default_target: True
+
+
+# Small CPU steps: on the submit host unless the config names a CPU partition (`slurm.cpu_partition`);
+# never in the GPU partition. Transfers on `login` are local too (rules/prepare.smk).
+CPU_RULES = ["all", "gen_images", "gen_text", "gen_catalogue", "attribute", "attribute_transfer",
+             "aggregate_phases", "prepare_tables", "pfi", "predictor", "allocate", "figures",
+             "powercap_sweep", "pfi_curve", "pfi_curves"]
+LOCAL_RULES = [r for r in CPU_RULES if not SLURM.get("cpu_partition") or r == "all"]
+LOCAL_RULES += [r for r, where in (("download", PREP.get("download_on", "login")),
+                                   ("upload", PREP.get("upload_on", "login"))) if where == "login"]
+workflow.localrules(*(r for r in LOCAL_RULES if r in {x.name for x in workflow.rules}))

@@ -8,22 +8,26 @@ rule attribute:
         meta=f"{CELL}/meta.json",
         response=sensor_response_file(),
     output:
-        f"{CELL}/phases.csv",
+        phases=f"{CELL}/phases.csv",
+        response=estimated_response(f"{CELL}/phases.csv"),
     log:
         f"{CELL}/attribute.log",
     params:
         options=attribute_options(),
+    resources:
+        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
     shell:
-        "wattlife attribute --trace {input.trace} --events {input.events} -o {output}"
+        "wattlife attribute --trace {input.trace} --events {input.events} -o {output.phases}"
         " --idle-split {params.options} > {log} 2>&1"
 
 
 rule aggregate_phases:
     input:
         phases=cell_files("phases.csv"),
-        summaries=cell_files("work/summary.json"),
+        metas=cell_files("meta.json"),  # each cell's keys
+        summaries=cell_files("work/summary.json"),  # each cell's throughput
     output:
         phases=f"{RES}/tables/phases.csv",
         summary=f"{RES}/tables/phase_summary.csv",
@@ -31,6 +35,8 @@ rule aggregate_phases:
         deltas=f"{RES}/tables/storage_checkpoint.csv",
     log:
         f"{RES}/logs/aggregate_phases.log",
+    resources:
+        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
     script:

@@ -1,7 +1,12 @@
-# Helpers shared by the rules: the matrix of cells and the run's output paths.
+# Helpers shared by the rules: the matrix of cells, each job's own config slice, the run's output
+# paths and what each job asks the scheduler for. The logic lives in the package
+# (wattlife.jobs: slices and sizes; wattlife.launch: the measured job's command line).
 import json
 import os
 import re
+
+from wattlife import jobs as J
+from wattlife.launch import LaunchSpec, build_command, run_files, train_args
 
 RES = config["results_dir"]
 EXE = config["execution"]
@@ -15,7 +20,51 @@ wildcard_constraints:
     repeat="[0-9]+",
 
 
-# preparation / post-execution (rules/prepare.smk)
+# --- scheduler resources -------------------------------------------------------------------
+# Site values (account, partitions) come from the config's `slurm` section, never from the rules.
+SLURM = config.get("slurm", {}) or {}
+
+
+def site_resources(partition=None):
+    r = {}
+    if SLURM.get("account"):
+        r["slurm_account"] = SLURM["account"]
+    if partition:
+        r["slurm_partition"] = partition
+    return r
+
+
+# small CPU steps: in the CPU partition named in the config, else on the submit host (localrules)
+CPU_STEP = site_resources(SLURM.get("cpu_partition"))
+# measuring jobs own their node: the declared `exclusive_node` resource (a local run allows one at a
+# time, the default below) and Slurm's --exclusive; they also take every local core, so nothing
+# else runs beside a measurement on this machine
+MEASURING = {**site_resources(SLURM.get("gpu_partition")), "exclusive_node": 1, "slurm_extra": "--exclusive"}
+try:
+    NODE_CORES = int(workflow.cores)
+except Exception:  # a cluster run without --cores: the jobs' own sizes apply
+    NODE_CORES = 1
+
+
+def _global(name):
+    v = workflow.global_resources.get(name)
+    return getattr(v, "value", v)
+
+
+# transfers one at a time unless the user raises it (`--resources transfers=N`). (`exclusive_node`
+# has no global limit here: on Slurm each measuring job has its node to itself; profiles/local
+# allows one at a time.)
+if _global("transfers") is None:
+    workflow.register_resource("transfers", 1)
+TRANSFERS_AT_ONCE = _global("transfers")
+
+
+def slice_of(make):
+    """params entry: the job's own config slice as sorted-keys JSON (a changed slice reruns it)."""
+    return lambda wc: J.canonical(make(wc))
+
+
+# --- preparation / post-execution (rules/prepare.smk) -------------------------------------
 PREP = config.get("prepare", {})
 CATALOGUE = {e["name"]: e for e in PREP.get("catalogue", [])}
 XFER = f"{RES}/transfers/{{artefact}}"
@@ -25,6 +74,11 @@ UPLOAD = PREP.get("upload", {})
 
 def transfer_names():
     return list(CATALOGUE) + (["upload"] if UPLOAD.get("cell") else [])
+
+
+def placement(where):
+    """Resources of a transfer job placed `where` (login: a local rule; else a partition)."""
+    return {} if where == "login" else site_resources(where)
 
 
 def fetch_args(wc, input):
@@ -41,6 +95,7 @@ def fetch_args(wc, input):
     return f"{flag} {e['id']}{extra}"
 
 
+# --- the execution matrix -------------------------------------------------------------------
 def cells():
     """Every (workload, storage, checkpoint, repeat) of the execution matrix."""
     return [
@@ -52,35 +107,28 @@ def cells():
     ]
 
 
-def train_command(wc, input, output):
-    """The cell's command. One node: `wattlife run -- [launcher] wattlife train ...`. Per-node
-    sampling (`execution.nodes` > 1, or `per_node_sampler: true`): `srun` starts one
-    `wattlife run` per node, each wrapping that node's torchrun (c10d rendezvous on the first
-    node), writing nodes/<host>/{trace,events,meta}; `wattlife merge-nodes` then merges them into
-    the cell's trace and events and checks the nodes' clocks (clock_offsets.csv)."""
-    d = os.path.dirname(output.trace)
+CELL_SPEC = LaunchSpec(nodes=int(EXE.get("nodes", 1)), gpus_per_node=int(EXE.get("gpus_per_node", 1)),
+                       launcher=EXE.get("launcher", "").strip(),
+                       per_node=bool(EXE.get("per_node_sampler", False)))
+CELL_FILES = run_files(CELL, CELL_SPEC)  # what a cell's launch writes, declared by `execute`
+
+
+def cell_slice(wc):
+    return J.cell_slice(config, wc.workload, wc.storage, wc.checkpoint, wc.repeat)
+
+
+def train_command(wc, output):
+    """The cell's command line, from the one launch builder (wattlife.launch)."""
     run_id = f"{wc.workload}-{wc.storage}-ckpt{wc.checkpoint}-r{wc.repeat}"
-    cell = json.dumps(dict(wc.items()))
-    train = (f"train --config {input.config} --workload {wc.workload} --storage {wc.storage}"
-             f" --checkpoint {wc.checkpoint} --workdir {os.path.dirname(output.summary)}")
-    nodes = int(EXE.get("nodes", 1))
-    if nodes == 1 and not EXE.get("per_node_sampler", False):
-        launcher = EXE.get("launcher", "").strip()
-        torchrun = launcher.split()[:1] and launcher.split()[0].endswith("torchrun")
-        prog = "-m wattlife.cli" if torchrun else "wattlife"  # torchrun runs Python modules
-        return (f"wattlife run --config {input.config} --trace {output.trace} --events {output.events}"
-                f" --meta {output.meta} --run-id {run_id} --cell '{cell}' -- {launcher} {prog} {train}")
-    g = int(EXE.get("gpus_per_node", 1))
-    node_dir = f"{d}/nodes/$h"
-    per_node = (f"h=$(hostname -s); mkdir -p {node_dir}; wattlife run --config {input.config}"
-                f" --trace {node_dir}/trace.csv --events {node_dir}/events.csv --meta {node_dir}/meta.json"
-                f" --run-id {run_id} --cell '\\''{cell}'\\'' -- torchrun --nnodes={nodes} --nproc-per-node={g}"
-                f" --rdzv-backend=c10d --rdzv-endpoint=$head:29500 -m wattlife.cli {train}")
-    return (f"head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -1); export head;"
-            f" srun --overlap --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c '{per_node}'"
-            f" && wattlife merge-nodes --traces {d}/nodes/*/trace.csv --events {d}/nodes/*/events.csv"
-            f" --trace {output.trace} --events-out {output.events}"
-            f" && cp \"$(ls {d}/nodes/*/meta.json | head -1)\" {output.meta}")
+    inner = train_args(output.config, wc.workload, wc.storage, wc.checkpoint,
+                       os.path.dirname(output.summary))
+    return build_command(CELL_SPEC, config=output.config, run_dir=os.path.dirname(output.trace),
+                         run_id=run_id, cell=dict(wc.items()), inner=inner)
+
+
+def cell_gpus():
+    """GPUs per node a cell asks for: none for the simulated GPU."""
+    return 0 if config["sampler"].get("gpu") == "sim" else int(EXE.get("gpus_per_node", 1))
 
 
 ATTRIBUTION = config.get("attribution", {})
@@ -96,6 +144,14 @@ def sensor_response_file():
     """The sensor-response CSV as an input (a changed response reruns the attribution)."""
     r = ATTRIBUTION.get("sensor_response", "boxcar")
     return [] if r in ("boxcar", "estimate") else [r]
+
+
+def estimated_response(path):
+    """With `sensor_response: estimate` attribution writes the estimated lag weights beside its
+    output: declared."""
+    if ATTRIBUTION.get("sensor_response", "boxcar") != "estimate":
+        return []
+    return [re.sub(r"\.csv$", "_sensor_response.csv", path)]
 
 
 def cell_files(name):
@@ -138,3 +194,30 @@ def all_targets():
     if config.get("prepare", {}).get("catalogue"):
         out += [f"{RES}/tables/download_fit.csv", f"{RES}/tables/facility_cache.csv"]
     return out
+
+
+# --- the PFI matrix (rules/powercap.smk): one job per (cell, cap) ----------------------------
+PFI_MATRIX = config.get("pfi_matrix", {})
+PFI_CELLS = PFI_MATRIX.get("cells", {})
+PCAP = f"{RES}/pfi/{{pcell}}/cap-{{cap}}"
+PFI_CAPS = {name: J.cell_caps(config, name) for name in PFI_CELLS}
+
+
+def pfi_shape(name):
+    """(nodes, GPUs per node) of a PFI cell: its GPUs over its hardware profile's nodes."""
+    cell = PFI_CELLS[name]
+    return J.nodes_for(cell["gpus"], J.cell_hardware(config, cell).get("gpus_per_node", 8))
+
+
+def pfi_cap_files(name):
+    return [f"{RES}/pfi/{name}/cap-{c:g}/curve-point.csv" for c in PFI_CAPS[name]]
+
+
+PFI_MULTI = {n for n in PFI_CELLS if pfi_shape(n)[0] > 1}
+
+
+def pfi_dataset_input():
+    """The protocol's dataset as an input where a rule makes it (tests, demo data)."""
+    made = {d.get("name") for d in config.get("data", {}).values() if isinstance(d, dict)}
+    ds = PFI_MATRIX.get("dataset")
+    return os.path.join(config["storage"]["shared"], ds) if ds in made else []

@@ -3,19 +3,6 @@ IMAGES = config.get("data", {}).get("images", {})
 TEXT = config.get("data", {}).get("text", {})
 
 
-rule resolved_config:
-    output:
-        f"{RES}/config.yaml",
-    log:
-        f"{RES}/logs/resolved_config.log",
-    conda:
-        "../envs/wattlife.yaml"
-    params:
-        text=lambda wc: json.dumps(config, indent=1),
-    shell:
-        "printf '%s\\n' {params.text:q} > {output} 2> {log}"
-
-
 rule gen_images:
     output:
         directory(os.path.join(config["storage"]["shared"], IMAGES.get("name", "images"))),
@@ -28,6 +15,8 @@ rule gen_images:
         train=IMAGES.get("train_per_class", 32),
         val=IMAGES.get("val_per_class", 8),
         size=IMAGES.get("size", 96),
+    resources:
+        **CPU_STEP,
     shell:
         "wattlife gen-images {output} --classes {params.classes} --train-per-class {params.train}"
         " --val-per-class {params.val} --size {params.size} > {log} 2>&1"
@@ -42,5 +31,7 @@ rule gen_text:
         "../envs/wattlife.yaml"
     params:
         words=TEXT.get("words", 200000),
+    resources:
+        **CPU_STEP,
     shell:
         "wattlife gen-text {output} --words {params.words} > {log} 2>&1"

@@ -1,25 +1,54 @@
 # Execution stage: one job per cell of workload x storage x checkpoint x repeat, under the sampler.
+# Each cell's params are its own config slice (wattlife.jobs.cell_slice), written beside its
+# outputs as config.json and read by the cell as its config: a change to another workload, to the
+# analysis, or to the order of keys reruns nothing here.
+# Rerun one cell (measured again, and everything downstream of it):
+#   snakemake --profile profiles/local --forcerun <results>/runs/<workload>/<storage>/ckpt-<on|off>/r<N>/trace.csv
 
 
-rule execute:
-    input:
-        config=f"{RES}/config.yaml",
-        data=lambda wc: dataset_input(wc.workload),
-    output:
-        trace=f"{CELL}/trace.csv",
-        events=f"{CELL}/events.csv",
-        meta=f"{CELL}/meta.json",
-        summary=f"{CELL}/work/summary.json",
-    log:
-        f"{CELL}/run.log",
-    conda:
-        "../envs/wattlife.yaml"
-    params:
-        cmd=train_command,
-    threads: 256  # scaled down to --cores: one cell at a time, cells must not share a machine while measured
-    resources:
-        # the Slurm plugin turns `gpu` into --gpus=N; a simulated GPU asks for none
-        gpu=lambda wc: 0 if config["sampler"].get("gpu") in ("sim", "none") else EXE.get("gpus_per_node", 1),
-        nodes=lambda wc: int(EXE.get("nodes", 1)),
-    shell:
-        "({params.cmd}) > {log} 2>&1"
+def _tokenizer_workloads():
+    """Causal-LM workloads that train their tokenizer in the cell's work folder."""
+    return [w for w in EXE["workloads"]
+            if config["workloads"][w]["kind"] == "causal_lm" and not config["workloads"][w].get("pretrained")]
+
+
+EXECUTE_KINDS = {"execute": [w for w in EXE["workloads"] if w not in _tokenizer_workloads()],
+                 "execute_tokenizer": _tokenizer_workloads()}
+
+for _name, _workloads in EXECUTE_KINDS.items():
+    if not _workloads:
+        continue
+
+    rule:
+        name:
+            _name
+        input:
+            data=lambda wc: dataset_input(wc.workload),
+        output:
+            config=f"{CELL}/config.json",
+            trace=CELL_FILES["trace"],
+            events=CELL_FILES["events"],
+            meta=CELL_FILES["meta"],
+            summary=f"{CELL}/work/summary.json",
+            ranks=CELL_FILES.get("ranks", []),
+            nodes=directory(CELL_FILES["nodes"]) if "nodes" in CELL_FILES else [],
+            clock=CELL_FILES.get("clock", []),
+            tokenizer=f"{CELL}/work/tokenizer/tokenizer.json" if _name == "execute_tokenizer" else [],
+        log:
+            f"{CELL}/run.log",
+        wildcard_constraints:
+            workload="|".join(map(re.escape, _workloads)),
+        conda:
+            "../envs/wattlife.yaml"
+        params:
+            slice=slice_of(cell_slice),
+            cmd=train_command,
+        threads: NODE_CORES  # a local run: the whole machine, nothing else beside a measurement
+        resources:
+            **MEASURING,
+            mem_mb=0,  # no --mem: a whole node's default memory (--exclusive)
+            **({"gres": f"gpu:{cell_gpus()}"} if cell_gpus() else {}),  # per node: --gres=gpu:N
+            nodes=int(EXE.get("nodes", 1)),
+            runtime=int(EXE.get("runtime_min", 120)),
+        shell:
+            "printf '%s\\n' {params.slice:q} > {output.config} && ({params.cmd}) > {log} 2>&1"

@@ -1,28 +1,67 @@
 # Power elasticity: cap sweeps -> curves -> PFI -> predictor -> allocation simulation.
+# (The PFI matrix's cells, caps and shapes: rules/common.smk.)
 
 
-PFI_CELLS = config.get("pfi_matrix", {}).get("cells", {})
+if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's GPUs
 
-if PFI_CELLS:  # the PFI study's matrix: one sweep job per cell, on that cell's GPUs
+    for _name, _cells in (("pfi_cap", [n for n in PFI_CELLS if n not in PFI_MULTI]),
+                          ("pfi_cap_multinode", sorted(PFI_MULTI))):
+        if not _cells:
+            continue
 
-    rule pfi_cell_sweep:
+        rule:
+            name:
+                _name
+            input:
+                data=pfi_dataset_input(),
+            output:
+                config=f"{PCAP}/config.json",
+                point=f"{PCAP}/curve-point.csv",
+                workload=f"{PCAP}/workload.json",
+                trace=f"{PCAP}/trace.csv",
+                events=f"{PCAP}/events.csv",
+                meta=f"{PCAP}/meta.json",
+                work=directory(f"{PCAP}/work"),
+                nodes=directory(f"{PCAP}/nodes") if _name == "pfi_cap_multinode" else [],
+                clock=f"{PCAP}/clock_offsets.csv" if _name == "pfi_cap_multinode" else [],
+            log:
+                f"{PCAP}/run.log",
+            wildcard_constraints:
+                pcell="|".join(map(re.escape, _cells)),
+                cap="[0-9.]+",
+            conda:
+                "../envs/wattlife.yaml"
+            params:
+                slice=slice_of(lambda wc: J.pfi_cap_slice(config, wc.pcell, float(wc.cap))),
+            threads: NODE_CORES  # a local run: the whole machine while caps change and it is measured
+            resources:
+                **MEASURING,
+                mem_mb=0,  # no --mem: a whole node's default memory (--exclusive)
+                gres=lambda wc: f"gpu:{pfi_shape(wc.pcell)[1]}",  # per node: --gres=gpu:N
+                nodes=lambda wc: pfi_shape(wc.pcell)[0],
+                runtime=J.pfi_runtime_min(PFI_MATRIX.get("duration_s", 1800)),
+            shell:
+                "printf '%s\\n' {params.slice:q} > {output.config} && wattlife pfi-sweep --config {output.config} --cell {wildcards.pcell}"
+                " --cap {wildcards.cap} -o {output.point} > {log} 2>&1"
+
+    rule pfi_curve:
         input:
-            config=f"{RES}/config.yaml",
+            lambda wc: pfi_cap_files(wc.pcell),
         output:
             f"{RES}/pfi/{{pcell}}/curves.csv",
         log:
-            f"{RES}/pfi/{{pcell}}/sweep.log",
+            f"{RES}/pfi/{{pcell}}/curves.log",
         wildcard_constraints:
             pcell="|".join(map(re.escape, PFI_CELLS)),
+        params:
+            caps=lambda wc: ",".join(f"{c:g}" for c in PFI_CAPS[wc.pcell]),
+        resources:
+            **CPU_STEP,
         conda:
             "../envs/wattlife.yaml"
-        threads: 256  # a whole node: nothing else may share the GPUs while caps change
-        resources:
-            gpu=lambda wc: min(PFI_CELLS[wc.pcell]["gpus"], 8),  # per node: the plugin's --gpus
-            nodes=lambda wc: -(-PFI_CELLS[wc.pcell]["gpus"] // 8),
-            runtime=lambda wc: 60 + 8 * int(config["pfi_matrix"].get("duration_s", 1800)) // 60,
         shell:
-            "wattlife pfi-sweep --config {input.config} --cell {wildcards.pcell} -o {output} > {log} 2>&1"
+            "wattlife aggregate-curves {input} --job {wildcards.pcell} --caps {params.caps}"
+            " -o {output} > {log} 2>&1"
 
     rule pfi_curves:
         input:
@@ -31,6 +70,8 @@ if PFI_CELLS:  # the PFI study's matrix: one sweep job per cell, on that cell's 
             f"{RES}/tables/curves.csv",
         log:
             f"{RES}/logs/pfi_curves.log",
+        resources:
+            **CPU_STEP,
         conda:
             "../envs/wattlife.yaml"
         shell:
@@ -39,16 +80,22 @@ if PFI_CELLS:  # the PFI study's matrix: one sweep job per cell, on that cell's 
 else:
 
     rule powercap_sweep:
-        input:
-            config=f"{RES}/config.yaml",
         output:
-            f"{RES}/tables/curves.csv",
+            config=f"{RES}/powercap/config.json",
+            curves=f"{RES}/tables/curves.csv",
         log:
             f"{RES}/logs/powercap_sweep.log",
+        params:
+            slice=slice_of(lambda wc: J.powercap_sweep_slice(config)),
+        resources:
+            **CPU_STEP,
         conda:
             "../envs/wattlife.yaml"
         shell:
-            "wattlife sweep --config {input.config} -o {output} > {log} 2>&1"
+            "printf '%s\\n' {params.slice:q} > {output.config} && wattlife sweep --config {output.config} -o {output.curves} > {log} 2>&1"
+
+
+ANALYSIS = config.get("analysis", {})
 
 
 rule pfi:
@@ -61,7 +108,9 @@ rule pfi:
     conda:
         "../envs/wattlife.yaml"
     params:
-        mc=config.get("analysis", {}).get("pfi_mc", 2000),
+        mc=ANALYSIS.get("pfi_mc", 2000),
+    resources:
+        **CPU_STEP,
     shell:
         "wattlife pfi {input} -o {output} --mc {params.mc} > {log} 2>&1"
 
@@ -75,6 +124,8 @@ rule predictor:
         features=f"{RES}/tables/predictor_features.csv",
     log:
         f"{RES}/logs/predictor.log",
+    resources:
+        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
     shell:
@@ -93,9 +144,12 @@ rule allocate:
     conda:
         "../envs/wattlife.yaml"
     params:
-        a=config.get("analysis", {}),
-        cuts=",".join(str(c) for c in config.get("analysis", {}).get("allocation_cuts", [0, 0.1, 0.2, 0.3, 0.4])),
+        workloads=ANALYSIS.get("allocation_workloads", 500),
+        jobs=ANALYSIS.get("allocation_jobs", 100),
+        mix=ANALYSIS.get("allocation_mix", "random"),
+        cuts=",".join(str(c) for c in ANALYSIS.get("allocation_cuts", [0, 0.1, 0.2, 0.3, 0.4])),
+    resources:
+        **CPU_STEP,
     shell:
         "wattlife allocate {input.curves} --pfi {input.pfi} -o {output.rows} --cuts {params.cuts}"
-        " --workloads {params.a[allocation_workloads]} --jobs {params.a[allocation_jobs]}"
-        " --mix {params.a[allocation_mix]} > {log} 2>&1"
+        " --workloads {params.workloads} --jobs {params.jobs} --mix {params.mix} > {log} 2>&1"

@@ -1,37 +1,37 @@
-# Where downloads run: on the login node (`prepare.download_on: login`, the study's choice, as
-# local rules of a Slurm run) or as jobs in a partition with network access.
-if PREP.get("download_on", "login") == "login":
-
-    localrules:
-        gen_catalogue,
-        download,
-        upload,
-
-
 # Preparation (downloads) and post-execution (upload): each transfer under the sampler as its own
 # run, attributed like a cell; then the size fit, facility-scale cache estimate and staging break-even.
+# Where transfers run: on the submit host (`prepare.download_on` / `prepare.upload_on: login`, the
+# study's choice: local rules of a Slurm run) or as jobs in a partition with network access; the
+# upload's placement is its own. Transfers run one at a time (the `transfers` resource; raise it
+# with `--resources transfers=N`), and each record says how many were allowed at once.
+GENERATED = [n for n, e in CATALOGUE.items() if e["source"] == "generated"]
+
+
 rule gen_catalogue:
-    input:
-        config=f"{RES}/config.yaml",
     output:
+        config=f"{SERVED}/catalogue.json",
         manifest=f"{SERVED}/manifest.json",
+        files=expand(f"{SERVED}/{{name}}.bin", name=GENERATED),
     log:
         f"{RES}/logs/gen_catalogue.log",
     conda:
         "../envs/wattlife.yaml"
     params:
+        slice=slice_of(lambda wc: J.generated_slice(config)),
         out=lambda wc, output: os.path.dirname(output.manifest),
+    resources:
+        **CPU_STEP,
     shell:
-        "wattlife gen-catalogue {input.config} -o {params.out} > {log} 2>&1"
+        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife gen-catalogue {output.config} -o {params.out} > {log} 2>&1"
 
 
 rule download:
     input:
-        config=f"{RES}/config.yaml",
         manifest=lambda wc: (
             f"{SERVED}/manifest.json" if CATALOGUE[wc.artefact]["source"] == "generated" else []
         ),
     output:
+        config=f"{XFER}/config.json",
         trace=f"{XFER}/trace.csv",
         events=f"{XFER}/events.csv",
         meta=f"{XFER}/meta.json",
@@ -43,34 +43,45 @@ rule download:
     conda:
         "../envs/wattlife.yaml"
     params:
+        slice=slice_of(lambda wc: J.download_slice(config, wc.artefact, TRANSFERS_AT_ONCE)),
         args=fetch_args,
         kind=lambda wc: CATALOGUE[wc.artefact]["kind"],
         dest=lambda wc: os.path.join(config["storage"]["shared"], "downloads", wc.artefact),
-    threads: 256  # one transfer at a time while it is measured
+        at_once=TRANSFERS_AT_ONCE or 0,
+    threads: NODE_CORES  # a local run: nothing else on this machine while a transfer is measured
     resources:
-        slurm_partition=lambda wc: PREP.get("download_on", "login"),
+        **placement(PREP.get("download_on", "login")),
+        transfers=1,
+        runtime=lambda wc: J.transfer_runtime_min(CATALOGUE[wc.artefact]["size_bytes"],
+                                                  PREP.get("min_rate_mbps", 100)),
     shell:
-        "wattlife run --config {input.config} --trace {output.trace} --events {output.events}"
-        " --meta {output.meta} --run-id download-{wildcards.artefact} --"
+        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife run --config {output.config} --trace {output.trace}"
+        " --events {output.events} --meta {output.meta} --run-id download-{wildcards.artefact} --"
         " wattlife fetch {params.args} -o {params.dest} --kind {params.kind} --force"
-        " --name {wildcards.artefact} --record {output.record} > {log} 2>&1"
+        " --name {wildcards.artefact} --transfers-at-once {params.at_once}"
+        " --record {output.record} > {log} 2>&1"
+
+
+LOOPBACK_PUT = UPLOAD.get("to", "loopback-put") == "loopback-put"
 
 
 rule upload:
     input:
-        config=f"{RES}/config.yaml",
         summary=f"{RES}/runs/{UPLOAD.get('cell', 'none')}/work/summary.json",
     output:
+        config=f"{RES}/transfers/upload/config.json",
         trace=f"{RES}/transfers/upload/trace.csv",
         events=f"{RES}/transfers/upload/events.csv",
         meta=f"{RES}/transfers/upload/meta.json",
         record=f"{RES}/transfers/upload/record.json",
+        received=directory(f"{RES}/prepare/uploaded") if LOOPBACK_PUT else [],
     log:
         f"{RES}/transfers/upload/run.log",
     conda:
         "../envs/wattlife.yaml"
     params:
-        to=lambda wc: {
+        slice=slice_of(lambda wc: J.upload_slice(config, TRANSFERS_AT_ONCE)),
+        to=lambda wc, output: {
             "loopback-put": f"--put /models --serve-put {RES}/prepare/uploaded",
             "put": f"--put {UPLOAD.get('target', '')}",
             "hf": f"--hf {UPLOAD.get('target', '')}",
@@ -78,15 +89,20 @@ rule upload:
         }[UPLOAD.get("to", "loopback-put")],
         rate=lambda wc: (
             f"--rate-mbps {PREP['loopback']['rate_mbps']}"
-            if PREP.get("loopback", {}).get("rate_mbps") and UPLOAD.get("to", "loopback-put") == "loopback-put"
+            if PREP.get("loopback", {}).get("rate_mbps") and LOOPBACK_PUT
             else ""
         ),
-    threads: 256
+        at_once=TRANSFERS_AT_ONCE or 0,
+    threads: NODE_CORES
+    resources:
+        **placement(PREP.get("upload_on", "login")),
+        transfers=1,
+        runtime=J.transfer_runtime_min(UPLOAD.get("size_bytes", 20e9), PREP.get("min_rate_mbps", 100)),
     shell:
-        "wattlife run --config {input.config} --trace {output.trace} --events {output.events}"
-        " --meta {output.meta} --run-id upload --"
+        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife run --config {output.config} --trace {output.trace}"
+        " --events {output.events} --meta {output.meta} --run-id upload --"
         " wattlife upload --from-summary {input.summary} {params.to} {params.rate}"
-        " --name model-upload --record {output.record} > {log} 2>&1"
+        " --name model-upload --transfers-at-once {params.at_once} --record {output.record} > {log} 2>&1"
 
 
 rule attribute_transfer:
@@ -96,27 +112,30 @@ rule attribute_transfer:
         meta=f"{XFER}/meta.json",
         response=sensor_response_file(),
     output:
-        f"{XFER}/phases.csv",
+        phases=f"{XFER}/phases.csv",
+        response=estimated_response(f"{XFER}/phases.csv"),
     log:
         f"{XFER}/attribute.log",
     params:
         options=attribute_options(),
+    resources:
+        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
     shell:
-        "wattlife attribute --trace {input.trace} --events {input.events} -o {output}"
+        "wattlife attribute --trace {input.trace} --events {input.events} -o {output.phases}"
         " --idle-split {params.options} > {log} 2>&1"
 
 
 rule prepare_tables:
     input:
-        config=f"{RES}/config.yaml",
         records=expand(f"{XFER}/record.json", artefact=transfer_names()),
         phases=expand(f"{XFER}/phases.csv", artefact=transfer_names()),
         summary=f"{RES}/tables/phase_summary.csv",
         cells=cell_files("work/summary.json"),
-        metas=cell_files("meta.json"),  # the cells' keys, beside each summary
+        metas=cell_files("meta.json"),  # the cells' keys
     output:
+        config=f"{RES}/prepare/tables-config.json",
         downloads=f"{RES}/tables/downloads.csv",
         fit=f"{RES}/tables/download_fit.csv",
         facility=f"{RES}/tables/facility_cache.csv",
@@ -126,7 +145,11 @@ rule prepare_tables:
     conda:
         "../envs/wattlife.yaml"
     params:
+        slice=slice_of(lambda wc: J.prepare_tables_slice(config)),
         tables=lambda wc, output: os.path.dirname(output.downloads),
+    resources:
+        **CPU_STEP,
     shell:
-        "wattlife prepare-tables --config {input.config} --records {input.records}"
-        " --phase-summary {input.summary} --cell-summaries {input.cells} -o {params.tables} > {log} 2>&1"
+        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife prepare-tables --config {output.config} --records {input.records}"
+        " --phases {input.phases} --phase-summary {input.summary} --cell-summaries {input.cells}"
+        " --cell-metas {input.metas} -o {params.tables} > {log} 2>&1"

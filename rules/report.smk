@@ -29,10 +29,13 @@ rule figures:
             report(path, caption=f"../report/{os.path.basename(path).split('_')[0]}.rst", category="figures")
             for path in figure_targets()
         ],
+        pdf=[re.sub(r"\.png$", ".pdf", path) for path in figure_targets()],
     params:
         tables=lambda wc, input: os.path.join(RES, "tables"),
     log:
         f"{RES}/logs/figures.log",
+    resources:
+        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
     script:

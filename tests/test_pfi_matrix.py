@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from wattlife.config import load_config
+from wattlife.jobs import cell_caps
 from wattlife.sweep import hardware_profile, matrix_cell_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,10 +52,15 @@ def test_dry_run_of_the_pfi_matrix_lists_every_cell(env_path):
     cells = set(load_config(REPO / "config/pfi.yaml")["pfi_matrix"]["cells"])
     listed = set(re.findall(r"results/pfi/pfi/([^/\s]+)/curves\.csv", out.stdout))
     assert listed == cells
-    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out.stdout, re.M))
-    assert counts["pfi_cell_sweep"] == str(len(cells)) and "execute" not in counts
+    counts = {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", out.stdout, re.M)}
+    cfg = load_config(REPO / "config/pfi.yaml")
+    n_caps = sum(len(cell_caps(cfg, c)) for c in cells)  # one job per (cell, cap)
+    assert counts.get("pfi_cap", 0) + counts.get("pfi_cap_multinode", 0) == n_caps
+    assert counts["pfi_curve"] == len(cells) and "execute" not in counts
+    points = set(re.findall(r"results/pfi/pfi/([^/\s]+)/cap-(\d+)/curve-point\.csv", out.stdout))
+    assert points == {(c, f"{w:g}") for c in cells for w in cell_caps(cfg, c)}
     for rule in ("pfi_curves", "pfi", "predictor", "allocate", "figures"):
-        assert counts[rule] == "1", rule
+        assert counts[rule] == 1, rule
 
 
 @pytest.mark.slow
@@ -65,5 +71,6 @@ def test_dry_run_of_the_paper_matrix(env_path):
                          timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out.stdout, re.M))
-    assert counts["download"] == "12" and counts["execute"] == "24" and counts["upload"] == "1"
+    assert counts["download"] == "12" and counts["upload"] == "1"
+    assert int(counts["execute"]) + int(counts["execute_tokenizer"]) == 24  # resnet's 12, qwen's 12
     assert "-- torchrun --nproc-per-node 4 -m wattlife.cli train" in out.stdout

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from wattlife.figures import draw_all
 
@@ -14,26 +13,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # a hang guard, not a speed test: on a loaded 2-core machine it took > 600 s
-def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path):
-    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    cfg["results_dir"] = str(tmp_path / "res")
-    cfg["storage"] = {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")}
-    cfg["data"]["images"].update(classes=3, train_per_class=8, val_per_class=2)
-    cfg["workloads"]["resnet"].update(steps=4, val_every=2, ckpt_every=2, image_size=32)
-    cfg["workloads"]["qwen"].update(steps=4, val_every=2, ckpt_every=2)
-    cfg["data"]["text"]["words"] = 10_000
-    cfg["analysis"].update(allocation_workloads=5, allocation_jobs=6, pfi_mc=50)
-    cfg["sampler"]["idle_baseline_s"] = 0.3
-    for e, size in zip(cfg["prepare"]["catalogue"], (1e6, 3e6, 6e6, 2e6, 4e6)):
-        e["size_bytes"] = int(size)
-    p = tmp_path / "config.yaml"
-    p.write_text(yaml.safe_dump(cfg))
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/local",
-                          "--configfile", str(p)], cwd=REPO, env=env_path, capture_output=True,
-                         text=True, timeout=1700)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    res = tmp_path / "res"
+@pytest.mark.timeout(1800)  # a hang guard, not a speed test: the session's demo runs in the first test using it
+def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path, finished_demo):
+    p = finished_demo["conf"]  # the demo, run once per session (tests/conftest.py)
+    res = finished_demo["res"]
     for f in ("fig1_phase_energy_time", "fig2_device_share", "fig3_storage_checkpoint",
               "fig4_download_size", "fig5_staging_breakeven", "fig6_power_throughput", "fig7_pfi",
               "fig8_allocation"):

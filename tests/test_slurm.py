@@ -36,30 +36,28 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     # the multi-node launch path on this one node: srun -> a sampler per node -> torchrun -> merge
     cfg["execution"].update(storage=["local"], checkpoint=["on"], per_node_sampler=True)
     cfg["sampler"]["idle_baseline_s"] = 0.2
+    gres = re.search(r"Gres=gpu", _node_gres()) is not None
+    if gres:  # no simulated GPU: the cell asks for execution.gpus_per_node (1) real GPU per node
+        cfg["sampler"]["gpu"] = "none"
     conf = tmp_path / "config.yaml"
     conf.write_text(yaml.safe_dump(cfg))
-    # the documented command (`--profile profiles/slurm`), with this one-node cluster's partition
-    # and sizes given the way the README tells a user to give theirs
-    gres = re.search(r"Gres=gpu", _node_gres()) is not None
-    over = ["--default-resources", "slurm_partition=debug", "mem_mb=1500", "cpus_per_task=1", "runtime=15",
-            "--set-resources", "execute:cpus_per_task=2"] + (["execute:gpu=1"] if gres else []) + [
-            "--jobs", "2", "--latency-wait", "10", "--slurm-status-command", "squeue"]
+    # the documented command (`--profile profiles/slurm`, as shipped), with only this cluster's
+    # site values: its partition, and the status command of a cluster without accounting
+    site = ["--config", "slurm={gpu_partition: debug}", "--slurm-status-command", "squeue"]
     cell = tmp_path / "res/runs/resnet/local/ckpt-on/r1"
-    out = subprocess.run([sys.executable, "-m", "snakemake", str(cell / "phases.csv"),
-                          str(tmp_path / "res/tables/pfi.csv"), "--profile", "profiles/slurm",
-                          "--configfile", str(conf), *over], cwd=REPO, env=env_path,
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                          "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),
+                          str(tmp_path / "res/tables/pfi.csv")], cwd=REPO, env=env_path,
                          capture_output=True, text=True, timeout=1200)
     log = out.stdout[-4000:] + out.stderr[-4000:]
     assert out.returncode == 0, log
     ids = re.findall(r"SLURM jobid (\d+)", out.stdout + out.stderr)
-    assert len(ids) >= 2, log  # the cell and the sweep, at least, went through sbatch
+    assert len(ids) == 1, log  # the cell went through sbatch; the CPU steps ran on this host
     print("Slurm job ids:", ids)
-    if gres:  # the GPU rule asked for a GPU the plugin's way and Slurm granted the placeholder
-        job = subprocess.run(["scontrol", "show", "job", ids[0]], capture_output=True, text=True).stdout
-        execute_ids = [i for i in ids if "execute" in subprocess.run(
-            ["scontrol", "show", "job", i], capture_output=True, text=True).stdout]
-        assert execute_ids, job
-        shown = subprocess.run(["scontrol", "show", "job", execute_ids[0]], capture_output=True, text=True).stdout
+    shown = subprocess.run(["scontrol", "show", "job", ids[0]], capture_output=True, text=True).stdout
+    assert "execute" in shown and "Partition=debug" in shown, shown
+    assert re.search(r"OverSubscribe=NO|Shared=0|exclusive", shown, re.I), shown
+    if gres:  # the GPU rule asked for its GPU per node (--gres) and Slurm granted the placeholder
         assert re.search(r"gres/gpu[=:]1|gpu:1", shown), shown
     node_traces = list((cell / "nodes").glob("*/trace.csv"))
     assert len(node_traces) == 1 and (cell / "clock_offsets.csv").exists()
@@ -67,3 +65,18 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     ph = pd.read_csv(cell / "phases.csv")
     assert {"stage_copy", "forward", "checkpoint"} <= set(ph["phase"])
     assert pd.read_csv(tmp_path / "res/tables/pfi.csv")["pfi"].notna().all()
+    # rerun the one cell through Slurm (the README's form): measured again, in a new Slurm job
+    before = (cell / "trace.csv").read_bytes()
+    rerun = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                            "--configfile", str(conf), *site, "--forcerun", str(cell / "trace.csv"), "--",
+                            str(cell / "phases.csv"), str(tmp_path / "res/tables/pfi.csv")], cwd=REPO,
+                           env=env_path, capture_output=True, text=True, timeout=1200)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    new_ids = re.findall(r"SLURM jobid (\d+)", rerun.stdout + rerun.stderr)
+    assert len(new_ids) == 1 and new_ids[0] != ids[0] and (cell / "trace.csv").read_bytes() != before
+    # the finished run, config unchanged: nothing to do
+    again = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm",
+                            "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),
+                            str(tmp_path / "res/tables/pfi.csv")], cwd=REPO, env=env_path,
+                           capture_output=True, text=True, timeout=300)
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]

@@ -219,17 +219,36 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def cmd_aggregate_curves(a: argparse.Namespace) -> int:
-    import pandas as pd
+    from .contracts import CURVES_COLUMNS, read_curves, write_table
+    from .sweep import assemble_curve
 
-    from .contracts import CURVES_COLUMNS, write_table
-
-    from .analysis.curves import load_curves
-
-    df = pd.concat([load_curves(f) for f in a.curves], ignore_index=True)
-    write_table(df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]], a.output,
-                CURVES_COLUMNS)
-    print(f"{a.output}: {df['job'].nunique()} jobs, {len(df)} caps")
+    if a.caps and not a.job:
+        raise ValueError("aggregate-curves: --caps needs --job (the cell whose caps they are)")
+    points = [read_curves(f) for f in a.curves if Path(f).exists() or not a.caps]
+    df = assemble_curve(points, job=a.job, caps=a.caps)
+    write_table(df, a.output, CURVES_COLUMNS)
+    bad = df[df["status"] != "ok"]
+    print(f"{a.output}: {df['job'].nunique()} jobs, {len(df)} caps, {len(bad)} not ok")
+    if len(bad):
+        print(bad[["job", "cap_w", "status"]].to_string(index=False))
     return 0
+
+
+def cmd_launch_node(a: argparse.Namespace) -> int:
+    from .launch import merge_meta, run_node
+
+    if a.merge_meta:
+        if not a.meta:
+            raise ValueError("launch-node --merge-meta DIR needs --meta OUT")
+        merge_meta(a.merge_meta, a.meta)
+        return 0
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    if not cmd:
+        raise ValueError("launch-node: give the command after --")
+    return run_node(cmd, sampler_cfg=_load_sampler_cfg(a.config), run_id=a.run_id,
+                    cell=json.loads(a.cell) if a.cell else {}, trace=a.trace, events=a.events,
+                    meta=a.meta, node_dir=a.node_dir, cap_w=a.cap, backend=a.powercap_backend,
+                    allow_real=a.allow_real, state_dir=a.state_dir)
 
 
 def cmd_merge_nodes(a: argparse.Namespace) -> int:
@@ -242,9 +261,9 @@ def cmd_merge_nodes(a: argparse.Namespace) -> int:
 
 
 def cmd_pfi_sweep(a: argparse.Namespace) -> int:
-    from .sweep import sweep_matrix_cell
+    from .sweep import sweep_matrix_cap
 
-    df = sweep_matrix_cell(a.config, a.cell, a.output, backend=a.backend)
+    df = sweep_matrix_cap(a.config, a.cell, a.cap, a.output, backend=a.backend)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 
@@ -306,13 +325,20 @@ def _transfer(a: argparse.Namespace, phase_name: str, do, default_name: str) -> 
     from .markers import phase
     from .prepare.fetch import network_bytes
 
+    import time
+
     before = network_bytes()
+    t0 = time.time_ns()
     with phase(phase_name):
         r = do()
+    t1 = time.time_ns()
     after = network_bytes()
+    r.update(start_ns=t0, end_ns=t1)  # the transfer's window: overlaps with others are counted later
     r.update(name=a.name or default_name, kind=getattr(a, "kind", "model"), net_recv_bytes=after["recv"] - before["recv"],
              net_sent_bytes=after["sent"] - before["sent"],
              server="loopback" if getattr(a, "serve_dir", None) or getattr(a, "serve_put", None) else "remote")
+    if getattr(a, "transfers_at_once", None) is not None:  # as the workflow allowed (0: no limit)
+        r["transfers_at_once"] = a.transfers_at_once or None
     print(json.dumps(r))
     if r.get("skipped"):
         print(f"wattlife: {r.get('dest', '')} is already there (verified where a sha256 was given): "
@@ -420,8 +446,10 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
             recs.append(json.loads(Path(r).read_text()))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{r}:{exc.lineno}:{exc.colno}: not a valid JSON record ({exc.msg})") from None
-    rows = download_rows(recs, [read_table(Path(r).with_name("phases.csv"), PHASES_COLUMNS)
-                                for r in a.records])
+    phase_files = a.phases or [Path(r).with_name("phases.csv") for r in a.records]
+    if len(phase_files) != len(recs):
+        raise ValueError(f"--phases: {len(phase_files)} files for {len(recs)} --records")
+    rows = download_rows(recs, [read_table(Path(p), PHASES_COLUMNS) for p in phase_files])
     fit = download_fit(rows)
     cat = pd.DataFrame(check_catalogue(prep.get("catalogue", [])))
     fac_cfg = prep.get("facility", {})
@@ -431,8 +459,11 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
     if a.phase_summary and Path(a.phase_summary).exists():
         summ = pd.read_csv(a.phase_summary)
         nbytes, epochs = {}, {}
-        for f in a.cell_summaries:  # <cell>/work/summary.json, the cell's keys in <cell>/meta.json
-            cell = json.loads((Path(f).parents[1] / "meta.json").read_text()).get("cell") or {}
+        metas = a.cell_metas or [Path(f).parents[1] / "meta.json" for f in a.cell_summaries]
+        if len(metas) != len(a.cell_summaries):
+            raise ValueError(f"--cell-metas: {len(metas)} files for {len(a.cell_summaries)} --cell-summaries")
+        for f, m in zip(a.cell_summaries, metas):  # each cell's summary.json and its keys (meta.json)
+            cell = json.loads(Path(m).read_text()).get("cell") or {}
             w, storage = cell.get("workload"), cell.get("storage")
             s = json.loads(Path(f).read_text())
             if storage == "local" and s.get("dataset_bytes"):
@@ -684,6 +715,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(default: none, fetch from the URL)")
     fe.add_argument("--rate-mbps", type=float,
                     help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
+    fe.add_argument("--transfers-at-once", type=int,
+                    help="how many transfers the workflow lets run at once (0: no limit), written in "
+                         "the record (default: not recorded)")
     fe.set_defaults(fn=cmd_fetch)
 
     up = sub.add_parser("upload", help="post-execution: send the trained model out (HTTP PUT, "
@@ -702,13 +736,21 @@ def build_parser() -> argparse.ArgumentParser:
                                         "(default: none, PUT to the URL)")
     up.add_argument("--rate-mbps", type=float,
                     help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
+    up.add_argument("--transfers-at-once", type=int,
+                    help="how many transfers the workflow lets run at once (0: no limit), written in "
+                         "the record (default: not recorded)")
     up.set_defaults(fn=cmd_upload)
 
-    ps = sub.add_parser("pfi-sweep", help="power-cap sweep of one cell of a config's pfi_matrix "
-                                          "(real training at every cap of the hardware grid)")
-    ps.add_argument("--config", required=True, help="config YAML with pfi_matrix")
+    ps = sub.add_parser("pfi-sweep", help="one cell of a config's pfi_matrix trained at one per-GPU cap "
+                                          "(the cap on every GPU of every node), as one curve point",
+                        description="Writes the curve point (status ok or failed: reason) and, beside "
+                                    "it, workload.json, trace.csv, events.csv, meta.json, work/ (and "
+                                    "nodes/<host>/, clock_offsets.csv for multi-node cells).")
+    ps.add_argument("--config", required=True, help="the config (or the job's slice) with the pfi_matrix")
     ps.add_argument("--cell", required=True, help="a key of pfi_matrix.cells")
-    ps.add_argument("-o", "--output", required=True, help="the cell's curves.csv")
+    ps.add_argument("--cap", type=float, required=True, help="per-GPU power cap (W)")
+    ps.add_argument("-o", "--output", required=True, help="the curve point to write, e.g. "
+                                                          "<results>/pfi/<cell>/cap-<W>/curve-point.csv")
     ps.add_argument("--backend", choices=["simulated", "nvml", "nvidia-smi"],
                     help="override powercap.backend (simulated: no real cap changes) "
                          "(default: the config's powercap.backend)")
@@ -724,9 +766,37 @@ def build_parser() -> argparse.ArgumentParser:
                     help="warn above this clock offset between nodes (default 5 ms)")
     mn.set_defaults(fn=cmd_merge_nodes)
 
-    acu = sub.add_parser("aggregate-curves", help="concatenate per-job curves.csv into one table")
-    acu.add_argument("curves", nargs="+", help="per-job curves.csv files")
+    acu = sub.add_parser("aggregate-curves", help="assemble curve points / per-job curves into one "
+                                                  "table (a `status` column: ok, failed: ..., missing)")
+    acu.add_argument("curves", nargs="+", help="curve-point.csv or curves.csv files")
+    acu.add_argument("--job", help="the one job (cell) these points belong to (default: as read)")
+    acu.add_argument("--caps", type=_floats, help="the job's expected caps (W); a cap without a point "
+                                                  "gets a row with status=missing (default: none expected)")
     acu.add_argument("-o", "--output", required=True, help="the combined curves.csv to write")
+
+    ln = sub.add_parser("launch-node", help="one node's part of a measured job: set the power cap on "
+                                            "this node's GPUs, run CMD under this node's sampler",
+                        description="Used by the launch builder (wattlife.launch) under srun, one per "
+                                    "node; the caps are restored whatever happens.")
+    ln.add_argument("--config", help="config (or job slice) whose `sampler` section to use "
+                                     "(default: none, the built-in sampler defaults)")
+    ln.add_argument("--trace", help="trace CSV (one-node jobs; default: none)")
+    ln.add_argument("--events", help="events CSV (one-node jobs; default: none)")
+    ln.add_argument("--meta", help="meta.json (default beside the trace); with --merge-meta the merged one")
+    ln.add_argument("--node-dir", help="write <node-dir>/<host>/{trace,events,meta} (multi-node jobs; "
+                                         "default: none)")
+    ln.add_argument("--run-id", help="run id recorded in events and meta (default: the folder name)")
+    ln.add_argument("--cell", help="JSON of the job's cell, recorded in meta.json (default: none)")
+    ln.add_argument("--cap", type=float, help="per-GPU power cap (W) for this node's GPUs (default: none)")
+    ln.add_argument("--powercap-backend", default="simulated", choices=["simulated", "nvml", "nvidia-smi"],
+                    help="how caps are set (default simulated)")
+    ln.add_argument("--allow-real", action="store_true", help="allow real GPU power-limit changes (default: off)")
+    ln.add_argument("--state-dir", help="folder of the powercap-state-<host>.json restore file "
+                                        "(default: beside the trace)")
+    ln.add_argument("--merge-meta", metavar="NODE_DIR", help="instead: merge NODE_DIR/*/meta.json into --meta "
+                                                                 "(default: none)")
+    ln.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    ln.set_defaults(fn=cmd_launch_node)
     acu.set_defaults(fn=cmd_aggregate_curves)
 
     gc = sub.add_parser("gen-catalogue", help="generate the config's `generated` catalogue artefacts")
@@ -742,6 +812,10 @@ def build_parser() -> argparse.ArgumentParser:
                                             "none, no staging break-even table)")
     pt.add_argument("--cell-summaries", nargs="*", default=[],
                     help="cells' work/summary.json (default: none)")
+    pt.add_argument("--phases", nargs="*", help="each record's phases.csv, in the order of --records "
+                                                "(default: beside each record)")
+    pt.add_argument("--cell-metas", nargs="*", help="each cell's meta.json, in the order of --cell-summaries "
+                                                    "(default: <cell>/meta.json)")
     pt.add_argument("-o", "--output", required=True, help="tables folder")
     pt.set_defaults(fn=cmd_prepare_tables)
 

@@ -159,14 +159,7 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
                                        cell={"job": job, "cap_w": cap}, reraise_signals=True)
                 if rc != 0:
                     raise RuntimeError(f"command exited with {rc}")
-                st = _steps_from_run(run_dir / "trace.csv", run_dir / "events.csv")
-                k = int(len(st) * warmup_frac)
-                row.update(throughput=steady_state(st["throughput"], rule, warmup_frac),
-                           power_w=steady_state(st["power_w"], rule, warmup_frac),
-                           throughput_sd=float(st["throughput"][k:].std()),
-                           power_sd=float(st["power_w"][k:].std()), n_steps=len(st),
-                           n_gpus=st.attrs["n_gpus"], source=st.attrs["source"], status="ok",
-                           **st.attrs["telemetry"])
+                row.update(curve_point(run_dir / "trace.csv", run_dir / "events.csv", rule, warmup_frac))
             except Exception as exc:  # recorded; the sweep goes on
                 row.update(throughput=np.nan, power_w=np.nan, status=f"failed: {exc}")
             rows.append(row)
@@ -210,9 +203,19 @@ def hardware_profile(name_or_path: str) -> dict[str, Any]:
 CELL_ONLY_KEYS = ("gpus", "set", "paper_job", "assumed", "hardware", "caps", "expert_parallel")
 
 
+def _workload_keys() -> set[str]:
+    import yaml
+
+    from .config import schema_path
+
+    sch = yaml.safe_load(schema_path().read_text())
+    return set(sch["properties"]["workloads"]["additionalProperties"]["properties"])
+
+
 def matrix_cell_workload(cfg: dict[str, Any], cell: str
                          ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The causal-LM workload of one `pfi_matrix` cell, the cell itself and its hardware profile."""
+    """The causal-LM workload of one `pfi_matrix` cell, the cell itself and its hardware profile
+    (the cell's `hardware`, else `powercap.hardware`)."""
     m = cfg.get("pfi_matrix") or {}
     if not m.get("cells"):
         raise ValueError("pfi_matrix.cells: missing from the config; pfi-sweep needs a config with a "
@@ -220,60 +223,121 @@ def matrix_cell_workload(cfg: dict[str, Any], cell: str
     if cell not in m["cells"]:
         raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
     c = m["cells"][cell]
-    prof = hardware_profile(c.get("hardware") or cfg["powercap"].get("hardware", "h200"))
+    prof = hardware_profile(c.get("hardware") or cfg.get("powercap", {}).get("hardware", "h200"))
+    known = _workload_keys()
     w = {"kind": "causal_lm", "dataset": m["dataset"], "device": "cuda", "precision": "bf16",
          "steps": 10**9, "val_steps": 5, "fsdp": c["gpus"] > 1, "peak_tflops": prof["peak_tflops_bf16"],
          "tokenizer_vocab": m.get("tokenizer_vocab", 32768),
          **{k: m[k] for k in ("duration_s", "eval_at_s", "ckpt_at_s") if k in m},
-         **{k: v for k, v in c.items() if k not in CELL_ONLY_KEYS}}
+         **{k: v for k, v in c.items() if k not in CELL_ONLY_KEYS and k in known}}
     return w, c, prof
 
 
-def sweep_matrix_cell(config_path: str | Path, cell: str, out: str | Path,
-                      backend: str | None = None) -> pd.DataFrame:
-    """Power-cap sweep of one `pfi_matrix` cell: the job trained at every cap of the hardware
-    profile's grid (the 4-point grid from `large_job_gpus` GPUs), under the sampler, launched
-    with torchrun across the cell's GPUs (srun across nodes when it needs more than one)."""
-    import yaml
+def curve_point(trace: str | Path, events: str | Path, rule: str = "top10",
+                warmup_frac: float = 0.2) -> dict[str, Any]:
+    """Steady-state throughput and aggregate GPU power of one run's training steps, with their
+    spread, the GPUs seen, the power source and the run's telemetry means."""
+    st = _steps_from_run(Path(trace), Path(events))
+    k = int(len(st) * warmup_frac)
+    return dict(throughput=steady_state(st["throughput"], rule, warmup_frac),
+                power_w=steady_state(st["power_w"], rule, warmup_frac),
+                throughput_sd=float(st["throughput"][k:].std()),
+                power_sd=float(st["power_w"][k:].std()), n_steps=len(st),
+                n_gpus=st.attrs["n_gpus"], source=st.attrs["source"], status="ok",
+                **st.attrs["telemetry"])
+
+
+def sweep_matrix_cap(config_path: str | Path, cell: str, cap_w: float, out: str | Path,
+                     backend: str | None = None) -> pd.DataFrame:
+    """One `pfi_matrix` cell trained at one per-GPU cap: the cap set on every GPU of every node of
+    the job, the run under a sampler per node (wattlife.launch), its steady state written as one
+    curve point (`status` ok, or failed with the reason: the job itself succeeds so the cell's
+    curve shows the failed cap, and `snakemake --forcerun <that point>` reruns it alone).
+    Writes beside `out`: workload.json (the training config), trace.csv, events.csv, meta.json,
+    work/ (and nodes/<host>/, clock_offsets.csv across nodes)."""
+    import json
+    import subprocess
 
     from .config import load_config
-    from .devices.powercap import PowerCapController
+    from .jobs import nodes_for
+    from .launch import LaunchSpec, build_command, train_args
 
     cfg = load_config(config_path)
     w, c, prof = matrix_cell_workload(cfg, cell)
-    pc = cfg["powercap"]
-    caps = c.get("caps") or (prof["grid_large_w"] if c["gpus"] >= prof.get("large_job_gpus", LARGE_JOB_GPUS)
-                             else prof["grid_w"])
+    pc = cfg.get("powercap", {})
     out = Path(out)
-    run_dir = out.parent / "runs"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cell_cfg = run_dir / "cell_config.yaml"
-    cell_cfg.write_text(yaml.safe_dump({**{k: cfg[k] for k in ("run_name", "results_dir", "sampler",
-                                                                "storage", "execution")},
-                                        "workloads": {cell: w}}))
-    per_node = min(c["gpus"], prof.get("gpus_per_node", 8))
-    nodes = -(-c["gpus"] // per_node)
-    launch = ["torchrun", f"--nproc-per-node={per_node}"]
-    if nodes > 1:  # one torchrun per node; the sampler wraps them on this (the first) node only
-        import os
-        import subprocess
-
-        head = subprocess.run(["scontrol", "show", "hostnames", os.environ.get("SLURM_JOB_NODELIST", "")],
-                              capture_output=True, text=True, check=True).stdout.split()[0]
-        launch = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", *launch, f"--nnodes={nodes}",
-                  "--rdzv-backend=c10d", f"--rdzv-endpoint={head}:29500"]
-    cmd = [*launch, "-m", "wattlife.cli", "train", "--config", str(cell_cfg), "--workload", cell,
-           "--storage", "shared", "--checkpoint", "on", "--workdir", str(run_dir / "work")]
-    backend = backend or pc.get("backend", "simulated")
-    with PowerCapController(backend, allow_real=pc.get("allow_real", False),
-                            state_file=out.with_name("powercap-state.json")) as ctl:
-        df = sweep_command(cell, cmd, caps, ctl, run_dir, sampler_cfg=cfg.get("sampler"),
-                           rule=pc.get("steady_rule", "top10"), warmup_frac=pc.get("warmup_frac", 0.2),
-                           unit="tokens/s", gpu_model=prof["gpu_model"])
-    df["category"] = c["task"]
-    df["set"] = c.get("set", "main")
+    d = out.parent
+    d.mkdir(parents=True, exist_ok=True)
+    wl = d / "workload.json"
+    wl.write_text(json.dumps({"slice": f"pfi/{cell}/cap-{cap_w:g}/train", "storage": cfg["storage"],
+                              "workloads": {cell: w}}, indent=1, sort_keys=True))
+    nodes, per_node = nodes_for(c["gpus"], prof.get("gpus_per_node", 8))
+    spec = LaunchSpec(nodes=nodes, gpus_per_node=per_node, per_node=nodes > 1, cap_w=float(cap_w),
+                      powercap_backend=backend or pc.get("backend", "simulated"),
+                      allow_real=bool(pc.get("allow_real", False)))
+    cmd = build_command(spec, config=str(config_path), run_dir=str(d), run_id=f"{cell}-cap{cap_w:g}",
+                        cell={"pfi_cell": cell}, inner=train_args(str(wl), cell, "shared", "on", str(d / "work")))
+    row: dict[str, Any] = {"job": cell, "gpu_model": prof["gpu_model"], "n_gpus": c["gpus"], "cap_w": float(cap_w),
+                           "throughput_unit": "tokens/s", "category": c["task"], "set": c.get("set", "main")}
     if c.get("paper_job"):  # the study's label: PFI tables put the published value beside it
-        df["paper_job"] = c["paper_job"]
-        df["hardware"] = c.get("hardware") or pc.get("hardware", "h200")
-    write_table(df, out, CURVES_COLUMNS)
+        row["paper_job"] = c["paper_job"]
+        row["hardware"] = c.get("hardware") or pc.get("hardware", "h200")
+    (d / "work").mkdir(exist_ok=True)
+    print(cmd, flush=True)
+    rc = subprocess.run(["bash", "-c", cmd]).returncode
+    try:
+        if rc != 0:
+            raise RuntimeError(f"the run exited with {rc} (see run.log)")
+        row.update(curve_point(d / "trace.csv", d / "events.csv", pc.get("steady_rule", "top10"),
+                               pc.get("warmup_frac", 0.2)))
+    except Exception as exc:  # recorded: the curve shows the failed cap
+        row.update(throughput=np.nan, power_w=np.nan, status=f"failed: {exc}")
+        _placeholders(d, spec.multi, rc, row["status"])
+    df = pd.DataFrame([row])
+    write_table(df[CURVES_COLUMNS + [k for k in df.columns if k not in CURVES_COLUMNS]], out, CURVES_COLUMNS)
     return df
+
+
+def _placeholders(d: Path, multi: bool, rc: int, status: str) -> None:
+    """A failed cap still leaves every file its job declares: an empty trace/events (nothing was
+    measured), a meta.json that says why, so the job succeeds and the curve shows the failure."""
+    import json
+
+    from .contracts import EVENTS_COLUMNS, TRACE_COLUMNS
+
+    for name, cols in (("trace.csv", TRACE_COLUMNS), ("events.csv", EVENTS_COLUMNS)):
+        if not (d / name).exists():
+            (d / name).write_text(",".join(cols) + "\n")
+    if not (d / "meta.json").exists():
+        (d / "meta.json").write_text(json.dumps({"exit_code": rc, "status": status, "measured": False}, indent=1))
+    if multi:
+        (d / "nodes").mkdir(exist_ok=True)
+        if not (d / "clock_offsets.csv").exists():
+            (d / "clock_offsets.csv").write_text("host,offset_ms,iqr_ms,steps,warn\n")
+
+
+def assemble_curve(points: list[pd.DataFrame], job: str | None = None,
+                   caps: list[float] | None = None) -> pd.DataFrame:
+    """A cell's curve from its cap points: one row per expected cap, a cap with no point (or a
+    failed one) kept with its `status` (missing / failed: ...) and no numbers; telemetry kept
+    only on the uncapped (highest-cap) row, as the predictor reads it."""
+    df = pd.concat(points, ignore_index=True) if points else pd.DataFrame(columns=CURVES_COLUMNS)
+    if "status" not in df.columns:
+        df["status"] = "ok"
+    df["status"] = df["status"].fillna("ok")
+    if caps:
+        jobs = [job] if job else sorted(df["job"].dropna().unique())
+        have = set(zip(df["job"], df["cap_w"].astype(float)))
+        proto = df.iloc[0].to_dict() if len(df) else {}
+        missing = [{**{k: proto.get(k) for k in ("gpu_model", "n_gpus", "throughput_unit", "category", "set")},
+                    "job": j, "cap_w": float(c), "throughput": np.nan, "power_w": np.nan, "status": "missing"}
+                   for j in jobs for c in caps if (j, float(c)) not in have]
+        if missing:
+            df = pd.concat([df, pd.DataFrame(missing)], ignore_index=True)
+    df = df.sort_values(["job", "cap_w"], kind="stable").reset_index(drop=True)
+    ok = df["status"].eq("ok")
+    top = df["cap_w"].eq(df.groupby("job")["cap_w"].transform("max"))
+    for col in ("dram_active", "util_mem", "tensor_active", "sm_active"):
+        if col in df.columns:
+            df.loc[~(top & ok), col] = np.nan
+    return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]

@@ -18,15 +18,22 @@ CELL_KEYS = ["workload", "storage", "checkpoint", "repeat"]
 CELL_DIR = re.compile(r"^(?P<workload>.+)-(?P<storage>shared|local)-ckpt(?P<checkpoint>on|off)$")
 
 
-def collect_phases(phase_files: list[str | Path]) -> pd.DataFrame:
-    """All cells' phases rows, with the cell's keys (from meta.json, or else from a folder named
+def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None = None,
+                   summaries: list[str | Path] | None = None) -> pd.DataFrame:
+    """All cells' phases rows, with the cell's keys (from its meta.json, or else from a folder named
     `<workload>-<storage>-ckpt<on|off>` as the benchmarks write them) and the run's throughput
-    with its basis (`throughput` on `throughput_basis`, and `throughput_wall`)."""
+    with its basis (`throughput` on `throughput_basis`, and `throughput_wall`, from its
+    summary.json). `metas` and `summaries` name each cell's files in the order of `phase_files`
+    (the workflow passes them); absent, they are looked for beside each phases.csv."""
+    for name, given in (("metas", metas), ("summaries", summaries)):
+        if given is not None and len(given) != len(phase_files):
+            raise ValueError(f"{name}: {len(given)} files for {len(phase_files)} phases.csv")
     frames = []
-    for f in phase_files:
+    for i, f in enumerate(phase_files):
         f = Path(f)
         df = read_table(f, PHASES_COLUMNS)
-        meta_p, summ_p = f.with_name("meta.json"), f.with_name("work") / "summary.json"
+        meta_p = Path(metas[i]) if metas is not None else f.with_name("meta.json")
+        summ_p = Path(summaries[i]) if summaries is not None else f.with_name("work") / "summary.json"
         meta = json.loads(meta_p.read_text()) if meta_p.exists() else {}
         cell = meta.get("cell") or {}
         named = CELL_DIR.match(f.parent.name)
@@ -91,11 +98,13 @@ def storage_checkpoint_deltas(summary: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
-def write_phase_tables(phase_files: list[str | Path], out_dir: str | Path) -> list[Path]:
+def write_phase_tables(phase_files: list[str | Path], out_dir: str | Path,
+                       metas: list[str | Path] | None = None,
+                       summaries: list[str | Path] | None = None) -> list[Path]:
     """phases.csv files -> tables/{phases, phase_summary, device_share, storage_checkpoint}.csv"""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    phases = collect_phases(phase_files)
+    phases = collect_phases(phase_files, metas, summaries)
     summary = phase_summary(phases)
     tables = {"phases.csv": phases, "phase_summary.csv": summary,
               "device_share.csv": device_share(summary),

@@ -14,14 +14,26 @@ GB = 1e9
 TRANSFER_PHASES = ("download_dataset", "download_model", "upload")
 
 
+def overlapping(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each interval, how many of the others overlap it (NaN where its window is unknown)."""
+    s, e = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
+    hit = (s[None, :] < e[:, None]) & (e[None, :] > s[:, None])
+    np.fill_diagonal(hit, False)
+    out = hit.sum(axis=1).astype(float)
+    out[np.isnan(s) | np.isnan(e)] = np.nan
+    return out
+
+
 def download_rows(records: list[dict], phases: list[pd.DataFrame]) -> pd.DataFrame:
     """One row per transfer x device kind: artefact, kind, client, bytes, seconds, network bytes,
     energy of its phase on that device kind with the 95% interval, and the source of each number.
 
     `records[i]` is what `wattlife fetch/upload --record` wrote; `phases[i]` the attributed
     phases.csv of the same run."""
+    over = overlapping(np.array([r.get("start_ns", np.nan) for r in records], dtype=float),
+                       np.array([r.get("end_ns", np.nan) for r in records], dtype=float))
     rows = []
-    for rec, ph in zip(records, phases):
+    for i, (rec, ph) in enumerate(zip(records, phases)):
         ph = ph[ph["phase"].isin(TRANSFER_PHASES)]
         for kind, g in ph.groupby("device_kind"):
             rows.append({
@@ -35,6 +47,8 @@ def download_rows(records: list[dict], phases: list[pd.DataFrame]) -> pd.DataFra
                 "phase_time_s": g["time_s"].max(), "method": ",".join(sorted(set(g["method"]))),
                 "source": ",".join(sorted(set(g["source"]))),
                 "bytes_source": "measured (client)", "net_source": "measured (psutil, all interfaces)",
+                "transfers_at_once": rec.get("transfers_at_once"),
+                "overlapping_transfers": over[i],
             })
     return pd.DataFrame(rows)
 

@@ -370,8 +370,7 @@ def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root
         if do_ckpt:
             ckpt_at = float("inf") if ckpt_at is not None else None
             with phase("checkpoint"):
-                _save(model, opt, ckpt_dir, i, dist, fsdp, task == "lora")
-                summary.checkpoints.append(str(ckpt_dir / "model.pt"))
+                summary.checkpoints.append(str(_save(model, opt, ckpt_dir, i, dist, fsdp, task == "lora")))
             summary.end_pause()
     bar.close()
     with phase("finalize"):
@@ -491,21 +490,38 @@ def _with_lora(model, w: dict[str, Any]):
     return peft_model, {**plan, "lora_rank": r}
 
 
-def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_only: bool = False) -> None:
-    """Model (or, for LoRA, only the adapters) and optimizer state; FSDP gathers a full state dict
-    to rank 0."""
+def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_only: bool = False) -> Path:
+    """Model (or, for LoRA, only the adapters) and optimizer state; returns the checkpoint's path.
+    FSDP: sharded, with torch.distributed.checkpoint: each rank writes its own shard of the model
+    and optimizer state (`model.dcp/__<rank>_0.distcp` + `.metadata`), no rank ever gathers the
+    full state (a 70B model's would not fit one host). Otherwise rank 0 writes `model.pt`."""
+    import shutil
+
     import torch
 
-    if fsdp:  # every rank takes part in gathering the full state; rank 0 writes it
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    if fsdp:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        weights, optim = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True,
-                                                                            cpu_offload=True))
-        inner = model
-    else:
-        inner = getattr(model, "_orig_mod", model)
-        inner = inner.module if hasattr(inner, "module") else inner
-        weights, optim = inner.state_dict(), opt.state_dict()
+        weights, optim = get_state_dict(model, opt)  # this rank's shards (DTensors), nothing gathered
+        if adapters_only:
+            weights = {k: v for k, v in weights.items() if "lora_" in k}
+        final, tmp = ckpt_dir / "model.dcp", ckpt_dir / "model.dcp.tmp"
+        if dist.rank == 0 and tmp.exists():
+            shutil.rmtree(tmp)
+        barrier(dist)
+        dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=str(tmp))
+        if dist.rank == 0:
+            (tmp / "wattlife.json").write_text(json.dumps({"step": step_no, "adapters_only": adapters_only,
+                                                           "world_size": dist.world, "format": "dcp"}))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        barrier(dist)
+        return final
+    inner = getattr(model, "_orig_mod", model)
+    inner = inner.module if hasattr(inner, "module") else inner
+    weights, optim = inner.state_dict(), opt.state_dict()
     if adapters_only:
         from peft import get_peft_model_state_dict
 
@@ -516,3 +532,40 @@ def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_o
         torch.save(state, tmp)
         os.replace(tmp, ckpt_dir / "model.pt")
     barrier(dist)
+    return ckpt_dir / "model.pt"
+
+
+def load_checkpoint(model, opt, path: Path, fsdp: bool) -> dict[str, Any]:
+    """Load what `_save` wrote into `model` and `opt` (every rank reads only its own shards when
+    sharded); returns the checkpoint's step and flags."""
+    import torch
+
+    path = Path(path)
+    if fsdp:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_state_dict,
+            set_state_dict,
+        )
+
+        info = json.loads((path / "wattlife.json").read_text())
+        weights, optim = get_state_dict(model, opt)
+        if info["adapters_only"]:
+            weights = {k: v for k, v in weights.items() if "lora_" in k}
+        state = {"model": weights, "optimizer": optim}
+        dcp.load(state, checkpoint_id=str(path))
+        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+                       options=StateDictOptions(strict=not info["adapters_only"]))
+        return info
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    inner = getattr(model, "_orig_mod", model)
+    inner = inner.module if hasattr(inner, "module") else inner
+    if state["adapters_only"]:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(inner, state["model"])
+    else:
+        inner.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    return {"step": state["step"], "adapters_only": state["adapters_only"], "format": "torch.save"}

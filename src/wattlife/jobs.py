@@ -1,0 +1,155 @@
+"""What each workflow job depends on, and what it asks a scheduler for.
+
+A job of the workflow (a training cell, a download, one PFI cap of one cell) is given its own
+*config slice*: exactly the config keys that change its result, serialised with sorted keys. The
+rules pass the slice as the job's `params` (Snakemake reruns a job whose params changed) and the
+job writes it beside its outputs and reads it as its config. So an analysis or figure key, or the
+order of keys in the YAML, never reruns a measurement, and a change to one workload's key reruns
+that workload's cells only.
+
+Slices are valid configs (`config/schema.yaml`) except that the top-level required keys may be
+absent; the `slice` key names the job and tells `load_config` so.
+
+Pure functions of the (validated, defaults-filled) config; the rules only wire them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+# execution keys that change how a cell is launched (and so its measurement)
+LAUNCH_KEYS = ("launcher", "gpus_per_node", "nodes", "per_node_sampler")
+# powercap keys that change a PFI cap job's result
+POWERCAP_KEYS = ("backend", "allow_real", "hardware", "steady_rule", "warmup_frac", "state_file")
+# pfi_matrix keys shared by every cell (the protocol)
+PROTOCOL_KEYS = ("dataset", "duration_s", "eval_at_s", "ckpt_at_s", "tokenizer_vocab")
+
+
+def canonical(obj: Any) -> str:
+    """Sorted-keys JSON: the same slice always serialises to the same text."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def cell_id(workload: str, storage: str, checkpoint: str, repeat: int | str) -> str:
+    return f"{workload}/{storage}/ckpt-{checkpoint}/r{repeat}"
+
+
+def cell_slice(cfg: dict[str, Any], workload: str, storage: str, checkpoint: str,
+               repeat: int | str) -> dict[str, Any]:
+    """A training cell: the sampler, storage paths, its workload and how it is launched."""
+    ex = cfg.get("execution", {})
+    if workload not in cfg.get("workloads", {}):
+        raise ValueError(f"execution.workloads: {workload!r} has no entry under workloads")
+    return {"slice": "execute/" + cell_id(workload, storage, checkpoint, repeat),
+            "sampler": cfg.get("sampler", {}), "storage": cfg["storage"],
+            "execution": {"workloads": [workload], **{k: ex[k] for k in LAUNCH_KEYS if k in ex}},
+            "workloads": {workload: cfg["workloads"][workload]}}
+
+
+def _prep(cfg: dict[str, Any]) -> dict[str, Any]:
+    return cfg.get("prepare", {}) or {}
+
+
+def catalogue_entry(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    for e in _prep(cfg).get("catalogue", []):
+        if e["name"] == name:
+            return e
+    raise ValueError(f"prepare.catalogue: no artefact named {name!r}")
+
+
+def download_slice(cfg: dict[str, Any], name: str, concurrent: int | None) -> dict[str, Any]:
+    """One download: the sampler, where it lands, its catalogue entry, the loopback rate of a
+    generated artefact, and how many transfers may run at once (it changes the throughput)."""
+    e = catalogue_entry(cfg, name)
+    prep: dict[str, Any] = {"catalogue": [e]}
+    if e["source"] == "generated" and _prep(cfg).get("loopback"):
+        prep["loopback"] = _prep(cfg)["loopback"]
+    return {"slice": f"download/{name}", "sampler": cfg.get("sampler", {}),
+            "storage": cfg["storage"], "prepare": prep, "transfers_at_once": concurrent}
+
+
+def upload_slice(cfg: dict[str, Any], concurrent: int | None) -> dict[str, Any]:
+    up = _prep(cfg).get("upload", {})
+    prep: dict[str, Any] = {"upload": up}
+    if up.get("to", "loopback-put") == "loopback-put" and _prep(cfg).get("loopback"):
+        prep["loopback"] = _prep(cfg)["loopback"]
+    return {"slice": "upload", "sampler": cfg.get("sampler", {}), "prepare": prep,
+            "transfers_at_once": concurrent}
+
+
+def generated_slice(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The generated (loopback) artefacts of the demo catalogue."""
+    gen = [e for e in _prep(cfg).get("catalogue", []) if e["source"] == "generated"]
+    return {"slice": "gen_catalogue", "prepare": {"catalogue": gen}}
+
+
+def prepare_tables_slice(cfg: dict[str, Any]) -> dict[str, Any]:
+    p = _prep(cfg)
+    return {"slice": "prepare_tables",
+            "prepare": {k: p[k] for k in ("catalogue", "facility") if k in p}}
+
+
+def powercap_sweep_slice(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The simulated sweep of `powercap.jobs` (the demo's)."""
+    return {"slice": "powercap_sweep", "powercap": cfg.get("powercap", {})}
+
+
+def pfi_cap_slice(cfg: dict[str, Any], cell: str, cap_w: float) -> dict[str, Any]:
+    """One PFI cell at one cap: the sampler, storage, the cap controller and hardware profile, the
+    protocol, the cell and the cap."""
+    m = cfg["pfi_matrix"]
+    if cell not in m["cells"]:
+        raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
+    pc = cfg.get("powercap", {})
+    return {"slice": f"pfi/{cell}/cap-{cap_w:g}", "sampler": cfg.get("sampler", {}),
+            "storage": cfg["storage"],
+            "powercap": {k: pc[k] for k in POWERCAP_KEYS if k in pc},
+            "pfi_matrix": {**{k: m[k] for k in PROTOCOL_KEYS if k in m}, "cells": {cell: m["cells"][cell]}},
+            "pfi_cap_w": cap_w}
+
+
+# -- what a job asks the scheduler for --------------------------------------------------------
+
+
+def cell_hardware(cfg: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
+    """The hardware profile of a PFI cell (its `hardware`, else `powercap.hardware`)."""
+    from .sweep import hardware_profile
+
+    return hardware_profile(cell.get("hardware") or cfg.get("powercap", {}).get("hardware", "h200"))
+
+
+def cell_caps(cfg: dict[str, Any], name: str) -> list[float]:
+    """A PFI cell's caps: its explicit `caps`, else the profile's grid (`grid_w` up to
+    `large_job_gpus` - 1 GPUs, `grid_large_w` from there)."""
+    cell = cfg["pfi_matrix"]["cells"][name]
+    if cell.get("caps"):
+        return sorted(float(c) for c in cell["caps"])
+    prof = cell_hardware(cfg, cell)
+    large = cell["gpus"] >= prof.get("large_job_gpus", 16) and prof.get("grid_large_w")
+    return sorted(float(c) for c in (prof["grid_large_w"] if large else prof["grid_w"]))
+
+
+def nodes_for(gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, GPUs per node) of a job of `gpus` GPUs on nodes of `gpus_per_node`."""
+    if gpus < 1 or gpus_per_node < 1:
+        raise ValueError(f"gpus ({gpus}) and gpus_per_node ({gpus_per_node}) must be >= 1")
+    nodes = -(-gpus // gpus_per_node)
+    if gpus % nodes:
+        raise ValueError(f"{gpus} GPUs do not split evenly over {nodes} nodes of {gpus_per_node}")
+    return nodes, gpus // nodes
+
+
+def transfer_runtime_min(size_bytes: float, min_rate_mbps: float = 100.0, margin: float = 1.5,
+                         floor_min: int = 30) -> int:
+    """Wall-clock minutes to ask for a transfer of `size_bytes`: the time at the slowest rate the
+    site expects (`prepare.min_rate_mbps`), times a margin, plus a floor for start-up."""
+    if min_rate_mbps <= 0:
+        raise ValueError(f"prepare.min_rate_mbps must be > 0, got {min_rate_mbps}")
+    return int(floor_min + math.ceil(margin * size_bytes * 8 / (min_rate_mbps * 1e6) / 60))
+
+
+def pfi_runtime_min(duration_s: float, startup_min: int = 30, margin: float = 1.5) -> int:
+    """Minutes for one PFI cap run: the protocol's duration with a margin, plus model start-up."""
+    return int(startup_min + math.ceil(margin * duration_s / 60))

@@ -1,0 +1,153 @@
+"""The one place a measured job's command line is built: torchrun, srun, a sampler per node, and
+power caps on every node of the job.
+
+Used by the workflow's `execute` rule (training cells) and by `wattlife pfi-sweep --cap` (one PFI
+cell at one cap). Layout of a run folder D:
+
+- one node: `wattlife run` (or `wattlife launch-node` when a cap is set) wraps the launcher and
+  writes D/trace.csv, D/events.csv (+ events.rank<N>.csv of the other ranks), D/meta.json;
+- several nodes (or `per_node=True`): `srun` starts one `wattlife launch-node` per node, each
+  setting the cap on its own GPUs, sampling its own node and wrapping its node's torchrun
+  (c10d rendezvous on the job's first node), writing D/nodes/<host>/{trace,events,meta}; then
+  `wattlife merge-nodes` merges them into D/trace.csv and D/events.csv and checks the nodes'
+  clocks (D/clock_offsets.csv), and `wattlife launch-node --merge-meta` writes D/meta.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RDZV_PORT = 29500
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How one job starts: its nodes, GPUs per node, launcher, and the power cap (if any)."""
+
+    nodes: int = 1
+    gpus_per_node: int = 1
+    launcher: str = ""             # one-node prefix, e.g. "torchrun --nproc-per-node 4"
+    per_node: bool = False         # the multi-node path (srun + a sampler per node) on one node too
+    cap_w: float | None = None     # per-GPU power cap set on every node before the run
+    powercap_backend: str = "simulated"
+    allow_real: bool = False
+
+    @property
+    def multi(self) -> bool:
+        return self.nodes > 1 or self.per_node
+
+    def ranks_per_node(self) -> int:
+        """Processes each node starts (torchrun's --nproc-per-node)."""
+        if self.multi or self.cap_w is not None:
+            return self.gpus_per_node
+        m = re.search(r"--nproc[-_]per[-_]node[=\s]+(\d+)", self.launcher)
+        return int(m.group(1)) if m else 1
+
+
+def train_args(config: str, workload: str, storage: str, checkpoint: str, workdir: str) -> list[str]:
+    """`wattlife train` arguments of one cell."""
+    return ["train", "--config", config, "--workload", workload, "--storage", storage,
+            "--checkpoint", checkpoint, "--workdir", workdir]
+
+
+def run_files(run_dir: str, spec: LaunchSpec) -> dict[str, Any]:
+    """Every file a launch writes under its run folder, for the rule to declare."""
+    d = run_dir.rstrip("/")
+    out: dict[str, Any] = {"trace": f"{d}/trace.csv", "events": f"{d}/events.csv", "meta": f"{d}/meta.json"}
+    if spec.multi:
+        out["nodes"] = f"{d}/nodes"
+        out["clock"] = f"{d}/clock_offsets.csv"
+    else:
+        out["ranks"] = [f"{d}/events.rank{r}.csv" for r in range(1, spec.ranks_per_node())]
+    return out
+
+
+def _q(args: list[str]) -> str:
+    return " ".join(shlex.quote(str(a)) for a in args)
+
+
+def build_command(spec: LaunchSpec, *, config: str, run_dir: str, run_id: str, cell: dict[str, Any],
+                  inner: list[str], state_dir: str | None = None) -> str:
+    """The shell command of one measured job. `inner` is the program each rank runs as a Python
+    module of wattlife (e.g. `train_args(...)`); `config` holds the job's sampler section."""
+    f = run_files(run_dir, spec)
+    cell_json = json.dumps(cell, sort_keys=True)
+    cap: list[str] = []
+    if spec.cap_w is not None:
+        cap = ["--cap", f"{spec.cap_w:g}", "--powercap-backend", spec.powercap_backend,
+               "--state-dir", state_dir or run_dir] + (["--allow-real"] if spec.allow_real else [])
+    if not spec.multi:
+        if spec.cap_w is None:
+            launcher = spec.launcher.split()
+            torchrun = bool(launcher) and launcher[0].endswith("torchrun")
+            prog = ["-m", "wattlife.cli"] if torchrun else ["wattlife"]
+            wrap = ["wattlife", "run", "--config", config, "--trace", f["trace"], "--events", f["events"],
+                    "--meta", f["meta"], "--run-id", run_id, "--cell", cell_json, "--"]
+            return _q(wrap + launcher + prog + inner)
+        wrap = ["wattlife", "launch-node", "--config", config, "--trace", f["trace"], "--events",
+                f["events"], "--meta", f["meta"], "--run-id", run_id, "--cell", cell_json, *cap, "--"]
+        torchrun = ["torchrun", f"--nproc-per-node={spec.gpus_per_node}", "-m", "wattlife.cli"]
+        return _q(wrap + torchrun + inner)
+    per_node = ["wattlife", "launch-node", "--config", config, "--node-dir", f["nodes"], "--run-id", run_id,
+                "--cell", cell_json, *cap, "--", "torchrun", f"--nnodes={spec.nodes}",
+                f"--nproc-per-node={spec.gpus_per_node}", "--rdzv-backend=c10d"]
+    head = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+    srun = ["srun", "--overlap", f"--nodes={spec.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    nodes = shlex.quote(f["nodes"])
+    # each node's one task gets the node's CPUs (not the batch job's --cpus-per-task)
+    return (f"{head} && {_q(srun)} --cpus-per-task=\"${{SLURM_CPUS_ON_NODE:-1}}\" {_q(per_node)}"
+            f" --rdzv-endpoint=\"$head:{RDZV_PORT}\" "
+            f"{_q(['-m', 'wattlife.cli'] + inner)}"
+            f" && wattlife merge-nodes --traces {nodes}/*/trace.csv --events {nodes}/*/events.csv"
+            f" --trace {shlex.quote(f['trace'])} --events-out {shlex.quote(f['events'])}"
+            f" && wattlife launch-node --merge-meta {nodes} --meta {shlex.quote(f['meta'])}")
+
+
+def short_host() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def run_node(cmd: list[str], *, sampler_cfg: dict[str, Any], run_id: str, cell: dict[str, Any],
+             trace: str | None = None, events: str | None = None, meta: str | None = None,
+             node_dir: str | None = None, cap_w: float | None = None, backend: str = "simulated",
+             allow_real: bool = False, state_dir: str | None = None) -> int:
+    """This node's part of a job: set the cap on its GPUs (restored whatever happens), run `cmd`
+    under its own sampler, return `cmd`'s exit code. With `node_dir`, files go to
+    node_dir/<host>/ (one folder per node of a multi-node job)."""
+    from .devices.powercap import PowerCapController
+    from .run import run_under_sampler
+
+    host = short_host()
+    if node_dir:
+        d = Path(node_dir) / host
+        trace, events, meta = str(d / "trace.csv"), str(d / "events.csv"), str(d / "meta.json")
+    if not (trace and events):
+        raise ValueError("launch-node: give --trace and --events, or --node-dir")
+    cfg = dict(sampler_cfg)
+    if cap_w is None:
+        return run_under_sampler(cmd, trace, events, meta, cfg, run_id, cell)
+    state = Path(state_dir or Path(trace).parent) / f"powercap-state-{host}.json"
+    with PowerCapController(backend, state_file=state, allow_real=allow_real) as ctl:
+        ctl.set_cap(cap_w)
+        if backend == "simulated":  # the simulated GPU's power follows the cap
+            cfg["sim_gpu"] = {**cfg.get("sim_gpu", {}), "cap_w": ctl.dev.get(0)}
+        return run_under_sampler(cmd, trace, events, meta, cfg, run_id, {**cell, "cap_w": cap_w})
+
+
+def merge_meta(node_dir: str | Path, out: str | Path) -> dict[str, Any]:
+    """One meta.json for a multi-node run: the first node's, with every node's under `nodes`."""
+    metas = sorted(Path(node_dir).glob("*/meta.json"))
+    if not metas:
+        raise FileNotFoundError(f"{node_dir}: no <host>/meta.json (did every node's sampler run?)")
+    docs = [json.loads(m.read_text()) for m in metas]
+    doc = dict(docs[0])
+    doc["nodes"] = {m.parent.name: d for m, d in zip(metas, docs)}
+    doc["exit_code"] = max((d.get("exit_code") or 0) for d in docs)
+    Path(out).write_text(json.dumps(doc, indent=2, default=str))
+    return doc
