@@ -149,12 +149,13 @@ def read_events(path: str | Path) -> pd.DataFrame:
             continue
         df = _read_csv(p, EVENTS_COLUMNS,
                        {"start_ns": "int", "end_ns": "int", "rank": "int", "items": "float",
-                        "step": "float", "local_rank": "float", "depth": "float"})
+                        "step": "float", "local_rank": "float", "depth": "float",
+                        "clamp_ns": "float"})
         bad = df["end_ns"] < df["start_ns"]
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise ContractError(f"{p}:{i + 2}: end_ns before start_ns in phase '{df['phase'].iloc[i]}'")
-        frames.append(df)
+        frames.append(df.assign(file_name=str(p), line_no=np.arange(2, len(df) + 2)))
     if not frames:
         raise FileNotFoundError(f"{path}: no such file")
     df = pd.concat(frames, ignore_index=True)
