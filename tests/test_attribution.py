@@ -321,4 +321,4 @@ def test_overlaps_within_the_tolerance_always_resolve_to_nesting(spans):
     s, e, c = resolve_overlaps(start, end, tol_ns=10_000)
     assert (e >= s).all() and (c >= 0).all()
     assert s.min() >= start.min() and e.max() <= end.max()
-    phase_tree(events_frame([(f"p{i}", a, b) for i, (a, b) in enumerate(zip(s, e))]))
+    phase_tree(events_frame([(f"p{i}", a, b) for i, (a, b) in enumerate(zip(s, e, strict=True))]))

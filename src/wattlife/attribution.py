@@ -214,8 +214,8 @@ class PhaseTree:
     parent: np.ndarray  # index into the arrays, -1 for top level
 
 
-#: cross-clock overlaps up to this are resolved by clamping (GPU-timeline boundaries mapped to the
-#: host clock through different anchors disagree by ~0.1 ms; far below any power sensor's resolution)
+#: cross-clock overlaps up to this are resolved by clamping (GPU-timeline boundaries mapped to
+#: the host clock through different anchors disagree by ~0.1 ms; far below a sensor's resolution)
 OVERLAP_TOL_NS = 1_000_000
 
 
@@ -298,11 +298,12 @@ def clamp_events(events: pd.DataFrame, tol_ns: int = OVERLAP_TOL_NS,
             ev.loc[g.index, "clamp_ns"] = c
     moved = ev["clamp_ns"] > 0
     if moved.any():
-        warnings.warn(f"{where}: {int(moved.sum())} phase boundar{'y' if moved.sum() == 1 else 'ies'}"
-                      f" overlapping a neighbour by at most {tol_ns / 1e6:g} ms clamped (largest "
-                      f"{ev['clamp_ns'].max() / 1e3:.1f} us, total {ev['clamp_ns'].sum() / 1e3:.1f} "
-                      "us): GPU-timeline boundaries mapped to the host clock through different "
-                      "anchors", stacklevel=2)
+        n = int(moved.sum())
+        warnings.warn(f"{where}: {n} phase boundar{'y' if n == 1 else 'ies'} overlapping a "
+                      f"neighbour by at most {tol_ns / 1e6:g} ms clamped (largest "
+                      f"{ev['clamp_ns'].max() / 1e3:.1f} us, total "
+                      f"{ev['clamp_ns'].sum() / 1e3:.1f} us): GPU-timeline boundaries mapped to "
+                      "the host clock through different anchors", stacklevel=2)
     ev["clamp_ns"] = ev["clamp_ns"] + prior
     return ev
 
@@ -887,7 +888,7 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
     elif sensor_response != "boxcar":
         response = SensorResponse.from_csv(sensor_response)
     trace_df = read_trace(trace)
-    events_df = read_events(events)
+    events_df = read_events(events, lines=True)
     if not len(events_df):
         warnings.warn(f"{events}: no phases (header only): the whole trace is `unattributed` "
                       "(GPUs: `idle`)")

@@ -139,8 +139,9 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def read_events(path: str | Path) -> pd.DataFrame:
-    """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present."""
+def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
+    """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present.
+    `lines`: add each row's `file_name` and CSV `line_no` (header = 1), for messages."""
     path = Path(path)
     paths = [path] + sorted(path.parent.glob(f"{path.stem}.rank*{path.suffix}"))
     frames = []
@@ -155,7 +156,9 @@ def read_events(path: str | Path) -> pd.DataFrame:
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise ContractError(f"{p}:{i + 2}: end_ns before start_ns in phase '{df['phase'].iloc[i]}'")
-        frames.append(df.assign(file_name=str(p), line_no=np.arange(2, len(df) + 2)))
+        if lines:
+            df = df.assign(file_name=str(p), line_no=np.arange(2, len(df) + 2))
+        frames.append(df)
     if not frames:
         raise FileNotFoundError(f"{path}: no such file")
     df = pd.concat(frames, ignore_index=True)
