@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wattlife.attribution import RESIDUAL, SensorResponse, attribute_energy, phase_tree
+from wattlife.attribution import (RESIDUAL, SensorResponse, attribute_energy, clamp_events,
+                                  phase_tree, resolve_overlaps)
 from wattlife.contracts import UNATTRIBUTED, ContractError
 
 from synth import T0, averaging_sensor, events_frame, response_sensor, trace_frame
@@ -269,3 +270,55 @@ def test_cli_estimates_a_sensor_response_and_reuses_it(tmp_path, capsys):
     assert b.loc["wait", "sensor_response"].startswith("given response")
     assert main(args + ["-o", str(tmp_path / "c.csv"), "--sensor-response", "nope.csv"]) == 2
     assert "nope.csv" in capsys.readouterr().err
+
+
+def _checkpoint_then_step(overlap_ns: int) -> pd.DataFrame:
+    """checkpoint [0, 500 ms]; the next step (with data_load, forward) starts `overlap_ns` before
+    the checkpoint's end, as when the two were mapped through different GPU-clock anchors."""
+    s0 = T0 + 500 * MS - overlap_ns
+    ev = events_frame([("checkpoint", T0, T0 + 500 * MS), ("data_load", s0 + 20_000, s0 + 40_000),
+                       ("forward", s0 + 50_000, T0 + 890 * MS), ("step", s0, T0 + 900 * MS)])
+    return ev.assign(file_name="events.csv", line_no=[2, 3, 4, 5])
+
+
+def test_a_116_us_cross_clock_overlap_is_clamped_reported_and_attributed():
+    t = T0 + np.arange(0, 101) * 10 * MS
+    edges = T0 + np.array([0, 500, 1000, 10_000]) * MS
+    p = averaging_sensor(edges, np.array([100.0, 400.0, 100.0]), t, 10 * MS)
+    ev = _checkpoint_then_step(116_000)
+    with pytest.raises(ContractError):
+        phase_tree(ev)  # as written, they do not nest
+    with pytest.warns(UserWarning, match=r"2 phase boundaries .*largest 116.0 us, total 182.0 us"):
+        out = attribute_energy(trace_frame(t, p), ev, method="integrate")
+    e = out.set_index("phase")["energy_j"]
+    # the checkpoint keeps its interval but the 20 µs data_load nested in its tail; forward and
+    # step start at its end: forward takes [500, 890] ms at 400 W, the step the last 10 ms
+    assert e["checkpoint"] == pytest.approx(100 * (0.5 - 20e-6), rel=1e-9)
+    assert e["data_load"] == pytest.approx(100 * 20e-6, rel=1e-9)
+    assert e["forward"] == pytest.approx(400 * 0.39, rel=1e-9)
+    assert e["step"] == pytest.approx(400 * 0.01, rel=1e-9)
+    fixed = clamp_events(ev)
+    # data_load lies wholly inside the checkpoint's last 116 µs: it nests there, unmoved
+    assert fixed["clamp_ns"].tolist() == [0, 0, 66_000, 116_000]
+    phase_tree(fixed)  # nests now
+
+
+def test_a_50_ms_overlap_is_still_an_error_naming_file_and_line():
+    t = T0 + np.arange(0, 101) * 10 * MS
+    with pytest.raises(ContractError, match=r"'step' \(events.csv:5\).*'checkpoint' "
+                                            r"\(events.csv:2\).* by 50.000 ms"):
+        attribute_energy(trace_frame(t, np.full(len(t), 100.0)), _checkpoint_then_step(50 * MS),
+                         method="integrate")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 400), st.integers(0, 200)), min_size=1, max_size=25))
+def test_overlaps_within_the_tolerance_always_resolve_to_nesting(spans):
+    """Intervals (ns) overlapping by less than the tolerance: resolved, they nest; no bound moves
+    more than the span of all intervals; empty intervals never appear from non-empty ones."""
+    start = np.array([T0 + a for a, _ in spans], dtype=np.int64)
+    end = start + np.array([d for _, d in spans], dtype=np.int64)
+    s, e, c = resolve_overlaps(start, end, tol_ns=10_000)
+    assert (e >= s).all() and (c >= 0).all()
+    assert s.min() >= start.min() and e.max() <= end.max()
+    phase_tree(events_frame([(f"p{i}", a, b) for i, (a, b) in enumerate(zip(s, e, strict=True))]))

@@ -214,12 +214,17 @@ class PhaseTree:
     parent: np.ndarray  # index into the arrays, -1 for top level
 
 
-def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
-    """Sort one rank's intervals and find each one's parent (vectorised over depth levels)."""
-    order = np.lexsort((-events["end_ns"].to_numpy(), events["start_ns"].to_numpy()))
-    start = events["start_ns"].to_numpy(np.int64)[order]
-    end = events["end_ns"].to_numpy(np.int64)[order]
-    name = events["phase"].to_numpy(object)[order]
+#: cross-clock overlaps up to this are resolved by clamping (GPU-timeline boundaries mapped to
+#: the host clock through different anchors disagree by ~0.1 ms; far below a sensor's resolution)
+OVERLAP_TOL_NS = 1_000_000
+
+
+def nest(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The nesting rule, on one rank's intervals already sorted by (start, -end): each interval's
+    depth, parent (index, -1 at the top) and whether it overlaps that parent without nesting in it.
+
+    Depth = intervals sorted before me still open at my start. The one implementation of the rule:
+    `phase_tree`, `resolve_overlaps` and `check.nesting` all call it."""
     n = len(start)
     idx = np.arange(n)
     # intervals open at my start = those sorted before me minus those of them already ended.
@@ -242,12 +247,88 @@ def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
     has_parent = parent >= 0
     over = np.zeros(n, dtype=bool)
     over[has_parent] = end[has_parent] > end[parent[has_parent]]
+    return depth, parent, over
+
+
+def resolve_overlaps(start: np.ndarray, end: np.ndarray, tol_ns: int = OVERLAP_TOL_NS
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Clamp one rank's overlaps of at most `tol_ns` (any order of rows): an interval that starts
+    inside another and ends after it starts at the other's end when their common part is the
+    smaller (siblings whose boundary the two clocks placed differently), else ends at the
+    other's end (a child sticking out of its parent). Returns (start, end, clamp_ns): the new
+    bounds and how far each row moved. Larger overlaps are left for `nest` to report."""
+    start = np.asarray(start, dtype=np.int64).copy()
+    end = np.asarray(end, dtype=np.int64).copy()
+    clamp = np.zeros(len(start), dtype=np.int64)
+    for _ in range(256):  # each pass settles one nesting level of a clamped boundary
+        order = np.lexsort((-end, start))
+        s, e = start[order], end[order]
+        _, parent, over = nest(s, e)
+        i = np.flatnonzero(over)
+        if not len(i):
+            break
+        j = parent[i]
+        inter, protr = e[j] - s[i], e[i] - e[j]
+        # a wrong parent (inter <= 0) is the echo of an overlap before it: settled by that one
+        small = (inter > 0) & (np.minimum(inter, protr) <= tol_ns)
+        if not small.any():
+            break
+        i, j, inter, protr = i[small], j[small], inter[small], protr[small]
+        at_start = inter <= protr
+        rows = order[i]
+        start[rows[at_start]] = e[j[at_start]]
+        end[rows[~at_start]] = e[j[~at_start]]
+        clamp[rows] += np.minimum(inter, protr)
+    return start, end, clamp
+
+
+def clamp_events(events: pd.DataFrame, tol_ns: int = OVERLAP_TOL_NS,
+                 where: str = "events") -> pd.DataFrame:
+    """Events with overlaps of at most `tol_ns` per (host, rank) clamped (`resolve_overlaps`), a
+    `clamp_ns` column (plus what the markers already clamped) and a warning counting them."""
+    if not len(events):
+        return events
+    ev = events.copy()
+    prior = ev["clamp_ns"].fillna(0).astype(np.int64) if "clamp_ns" in ev.columns else 0
+    ev["clamp_ns"] = 0
+    for _, g in ev.groupby(["host", "rank"], sort=False):
+        s, e, c = resolve_overlaps(g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), tol_ns)
+        if c.any():
+            ev.loc[g.index, "start_ns"], ev.loc[g.index, "end_ns"] = s, e
+            ev.loc[g.index, "clamp_ns"] = c
+    moved = ev["clamp_ns"] > 0
+    if moved.any():
+        n = int(moved.sum())
+        warnings.warn(f"{where}: {n} phase boundar{'y' if n == 1 else 'ies'} overlapping a "
+                      f"neighbour by at most {tol_ns / 1e6:g} ms clamped (largest "
+                      f"{ev['clamp_ns'].max() / 1e3:.1f} us, total "
+                      f"{ev['clamp_ns'].sum() / 1e3:.1f} us): GPU-timeline boundaries mapped to "
+                      "the host clock through different anchors", stacklevel=2)
+    ev["clamp_ns"] = ev["clamp_ns"] + prior
+    return ev
+
+
+def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
+    """Sort one rank's intervals and find each one's parent (vectorised over depth levels).
+    An overlap is an error naming the rows' file and line (columns `file_name`, `line_no`)."""
+    order = np.lexsort((-events["end_ns"].to_numpy(), events["start_ns"].to_numpy()))
+    start = events["start_ns"].to_numpy(np.int64)[order]
+    end = events["end_ns"].to_numpy(np.int64)[order]
+    name = events["phase"].to_numpy(object)[order]
+    depth, parent, over = nest(start, end)
     if over.any():
         i = int(np.flatnonzero(over)[0])
         j = int(parent[i])
+
+        def at(k: int) -> str:
+            if "file_name" not in events.columns or "line_no" not in events.columns:
+                return ""
+            r = events.iloc[order[k]]
+            return f" ({r['file_name']}:{r['line_no']})" if pd.notna(r["line_no"]) else ""
         raise ContractError(
-            f"{where}: phase '{name[i]}' [{start[i]}, {end[i]}] overlaps '{name[j]}' "
-            f"[{start[j]}, {end[j]}] without nesting inside it; phases of one rank must nest")
+            f"{where}: phase '{name[i]}'{at(i)} [{start[i]}, {end[i]}] overlaps '{name[j]}'{at(j)} "
+            f"[{start[j]}, {end[j]}] by {(end[j] - start[i]) / 1e6:.3f} ms without nesting inside "
+            "it; phases of one rank must nest")
     return PhaseTree(name, start, end, depth, parent)
 
 
@@ -698,6 +779,7 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
         ids = events["run_id"].astype(str).unique() if len(events) else []
         run_id = ids[0] if len(ids) == 1 else "run"
     check_time_units(trace, events)
+    events = clamp_events(events, where=where or "events")
     pmap = _phase_map(events, cuda_to_nvml)
     frames = []
     used: dict[tuple[str, str], SensorResponse] = {}
@@ -806,7 +888,7 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
     elif sensor_response != "boxcar":
         response = SensorResponse.from_csv(sensor_response)
     trace_df = read_trace(trace)
-    events_df = read_events(events)
+    events_df = read_events(events, lines=True)
     if not len(events_df):
         warnings.warn(f"{events}: no phases (header only): the whole trace is `unattributed` "
                       "(GPUs: `idle`)")

@@ -9,8 +9,10 @@ code, file, CSV line counted with the header as line 1, message); only `read_csv
 `_load_json` and `check_run` touch files. Row checks are vectorised (pandas/numpy): traces can have
 millions of rows. Repeated findings of one check are capped (`max_rows`) with a count of the rest.
 
-The nesting rule is the attribution's (`attribution.phase_tree`): intervals of one (host, rank)
-nest exactly, children inside their parent, siblings never overlap; what passes here attributes.
+The nesting rule is the attribution's (`attribution.nest`): intervals of one (host, rank) nest,
+children inside their parent, siblings never overlap, except overlaps of at most
+`attribution.OVERLAP_TOL_NS` (1 ms) that attribution clamps (`attribution.resolve_overlaps`;
+reported here as warnings); what passes here attributes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from .attribution import OVERLAP_TOL_NS, nest, resolve_overlaps
 from .contracts import (
     EVENTS_COLUMNS,
     PHASES_COLUMNS,
@@ -289,43 +292,28 @@ def check_trace(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5) -> 
     return f
 
 
-def nesting(ev: pd.DataFrame) -> pd.DataFrame:
+def nesting(ev: pd.DataFrame, tol_ns: int = OVERLAP_TOL_NS) -> pd.DataFrame:
     """Each interval's depth and parent (an index label of `ev`, -1 at the top) within its
-    (host, rank), and whether it overlaps its would-be parent without nesting inside it.
+    (host, rank), whether it overlaps its would-be parent without nesting inside it, and
+    `clamp_ns`: how far the attribution moves its bounds to resolve an overlap of at most
+    `tol_ns` (`attribution.resolve_overlaps`; those are then not overlaps).
 
-    Same rule as `attribution.phase_tree`, collecting every violation instead of the first.
-    Sorted by (start, -end); depth = intervals sorted before me still open at my start."""
+    The attribution's rule (`attribution.nest`), collecting every violation instead of the first."""
     ev = ev.assign(host_key=ev["host"].astype(str), rank_key=ev["rank"])
-    order = ev.sort_values(["host_key", "rank_key", "start_ns", "end_ns"],
-                           ascending=[True, True, True, False], kind="stable")
-    out = pd.DataFrame(index=order.index, columns=["depth", "parent", "overlap"])
-    out["depth"], out["parent"], out["overlap"] = 0, -1, False
-    for _, g in order.groupby(["host_key", "rank_key"], sort=False):
-        start = g["start_ns"].to_numpy(np.int64)
-        end = g["end_ns"].to_numpy(np.int64)
-        n = len(g)
-        idx = np.arange(n)
-        closed = np.searchsorted(np.sort(end), start, side="right")
-        zl = (end == start).astype(np.int64)
-        if zl.any():  # zero-length intervals at my instant sorted at/after me are not before me
-            new_group = np.concatenate([[True], start[1:] != start[:-1]])
-            cum = np.concatenate([[0], np.cumsum(zl)])
-            g_end = np.append(np.flatnonzero(new_group)[1:], n)[np.cumsum(new_group) - 1]
-            closed -= cum[g_end] - cum[idx]
-        depth = np.maximum(idx - closed, 0)
-        parent = np.full(n, -1, dtype=np.int64)
-        for d in range(1, int(depth.max(initial=0)) + 1):
-            child = idx[depth == d]
-            up = idx[depth == d - 1]
-            parent[child] = up[np.maximum(np.searchsorted(up, child) - 1, 0)]
+    out = pd.DataFrame(index=ev.index, columns=["depth", "parent", "overlap", "clamp_ns"])
+    out["depth"], out["parent"], out["overlap"], out["clamp_ns"] = 0, -1, False, 0
+    for _, g in ev.groupby(["host_key", "rank_key"], sort=False):
+        s, e, clamp = resolve_overlaps(g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), tol_ns)
+        order = np.lexsort((-e, s))
+        depth, parent, over = nest(s[order], e[order])
+        labels = g.index.to_numpy()[order]
         has = parent >= 0
-        over = np.zeros(n, dtype=bool)
-        over[has] = end[has] > end[parent[has]]
-        labels = g.index.to_numpy()
         out.loc[labels, "depth"] = depth
         out.loc[labels, "parent"] = np.where(has, labels[np.maximum(parent, 0)], -1)
         out.loc[labels, "overlap"] = over
-    return out.astype({"depth": np.int64, "parent": np.int64, "overlap": bool}).loc[ev.index]
+        out.loc[g.index, "clamp_ns"] = clamp
+    return out.astype({"depth": np.int64, "parent": np.int64, "overlap": bool,
+                       "clamp_ns": np.int64}).loc[ev.index]
 
 
 def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Finding]:
@@ -345,6 +333,13 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
         ok["start_ns"] = ok["start_ns"].astype(np.int64)
         ok["end_ns"] = ok["end_ns"].astype(np.int64)
         tree = nesting(ok)
+        moved = ok[(tree["clamp_ns"] > 0).to_numpy()]
+        for file, g in moved.groupby("file_name", sort=False):
+            f += _capped(WARNING, "events.overlap-clamped", str(file), g["line_no"],
+                         [f"phase '{r.phase}' overlaps a neighbour by "
+                          f"{tree.loc[r.Index, 'clamp_ns'] / 1e3:.1f} us (at most "
+                          f"{OVERLAP_TOL_NS / 1e6:g} ms: a cross-clock boundary); attribution "
+                          "clamps it" for r in g.head(max_rows).itertuples()], max_rows)
         bad = ok[tree["overlap"].to_numpy()]
         for file, g in bad.groupby("file_name", sort=False):
             p = ok.loc[tree.loc[g.index, "parent"]]

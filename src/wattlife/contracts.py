@@ -139,8 +139,9 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def read_events(path: str | Path) -> pd.DataFrame:
-    """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present."""
+def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
+    """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present.
+    `lines`: add each row's `file_name` and CSV `line_no` (header = 1), for messages."""
     path = Path(path)
     paths = [path] + sorted(path.parent.glob(f"{path.stem}.rank*{path.suffix}"))
     frames = []
@@ -149,11 +150,14 @@ def read_events(path: str | Path) -> pd.DataFrame:
             continue
         df = _read_csv(p, EVENTS_COLUMNS,
                        {"start_ns": "int", "end_ns": "int", "rank": "int", "items": "float",
-                        "step": "float", "local_rank": "float", "depth": "float"})
+                        "step": "float", "local_rank": "float", "depth": "float",
+                        "clamp_ns": "float"})
         bad = df["end_ns"] < df["start_ns"]
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise ContractError(f"{p}:{i + 2}: end_ns before start_ns in phase '{df['phase'].iloc[i]}'")
+        if lines:
+            df = df.assign(file_name=str(p), line_no=np.arange(2, len(df) + 2))
         frames.append(df)
     if not frames:
         raise FileNotFoundError(f"{path}: no such file")

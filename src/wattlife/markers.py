@@ -15,7 +15,15 @@ disk takes them again, else to a fallback file at exit (see `wattlife.safewrite`
 
 With `configure(gpu_timeline=True)` boundaries are CUDA events on the current stream, resolved in
 batches (never a synchronise per phase) and mapped to the host clock through an anchor: one host
-timestamp taken right after synchronising on one recorded event (re-anchored every minute).
+timestamp taken right after synchronising on one recorded event (re-anchored every minute, between
+top-level phases). Two anchors map the GPU clock to the host clock with slightly different offsets
+(the clocks drift apart by ~1 ppm, and the host timestamp after a synchronise has its own
+latency): a phase converted through the new anchor can start ~0.1 ms before the end of the
+previous one, converted through the old (seen on an H200: a `step` 116 µs before the preceding
+`checkpoint`'s end). So that written events always nest, a row's start is clamped at write time
+to the latest end already written at its depth or above (its preceding sibling's, its parent's
+preceding sibling's), its end to no earlier than its start; the amount moved is the row's
+`clamp_ns` (0 for almost every row). The same holds where the clock changes from host to GPU.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from typing import Any, Callable
 ENV_EVENTS = "WATTLIFE_EVENTS"
 ENV_RUN_ID = "WATTLIFE_RUN_ID"
 ENV_STATUS = "WATTLIFE_STATUS"  # abstract unix datagram socket of `wattlife run` for write errors
-HEADER = "run_id,host,rank,phase,start_ns,end_ns,step,items,local_rank,depth,clock\n"
+HEADER = "run_id,host,rank,phase,start_ns,end_ns,step,items,local_rank,depth,clock,clamp_ns\n"
 FLUSH_EVERY_S = 1.0
 REANCHOR_EVERY_S = 60.0
 
@@ -95,6 +103,7 @@ class Recorder:
         self._last_flush = time.monotonic()
         self.step_index = 0
         self.cuda: _CudaClock | None = None
+        self._last_end: list[int] = []  # latest end written at each depth (the nesting floor)
         from .safewrite import SafeAppender
 
         self._out = SafeAppender(self.path, HEADER, f"markers (rank {self.rank})",
@@ -134,28 +143,46 @@ class Recorder:
         if items is not None:
             op.items = items
         items_s = "" if op.items is None else repr(op.items)
-        if self.cuda is not None:
+        if self.cuda is not None and not isinstance(op.start, int):
             self._pending.append((op, self.cuda.event(), items_s))
+        elif self._pending:  # host-timed (opened before the GPU timeline): keep the end order
+            self._pending.append((op, time.time_ns(), items_s))
         else:
-            self._rows.append(f"{self._prefix}{op.name},{op.start},{time.time_ns()},{op.step},"
-                              f"{items_s},{self.local_rank},{op.depth},host\n")
+            self._emit(op, op.start, time.time_ns(), items_s, "host")
         if time.monotonic() - self._last_flush > FLUSH_EVERY_S:
             self.flush()
 
+    def _emit(self, op: "_Open", t0: int, t1: int, items_s: str, clock: str) -> None:
+        """Queue one row, rows arriving in the order their phases ended; clamp its start to the
+        latest end written at its depth or above, so the rows nest (see the module docstring)."""
+        d = op.depth
+        floor = max(self._last_end[:d + 1], default=t0)
+        s0 = max(t0, floor)
+        s1 = max(t1, s0)
+        clamp = (s0 - t0) + (s1 - t1)
+        if len(self._last_end) <= d:
+            self._last_end.extend([s0] * (d + 1 - len(self._last_end)))
+        self._last_end[d] = s1
+        self._rows.append(f"{self._prefix}{op.name},{s0},{s1},{op.step},{items_s},"
+                          f"{self.local_rank},{d},{clock},{clamp}\n")
+
     def _resolve_pending(self, wait: bool) -> None:
-        keep = []
-        for op, (end_ev, end_anchor), items_s in self._pending:
-            start_ev, start_anchor = op.start
-            if not wait and not end_ev.query():
-                keep.append((op, (end_ev, end_anchor), items_s))
+        for k, (op, end, items_s) in enumerate(self._pending):
+            if isinstance(end, int):
+                self._emit(op, op.start, end, items_s, "host")
                 continue
+            end_ev, end_anchor = end
+            # one stream completes in order: the first unfinished event holds back the rest
+            if not wait and not end_ev.query():
+                self._pending = self._pending[k:]
+                return
             if wait:
                 end_ev.synchronize()
+            start_ev, start_anchor = op.start
             t0 = self.cuda.to_ns(start_ev, start_anchor)
             t1 = self.cuda.to_ns(end_ev, end_anchor)
-            self._rows.append(f"{self._prefix}{op.name},{t0},{t1},{op.step},{items_s},"
-                              f"{self.local_rank},{op.depth},cuda\n")
-        self._pending = keep
+            self._emit(op, t0, t1, items_s, "cuda")
+        self._pending = []
 
     def flush(self, wait: bool = False) -> None:
         with self._lock:

@@ -241,3 +241,27 @@ def test_header_only_events_warn_and_a_header_only_trace_fails(tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert err.endswith("no GPU, CPU or DRAM power/energy readings to attribute")
     assert len([ln for ln in err.splitlines() if ": error:" in ln]) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("overlap_ns, ok", [(116_000, True), (50 * MS, False)])
+def test_a_cross_clock_overlap_is_clamped_and_a_real_one_names_file_and_line(tmp_path, capsys,
+                                                                             overlap_ns, ok):
+    """The H200 case through the CLI: a step starting 116 µs before the checkpoint's end is
+    clamped and reported; 50 ms is an overlap, refused with both rows' file:line."""
+    s0 = T0 + 500 * MS - overlap_ns
+    ev = events_frame([("checkpoint", T0, T0 + 500 * MS), ("forward", s0 + 10, T0 + 900 * MS),
+                       ("step", s0, T0 + 950 * MS)])
+    args = _write(tmp_path, _flat(), ev)
+    rc = main(args)
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) >= 1 and "Traceback" not in err
+    if ok:
+        assert rc == 0 and "2 phase boundaries" in err and "largest 116.0 us" in err
+        ph = pd.read_csv(tmp_path / "phases.csv").set_index("phase")
+        assert ph.loc["checkpoint", "time_s"] == pytest.approx(0.5)
+        assert ph.loc["forward", "time_s"] == pytest.approx(0.4)
+    else:
+        assert rc != 0 and not (tmp_path / "phases.csv").exists()
+        ev_path = tmp_path / "events.csv"
+        assert f"'step' ({ev_path}:4)" in err and f"'checkpoint' ({ev_path}:2)" in err
+        assert "by 50.000 ms" in err

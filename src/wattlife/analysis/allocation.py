@@ -1,4 +1,4 @@
-"""How a cluster should split a global power cut across jobs (DESIGN.md, "Allocation").
+"""How a cluster should split a global power cut across jobs (docs/ARCHITECTURE.md, "Formulas" > "Allocation").
 
 N workloads of M jobs are sampled from measured (or simulated) power-throughput curves. For a cut
 c the jobs together must draw at most (1 - c) * sum P_max. Strategies:
