@@ -55,7 +55,9 @@ def test_aggregated_phase_rows_carry_the_throughput_basis(tmp_path):
     cell = tmp_path / "qwen-local-ckpton"
     (cell / "work").mkdir(parents=True)
     pd.DataFrame({"run_id": ["x"], "phase": ["forward"], "device_kind": ["gpu"], "device": ["gpu0"],
-                  "energy_j": [1.0], "time_s": [1.0]}).to_csv(cell / "phases.csv", index=False)
+                  "energy_j": [1.0], "energy_lo_j": [0.9], "energy_hi_j": [1.1], "time_s": [1.0],
+                  "count": [1], "mean_power_w": [1.0], "method": ["integrate"],
+                  "source": ["nvml-samples"]}).to_csv(cell / "phases.csv", index=False)
     (cell / "work" / "summary.json").write_text(json.dumps(
         {"throughput": 10.0, "throughput_unit": "tokens/s (all ranks)", "throughput_basis": "step",
          "throughput_wall": 8.0}))
