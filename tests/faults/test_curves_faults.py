@@ -122,3 +122,21 @@ def test_validate_curves_refuses_directly():
     d.loc[0, "power_w"] = -1
     with pytest.raises(ContractError, match=r"x.csv:2: column power_w"):
         validate_curves(d, "x.csv")
+
+
+def test_failed_and_missing_caps_of_an_assembled_curve_are_left_out_with_a_warning(tmp_path):
+    """A curve assembled from per-cap jobs (aggregate-curves --caps) keeps a failed or missing cap
+    as a row with status and no numbers: PFI leaves it out and says so; a bad number on a later
+    line is still named by its line in the file."""
+    d = _curves(1)
+    d["status"] = "ok"
+    d.loc[1, ["throughput", "power_w"]] = np.nan
+    d.loc[1, "status"] = "failed: the run exited with 1"
+    d.loc[2, ["throughput", "power_w"]] = np.nan
+    d.loc[2, "status"] = "missing"
+    with pytest.warns(UserWarning, match=r"2 cap\(s\) not measured, left out: j0 300 W .*j0 400 W \(missing\)"):
+        out = validate_curves(d.copy(), "c.csv")
+    assert sorted(out["cap_w"]) == [200, 500, 600, 700]
+    d.loc[4, "power_w"] = -1.0
+    with pytest.warns(UserWarning), pytest.raises(ContractError, match=r"c.csv:6: column power_w"):
+        validate_curves(d, "c.csv")

@@ -65,12 +65,25 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
 
     from ..contracts import ContractError
 
-    def line(i: int) -> str:
-        return f"{where}:{i + first_line}" if first_line is not None else f"{where} row {i}"
-
     df = df.reset_index(drop=True)
     if not len(df):
         raise ContractError(f"{where}: header only, no data rows")
+    pos = np.arange(len(df))  # each kept row's position in the file, for line numbers
+    if "status" in df.columns:  # an assembled curve: failed or missing caps carry no numbers
+        st = df["status"].fillna("ok").astype(str)
+        skip = st.ne("ok").to_numpy()
+        if skip.any():
+            left = df.loc[skip, ["job", "cap_w"]].assign(status=st[skip])
+            warnings.warn(f"{where}: {int(skip.sum())} cap(s) not measured, left out: "
+                          + "; ".join(f"{j} {c:g} W ({s})" for j, c, s in left.itertuples(index=False)),
+                          stacklevel=2)
+            pos = pos[~skip]
+            df = df.loc[~skip].reset_index(drop=True)
+            if not len(df):
+                raise ContractError(f"{where}: no measured cap (every row's status is not ok)")
+
+    def line(i: int) -> str:
+        return f"{where}:{pos[i] + first_line}" if first_line is not None else f"{where} row {pos[i]}"
     for col in ("cap_w", "throughput", "power_w"):
         vals = pd.to_numeric(df[col], errors="coerce")
         bad = ~np.isfinite(vals.to_numpy(np.float64))
