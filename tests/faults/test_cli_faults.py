@@ -80,7 +80,7 @@ MISSING_CASES = [
     ["predict", "{d}/curves.csv", "--pfi", "{d}/no.csv", "-o", "{d}/o.csv"],
     ["calibrate-sim", "{d}/no.csv", "--tdp", "700"],
     ["sweep", "--config", "{d}/no.csv", "-o", "{d}/o.csv"],
-    ["pfi-sweep", "--config", "{d}/no.csv", "--cell", "x", "-o", "{d}/o.csv"],
+    ["pfi-sweep", "--config", "{d}/no.csv", "--cell", "x", "--cap", "500", "-o", "{d}/o.csv"],
     ["aggregate", "{d}/no.csv", "-o", "{d}/tables"],
     ["aggregate-curves", "{d}/no.csv", "-o", "{d}/o.csv"],
     ["figures", "{d}/no", "-o", "{d}/figs"],
@@ -224,7 +224,7 @@ def test_an_undefined_workload_or_cell_names_the_option(tmp_path, capsys):
     assert main(["train", "--config", str(REPO / "config/config.yaml"), "--workload", "bert",
                  "--workdir", str(tmp_path / "w")]) == 2
     assert "--workload bert: not a key of" in _one_line(capsys)
-    assert main(["pfi-sweep", "--config", str(REPO / "config/config.yaml"), "--cell", "x", "-o",
-                 str(tmp_path / "c.csv")]) == 2
+    assert main(["pfi-sweep", "--config", str(REPO / "config/config.yaml"), "--cell", "x", "--cap",
+                 "500", "-o", str(tmp_path / "c.csv")]) == 2
     assert "pfi_matrix.cells: missing" in _one_line(capsys)
     assert not (tmp_path / "w").exists()
