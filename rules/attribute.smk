@@ -19,8 +19,8 @@ rule attribute:
     conda:
         "../envs/wattlife.yaml"
     shell:
-        "wattlife attribute --trace {input.trace} --events {input.events} -o {output.phases}"
-        " --idle-split {params.options} > {log} 2>&1"
+        "wattlife attribute --trace {input.trace:q} --events {input.events:q} -o {output.phases:q}"
+        " --idle-split {params.options} > {log:q} 2>&1"
 
 
 rule aggregate_phases:

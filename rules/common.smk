@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import shlex
 
 from wattlife import jobs as J
 from wattlife.launch import LaunchSpec, build_command, run_files, train_args
@@ -87,12 +88,13 @@ def fetch_args(wc, input):
     if e["source"] == "generated":
         sha = json.loads(open(input.manifest).read())[wc.artefact]["sha256"]
         rate = PREP.get("loopback", {}).get("rate_mbps")
-        return (f"--url /{wc.artefact}.bin --serve-dir {os.path.dirname(input.manifest)} --sha256 {sha}"
+        return (f"--url /{wc.artefact}.bin --serve-dir {shlex.quote(os.path.dirname(input.manifest))}"
+                f" --sha256 {sha}"
                 + (f" --rate-mbps {rate}" if rate else ""))
     flag = {"hf": "--hf", "kaggle": "--kaggle", "http": "--url", "path": "--path"}[e["source"]]
     extra = f" --sha256 {e['sha256']}" if e.get("sha256") else ""
     extra += f" --revision {e['revision']}" if e.get("revision") else ""
-    return f"{flag} {e['id']}{extra}"
+    return f"{flag} {shlex.quote(str(e['id']))}{extra}"
 
 
 # --- the execution matrix -------------------------------------------------------------------
@@ -137,7 +139,7 @@ ATTRIBUTION = config.get("attribution", {})
 def attribute_options():
     """`wattlife attribute` options from the `attribution` section."""
     return (f"--method {ATTRIBUTION.get('method', 'auto')} "
-            f"--sensor-response {ATTRIBUTION.get('sensor_response', 'boxcar')}")
+            f"--sensor-response {shlex.quote(str(ATTRIBUTION.get('sensor_response', 'boxcar')))}")
 
 
 def sensor_response_file():

@@ -18,8 +18,8 @@ rule gen_images:
     resources:
         **CPU_STEP,
     shell:
-        "wattlife gen-images {output} --classes {params.classes} --train-per-class {params.train}"
-        " --val-per-class {params.val} --size {params.size} > {log} 2>&1"
+        "wattlife gen-images {output:q} --classes {params.classes} --train-per-class {params.train}"
+        " --val-per-class {params.val} --size {params.size} > {log:q} 2>&1"
 
 
 rule gen_text:
@@ -34,4 +34,4 @@ rule gen_text:
     resources:
         **CPU_STEP,
     shell:
-        "wattlife gen-text {output} --words {params.words} > {log} 2>&1"
+        "wattlife gen-text {output:q} --words {params.words} > {log:q} 2>&1"

@@ -51,4 +51,4 @@ for _name, _workloads in EXECUTE_KINDS.items():
             nodes=int(EXE.get("nodes", 1)),
             runtime=int(EXE.get("runtime_min", 120)),
         shell:
-            "printf '%s\\n' {params.slice:q} > {output.config} && ({params.cmd}) > {log} 2>&1"
+            "printf '%s\\n' {params.slice:q} > {output.config:q} && ({params.cmd}) > {log:q} 2>&1"

@@ -25,5 +25,5 @@ rule pfi_study:
         workloads=PFI_STUDY.get("workloads", 500),
         jobs=PFI_STUDY.get("jobs", 100),
     shell:
-        "wattlife pfi-study -o {params.out} --a100 {input.a100} --workloads {params.workloads}"
-        " --jobs {params.jobs} > {log} 2>&1"
+        "wattlife pfi-study -o {params.out:q} --a100 {input.a100:q} --workloads {params.workloads}"
+        " --jobs {params.jobs} > {log:q} 2>&1"

@@ -41,8 +41,8 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 nodes=lambda wc: pfi_shape(wc.pcell)[0],
                 runtime=J.pfi_runtime_min(PFI_MATRIX.get("duration_s", 1800)),
             shell:
-                "printf '%s\\n' {params.slice:q} > {output.config} && wattlife pfi-sweep --config {output.config} --cell {wildcards.pcell}"
-                " --cap {wildcards.cap} -o {output.point} > {log} 2>&1"
+                "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife pfi-sweep --config {output.config:q} --cell {wildcards.pcell}"
+                " --cap {wildcards.cap} -o {output.point:q} > {log:q} 2>&1"
 
     rule pfi_curve:
         input:
@@ -60,8 +60,8 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
         conda:
             "../envs/wattlife.yaml"
         shell:
-            "wattlife aggregate-curves {input} --job {wildcards.pcell} --caps {params.caps}"
-            " -o {output} > {log} 2>&1"
+            "wattlife aggregate-curves {input:q} --job {wildcards.pcell} --caps {params.caps}"
+            " -o {output:q} > {log:q} 2>&1"
 
     rule pfi_curves:
         input:
@@ -75,7 +75,7 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
         conda:
             "../envs/wattlife.yaml"
         shell:
-            "wattlife aggregate-curves {input} -o {output} > {log} 2>&1"
+            "wattlife aggregate-curves {input:q} -o {output:q} > {log:q} 2>&1"
 
 else:
 
@@ -92,7 +92,7 @@ else:
         conda:
             "../envs/wattlife.yaml"
         shell:
-            "printf '%s\\n' {params.slice:q} > {output.config} && wattlife sweep --config {output.config} -o {output.curves} > {log} 2>&1"
+            "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife sweep --config {output.config:q} -o {output.curves:q} > {log:q} 2>&1"
 
 
 ANALYSIS = config.get("analysis", {})
@@ -112,7 +112,7 @@ rule pfi:
     resources:
         **CPU_STEP,
     shell:
-        "wattlife pfi {input} -o {output} --mc {params.mc} > {log} 2>&1"
+        "wattlife pfi {input:q} -o {output:q} --mc {params.mc} > {log:q} 2>&1"
 
 
 rule predictor:
@@ -129,7 +129,7 @@ rule predictor:
     conda:
         "../envs/wattlife.yaml"
     shell:
-        "wattlife predict {input.curves} --pfi {input.pfi} -o {output.table} > {log} 2>&1"
+        "wattlife predict {input.curves:q} --pfi {input.pfi:q} -o {output.table:q} > {log:q} 2>&1"
 
 
 rule allocate:
@@ -151,5 +151,5 @@ rule allocate:
     resources:
         **CPU_STEP,
     shell:
-        "wattlife allocate {input.curves} --pfi {input.pfi} -o {output.rows} --cuts {params.cuts}"
-        " --workloads {params.workloads} --jobs {params.jobs} --mix {params.mix} > {log} 2>&1"
+        "wattlife allocate {input.curves:q} --pfi {input.pfi:q} -o {output.rows:q} --cuts {params.cuts}"
+        " --workloads {params.workloads} --jobs {params.jobs} --mix {params.mix} > {log:q} 2>&1"

@@ -22,7 +22,7 @@ rule gen_catalogue:
     resources:
         **CPU_STEP,
     shell:
-        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife gen-catalogue {output.config} -o {params.out} > {log} 2>&1"
+        "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife gen-catalogue {output.config:q} -o {params.out:q} > {log:q} 2>&1"
 
 
 rule download:
@@ -55,11 +55,11 @@ rule download:
         runtime=lambda wc: J.transfer_runtime_min(CATALOGUE[wc.artefact]["size_bytes"],
                                                   PREP.get("min_rate_mbps", 100)),
     shell:
-        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife run --config {output.config} --trace {output.trace}"
-        " --events {output.events} --meta {output.meta} --run-id download-{wildcards.artefact} --"
-        " wattlife fetch {params.args} -o {params.dest} --kind {params.kind} --force"
+        "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife run --config {output.config:q} --trace {output.trace:q}"
+        " --events {output.events:q} --meta {output.meta:q} --run-id download-{wildcards.artefact} --"
+        " wattlife fetch {params.args} -o {params.dest:q} --kind {params.kind} --force"
         " --name {wildcards.artefact} --transfers-at-once {params.at_once}"
-        " --record {output.record} > {log} 2>&1"
+        " --record {output.record:q} > {log:q} 2>&1"
 
 
 LOOPBACK_PUT = UPLOAD.get("to", "loopback-put") == "loopback-put"
@@ -82,10 +82,10 @@ rule upload:
     params:
         slice=slice_of(lambda wc: J.upload_slice(config, TRANSFERS_AT_ONCE)),
         to=lambda wc, output: {
-            "loopback-put": f"--put /models --serve-put {RES}/prepare/uploaded",
-            "put": f"--put {UPLOAD.get('target', '')}",
-            "hf": f"--hf {UPLOAD.get('target', '')}",
-            "copy": f"--copy {UPLOAD.get('target', '')}",
+            "loopback-put": f"--put /models --serve-put {shlex.quote(RES + '/prepare/uploaded')}",
+            "put": f"--put {shlex.quote(UPLOAD.get('target', ''))}",
+            "hf": f"--hf {shlex.quote(UPLOAD.get('target', ''))}",
+            "copy": f"--copy {shlex.quote(UPLOAD.get('target', ''))}",
         }[UPLOAD.get("to", "loopback-put")],
         rate=lambda wc: (
             f"--rate-mbps {PREP['loopback']['rate_mbps']}"
@@ -99,10 +99,10 @@ rule upload:
         transfers=1,
         runtime=J.transfer_runtime_min(UPLOAD.get("size_bytes", 20e9), PREP.get("min_rate_mbps", 100)),
     shell:
-        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife run --config {output.config} --trace {output.trace}"
-        " --events {output.events} --meta {output.meta} --run-id upload --"
-        " wattlife upload --from-summary {input.summary} {params.to} {params.rate}"
-        " --name model-upload --transfers-at-once {params.at_once} --record {output.record} > {log} 2>&1"
+        "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife run --config {output.config:q} --trace {output.trace:q}"
+        " --events {output.events:q} --meta {output.meta:q} --run-id upload --"
+        " wattlife upload --from-summary {input.summary:q} {params.to} {params.rate}"
+        " --name model-upload --transfers-at-once {params.at_once} --record {output.record:q} > {log:q} 2>&1"
 
 
 rule attribute_transfer:
@@ -123,8 +123,8 @@ rule attribute_transfer:
     conda:
         "../envs/wattlife.yaml"
     shell:
-        "wattlife attribute --trace {input.trace} --events {input.events} -o {output.phases}"
-        " --idle-split {params.options} > {log} 2>&1"
+        "wattlife attribute --trace {input.trace:q} --events {input.events:q} -o {output.phases:q}"
+        " --idle-split {params.options} > {log:q} 2>&1"
 
 
 rule prepare_tables:
@@ -150,6 +150,6 @@ rule prepare_tables:
     resources:
         **CPU_STEP,
     shell:
-        "printf '%s\\n' {params.slice:q} > {output.config} && wattlife prepare-tables --config {output.config} --records {input.records}"
-        " --phases {input.phases} --phase-summary {input.summary} --cell-summaries {input.cells}"
-        " --cell-metas {input.metas} -o {params.tables} > {log} 2>&1"
+        "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife prepare-tables --config {output.config:q} --records {input.records:q}"
+        " --phases {input.phases:q} --phase-summary {input.summary:q} --cell-summaries {input.cells:q}"
+        " --cell-metas {input.metas:q} -o {params.tables:q} > {log:q} 2>&1"
