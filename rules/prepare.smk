@@ -82,7 +82,7 @@ rule upload:
     params:
         slice=slice_of(lambda wc: J.upload_slice(config, TRANSFERS_AT_ONCE)),
         to=lambda wc, output: {
-            "loopback-put": f"--put /models --serve-put {shlex.quote(RES + '/prepare/uploaded')}",
+            "loopback-put": f"--put /models --serve-put {shlex.quote(f'{RES}/prepare/uploaded')}",
             "put": f"--put {shlex.quote(UPLOAD.get('target', ''))}",
             "hf": f"--hf {shlex.quote(UPLOAD.get('target', ''))}",
             "copy": f"--copy {shlex.quote(UPLOAD.get('target', ''))}",
