@@ -3,7 +3,8 @@
 #   bash benchmarks/h200_workflow.sh OUT [TIMEOUT_S]
 # Installs the carried wheels (.whl/: snakemake and its dependencies, made with `pip download`)
 # into /tmp/site, runs the whole pipeline, then copies results/gpu1 to OUT/workflow, leaving
-# out checkpoints and files over 40 MB (listed in OUT/left_out.txt). Changes no GPU setting.
+# out checkpoints and files over 40 MB (listed in OUT/left_out.txt), as one archive
+# OUT/gpu1-workflow.tar.gz (the device tool returns a limited number of files). Changes no GPU setting.
 set -uo pipefail
 OUT=${1:?usage: h200_workflow.sh OUT [TIMEOUT_S]}
 LIMIT=${2:-500}
@@ -29,9 +30,8 @@ rc=$?
 echo "snakemake rc=$rc in $(( $(date +%s) - start )) s" | tee -a "$OUT/snakemake.log"
 python3 -m snakemake --profile profiles/local --configfile config/gpu1.yaml --cores 1 -n > "$OUT/after-dryrun.log" 2>&1
 tail -3 "$OUT/after-dryrun.log"
-mkdir -p "$OUT/workflow"
 cd results/gpu1 || exit $rc
 find . -type f \( -path '*/checkpoints/*' -o -path '*.dcp/*' -o -size +40M \) -printf '%p %s\n' > "$OUT/left_out.txt"
-find . -type f ! -path '*/checkpoints/*' ! -path '*.dcp/*' -size -40M -print0 | tar --null -T - -cf - | tar -xf - -C "$OUT/workflow"
-du -sh "$OUT/workflow"
+find . -type f ! -path '*/checkpoints/*' ! -path '*.dcp/*' -size -40M -print0 | tar --null -T - -czf "$OUT/gpu1-workflow.tar.gz"
+ls -la "$OUT/gpu1-workflow.tar.gz"
 exit $rc
