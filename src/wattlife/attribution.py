@@ -44,8 +44,9 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import lsq_linear, nnls
 
-from .contracts import (PHASES_COLUMNS, UNATTRIBUTED, ContractError, device_kind, read_events,
-                        read_trace, refuse_overwrite, write_table)
+from .contracts import (META_FILE, PHASES_COLUMNS, UNATTRIBUTED, ContractError, RunMeta,
+                        device_kind, read_events, read_meta, read_trace, refuse_overwrite,
+                        write_table)
 
 RESIDUAL = "deconvolution_residual"
 ATTRIBUTED_KINDS = ("gpu", "cpu", "dram")
@@ -353,14 +354,14 @@ def _segments(tree: PhaseTree) -> tuple[np.ndarray, np.ndarray]:
 IDLE = "idle"  # the phase of a GPU that no rank uses
 
 
-def gpu_mapping(meta: dict) -> list[int] | None:
+def gpu_mapping(meta: RunMeta) -> list[int] | None:
     """Local rank -> the GPU's number in the trace's device names (`gpu<N>`), from meta.json.
 
     `wattlife run` records `gpus: [{device, local_rank, cuda_ordinal, nvml_index, ...}]`; its trace
     names each GPU by CUDA ordinal, so rank k drives `device` of the entry whose local_rank is k.
     An explicit `cuda_to_nvml` list (top level or under `gpu_mapping`) is for traces named by NVML
     index. None if meta.json has neither (then rank k drives gpu k)."""
-    gpus = meta.get("gpus")
+    gpus = meta.gpus
     if isinstance(gpus, list) and gpus and all(isinstance(g, dict) for g in gpus):
         try:
             by_rank = {int(g["local_rank"]): int(str(g["device"]).removeprefix("gpu")) for g in gpus}
@@ -847,13 +848,13 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
 WRAPPER_PHASES = ("idle_baseline", "process_startup", "process_exit")
 
 
-def wrapper_events(events: pd.DataFrame, meta: dict) -> pd.DataFrame:
+def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
     """Intervals `wattlife run` itself knows, per (host, rank): the idle baseline before the
     command, the command's start-up until its first marked phase (interpreter, imports, CUDA
     context) and its exit after its last one. Without them that time is `unattributed`."""
     rows = []
-    ib = meta.get("idle_baseline") or {}
-    w0, w1 = meta.get("workload_start_ns"), meta.get("workload_end_ns")
+    ib = meta.idle_baseline or {}
+    w0, w1 = meta.workload_start_ns, meta.workload_end_ns
     for (host, rank), g in events.groupby(["host", "rank"]):
         first, last = int(g["start_ns"].min()), int(g["end_ns"].max())
         base = {"run_id": g["run_id"].iloc[0], "host": host, "rank": rank, "step": np.nan,
@@ -892,26 +893,23 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
     if not len(events_df):
         warnings.warn(f"{events}: no phases (header only): the whole trace is `unattributed` "
                       "(GPUs: `idle`)")
-    meta_path = Path(trace).with_name("meta.json")
-    try:
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    except json.JSONDecodeError as exc:
-        raise ContractError(f"{meta_path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+    meta_path = Path(trace).with_name(META_FILE)
+    has_meta = meta_path.exists()
+    meta = read_meta(meta_path) if has_meta else RunMeta()
     check_time_units(trace_df, events_df, str(trace), str(events))
     idle = None
     if idle_split:
-        ib = meta.get("idle_baseline")
-        if not ib or ib["end_ns"] <= ib["start_ns"]:
+        idle = meta.idle_window
+        if idle is None:
             raise ValueError(f"--idle-split needs an idle baseline window in {meta_path} "
                              "(sampler.idle_baseline_s > 0)")
-        idle = (ib["start_ns"], ib["end_ns"])
     window_s = window_ms / 1000.0 if window_ms else meta.get("sensor_window_s")
-    if meta and len(events_df):
+    if has_meta and len(events_df):
         extra = wrapper_events(events_df, meta)
         if len(extra):
             events_df = pd.concat([events_df, extra.astype({"start_ns": "int64", "end_ns": "int64"})],
                                   ignore_index=True)
-    df = attribute_energy(trace_df, events_df, method, window_s, meta.get("run_id"), idle, n_boot,
+    df = attribute_energy(trace_df, events_df, method, window_s, meta.run_id, idle, n_boot,
                           response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
                           where=f"{trace} x {events}")
     write_table(df, out, PHASES_COLUMNS)

@@ -438,7 +438,7 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
     prep = cfg.get("prepare", {})
     out = Path(a.output)
     out.mkdir(parents=True, exist_ok=True)
-    from .contracts import PHASES_COLUMNS, read_table, write_csv
+    from .contracts import PHASES_COLUMNS, read_meta, read_table, write_csv
 
     recs = []
     for r in a.records:
@@ -463,7 +463,7 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
         if len(metas) != len(a.cell_summaries):
             raise ValueError(f"--cell-metas: {len(metas)} files for {len(a.cell_summaries)} --cell-summaries")
         for f, m in zip(a.cell_summaries, metas):  # each cell's summary.json and its keys (meta.json)
-            cell = json.loads(Path(m).read_text()).get("cell") or {}
+            cell = read_meta(m).cell
             w, storage = cell.get("workload"), cell.get("storage")
             s = json.loads(Path(f).read_text())
             if storage == "local" and s.get("dataset_bytes"):
