@@ -903,7 +903,7 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
         if idle is None:
             raise ValueError(f"--idle-split needs an idle baseline window in {meta_path} "
                              "(sampler.idle_baseline_s > 0)")
-    window_s = window_ms / 1000.0 if window_ms else meta.get("sensor_window_s")
+    window_s = window_ms / 1000.0 if window_ms else None  # None: estimated per device
     if has_meta and len(events_df):
         extra = wrapper_events(events_df, meta)
         if len(extra):

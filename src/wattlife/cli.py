@@ -550,7 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--strict", action="store_true",
                    help="phases' time outside the trace's span is an error, not a warning")
     t.add_argument("--sensor-window-ms", type=float,
-                   help="averaging window of power readings (default: meta.json, else estimated)")
+                   help="boxcar window of power readings for deconvolution (default: estimated "
+                        "per device, the best fit among 0.5-2x the reading spacing)")
     t.add_argument("--sensor-response", default="boxcar", metavar="boxcar|estimate|CSV",
                    help="shape of a reading's window for deconvolution: a boxcar (default), lag "
                         "weights estimated from this run (written beside the output), or a CSV of "
