@@ -187,7 +187,8 @@ def test_deconvolution_is_bounded_by_the_power_limit_or_the_highest_reading():
     """Two phases that always run together (a 1 ms copy glued to a forward pass) are nearly
     collinear: noise can push one far above anything the device can draw. The bound is the
     larger of the trace's power limit and its highest reading; without a limit there is none."""
-    from wattlife.attribution import _nnls_normal, device_series
+    from wattlife.attribution import device_series
+    from wattlife.attribution.deconvolve import _nnls_normal
 
     rng = np.random.default_rng(3)
     c = rng.uniform(0.02, 0.08, 200)  # the copy's share of each window; the forward's is ~19x it
@@ -322,3 +323,14 @@ def test_overlaps_within_the_tolerance_always_resolve_to_nesting(spans):
     assert (e >= s).all() and (c >= 0).all()
     assert s.min() >= start.min() and e.max() <= end.max()
     phase_tree(events_frame([(f"p{i}", a, b) for i, (a, b) in enumerate(zip(s, e, strict=True))]))
+
+
+def test_gpu_mapping_reads_every_form_meta_json_can_hold():
+    from wattlife.attribution import gpu_mapping
+    from wattlife.contracts import RunMeta
+
+    assert gpu_mapping(RunMeta()) is None
+    assert gpu_mapping(RunMeta.from_dict({"cuda_to_nvml": [2, 3]})) == [2, 3]
+    assert gpu_mapping(RunMeta.from_dict({"gpu_mapping": {"cuda_to_nvml": [1]}})) == [1]
+    gpus = [{"device": "gpu4", "local_rank": 1}, {"device": "gpu7", "local_rank": 0}]
+    assert gpu_mapping(RunMeta.from_dict({"gpus": gpus})) == [7, 4]

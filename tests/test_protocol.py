@@ -54,3 +54,20 @@ def test_a_gpu_that_never_trains_has_no_training_segment():
     assert training_aggregates(tr, seg).empty
     with pytest.raises(ValueError, match="util_gpu"):
         partition_trace(tr[tr["metric"] != "util_gpu"])
+
+
+def test_training_energy_is_the_attribution_integral_over_the_segments_readings():
+    """One integration in the package: the training energy is the left-open rectangle sum of the
+    power readings inside the segment (each reading the mean since the previous one)."""
+    tr = _trace()
+    rng = np.random.default_rng(1)
+    p = tr["metric"] == "power_w"
+    tr.loc[p, "value"] += rng.normal(0, 30, int(p.sum()))
+    seg = partition_trace(tr)
+    agg = training_aggregates(tr, seg).iloc[0]
+    s = seg.set_index("segment").loc["training"]
+    r = tr[p & tr["t_ns"].between(s["start_ns"], s["end_ns"])].sort_values("t_ns")
+    t, w = r["t_ns"].to_numpy(), r["value"].to_numpy()
+    want = float(np.sum(w[1:] * np.diff(t) / 1e9))
+    assert agg["energy_j"] == pytest.approx(want, rel=1e-12)
+    assert agg["mean_power_w"] == pytest.approx(want / ((t[-1] - t[0]) / 1e9), rel=1e-12)
