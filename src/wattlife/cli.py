@@ -252,7 +252,7 @@ def cmd_launch_node(a: argparse.Namespace) -> int:
 
 
 def cmd_merge_nodes(a: argparse.Namespace) -> int:
-    from .nodes import merge_node_runs
+    from .merge_nodes import merge_node_runs
 
     check = merge_node_runs(a.traces, a.events, a.trace, a.events_out, warn_ms=a.warn_ms)
     print(check.to_string(index=False, float_format=lambda v: f"{v:.3f}") if len(check)

@@ -1,4 +1,5 @@
-"""The PFI study's measurement protocol: split a run's trace into warm-up, start-up and training.
+"""PFI trace segmentation (the study's measurement protocol): split a run's trace into warm-up,
+start-up, training and tail.
 
 Per GPU, from its telemetry (no markers needed, so it applies to any job):
 - `warmup`: from the first reading until the GPU's memory first rises `mem_rise_b` above its value

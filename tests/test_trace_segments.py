@@ -1,10 +1,10 @@
-"""The PFI study's protocol: warm-up / start-up / training / tail from GPU telemetry."""
+"""PFI trace segmentation: warm-up / start-up / training / tail from GPU telemetry."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from wattlife.analysis.protocol import partition_trace, training_aggregates
+from wattlife.analysis.trace_segments import partition_trace, training_aggregates
 
 S = 1_000_000_000
 
@@ -48,7 +48,8 @@ def test_aggregates_cover_training_only():
 
 def test_a_gpu_that_never_trains_has_no_training_segment():
     tr = _trace()
-    tr.loc[tr["metric"] == "util_gpu", "value"] = np.minimum(tr.loc[tr["metric"] == "util_gpu", "value"], 20)
+    util = tr["metric"] == "util_gpu"
+    tr.loc[util, "value"] = np.minimum(tr.loc[util, "value"], 20)
     seg = partition_trace(tr)
     assert "training" not in set(seg["segment"])
     assert training_aggregates(tr, seg).empty
