@@ -48,7 +48,8 @@ def test_parquet_trace(tmp_path):
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows=st.lists(st.tuples(st.integers(0, 2**62), st.floats(0, 5000, allow_nan=False)),  # physical range
+# values in the physical range
+@given(rows=st.lists(st.tuples(st.integers(0, 2**62), st.floats(0, 5000, allow_nan=False)),
                      min_size=1, max_size=30),
        cut=st.integers(0, 40))
 def test_any_prefix_of_a_trace_reads_or_fails_clearly(tmp_path_factory, rows, cut):
@@ -142,8 +143,13 @@ def test_meta_that_is_not_json_names_file_and_line(tmp_path):
 
 def test_writers_take_their_headers_from_contracts(tmp_path):
     from wattlife import markers
-    from wattlife.contracts import (EVENTS_COLUMNS, EVENTS_EXTRA_COLUMNS, EVENTS_HEADER,
-                                    TRACE_COLUMNS, TRACE_HEADER)
+    from wattlife.contracts import (
+        EVENTS_COLUMNS,
+        EVENTS_EXTRA_COLUMNS,
+        EVENTS_HEADER,
+        TRACE_COLUMNS,
+        TRACE_HEADER,
+    )
     from wattlife.devices.base import SensorBackend
     from wattlife.sampler import Sampler
 

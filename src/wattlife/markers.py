@@ -257,7 +257,8 @@ class phase:
     __slots__ = ("name", "items", "_op")
 
     def __init__(self, name: str, items: float | None = None) -> None:
-        self.name, self.items, self._op = name, items, None
+        self.name, self.items = name, items
+        self._op: _Open | None = None
 
     def __enter__(self) -> "phase":
         rec = _recorder if _resolved else get_recorder()

@@ -53,6 +53,7 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 LEFTOVER_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
 
+_LIBC: ctypes.CDLL | None
 try:
     _LIBC = ctypes.CDLL(None, use_errno=True)
 except OSError:  # pragma: no cover - not Linux
@@ -401,7 +402,7 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
                 info.append(b.info())
             except Exception as exc:
                 info.append({"backend": b.name, "error": f"{type(exc).__name__}: {exc}"})
-        gpu_info = next((i for i in info if "gpu_model" in i), {})
+        gpu_info: dict[str, Any] = next((i for i in info if "gpu_model" in i), {})
         trace_rec = sampler.write_summary()
         recording = {
             "trace": trace_rec,
