@@ -54,8 +54,6 @@ PHASES_COLUMNS = [
     "time_s", "count", "mean_power_w", "method", "source",
 ]
 PHASES_METHODS = ("integrate", "deconvolve")
-#: `throughput_sd` / `power_sd` in curves: the standard deviation of the per-step (or
-#: per-window) samples of the steady state; the PFI Monte Carlo draws from N(mean, sd)
 CURVES_COLUMNS = ["job", "gpu_model", "n_gpus", "cap_w", "throughput", "throughput_unit", "power_w"]
 #: telemetry extras of the uncapped curves row (the PFI predictor's features)
 CURVES_TELEMETRY_COLUMNS = ("dram_active", "util_mem", "tensor_active", "sm_active")
