@@ -40,7 +40,7 @@ CELLS = {
 
 
 def run_cell(work: Path, name: str, over: dict, duration: float, compile_: bool) -> dict:
-    from wattlife.analysis.protocol import partition_trace, training_aggregates
+    from wattlife.analysis.trace_segments import partition_trace, training_aggregates
     from wattlife.contracts import read_trace
 
     d = work / name

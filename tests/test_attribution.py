@@ -4,11 +4,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wattlife.attribution import (RESIDUAL, SensorResponse, attribute_energy, clamp_events,
-                                  phase_tree, resolve_overlaps)
-from wattlife.contracts import UNATTRIBUTED, ContractError
-
 from synth import T0, averaging_sensor, events_frame, response_sensor, trace_frame
+from wattlife.attribution import (
+    RESIDUAL,
+    SensorResponse,
+    attribute_energy,
+    clamp_events,
+    phase_tree,
+    resolve_overlaps,
+)
+from wattlife.contracts import UNATTRIBUTED, ContractError
 
 MS = 1_000_000
 
@@ -64,7 +69,7 @@ def _short_phase_run(seed: int, window_ms: float = 20.0, lags_ms: list[float] | 
     else:
         p = averaging_sensor(edges, levels, t, window_ms * MS)
     p = p * (1 + rng.normal(0, 0.02, len(p)))  # sensor noise
-    ev = events_frame([(n, a, b) for n, a, b in zip(names, edges[:-1], edges[1:])])
+    ev = events_frame([(n, a, b) for n, a, b in zip(names, edges[:-1], edges[1:], strict=True)])
     return trace_frame(t, p), ev, power
 
 
@@ -77,7 +82,8 @@ def test_deconvolution_recovers_short_phases_within_3_percent():
         assert got[name] == pytest.approx(watts, rel=0.03), name
     ci = out.set_index("phase")
     for name in truth:
-        assert ci.loc[name, "energy_lo_j"] <= ci.loc[name, "energy_j"] <= ci.loc[name, "energy_hi_j"]
+        lo, e, hi = ci.loc[name, ["energy_lo_j", "energy_j", "energy_hi_j"]]
+        assert lo <= e <= hi
     # energy still adds up: phases + unattributed + residual = measured total
     integ = attribute_energy(tr, ev, method="integrate")
     assert out["energy_j"].sum() == pytest.approx(integ["energy_j"].sum(), rel=1e-9)
@@ -173,11 +179,13 @@ def test_a_phase_the_sensor_barely_sees_is_shrunk_not_wild():
 
 def test_zero_length_phases_nest_where_they_belong():
     """On the GPU timeline a phase can take no time (its two events run back to back)."""
-    ev = events_frame([("step", T0, T0 + 100), ("data_load", T0 + 2, T0 + 2), ("h2d", T0 + 4, T0 + 50),
+    ev = events_frame([("step", T0, T0 + 100), ("data_load", T0 + 2, T0 + 2),
+                       ("h2d", T0 + 4, T0 + 50),
                        ("forward", T0 + 50, T0 + 100), ("step", T0 + 100, T0 + 200),
                        ("data_load", T0 + 100, T0 + 100), ("h2d", T0 + 100, T0 + 150)])
     tree = phase_tree(ev)
-    got = {(n, int(s - T0)): int(d) for n, s, d in zip(tree.name, tree.start, tree.depth)}
+    got = {(n, int(s - T0)): int(d) for n, s, d in zip(tree.name, tree.start, tree.depth,
+                                                                    strict=True)}
     assert got[("data_load", 2)] == 1 and got[("h2d", 4)] == 1
     assert got[("step", 100)] == 0 and got[("h2d", 100)] == 1
     assert got[("data_load", 100)] >= 1  # inside step 2 (which sibling holds it is immaterial)
@@ -187,7 +195,8 @@ def test_deconvolution_is_bounded_by_the_power_limit_or_the_highest_reading():
     """Two phases that always run together (a 1 ms copy glued to a forward pass) are nearly
     collinear: noise can push one far above anything the device can draw. The bound is the
     larger of the trace's power limit and its highest reading; without a limit there is none."""
-    from wattlife.attribution import _nnls_normal, device_series
+    from wattlife.attribution import device_series
+    from wattlife.attribution.deconvolve import _nnls_normal
 
     rng = np.random.default_rng(3)
     c = rng.uniform(0.02, 0.08, 200)  # the copy's share of each window; the forward's is ~19x it
@@ -199,7 +208,8 @@ def test_deconvolution_is_bounded_by_the_power_limit_or_the_highest_reading():
     assert bounded.max() <= 700.0 + 1e-9 and bounded.min() >= 0
     tr, _, _ = _short_phase_run(5)
     assert device_series(tr)[0].max_power_w == np.inf
-    lim = trace_frame(tr["t_ns"].to_numpy()[::50], np.full(len(tr[::50]), 600.0), metric="power_limit_w")
+    lim = trace_frame(tr["t_ns"].to_numpy()[::50], np.full(len(tr[::50]), 600.0),
+                      metric="power_limit_w")
     s = device_series(pd.concat([tr, lim], ignore_index=True))[0]
     assert s.max_power_w == pytest.approx(tr["value"].max())  # readings above the limit: bursts
     lim["value"] = 900.0
@@ -219,7 +229,7 @@ def test_a_delayed_sensor_biases_the_boxcar_and_its_estimated_response_does_not(
         assert got[name] == pytest.approx(watts, rel=0.02), name
     r = out.attrs["sensor_responses"][("h", "gpu0")]
     assert r.estimated and r.centroid_s == pytest.approx(0.020, abs=0.001)
-    w = dict(zip(np.round(np.asarray(r.edges_s[:-1]) * 1e3), r.weights))
+    w = dict(zip(np.round(np.asarray(r.edges_s[:-1]) * 1e3), r.weights, strict=True))
     assert w[0.0] + w[5.0] < 0.02 and sum(w[k] for k in (10.0, 15.0, 20.0, 25.0)) > 0.97
     assert out["sensor_response"].iloc[0].startswith("estimated response: 6 lag bins to 30 ms")
     # the energy still adds up
@@ -240,7 +250,8 @@ def test_a_given_sensor_response_applies_to_gpus(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("lag_lo_ms,lag_hi_ms,weight\n0,10,0.5\n12,20,0.5\n", "line 3: lag_lo_ms 12.0 does not continue"),
+    ("lag_lo_ms,lag_hi_ms,weight\n0,10,0.5\n12,20,0.5\n",
+     "line 3: lag_lo_ms 12.0 does not continue"),
     ("lag_lo_ms,lag_hi_ms,weight\n0,10,0.7\n10,20,0.7\n", "weights must be >= 0 and sum to 1"),
     ("lo,hi,w\n0,10,1\n", "expected columns"),
 ])
@@ -322,3 +333,14 @@ def test_overlaps_within_the_tolerance_always_resolve_to_nesting(spans):
     assert (e >= s).all() and (c >= 0).all()
     assert s.min() >= start.min() and e.max() <= end.max()
     phase_tree(events_frame([(f"p{i}", a, b) for i, (a, b) in enumerate(zip(s, e, strict=True))]))
+
+
+def test_gpu_mapping_reads_every_form_meta_json_can_hold():
+    from wattlife.attribution import gpu_mapping
+    from wattlife.contracts import RunMeta
+
+    assert gpu_mapping(RunMeta()) is None
+    assert gpu_mapping(RunMeta.from_dict({"cuda_to_nvml": [2, 3]})) == [2, 3]
+    assert gpu_mapping(RunMeta.from_dict({"gpu_mapping": {"cuda_to_nvml": [1]}})) == [1]
+    gpus = [{"device": "gpu4", "local_rank": 1}, {"device": "gpu7", "local_rank": 0}]
+    assert gpu_mapping(RunMeta.from_dict({"gpus": gpus})) == [7, 4]

@@ -162,6 +162,19 @@ def test_missing_meta_key(run):
     assert f.severity == ERROR and f.file == str(run / "meta.json") and "exit_code" in f.message
 
 
+@pytest.mark.parametrize("key,value,code,words", [
+    ("start_ns", "1.7e18", "meta.type", "'start_ns' expects an integer"),
+    ("idle_baseline", {"start_ns": 1}, "meta.type", "idle_baseline.end_ns"),
+    ("schema_version", 99, "meta.schema-version", "99"),
+])
+def test_meta_contract_problems_are_named(run, key, value, code, words):
+    meta = json.loads((run / "meta.json").read_text())
+    meta[key] = value
+    (run / "meta.json").write_text(json.dumps(meta))
+    (f,) = _find(check_run(run), code)
+    assert f.severity == ERROR and f.file == str(run / "meta.json") and words in f.message
+
+
 def test_failed_workload_is_an_error(run):
     meta = json.loads((run / "meta.json").read_text())
     meta["exit_code"] = 137

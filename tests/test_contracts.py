@@ -1,3 +1,4 @@
+import json
 import warnings
 
 import pandas as pd
@@ -47,7 +48,8 @@ def test_parquet_trace(tmp_path):
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows=st.lists(st.tuples(st.integers(0, 2**62), st.floats(0, 5000, allow_nan=False)),  # physical range
+# values in the physical range
+@given(rows=st.lists(st.tuples(st.integers(0, 2**62), st.floats(0, 5000, allow_nan=False)),
                      min_size=1, max_size=30),
        cut=st.integers(0, 40))
 def test_any_prefix_of_a_trace_reads_or_fails_clearly(tmp_path_factory, rows, cut):
@@ -62,3 +64,133 @@ def test_any_prefix_of_a_trace_reads_or_fails_clearly(tmp_path_factory, rows, cu
         df = read_trace(p)
     assert len(df) == complete
     assert df["t_ns"].tolist() == [t for t, _ in rows[:complete]]
+
+
+# ---------------------------------------------------------------- run metadata and headers
+
+def _meta_doc() -> dict:
+    return {"run_id": "r1", "host": "h", "cmd": ["python", "-c", "pass"], "cell": {"repeat": 1},
+            "start_ns": 1_700_000_000_000_000_000, "end_ns": 1_700_000_010_000_000_000,
+            "workload_start_ns": 1_700_000_002_000_000_000,
+            "workload_end_ns": 1_700_000_009_000_000_000,
+            "idle_baseline": {"start_ns": 1_700_000_000_000_000_000,
+                              "end_ns": 1_700_000_002_000_000_000},
+            "exit_code": 0, "gpu_model": None, "driver": None, "sampler": {"rows": 3},
+            "sensor_notes": [], "platform": "Linux", "python": "3.12", "libraries": {}}
+
+
+def test_run_meta_round_trip_keeps_fields_version_and_unknown_keys(tmp_path):
+    from wattlife.contracts import META_SCHEMA_VERSION, RunMeta, read_meta, write_meta
+
+    doc = {**_meta_doc(), "nodes": {"a": {"exit_code": 0}}}
+    p = write_meta(tmp_path / "meta.json", RunMeta.from_dict(doc))
+    written = json.loads(p.read_text())
+    assert written["schema_version"] == META_SCHEMA_VERSION
+    assert written["nodes"] == {"a": {"exit_code": 0}}  # an unknown key is kept
+    m = read_meta(p)
+    assert m.schema_version == META_SCHEMA_VERSION and m.run_id == "r1"
+    assert m.idle_window == (doc["idle_baseline"]["start_ns"], doc["idle_baseline"]["end_ns"])
+    assert m.get("nodes") == {"a": {"exit_code": 0}} and m.cell == {"repeat": 1}
+    assert read_meta(write_meta(tmp_path / "again.json", m)) == m
+
+
+def test_meta_without_schema_version_reads_as_version_1(tmp_path):
+    from wattlife.contracts import read_meta
+
+    p = tmp_path / "meta.json"
+    p.write_text(json.dumps(_meta_doc()))
+    assert read_meta(p).schema_version == 1
+
+
+def test_committed_reference_meta_files_read():
+    from pathlib import Path
+
+    from wattlife.contracts import META_REQUIRED_KEYS, read_meta
+
+    files = sorted(Path(__file__).parents[1].glob("results/reference/**/meta.json"))
+    assert files
+    for f in files:
+        m = read_meta(f)
+        assert all(m.get(k) is not None or k in ("gpu_model", "driver") for k in META_REQUIRED_KEYS)
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("start_ns", "soon", r"key 'start_ns': 'start_ns' expects an integer"),
+    ("cell", [1], r"key 'cell': 'cell' expects an object"),
+    ("exit_code", True, r"key 'exit_code'"),
+    ("idle_baseline", {"start_ns": 1}, r"key 'idle_baseline': 'idle_baseline.end_ns'"),
+    ("schema_version", 99, r"key 'schema_version': 'schema_version' 99 is not one"),
+])
+def test_bad_meta_key_is_named_with_the_file(tmp_path, key, value, match):
+    from wattlife.contracts import read_meta, write_meta
+
+    p = tmp_path / "meta.json"
+    p.write_text(json.dumps({**_meta_doc(), key: value}))
+    with pytest.raises(ContractError, match=str(p).replace(".", r"\.") + ": " + match):
+        read_meta(p)
+    with pytest.raises(ContractError, match=match):
+        write_meta(tmp_path / "out.json", {**_meta_doc(), key: value})
+
+
+def test_meta_that_is_not_json_names_file_and_line(tmp_path):
+    from wattlife.contracts import read_meta
+
+    p = tmp_path / "meta.json"
+    p.write_text('{\n "run_id": \n}')
+    with pytest.raises(ContractError, match=r"meta.json:3:1: not valid JSON"):
+        read_meta(p)
+
+
+def test_writers_take_their_headers_from_contracts(tmp_path):
+    from wattlife import markers
+    from wattlife.contracts import (
+        EVENTS_COLUMNS,
+        EVENTS_EXTRA_COLUMNS,
+        EVENTS_HEADER,
+        TRACE_COLUMNS,
+        TRACE_HEADER,
+    )
+    from wattlife.devices.base import SensorBackend
+    from wattlife.sampler import Sampler
+
+    assert TRACE_HEADER == ",".join(TRACE_COLUMNS) + "\n"
+    assert EVENTS_HEADER == ",".join(EVENTS_COLUMNS + EVENTS_EXTRA_COLUMNS) + "\n"
+
+    class One(SensorBackend):
+        name = "one"
+
+        def poll(self, now_ns):
+            return [(now_ns, "gpu0", "power_w", 1.0, "sim")]
+
+    trace = tmp_path / "trace.csv"
+    s = Sampler([One()], trace)
+    s.start()
+    s.stop()
+    assert trace.read_text().splitlines()[0] + "\n" == TRACE_HEADER
+    assert list(read_trace(trace).columns) == TRACE_COLUMNS
+    events = tmp_path / "events.csv"
+    markers.configure(events, run_id="r")
+    with markers.phase("forward"):
+        pass
+    markers.reset()
+    assert events.read_text().splitlines()[0] + "\n" == EVENTS_HEADER
+    assert list(read_events(events).columns[:len(EVENTS_COLUMNS)]) == EVENTS_COLUMNS
+
+
+def test_markers_and_sampler_import_without_pandas():
+    import subprocess
+    import sys
+
+    code = ("import sys, wattlife.markers, wattlife.sampler; "
+            "sys.exit('pandas' in sys.modules or 'numpy' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_curves_without_source_is_an_error_naming_the_file(tmp_path):
+    from wattlife.contracts import read_curves
+
+    p = tmp_path / "curves.csv"
+    p.write_text("job,gpu_model,n_gpus,cap_w,throughput,throughput_unit,power_w\n"
+                 "a,H200,1,700,10,img/s,600\n")
+    with pytest.raises(ContractError, match=r"curves.csv: missing column 'source'"):
+        read_curves(p)

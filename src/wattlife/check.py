@@ -31,10 +31,20 @@ import pandas as pd
 from .attribution import OVERLAP_TOL_NS, nest, resolve_overlaps
 from .contracts import (
     EVENTS_COLUMNS,
+    EVENTS_FILE,
+    META_FILE,
+    META_REQUIRED_KEYS,
+    META_SAMPLER_KEYS,
     PHASES_COLUMNS,
+    PHASES_FILE,
+    PHASES_METHODS,
     SOURCES_MEASURED,
     SOURCES_NOT_MEASURED,
+    SUMMARY_FILE,
     TRACE_COLUMNS,
+    TRACE_FILE,
+    TRACE_FILES,
+    meta_problems,
 )
 
 ERROR, WARNING = "error", "warning"
@@ -42,11 +52,6 @@ ERROR, WARNING = "error", "warning"
 MIN_EPOCH_NS = 946_684_800 * 10**9
 #: how far past the checking machine's clock a timestamp may lie (clock skew between machines)
 FUTURE_SLACK_NS = 3600 * 10**9
-#: what `wattlife run` writes into meta.json (run.run_under_sampler); all required
-META_KEYS = ["run_id", "host", "cmd", "cell", "start_ns", "end_ns", "workload_start_ns",
-             "workload_end_ns", "idle_baseline", "exit_code", "gpu_model", "driver", "sampler",
-             "sensor_notes", "platform", "python", "libraries"]
-META_SAMPLER_KEYS = ["settings", "backends", "sensors", "rows", "errors"]
 #: phases every run of a workload kind marks at least once (src/wattlife/workloads/)
 KIND_PHASES = {
     "image_classification": ["model_load", "step"],
@@ -59,7 +64,6 @@ KIND_STEP_CHILDREN = {
 }
 KINDS = ["auto", "none", *KIND_PHASES]
 DEVICE_RE = r"^(?:gpu|cpu|dram)\d+$|^node$"
-PHASES_METHODS = {"integrate", "deconvolve"}
 
 
 @dataclass(frozen=True)
@@ -470,7 +474,7 @@ def check_span(tr: pd.DataFrame, ev: pd.DataFrame, trace_file: str,
 def check_meta(meta: dict[str, Any], file: str, now_ns: int) -> list[Finding]:
     """meta.json: the keys `wattlife run` writes, a clean exit, a consistent clock."""
     f: list[Finding] = []
-    missing = [k for k in META_KEYS if k not in meta]
+    missing = [k for k in META_REQUIRED_KEYS if k not in meta]
     if missing:
         f.append(Finding(ERROR, "meta.key-missing", file, None, f"missing key(s) {missing}"))
     sampler = meta.get("sampler")
@@ -482,8 +486,9 @@ def check_meta(meta: dict[str, Any], file: str, now_ns: int) -> list[Finding]:
         if sampler.get("errors"):
             f.append(Finding(WARNING, "meta.sampler-errors", file, None,
                              f"the sampler reported errors: {sampler['errors']}"))
-    elif "sampler" in meta:
-        f.append(Finding(ERROR, "meta.type", file, None, "'sampler' is not an object"))
+    for key, msg in meta_problems(meta):  # the contract's types (contracts.META_KEY_TYPES)
+        code = "meta.schema-version" if key == "schema_version" else "meta.type"
+        f.append(Finding(ERROR, code, file, None, msg))
     rc = meta.get("exit_code")
     if "exit_code" in meta and rc != 0:
         f.append(Finding(ERROR, "meta.exit-code", file, None,
@@ -493,9 +498,8 @@ def check_meta(meta: dict[str, Any], file: str, now_ns: int) -> list[Finding]:
         if k not in meta:
             continue
         if not isinstance(v, int) or isinstance(v, bool):
-            f.append(Finding(ERROR, "meta.type", file, None,
-                             f"'{k}' expects integer epoch ns, got {v!r}"))
-        elif v < MIN_EPOCH_NS:
+            continue  # a meta.type finding above
+        if v < MIN_EPOCH_NS:
             f.append(Finding(ERROR, "clock.before-2000", file, None,
                              f"{k}={v} is before 2000-01-01{_unit_guess(float(v))}"))
         elif v > now_ns + FUTURE_SLACK_NS:
@@ -576,7 +580,7 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
         return [Finding(ERROR, "run.missing", str(run), None, "not a directory")]
 
     meta = None
-    meta_path = run / "meta.json"
+    meta_path = run / META_FILE
     if meta_path.exists():
         meta = _load_json(meta_path, f)
         if meta is not None:
@@ -585,9 +589,9 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
         f.append(Finding(ERROR, "file.missing", str(meta_path), None, "no meta.json"))
 
     tr = None
-    tr_path = _first(run, ["trace.csv", "trace.csv.gz", "trace.parquet"])
+    tr_path = _first(run, list(TRACE_FILES))
     if tr_path is None:
-        f.append(Finding(ERROR, "file.missing", str(run / "trace.csv"), None,
+        f.append(Finding(ERROR, "file.missing", str(run / TRACE_FILE), None,
                          "no trace (trace.csv, trace.csv.gz or trace.parquet)"))
     else:
         raw, ff = read_csv_lines(tr_path, max_rows, {"t_ns": "int", "value": "float"})
@@ -605,7 +609,7 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
                                      f"{len(raw):,} rows, meta.json's sampler wrote {rows:,}"))
 
     ev = None
-    ev_path = run / "events.csv"
+    ev_path = run / EVENTS_FILE
     ev_paths = ([ev_path] if ev_path.exists() else []) + sorted(run.glob("events.rank*.csv"))
     if not ev_paths:
         f.append(Finding(ERROR, "file.missing", str(ev_path), None, "no events.csv"))
@@ -632,7 +636,7 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
             f += check_span(tr, ev, str(tr_path), meta, max_rows)
 
     summary = None
-    sum_path = run / "work" / "summary.json"
+    sum_path = run / SUMMARY_FILE
     if sum_path.exists():
         summary = _load_json(sum_path, f)
         if summary is not None and ev is not None:
@@ -648,7 +652,7 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
                              "workload kind unknown (no cell kind, summary or tokenize phase): "
                              "required phases not checked; give --kind"))
 
-    ph_path = run / "phases.csv"
+    ph_path = run / PHASES_FILE
     if ph_path.exists():
         ph, ff = read_csv_lines(ph_path, max_rows, {c: "float" for c in (
             "energy_j", "energy_lo_j", "energy_hi_j", "time_s", "count", "mean_power_w")},

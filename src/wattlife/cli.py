@@ -252,7 +252,7 @@ def cmd_launch_node(a: argparse.Namespace) -> int:
 
 
 def cmd_merge_nodes(a: argparse.Namespace) -> int:
-    from .nodes import merge_node_runs
+    from .merge_nodes import merge_node_runs
 
     check = merge_node_runs(a.traces, a.events, a.trace, a.events_out, warn_ms=a.warn_ms)
     print(check.to_string(index=False, float_format=lambda v: f"{v:.3f}") if len(check)
@@ -438,7 +438,7 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
     prep = cfg.get("prepare", {})
     out = Path(a.output)
     out.mkdir(parents=True, exist_ok=True)
-    from .contracts import PHASES_COLUMNS, read_table, write_csv
+    from .contracts import PHASES_COLUMNS, read_meta, read_table, write_csv
 
     recs = []
     for r in a.records:
@@ -463,7 +463,7 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
         if len(metas) != len(a.cell_summaries):
             raise ValueError(f"--cell-metas: {len(metas)} files for {len(a.cell_summaries)} --cell-summaries")
         for f, m in zip(a.cell_summaries, metas):  # each cell's summary.json and its keys (meta.json)
-            cell = json.loads(Path(m).read_text()).get("cell") or {}
+            cell = read_meta(m).cell
             w, storage = cell.get("workload"), cell.get("storage")
             s = json.loads(Path(f).read_text())
             if storage == "local" and s.get("dataset_bytes"):
@@ -550,7 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--strict", action="store_true",
                    help="phases' time outside the trace's span is an error, not a warning")
     t.add_argument("--sensor-window-ms", type=float,
-                   help="averaging window of power readings (default: meta.json, else estimated)")
+                   help="boxcar window of power readings for deconvolution (default: estimated "
+                        "per device, the best fit among 0.5-2x the reading spacing)")
     t.add_argument("--sensor-response", default="boxcar", metavar="boxcar|estimate|CSV",
                    help="shape of a reading's window for deconvolution: a boxcar (default), lag "
                         "weights estimated from this run (written beside the output), or a CSV of "

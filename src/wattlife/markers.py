@@ -38,10 +38,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .contracts import EVENTS_HEADER
+
 ENV_EVENTS = "WATTLIFE_EVENTS"
 ENV_RUN_ID = "WATTLIFE_RUN_ID"
 ENV_STATUS = "WATTLIFE_STATUS"  # abstract unix datagram socket of `wattlife run` for write errors
-HEADER = "run_id,host,rank,phase,start_ns,end_ns,step,items,local_rank,depth,clock,clamp_ns\n"
 FLUSH_EVERY_S = 1.0
 REANCHOR_EVERY_S = 60.0
 
@@ -106,7 +107,7 @@ class Recorder:
         self._last_end: list[int] = []  # latest end written at each depth (the nesting floor)
         from .safewrite import SafeAppender
 
-        self._out = SafeAppender(self.path, HEADER, f"markers (rank {self.rank})",
+        self._out = SafeAppender(self.path, EVENTS_HEADER, f"markers (rank {self.rank})",
                                  on_error=self._report)
         atexit.register(self.close)
 
@@ -256,7 +257,8 @@ class phase:
     __slots__ = ("name", "items", "_op")
 
     def __init__(self, name: str, items: float | None = None) -> None:
-        self.name, self.items, self._op = name, items, None
+        self.name, self.items = name, items
+        self._op: _Open | None = None
 
     def __enter__(self) -> "phase":
         rec = _recorder if _resolved else get_recorder()

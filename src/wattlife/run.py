@@ -43,6 +43,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .contracts import META_FILE, ContractError, RunMeta, meta_text
 from .markers import ENV_EVENTS, ENV_RUN_ID, ENV_STATUS
 from .sampler import Sampler, build_backends
 
@@ -52,6 +53,7 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 LEFTOVER_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
 
+_LIBC: ctypes.CDLL | None
 try:
     _LIBC = ctypes.CDLL(None, use_errno=True)
 except OSError:  # pragma: no cover - not Linux
@@ -198,9 +200,14 @@ def _end_leftovers(pgid: int) -> int:
     return left
 
 
-def _write_meta(meta: Path, doc: dict[str, Any]) -> str:
-    """Write meta.json atomically; if its path fails, to the temporary folder. Returns the path."""
-    text = json.dumps(doc, indent=2, default=str)
+def _write_meta(meta: Path, doc: RunMeta) -> str:
+    """Write meta.json atomically (`contracts.meta_text`: validated, with its schema version);
+    if its path fails, to the temporary folder. Returns the path."""
+    try:
+        text = meta_text(doc)
+    except ContractError as exc:  # a bug here must not lose the record: write it as it is
+        print(f"wattlife run: {exc}; written anyway", file=sys.stderr)
+        text = json.dumps(doc.to_dict(), indent=2, default=str)
     try:
         meta.parent.mkdir(parents=True, exist_ok=True)
         tmp = meta.with_name(f".{meta.name}.{os.getpid()}.tmp")
@@ -241,7 +248,7 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
     """
     sampler_cfg = sampler_cfg or {}
     trace, events = Path(trace), Path(events)
-    meta = Path(meta) if meta else trace.with_name("meta.json")
+    meta = Path(meta) if meta else trace.with_name(META_FILE)
     run_id = run_id or trace.parent.name
     try:
         events.parent.mkdir(parents=True, exist_ok=True)
@@ -395,7 +402,7 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
                 info.append(b.info())
             except Exception as exc:
                 info.append({"backend": b.name, "error": f"{type(exc).__name__}: {exc}"})
-        gpu_info = next((i for i in info if "gpu_model" in i), {})
+        gpu_info: dict[str, Any] = next((i for i in info if "gpu_model" in i), {})
         trace_rec = sampler.write_summary()
         recording = {
             "trace": trace_rec,
@@ -403,27 +410,27 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
             "complete": (not trace_rec.get("write_errors") and not markers_reports
                          and not sampler.errors),
         }
-        doc = {
-            "run_id": run_id, "host": socket.gethostname(), "cmd": cmd,
-            "cell": cell or {}, "start_ns": sampler.start_ns, "end_ns": sampler.end_ns,
-            "workload_start_ns": t_start, "workload_end_ns": t_end,
-            "idle_baseline": {"start_ns": sampler.start_ns, "end_ns": idle_end},
-            "exit_code": rc,
-            "exit_signal": (signal.Signals(-proc.returncode).name
-                            if proc is not None and proc.returncode < 0 else None),
-            "start_error": start_error,
-            "signals": {"received": received, "forwarded_to_cmd_group": forwarded,
-                        "leftover_processes_ended": leftovers},
-            "gpu_model": gpu_info.get("gpu_model"), "driver": gpu_info.get("driver"),
-            "gpus": gpu_info.get("gpus", []),
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "sampler": {"settings": sampler_cfg, "backends": info, "sensors": sampler.sensors(),
-                        "rows": sampler.rows_written, "cpu_time_s": sampler.cpu_time_s,
-                        "errors": sampler.errors},
-            "recording": recording,
-            "sensor_notes": notes, "platform": platform.platform(),
-            "python": sys.version.split()[0], "libraries": library_versions(),
-        }
+        doc = RunMeta(
+            run_id=run_id, host=socket.gethostname(), cmd=list(cmd),
+            cell=cell or {}, start_ns=sampler.start_ns, end_ns=sampler.end_ns,
+            workload_start_ns=t_start, workload_end_ns=t_end,
+            idle_baseline={"start_ns": sampler.start_ns, "end_ns": idle_end},
+            exit_code=rc,
+            exit_signal=(signal.Signals(-proc.returncode).name
+                         if proc is not None and proc.returncode < 0 else None),
+            start_error=start_error,
+            signals={"received": received, "forwarded_to_cmd_group": forwarded,
+                     "leftover_processes_ended": leftovers},
+            gpu_model=gpu_info.get("gpu_model"), driver=gpu_info.get("driver"),
+            gpus=gpu_info.get("gpus", []),
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            sampler={"settings": sampler_cfg, "backends": info, "sensors": sampler.sensors(),
+                     "rows": sampler.rows_written, "cpu_time_s": sampler.cpu_time_s,
+                     "errors": sampler.errors},
+            recording=recording,
+            sensor_notes=notes, platform=platform.platform(),
+            python=sys.version.split()[0], libraries=library_versions(),
+        )
         _write_meta(meta, doc)
     stop = [signal.Signals[n] for n in received if n in ("SIGINT", "SIGTERM")]
     if reraise_signals and stop:

@@ -4,8 +4,9 @@ It runs in a thread of the `wattlife run` process, never inside the workload. Ro
 trace file (CSV, trace contract) and are flushed to the OS every `flush_s` (0.5 s), so a SIGKILL of
 either process loses at most that much. A failing write (full disk) never stops the sampler: it is
 reported once, the rows wait in memory and are retried, else go to a fallback file at the end
-(`wattlife.safewrite`); `write_summary()` says what happened, for meta.json. Each (device, metric) series' update period is measured
-as it runs (mean time between changes of value) and reported in meta.json.
+(`wattlife.safewrite`); `write_summary()` says what happened, for meta.json. Each (device,
+metric) series' update period is measured as it runs (mean time between changes of value) and
+reported in meta.json.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .contracts import TRACE_HEADER
 from .devices.base import SensorBackend, SensorUnavailable
 from .safewrite import SafeAppender
-
-TRACE_HEADER = "t_ns,host,device,metric,value,source\n"
 
 
 class _SeriesStats:

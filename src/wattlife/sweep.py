@@ -161,7 +161,7 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
                     raise RuntimeError(f"command exited with {rc}")
                 row.update(curve_point(run_dir / "trace.csv", run_dir / "events.csv", rule, warmup_frac))
             except Exception as exc:  # recorded; the sweep goes on
-                row.update(throughput=np.nan, power_w=np.nan, status=f"failed: {exc}")
+                row.update(throughput=np.nan, power_w=np.nan, source="", status=f"failed: {exc}")
             rows.append(row)
     df = pd.DataFrame(rows)
     meta_gpu = gpu_model or ("Simulated H200 (sim)" if controller.backend == "simulated" else "GPU")
@@ -291,7 +291,7 @@ def sweep_matrix_cap(config_path: str | Path, cell: str, cap_w: float, out: str 
         row.update(curve_point(d / "trace.csv", d / "events.csv", pc.get("steady_rule", "top10"),
                                pc.get("warmup_frac", 0.2)))
     except Exception as exc:  # recorded: the curve shows the failed cap
-        row.update(throughput=np.nan, power_w=np.nan, status=f"failed: {exc}")
+        row.update(throughput=np.nan, power_w=np.nan, source="", status=f"failed: {exc}")
         _placeholders(d, spec.multi, rc, row["status"])
     df = pd.DataFrame([row])
     write_table(df[CURVES_COLUMNS + [k for k in df.columns if k not in CURVES_COLUMNS]], out, CURVES_COLUMNS)

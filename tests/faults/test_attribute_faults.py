@@ -11,11 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from synth import T0, events_frame, trace_frame
 from wattlife.attribution import IDLE, RESIDUAL, attribute_energy
 from wattlife.cli import main
 from wattlife.contracts import UNATTRIBUTED, ContractError, read_trace
-
-from synth import T0, events_frame, trace_frame
 
 MS = 1_000_000
 
@@ -63,7 +62,8 @@ def test_a_phase_pinned_at_the_power_limit_spans_floor_to_bound():
             rows += [("wait", a, a + 200 * MS)]
     lim = trace_frame(t[::25], np.full(len(t[::25]), 700.0), metric="power_limit_w")
     tr = pd.concat([trace_frame(t, p), lim], ignore_index=True)
-    out = attribute_energy(tr, events_frame(rows), method="deconvolve", n_boot=50).set_index("phase")
+    out = attribute_energy(tr, events_frame(rows), method="deconvolve", n_boot=50)
+    out = out.set_index("phase")
     assert not out.loc["h2d", "identified"]
     ph = out.drop(RESIDUAL)
     for name, r in ph[ph["time_s"] > 1e-6].iterrows():
@@ -82,7 +82,8 @@ def test_deconvolution_conserves_energy_and_respects_the_floor(lengths, base, se
     rng = np.random.default_rng(seed)
     edges = T0 + np.concatenate([[0], np.cumsum(lengths)]) * MS
     names = rng.choice(["forward", "backward", "h2d"], len(lengths))
-    ev = events_frame([(n, int(a), int(b)) for n, a, b in zip(names, edges[:-1], edges[1:])])
+    ev = events_frame([(n, int(a), int(b)) for n, a, b in zip(names, edges[:-1], edges[1:],
+                                                                  strict=True)])
     t = np.arange(T0 - 40 * MS, edges[-1] + 60 * MS, 20 * MS)
     p = base + rng.uniform(0, 300, len(t))
     with warnings.catch_warnings():
@@ -100,7 +101,8 @@ def _write(tmp_path, tr, ev):
     tr.to_csv(tmp_path / "trace.csv", index=False)
     ev.to_csv(tmp_path / "events.csv", index=False)
     return ["attribute", "--trace", str(tmp_path / "trace.csv"), "--events",
-            str(tmp_path / "events.csv"), "-o", str(tmp_path / "phases.csv"), "--method", "integrate"]
+            str(tmp_path / "events.csv"), "-o", str(tmp_path / "phases.csv"),
+            "--method", "integrate"]
 
 
 def _flat(n=101, step_ms=10, watts=100.0, device="gpu0"):
@@ -146,7 +148,8 @@ def test_timestamps_in_the_wrong_unit_are_named(tmp_path, capsys, unit, div):
 
 
 @pytest.mark.parametrize("value,line", [("1e300", 7), ("-500", 7), ("nan", 7), ("inf", 7)])
-def test_readings_outside_the_physical_range_name_file_line_and_device(tmp_path, value, line, capsys):
+def test_readings_outside_the_physical_range_name_file_line_and_device(tmp_path, value, line,
+                                                                       capsys):
     """Before: 1e300 W gave 1e298 J; -500 W was used; NaN/inf gave a message without file."""
     tr = _flat(device="gpu3")
     tr["value"] = tr["value"].astype(object)
@@ -168,7 +171,8 @@ def test_a_gpu_no_rank_uses_is_idle_not_rank0s(tmp_path):
     g1 = out[out["device"] == "gpu1"].set_index("phase")
     assert "forward" not in g1.index
     assert g1.loc[IDLE, "energy_j"] == pytest.approx(90.0)
-    assert out[out["device"] == "gpu0"].set_index("phase").loc["forward", "energy_j"] == pytest.approx(300.0)
+    gpu0 = out[out["device"] == "gpu0"].set_index("phase")
+    assert gpu0.loc["forward", "energy_j"] == pytest.approx(300.0)
 
 
 def test_meta_gpu_mapping_sends_each_rank_to_its_nvml_gpu(tmp_path):
@@ -232,8 +236,8 @@ def test_a_device_that_read_one_value_gives_every_phase_that_power():
 def test_header_only_events_warn_and_a_header_only_trace_fails(tmp_path, capsys):
     (tmp_path / "ev.csv").write_text("run_id,host,rank,phase,start_ns,end_ns,step,items\n")
     _flat().to_csv(tmp_path / "trace.csv", index=False)
-    args = ["attribute", "--trace", str(tmp_path / "trace.csv"), "--events", str(tmp_path / "ev.csv"),
-            "-o", str(tmp_path / "ph.csv")]
+    args = ["attribute", "--trace", str(tmp_path / "trace.csv"),
+            "--events", str(tmp_path / "ev.csv"), "-o", str(tmp_path / "ph.csv")]
     assert main(args) == 0
     assert "ev.csv: no phases (header only)" in capsys.readouterr().err
     (tmp_path / "trace.csv").write_text("t_ns,host,device,metric,value,source\n")

@@ -39,7 +39,7 @@ def files(tmp_path):
     events_frame([("forward", T0, T0 + 500 * MS)]).to_csv(tmp_path / "events.csv", index=False)
     rows = [{"job": f"j{j}", "gpu_model": "H200", "n_gpus": 8, "cap_w": c,
              "throughput": 100 * (c / 700) ** (0.3 + 0.2 * j), "throughput_unit": "tokens/s",
-             "power_w": 7.6 * c} for j in range(3) for c in (200, 400, 700)]
+             "power_w": 7.6 * c, "source": "sim"} for j in range(3) for c in (200, 400, 700)]
     pd.DataFrame(rows).to_csv(tmp_path / "curves.csv", index=False)
     pd.DataFrame({"job": ["j0", "j1", "j2"], "pfi": [1.2, 1.4, 1.6]}).to_csv(tmp_path / "pfi.csv",
                                                                            index=False)

@@ -18,7 +18,7 @@ def _curves(n_jobs: int = 4) -> pd.DataFrame:
                          "throughput": 100 * (cap / 700) ** (0.3 + 0.2 * j),
                          "throughput_unit": "tokens/s", "power_w": 8 * cap * 0.95,
                          "dram_active": 0.1 * (j + 1), "util_mem": 0.2 * (j + 1),
-                         "tensor_active": 0.5})
+                         "tensor_active": 0.5, "source": "sim"})
     return pd.DataFrame(rows)
 
 

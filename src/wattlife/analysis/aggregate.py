@@ -9,8 +9,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..attribution import RESIDUAL
-from ..contracts import PHASES_COLUMNS, read_table, write_csv
+from ..contracts import (
+    META_FILE,
+    PHASES_COLUMNS,
+    RESIDUAL,
+    SUMMARY_FILE,
+    TABLE_FILES,
+    RunMeta,
+    read_meta,
+    read_table,
+    write_csv,
+)
 
 CELL_KEYS = ["workload", "storage", "checkpoint", "repeat"]
 
@@ -32,16 +41,16 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
     for i, f in enumerate(phase_files):
         f = Path(f)
         df = read_table(f, PHASES_COLUMNS)
-        meta_p = Path(metas[i]) if metas is not None else f.with_name("meta.json")
-        summ_p = Path(summaries[i]) if summaries is not None else f.with_name("work") / "summary.json"
-        meta = json.loads(meta_p.read_text()) if meta_p.exists() else {}
-        cell = meta.get("cell") or {}
+        meta_p = Path(metas[i]) if metas is not None else f.with_name(META_FILE)
+        summ_p = Path(summaries[i]) if summaries is not None else f.parent / SUMMARY_FILE
+        meta = read_meta(meta_p) if meta_p.exists() else RunMeta()
+        cell = meta.cell
         named = CELL_DIR.match(f.parent.name)
         if not cell and named:
             cell = {**named.groupdict(), "repeat": 1}
         for k in CELL_KEYS:
             df[k] = cell.get(k, "")
-        df["gpu_model"] = meta.get("gpu_model") or ""
+        df["gpu_model"] = meta.gpu_model or ""
         if summ_p.exists():
             s = json.loads(summ_p.read_text())
             df["throughput"] = s.get("throughput")
@@ -89,7 +98,8 @@ def storage_checkpoint_deltas(summary: pd.DataFrame) -> pd.DataFrame:
     s = summary.groupby(["workload", "storage", "checkpoint", "phase"], as_index=False).agg(
         energy_j=("energy_j", "sum"), time_s=("time_s", "max"),
         source=("source", lambda v: ",".join(sorted(set(",".join(v).split(","))))))
-    base = s[(s["storage"] == "shared") & (s["checkpoint"] == "off")].set_index(["workload", "phase"])
+    base = s[(s["storage"] == "shared") & (s["checkpoint"] == "off")]
+    base = base.set_index(["workload", "phase"])
     key = pd.MultiIndex.from_frame(s[["workload", "phase"]])
     s["d_energy_j"] = s["energy_j"].to_numpy() - base["energy_j"].reindex(key).fillna(0).to_numpy()
     s["d_time_s"] = s["time_s"].to_numpy() - base["time_s"].reindex(key).fillna(0).to_numpy()
@@ -106,9 +116,9 @@ def write_phase_tables(phase_files: list[str | Path], out_dir: str | Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     phases = collect_phases(phase_files, metas, summaries)
     summary = phase_summary(phases)
-    tables = {"phases.csv": phases, "phase_summary.csv": summary,
-              "device_share.csv": device_share(summary),
-              "storage_checkpoint.csv": storage_checkpoint_deltas(summary)}
+    tables = {TABLE_FILES["phases"]: phases, TABLE_FILES["phase_summary"]: summary,
+              TABLE_FILES["device_share"]: device_share(summary),
+              TABLE_FILES["storage_checkpoint"]: storage_checkpoint_deltas(summary)}
     paths = []
     for name, df in tables.items():
         write_csv(df, out_dir / name)

@@ -40,7 +40,7 @@ def clock_offsets(events: pd.DataFrame, warn_ms: float = 5.0) -> pd.DataFrame:
         warnings.warn("node clocks disagree: " + ", ".join(
             f"{r.host} {r.offset_ms:+.1f} ms (over {r.steps} steps)" for r in bad.itertuples())
             + f" vs {hosts[0]} (threshold {warn_ms} ms): synchronise them (chrony/PTP) or read "
-            "cross-node phase energies with that uncertainty")
+            "cross-node phase energies with that uncertainty", stacklevel=2)
     return out
 
 

@@ -1,4 +1,5 @@
-"""The PFI study's measurement protocol: split a run's trace into warm-up, start-up and training.
+"""PFI trace segmentation (the study's measurement protocol): split a run's trace into warm-up,
+start-up, training and tail.
 
 Per GPU, from its telemetry (no markers needed, so it applies to any job):
 - `warmup`: from the first reading until the GPU's memory first rises `mem_rise_b` above its value
@@ -16,9 +17,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..contracts import device_kind
+from ..attribution import device_series, interval_energy
+from ..contracts import POWER_W, device_kind
 
 SEGMENTS = ("warmup", "startup", "training", "tail")
+#: telemetry metrics averaged over the training segment (a selection of the trace's)
 TELEMETRY = ("util_gpu", "util_mem", "dram_active", "sm_active", "tensor_active", "sm_clock_mhz")
 
 
@@ -54,18 +57,24 @@ def partition_trace(trace: pd.DataFrame, mem_rise_b: float = 1 << 30,
 
 def training_aggregates(trace: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
     """Per GPU over its training segment: seconds, mean power, energy, mean of each telemetry
-    metric, and the DRAM-copy product (dram_active x util_mem / 100)."""
+    metric, and the DRAM-copy product (dram_active x util_mem / 100).
+
+    Energy is the attribution's integration (`attribution.interval_energy` of the device's one
+    cumulative series) between the first and last power reading inside the segment; mean power
+    is that energy over the time between those two readings."""
     out = []
+    series = {(s.host, s.device): s for s in device_series(trace) if s.power_w is not None}
     for seg in segments[segments["segment"] == "training"].itertuples(index=False):
         g = trace[(trace["host"] == seg.host) & (trace["device"] == seg.device)
                   & (trace["t_ns"] >= seg.start_ns) & (trace["t_ns"] <= seg.end_ns)]
-        p = g[g["metric"] == "power_w"].sort_values("t_ns")
-        row = {"host": seg.host, "device": seg.device, "training_s": (seg.end_ns - seg.start_ns) / 1e9,
+        p = g[g["metric"] == POWER_W]
+        row = {"host": seg.host, "device": seg.device,
+               "training_s": (seg.end_ns - seg.start_ns) / 1e9,
                "source": p["source"].mode().iat[0] if len(p) else "missing"}
-        if len(p) >= 2:
-            t, w = p["t_ns"].to_numpy(np.int64), p["value"].to_numpy(float)
-            e = float(np.sum(w[1:] * np.diff(t) / 1e9))
-            row.update(energy_j=e, mean_power_w=e / ((t[-1] - t[0]) / 1e9))
+        s = series.get((seg.host, seg.device))
+        e, dt = interval_energy(s, seg.start_ns, seg.end_ns) if s is not None else (np.nan, 0.0)
+        if dt > 0:
+            row.update(energy_j=e, mean_power_w=e / dt)
         for m in TELEMETRY:
             v = g.loc[g["metric"] == m, "value"]
             row[m] = float(v.mean()) if len(v) else np.nan

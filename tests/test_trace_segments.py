@@ -1,10 +1,10 @@
-"""The PFI study's protocol: warm-up / start-up / training / tail from GPU telemetry."""
+"""PFI trace segmentation: warm-up / start-up / training / tail from GPU telemetry."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from wattlife.analysis.protocol import partition_trace, training_aggregates
+from wattlife.analysis.trace_segments import partition_trace, training_aggregates
 
 S = 1_000_000_000
 
@@ -48,9 +48,27 @@ def test_aggregates_cover_training_only():
 
 def test_a_gpu_that_never_trains_has_no_training_segment():
     tr = _trace()
-    tr.loc[tr["metric"] == "util_gpu", "value"] = np.minimum(tr.loc[tr["metric"] == "util_gpu", "value"], 20)
+    util = tr["metric"] == "util_gpu"
+    tr.loc[util, "value"] = np.minimum(tr.loc[util, "value"], 20)
     seg = partition_trace(tr)
     assert "training" not in set(seg["segment"])
     assert training_aggregates(tr, seg).empty
     with pytest.raises(ValueError, match="util_gpu"):
         partition_trace(tr[tr["metric"] != "util_gpu"])
+
+
+def test_training_energy_is_the_attribution_integral_over_the_segments_readings():
+    """One integration in the package: the training energy is the left-open rectangle sum of the
+    power readings inside the segment (each reading the mean since the previous one)."""
+    tr = _trace()
+    rng = np.random.default_rng(1)
+    p = tr["metric"] == "power_w"
+    tr.loc[p, "value"] += rng.normal(0, 30, int(p.sum()))
+    seg = partition_trace(tr)
+    agg = training_aggregates(tr, seg).iloc[0]
+    s = seg.set_index("segment").loc["training"]
+    r = tr[p & tr["t_ns"].between(s["start_ns"], s["end_ns"])].sort_values("t_ns")
+    t, w = r["t_ns"].to_numpy(), r["value"].to_numpy()
+    want = float(np.sum(w[1:] * np.diff(t) / 1e9))
+    assert agg["energy_j"] == pytest.approx(want, rel=1e-12)
+    assert agg["mean_power_w"] == pytest.approx(want / ((t[-1] - t[0]) / 1e9), rel=1e-12)

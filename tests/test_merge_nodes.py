@@ -3,10 +3,10 @@
 import numpy as np
 import pandas as pd
 import pytest
-from synth import T0, events_frame, trace_frame
 
+from synth import T0, trace_frame
 from wattlife.attribution import attribute_energy
-from wattlife.nodes import clock_offsets, merge_node_runs
+from wattlife.merge_nodes import clock_offsets, merge_node_runs
 
 MS = 1_000_000
 
@@ -15,7 +15,8 @@ def _node(host: str, skew_ns: int, rng) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Two ranks on `host`, 40 steps of 100 ms ending together across nodes (all-reduce), read by
     this node's clock (true time + skew)."""
     rows = []
-    ends = [T0] + [T0 + (k + 1) * 100 * MS + int(rng.uniform(0, 0.3) * MS) for k in range(40)]  # + all-reduce jitter
+    # + all-reduce jitter
+    ends = [T0] + [T0 + (k + 1) * 100 * MS + int(rng.uniform(0, 0.3) * MS) for k in range(40)]
     for k in range(40):
         for rank in (0, 1):
             rows.append(("step", ends[k] + skew_ns, ends[k + 1] + skew_ns, k, rank))
@@ -28,7 +29,8 @@ def _node(host: str, skew_ns: int, rng) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_offsets_are_recovered_and_large_ones_warned(tmp_path):
     rng = np.random.default_rng(0)
-    (ta, ea), (tb, eb), (tc, ec) = (_node("a", 0, rng), _node("b", 2 * MS, rng), _node("c", -40 * MS, rng))
+    (_, ea), (_, eb), (_, ec) = (_node("a", 0, rng), _node("b", 2 * MS, rng),
+                                 _node("c", -40 * MS, rng))
     with pytest.warns(UserWarning, match=r"c -40\.\d ms"):
         off = clock_offsets(pd.concat([ea, eb, ec])).set_index("host")
     assert off.loc["a", "offset_ms"] == 0
@@ -64,5 +66,6 @@ def test_two_traces_of_one_host_are_refused(tmp_path):
         tr.to_csv(tmp_path / f"t{i}.csv", index=False)
         ev.to_csv(tmp_path / f"e{i}.csv", index=False)
     with pytest.raises(ValueError, match="share a host name"):
-        merge_node_runs([tmp_path / "t1.csv", tmp_path / "t2.csv"], [tmp_path / "e1.csv", tmp_path / "e2.csv"],
+        merge_node_runs([tmp_path / "t1.csv", tmp_path / "t2.csv"],
+                        [tmp_path / "e1.csv", tmp_path / "e2.csv"],
                         tmp_path / "m.csv", tmp_path / "me.csv")

@@ -1,0 +1,34 @@
+"""Energy attribution: trace x events -> per-phase energy (the `phases` contract).
+
+One job per module, pure functions on tables except `files`:
+
+- `series`: each device's readings as a cumulative-energy series (`device_series`);
+- `tree`: one rank's phase tree, the nesting rule (`nest`, shared with `wattlife check`),
+  overlap clamping, exclusive time and segments;
+- `integrate`: per-phase energy by integration (the package's one energy integration);
+- `response`: the sensor response (lag weights) and its CSV;
+- `deconvolve`: per-phase mean power by deconvolution, with its estimators (window, response,
+  method choice);
+- `energy`: `attribute_energy`, which routes each device to its rank's phases and picks the
+  method;
+- `files`: `attribute_files`, trace + events + meta.json -> phases.csv.
+
+docs/ARCHITECTURE.md ("Formulas") gives the formulas.
+"""
+
+from ..contracts import IDLE, RESIDUAL, WRAPPER_PHASES
+from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
+from .energy import attribute_energy, check_time_units, time_unit
+from .files import attribute_files, gpu_mapping, wrapper_events
+from .integrate import integrate, interval_energy
+from .response import SensorResponse
+from .series import ATTRIBUTED_KINDS, DeviceSeries, device_series, idle_power
+from .tree import OVERLAP_TOL_NS, PhaseTree, clamp_events, nest, phase_tree, resolve_overlaps
+
+__all__ = [
+    "ATTRIBUTED_KINDS", "IDLE", "OVERLAP_TOL_NS", "RESIDUAL", "WRAPPER_PHASES", "DeviceSeries",
+    "PhaseTree", "SensorResponse", "attribute_energy", "attribute_files", "check_time_units",
+    "choose_method", "clamp_events", "deconvolve", "device_series", "estimate_response",
+    "estimate_window", "gpu_mapping", "idle_power", "integrate", "interval_energy", "nest",
+    "phase_tree", "resolve_overlaps", "time_unit", "wrapper_events",
+]

@@ -1,0 +1,234 @@
+"""trace x events -> the phases table: which rank drives which device, coverage, and the choice
+of integration or deconvolution per device (`attribute_energy`, pure: tables in, table out)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from ..contracts import IDLE, PHASES_COLUMNS, RESIDUAL, UNATTRIBUTED, ContractError, device_kind
+from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
+from .integrate import integrate
+from .response import SensorResponse
+from .series import DeviceSeries, device_series, idle_power
+from .tree import PhaseTree, clamp_events, exclusive, phase_tree
+
+PROGRESS_MIN_READINGS = 2_000_000  # show a progress bar when a trace has more readings
+
+
+def _progress(n_devices: int, n_readings: int, desc: str):
+    """A tqdm bar over devices for large traces (stderr; silent when small or not a terminal)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=n_devices, desc=desc, unit="device",
+                disable=n_readings < PROGRESS_MIN_READINGS or None)
+
+
+def _phase_map(events: pd.DataFrame,
+               cuda_to_nvml: list[int] | None = None) -> dict[tuple[str, str], pd.DataFrame]:
+    """Which rank's events each (host, device) takes: the GPU of local rank k is CUDA device k,
+    i.e. NVML index cuda_to_nvml[k] (k itself without a mapping); CPU/DRAM <- the lowest rank on
+    the host (it drives the host's work)."""
+    ev = events.copy()
+    if "local_rank" not in ev.columns or ev["local_rank"].isna().any():
+        ev["local_rank"] = ev.groupby("host")["rank"].rank(method="dense").astype(int) - 1
+    out: dict[tuple[str, str], pd.DataFrame] = {}
+    for host, g in ev.groupby("host"):
+        for lr, gg in g.groupby("local_rank"):
+            k = int(lr)
+            if cuda_to_nvml is not None and k >= len(cuda_to_nvml):
+                raise ContractError(f"events: local rank {k} on {host} has no GPU in meta.json's "
+                                    f"cuda_to_nvml {cuda_to_nvml}")
+            out[(host, f"gpu{cuda_to_nvml[k] if cuda_to_nvml is not None else k}")] = gg
+        low = g[g["rank"] == g["rank"].min()]
+        out[(host, "host")] = low
+    return out
+
+
+def _idle_events(series: DeviceSeries, run_id: str) -> pd.DataFrame:
+    """One `idle` interval over the whole trace: a GPU that no rank used."""
+    return pd.DataFrame({"run_id": [run_id], "host": [series.host], "rank": [-1], "phase": [IDLE],
+                         "start_ns": [int(series.t_ns[0])], "end_ns": [int(series.t_ns[-1])],
+                         "step": [np.nan], "items": [np.nan]})
+
+
+def _events_for(series: DeviceSeries, pmap: dict, events: pd.DataFrame) -> pd.DataFrame:
+    """The events of the rank that drives this device; for a GPU no rank uses, one `idle`
+    interval (never another rank's phases)."""
+    kind = device_kind(series.device)
+    run_id = str(events["run_id"].iloc[0]) if len(events) else "run"
+    key = (series.host, series.device if kind == "gpu" else "host")
+    if key in pmap:
+        return pmap[key]
+    hosts = {h for h, _ in pmap}
+    if series.host not in hosts and len(hosts) == 1:
+        # one-host run whose trace and events name the host differently (e.g. container names)
+        only = next(iter(hosts))
+        key = (only, series.device if kind == "gpu" else "host")
+        if key in pmap:
+            return pmap[key]
+        if kind != "gpu":
+            return pmap[(only, "host")]
+    if kind == "gpu":
+        return _idle_events(series, run_id)
+    return events.iloc[:0]
+
+
+def _coverage(series: DeviceSeries, tree: PhaseTree) -> tuple[pd.Series, float, float]:
+    """Per phase name, the share of its (exclusive) time inside the trace's span; the share of
+    all phases' time inside it; the seconds outside it."""
+    t0, t1 = series.t_ns[0], series.t_ns[-1]
+    full = (tree.end - tree.start) / 1e9
+    inside = (np.clip(tree.end, t0, t1) - np.clip(tree.start, t0, t1)) / 1e9
+    ex_full, ex_in = exclusive(tree, full), exclusive(tree, inside)
+    by = pd.DataFrame({"phase": tree.name, "full": ex_full, "inside": ex_in}).groupby("phase").sum()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = pd.Series(np.where(by["full"] > 0, by["inside"] / by["full"], 1.0), index=by.index)
+    top = tree.parent < 0
+    tot_full, tot_in = float(full[top].sum()), float(inside[top].sum())
+    overall = tot_in / tot_full if tot_full > 0 else 1.0
+    return frac.clip(0.0, 1.0), overall, tot_full - tot_in
+
+
+# Plausible epoch range (years 2000-2100) in seconds, and the factor of each unit to it.
+_EPOCH_S = (9.4e8, 4.2e9)
+
+
+_UNITS = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
+
+
+def time_unit(values: np.ndarray) -> str | None:
+    """The unit in which `values` read as an epoch timestamp of 2000-2100 (None: neither)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return None
+    mid = float(np.median(v))
+    for unit, f in _UNITS.items():
+        if _EPOCH_S[0] <= mid / f <= _EPOCH_S[1]:
+            return unit
+    return None
+
+
+def check_time_units(trace: pd.DataFrame, events: pd.DataFrame, trace_name: str = "trace",
+                     events_name: str = "events") -> None:
+    """Every timestamp is epoch nanoseconds: a trace or events file stamped in s, ms or us (as
+    other tools write them) is an error that says which unit it looks like."""
+    cols = {trace_name + " column t_ns": trace["t_ns"].to_numpy()}
+    if len(events):
+        cols[events_name + " column start_ns"] = events["start_ns"].to_numpy()
+    for where, values in cols.items():
+        unit = time_unit(values)
+        if unit is not None and unit != "ns":
+            raise ContractError(
+                f"{where}: timestamps look like epoch {'seconds' if unit == 's' else unit} "
+                f"(median {np.median(values):.4g}); expected epoch nanoseconds (time.time_ns(), "
+                f"~1.7e18): multiply by {int(1e9 / _UNITS[unit]):,}")
+
+
+def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: float | None,
+                     response: SensorResponse | str | None, n_boot: int
+                     ) -> tuple[pd.DataFrame, SensorResponse | None]:
+    """One device's phases by the method asked for (`auto`: `choose_method`), and the sensor
+    response deconvolution used (None when integrated)."""
+    m = method
+    if m == "deconvolve" and s.power_w is None:
+        warnings.warn(f"{s.device}: only an energy counter, integrating instead of deconvolving",
+                      stacklevel=3)
+        m = "integrate"
+    if m == "auto":
+        m = choose_method(s, tree, window_s or s.spacing_s)
+    if m != "deconvolve":
+        return integrate(s, tree), None
+    if response == "estimate":
+        r = estimate_response(s, tree)
+    elif isinstance(response, SensorResponse) and device_kind(s.device) == "gpu":
+        r = response
+    else:
+        r = SensorResponse.boxcar(window_s or estimate_window(s, tree))
+    return deconvolve(s, tree, n_boot=n_boot, response=r), r
+
+
+def _label_device(df: pd.DataFrame, s: DeviceSeries, frac: pd.Series,
+                  idle_window: tuple[int, int] | None) -> pd.DataFrame:
+    """One device's phases with its coverage, names and source, and the idle split if asked."""
+    df["covered_fraction"] = df["phase"].map(frac).where(df["phase"] != RESIDUAL)
+    df.loc[df["phase"] == UNATTRIBUTED, "covered_fraction"] = 1.0
+    df["device"], df["host"] = s.device, s.host
+    df["device_kind"] = device_kind(s.device)
+    df["source"] = s.source
+    if idle_window is not None:
+        p_idle = idle_power(s, *idle_window)
+        df["idle_power_w"] = p_idle
+        df["static_j"] = np.where(df["phase"] == RESIDUAL, 0.0, p_idle * df["time_s"])
+        df["dynamic_j"] = df["energy_j"] - df["static_j"]
+    return df
+
+
+def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "auto",
+                     window_s: float | None = None, run_id: str | None = None,
+                     idle_window: tuple[int, int] | None = None,
+                     n_boot: int = 200,
+                     response: SensorResponse | str | None = None,
+                     strict: bool = False, cuda_to_nvml: list[int] | None = None,
+                     where: str = "") -> pd.DataFrame:
+    """trace x events -> phases table (contract columns plus host, window_ms, identified,
+    covered_fraction, and, with an idle window, idle_power_w / static_j / dynamic_j).
+
+    Phases' time outside the trace's span cannot be attributed: `covered_fraction` is the share
+    of each phase's time inside it, and an uncovered share is a warning naming it (an error with
+    `strict`). A GPU that no rank uses (`cuda_to_nvml`: CUDA ordinal -> NVML index, from
+    meta.json) gets one `idle` phase. `where` names the inputs in messages.
+
+    `response` shapes deconvolution's reading window: None, a boxcar (`window_s`, else
+    estimated); a `SensorResponse`, the GPU sensor's weights (for GPUs; CPU and DRAM keep the
+    boxcar); "estimate", weights estimated per device from the run (`estimate_response`). The
+    responses used are in `out.attrs["sensor_responses"]` ({(host, device): SensorResponse})."""
+    if isinstance(response, str) and response != "estimate":
+        raise ValueError(f"response must be a SensorResponse, 'estimate' or None, got {response!r}")
+    if method not in ("auto", "integrate", "deconvolve"):
+        raise ValueError(f"method must be auto, integrate or deconvolve, got {method!r}")
+    if run_id is None:
+        ids = events["run_id"].astype(str).unique() if len(events) else []
+        run_id = ids[0] if len(ids) == 1 else "run"
+    check_time_units(trace, events)
+    events = clamp_events(events, where=where or "events")
+    pmap = _phase_map(events, cuda_to_nvml)
+    frames = []
+    used: dict[tuple[str, str], SensorResponse] = {}
+    uncovered: list[str] = []
+    series = device_series(trace)
+    bar = _progress(len(series), sum(len(x.t_ns) for x in series), "attribute")
+    for s in series:
+        ev = _events_for(s, pmap, events)
+        tree = phase_tree(ev, where=f"events of {s.host}/{s.device}")
+        frac, overall, outside_s = _coverage(s, tree)
+        # within a reading spacing of the trace's ends is what any sampler leaves (it starts
+        # and stops around the command): only more is worth a warning
+        if overall < 1.0 - 1e-9 and not outside_s <= 2 * np.nan_to_num(s.spacing_s):
+            uncovered.append(f"{s.host}/{s.device} {1 - overall:.1%} ({outside_s:.3f} s)")
+        df, r = _estimate_device(s, tree, method, window_s, response, n_boot)
+        if r is not None:
+            used[(s.host, s.device)] = r
+        frames.append(_label_device(df, s, frac, idle_window))
+        bar.update(1)
+    bar.close()
+    if not frames:
+        raise ContractError(f"{where or 'trace'}: no GPU, CPU or DRAM power/energy readings to "
+                            "attribute")
+    if uncovered:
+        msg = (f"{where + ': ' if where else ''}part of the phases' time lies outside the trace's "
+               f"span and is not attributed (uncovered share: {', '.join(uncovered)}); "
+               "column covered_fraction gives each phase's covered share")
+        if strict:
+            raise ContractError(msg)
+        warnings.warn(msg, stacklevel=2)
+    out = pd.concat(frames, ignore_index=True)
+    out["run_id"] = run_id
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["mean_power_w"] = np.where(out["time_s"] > 0, out["energy_j"] / out["time_s"], np.nan)
+    out = out[PHASES_COLUMNS + [c for c in out.columns if c not in PHASES_COLUMNS]]
+    out.attrs["sensor_responses"] = used
+    return out

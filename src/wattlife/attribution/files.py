@@ -1,0 +1,124 @@
+"""The file-level API: trace + events + meta.json -> phases.csv (`attribute_files`), with the
+intervals `wattlife run` itself knows (`wrapper_events`) and the GPU mapping it recorded."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..contracts import (
+    META_FILE,
+    PHASES_COLUMNS,
+    ContractError,
+    RunMeta,
+    read_events,
+    read_meta,
+    read_trace,
+    refuse_overwrite,
+    write_table,
+)
+from .energy import attribute_energy, check_time_units
+from .response import SensorResponse
+
+
+def gpu_mapping(meta: RunMeta) -> list[int] | None:
+    """Local rank -> the GPU's number in the trace's device names (`gpu<N>`), from meta.json.
+
+    `wattlife run` records `gpus: [{device, local_rank, cuda_ordinal, nvml_index, ...}]`; its trace
+    names each GPU by CUDA ordinal, so rank k drives `device` of the entry whose local_rank is k.
+    An explicit `cuda_to_nvml` list (top level or under `gpu_mapping`) is for traces named by NVML
+    index. None if meta.json has neither (then rank k drives gpu k)."""
+    gpus = meta.gpus
+    if isinstance(gpus, list) and gpus and all(isinstance(g, dict) for g in gpus):
+        try:
+            by_rank = {int(g["local_rank"]): int(str(g["device"]).removeprefix("gpu"))
+                       for g in gpus}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ContractError(f"meta.json: gpus entries need device 'gpu<N>' and local_rank, "
+                                f"got {gpus!r}") from exc
+        if sorted(by_rank) == list(range(len(by_rank))):
+            return [by_rank[k] for k in range(len(by_rank))]
+    m = meta.get("cuda_to_nvml")
+    if m is None and isinstance(meta.get("gpu_mapping"), dict):
+        m = meta.get("gpu_mapping").get("cuda_to_nvml")
+    if m is None:
+        return None
+    if not isinstance(m, (list, tuple)) or not all(isinstance(i, int) and i >= 0 for i in m):
+        raise ContractError(f"meta.json: cuda_to_nvml must be a list of NVML indices (non-negative "
+                            f"integers), got {m!r}")
+    return list(m)
+
+
+def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
+    """Intervals `wattlife run` itself knows, per (host, rank): the idle baseline before the
+    command, the command's start-up until its first marked phase (interpreter, imports, CUDA
+    context) and its exit after its last one. Without them that time is `unattributed`."""
+    rows = []
+    ib = meta.idle_baseline or {}
+    w0, w1 = meta.workload_start_ns, meta.workload_end_ns
+    for (host, rank), g in events.groupby(["host", "rank"]):
+        first, last = int(g["start_ns"].min()), int(g["end_ns"].max())
+        base = {"run_id": g["run_id"].iloc[0], "host": host, "rank": rank, "step": np.nan,
+                "items": np.nan}
+        if "local_rank" in g.columns:
+            base["local_rank"] = g["local_rank"].iloc[0]
+        if ib and ib.get("end_ns", 0) > ib.get("start_ns", 0) and ib["end_ns"] <= first:
+            rows.append({**base, "phase": "idle_baseline", "start_ns": ib["start_ns"],
+                         "end_ns": min(ib["end_ns"], w0 or ib["end_ns"])})
+        if w0 and w0 < first:
+            rows.append({**base, "phase": "process_startup",
+                         "start_ns": max(w0, ib.get("end_ns", w0)), "end_ns": first})
+        if w1 and w1 > last:
+            rows.append({**base, "phase": "process_exit", "start_ns": last, "end_ns": w1})
+    return pd.DataFrame(rows)
+
+
+def attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str = "auto",
+                    window_ms: float | None = None, idle_split: bool = False,
+                    n_boot: int = 200, sensor_response: str = "boxcar",
+                    strict: bool = False) -> pd.DataFrame:
+    """Read trace, events and meta.json beside the trace; write phases.csv (refused if it is
+    one of the inputs). `strict`: phases' time outside the trace is an error, not a warning.
+
+    `sensor_response`: "boxcar", "estimate" (the estimated weights are written beside the output
+    as `<stem>.<host>.<device>.sensor_response.csv`, reusable on other runs), or such a CSV."""
+    refuse_overwrite(out, [trace, events] + ([sensor_response] if sensor_response not in
+                                              ("boxcar", "estimate") else []))
+    response: SensorResponse | str | None = None
+    if sensor_response == "estimate":
+        response = "estimate"
+    elif sensor_response != "boxcar":
+        response = SensorResponse.from_csv(sensor_response)
+    trace_df = read_trace(trace)
+    events_df = read_events(events, lines=True)
+    if not len(events_df):
+        warnings.warn(f"{events}: no phases (header only): the whole trace is `unattributed` "
+                      "(GPUs: `idle`)", stacklevel=2)
+    meta_path = Path(trace).with_name(META_FILE)
+    has_meta = meta_path.exists()
+    meta = read_meta(meta_path) if has_meta else RunMeta()
+    check_time_units(trace_df, events_df, str(trace), str(events))
+    idle = None
+    if idle_split:
+        idle = meta.idle_window
+        if idle is None:
+            raise ValueError(f"--idle-split needs an idle baseline window in {meta_path} "
+                             "(sampler.idle_baseline_s > 0)")
+    window_s = window_ms / 1000.0 if window_ms else None  # None: estimated per device
+    if has_meta and len(events_df):
+        extra = wrapper_events(events_df, meta)
+        if len(extra):
+            extra = extra.astype({"start_ns": "int64", "end_ns": "int64"})
+            events_df = pd.concat([events_df, extra], ignore_index=True)
+    df = attribute_energy(trace_df, events_df, method, window_s, meta.run_id, idle, n_boot,
+                          response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
+                          where=f"{trace} x {events}")
+    write_table(df, out, PHASES_COLUMNS)
+    out = Path(out)
+    for (host, device), r in df.attrs["sensor_responses"].items():
+        if r.estimated:
+            r.to_csv(out.with_name(f"{out.stem}.{host}.{device}.sensor_response.csv"))
+    return df

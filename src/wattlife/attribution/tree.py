@@ -1,0 +1,208 @@
+"""The phase tree of one rank: the nesting rule, overlap clamping, exclusive time and segments.
+
+Intervals of one (host, rank) nest: a child lies inside its parent, siblings never overlap.
+`nest` is the one implementation of the rule (attribution and `wattlife check` call it); overlaps
+of at most `OVERLAP_TOL_NS` (two clocks' boundaries) are clamped by `resolve_overlaps`. Energy
+goes to the innermost phase: `exclusive` turns inclusive quantities into exclusive ones, and
+`segments` / `SegmentIndex` give the innermost phase name active at every instant.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..contracts import UNATTRIBUTED, ContractError
+from .series import DeviceSeries
+
+
+@dataclass
+class PhaseTree:
+    """Properly nested intervals of one rank, sorted by (start, -end), with their parents."""
+
+    name: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    depth: np.ndarray
+    parent: np.ndarray  # index into the arrays, -1 for top level
+
+
+#: cross-clock overlaps up to this are resolved by clamping (GPU-timeline boundaries mapped to
+#: the host clock through different anchors disagree by ~0.1 ms; far below a sensor's resolution)
+OVERLAP_TOL_NS = 1_000_000
+
+
+def nest(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The nesting rule, on one rank's intervals already sorted by (start, -end): each interval's
+    depth, parent (index, -1 at the top) and whether it overlaps that parent without nesting in it.
+
+    Depth = intervals sorted before me still open at my start. The one implementation of the rule:
+    `phase_tree`, `resolve_overlaps` and `check.nesting` all call it."""
+    n = len(start)
+    idx = np.arange(n)
+    # intervals open at my start = those sorted before me minus those of them already ended.
+    # Every interval ending at or before my start counts as ended, except zero-length ones that
+    # start at my instant and sort at or after me (myself included): they are not before me.
+    closed = np.searchsorted(np.sort(end), start, side="right")
+    zl = (end == start).astype(np.int64)
+    if zl.any():
+        new_group = np.concatenate([[True], start[1:] != start[:-1]])
+        cum = np.concatenate([[0], np.cumsum(zl)])
+        g_end = np.append(np.flatnonzero(new_group)[1:], n)[np.cumsum(new_group) - 1]
+        closed -= cum[g_end] - cum[idx]  # zero-length intervals of my instant at or after me
+    depth = np.maximum(idx - closed, 0)
+    parent = np.full(n, -1, dtype=np.int64)
+    for d in range(1, int(depth.max(initial=0)) + 1):
+        child = idx[depth == d]
+        up = idx[depth == d - 1]
+        pos = np.searchsorted(up, child) - 1
+        parent[child] = up[np.maximum(pos, 0)]
+    has_parent = parent >= 0
+    over = np.zeros(n, dtype=bool)
+    over[has_parent] = end[has_parent] > end[parent[has_parent]]
+    return depth, parent, over
+
+
+def resolve_overlaps(start: np.ndarray, end: np.ndarray, tol_ns: int = OVERLAP_TOL_NS
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Clamp one rank's overlaps of at most `tol_ns` (any order of rows): an interval that starts
+    inside another and ends after it starts at the other's end when their common part is the
+    smaller (siblings whose boundary the two clocks placed differently), else ends at the
+    other's end (a child sticking out of its parent). Returns (start, end, clamp_ns): the new
+    bounds and how far each row moved. Larger overlaps are left for `nest` to report."""
+    start = np.asarray(start, dtype=np.int64).copy()
+    end = np.asarray(end, dtype=np.int64).copy()
+    clamp = np.zeros(len(start), dtype=np.int64)
+    for _ in range(256):  # each pass settles one nesting level of a clamped boundary
+        order = np.lexsort((-end, start))
+        s, e = start[order], end[order]
+        _, parent, over = nest(s, e)
+        i = np.flatnonzero(over)
+        if not len(i):
+            break
+        j = parent[i]
+        inter, protr = e[j] - s[i], e[i] - e[j]
+        # a wrong parent (inter <= 0) is the echo of an overlap before it: settled by that one
+        small = (inter > 0) & (np.minimum(inter, protr) <= tol_ns)
+        if not small.any():
+            break
+        i, j, inter, protr = i[small], j[small], inter[small], protr[small]
+        at_start = inter <= protr
+        rows = order[i]
+        start[rows[at_start]] = e[j[at_start]]
+        end[rows[~at_start]] = e[j[~at_start]]
+        clamp[rows] += np.minimum(inter, protr)
+    return start, end, clamp
+
+
+def clamp_events(events: pd.DataFrame, tol_ns: int = OVERLAP_TOL_NS,
+                 where: str = "events") -> pd.DataFrame:
+    """Events with overlaps of at most `tol_ns` per (host, rank) clamped (`resolve_overlaps`), a
+    `clamp_ns` column (plus what the markers already clamped) and a warning counting them."""
+    if not len(events):
+        return events
+    ev = events.copy()
+    prior = ev["clamp_ns"].fillna(0).astype(np.int64) if "clamp_ns" in ev.columns else 0
+    ev["clamp_ns"] = 0
+    for _, g in ev.groupby(["host", "rank"], sort=False):
+        s, e, c = resolve_overlaps(g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), tol_ns)
+        if c.any():
+            ev.loc[g.index, "start_ns"], ev.loc[g.index, "end_ns"] = s, e
+            ev.loc[g.index, "clamp_ns"] = c
+    moved = ev["clamp_ns"] > 0
+    if moved.any():
+        n = int(moved.sum())
+        warnings.warn(f"{where}: {n} phase boundar{'y' if n == 1 else 'ies'} overlapping a "
+                      f"neighbour by at most {tol_ns / 1e6:g} ms clamped (largest "
+                      f"{ev['clamp_ns'].max() / 1e3:.1f} us, total "
+                      f"{ev['clamp_ns'].sum() / 1e3:.1f} us): GPU-timeline boundaries mapped to "
+                      "the host clock through different anchors", stacklevel=2)
+    ev["clamp_ns"] = ev["clamp_ns"] + prior
+    return ev
+
+
+def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
+    """Sort one rank's intervals and find each one's parent (vectorised over depth levels).
+    An overlap is an error naming the rows' file and line (columns `file_name`, `line_no`)."""
+    order = np.lexsort((-events["end_ns"].to_numpy(), events["start_ns"].to_numpy()))
+    start = events["start_ns"].to_numpy(np.int64)[order]
+    end = events["end_ns"].to_numpy(np.int64)[order]
+    name = events["phase"].to_numpy(object)[order]
+    depth, parent, over = nest(start, end)
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        j = int(parent[i])
+
+        def at(k: int) -> str:
+            if "file_name" not in events.columns or "line_no" not in events.columns:
+                return ""
+            r = events.iloc[order[k]]
+            return f" ({r['file_name']}:{r['line_no']})" if pd.notna(r["line_no"]) else ""
+        raise ContractError(
+            f"{where}: phase '{name[i]}'{at(i)} [{start[i]}, {end[i]}] overlaps '{name[j]}'{at(j)} "
+            f"[{start[j]}, {end[j]}] by {(end[j] - start[i]) / 1e6:.3f} ms without nesting inside "
+            "it; phases of one rank must nest")
+    return PhaseTree(name, start, end, depth, parent)
+
+
+def exclusive(tree: PhaseTree, inclusive: np.ndarray) -> np.ndarray:
+    child_sum = np.bincount(tree.parent[tree.parent >= 0],
+                            weights=inclusive[tree.parent >= 0], minlength=len(inclusive))
+    return inclusive - child_sum
+
+
+def segments(tree: PhaseTree) -> tuple[np.ndarray, np.ndarray]:
+    """Boundaries b_k and the innermost interval index active on [b_k, b_k+1) (-1: none)."""
+    n = len(tree.start)
+    times = np.concatenate([tree.start, tree.end])
+    label = np.concatenate([np.arange(n), tree.parent])
+    is_start = np.concatenate([np.ones(n, np.int8), np.zeros(n, np.int8)])
+    # at equal times: ends (innermost first) before starts (outermost first)
+    tie = np.concatenate([tree.depth, -tree.depth])
+    order = np.lexsort((tie, is_start, times))
+    return times[order], label[order]
+
+
+class SegmentIndex:
+    """Per phase name, cumulative exclusive time up to each segment boundary."""
+
+    def __init__(self, bounds: np.ndarray, seg_name: np.ndarray, names: list[str]) -> None:
+        self.bounds = bounds.astype(np.float64)
+        self.seg_len = np.diff(self.bounds)
+        self.names = names
+        self.in_name = [seg_name == nm for nm in names]
+        self.cum = [np.concatenate([[0.0], np.cumsum(np.where(m, self.seg_len, 0.0))])
+                    for m in self.in_name]
+
+    def overlap(self, t_ns: np.ndarray, window_ns: float) -> np.ndarray:
+        """A[i, n] = share of reading i's window [t_i - w, t_i] spent in phase name n."""
+        nseg = len(self.seg_len)
+        t_lo = t_ns - window_ns
+        ks = [np.searchsorted(self.bounds, t, side="right") - 1 for t in (t_ns, t_lo)]
+        kk = [np.clip(k, 0, max(nseg - 1, 0)) for k in ks]
+        valid = [(k >= 0) & (k < nseg) for k in ks]
+        kc = [np.clip(k, 0, nseg) for k in ks]
+        off = [t - self.bounds[k] for t, k in zip((t_ns, t_lo), kk, strict=True)]
+        a = np.empty((len(t_ns), len(self.names)))
+        for j in range(len(self.names)):
+            m, cum = self.in_name[j], self.cum[j]
+            hi = cum[kc[0]] + np.where(valid[0] & m[kk[0]], off[0], 0.0)
+            lo = cum[kc[1]] + np.where(valid[1] & m[kk[1]], off[1], 0.0)
+            a[:, j] = (hi - lo) / window_ns
+        # time outside every boundary (before the first, after the last) counts as unattributed
+        if UNATTRIBUTED in self.names:
+            j = self.names.index(UNATTRIBUTED)
+            a[:, j] = np.clip(1.0 - (a.sum(axis=1) - a[:, j]), 0.0, 1.0)
+        return a
+
+
+def segment_index(tree: PhaseTree, series: DeviceSeries
+                  ) -> tuple[SegmentIndex, np.ndarray, np.ndarray]:
+    """Segment index on times relative to the series' first reading."""
+    bounds, label = segments(tree)
+    seg_name = np.where(label[:-1] >= 0, tree.name[np.maximum(label[:-1], 0)], UNATTRIBUTED)
+    names = sorted(set(tree.name)) + [UNATTRIBUTED]
+    return SegmentIndex(series.rel(bounds), seg_name, names), bounds, seg_name
