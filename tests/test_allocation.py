@@ -12,7 +12,7 @@ from wattlife.analysis.allocation import (_eval_curves, build_library, oracle, s
                                           weighted_cut)
 from wattlife.analysis.curves import load_curves
 from wattlife.sweep import sweep_simulated
-from wattlife.devices.simgpu import SimJob
+from wattlife.simgpu_model import SimJob
 
 REPO = Path(__file__).resolve().parents[1]
 A100 = REPO / "results/reference/a100-emerald/dvfs_sweep.csv"

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from .analysis.curves import steady_state
 from .contracts import CURVES_COLUMNS, write_csv, write_table
 from .devices.powercap import PowerCapController
-from .devices.simgpu import SimGpuModel, SimJob
+from .simgpu_model import SimGpuModel, SimJob
 
 
 def simulate_window(model: SimGpuModel, job: SimJob, cap_w: float, n_steps: int,

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..devices.simgpu import SimGpuModel
+from ..simgpu_model import SimGpuModel, SimJob
 
 _F = np.linspace(0.05, 1.0, 400)
 
@@ -27,7 +27,8 @@ def _predict(model: SimGpuModel, m: float, p_rel: np.ndarray) -> np.ndarray:
 
 def normalised_points(curves: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for (job, gpu), g in curves.dropna(subset=["power_w", "throughput"]).groupby(["job", "gpu_model"]):
+    measured = curves.dropna(subset=["power_w", "throughput"])
+    for (job, _gpu), g in measured.groupby(["job", "gpu_model"]):
         top = g.loc[g["cap_w"].idxmax()]
         rows.append(pd.DataFrame({"job": job, "p_rel": g["power_w"] / top["power_w"],
                                   "t_rel": g["throughput"] / top["throughput"]}))
@@ -155,7 +156,7 @@ def calibrate_job(pfi: float, caps: list[float], pfi_4cap: float | None = None,
     if not fits:
         raise ValueError(f"cannot calibrate PFI {pfi} on caps {caps} for any memory power share")
     best = min(fits, key=lambda f: abs(f[3] - pfi_4cap))
-    for a, b in zip(fits[:-1], fits[1:]):
+    for a, b in zip(fits[:-1], fits[1:], strict=False):
         if (a[3] - pfi_4cap) * (b[3] - pfi_4cap) < 0:
             lo, hi, elo = a[0], b[0], a[3] - pfi_4cap
             for _ in range(6):
@@ -190,9 +191,11 @@ def estimated_tokens_per_s(model: str, arch: str, task: str, n_gpus: int,
                            peak: float = H200_PEAK_BF16) -> float:
     """Uncapped tokens/s of a study job from its size (an estimate, see ACTIVE_PARAMS)."""
     if model not in ACTIVE_PARAMS:
-        raise ValueError(f"no active-parameter count for model {model!r} (have {sorted(ACTIVE_PARAMS)})")
+        raise ValueError(f"no active-parameter count for model {model!r} "
+                         f"(have {sorted(ACTIVE_PARAMS)})")
     k = 6.0 if task.upper().startswith("PT") or task == "pretrain" else 4.0
-    return n_gpus * peak * ASSUMED_MFU["moe" if arch == "moe" else "dense"] / (k * ACTIVE_PARAMS[model])
+    mfu = ASSUMED_MFU["moe" if arch == "moe" else "dense"]
+    return n_gpus * peak * mfu / (k * ACTIVE_PARAMS[model])
 
 
 def study_fits(jobs: pd.DataFrame, model: SimGpuModel | None = None, fit_4cap: bool = True
@@ -221,7 +224,8 @@ _FITS_CACHE: dict[tuple, pd.DataFrame] = {}
 
 
 def calibrated_study_curves(jobs: pd.DataFrame | None = None, model: SimGpuModel | None = None,
-                            noise: float = 0.0, seed: int = 0, fit_4cap: bool = True) -> pd.DataFrame:
+                            noise: float = 0.0, seed: int = 0, fit_4cap: bool = True
+                            ) -> pd.DataFrame:
     """Curves of the study's 25 headline jobs from the simulated GPU calibrated to each
     published PFI on the job's own grid (source `simulated/calibrated`, never measured); with
     `fit_4cap` the 8-GPU groups' 4-cap PFI (Table 9) is matched as far as the model allows.
@@ -229,7 +233,6 @@ def calibrated_study_curves(jobs: pd.DataFrame | None = None, model: SimGpuModel
     noise: relative sd of within-run noise added to every point's throughput and power (0 keeps
     each curve's PFI equal to the published value within 0.01); the sd columns carry it."""
     from ..contracts import CURVES_COLUMNS
-    from ..devices.simgpu import SimJob
     from .pfi import read_study_jobs
 
     default = jobs is None and model is None
