@@ -77,7 +77,7 @@ def test_steady_state_rules():
 def test_simulated_gpu_is_calibrated_on_the_a100_sweeps_and_spans_the_h200_range():
     from wattlife.analysis.calibration import calibrate
     from wattlife.config import load_config
-    from wattlife.sweep import jobs_from_config, sweep_simulated
+    from wattlife.sweeps.simulated import jobs_from_config, sweep_simulated
 
     model, per_job, fit = calibrate(load_curves(A100), 400)
     assert fit["rmse_t_rel"] < 0.02 and len(per_job) == 8
@@ -85,7 +85,7 @@ def test_simulated_gpu_is_calibrated_on_the_a100_sweeps_and_spans_the_h200_range
     jobs = jobs_from_config(cfg)
     for j in jobs:
         j.noise = 0.0
-    pfi = pfi_table(sweep_simulated(jobs, cfg["powercap"]["grid_w"], state_file="/tmp/wl-s.json",
+    pfi = pfi_table(sweep_simulated(jobs, cfg["powercap"]["grid_w"],
                                     large_grid=cfg["powercap"]["grid_large_w"]), n_mc=0)
     grids = pfi.set_index("job")["grid"]
     assert grids["dense-pretrain-70b"] == "200,500,600,700"  # 16 GPUs: the paper's 4-point grid

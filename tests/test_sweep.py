@@ -3,7 +3,7 @@ import sys
 import pytest
 
 from wattlife.devices.powercap import PowerCapController
-from wattlife.sweep import sweep_command
+from wattlife.sweeps.real import sweep_command
 
 STEPS = ("import sys, time\nfrom wattlife.markers import phase, step\n"
          "for i in range(25):\n"

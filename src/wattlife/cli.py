@@ -211,7 +211,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from .sweep import sweep_from_config
+    from .sweeps.simulated import sweep_from_config
 
     df = sweep_from_config(a.config, a.output, job=a.job)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -220,7 +220,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
 def cmd_aggregate_curves(a: argparse.Namespace) -> int:
     from .contracts import CURVES_COLUMNS, read_curves, write_table
-    from .sweep import assemble_curve
+    from .sweeps.real import assemble_curve
 
     if a.caps and not a.job:
         raise ValueError("aggregate-curves: --caps needs --job (the cell whose caps they are)")
@@ -261,7 +261,7 @@ def cmd_merge_nodes(a: argparse.Namespace) -> int:
 
 
 def cmd_pfi_sweep(a: argparse.Namespace) -> int:
-    from .sweep import sweep_matrix_cap
+    from .sweeps.real import sweep_matrix_cap
 
     df = sweep_matrix_cap(a.config, a.cell, a.cap, a.output, backend=a.backend)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
