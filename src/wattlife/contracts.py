@@ -23,6 +23,7 @@ PHASES_COLUMNS = [
     "run_id", "phase", "device_kind", "device", "energy_j", "energy_lo_j", "energy_hi_j",
     "time_s", "count", "mean_power_w", "method", "source",
 ]
+# extras throughput_sd, power_sd: standard error of the steady-state value (steady_state_se)
 CURVES_COLUMNS = ["job", "gpu_model", "n_gpus", "cap_w", "throughput", "throughput_unit", "power_w"]
 PFI_COLUMNS = ["job", "gpu_model", "pfi", "n_caps", "pfi_lo", "pfi_hi", "grid"]
 

@@ -31,6 +31,25 @@ def steady_state(values: np.ndarray, rule: str = "top10", warmup_frac: float = 0
     raise ValueError(f"steady-state rule must be top10, median or mean, got {rule!r}")
 
 
+def steady_state_se(values: np.ndarray, rule: str = "top10", warmup_frac: float = 0.2) -> float:
+    """Standard error of `steady_state(values, rule, warmup_frac)`: what the curves'
+    `throughput_sd` / `power_sd` columns hold and the PFI Monte Carlo draws from.
+
+    sd / sqrt(n_eff) over the samples `steady_state` keeps after the warm-up (NaN dropped; sd with
+    ddof 0), n_eff the number of samples its rule averages: max(0.1 n, 1) for `top10`, n for
+    `mean`, 2n/pi for `median` (the median's asymptotic variance under normal noise)."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if len(v) == 0:
+        return float("nan")
+    v = v[int(len(v) * warmup_frac):] if len(v) > 5 else v
+    n = len(v)
+    n_eff = {"top10": max(n * 0.1, 1.0), "mean": float(n), "median": 2 * n / np.pi}.get(rule)
+    if n_eff is None:
+        raise ValueError(f"steady-state rule must be top10, median or mean, got {rule!r}")
+    return float(np.std(v) / np.sqrt(n_eff))
+
+
 def read_emerald_sweep(path: str | Path, gpu_model: str = "A100") -> pd.DataFrame:
     """The Emerald AI A100 sweep CSV (see results/reference/a100-emerald) as a curves table."""
     d = pd.read_csv(path)

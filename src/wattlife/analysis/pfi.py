@@ -9,8 +9,9 @@ cap anyway), so it is excluded like T_i = T_max; otherwise its ratio is noise ov
 - `pfi_area`: sum_i (1 - P_i/P_max) / sum_i (1 - T_i/T_max) (ratio of mean cuts; robust to a
   point whose throughput barely moves);
 - `pfi_elastic`: 1 / epsilon of a constant-elasticity fit log T = a + epsilon log P.
-Interval: Monte Carlo resampling of T and P from their within-run noise (`throughput_sd`,
-`power_sd` columns); without them the interval is left empty (never invented).
+Interval: Monte Carlo resampling of T and P from their standard errors (`throughput_sd`,
+`power_sd` columns: the standard error of each steady-state value, `curves.steady_state_se`);
+without them the interval is left empty (never invented).
 """
 
 from __future__ import annotations

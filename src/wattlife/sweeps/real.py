@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from ..analysis.curves import steady_state
+from ..analysis.curves import steady_state, steady_state_se
 from ..contracts import CURVES_COLUMNS, write_csv, write_table
 from ..devices.powercap import PowerCapController
 from ..simgpu_model import SimGpuModel
@@ -104,13 +104,14 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
 def curve_point(trace: str | Path, events: str | Path, rule: str = "top10",
                 warmup_frac: float = 0.2) -> dict[str, Any]:
     """Steady-state throughput and aggregate GPU power of one run's training steps, with their
-    spread, the GPUs seen, the power source and the run's telemetry means."""
+    standard errors (`steady_state_se`, the curves contract's `throughput_sd` / `power_sd`), the
+    GPUs seen, the power source and the run's telemetry means."""
     st = _steps_from_run(Path(trace), Path(events))
-    k = int(len(st) * warmup_frac)
-    return dict(throughput=steady_state(st["throughput"], rule, warmup_frac),
-                power_w=steady_state(st["power_w"], rule, warmup_frac),
-                throughput_sd=float(st["throughput"][k:].std()),
-                power_sd=float(st["power_w"][k:].std()), n_steps=len(st),
+    thr, pwr = st["throughput"].to_numpy(float), st["power_w"].to_numpy(float)
+    return dict(throughput=steady_state(thr, rule, warmup_frac),
+                power_w=steady_state(pwr, rule, warmup_frac),
+                throughput_sd=steady_state_se(thr, rule, warmup_frac),
+                power_sd=steady_state_se(pwr, rule, warmup_frac), n_steps=len(st),
                 n_gpus=st.attrs["n_gpus"], source=st.attrs["source"], status="ok",
                 **st.attrs["telemetry"])
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from ..analysis.curves import steady_state
+from ..analysis.curves import steady_state, steady_state_se
 from ..contracts import CURVES_COLUMNS, write_table
 from ..simgpu_model import SimGpuModel, SimJob
 
@@ -61,11 +61,10 @@ def sweep_simulated(jobs: list[SimJob], grid: list[float], model: SimGpuModel | 
             rows.append(row)
             continue
         thr, pwr, st = simulate_window(model, job, float(cap), n_steps, rng)
-        k = int(n_steps * warmup_frac)
         row.update(throughput=steady_state(thr, rule, warmup_frac),
                    power_w=steady_state(pwr, rule, warmup_frac),
-                   throughput_sd=float(np.std(thr[k:]) / np.sqrt(max(len(thr[k:]) * 0.1, 1))),
-                   power_sd=float(np.std(pwr[k:]) / np.sqrt(max(len(pwr[k:]) * 0.1, 1))),
+                   throughput_sd=steady_state_se(thr, rule, warmup_frac),
+                   power_sd=steady_state_se(pwr, rule, warmup_frac),
                    sm_clock_mhz=st["sm_clock_mhz"], status="ok")
         rows.append(row)
     df = pd.DataFrame(rows)
