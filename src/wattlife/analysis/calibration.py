@@ -9,6 +9,8 @@ memory), the static and memory power shares, and one memory-bound share m per jo
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -272,3 +274,38 @@ def calibrated_study_curves(jobs: pd.DataFrame | None = None, model: SimGpuModel
         out.append(d)
     df = pd.concat(out, ignore_index=True)
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
+
+
+def calibrate_files(curves_path: str | Path, tdp_w: float, out: str | Path | None = None
+                    ) -> dict[str, Any]:
+    """`wattlife calibrate-sim CURVES --tdp W`: the fit of the shared parameters and each job's
+    memory-bound share to the measured sweeps, as a JSON-able document (written to `out`)."""
+    import json
+
+    from .curves import load_curves
+
+    _model, per_job, fit = calibrate(load_curves(curves_path), tdp_w)
+    doc = {"curves": str(curves_path), "tdp_w": tdp_w, "fit": fit,
+           "mem_share": dict(zip(per_job["job"], per_job["mem_share"], strict=True))}
+    if out:
+        from ..contracts import write_text
+
+        write_text(out, json.dumps(doc, indent=2, default=float) + "\n")
+    return doc
+
+
+def calibrated_study_files(jobs_csv: str | Path, out: str | Path | None = None,
+                           noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
+    """`wattlife calibrate-sim --published JOBS_CSV`: the study's jobs calibrated to their
+    published PFI (`calibrated_study_curves`, curves written to `out`); per job the grid, PFI,
+    4-cap PFI beside the published ones, and the memory-bound share found."""
+    from .pfi import pfi_table, read_study_jobs, with_published
+
+    curves = calibrated_study_curves(read_study_jobs(jobs_csv), noise=noise, seed=seed)
+    pfi = with_published(pfi_table(curves, n_mc=0), curves)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        curves.to_csv(out, index=False)
+    cols = ["job", "grid", "pfi", "pfi_published", "pfi_4cap", "pfi_4cap_published"]
+    m = curves.groupby("job")["mem_share"].first().rename("mem_share")
+    return pfi[cols].merge(m, left_on="job", right_index=True)

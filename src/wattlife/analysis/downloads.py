@@ -1,10 +1,16 @@
 """Preparation and post-execution tables: download/upload rows, the linear fit of energy and time
 against size, the facility-scale cost a shared cache would avoid, and the staging break-even.
 
-Pure functions on tables (`download_rows` joins each transfer's record with its attributed phases).
+Pure functions on tables (`download_rows` joins each transfer's record with its attributed phases;
+`prepare_tables` makes every table of `wattlife prepare-tables`); `prepare_tables_files` is the
+file-level entry (records, phases and cell files in, the tables' CSVs out).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -124,3 +130,90 @@ def staging_breakeven(summary: pd.DataFrame, dataset_bytes: dict[str, float],
                         "breakeven_epochs": epochs, "measured_dataset_bytes": float(nbytes),
                         "source": src.get(w, "")})
     return pd.DataFrame(out)
+
+
+def staging_inputs(summaries: list[dict[str, Any]], cells: list[dict[str, Any]]
+                   ) -> tuple[dict[str, float], dict[str, float]]:
+    """From the cells' work/summary.json and their matrix keys (meta.json `cell`): each
+    workload's staged dataset size (its `local` cell) and epochs run (its `shared` cell)."""
+    nbytes: dict[str, float] = {}
+    epochs: dict[str, float] = {}
+    for s, cell in zip(summaries, cells, strict=True):
+        w, storage = cell.get("workload"), cell.get("storage")
+        if storage == "local" and s.get("dataset_bytes"):
+            nbytes[w] = s["dataset_bytes"]
+        if storage == "shared" and s.get("epochs_run"):
+            epochs[w] = s["epochs_run"]
+    return nbytes, epochs
+
+
+def prepare_tables(records: list[dict[str, Any]], phases: list[pd.DataFrame],
+                   catalogue: pd.DataFrame, users_per_artefact: float,
+                   downloads_per_user_per_month: float,
+                   phase_summary: pd.DataFrame | None = None,
+                   summaries: list[dict[str, Any]] | None = None,
+                   cells: list[dict[str, Any]] | None = None) -> dict[str, pd.DataFrame]:
+    """Every preparation table by file name: downloads, their fit, the facility-scale cache
+    estimate and, given the execution matrix's phase summary and cells, the staging break-even
+    (evaluated at the catalogue's dataset sizes)."""
+    rows = download_rows(records, phases)
+    fit = download_fit(rows)
+    fac = facility_estimate(catalogue, fit, users_per_artefact, downloads_per_user_per_month)
+    tables = {"downloads.csv": rows, "download_fit.csv": fit, "facility_cache.csv": fac}
+    if phase_summary is not None:
+        nbytes, epochs = staging_inputs(summaries or [], cells or [])
+        sizes = sorted(catalogue.loc[catalogue["kind"] == "dataset", "size_bytes"].astype(float))
+        tables["staging_breakeven.csv"] = staging_breakeven(
+            phase_summary, {w: b for w, b in nbytes.items() if w in epochs}, epochs, sizes)
+    return tables
+
+
+def read_records(paths: list[str | Path]) -> list[dict[str, Any]]:
+    """Transfer records (JSON); a malformed one is an error naming file, line and column."""
+    recs = []
+    for r in paths:
+        try:
+            recs.append(json.loads(Path(r).read_text()))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{r}:{exc.lineno}:{exc.colno}: not a valid JSON record "
+                             f"({exc.msg})") from None
+    return recs
+
+
+def prepare_tables_files(catalogue: list[dict[str, Any]], facility: dict[str, Any],
+                         records: list[str | Path], out: str | Path,
+                         phases: list[str | Path] | None = None,
+                         phase_summary: str | Path | None = None,
+                         cell_summaries: list[str | Path] | None = None,
+                         cell_metas: list[str | Path] | None = None) -> list[Path]:
+    """`wattlife prepare-tables`: read the records (each one's phases.csv beside it unless
+    `phases` lists them), the phase summary and the cells' summary.json / meta.json (default
+    `<cell>/meta.json`, two folders above the summary), write the tables into `out`; their paths.
+    No phase summary file: no staging break-even table."""
+    from ..contracts import PHASES_COLUMNS, read_table, write_csv
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    recs = read_records(records)
+    phase_files = phases or [Path(r).with_name("phases.csv") for r in records]
+    if len(phase_files) != len(recs):
+        raise ValueError(f"--phases: {len(phase_files)} files for {len(recs)} --records")
+    summary = summaries = cells = None
+    if phase_summary and Path(phase_summary).exists():
+        summary = pd.read_csv(phase_summary)
+        cell_summaries = list(cell_summaries or [])
+        metas = cell_metas or [Path(f).parents[1] / "meta.json" for f in cell_summaries]
+        if len(metas) != len(cell_summaries):
+            raise ValueError(f"--cell-metas: {len(metas)} files for {len(cell_summaries)} "
+                             "--cell-summaries")
+        cells = [json.loads(Path(m).read_text()).get("cell") or {} for m in metas]
+        summaries = [json.loads(Path(f).read_text()) for f in cell_summaries]
+    tables = prepare_tables(recs, [read_table(Path(p), PHASES_COLUMNS) for p in phase_files],
+                            pd.DataFrame(catalogue), facility.get("users_per_artefact", 100),
+                            facility.get("downloads_per_user_per_month", 1), summary,
+                            summaries, cells)
+    paths = []
+    for name, df in tables.items():
+        write_csv(df, out / name)
+        paths.append(out / name)
+    return paths

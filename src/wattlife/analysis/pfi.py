@@ -149,6 +149,17 @@ def pfi_files(curves_path: str | Path, out: str | Path, grid: list[float] | None
     return df
 
 
+def grid_sensitivity_files(curves_path: str | Path, out: str | Path, subgrid: list[float]
+                           ) -> pd.DataFrame:
+    """`wattlife pfi --subgrid`: PFI on the full grid and on `subgrid`, written to `out`."""
+    from ..contracts import write_csv
+    from .curves import load_curves
+
+    sens = grid_sensitivity(load_curves(curves_path), subgrid)
+    write_csv(sens, out)
+    return sens
+
+
 # --- the study's published values ---------------------------------------------------------------
 
 STUDY_DIR = Path(__file__).resolve().parents[3] / "results" / "reference" / "pfi-study" / "published"

@@ -63,3 +63,13 @@ def generate_artefacts(entries: list[dict[str, Any]], out: str | Path, seed: int
                                "kind": e["kind"]}
     write_text(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
+
+
+def prepare_settings(config_path: str | Path) -> dict[str, Any]:
+    """The config's `prepare` section with its catalogue checked (`check_catalogue`) and the
+    facility settings (`{}` when absent)."""
+    from ..config import load_config
+
+    prep = load_config(config_path).get("prepare", {})
+    return {"catalogue": check_catalogue(prep.get("catalogue", [])),
+            "facility": prep.get("facility", {})}

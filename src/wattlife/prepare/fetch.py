@@ -222,3 +222,30 @@ def network_bytes() -> dict[str, int]:
 
     c = psutil.net_io_counters()
     return {"recv": int(c.bytes_recv), "sent": int(c.bytes_sent)}
+
+
+def fetch_artefact(output: str | Path, *, url: str | None = None, hf: str | None = None,
+                   kaggle: str | None = None, path: str | Path | None = None,
+                   kind: str = "dataset", revision: str | None = None,
+                   endpoint: str | None = None, sha256: str | None = None, force: bool = False,
+                   retries: int = 5, server_url: str | None = None) -> dict[str, Any]:
+    """Fetch one artefact from whichever source is given (an HTTP(S) URL, relative to
+    `server_url` when a loopback server serves it; a Hugging Face repository of `kind`; a Kaggle
+    dataset; else a path) to `output`; the client's result with `client` and `direction`."""
+    if url:
+        full = server_url + "/" + url.lstrip("/") if server_url else url
+        r = fetch_http(full, output, sha256=sha256, force=force, retries=retries)
+        r["client"] = "http"
+    elif hf:
+        r = fetch_hf(hf, output, repo_type=kind, revision=revision, endpoint=endpoint, force=force)
+        r["client"] = "huggingface_hub"
+    elif kaggle:
+        r = fetch_kaggle(kaggle, output, force=force)
+        r["client"] = "kaggle"
+    else:
+        if path is None:
+            raise ValueError("fetch: give one source (--url, --hf, --kaggle or --path)")
+        r = fetch_path(path, output, force=force)
+        r["client"] = "copy"
+    r["direction"] = "download"
+    return r

@@ -215,3 +215,17 @@ def assemble_curve(points: list[pd.DataFrame], job: str | None = None,
         if col in df.columns:
             df.loc[~(top & ok), col] = np.nan
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
+
+
+def aggregate_curve_files(paths: list[str | Path], out: str | Path, job: str | None = None,
+                          caps: list[float] | None = None) -> pd.DataFrame:
+    """`wattlife aggregate-curves`: read curve points / curves (with `caps`, a point file that
+    does not exist is a missing cap), assemble them (`assemble_curve`), write `out`."""
+    from ..contracts import read_curves
+
+    if caps and not job:
+        raise ValueError("aggregate-curves: --caps needs --job (the cell whose caps they are)")
+    points = [read_curves(f) for f in paths if Path(f).exists() or not caps]
+    df = assemble_curve(points, job=job, caps=caps)
+    write_table(df, out, CURVES_COLUMNS)
+    return df
