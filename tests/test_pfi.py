@@ -59,7 +59,8 @@ def test_grid_sensitivity_recomputes_on_the_subgrid():
 def test_spearman_of_the_papers_table_8_pairs():
     h200 = [1.18, 1.22, 1.31, 1.43, 1.67, 2.00]
     h100 = [1.26, 1.19, 1.33, 1.38, 1.51, 1.93]
-    df = pd.DataFrame({"job": [f"j{i}" for i in range(6)] * 2, "gpu_model": ["H200"] * 6 + ["H100"] * 6,
+    df = pd.DataFrame({"job": [f"j{i}" for i in range(6)] * 2,
+                       "gpu_model": ["H200"] * 6 + ["H100"] * 6,
                        "pfi": h200 + h100})
     r = compare_gpus(df, "H200", "H100")
     assert r["spearman_rho"] == pytest.approx(0.943, abs=1e-3)

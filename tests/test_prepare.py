@@ -5,7 +5,6 @@ import errno
 import io
 import json
 import os
-import socket
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from loopback import HubServer, LoopbackServer
 
+from loopback import HubServer, LoopbackServer
 from wattlife.analysis.downloads import (
     download_fit,
     facility_estimate,
@@ -60,7 +59,8 @@ class _KaggleApi(BaseHTTPRequestHandler):
         self.seen.append((self.path, req, self.headers.get("Authorization")))
         body = self.zips.get(f"{req.get('ownerSlug')}/{req.get('datasetSlug')}")
         if body is None:
-            body, code, ctype = json.dumps({"code": 404, "message": "Dataset not found"}).encode(), 404, "application/json"
+            body = json.dumps({"code": 404, "message": "Dataset not found"}).encode()
+            code, ctype = 404, "application/json"
         else:
             code, ctype = 200, "application/zip"
         self.send_response(code)
@@ -113,7 +113,8 @@ def test_http_put_upload_of_a_folder(tmp_path):
     (src / "sub" / "cfg.json").write_text("{}")
     with LoopbackServer(upload_root=tmp_path / "received") as srv:
         r = upload_http(src, srv.url + "/models/m1")
-    assert (tmp_path / "received" / "models" / "m1" / "model.pt").read_bytes() == (src / "model.pt").read_bytes()
+    got = tmp_path / "received" / "models" / "m1" / "model.pt"
+    assert got.read_bytes() == (src / "model.pt").read_bytes()
     assert r["bytes"] == 70_002
     with LoopbackServer() as srv, pytest.raises(FetchError, match="403"):  # accepts no uploads
         upload_http(src / "model.pt", srv.url + "/x")
@@ -144,9 +145,10 @@ def test_fetch_and_upload_commands_record_bytes_and_network_counters(tmp_path, c
     cat = [{"name": "a", "kind": "model", "source": "generated", "size_bytes": 300_000}]
     man = generate_artefacts(cat, tmp_path / "served")
     markers.configure(tmp_path / "events.csv")
-    assert main(["fetch", "--url", "/a.bin", "--serve-dir", str(tmp_path / "served"), "--rate-mbps", "100",
-                 "--sha256", man["a"]["sha256"], "-o", str(tmp_path / "got" / "a.bin"), "--kind", "model",
-                 "--name", "a", "--record", str(tmp_path / "rec.json")]) == 0
+    assert main(["fetch", "--url", "/a.bin", "--serve-dir", str(tmp_path / "served"),
+                 "--rate-mbps", "100", "--sha256", man["a"]["sha256"],
+                 "-o", str(tmp_path / "got" / "a.bin"), "--kind", "model", "--name", "a",
+                 "--record", str(tmp_path / "rec.json")]) == 0
     summ = tmp_path / "summary.json"
     summ.write_text(json.dumps({"checkpoints": [str(tmp_path / "got" / "a.bin")]}))
     assert main(["upload", "--from-summary", str(summ), "--serve-put", str(tmp_path / "out"),
@@ -182,7 +184,8 @@ def test_catalogue_errors_name_the_entry_and_key():
 def test_paper_catalogue_spans_the_studys_range():
     from wattlife.config import load_config
 
-    cat = pd.DataFrame(check_catalogue(load_config(ROOT / "config" / "paper.yaml")["prepare"]["catalogue"]))
+    paper = load_config(ROOT / "config" / "paper.yaml")
+    cat = pd.DataFrame(check_catalogue(paper["prepare"]["catalogue"]))
     data, models = cat[cat["kind"] == "dataset"], cat[cat["kind"] == "model"]
     assert len(data) == 7 and len(models) == 5
     assert data["size_bytes"].min() < 1e9 and data["size_bytes"].max() > 5e11
@@ -222,7 +225,8 @@ def test_staging_breakeven_known_answer_and_never():
     be = staging_breakeven(pd.DataFrame(rows), {"io": 2e9, "gpu": 2e9}, {"io": 2.0, "gpu": 2.0},
                            [1e9, 1e11])
     io = be[be["workload"] == "io"]
-    assert io["breakeven_epochs"].tolist() == pytest.approx([0.8, 0.8])  # 240 J / (600 J / 2 epochs)
+    # 240 J / (600 J / 2 epochs)
+    assert io["breakeven_epochs"].tolist() == pytest.approx([0.8, 0.8])
     assert io["copy_energy_j"].tolist() == pytest.approx([120.0, 12000.0])
     assert np.isinf(be[be["workload"] == "gpu"]["breakeven_epochs"]).all()
 

@@ -71,7 +71,7 @@ def _guard(a: argparse.Namespace) -> None:
     from .contracts import refuse_overwrite
 
     outs, ins = GUARDS.get(a.command, ((), ()))
-    inputs: list[str] = []
+    inputs: list[str | Path] = []
     for name in ins:
         v = getattr(a, name, None)
         inputs += [str(x) for x in v] if isinstance(v, list) else [str(v)] if v else []
@@ -124,7 +124,8 @@ def cmd_attribute(a: argparse.Namespace) -> int:
     df = attribute_files(a.trace, a.events, a.output, a.method, a.sensor_window_ms, a.idle_split,
                          a.bootstrap, a.sensor_response, strict=a.strict)
     show = df.groupby(["device_kind", "phase", "method", "source"], as_index=False)[
-        ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"], ascending=[True, False])
+        ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"],
+                                                  ascending=[True, False])
     print(show.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 
@@ -363,8 +364,9 @@ def cmd_figures(a: argparse.Namespace) -> int:
                                    "results/reference with --reference)", str(tables))
     paths = draw_reference(a.tables, a.output) if a.reference else draw_all(a.tables, a.output)
     if not paths:
+        refs = " or the reference folders" if a.reference else ""
         raise ValueError(f"{tables}: no table to draw from (expected e.g. phases.csv, curves.csv, "
-                         f"pfi.csv{' or the reference folders' if a.reference else ''}); nothing drawn")
+                         f"pfi.csv{refs}); nothing drawn")
     for p in paths:
         print(p)
     return 0
@@ -410,8 +412,8 @@ def _add_run_commands(sub: Any) -> None:
     r.set_defaults(fn=cmd_run)
 
     t = sub.add_parser("attribute", help="trace x events -> per-phase energy (phases.csv)")
-    t.add_argument("--trace", required=True, help="trace CSV/Parquet of the run (meta.json beside it "
-                                                  "is read if present)")
+    t.add_argument("--trace", required=True, help="trace CSV/Parquet of the run (meta.json beside "
+                                                  "it is read if present)")
     t.add_argument("--events", required=True, help="events CSV of the run (per-rank siblings "
                                                    "<stem>.rank<N>.csv are read too)")
     t.add_argument("-o", "--output", required=True, help="phases.csv to write (not an input)")
@@ -447,34 +449,41 @@ def _add_run_commands(sub: Any) -> None:
                     help="warn above this clock offset between nodes (default 5 ms)")
     mn.set_defaults(fn=cmd_merge_nodes)
 
-    ln = sub.add_parser("launch-node", help="one node's part of a measured job: set the power cap on "
-                                            "this node's GPUs, run CMD under this node's sampler",
-                        description="Used by the launch builder (wattlife.launch) under srun, one per "
-                                    "node; the caps are restored whatever happens.")
+    ln = sub.add_parser("launch-node",
+                        help="one node's part of a measured job: set the power cap on this node's "
+                             "GPUs, run CMD under this node's sampler",
+                        description="Used by the launch builder (wattlife.launch) under srun, one "
+                                    "per node; the caps are restored whatever happens.")
     ln.add_argument("--config", help="config (or job slice) whose `sampler` section to use "
                                      "(default: none, the built-in sampler defaults)")
     ln.add_argument("--trace", help="trace CSV (one-node jobs; default: none)")
     ln.add_argument("--events", help="events CSV (one-node jobs; default: none)")
-    ln.add_argument("--meta", help="meta.json (default beside the trace); with --merge-meta the merged one")
-    ln.add_argument("--node-dir", help="write <node-dir>/<host>/{trace,events,meta} (multi-node jobs; "
-                                         "default: none)")
-    ln.add_argument("--run-id", help="run id recorded in events and meta (default: the folder name)")
+    ln.add_argument("--meta", help="meta.json (default beside the trace); with --merge-meta the "
+                                   "merged one")
+    ln.add_argument("--node-dir", help="write <node-dir>/<host>/{trace,events,meta} (multi-node "
+                                       "jobs; default: none)")
+    ln.add_argument("--run-id", help="run id recorded in events and meta (default: the folder "
+                                     "name)")
     ln.add_argument("--cell", help="JSON of the job's cell, recorded in meta.json (default: none)")
-    ln.add_argument("--cap", type=float, help="per-GPU power cap (W) for this node's GPUs (default: none)")
-    ln.add_argument("--powercap-backend", default="simulated", choices=["simulated", "nvml", "nvidia-smi"],
+    ln.add_argument("--cap", type=float, help="per-GPU power cap (W) for this node's GPUs "
+                                              "(default: none)")
+    ln.add_argument("--powercap-backend", default="simulated",
+                    choices=["simulated", "nvml", "nvidia-smi"],
                     help="how caps are set (default simulated)")
-    ln.add_argument("--allow-real", action="store_true", help="allow real GPU power-limit changes (default: off)")
+    ln.add_argument("--allow-real", action="store_true", help="allow real GPU power-limit changes "
+                                                              "(default: off)")
     ln.add_argument("--state-dir", help="folder of the powercap-state-<host>.json restore file "
                                         "(default: beside the trace)")
-    ln.add_argument("--merge-meta", metavar="NODE_DIR", help="instead: merge NODE_DIR/*/meta.json into --meta "
-                                                                 "(default: none)")
+    ln.add_argument("--merge-meta", metavar="NODE_DIR",
+                    help="instead: merge NODE_DIR/*/meta.json into --meta (default: none)")
     ln.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     ln.set_defaults(fn=cmd_launch_node)
 
     ck = sub.add_parser("check", help="validate run directories against the file contracts",
                         description="Check trace, events, meta.json, phases.csv and "
                                     "work/summary.json of each RUN_DIR; every finding names file "
-                                    "and line. Exit 1 if any error, 0 otherwise (warnings allowed).")
+                                    "and line. Exit 1 if any error, 0 otherwise (warnings "
+                                    "allowed).")
     ck.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to check")
     ck.add_argument("--kind", choices=["auto", "none", "image_classification", "causal_lm"],
                     default="auto", help="workload kind whose required phases are checked; auto: "
@@ -483,7 +492,8 @@ def _add_run_commands(sub: Any) -> None:
     ck.add_argument("--json", action="store_true",
                     help="print the findings as a JSON list instead of text (default: text)")
     ck.add_argument("--max-rows", type=int, default=5,
-                    help="findings listed per check and file before a count of the rest (default: 5)")
+                    help="findings listed per check and file before a count of the rest "
+                         "(default: 5)")
     ck.set_defaults(fn=cmd_check)
 
 
@@ -494,7 +504,8 @@ def _add_workload_commands(sub: Any) -> None:
     tr.add_argument("--config", required=True, help="config YAML with the workloads section")
     tr.add_argument("--workload", required=True, help="a key of the config's workloads")
     tr.add_argument("--storage", choices=["shared", "local"], default="shared",
-                    help="read the dataset in place, or stage it to local disk first (default shared)")
+                    help="read the dataset in place, or stage it to local disk first "
+                         "(default shared)")
     tr.add_argument("--checkpoint", choices=["on", "off"], default="off",
                     help="write checkpoints (default off)")
     tr.add_argument("--workdir", required=True, help="folder for checkpoints and local copies")
@@ -523,14 +534,17 @@ def _add_prepare_commands(sub: Any) -> None:
     """Preparation and post-execution: fetch, upload, gen-catalogue, prepare-tables."""
 
     fe = sub.add_parser("fetch", help="fetch an artefact (HTTP(S) URL, Hugging Face repo, or path)",
-                        description="Streamed, resumable, retried; sha256-verified; the file appears "
-                                    "at its final path only when complete. Run it under `wattlife run` "
-                                    "to measure it as a download_dataset / download_model phase.")
+                        description="Streamed, resumable, retried; sha256-verified; the file "
+                                    "appears at its final path only when complete. Run it under "
+                                    "`wattlife run` to measure it as a download_dataset / "
+                                    "download_model phase.")
     src = fe.add_mutually_exclusive_group(required=True)
     src.add_argument("--url", help="HTTP(S) URL (with --serve-dir: a path under that folder)")
-    src.add_argument("--kaggle", metavar="OWNER/DATASET", help="Kaggle dataset (credentials: the client's)")
+    src.add_argument("--kaggle", metavar="OWNER/DATASET", help="Kaggle dataset (credentials: the "
+                                                               "client's)")
     src.add_argument("--path", help="local or shared-file-system path (file or folder)")
-    src.add_argument("--hf", metavar="REPO_ID", help="Hugging Face repository (model or dataset: --kind)")
+    src.add_argument("--hf", metavar="REPO_ID", help="Hugging Face repository (model or dataset: "
+                                                     "--kind)")
     fe.add_argument("--revision", help="Hugging Face revision (default main)")
     fe.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
     fe.add_argument("-o", "--output", required=True, help="final path of the artefact")
@@ -544,14 +558,14 @@ def _add_prepare_commands(sub: Any) -> None:
     fe.add_argument("--name", help="artefact name for the record (default: the output's name)")
     fe.add_argument("--record", help="write the transfer's JSON record here (bytes, seconds, "
                                      "network bytes) (default: print only)")
-    fe.add_argument("--serve-dir", help="demo/offline: serve this folder on a loopback HTTP server and "
-                                        "fetch --url from it (the server's CPU time is measured too) "
-                                        "(default: none, fetch from the URL)")
+    fe.add_argument("--serve-dir", help="demo/offline: serve this folder on a loopback HTTP server "
+                                        "and fetch --url from it (the server's CPU time is "
+                                        "measured too) (default: none, fetch from the URL)")
     fe.add_argument("--rate-mbps", type=float,
                     help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
     fe.add_argument("--transfers-at-once", type=int,
-                    help="how many transfers the workflow lets run at once (0: no limit), written in "
-                         "the record (default: not recorded)")
+                    help="how many transfers the workflow lets run at once (0: no limit), written "
+                         "in the record (default: not recorded)")
     fe.set_defaults(fn=cmd_fetch)
 
     up = sub.add_parser("upload", help="post-execution: send the trained model out (HTTP PUT, "
@@ -560,38 +574,42 @@ def _add_prepare_commands(sub: Any) -> None:
     up.add_argument("--from-summary", help="upload the last checkpoint a cell's work/summary.json "
                                            "lists (default: SRC)")
     dst = up.add_mutually_exclusive_group(required=True)
-    dst.add_argument("--put", metavar="URL", help="HTTP PUT to URL/<file> (with --serve-put: a path)")
+    dst.add_argument("--put", metavar="URL", help="HTTP PUT to URL/<file> (with --serve-put: a "
+                                                  "path)")
     dst.add_argument("--hf", metavar="REPO_ID", help="Hugging Face model repository")
     dst.add_argument("--copy", metavar="PATH", help="copy to a target path")
     up.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
     up.add_argument("--name", help="name for the record (default: the source's name)")
     up.add_argument("--record", help="write the transfer's JSON record here (default: print only)")
-    up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this folder "
-                                        "(default: none, PUT to the URL)")
+    up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this "
+                                        "folder (default: none, PUT to the URL)")
     up.add_argument("--rate-mbps", type=float,
                     help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
     up.add_argument("--transfers-at-once", type=int,
-                    help="how many transfers the workflow lets run at once (0: no limit), written in "
-                         "the record (default: not recorded)")
+                    help="how many transfers the workflow lets run at once (0: no limit), written "
+                         "in the record (default: not recorded)")
     up.set_defaults(fn=cmd_upload)
 
-    gc = sub.add_parser("gen-catalogue", help="generate the config's `generated` catalogue artefacts")
+    gc = sub.add_parser("gen-catalogue", help="generate the config's `generated` catalogue "
+                                              "artefacts")
     gc.add_argument("config", help="config YAML with prepare.catalogue")
     gc.add_argument("-o", "--output", required=True, help="folder for the files and manifest.json")
     gc.set_defaults(fn=cmd_gen_catalogue)
 
-    pt = sub.add_parser("prepare-tables", help="download/upload rows, size fit, facility-scale cache "
-                                               "estimate and staging break-even")
-    pt.add_argument("--config", required=True, help="config YAML (prepare.catalogue, prepare.facility)")
-    pt.add_argument("--records", nargs="+", required=True, help="transfer records (phases.csv beside each)")
+    pt = sub.add_parser("prepare-tables", help="download/upload rows, size fit, facility-scale "
+                                               "cache estimate and staging break-even")
+    pt.add_argument("--config", required=True, help="config YAML (prepare.catalogue, "
+                                                    "prepare.facility)")
+    pt.add_argument("--records", nargs="+", required=True, help="transfer records (phases.csv "
+                                                                "beside each)")
     pt.add_argument("--phase-summary", help="the execution matrix's phase_summary.csv (default: "
                                             "none, no staging break-even table)")
     pt.add_argument("--cell-summaries", nargs="*", default=[],
                     help="cells' work/summary.json (default: none)")
-    pt.add_argument("--phases", nargs="*", help="each record's phases.csv, in the order of --records "
-                                                "(default: beside each record)")
-    pt.add_argument("--cell-metas", nargs="*", help="each cell's meta.json, in the order of --cell-summaries "
-                                                    "(default: <cell>/meta.json)")
+    pt.add_argument("--phases", nargs="*", help="each record's phases.csv, in the order of "
+                                                "--records (default: beside each record)")
+    pt.add_argument("--cell-metas", nargs="*", help="each cell's meta.json, in the order of "
+                                                    "--cell-summaries (default: <cell>/meta.json)")
     pt.add_argument("-o", "--output", required=True, help="tables folder")
     pt.set_defaults(fn=cmd_prepare_tables)
 
@@ -606,12 +624,15 @@ def _add_power_commands(sub: Any) -> None:
     sw.add_argument("--job", help="only this job of the config (default: every job)")
     sw.set_defaults(fn=cmd_sweep)
 
-    ps = sub.add_parser("pfi-sweep", help="one cell of a config's pfi_matrix trained at one per-GPU cap "
-                                          "(the cap on every GPU of every node), as one curve point",
-                        description="Writes the curve point (status ok or failed: reason) and, beside "
-                                    "it, workload.json, trace.csv, events.csv, meta.json, work/ (and "
-                                    "nodes/<host>/, clock_offsets.csv for multi-node cells).")
-    ps.add_argument("--config", required=True, help="the config (or the job's slice) with the pfi_matrix")
+    ps = sub.add_parser("pfi-sweep", help="one cell of a config's pfi_matrix trained at one "
+                                          "per-GPU cap (the cap on every GPU of every node), as "
+                                          "one curve point",
+                        description="Writes the curve point (status ok or failed: reason) and, "
+                                    "beside it, workload.json, trace.csv, events.csv, meta.json, "
+                                    "work/ (and nodes/<host>/, clock_offsets.csv for multi-node "
+                                    "cells).")
+    ps.add_argument("--config", required=True, help="the config (or the job's slice) with the "
+                                                    "pfi_matrix")
     ps.add_argument("--cell", required=True, help="a key of pfi_matrix.cells")
     ps.add_argument("--cap", type=float, required=True, help="per-GPU power cap (W)")
     ps.add_argument("-o", "--output", required=True, help="the curve point to write, e.g. "
@@ -622,11 +643,13 @@ def _add_power_commands(sub: Any) -> None:
     ps.set_defaults(fn=cmd_pfi_sweep)
 
     acu = sub.add_parser("aggregate-curves", help="assemble curve points / per-job curves into one "
-                                                  "table (a `status` column: ok, failed: ..., missing)")
+                                                  "table (a `status` column: ok, failed: ..., "
+                                                  "missing)")
     acu.add_argument("curves", nargs="+", help="curve-point.csv or curves.csv files")
     acu.add_argument("--job", help="the one job (cell) these points belong to (default: as read)")
-    acu.add_argument("--caps", type=_floats, help="the job's expected caps (W); a cap without a point "
-                                                  "gets a row with status=missing (default: none expected)")
+    acu.add_argument("--caps", type=_floats, help="the job's expected caps (W); a cap without a "
+                                                  "point gets a row with status=missing (default: "
+                                                  "none expected)")
     acu.add_argument("-o", "--output", required=True, help="the combined curves.csv to write")
     acu.set_defaults(fn=cmd_aggregate_curves)
 
@@ -652,9 +675,9 @@ def _add_power_commands(sub: Any) -> None:
     f.add_argument("--compare", help="two GPU models, 'H200,H100': Spearman rho of their PFIs "
                                      "(default: none)")
     f.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
-    f.add_argument("--config", help="a config whose pfi_matrix cells give each job's paper_job: the "
-                                    "published PFI (95 %% interval) and the 4-cap sub-grid PFI go "
-                                    "beside the measured one (default: only if the curves carry "
+    f.add_argument("--config", help="a config whose pfi_matrix cells give each job's paper_job: "
+                                    "the published PFI (95 %% interval) and the 4-cap sub-grid PFI "
+                                    "go beside the measured one (default: only if the curves carry "
                                     "a paper_job column)")
     f.set_defaults(fn=cmd_pfi)
 
@@ -703,9 +726,11 @@ def _add_power_commands(sub: Any) -> None:
     st.add_argument("--no-figures", action="store_true", help="tables only (default: draw figures)")
     st.set_defaults(fn=cmd_pfi_study)
 
-    cs = sub.add_parser("calibrate-sim", help="fit the simulated GPU's parameters to measured sweeps")
+    cs = sub.add_parser("calibrate-sim", help="fit the simulated GPU's parameters to measured "
+                                              "sweeps")
     cs.add_argument("curves", nargs="?", help="measured sweeps to fit the shared parameters to")
-    cs.add_argument("--tdp", type=float, help="TDP (W) of the measured GPU (required with CURVES; default: none)")
+    cs.add_argument("--tdp", type=float, help="TDP (W) of the measured GPU (required with CURVES; "
+                                              "default: none)")
     cs.add_argument("--published", metavar="JOBS_CSV",
                     help="instead: calibrate one simulated job per row of the study's table "
                          "(e.g. results/reference/pfi-study/published/pfi-study-jobs.csv) to its "
@@ -714,22 +739,24 @@ def _add_power_commands(sub: Any) -> None:
     cs.add_argument("--noise", type=float, default=0.0,
                     help="with --published: relative within-run noise on every point (default 0)")
     cs.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
-    cs.add_argument("-o", "--output", help="write the fit as JSON (or, with --published, the curves CSV) "
-                         "(default: print only)")
+    cs.add_argument("-o", "--output", help="write the fit as JSON (or, with --published, the "
+                                           "curves CSV) (default: print only)")
     cs.set_defaults(fn=cmd_calibrate)
 
 
 def _add_output_commands(sub: Any) -> None:
     """Outputs: figures, bench."""
 
-    fg = sub.add_parser("figures", help="draw every figure from a tables folder (or the references)")
+    fg = sub.add_parser("figures", help="draw every figure from a tables folder (or the "
+                                        "references)")
     fg.add_argument("tables", help="a run's tables folder, or with --reference results/reference")
     fg.add_argument("--reference", action="store_true",
                     help="draw the committed reference results (H200, A100) from their CSVs")
     fg.add_argument("-o", "--output", required=True, help="folder for the PNG and PDF figures")
     fg.set_defaults(fn=cmd_figures)
 
-    b = sub.add_parser("bench", help="benchmarks that print figures (markers, attribution, allocate)")
+    b = sub.add_parser("bench", help="benchmarks that print figures (markers, attribution, "
+                                     "allocate)")
     b.add_argument("what", choices=["markers", "attribution", "allocate", "all"],
                    help="which benchmark")
     b.add_argument("--scale", type=float, default=1.0,

@@ -39,11 +39,12 @@ def download_rows(records: list[dict], phases: list[pd.DataFrame]) -> pd.DataFra
     over = overlapping(np.array([r.get("start_ns", np.nan) for r in records], dtype=float),
                        np.array([r.get("end_ns", np.nan) for r in records], dtype=float))
     rows = []
-    for i, (rec, ph) in enumerate(zip(records, phases)):
+    for i, (rec, ph) in enumerate(zip(records, phases, strict=True)):
         ph = ph[ph["phase"].isin(TRANSFER_PHASES)]
         for kind, g in ph.groupby("device_kind"):
             rows.append({
-                "artefact": rec["name"], "kind": rec.get("kind", ""), "direction": rec.get("direction", "download"),
+                "artefact": rec["name"], "kind": rec.get("kind", ""),
+                "direction": rec.get("direction", "download"),
                 "client": rec.get("client", ""), "server": rec.get("server", "remote"),
                 "size_bytes": rec.get("size_bytes", rec.get("bytes")), "bytes": rec.get("bytes"),
                 "seconds": rec.get("seconds"), "net_recv_bytes": rec.get("net_recv_bytes"),
@@ -52,7 +53,8 @@ def download_rows(records: list[dict], phases: list[pd.DataFrame]) -> pd.DataFra
                 "energy_lo_j": g["energy_lo_j"].sum(), "energy_hi_j": g["energy_hi_j"].sum(),
                 "phase_time_s": g["time_s"].max(), "method": ",".join(sorted(set(g["method"]))),
                 "source": ",".join(sorted(set(g["source"]))),
-                "bytes_source": "measured (client)", "net_source": "measured (psutil, all interfaces)",
+                "bytes_source": "measured (client)", "net_source": "measured (psutil, all "
+                                                                   "interfaces)",
                 "transfers_at_once": rec.get("transfers_at_once"),
                 "overlapping_transfers": over[i],
             })
@@ -92,13 +94,16 @@ def facility_estimate(catalogue: pd.DataFrame, fit: pd.DataFrame, users_per_arte
     out = catalogue[["name", "kind", "size_bytes"]].copy()
     gb = out["size_bytes"].astype(float) / GB
     for r in f.itertuples(index=False):  # per device kind, so a GPU-less login node can drop GPU
-        out[f"energy_per_download_j_{r.device_kind}"] = np.maximum(r.j_intercept + r.j_per_gb * gb, 0.0)
-    out["energy_per_download_j"] = out[[f"energy_per_download_j_{k}" for k in f["device_kind"]]].sum(axis=1)
+        out[f"energy_per_download_j_{r.device_kind}"] = np.maximum(
+            r.j_intercept + r.j_per_gb * gb, 0.0)
+    per_kind = [f"energy_per_download_j_{k}" for k in f["device_kind"]]
+    out["energy_per_download_j"] = out[per_kind].sum(axis=1)
     out["seconds_per_download"] = sec_per_gb * gb
     out["downloads_per_month"] = per_month
     out["energy_no_cache_kwh_per_month"] = out["energy_per_download_j"] * per_month / 3.6e6
     out["energy_with_cache_kwh_per_month"] = out["energy_per_download_j"] / 3.6e6
-    out["avoided_kwh_per_month"] = out["energy_no_cache_kwh_per_month"] - out["energy_with_cache_kwh_per_month"]
+    out["avoided_kwh_per_month"] = (out["energy_no_cache_kwh_per_month"]
+                                    - out["energy_with_cache_kwh_per_month"])
     out["source"] = "estimate (fit: " + ",".join(sorted(set(f["source"]))) + ")"
     return out
 
@@ -115,18 +120,22 @@ def staging_breakeven(summary: pd.DataFrame, dataset_bytes: dict[str, float],
     figure. A saving <= 0 (local no faster, as when both paths are one disk) is `inf`: never."""
     s = summary[summary["checkpoint"] == "off"] if "off" in set(summary["checkpoint"]) else summary
     e = s.groupby(["workload", "storage", "phase"])["energy_j"].sum()
-    src = s.groupby("workload")["source"].agg(lambda v: ",".join(sorted(set(",".join(v).split(",")))))
+    src = s.groupby("workload")["source"].agg(
+        lambda v: ",".join(sorted(set(",".join(v).split(",")))))
     out = []
     for w, nbytes in dataset_bytes.items():
-        if not nbytes or (w, "local", "stage_copy") not in e.index or (w, "shared", "data_load") not in e.index:
+        if (not nbytes or (w, "local", "stage_copy") not in e.index
+                or (w, "shared", "data_load") not in e.index):
             continue
         copy_per_gb = e[(w, "local", "stage_copy")] / (nbytes / GB)
-        saving = (e[(w, "shared", "data_load")] - e.get((w, "local", "data_load"), 0.0)) / epochs_run[w]
+        saving = ((e[(w, "shared", "data_load")] - e.get((w, "local", "data_load"), 0.0))
+                  / epochs_run[w])
         saving_per_gb = saving / (nbytes / GB)
         epochs = copy_per_gb / saving_per_gb if saving_per_gb > 0 else np.inf
         for size in sizes_bytes:
             out.append({"workload": w, "dataset_bytes": float(size), "copy_j_per_gb": copy_per_gb,
-                        "saving_j_per_gb_epoch": saving_per_gb, "copy_energy_j": copy_per_gb * size / GB,
+                        "saving_j_per_gb_epoch": saving_per_gb,
+                        "copy_energy_j": copy_per_gb * size / GB,
                         "breakeven_epochs": epochs, "measured_dataset_bytes": float(nbytes),
                         "source": src.get(w, "")})
     return pd.DataFrame(out)
@@ -140,6 +149,8 @@ def staging_inputs(summaries: list[dict[str, Any]], cells: list[dict[str, Any]]
     epochs: dict[str, float] = {}
     for s, cell in zip(summaries, cells, strict=True):
         w, storage = cell.get("workload"), cell.get("storage")
+        if w is None:  # not a matrix cell
+            continue
         if storage == "local" and s.get("dataset_bytes"):
             nbytes[w] = s["dataset_bytes"]
         if storage == "shared" and s.get("epochs_run"):

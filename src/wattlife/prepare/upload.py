@@ -43,7 +43,8 @@ def upload_http(src: str | Path, url: str, retries: int = 3, backoff_s: float = 
                 break
             except urllib.error.HTTPError as exc:
                 if 400 <= exc.code < 500:
-                    raise FetchError(f"PUT {target}: HTTP {exc.code} {exc.reason} (not retried)") from exc
+                    raise FetchError(f"PUT {target}: HTTP {exc.code} {exc.reason} "
+                                     "(not retried)") from exc
                 err: Exception = exc
             except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
                 err = exc
@@ -72,7 +73,8 @@ def upload_hf(src: str | Path, repo_id: str, repo_type: str = "model",
     except HfHubHTTPError as exc:
         raise FetchError(f"upload to {repo_type} repository {repo_id!r}: {exc}") from exc
     return {"src": str(src), "repo_id": repo_id, "bytes": sum(f.stat().st_size for f in files),
-            "files": len(files), "seconds": time.monotonic() - t0, "commit": getattr(info, "oid", None)}
+            "files": len(files), "seconds": time.monotonic() - t0,
+            "commit": getattr(info, "oid", None)}
 
 
 def last_checkpoint(summary_path: str | Path) -> str:
