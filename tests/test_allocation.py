@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from wattlife.analysis.allocation import (_eval_curves, build_library, oracle, simulate_allocation,
                                           weighted_cut)
 from wattlife.analysis.curves import load_curves
-from wattlife.sweep import sweep_simulated
-from wattlife.devices.simgpu import SimJob
+from wattlife.simgpu_model import SimJob
+from wattlife.sweeps.simulated import sweep_simulated
 
 REPO = Path(__file__).resolve().parents[1]
 A100 = REPO / "results/reference/a100-emerald/dvfs_sweep.csv"
@@ -119,7 +119,7 @@ def test_a100_allocation_runs_and_reports_gap_recovered():
 def test_simulated_curves_support_every_strategy():
     jobs = [SimJob("a", 0.05, category="pretrain"), SimJob("b", 0.3, category="pretrain"),
             SimJob("c", 0.5, category="finetune"), SimJob("d", 0.7, category="finetune")]
-    curves = sweep_simulated(jobs, [200, 300, 400, 500, 600, 700], state_file="/tmp/wl-state.json")
+    curves = sweep_simulated(jobs, [200, 300, 400, 500, 600, 700])
     rows, summ = simulate_allocation(curves, [0.2, 0.3], n_workloads=10, n_jobs=10)
     assert set(summ["strategy"]) == {"equal", "pfi_measured", "pfi_predicted", "category",
                                      "telemetry", "oracle"}  # no moe_ft category: moe_ft_weighted

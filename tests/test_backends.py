@@ -5,8 +5,9 @@ import pytest
 from wattlife.devices.base import SensorUnavailable
 from wattlife.devices.cpu_estimate import CpuEstimateBackend
 from wattlife.devices.rapl import RaplBackend
-from wattlife.devices.simgpu import SimGpuBackend, SimGpuModel
+from wattlife.devices.simgpu import SimGpuBackend
 from wattlife.sampler import build_backends
+from wattlife.simgpu_model import SimGpuModel
 
 
 def _zone(root, name, label, energy, rng=1000):

@@ -19,7 +19,7 @@ from wattlife.launch import (
     run_node,
     train_args,
 )
-from wattlife.sweep import assemble_curve
+from wattlife.sweeps.real import assemble_curve
 
 
 @pytest.fixture

@@ -14,13 +14,12 @@ def test_notebook_runs_on_cached_tables(tmp_path, monkeypatch):
 
     from wattlife.analysis.pfi import pfi_table
     from wattlife.config import load_config
-    from wattlife.sweep import jobs_from_config, sweep_simulated
+    from wattlife.sweeps.simulated import jobs_from_config, sweep_simulated
 
     tables = tmp_path / "run" / "tables"
     tables.mkdir(parents=True)
     cfg = load_config(REPO / "config/config.yaml")
-    curves = sweep_simulated(jobs_from_config(cfg), cfg["powercap"]["grid_w"],
-                             state_file=tmp_path / "s.json")
+    curves = sweep_simulated(jobs_from_config(cfg), cfg["powercap"]["grid_w"])
     pfi_table(curves, n_mc=50).to_csv(tables / "pfi.csv", index=False)
     import pandas as pd
 

@@ -59,7 +59,8 @@ def test_grid_sensitivity_recomputes_on_the_subgrid():
 def test_spearman_of_the_papers_table_8_pairs():
     h200 = [1.18, 1.22, 1.31, 1.43, 1.67, 2.00]
     h100 = [1.26, 1.19, 1.33, 1.38, 1.51, 1.93]
-    df = pd.DataFrame({"job": [f"j{i}" for i in range(6)] * 2, "gpu_model": ["H200"] * 6 + ["H100"] * 6,
+    df = pd.DataFrame({"job": [f"j{i}" for i in range(6)] * 2,
+                       "gpu_model": ["H200"] * 6 + ["H100"] * 6,
                        "pfi": h200 + h100})
     r = compare_gpus(df, "H200", "H100")
     assert r["spearman_rho"] == pytest.approx(0.943, abs=1e-3)
@@ -77,7 +78,7 @@ def test_steady_state_rules():
 def test_simulated_gpu_is_calibrated_on_the_a100_sweeps_and_spans_the_h200_range():
     from wattlife.analysis.calibration import calibrate
     from wattlife.config import load_config
-    from wattlife.sweep import jobs_from_config, sweep_simulated
+    from wattlife.sweeps.simulated import jobs_from_config, sweep_simulated
 
     model, per_job, fit = calibrate(load_curves(A100), 400)
     assert fit["rmse_t_rel"] < 0.02 and len(per_job) == 8
@@ -85,7 +86,7 @@ def test_simulated_gpu_is_calibrated_on_the_a100_sweeps_and_spans_the_h200_range
     jobs = jobs_from_config(cfg)
     for j in jobs:
         j.noise = 0.0
-    pfi = pfi_table(sweep_simulated(jobs, cfg["powercap"]["grid_w"], state_file="/tmp/wl-s.json",
+    pfi = pfi_table(sweep_simulated(jobs, cfg["powercap"]["grid_w"],
                                     large_grid=cfg["powercap"]["grid_large_w"]), n_mc=0)
     grids = pfi.set_index("job")["grid"]
     assert grids["dense-pretrain-70b"] == "200,500,600,700"  # 16 GPUs: the paper's 4-point grid

@@ -9,7 +9,7 @@ import pytest
 
 from wattlife.config import load_config
 from wattlife.jobs import cell_caps
-from wattlife.sweep import hardware_profile, matrix_cell_workload
+from wattlife.sweeps.pfi_matrix import hardware_profile, matrix_cell_workload
 
 REPO = Path(__file__).resolve().parents[1]
 

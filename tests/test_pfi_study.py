@@ -14,7 +14,7 @@ from wattlife.analysis.calibration import (CALIBRATED_SOURCE, calibrate_to_pfi,
 from wattlife.analysis.pfi import (STUDY_SETTINGS, pfi_table, published_pfi, read_study_jobs,
                                    read_study_validation, with_published)
 from wattlife.config import load_config
-from wattlife.devices.simgpu import SimGpuModel
+from wattlife.simgpu_model import SimGpuModel
 
 REPO = Path(__file__).resolve().parents[1]
 GRID6 = [200, 300, 400, 500, 600, 700]

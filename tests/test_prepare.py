@@ -5,7 +5,6 @@ import errno
 import io
 import json
 import os
-import socket
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,12 +13,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from loopback import HubServer, LoopbackServer
 
-from wattlife.analysis.downloads import download_fit, facility_estimate, staging_breakeven
+from loopback import HubServer, LoopbackServer
+from wattlife.analysis.downloads import (
+    download_fit,
+    facility_estimate,
+    prepare_tables,
+    read_records,
+    staging_breakeven,
+    staging_inputs,
+)
 from wattlife.prepare.catalogue import check_catalogue, generate_artefacts
-from wattlife.prepare.fetch import FetchError, fetch_http, fetch_kaggle, sha256_of
-from wattlife.prepare.upload import upload_hf, upload_http
+from wattlife.prepare.fetch import FetchError, fetch_artefact, fetch_http, fetch_kaggle, sha256_of
+from wattlife.prepare.transfer import transfer_record
+from wattlife.prepare.upload import last_checkpoint, upload_artefact, upload_hf, upload_http
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +59,8 @@ class _KaggleApi(BaseHTTPRequestHandler):
         self.seen.append((self.path, req, self.headers.get("Authorization")))
         body = self.zips.get(f"{req.get('ownerSlug')}/{req.get('datasetSlug')}")
         if body is None:
-            body, code, ctype = json.dumps({"code": 404, "message": "Dataset not found"}).encode(), 404, "application/json"
+            body = json.dumps({"code": 404, "message": "Dataset not found"}).encode()
+            code, ctype = 404, "application/json"
         else:
             code, ctype = 200, "application/zip"
         self.send_response(code)
@@ -105,7 +113,8 @@ def test_http_put_upload_of_a_folder(tmp_path):
     (src / "sub" / "cfg.json").write_text("{}")
     with LoopbackServer(upload_root=tmp_path / "received") as srv:
         r = upload_http(src, srv.url + "/models/m1")
-    assert (tmp_path / "received" / "models" / "m1" / "model.pt").read_bytes() == (src / "model.pt").read_bytes()
+    got = tmp_path / "received" / "models" / "m1" / "model.pt"
+    assert got.read_bytes() == (src / "model.pt").read_bytes()
     assert r["bytes"] == 70_002
     with LoopbackServer() as srv, pytest.raises(FetchError, match="403"):  # accepts no uploads
         upload_http(src / "model.pt", srv.url + "/x")
@@ -136,9 +145,10 @@ def test_fetch_and_upload_commands_record_bytes_and_network_counters(tmp_path, c
     cat = [{"name": "a", "kind": "model", "source": "generated", "size_bytes": 300_000}]
     man = generate_artefacts(cat, tmp_path / "served")
     markers.configure(tmp_path / "events.csv")
-    assert main(["fetch", "--url", "/a.bin", "--serve-dir", str(tmp_path / "served"), "--rate-mbps", "100",
-                 "--sha256", man["a"]["sha256"], "-o", str(tmp_path / "got" / "a.bin"), "--kind", "model",
-                 "--name", "a", "--record", str(tmp_path / "rec.json")]) == 0
+    assert main(["fetch", "--url", "/a.bin", "--serve-dir", str(tmp_path / "served"),
+                 "--rate-mbps", "100", "--sha256", man["a"]["sha256"],
+                 "-o", str(tmp_path / "got" / "a.bin"), "--kind", "model", "--name", "a",
+                 "--record", str(tmp_path / "rec.json")]) == 0
     summ = tmp_path / "summary.json"
     summ.write_text(json.dumps({"checkpoints": [str(tmp_path / "got" / "a.bin")]}))
     assert main(["upload", "--from-summary", str(summ), "--serve-put", str(tmp_path / "out"),
@@ -174,7 +184,8 @@ def test_catalogue_errors_name_the_entry_and_key():
 def test_paper_catalogue_spans_the_studys_range():
     from wattlife.config import load_config
 
-    cat = pd.DataFrame(check_catalogue(load_config(ROOT / "config" / "paper.yaml")["prepare"]["catalogue"]))
+    paper = load_config(ROOT / "config" / "paper.yaml")
+    cat = pd.DataFrame(check_catalogue(paper["prepare"]["catalogue"]))
     data, models = cat[cat["kind"] == "dataset"], cat[cat["kind"] == "model"]
     assert len(data) == 7 and len(models) == 5
     assert data["size_bytes"].min() < 1e9 and data["size_bytes"].max() > 5e11
@@ -214,6 +225,65 @@ def test_staging_breakeven_known_answer_and_never():
     be = staging_breakeven(pd.DataFrame(rows), {"io": 2e9, "gpu": 2e9}, {"io": 2.0, "gpu": 2.0},
                            [1e9, 1e11])
     io = be[be["workload"] == "io"]
-    assert io["breakeven_epochs"].tolist() == pytest.approx([0.8, 0.8])  # 240 J / (600 J / 2 epochs)
+    # 240 J / (600 J / 2 epochs)
+    assert io["breakeven_epochs"].tolist() == pytest.approx([0.8, 0.8])
     assert io["copy_energy_j"].tolist() == pytest.approx([120.0, 12000.0])
     assert np.isinf(be[be["workload"] == "gpu"]["breakeven_epochs"]).all()
+
+
+def test_transfer_record_adds_window_network_bytes_and_server():
+    r = transfer_record({"bytes": 10, "client": "http"}, 5, 9, {"recv": 100, "sent": 7},
+                        {"recv": 160, "sent": 9}, "a.bin", "model", loopback=True,
+                        transfers_at_once=0)
+    assert r == {"bytes": 10, "client": "http", "start_ns": 5, "end_ns": 9, "name": "a.bin",
+                 "kind": "model", "net_recv_bytes": 60, "net_sent_bytes": 2, "server": "loopback",
+                 "transfers_at_once": None}  # 0: no limit, recorded as null
+    r = transfer_record({}, 0, 1, {"recv": 0, "sent": 0}, {"recv": 0, "sent": 0}, "x", "dataset",
+                        loopback=False)
+    assert r["server"] == "remote" and "transfers_at_once" not in r
+
+
+def test_staging_inputs_take_size_from_local_and_epochs_from_shared_cells():
+    summaries = [{"dataset_bytes": 2e9, "epochs_run": 3}, {"epochs_run": 2}, {"epochs_run": 0}]
+    cells = [{"workload": "io", "storage": "local"}, {"workload": "io", "storage": "shared"},
+             {"workload": "gpu", "storage": "shared"}]
+    assert staging_inputs(summaries, cells) == ({"io": 2e9}, {"io": 2})
+    with pytest.raises(ValueError):
+        staging_inputs(summaries, cells[:2])
+
+
+def test_prepare_tables_without_a_phase_summary_has_no_staging_table():
+    recs = [{"name": f"d{i}", "kind": "dataset", "bytes": b, "size_bytes": b, "seconds": b / 1e8,
+             "start_ns": 10 * i, "end_ns": 10 * i + 5} for i, b in enumerate([1e9, 2e9, 4e9])]
+    phases = [pd.DataFrame({"phase": ["download_dataset"], "device_kind": ["cpu"],
+                            "energy_j": [30 + 1200 * r["bytes"] / 1e9], "energy_lo_j": [0.0],
+                            "energy_hi_j": [0.0], "time_s": [r["seconds"]], "method": ["integrate"],
+                            "source": ["estimate"]}) for r in recs]
+    cat = pd.DataFrame([{"name": "big", "kind": "dataset", "size_bytes": 100e9}])
+    tables = prepare_tables(recs, phases, cat, 50, 2)
+    assert set(tables) == {"downloads.csv", "download_fit.csv", "facility_cache.csv"}
+    assert tables["download_fit.csv"]["j_per_gb"].iloc[0] == pytest.approx(1200.0)
+    assert (tables["downloads.csv"]["overlapping_transfers"] == 0).all()
+
+
+def test_a_malformed_record_is_named_with_line_and_column(tmp_path):
+    (tmp_path / "r.json").write_text('{"name": "a",\n "bytes": }')
+    with pytest.raises(ValueError, match=r"r\.json:2:\d+: not a valid JSON record"):
+        read_records([tmp_path / "r.json"])
+
+
+def test_last_checkpoint_of_a_summary(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps({"checkpoints": ["c1", "c2"]}))
+    assert last_checkpoint(tmp_path / "s.json") == "c2"
+    (tmp_path / "e.json").write_text(json.dumps({"checkpoints": []}))
+    with pytest.raises(FetchError, match="no checkpoint"):
+        last_checkpoint(tmp_path / "e.json")
+
+
+def test_fetch_and_upload_artefact_by_copy_name_client_and_direction(tmp_path):
+    (tmp_path / "src.bin").write_bytes(b"x" * 10)
+    r = fetch_artefact(tmp_path / "dl.bin", path=tmp_path / "src.bin")
+    assert (r["client"], r["direction"]) == ("copy", "download")
+    r = upload_artefact(tmp_path / "dl.bin", copy=tmp_path / "out.bin")
+    assert (r["client"], r["direction"]) == ("copy", "upload")
+    assert (tmp_path / "out.bin").read_bytes() == b"x" * 10

@@ -1,8 +1,10 @@
-"""Benchmarks that print figures (`wattlife bench markers|attribution|allocate|all`).
+"""The package's own speed benchmarks, CPU only (`wattlife bench markers|attribution|allocate|all`).
 
-Targets (docs/ARCHITECTURE.md and the issues): one marker <= 20 us host-side; attribution of 10 M trace rows x 1 M
-phase intervals <= 30 s and <= 4 GB; allocation of 500 workloads x 100 jobs x 9 cuts on noisy curves <= 60 s on 2 cores.
-`--scale` runs a fraction of the full size (the tests use a small one).
+Targets (docs/ARCHITECTURE.md and the issues): one marker <= 20 us host-side; attribution of
+10 M trace rows x 1 M phase intervals <= 30 s and <= 4 GB; allocation of 500 workloads x 100
+jobs x 9 cuts on noisy curves <= 60 s on 2 cores. `--scale` runs a fraction of the full size
+(the tests use a small one). Measurements of real GPUs are scripts in `benchmarks/` (not part of
+the package; see benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -58,11 +60,12 @@ def bench_attribution(n_rows: int = 10_000_000, n_intervals: int = 1_000_000) ->
     q = step_len // 3
     names = np.array(["step", "forward", "backward", "optimizer"])
     s = np.stack([starts, starts, starts + q, starts + 2 * q], 1).ravel()
-    e = np.stack([starts + step_len - 1000, starts + q, starts + 2 * q, starts + step_len - 1000], 1).ravel()
+    last = starts + step_len - 1000
+    e = np.stack([last, starts + q, starts + 2 * q, last], 1).ravel()
     events = pd.DataFrame({"run_id": "bench", "host": "h", "rank": 0,
                            "phase": np.tile(names, n_steps), "start_ns": s, "end_ns": e,
                            "step": np.repeat(np.arange(n_steps), 4), "items": np.nan})
-    out = {"trace_rows": n_rows, "intervals": len(events)}
+    out: dict[str, float] = {"trace_rows": n_rows, "intervals": len(events)}
     for label, method, response in (("integrate", "integrate", None),
                                     ("deconvolve", "deconvolve", None),
                                     ("deconvolve_estimated_response", "deconvolve", "estimate")):

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _floats(text: str) -> list[float]:
@@ -70,7 +71,7 @@ def _guard(a: argparse.Namespace) -> None:
     from .contracts import refuse_overwrite
 
     outs, ins = GUARDS.get(a.command, ((), ()))
-    inputs: list[str] = []
+    inputs: list[str | Path] = []
     for name in ins:
         v = getattr(a, name, None)
         inputs += [str(x) for x in v] if isinstance(v, list) else [str(v)] if v else []
@@ -123,23 +124,23 @@ def cmd_attribute(a: argparse.Namespace) -> int:
     df = attribute_files(a.trace, a.events, a.output, a.method, a.sensor_window_ms, a.idle_split,
                          a.bootstrap, a.sensor_response, strict=a.strict)
     show = df.groupby(["device_kind", "phase", "method", "source"], as_index=False)[
-        ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"], ascending=[True, False])
+        ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"],
+                                                  ascending=[True, False])
     print(show.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 
 
 def cmd_pfi(a: argparse.Namespace) -> int:
-    from .analysis.curves import load_curves
-    from .analysis.pfi import compare_gpus, grid_sensitivity, pfi_files
+    from .analysis.pfi import compare_gpus, grid_sensitivity_files, pfi_files
 
     df = pfi_files(a.curves, a.output, grid=a.grid, n_mc=a.mc, seed=a.seed, config=a.config)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if a.subgrid:
-        sens = grid_sensitivity(load_curves(a.curves), a.subgrid)
-        from .contracts import write_csv
-
-        write_csv(sens, Path(a.output).with_name(Path(a.output).stem + "_subgrid.csv"))
-        print("\ngrid sensitivity:\n" + sens.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        out = Path(a.output)
+        sens = grid_sensitivity_files(a.curves, out.with_name(out.stem + "_subgrid.csv"),
+                                      a.subgrid)
+        print("\ngrid sensitivity:\n"
+              + sens.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if a.compare:
         gpu_a, gpu_b = a.compare.split(",")
         print(f"\n{gpu_a} vs {gpu_b}: {compare_gpus(df, gpu_a, gpu_b)}")
@@ -179,39 +180,21 @@ def cmd_predict(a: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
-    from .analysis.calibration import calibrate
-    from .analysis.curves import load_curves
+    from .analysis.calibration import calibrate_files, calibrated_study_files
 
     if a.published:
-        from .analysis.calibration import calibrated_study_curves
-        from .analysis.pfi import pfi_table, read_study_jobs, with_published
-
-        curves = calibrated_study_curves(read_study_jobs(a.published), noise=a.noise, seed=a.seed)
-        pfi = with_published(pfi_table(curves, n_mc=0), curves)
-        if a.output:
-            Path(a.output).parent.mkdir(parents=True, exist_ok=True)
-            curves.to_csv(a.output, index=False)
-        cols = ["job", "grid", "pfi", "pfi_published", "pfi_4cap", "pfi_4cap_published"]
-        m = curves.groupby("job")["mem_share"].first().rename("mem_share")
-        print(pfi[cols].merge(m, left_on="job", right_index=True).to_string(
-            index=False, float_format=lambda v: f"{v:.4f}"))
+        table = calibrated_study_files(a.published, a.output, noise=a.noise, seed=a.seed)
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         return 0
     if not a.curves or a.tdp is None:
         raise ValueError("calibrate-sim: give CURVES and --tdp, or --published JOBS.csv")
-    model, per_job, fit = calibrate(load_curves(a.curves), a.tdp)
-    doc = {"curves": str(a.curves), "tdp_w": a.tdp, "fit": fit,
-           "mem_share": dict(zip(per_job["job"], per_job["mem_share"]))}
-    text = json.dumps(doc, indent=2, default=float)
-    if a.output:
-        from .contracts import write_text
-
-        write_text(a.output, text + "\n")
-    print(text)
+    doc = calibrate_files(a.curves, a.tdp, a.output)
+    print(json.dumps(doc, indent=2, default=float))
     return 0
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from .sweep import sweep_from_config
+    from .sweeps.simulated import sweep_from_config
 
     df = sweep_from_config(a.config, a.output, job=a.job)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -219,14 +202,9 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def cmd_aggregate_curves(a: argparse.Namespace) -> int:
-    from .contracts import CURVES_COLUMNS, read_curves, write_table
-    from .sweep import assemble_curve
+    from .sweeps.real import aggregate_curve_files
 
-    if a.caps and not a.job:
-        raise ValueError("aggregate-curves: --caps needs --job (the cell whose caps they are)")
-    points = [read_curves(f) for f in a.curves if Path(f).exists() or not a.caps]
-    df = assemble_curve(points, job=a.job, caps=a.caps)
-    write_table(df, a.output, CURVES_COLUMNS)
+    df = aggregate_curve_files(a.curves, a.output, job=a.job, caps=a.caps)
     bad = df[df["status"] != "ok"]
     print(f"{a.output}: {df['job'].nunique()} jobs, {len(df)} caps, {len(bad)} not ok")
     if len(bad):
@@ -261,7 +239,7 @@ def cmd_merge_nodes(a: argparse.Namespace) -> int:
 
 
 def cmd_pfi_sweep(a: argparse.Namespace) -> int:
-    from .sweep import sweep_matrix_cap
+    from .sweeps.real import sweep_matrix_cap
 
     df = sweep_matrix_cap(a.config, a.cell, a.cap, a.output, backend=a.backend)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -320,162 +298,60 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
     return 0
 
 
-def _transfer(a: argparse.Namespace, phase_name: str, do, default_name: str) -> int:
-    """Run `do()` as one marked phase; add psutil network bytes; print and record the result."""
-    from .markers import phase
-    from .prepare.fetch import network_bytes
+def cmd_fetch(a: argparse.Namespace) -> int:
+    from .prepare.fetch import fetch_artefact
+    from .prepare.serve import loopback_server
+    from .prepare.transfer import measure_transfer, report_transfer
 
-    import time
-
-    before = network_bytes()
-    t0 = time.time_ns()
-    with phase(phase_name):
-        r = do()
-    t1 = time.time_ns()
-    after = network_bytes()
-    r.update(start_ns=t0, end_ns=t1)  # the transfer's window: overlaps with others are counted later
-    r.update(name=a.name or default_name, kind=getattr(a, "kind", "model"), net_recv_bytes=after["recv"] - before["recv"],
-             net_sent_bytes=after["sent"] - before["sent"],
-             server="loopback" if getattr(a, "serve_dir", None) or getattr(a, "serve_put", None) else "remote")
-    if getattr(a, "transfers_at_once", None) is not None:  # as the workflow allowed (0: no limit)
-        r["transfers_at_once"] = a.transfers_at_once or None
-    print(json.dumps(r))
-    if r.get("skipped"):
-        print(f"wattlife: {r.get('dest', '')} is already there (verified where a sha256 was given): "
-              "nothing transferred; --force fetches again", file=sys.stderr)
-    if a.record:
-        from .contracts import write_text
-
-        write_text(a.record, json.dumps(r, indent=1))
+    with loopback_server(a.serve_dir, a.rate_mbps) as srv:
+        record = measure_transfer(
+            f"download_{a.kind}",
+            lambda: fetch_artefact(a.output, url=a.url, hf=a.hf, kaggle=a.kaggle, path=a.path,
+                                   kind=a.kind, revision=a.revision, endpoint=a.endpoint,
+                                   sha256=a.sha256, force=a.force, retries=a.retries,
+                                   server_url=srv.url if srv else None),
+            name=a.name or Path(a.output).name, kind=a.kind, loopback=bool(a.serve_dir),
+            transfers_at_once=a.transfers_at_once)
+    report_transfer(record, a.record)
     return 0
 
 
-def _serving(root: str | None, rate_mbps: float | None, upload: bool = False):
-    """A loopback ArtefactServer for the demo, or nothing."""
-    import contextlib
-
-    from .prepare.serve import ArtefactServer
-
-    if not root:
-        return contextlib.nullcontext(None)
-    rate = rate_mbps * 1e6 / 8 if rate_mbps else None
-    return ArtefactServer(root=None if upload else root, upload_root=root if upload else None,
-                          rate_bps=rate)
-
-
-def cmd_fetch(a: argparse.Namespace) -> int:
-    from .prepare.fetch import fetch_hf, fetch_http, fetch_kaggle, fetch_path
-
-    with _serving(a.serve_dir, a.rate_mbps) as srv:
-        def do():
-            if a.url:
-                url = srv.url + "/" + a.url.lstrip("/") if srv else a.url
-                r = fetch_http(url, a.output, sha256=a.sha256, force=a.force, retries=a.retries)
-                r["client"] = "http"
-            elif a.hf:
-                r = fetch_hf(a.hf, a.output, repo_type=a.kind, revision=a.revision,
-                             endpoint=a.endpoint, force=a.force)
-                r["client"] = "huggingface_hub"
-            elif a.kaggle:
-                r = fetch_kaggle(a.kaggle, a.output, force=a.force)
-                r["client"] = "kaggle"
-            else:
-                r = fetch_path(a.path, a.output, force=a.force)
-                r["client"] = "copy"
-            r["direction"] = "download"
-            return r
-
-        return _transfer(a, f"download_{a.kind}", do, Path(a.output).name)
-
-
 def cmd_upload(a: argparse.Namespace) -> int:
-    from .prepare.fetch import FetchError, fetch_path
-    from .prepare.upload import upload_hf, upload_http
+    from .prepare.serve import loopback_server
+    from .prepare.transfer import measure_transfer, report_transfer
+    from .prepare.upload import last_checkpoint, upload_artefact
 
-    if a.from_summary:
-        ckpts = json.loads(Path(a.from_summary).read_text()).get("checkpoints") or []
-        if not ckpts:
-            raise FetchError(f"{a.from_summary}: the cell wrote no checkpoint to upload "
-                             "(run a checkpoint-on cell)")
-        a.src = ckpts[-1]
-    if not a.src:
+    src = last_checkpoint(a.from_summary) if a.from_summary else a.src
+    if not src:
         raise SystemExit("wattlife upload: give SRC or --from-summary")
-    with _serving(a.serve_put, a.rate_mbps, upload=True) as srv:
-        def do():
-            if a.put:
-                r = upload_http(a.src, srv.url + "/" + a.put.lstrip("/") if srv else a.put)
-                r["client"] = "http-put"
-            elif a.hf:
-                r = upload_hf(a.src, a.hf, endpoint=a.endpoint)
-                r["client"] = "huggingface_hub"
-            else:
-                r = fetch_path(a.src, a.copy, force=True)
-                r["client"] = "copy"
-            r["direction"] = "upload"
-            return r
-
-        return _transfer(a, "upload", do, Path(a.src).name)
+    with loopback_server(a.serve_put, a.rate_mbps, upload=True) as srv:
+        record = measure_transfer(
+            "upload",
+            lambda: upload_artefact(src, put=a.put, hf=a.hf, copy=a.copy, endpoint=a.endpoint,
+                                    server_url=srv.url if srv else None),
+            name=a.name or Path(src).name, kind="model", loopback=bool(a.serve_put),
+            transfers_at_once=a.transfers_at_once)
+    report_transfer(record, a.record)
+    return 0
 
 
 def cmd_gen_catalogue(a: argparse.Namespace) -> int:
-    from .config import load_config
-    from .prepare.catalogue import check_catalogue, generate_artefacts
+    from .prepare.catalogue import generate_artefacts, prepare_settings
 
-    cat = check_catalogue(load_config(a.config).get("prepare", {}).get("catalogue", []))
-    m = generate_artefacts(cat, a.output)
+    m = generate_artefacts(prepare_settings(a.config)["catalogue"], a.output)
     print(json.dumps({k: v["size_bytes"] for k, v in m.items()}))
     return 0
 
 
 def cmd_prepare_tables(a: argparse.Namespace) -> int:
-    import pandas as pd
+    from .analysis.downloads import prepare_tables_files
+    from .prepare.catalogue import prepare_settings
 
-    from .analysis.downloads import download_fit, download_rows, facility_estimate, staging_breakeven
-    from .config import load_config
-    from .prepare.catalogue import check_catalogue
-
-    cfg = load_config(a.config)
-    prep = cfg.get("prepare", {})
-    out = Path(a.output)
-    out.mkdir(parents=True, exist_ok=True)
-    from .contracts import PHASES_COLUMNS, read_meta, read_table, write_csv
-
-    recs = []
-    for r in a.records:
-        try:
-            recs.append(json.loads(Path(r).read_text()))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{r}:{exc.lineno}:{exc.colno}: not a valid JSON record ({exc.msg})") from None
-    phase_files = a.phases or [Path(r).with_name("phases.csv") for r in a.records]
-    if len(phase_files) != len(recs):
-        raise ValueError(f"--phases: {len(phase_files)} files for {len(recs)} --records")
-    rows = download_rows(recs, [read_table(Path(p), PHASES_COLUMNS) for p in phase_files])
-    fit = download_fit(rows)
-    cat = pd.DataFrame(check_catalogue(prep.get("catalogue", [])))
-    fac_cfg = prep.get("facility", {})
-    fac = facility_estimate(cat, fit, fac_cfg.get("users_per_artefact", 100),
-                            fac_cfg.get("downloads_per_user_per_month", 1))
-    tables = {"downloads.csv": rows, "download_fit.csv": fit, "facility_cache.csv": fac}
-    if a.phase_summary and Path(a.phase_summary).exists():
-        summ = pd.read_csv(a.phase_summary)
-        nbytes, epochs = {}, {}
-        metas = a.cell_metas or [Path(f).parents[1] / "meta.json" for f in a.cell_summaries]
-        if len(metas) != len(a.cell_summaries):
-            raise ValueError(f"--cell-metas: {len(metas)} files for {len(a.cell_summaries)} --cell-summaries")
-        for f, m in zip(a.cell_summaries, metas):  # each cell's summary.json and its keys (meta.json)
-            cell = read_meta(m).cell
-            w, storage = cell.get("workload"), cell.get("storage")
-            s = json.loads(Path(f).read_text())
-            if storage == "local" and s.get("dataset_bytes"):
-                nbytes[w] = s["dataset_bytes"]
-            if storage == "shared" and s.get("epochs_run"):
-                epochs[w] = s["epochs_run"]
-        sizes = sorted(cat.loc[cat["kind"] == "dataset", "size_bytes"].astype(float))
-        tables["staging_breakeven.csv"] = staging_breakeven(
-            summ, {w: b for w, b in nbytes.items() if w in epochs}, epochs, sizes)
-    for name, df in tables.items():
-        write_csv(df, out / name)
-        print(out / name)
+    prep = prepare_settings(a.config)
+    for path in prepare_tables_files(prep["catalogue"], prep["facility"], a.records, a.output,
+                                     phases=a.phases, phase_summary=a.phase_summary,
+                                     cell_summaries=a.cell_summaries, cell_metas=a.cell_metas):
+        print(path)
     return 0
 
 
@@ -488,8 +364,9 @@ def cmd_figures(a: argparse.Namespace) -> int:
                                    "results/reference with --reference)", str(tables))
     paths = draw_reference(a.tables, a.output) if a.reference else draw_all(a.tables, a.output)
     if not paths:
+        refs = " or the reference folders" if a.reference else ""
         raise ValueError(f"{tables}: no table to draw from (expected e.g. phases.csv, curves.csv, "
-                         f"pfi.csv{' or the reference folders' if a.reference else ''}); nothing drawn")
+                         f"pfi.csv{refs}); nothing drawn")
     for p in paths:
         print(p)
     return 0
@@ -509,12 +386,8 @@ def cmd_check(a: argparse.Namespace) -> int:
     return rc
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="wattlife", description=(
-        "Where the energy of AI training goes, and how flexible its power is."))
-    p.add_argument("--debug", action="store_true",
-                   help="show the full traceback of an error (also WATTLIFE_DEBUG=1)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def _add_run_commands(sub: Any) -> None:
+    """Measuring runs: run, attribute, aggregate, merge-nodes, launch-node, check."""
 
     r = sub.add_parser("run", help="run a command under the energy sampler",
                        description="Start the sampler, run CMD with WATTLIFE_EVENTS set, stop the "
@@ -539,8 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
 
     t = sub.add_parser("attribute", help="trace x events -> per-phase energy (phases.csv)")
-    t.add_argument("--trace", required=True, help="trace CSV/Parquet of the run (meta.json beside it "
-                                                  "is read if present)")
+    t.add_argument("--trace", required=True, help="trace CSV/Parquet of the run (meta.json beside "
+                                                  "it is read if present)")
     t.add_argument("--events", required=True, help="events CSV of the run (per-rank siblings "
                                                    "<stem>.rank<N>.csv are read too)")
     t.add_argument("-o", "--output", required=True, help="phases.csv to write (not an input)")
@@ -562,6 +435,234 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bootstrap replicates for deconvolution's interval (default 200)")
     t.set_defaults(fn=cmd_attribute)
 
+    ag = sub.add_parser("aggregate", help="collect cells' phases.csv into run-level tables")
+    ag.add_argument("phases", nargs="+", help="phases.csv files (meta.json beside each)")
+    ag.add_argument("-o", "--output", required=True, help="tables folder")
+    ag.set_defaults(fn=cmd_aggregate)
+
+    mn = sub.add_parser("merge-nodes", help="merge per-node traces and events of a multi-node run, "
+                                            "checking that the nodes' clocks agree")
+    mn.add_argument("--traces", nargs="+", required=True, help="each node's trace.csv")
+    mn.add_argument("--events", nargs="+", required=True, help="each node's events.csv")
+    mn.add_argument("--trace", required=True, help="merged trace to write")
+    mn.add_argument("--events-out", required=True, help="merged events to write")
+    mn.add_argument("--warn-ms", type=float, default=5.0,
+                    help="warn above this clock offset between nodes (default 5 ms)")
+    mn.set_defaults(fn=cmd_merge_nodes)
+
+    ln = sub.add_parser("launch-node",
+                        help="one node's part of a measured job: set the power cap on this node's "
+                             "GPUs, run CMD under this node's sampler",
+                        description="Used by the launch builder (wattlife.launch) under srun, one "
+                                    "per node; the caps are restored whatever happens.")
+    ln.add_argument("--config", help="config (or job slice) whose `sampler` section to use "
+                                     "(default: none, the built-in sampler defaults)")
+    ln.add_argument("--trace", help="trace CSV (one-node jobs; default: none)")
+    ln.add_argument("--events", help="events CSV (one-node jobs; default: none)")
+    ln.add_argument("--meta", help="meta.json (default beside the trace); with --merge-meta the "
+                                   "merged one")
+    ln.add_argument("--node-dir", help="write <node-dir>/<host>/{trace,events,meta} (multi-node "
+                                       "jobs; default: none)")
+    ln.add_argument("--run-id", help="run id recorded in events and meta (default: the folder "
+                                     "name)")
+    ln.add_argument("--cell", help="JSON of the job's cell, recorded in meta.json (default: none)")
+    ln.add_argument("--cap", type=float, help="per-GPU power cap (W) for this node's GPUs "
+                                              "(default: none)")
+    ln.add_argument("--powercap-backend", default="simulated",
+                    choices=["simulated", "nvml", "nvidia-smi"],
+                    help="how caps are set (default simulated)")
+    ln.add_argument("--allow-real", action="store_true", help="allow real GPU power-limit changes "
+                                                              "(default: off)")
+    ln.add_argument("--state-dir", help="folder of the powercap-state-<host>.json restore file "
+                                        "(default: beside the trace)")
+    ln.add_argument("--merge-meta", metavar="NODE_DIR",
+                    help="instead: merge NODE_DIR/*/meta.json into --meta (default: none)")
+    ln.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    ln.set_defaults(fn=cmd_launch_node)
+
+    ck = sub.add_parser("check", help="validate run directories against the file contracts",
+                        description="Check trace, events, meta.json, phases.csv and "
+                                    "work/summary.json of each RUN_DIR; every finding names file "
+                                    "and line. Exit 1 if any error, 0 otherwise (warnings "
+                                    "allowed).")
+    ck.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to check")
+    ck.add_argument("--kind", choices=["auto", "none", "image_classification", "causal_lm"],
+                    default="auto", help="workload kind whose required phases are checked; auto: "
+                    "from meta.json's cell, else work/summary.json, else the phases; none: skip "
+                    "(default: auto)")
+    ck.add_argument("--json", action="store_true",
+                    help="print the findings as a JSON list instead of text (default: text)")
+    ck.add_argument("--max-rows", type=int, default=5,
+                    help="findings listed per check and file before a count of the rest "
+                         "(default: 5)")
+    ck.set_defaults(fn=cmd_check)
+
+
+def _add_workload_commands(sub: Any) -> None:
+    """Workloads and their data: train, gen-images, gen-text."""
+
+    tr = sub.add_parser("train", help="run one training workload (phases marked)")
+    tr.add_argument("--config", required=True, help="config YAML with the workloads section")
+    tr.add_argument("--workload", required=True, help="a key of the config's workloads")
+    tr.add_argument("--storage", choices=["shared", "local"], default="shared",
+                    help="read the dataset in place, or stage it to local disk first "
+                         "(default shared)")
+    tr.add_argument("--checkpoint", choices=["on", "off"], default="off",
+                    help="write checkpoints (default off)")
+    tr.add_argument("--workdir", required=True, help="folder for checkpoints and local copies")
+    tr.set_defaults(fn=cmd_train)
+
+    gi = sub.add_parser("gen-images", help="generate an ImageNet-layout tree of real JPEG files")
+    gi.add_argument("output", help="folder of the tree (train/<class>/*.JPEG, val/<class>/*.JPEG)")
+    gi.add_argument("--classes", type=int, default=10, help="classes (default 10)")
+    gi.add_argument("--train-per-class", type=int, default=32,
+                    help="training images per class (default 32)")
+    gi.add_argument("--val-per-class", type=int, default=8,
+                    help="validation images per class (default 8)")
+    gi.add_argument("--size", type=int, default=96, help="image side in pixels (default 96)")
+    gi.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gi.add_argument("--workers", type=int, default=1, help="processes writing files (default 1)")
+    gi.set_defaults(fn=cmd_gen_images)
+
+    gt = sub.add_parser("gen-text", help="generate a WikiText-like text corpus")
+    gt.add_argument("output", help="folder for train.txt and validation.txt")
+    gt.add_argument("--words", type=int, default=200_000, help="words in all (default 200000)")
+    gt.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gt.set_defaults(fn=cmd_gen_text)
+
+
+def _add_prepare_commands(sub: Any) -> None:
+    """Preparation and post-execution: fetch, upload, gen-catalogue, prepare-tables."""
+
+    fe = sub.add_parser("fetch", help="fetch an artefact (HTTP(S) URL, Hugging Face repo, or path)",
+                        description="Streamed, resumable, retried; sha256-verified; the file "
+                                    "appears at its final path only when complete. Run it under "
+                                    "`wattlife run` to measure it as a download_dataset / "
+                                    "download_model phase.")
+    src = fe.add_mutually_exclusive_group(required=True)
+    src.add_argument("--url", help="HTTP(S) URL (with --serve-dir: a path under that folder)")
+    src.add_argument("--kaggle", metavar="OWNER/DATASET", help="Kaggle dataset (credentials: the "
+                                                               "client's)")
+    src.add_argument("--path", help="local or shared-file-system path (file or folder)")
+    src.add_argument("--hf", metavar="REPO_ID", help="Hugging Face repository (model or dataset: "
+                                                     "--kind)")
+    fe.add_argument("--revision", help="Hugging Face revision (default main)")
+    fe.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
+    fe.add_argument("-o", "--output", required=True, help="final path of the artefact")
+    fe.add_argument("--sha256", type=_sha256,
+                    help="expected sha256 of the file (64 hex characters; default: not verified)")
+    fe.add_argument("--kind", choices=["dataset", "model"], default="dataset",
+                    help="what is fetched: names the phase download_<kind> (default dataset)")
+    fe.add_argument("--retries", type=int, default=5,
+                    help="retries of a broken HTTP transfer, resumed (default 5)")
+    fe.add_argument("--force", action="store_true", help="fetch even if present and verified")
+    fe.add_argument("--name", help="artefact name for the record (default: the output's name)")
+    fe.add_argument("--record", help="write the transfer's JSON record here (bytes, seconds, "
+                                     "network bytes) (default: print only)")
+    fe.add_argument("--serve-dir", help="demo/offline: serve this folder on a loopback HTTP server "
+                                        "and fetch --url from it (the server's CPU time is "
+                                        "measured too) (default: none, fetch from the URL)")
+    fe.add_argument("--rate-mbps", type=float,
+                    help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
+    fe.add_argument("--transfers-at-once", type=int,
+                    help="how many transfers the workflow lets run at once (0: no limit), written "
+                         "in the record (default: not recorded)")
+    fe.set_defaults(fn=cmd_fetch)
+
+    up = sub.add_parser("upload", help="post-execution: send the trained model out (HTTP PUT, "
+                                       "Hugging Face, or copy), marked as an `upload` phase")
+    up.add_argument("src", nargs="?", help="file or folder to upload")
+    up.add_argument("--from-summary", help="upload the last checkpoint a cell's work/summary.json "
+                                           "lists (default: SRC)")
+    dst = up.add_mutually_exclusive_group(required=True)
+    dst.add_argument("--put", metavar="URL", help="HTTP PUT to URL/<file> (with --serve-put: a "
+                                                  "path)")
+    dst.add_argument("--hf", metavar="REPO_ID", help="Hugging Face model repository")
+    dst.add_argument("--copy", metavar="PATH", help="copy to a target path")
+    up.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
+    up.add_argument("--name", help="name for the record (default: the source's name)")
+    up.add_argument("--record", help="write the transfer's JSON record here (default: print only)")
+    up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this "
+                                        "folder (default: none, PUT to the URL)")
+    up.add_argument("--rate-mbps", type=float,
+                    help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
+    up.add_argument("--transfers-at-once", type=int,
+                    help="how many transfers the workflow lets run at once (0: no limit), written "
+                         "in the record (default: not recorded)")
+    up.set_defaults(fn=cmd_upload)
+
+    gc = sub.add_parser("gen-catalogue", help="generate the config's `generated` catalogue "
+                                              "artefacts")
+    gc.add_argument("config", help="config YAML with prepare.catalogue")
+    gc.add_argument("-o", "--output", required=True, help="folder for the files and manifest.json")
+    gc.set_defaults(fn=cmd_gen_catalogue)
+
+    pt = sub.add_parser("prepare-tables", help="download/upload rows, size fit, facility-scale "
+                                               "cache estimate and staging break-even")
+    pt.add_argument("--config", required=True, help="config YAML (prepare.catalogue, "
+                                                    "prepare.facility)")
+    pt.add_argument("--records", nargs="+", required=True, help="transfer records (phases.csv "
+                                                                "beside each)")
+    pt.add_argument("--phase-summary", help="the execution matrix's phase_summary.csv (default: "
+                                            "none, no staging break-even table)")
+    pt.add_argument("--cell-summaries", nargs="*", default=[],
+                    help="cells' work/summary.json (default: none)")
+    pt.add_argument("--phases", nargs="*", help="each record's phases.csv, in the order of "
+                                                "--records (default: beside each record)")
+    pt.add_argument("--cell-metas", nargs="*", help="each cell's meta.json, in the order of "
+                                                    "--cell-summaries (default: <cell>/meta.json)")
+    pt.add_argument("-o", "--output", required=True, help="tables folder")
+    pt.set_defaults(fn=cmd_prepare_tables)
+
+
+def _add_power_commands(sub: Any) -> None:
+    """Power elasticity: sweep, pfi-sweep, aggregate-curves, powercap, pfi, predict,
+    allocate, pfi-study, calibrate-sim."""
+
+    sw = sub.add_parser("sweep", help="power-cap sweep of the jobs in a config")
+    sw.add_argument("--config", required=True, help="config YAML with the jobs and the cap grid")
+    sw.add_argument("-o", "--output", required=True, help="curves.csv to write")
+    sw.add_argument("--job", help="only this job of the config (default: every job)")
+    sw.set_defaults(fn=cmd_sweep)
+
+    ps = sub.add_parser("pfi-sweep", help="one cell of a config's pfi_matrix trained at one "
+                                          "per-GPU cap (the cap on every GPU of every node), as "
+                                          "one curve point",
+                        description="Writes the curve point (status ok or failed: reason) and, "
+                                    "beside it, workload.json, trace.csv, events.csv, meta.json, "
+                                    "work/ (and nodes/<host>/, clock_offsets.csv for multi-node "
+                                    "cells).")
+    ps.add_argument("--config", required=True, help="the config (or the job's slice) with the "
+                                                    "pfi_matrix")
+    ps.add_argument("--cell", required=True, help="a key of pfi_matrix.cells")
+    ps.add_argument("--cap", type=float, required=True, help="per-GPU power cap (W)")
+    ps.add_argument("-o", "--output", required=True, help="the curve point to write, e.g. "
+                                                          "<results>/pfi/<cell>/cap-<W>/curve-point.csv")
+    ps.add_argument("--backend", choices=["simulated", "nvml", "nvidia-smi"],
+                    help="override powercap.backend (simulated: no real cap changes) "
+                         "(default: the config's powercap.backend)")
+    ps.set_defaults(fn=cmd_pfi_sweep)
+
+    acu = sub.add_parser("aggregate-curves", help="assemble curve points / per-job curves into one "
+                                                  "table (a `status` column: ok, failed: ..., "
+                                                  "missing)")
+    acu.add_argument("curves", nargs="+", help="curve-point.csv or curves.csv files")
+    acu.add_argument("--job", help="the one job (cell) these points belong to (default: as read)")
+    acu.add_argument("--caps", type=_floats, help="the job's expected caps (W); a cap without a "
+                                                  "point gets a row with status=missing (default: "
+                                                  "none expected)")
+    acu.add_argument("-o", "--output", required=True, help="the combined curves.csv to write")
+    acu.set_defaults(fn=cmd_aggregate_curves)
+
+    pc = sub.add_parser("powercap", help="show GPU power limits, or restore them from a state file")
+    pc.add_argument("action", choices=["show", "restore"],
+                    help="show the limits, or restore them from the state file")
+    pc.add_argument("--state", default="wattlife-powercap-state.json",
+                    help="state file a controller wrote (default: %(default)s)")
+    pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
+                    help="for `show`: where to read the limits (default: %(default)s)")
+    pc.set_defaults(fn=cmd_powercap)
+
     f = sub.add_parser("pfi", help="Power Flexibility Index per job from curves.csv")
     f.add_argument("curves", help="curves.csv (the contract's columns) or an Emerald sweep CSV")
     f.add_argument("-o", "--output", required=True, help="pfi.csv to write")
@@ -575,11 +676,18 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--compare", help="two GPU models, 'H200,H100': Spearman rho of their PFIs "
                                      "(default: none)")
     f.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
-    f.add_argument("--config", help="a config whose pfi_matrix cells give each job's paper_job: the "
-                                    "published PFI (95 %% interval) and the 4-cap sub-grid PFI go "
-                                    "beside the measured one (default: only if the curves carry "
+    f.add_argument("--config", help="a config whose pfi_matrix cells give each job's paper_job: "
+                                    "the published PFI (95 %% interval) and the 4-cap sub-grid PFI "
+                                    "go beside the measured one (default: only if the curves carry "
                                     "a paper_job column)")
     f.set_defaults(fn=cmd_pfi)
+
+    pr = sub.add_parser("predict", help="PFI predictor from telemetry: ablation table")
+    pr.add_argument("curves", help="curves.csv with the uncapped run's telemetry columns")
+    pr.add_argument("--pfi", required=True, help="pfi.csv of the same jobs (measured PFI)")
+    pr.add_argument("-o", "--output", required=True,
+                    help="predictor.csv to write (features beside it, <stem>_features.csv)")
+    pr.set_defaults(fn=cmd_predict)
 
     al = sub.add_parser("allocate", help="simulate splitting a global power cut across jobs")
     al.add_argument("curves", help="curves.csv (or an Emerald sweep file)")
@@ -619,16 +727,11 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--no-figures", action="store_true", help="tables only (default: draw figures)")
     st.set_defaults(fn=cmd_pfi_study)
 
-    pr = sub.add_parser("predict", help="PFI predictor from telemetry: ablation table")
-    pr.add_argument("curves", help="curves.csv with the uncapped run's telemetry columns")
-    pr.add_argument("--pfi", required=True, help="pfi.csv of the same jobs (measured PFI)")
-    pr.add_argument("-o", "--output", required=True,
-                    help="predictor.csv to write (features beside it, <stem>_features.csv)")
-    pr.set_defaults(fn=cmd_predict)
-
-    cs = sub.add_parser("calibrate-sim", help="fit the simulated GPU's parameters to measured sweeps")
+    cs = sub.add_parser("calibrate-sim", help="fit the simulated GPU's parameters to measured "
+                                              "sweeps")
     cs.add_argument("curves", nargs="?", help="measured sweeps to fit the shared parameters to")
-    cs.add_argument("--tdp", type=float, help="TDP (W) of the measured GPU (required with CURVES; default: none)")
+    cs.add_argument("--tdp", type=float, help="TDP (W) of the measured GPU (required with CURVES; "
+                                              "default: none)")
     cs.add_argument("--published", metavar="JOBS_CSV",
                     help="instead: calibrate one simulated job per row of the study's table "
                          "(e.g. results/reference/pfi-study/published/pfi-study-jobs.csv) to its "
@@ -637,217 +740,42 @@ def build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--noise", type=float, default=0.0,
                     help="with --published: relative within-run noise on every point (default 0)")
     cs.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
-    cs.add_argument("-o", "--output", help="write the fit as JSON (or, with --published, the curves CSV) "
-                         "(default: print only)")
+    cs.add_argument("-o", "--output", help="write the fit as JSON (or, with --published, the "
+                                           "curves CSV) (default: print only)")
     cs.set_defaults(fn=cmd_calibrate)
 
-    sw = sub.add_parser("sweep", help="power-cap sweep of the jobs in a config")
-    sw.add_argument("--config", required=True, help="config YAML with the jobs and the cap grid")
-    sw.add_argument("-o", "--output", required=True, help="curves.csv to write")
-    sw.add_argument("--job", help="only this job of the config (default: every job)")
-    sw.set_defaults(fn=cmd_sweep)
 
-    pc = sub.add_parser("powercap", help="show GPU power limits, or restore them from a state file")
-    pc.add_argument("action", choices=["show", "restore"],
-                    help="show the limits, or restore them from the state file")
-    pc.add_argument("--state", default="wattlife-powercap-state.json",
-                    help="state file a controller wrote (default: %(default)s)")
-    pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
-                    help="for `show`: where to read the limits (default: %(default)s)")
-    pc.set_defaults(fn=cmd_powercap)
+def _add_output_commands(sub: Any) -> None:
+    """Outputs: figures, bench."""
 
-    gi = sub.add_parser("gen-images", help="generate an ImageNet-layout tree of real JPEG files")
-    gi.add_argument("output", help="folder of the tree (train/<class>/*.JPEG, val/<class>/*.JPEG)")
-    gi.add_argument("--classes", type=int, default=10, help="classes (default 10)")
-    gi.add_argument("--train-per-class", type=int, default=32,
-                    help="training images per class (default 32)")
-    gi.add_argument("--val-per-class", type=int, default=8,
-                    help="validation images per class (default 8)")
-    gi.add_argument("--size", type=int, default=96, help="image side in pixels (default 96)")
-    gi.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    gi.add_argument("--workers", type=int, default=1, help="processes writing files (default 1)")
-    gi.set_defaults(fn=cmd_gen_images)
-
-    gt = sub.add_parser("gen-text", help="generate a WikiText-like text corpus")
-    gt.add_argument("output", help="folder for train.txt and validation.txt")
-    gt.add_argument("--words", type=int, default=200_000, help="words in all (default 200000)")
-    gt.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    gt.set_defaults(fn=cmd_gen_text)
-
-    tr = sub.add_parser("train", help="run one training workload (phases marked)")
-    tr.add_argument("--config", required=True, help="config YAML with the workloads section")
-    tr.add_argument("--workload", required=True, help="a key of the config's workloads")
-    tr.add_argument("--storage", choices=["shared", "local"], default="shared",
-                    help="read the dataset in place, or stage it to local disk first (default shared)")
-    tr.add_argument("--checkpoint", choices=["on", "off"], default="off",
-                    help="write checkpoints (default off)")
-    tr.add_argument("--workdir", required=True, help="folder for checkpoints and local copies")
-    tr.set_defaults(fn=cmd_train)
-
-    ag = sub.add_parser("aggregate", help="collect cells' phases.csv into run-level tables")
-    ag.add_argument("phases", nargs="+", help="phases.csv files (meta.json beside each)")
-    ag.add_argument("-o", "--output", required=True, help="tables folder")
-    ag.set_defaults(fn=cmd_aggregate)
-
-    fe = sub.add_parser("fetch", help="fetch an artefact (HTTP(S) URL, Hugging Face repo, or path)",
-                        description="Streamed, resumable, retried; sha256-verified; the file appears "
-                                    "at its final path only when complete. Run it under `wattlife run` "
-                                    "to measure it as a download_dataset / download_model phase.")
-    src = fe.add_mutually_exclusive_group(required=True)
-    src.add_argument("--url", help="HTTP(S) URL (with --serve-dir: a path under that folder)")
-    src.add_argument("--kaggle", metavar="OWNER/DATASET", help="Kaggle dataset (credentials: the client's)")
-    src.add_argument("--path", help="local or shared-file-system path (file or folder)")
-    src.add_argument("--hf", metavar="REPO_ID", help="Hugging Face repository (model or dataset: --kind)")
-    fe.add_argument("--revision", help="Hugging Face revision (default main)")
-    fe.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
-    fe.add_argument("-o", "--output", required=True, help="final path of the artefact")
-    fe.add_argument("--sha256", type=_sha256,
-                    help="expected sha256 of the file (64 hex characters; default: not verified)")
-    fe.add_argument("--kind", choices=["dataset", "model"], default="dataset",
-                    help="what is fetched: names the phase download_<kind> (default dataset)")
-    fe.add_argument("--retries", type=int, default=5,
-                    help="retries of a broken HTTP transfer, resumed (default 5)")
-    fe.add_argument("--force", action="store_true", help="fetch even if present and verified")
-    fe.add_argument("--name", help="artefact name for the record (default: the output's name)")
-    fe.add_argument("--record", help="write the transfer's JSON record here (bytes, seconds, "
-                                     "network bytes) (default: print only)")
-    fe.add_argument("--serve-dir", help="demo/offline: serve this folder on a loopback HTTP server and "
-                                        "fetch --url from it (the server's CPU time is measured too) "
-                                        "(default: none, fetch from the URL)")
-    fe.add_argument("--rate-mbps", type=float,
-                    help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
-    fe.add_argument("--transfers-at-once", type=int,
-                    help="how many transfers the workflow lets run at once (0: no limit), written in "
-                         "the record (default: not recorded)")
-    fe.set_defaults(fn=cmd_fetch)
-
-    up = sub.add_parser("upload", help="post-execution: send the trained model out (HTTP PUT, "
-                                       "Hugging Face, or copy), marked as an `upload` phase")
-    up.add_argument("src", nargs="?", help="file or folder to upload")
-    up.add_argument("--from-summary", help="upload the last checkpoint a cell's work/summary.json "
-                                           "lists (default: SRC)")
-    dst = up.add_mutually_exclusive_group(required=True)
-    dst.add_argument("--put", metavar="URL", help="HTTP PUT to URL/<file> (with --serve-put: a path)")
-    dst.add_argument("--hf", metavar="REPO_ID", help="Hugging Face model repository")
-    dst.add_argument("--copy", metavar="PATH", help="copy to a target path")
-    up.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
-    up.add_argument("--name", help="name for the record (default: the source's name)")
-    up.add_argument("--record", help="write the transfer's JSON record here (default: print only)")
-    up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this folder "
-                                        "(default: none, PUT to the URL)")
-    up.add_argument("--rate-mbps", type=float,
-                    help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
-    up.add_argument("--transfers-at-once", type=int,
-                    help="how many transfers the workflow lets run at once (0: no limit), written in "
-                         "the record (default: not recorded)")
-    up.set_defaults(fn=cmd_upload)
-
-    ps = sub.add_parser("pfi-sweep", help="one cell of a config's pfi_matrix trained at one per-GPU cap "
-                                          "(the cap on every GPU of every node), as one curve point",
-                        description="Writes the curve point (status ok or failed: reason) and, beside "
-                                    "it, workload.json, trace.csv, events.csv, meta.json, work/ (and "
-                                    "nodes/<host>/, clock_offsets.csv for multi-node cells).")
-    ps.add_argument("--config", required=True, help="the config (or the job's slice) with the pfi_matrix")
-    ps.add_argument("--cell", required=True, help="a key of pfi_matrix.cells")
-    ps.add_argument("--cap", type=float, required=True, help="per-GPU power cap (W)")
-    ps.add_argument("-o", "--output", required=True, help="the curve point to write, e.g. "
-                                                          "<results>/pfi/<cell>/cap-<W>/curve-point.csv")
-    ps.add_argument("--backend", choices=["simulated", "nvml", "nvidia-smi"],
-                    help="override powercap.backend (simulated: no real cap changes) "
-                         "(default: the config's powercap.backend)")
-    ps.set_defaults(fn=cmd_pfi_sweep)
-
-    mn = sub.add_parser("merge-nodes", help="merge per-node traces and events of a multi-node run, "
-                                            "checking that the nodes' clocks agree")
-    mn.add_argument("--traces", nargs="+", required=True, help="each node's trace.csv")
-    mn.add_argument("--events", nargs="+", required=True, help="each node's events.csv")
-    mn.add_argument("--trace", required=True, help="merged trace to write")
-    mn.add_argument("--events-out", required=True, help="merged events to write")
-    mn.add_argument("--warn-ms", type=float, default=5.0,
-                    help="warn above this clock offset between nodes (default 5 ms)")
-    mn.set_defaults(fn=cmd_merge_nodes)
-
-    acu = sub.add_parser("aggregate-curves", help="assemble curve points / per-job curves into one "
-                                                  "table (a `status` column: ok, failed: ..., missing)")
-    acu.add_argument("curves", nargs="+", help="curve-point.csv or curves.csv files")
-    acu.add_argument("--job", help="the one job (cell) these points belong to (default: as read)")
-    acu.add_argument("--caps", type=_floats, help="the job's expected caps (W); a cap without a point "
-                                                  "gets a row with status=missing (default: none expected)")
-    acu.add_argument("-o", "--output", required=True, help="the combined curves.csv to write")
-
-    ln = sub.add_parser("launch-node", help="one node's part of a measured job: set the power cap on "
-                                            "this node's GPUs, run CMD under this node's sampler",
-                        description="Used by the launch builder (wattlife.launch) under srun, one per "
-                                    "node; the caps are restored whatever happens.")
-    ln.add_argument("--config", help="config (or job slice) whose `sampler` section to use "
-                                     "(default: none, the built-in sampler defaults)")
-    ln.add_argument("--trace", help="trace CSV (one-node jobs; default: none)")
-    ln.add_argument("--events", help="events CSV (one-node jobs; default: none)")
-    ln.add_argument("--meta", help="meta.json (default beside the trace); with --merge-meta the merged one")
-    ln.add_argument("--node-dir", help="write <node-dir>/<host>/{trace,events,meta} (multi-node jobs; "
-                                         "default: none)")
-    ln.add_argument("--run-id", help="run id recorded in events and meta (default: the folder name)")
-    ln.add_argument("--cell", help="JSON of the job's cell, recorded in meta.json (default: none)")
-    ln.add_argument("--cap", type=float, help="per-GPU power cap (W) for this node's GPUs (default: none)")
-    ln.add_argument("--powercap-backend", default="simulated", choices=["simulated", "nvml", "nvidia-smi"],
-                    help="how caps are set (default simulated)")
-    ln.add_argument("--allow-real", action="store_true", help="allow real GPU power-limit changes (default: off)")
-    ln.add_argument("--state-dir", help="folder of the powercap-state-<host>.json restore file "
-                                        "(default: beside the trace)")
-    ln.add_argument("--merge-meta", metavar="NODE_DIR", help="instead: merge NODE_DIR/*/meta.json into --meta "
-                                                                 "(default: none)")
-    ln.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
-    ln.set_defaults(fn=cmd_launch_node)
-    acu.set_defaults(fn=cmd_aggregate_curves)
-
-    gc = sub.add_parser("gen-catalogue", help="generate the config's `generated` catalogue artefacts")
-    gc.add_argument("config", help="config YAML with prepare.catalogue")
-    gc.add_argument("-o", "--output", required=True, help="folder for the files and manifest.json")
-    gc.set_defaults(fn=cmd_gen_catalogue)
-
-    pt = sub.add_parser("prepare-tables", help="download/upload rows, size fit, facility-scale cache "
-                                               "estimate and staging break-even")
-    pt.add_argument("--config", required=True, help="config YAML (prepare.catalogue, prepare.facility)")
-    pt.add_argument("--records", nargs="+", required=True, help="transfer records (phases.csv beside each)")
-    pt.add_argument("--phase-summary", help="the execution matrix's phase_summary.csv (default: "
-                                            "none, no staging break-even table)")
-    pt.add_argument("--cell-summaries", nargs="*", default=[],
-                    help="cells' work/summary.json (default: none)")
-    pt.add_argument("--phases", nargs="*", help="each record's phases.csv, in the order of --records "
-                                                "(default: beside each record)")
-    pt.add_argument("--cell-metas", nargs="*", help="each cell's meta.json, in the order of --cell-summaries "
-                                                    "(default: <cell>/meta.json)")
-    pt.add_argument("-o", "--output", required=True, help="tables folder")
-    pt.set_defaults(fn=cmd_prepare_tables)
-
-    fg = sub.add_parser("figures", help="draw every figure from a tables folder (or the references)")
+    fg = sub.add_parser("figures", help="draw every figure from a tables folder (or the "
+                                        "references)")
     fg.add_argument("tables", help="a run's tables folder, or with --reference results/reference")
     fg.add_argument("--reference", action="store_true",
                     help="draw the committed reference results (H200, A100) from their CSVs")
     fg.add_argument("-o", "--output", required=True, help="folder for the PNG and PDF figures")
     fg.set_defaults(fn=cmd_figures)
 
-    b = sub.add_parser("bench", help="benchmarks that print figures (markers, attribution, allocate)")
+    b = sub.add_parser("bench", help="benchmarks that print figures (markers, attribution, "
+                                     "allocate)")
     b.add_argument("what", choices=["markers", "attribution", "allocate", "all"],
                    help="which benchmark")
     b.add_argument("--scale", type=float, default=1.0,
                    help="fraction of the full-size benchmark (default 1.0)")
     b.set_defaults(fn=cmd_bench)
 
-    ck = sub.add_parser("check", help="validate run directories against the file contracts",
-                        description="Check trace, events, meta.json, phases.csv and "
-                                    "work/summary.json of each RUN_DIR; every finding names file "
-                                    "and line. Exit 1 if any error, 0 otherwise (warnings allowed).")
-    ck.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to check")
-    ck.add_argument("--kind", choices=["auto", "none", "image_classification", "causal_lm"],
-                    default="auto", help="workload kind whose required phases are checked; auto: "
-                    "from meta.json's cell, else work/summary.json, else the phases; none: skip "
-                    "(default: auto)")
-    ck.add_argument("--json", action="store_true",
-                    help="print the findings as a JSON list instead of text (default: text)")
-    ck.add_argument("--max-rows", type=int, default=5,
-                    help="findings listed per check and file before a count of the rest (default: 5)")
-    ck.set_defaults(fn=cmd_check)
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="wattlife", description=(
+        "Where the energy of AI training goes, and how flexible its power is."))
+    p.add_argument("--debug", action="store_true",
+                   help="show the full traceback of an error (also WATTLIFE_DEBUG=1)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run_commands(sub)
+    _add_workload_commands(sub)
+    _add_prepare_commands(sub)
+    _add_power_commands(sub)
+    _add_output_commands(sub)
     return p
 
 

@@ -54,6 +54,7 @@ PHASES_COLUMNS = [
     "time_s", "count", "mean_power_w", "method", "source",
 ]
 PHASES_METHODS = ("integrate", "deconvolve")
+# extras throughput_sd, power_sd: standard error of the steady-state value (steady_state_se)
 CURVES_COLUMNS = ["job", "gpu_model", "n_gpus", "cap_w", "throughput", "throughput_unit", "power_w"]
 #: telemetry extras of the uncapped curves row (the PFI predictor's features)
 CURVES_TELEMETRY_COLUMNS = ("dram_active", "util_mem", "tensor_active", "sm_active")

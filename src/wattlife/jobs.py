@@ -115,7 +115,7 @@ def pfi_cap_slice(cfg: dict[str, Any], cell: str, cap_w: float) -> dict[str, Any
 
 def cell_hardware(cfg: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
     """The hardware profile of a PFI cell (its `hardware`, else `powercap.hardware`)."""
-    from .sweep import hardware_profile
+    from .sweeps.pfi_matrix import hardware_profile
 
     return hardware_profile(cell.get("hardware") or cfg.get("powercap", {}).get("hardware", "h200"))
 

@@ -2,7 +2,6 @@
 no traceback (unless --debug / WATTLIFE_DEBUG=1), nothing partial at the final path, no input
 overwritten."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from synth import T0, events_frame, trace_frame
 from wattlife import cli
 from wattlife.cli import main
 from wattlife.config import ConfigError, load_config
 from wattlife.contracts import atomic_path, write_csv
-
-from synth import T0, events_frame, trace_frame
 
 REPO = Path(__file__).resolve().parents[2]
 MS = 1_000_000
@@ -49,7 +47,8 @@ def files(tmp_path):
 OVERWRITE_CASES = {
     "pfi": lambda d: ["pfi", f"{d}/curves.csv", "-o", f"{d}/curves.csv"],
     "allocate": lambda d: ["allocate", f"{d}/curves.csv", "-o", f"{d}/curves.csv"],
-    "predict": lambda d: ["predict", f"{d}/curves.csv", "--pfi", f"{d}/pfi.csv", "-o", f"{d}/pfi.csv"],
+    "predict": lambda d: ["predict", f"{d}/curves.csv", "--pfi", f"{d}/pfi.csv", "-o",
+                          f"{d}/pfi.csv"],
     "calibrate-sim": lambda d: ["calibrate-sim", f"{d}/curves.csv", "--tdp", "700", "-o",
                                 f"{d}/curves.csv"],
     "aggregate-curves": lambda d: ["aggregate-curves", f"{d}/curves.csv", f"{d}/pfi.csv", "-o",
@@ -159,7 +158,8 @@ def test_a_matrix_naming_an_undefined_workload_names_the_key(tmp_path, capsys):
     cfg["execution"]["workloads"] = ["resnet", "bert"]
     p = tmp_path / "bad.yaml"
     p.write_text(yaml.safe_dump(cfg))
-    with pytest.raises(ConfigError, match=r"execution.workloads\[1\]: workload 'bert' is not defined"):
+    with pytest.raises(ConfigError,
+                       match=r"execution.workloads\[1\]: workload 'bert' is not defined"):
         load_config(p)
     assert main(["gen-catalogue", str(p), "-o", str(tmp_path / "cat")]) == 2
     assert "execution.workloads[1]" in _one_line(capsys)

@@ -9,12 +9,14 @@ memory), the static and memory power shares, and one memory-bound share m per jo
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..devices.simgpu import SimGpuModel
+from ..simgpu_model import SimGpuModel, SimJob
 
 _F = np.linspace(0.05, 1.0, 400)
 
@@ -27,7 +29,8 @@ def _predict(model: SimGpuModel, m: float, p_rel: np.ndarray) -> np.ndarray:
 
 def normalised_points(curves: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for (job, gpu), g in curves.dropna(subset=["power_w", "throughput"]).groupby(["job", "gpu_model"]):
+    measured = curves.dropna(subset=["power_w", "throughput"])
+    for (job, _gpu), g in measured.groupby(["job", "gpu_model"]):
         top = g.loc[g["cap_w"].idxmax()]
         rows.append(pd.DataFrame({"job": job, "p_rel": g["power_w"] / top["power_w"],
                                   "t_rel": g["throughput"] / top["throughput"]}))
@@ -155,7 +158,7 @@ def calibrate_job(pfi: float, caps: list[float], pfi_4cap: float | None = None,
     if not fits:
         raise ValueError(f"cannot calibrate PFI {pfi} on caps {caps} for any memory power share")
     best = min(fits, key=lambda f: abs(f[3] - pfi_4cap))
-    for a, b in zip(fits[:-1], fits[1:]):
+    for a, b in zip(fits[:-1], fits[1:], strict=False):
         if (a[3] - pfi_4cap) * (b[3] - pfi_4cap) < 0:
             lo, hi, elo = a[0], b[0], a[3] - pfi_4cap
             for _ in range(6):
@@ -190,9 +193,11 @@ def estimated_tokens_per_s(model: str, arch: str, task: str, n_gpus: int,
                            peak: float = H200_PEAK_BF16) -> float:
     """Uncapped tokens/s of a study job from its size (an estimate, see ACTIVE_PARAMS)."""
     if model not in ACTIVE_PARAMS:
-        raise ValueError(f"no active-parameter count for model {model!r} (have {sorted(ACTIVE_PARAMS)})")
+        raise ValueError(f"no active-parameter count for model {model!r} "
+                         f"(have {sorted(ACTIVE_PARAMS)})")
     k = 6.0 if task.upper().startswith("PT") or task == "pretrain" else 4.0
-    return n_gpus * peak * ASSUMED_MFU["moe" if arch == "moe" else "dense"] / (k * ACTIVE_PARAMS[model])
+    mfu = ASSUMED_MFU["moe" if arch == "moe" else "dense"]
+    return n_gpus * peak * mfu / (k * ACTIVE_PARAMS[model])
 
 
 def study_fits(jobs: pd.DataFrame, model: SimGpuModel | None = None, fit_4cap: bool = True
@@ -221,7 +226,8 @@ _FITS_CACHE: dict[tuple, pd.DataFrame] = {}
 
 
 def calibrated_study_curves(jobs: pd.DataFrame | None = None, model: SimGpuModel | None = None,
-                            noise: float = 0.0, seed: int = 0, fit_4cap: bool = True) -> pd.DataFrame:
+                            noise: float = 0.0, seed: int = 0, fit_4cap: bool = True
+                            ) -> pd.DataFrame:
     """Curves of the study's 25 headline jobs from the simulated GPU calibrated to each
     published PFI on the job's own grid (source `simulated/calibrated`, never measured); with
     `fit_4cap` the 8-GPU groups' 4-cap PFI (Table 9) is matched as far as the model allows.
@@ -229,7 +235,6 @@ def calibrated_study_curves(jobs: pd.DataFrame | None = None, model: SimGpuModel
     noise: relative sd of within-run noise added to every point's throughput and power (0 keeps
     each curve's PFI equal to the published value within 0.01); the sd columns carry it."""
     from ..contracts import CURVES_COLUMNS
-    from ..devices.simgpu import SimJob
     from .pfi import read_study_jobs
 
     default = jobs is None and model is None
@@ -269,3 +274,38 @@ def calibrated_study_curves(jobs: pd.DataFrame | None = None, model: SimGpuModel
         out.append(d)
     df = pd.concat(out, ignore_index=True)
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
+
+
+def calibrate_files(curves_path: str | Path, tdp_w: float, out: str | Path | None = None
+                    ) -> dict[str, Any]:
+    """`wattlife calibrate-sim CURVES --tdp W`: the fit of the shared parameters and each job's
+    memory-bound share to the measured sweeps, as a JSON-able document (written to `out`)."""
+    import json
+
+    from .curves import load_curves
+
+    _model, per_job, fit = calibrate(load_curves(curves_path), tdp_w)
+    doc = {"curves": str(curves_path), "tdp_w": tdp_w, "fit": fit,
+           "mem_share": dict(zip(per_job["job"], per_job["mem_share"], strict=True))}
+    if out:
+        from ..contracts import write_text
+
+        write_text(out, json.dumps(doc, indent=2, default=float) + "\n")
+    return doc
+
+
+def calibrated_study_files(jobs_csv: str | Path, out: str | Path | None = None,
+                           noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
+    """`wattlife calibrate-sim --published JOBS_CSV`: the study's jobs calibrated to their
+    published PFI (`calibrated_study_curves`, curves written to `out`); per job the grid, PFI,
+    4-cap PFI beside the published ones, and the memory-bound share found."""
+    from .pfi import pfi_table, read_study_jobs, with_published
+
+    curves = calibrated_study_curves(read_study_jobs(jobs_csv), noise=noise, seed=seed)
+    pfi = with_published(pfi_table(curves, n_mc=0), curves)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        curves.to_csv(out, index=False)
+    cols = ["job", "grid", "pfi", "pfi_published", "pfi_4cap", "pfi_4cap_published"]
+    m = curves.groupby("job")["mem_share"].first().rename("mem_share")
+    return pfi[cols].merge(m, left_on="job", right_index=True)

@@ -31,6 +31,25 @@ def steady_state(values: np.ndarray, rule: str = "top10", warmup_frac: float = 0
     raise ValueError(f"steady-state rule must be top10, median or mean, got {rule!r}")
 
 
+def steady_state_se(values: np.ndarray, rule: str = "top10", warmup_frac: float = 0.2) -> float:
+    """Standard error of `steady_state(values, rule, warmup_frac)`: what the curves'
+    `throughput_sd` / `power_sd` columns hold and the PFI Monte Carlo draws from.
+
+    sd / sqrt(n_eff) over the samples `steady_state` keeps after the warm-up (NaN dropped; sd with
+    ddof 0), n_eff the number of samples its rule averages: max(0.1 n, 1) for `top10`, n for
+    `mean`, 2n/pi for `median` (the median's asymptotic variance under normal noise)."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if len(v) == 0:
+        return float("nan")
+    v = v[int(len(v) * warmup_frac):] if len(v) > 5 else v
+    n = len(v)
+    n_eff = {"top10": max(n * 0.1, 1.0), "mean": float(n), "median": 2 * n / np.pi}.get(rule)
+    if n_eff is None:
+        raise ValueError(f"steady-state rule must be top10, median or mean, got {rule!r}")
+    return float(np.std(v) / np.sqrt(n_eff))
+
+
 def read_emerald_sweep(path: str | Path, gpu_model: str = "A100") -> pd.DataFrame:
     """The Emerald AI A100 sweep CSV (see results/reference/a100-emerald) as a curves table."""
     d = pd.read_csv(path)
@@ -52,7 +71,8 @@ def read_emerald_sweep(path: str | Path, gpu_model: str = "A100") -> pd.DataFram
 MONOTONE_TOL = 0.01  # a drop of more than 1% of the job's highest value marks a curve non-monotone
 
 
-def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | None = 2) -> pd.DataFrame:
+def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | None = 2
+                    ) -> pd.DataFrame:
     """Check a curves table before PFI, allocation or prediction use it; return it with a
     `monotone` column.
 
@@ -60,7 +80,8 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
     power; a cap or power <= 0; a negative throughput; a cap listed twice for one job (and GPU
     model); throughput <= 0 at a job's top cap (PFI divides by it). A curve whose throughput or
     power falls by more than `MONOTONE_TOL` of its maximum as the cap rises is kept but flagged
-    (`monotone` False) with a warning: PFI and allocation assume more power never means less work."""
+    (`monotone` False) with a warning: PFI and allocation assume more power never means less
+    work."""
     import warnings
 
     from ..contracts import ContractError
@@ -74,8 +95,9 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
         skip = st.ne("ok").to_numpy()
         if skip.any():
             left = df.loc[skip, ["job", "cap_w"]].assign(status=st[skip])
-            warnings.warn(f"{where}: {int(skip.sum())} cap(s) not measured, left out: "
-                          + "; ".join(f"{j} {c:g} W ({s})" for j, c, s in left.itertuples(index=False)),
+            listed = "; ".join(f"{j} {c:g} W ({s})"
+                               for j, c, s in left.itertuples(index=False))
+            warnings.warn(f"{where}: {int(skip.sum())} cap(s) not measured, left out: {listed}",
                           stacklevel=2)
             pos = pos[~skip]
             df = df.loc[~skip].reset_index(drop=True)
@@ -83,7 +105,9 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
                 raise ContractError(f"{where}: no measured cap (every row's status is not ok)")
 
     def line(i: int) -> str:
-        return f"{where}:{pos[i] + first_line}" if first_line is not None else f"{where} row {pos[i]}"
+        if first_line is None:
+            return f"{where} row {pos[i]}"
+        return f"{where}:{pos[i] + first_line}"
     for col in ("cap_w", "throughput", "power_w"):
         vals = pd.to_numeric(df[col], errors="coerce")
         bad = ~np.isfinite(vals.to_numpy(np.float64))
@@ -104,9 +128,9 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
     dup = df.duplicated(key + ["cap_w"], keep="first")
     if dup.any():
         i = int(np.flatnonzero(dup.to_numpy())[0])
-        raise ContractError(f"{line(i)}: job {df['job'].iat[i]} ({df['gpu_model'].iat[i]}) lists cap "
-                            f"{df['cap_w'].iat[i]:g} W twice; expected one row per cap (average "
-                            "repeats first)")
+        raise ContractError(f"{line(i)}: job {df['job'].iat[i]} ({df['gpu_model'].iat[i]}) "
+                            f"lists cap {df['cap_w'].iat[i]:g} W twice; expected one row per cap "
+                            "(average repeats first)")
     top = df.groupby(key)["cap_w"].transform("max") == df["cap_w"]
     zero = top & (df["throughput"] <= 0)
     if zero.any():
@@ -125,7 +149,8 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
         return ok
 
     flags = order.groupby(key, sort=False)[["throughput", "power_w"]].apply(monotone)
-    df["monotone"] = [bool(flags.loc[(j, m)]) for j, m in zip(df["job"], df["gpu_model"])]
+    df["monotone"] = [bool(flags.loc[(j, m)]) for j, m in zip(df["job"], df["gpu_model"],
+                                                                        strict=True)]
     bad_jobs = sorted({f"{j} ({m})" for (j, m), ok in flags.items() if not ok})
     if bad_jobs:
         warnings.warn(f"{where}: throughput or power falls as the cap rises (by more than "
@@ -148,7 +173,8 @@ def load_curves(path: str | Path) -> pd.DataFrame:
     try:
         head = pd.read_csv(path, nrows=0).columns
     except pd.errors.EmptyDataError:
-        raise ContractError(f"{path}: empty file (no header); expected columns {CURVES_COLUMNS}") from None
+        raise ContractError(f"{path}: empty file (no header); expected columns "
+                            f"{CURVES_COLUMNS}") from None
     if "Workload" in head and "GPU power cap" in head:
         df = read_emerald_sweep(path)
     else:

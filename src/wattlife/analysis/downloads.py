@@ -1,10 +1,16 @@
 """Preparation and post-execution tables: download/upload rows, the linear fit of energy and time
 against size, the facility-scale cost a shared cache would avoid, and the staging break-even.
 
-Pure functions on tables (`download_rows` joins each transfer's record with its attributed phases).
+Pure functions on tables (`download_rows` joins each transfer's record with its attributed phases;
+`prepare_tables` makes every table of `wattlife prepare-tables`); `prepare_tables_files` is the
+file-level entry (records, phases and cell files in, the tables' CSVs out).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,11 +39,12 @@ def download_rows(records: list[dict], phases: list[pd.DataFrame]) -> pd.DataFra
     over = overlapping(np.array([r.get("start_ns", np.nan) for r in records], dtype=float),
                        np.array([r.get("end_ns", np.nan) for r in records], dtype=float))
     rows = []
-    for i, (rec, ph) in enumerate(zip(records, phases)):
+    for i, (rec, ph) in enumerate(zip(records, phases, strict=True)):
         ph = ph[ph["phase"].isin(TRANSFER_PHASES)]
         for kind, g in ph.groupby("device_kind"):
             rows.append({
-                "artefact": rec["name"], "kind": rec.get("kind", ""), "direction": rec.get("direction", "download"),
+                "artefact": rec["name"], "kind": rec.get("kind", ""),
+                "direction": rec.get("direction", "download"),
                 "client": rec.get("client", ""), "server": rec.get("server", "remote"),
                 "size_bytes": rec.get("size_bytes", rec.get("bytes")), "bytes": rec.get("bytes"),
                 "seconds": rec.get("seconds"), "net_recv_bytes": rec.get("net_recv_bytes"),
@@ -46,7 +53,8 @@ def download_rows(records: list[dict], phases: list[pd.DataFrame]) -> pd.DataFra
                 "energy_lo_j": g["energy_lo_j"].sum(), "energy_hi_j": g["energy_hi_j"].sum(),
                 "phase_time_s": g["time_s"].max(), "method": ",".join(sorted(set(g["method"]))),
                 "source": ",".join(sorted(set(g["source"]))),
-                "bytes_source": "measured (client)", "net_source": "measured (psutil, all interfaces)",
+                "bytes_source": "measured (client)", "net_source": "measured (psutil, all "
+                                                                   "interfaces)",
                 "transfers_at_once": rec.get("transfers_at_once"),
                 "overlapping_transfers": over[i],
             })
@@ -86,13 +94,16 @@ def facility_estimate(catalogue: pd.DataFrame, fit: pd.DataFrame, users_per_arte
     out = catalogue[["name", "kind", "size_bytes"]].copy()
     gb = out["size_bytes"].astype(float) / GB
     for r in f.itertuples(index=False):  # per device kind, so a GPU-less login node can drop GPU
-        out[f"energy_per_download_j_{r.device_kind}"] = np.maximum(r.j_intercept + r.j_per_gb * gb, 0.0)
-    out["energy_per_download_j"] = out[[f"energy_per_download_j_{k}" for k in f["device_kind"]]].sum(axis=1)
+        out[f"energy_per_download_j_{r.device_kind}"] = np.maximum(
+            r.j_intercept + r.j_per_gb * gb, 0.0)
+    per_kind = [f"energy_per_download_j_{k}" for k in f["device_kind"]]
+    out["energy_per_download_j"] = out[per_kind].sum(axis=1)
     out["seconds_per_download"] = sec_per_gb * gb
     out["downloads_per_month"] = per_month
     out["energy_no_cache_kwh_per_month"] = out["energy_per_download_j"] * per_month / 3.6e6
     out["energy_with_cache_kwh_per_month"] = out["energy_per_download_j"] / 3.6e6
-    out["avoided_kwh_per_month"] = out["energy_no_cache_kwh_per_month"] - out["energy_with_cache_kwh_per_month"]
+    out["avoided_kwh_per_month"] = (out["energy_no_cache_kwh_per_month"]
+                                    - out["energy_with_cache_kwh_per_month"])
     out["source"] = "estimate (fit: " + ",".join(sorted(set(f["source"]))) + ")"
     return out
 
@@ -109,18 +120,111 @@ def staging_breakeven(summary: pd.DataFrame, dataset_bytes: dict[str, float],
     figure. A saving <= 0 (local no faster, as when both paths are one disk) is `inf`: never."""
     s = summary[summary["checkpoint"] == "off"] if "off" in set(summary["checkpoint"]) else summary
     e = s.groupby(["workload", "storage", "phase"])["energy_j"].sum()
-    src = s.groupby("workload")["source"].agg(lambda v: ",".join(sorted(set(",".join(v).split(",")))))
+    src = s.groupby("workload")["source"].agg(
+        lambda v: ",".join(sorted(set(",".join(v).split(",")))))
     out = []
     for w, nbytes in dataset_bytes.items():
-        if not nbytes or (w, "local", "stage_copy") not in e.index or (w, "shared", "data_load") not in e.index:
+        if (not nbytes or (w, "local", "stage_copy") not in e.index
+                or (w, "shared", "data_load") not in e.index):
             continue
         copy_per_gb = e[(w, "local", "stage_copy")] / (nbytes / GB)
-        saving = (e[(w, "shared", "data_load")] - e.get((w, "local", "data_load"), 0.0)) / epochs_run[w]
+        saving = ((e[(w, "shared", "data_load")] - e.get((w, "local", "data_load"), 0.0))
+                  / epochs_run[w])
         saving_per_gb = saving / (nbytes / GB)
         epochs = copy_per_gb / saving_per_gb if saving_per_gb > 0 else np.inf
         for size in sizes_bytes:
             out.append({"workload": w, "dataset_bytes": float(size), "copy_j_per_gb": copy_per_gb,
-                        "saving_j_per_gb_epoch": saving_per_gb, "copy_energy_j": copy_per_gb * size / GB,
+                        "saving_j_per_gb_epoch": saving_per_gb,
+                        "copy_energy_j": copy_per_gb * size / GB,
                         "breakeven_epochs": epochs, "measured_dataset_bytes": float(nbytes),
                         "source": src.get(w, "")})
     return pd.DataFrame(out)
+
+
+def staging_inputs(summaries: list[dict[str, Any]], cells: list[dict[str, Any]]
+                   ) -> tuple[dict[str, float], dict[str, float]]:
+    """From the cells' work/summary.json and their matrix keys (meta.json `cell`): each
+    workload's staged dataset size (its `local` cell) and epochs run (its `shared` cell)."""
+    nbytes: dict[str, float] = {}
+    epochs: dict[str, float] = {}
+    for s, cell in zip(summaries, cells, strict=True):
+        w, storage = cell.get("workload"), cell.get("storage")
+        if w is None:  # not a matrix cell
+            continue
+        if storage == "local" and s.get("dataset_bytes"):
+            nbytes[w] = s["dataset_bytes"]
+        if storage == "shared" and s.get("epochs_run"):
+            epochs[w] = s["epochs_run"]
+    return nbytes, epochs
+
+
+def prepare_tables(records: list[dict[str, Any]], phases: list[pd.DataFrame],
+                   catalogue: pd.DataFrame, users_per_artefact: float,
+                   downloads_per_user_per_month: float,
+                   phase_summary: pd.DataFrame | None = None,
+                   summaries: list[dict[str, Any]] | None = None,
+                   cells: list[dict[str, Any]] | None = None) -> dict[str, pd.DataFrame]:
+    """Every preparation table by file name: downloads, their fit, the facility-scale cache
+    estimate and, given the execution matrix's phase summary and cells, the staging break-even
+    (evaluated at the catalogue's dataset sizes)."""
+    rows = download_rows(records, phases)
+    fit = download_fit(rows)
+    fac = facility_estimate(catalogue, fit, users_per_artefact, downloads_per_user_per_month)
+    tables = {"downloads.csv": rows, "download_fit.csv": fit, "facility_cache.csv": fac}
+    if phase_summary is not None:
+        nbytes, epochs = staging_inputs(summaries or [], cells or [])
+        sizes = sorted(catalogue.loc[catalogue["kind"] == "dataset", "size_bytes"].astype(float))
+        tables["staging_breakeven.csv"] = staging_breakeven(
+            phase_summary, {w: b for w, b in nbytes.items() if w in epochs}, epochs, sizes)
+    return tables
+
+
+def read_records(paths: list[str | Path]) -> list[dict[str, Any]]:
+    """Transfer records (JSON); a malformed one is an error naming file, line and column."""
+    recs = []
+    for r in paths:
+        try:
+            recs.append(json.loads(Path(r).read_text()))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{r}:{exc.lineno}:{exc.colno}: not a valid JSON record "
+                             f"({exc.msg})") from None
+    return recs
+
+
+def prepare_tables_files(catalogue: list[dict[str, Any]], facility: dict[str, Any],
+                         records: list[str | Path], out: str | Path,
+                         phases: list[str | Path] | None = None,
+                         phase_summary: str | Path | None = None,
+                         cell_summaries: list[str | Path] | None = None,
+                         cell_metas: list[str | Path] | None = None) -> list[Path]:
+    """`wattlife prepare-tables`: read the records (each one's phases.csv beside it unless
+    `phases` lists them), the phase summary and the cells' summary.json / meta.json (default
+    `<cell>/meta.json`, two folders above the summary), write the tables into `out`; their paths.
+    No phase summary file: no staging break-even table."""
+    from ..contracts import PHASES_COLUMNS, read_table, write_csv
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    recs = read_records(records)
+    phase_files = phases or [Path(r).with_name("phases.csv") for r in records]
+    if len(phase_files) != len(recs):
+        raise ValueError(f"--phases: {len(phase_files)} files for {len(recs)} --records")
+    summary = summaries = cells = None
+    if phase_summary and Path(phase_summary).exists():
+        summary = pd.read_csv(phase_summary)
+        cell_summaries = list(cell_summaries or [])
+        metas = cell_metas or [Path(f).parents[1] / "meta.json" for f in cell_summaries]
+        if len(metas) != len(cell_summaries):
+            raise ValueError(f"--cell-metas: {len(metas)} files for {len(cell_summaries)} "
+                             "--cell-summaries")
+        cells = [read_meta(m).cell or {} for m in metas]
+        summaries = [json.loads(Path(f).read_text()) for f in cell_summaries]
+    tables = prepare_tables(recs, [read_table(Path(p), PHASES_COLUMNS) for p in phase_files],
+                            pd.DataFrame(catalogue), facility.get("users_per_artefact", 100),
+                            facility.get("downloads_per_user_per_month", 1), summary,
+                            summaries, cells)
+    paths = []
+    for name, df in tables.items():
+        write_csv(df, out / name)
+        paths.append(out / name)
+    return paths

@@ -9,8 +9,9 @@ cap anyway), so it is excluded like T_i = T_max; otherwise its ratio is noise ov
 - `pfi_area`: sum_i (1 - P_i/P_max) / sum_i (1 - T_i/T_max) (ratio of mean cuts; robust to a
   point whose throughput barely moves);
 - `pfi_elastic`: 1 / epsilon of a constant-elasticity fit log T = a + epsilon log P.
-Interval: Monte Carlo resampling of T and P from their within-run noise (`throughput_sd`,
-`power_sd` columns); without them the interval is left empty (never invented).
+Interval: Monte Carlo resampling of T and P from their standard errors (`throughput_sd`,
+`power_sd` columns: the standard error of each steady-state value, `curves.steady_state_se`);
+without them the interval is left empty (never invented).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import pandas as pd
 from scipy import stats
 
 from ..contracts import PFI_COLUMNS, write_table
-
 
 MIN_DELTA = 0.01
 
@@ -139,13 +139,25 @@ def pfi_files(curves_path: str | Path, out: str | Path, grid: list[float] | None
     curves = load_curves(curves_path)
     if config is not None and "paper_job" not in curves.columns:
         lab = study_labels(config)
-        curves = curves.merge(lab.drop(columns=[c for c in ("hardware", "set") if c in curves.columns]),
+        given = [c for c in ("hardware", "set") if c in curves.columns]
+        curves = curves.merge(lab.drop(columns=given),
                               on="job", how="left")
     df = pfi_table(curves, grid=grid, n_mc=n_mc, seed=seed)
     if "paper_job" in curves.columns and curves["paper_job"].notna().any():
         df = with_published(df, curves)
     write_table(df, out, PFI_COLUMNS)
     return df
+
+
+def grid_sensitivity_files(curves_path: str | Path, out: str | Path, subgrid: list[float]
+                           ) -> pd.DataFrame:
+    """`wattlife pfi --subgrid`: PFI on the full grid and on `subgrid`, written to `out`."""
+    from ..contracts import write_csv
+    from .curves import load_curves
+
+    sens = grid_sensitivity(load_curves(curves_path), subgrid)
+    write_csv(sens, out)
+    return sens
 
 
 # --- the study's published values ---------------------------------------------------------------
@@ -161,7 +173,8 @@ def read_study_jobs(path: str | Path | None = None) -> pd.DataFrame:
     """The study's 25 headline sweep groups (Table 6/9), one row each, `caps` as a float list."""
     p = Path(path) if path else STUDY_DIR / "pfi-study-jobs.csv"
     d = pd.read_csv(p)
-    need = {"job_id", "task", "n_gpus", "cap_grid_w", "pfi", "pfi_ci_lo", "pfi_ci_hi", "pfi_4cap", "n_runs"}
+    need = {"job_id", "task", "n_gpus", "cap_grid_w", "pfi", "pfi_ci_lo", "pfi_ci_hi", "pfi_4cap",
+            "n_runs"}
     missing = need - set(d.columns)
     if missing:
         raise ValueError(f"{p}: not the study's job table, missing columns {sorted(missing)}")
@@ -174,7 +187,8 @@ def read_study_validation(path: str | Path | None = None) -> pd.DataFrame:
     p = Path(path) if path else STUDY_DIR / "pfi-study-validation.csv"
     d = pd.read_csv(p)
     if not {"job_id", "role", "pfi_h200", "pfi_h100"} <= set(d.columns):
-        raise ValueError(f"{p}: not the study's validation table (job_id, role, pfi_h200, pfi_h100)")
+        raise ValueError(f"{p}: not the study's validation table (job_id, role, pfi_h200, "
+                         f"pfi_h100)")
     return d
 
 
@@ -188,10 +202,12 @@ def published_pfi(jobs: pd.DataFrame | None = None, validation: pd.DataFrame | N
                           "pfi_4cap_published": j["pfi_4cap"], "n_runs_published": j["n_runs"]})]
     val = v[v["role"] != "main_study_h100_match"]
     rows.append(pd.DataFrame({"paper_job": val["job_id"], "hardware": "h200",
-                              "pfi_published": val["pfi_h200"], "n_runs_published": val["n_runs_h200"]}))
+                              "pfi_published": val["pfi_h200"],
+                              "n_runs_published": val["n_runs_h200"]}))
     h = v[v["pfi_h100"].notna()]
     rows.append(pd.DataFrame({"paper_job": h["job_id"], "hardware": "h100",
-                              "pfi_published": h["pfi_h100"], "n_runs_published": h["n_runs_h100"]}))
+                              "pfi_published": h["pfi_h100"],
+                              "n_runs_published": h["n_runs_h100"]}))
     return pd.concat(rows, ignore_index=True)
 
 

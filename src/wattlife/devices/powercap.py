@@ -1,8 +1,9 @@
 """Per-GPU power limits with a restore guarantee: `PowerCapController`.
 
 Backends: `nvml` (nvidia-ml-py setter), `nvidia-smi` (`nvidia-smi -i N -pl W`), `simulated` (no
-hardware; the limits live in the controller and in the state file, labelled sim). Real backends
-change limits only when the caller opts in (`allow_real=True`, from `powercap.allow_real` in the config).
+hardware; the limits live in the controller and in the state file, labelled sim; their range is
+`wattlife.simgpu_model.SimGpuModel`'s). Real backends change limits only when the caller opts in
+(`allow_real=True`, from `powercap.allow_real` in the config).
 
 Before the first change the original limits are written to a state file; they are restored on
 normal exit, on an exception, and on SIGINT/SIGTERM (the controller is a context manager and
@@ -21,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..simgpu_model import SimGpuModel
+
 BACKENDS = ("nvml", "nvidia-smi", "simulated")
 
 
@@ -32,7 +35,7 @@ class _Nvml:
     def __init__(self) -> None:
         try:
             import pynvml
-        except ImportError as exc:
+        except ImportError:
             raise PowerCapError("NVML is not available: nvidia-ml-py is not installed") from None
         self.nv = pynvml
         try:
@@ -81,9 +84,9 @@ class _NvidiaSmi(_Nvml):
 class _Simulated:
     """No hardware: limits in memory, constraints of the simulated GPU model."""
 
-    def __init__(self, n: int = 1, min_w: float = 200.0, max_w: float = 700.0) -> None:
-        self.limits = [max_w] * n
-        self.min_w, self.max_w = min_w, max_w
+    def __init__(self, n: int = 1, model: SimGpuModel | None = None) -> None:
+        self.min_w, self.max_w = (model or SimGpuModel()).cap_range_w
+        self.limits = [self.max_w] * n
 
     def count(self) -> int:
         return len(self.limits)
@@ -123,11 +126,13 @@ class PowerCapController:
         self._depth = 0  # `with` nesting of this controller: only the outermost level acts
 
     def describe(self) -> dict[str, Any]:
-        out = {"backend": self.backend, "source": "sim" if self.backend == "simulated" else "nvml",
-               "gpus": {}}
+        gpus: dict[int, dict[str, float]] = {}
+        out: dict[str, Any] = {"backend": self.backend,
+                               "source": "sim" if self.backend == "simulated" else "nvml",
+                               "gpus": gpus}
         for i in self.gpus:
             lo, hi, default = self.dev.constraints(i)
-            out["gpus"][i] = {"limit_w": self.dev.get(i), "min_w": lo, "max_w": hi,
+            gpus[i] = {"limit_w": self.dev.get(i), "min_w": lo, "max_w": hi,
                               "default_w": default}
         return out
 

@@ -20,7 +20,8 @@ SOURCES = ("hf", "kaggle", "http", "path", "generated")
 KINDS = ("dataset", "model")
 
 
-def check_catalogue(entries: list[dict[str, Any]], where: str = "prepare.catalogue") -> list[dict[str, Any]]:
+def check_catalogue(entries: list[dict[str, Any]], where: str = "prepare.catalogue"
+                    ) -> list[dict[str, Any]]:
     """Entries with a clear error naming the first bad key."""
     names = set()
     for i, e in enumerate(entries):
@@ -33,16 +34,19 @@ def check_catalogue(entries: list[dict[str, Any]], where: str = "prepare.catalog
         if e["source"] not in SOURCES:
             raise ValueError(f"{at}.source: expected one of {SOURCES}, got {e['source']!r}")
         if e["source"] != "generated" and not e.get("id"):
-            raise ValueError(f"{at}.id: a {e['source']} source needs an id (repository, slug, URL or path)")
+            raise ValueError(f"{at}.id: a {e['source']} source needs an id (repository, slug, URL "
+                             f"or path)")
         if not isinstance(e["size_bytes"], (int, float)) or e["size_bytes"] <= 0:
-            raise ValueError(f"{at}.size_bytes: expected a positive number, got {e['size_bytes']!r}")
+            raise ValueError(f"{at}.size_bytes: expected a positive number, got "
+                             f"{e['size_bytes']!r}")
         if e["name"] in names:
             raise ValueError(f"{at}.name: {e['name']!r} appears twice")
         names.add(e["name"])
     return entries
 
 
-def generate_artefacts(entries: list[dict[str, Any]], out: str | Path, seed: int = 0) -> dict[str, Any]:
+def generate_artefacts(entries: list[dict[str, Any]], out: str | Path, seed: int = 0
+                       ) -> dict[str, Any]:
     """Random-byte files for the `generated` entries (incompressible, like model weights and
     compressed datasets), with their sha256 in `manifest.json`."""
     out = Path(out)
@@ -59,7 +63,18 @@ def generate_artefacts(entries: list[dict[str, Any]], out: str | Path, seed: int
                 fh.write(block)
                 h.update(block)
                 left -= len(block)
-        manifest[e["name"]] = {"file": f.name, "size_bytes": int(e["size_bytes"]), "sha256": h.hexdigest(),
+        manifest[e["name"]] = {"file": f.name, "size_bytes": int(e["size_bytes"]),
+                               "sha256": h.hexdigest(),
                                "kind": e["kind"]}
     write_text(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
+
+
+def prepare_settings(config_path: str | Path) -> dict[str, Any]:
+    """The config's `prepare` section with its catalogue checked (`check_catalogue`) and the
+    facility settings (`{}` when absent)."""
+    from ..config import load_config
+
+    prep = load_config(config_path).get("prepare", {})
+    return {"catalogue": check_catalogue(prep.get("catalogue", [])),
+            "facility": prep.get("facility", {})}

@@ -47,7 +47,8 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
     """Download `url` to `dest`; returns bytes transferred, seconds, attempts, resumed."""
     dest = Path(dest)
     if dest.is_dir():
-        raise FetchError(f"{dest}: is a directory; give the file's path, e.g. {dest / Path(url).name}")
+        raise FetchError(f"{dest}: is a directory; give the file's path, e.g. "
+                         f"{dest / Path(url).name}")
     if not force and _verified(dest, sha256):
         return {"url": url, "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +92,8 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
                 OSError) as exc:
             if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 kept = part.stat().st_size if part.exists() else 0
-                raise FetchError(f"{url}: disk full writing {part} ({exc.strerror}); {kept} bytes "
+                why = getattr(exc, "strerror", None)
+                raise FetchError(f"{url}: disk full writing {part} ({why}); {kept} bytes "
                                  "kept for resume, nothing promoted: free space and rerun") from exc
             err = exc
         if attempts > retries:
@@ -179,10 +181,10 @@ def fetch_kaggle(dataset: str, dest: str | Path, force: bool = False) -> dict[st
     temporary folder and renamed to `dest` when complete.
 
     Credentials come from the client's standard places (`~/.kaggle/kaggle.json`, or
-    `KAGGLE_USERNAME`/`KAGGLE_KEY`) and are never read or logged here. `KAGGLE_API_ENVIRONMENT=LOCALHOST`
-    (the Kaggle SDK's name for http://localhost) turns on the client's `--local` switch: the tests
-    serve the client's DownloadDataset call on 127.0.0.1:80. `kaggle` is imported
-    only here because importing it authenticates."""
+    `KAGGLE_USERNAME`/`KAGGLE_KEY`) and are never read or logged here.
+    `KAGGLE_API_ENVIRONMENT=LOCALHOST` (the Kaggle SDK's name for http://localhost) turns on the
+    client's `--local` switch: the tests serve the client's DownloadDataset call on 127.0.0.1:80.
+    `kaggle` is imported only here because importing it authenticates."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()) and not force:
         return {"dataset": dataset, "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
@@ -222,3 +224,30 @@ def network_bytes() -> dict[str, int]:
 
     c = psutil.net_io_counters()
     return {"recv": int(c.bytes_recv), "sent": int(c.bytes_sent)}
+
+
+def fetch_artefact(output: str | Path, *, url: str | None = None, hf: str | None = None,
+                   kaggle: str | None = None, path: str | Path | None = None,
+                   kind: str = "dataset", revision: str | None = None,
+                   endpoint: str | None = None, sha256: str | None = None, force: bool = False,
+                   retries: int = 5, server_url: str | None = None) -> dict[str, Any]:
+    """Fetch one artefact from whichever source is given (an HTTP(S) URL, relative to
+    `server_url` when a loopback server serves it; a Hugging Face repository of `kind`; a Kaggle
+    dataset; else a path) to `output`; the client's result with `client` and `direction`."""
+    if url:
+        full = server_url + "/" + url.lstrip("/") if server_url else url
+        r = fetch_http(full, output, sha256=sha256, force=force, retries=retries)
+        r["client"] = "http"
+    elif hf:
+        r = fetch_hf(hf, output, repo_type=kind, revision=revision, endpoint=endpoint, force=force)
+        r["client"] = "huggingface_hub"
+    elif kaggle:
+        r = fetch_kaggle(kaggle, output, force=force)
+        r["client"] = "kaggle"
+    else:
+        if path is None:
+            raise ValueError("fetch: give one source (--url, --hf, --kaggle or --path)")
+        r = fetch_path(path, output, force=force)
+        r["client"] = "copy"
+    r["direction"] = "download"
+    return r

@@ -9,10 +9,12 @@ demo says so in its download rows (`server: loopback`)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 STEP = 64 * 1024
@@ -116,3 +118,14 @@ class ArtefactServer:
     def __exit__(self, *a) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def loopback_server(root: str | Path | None, rate_mbps: float | None, upload: bool = False
+                    ) -> Any:
+    """A context manager: an ArtefactServer serving `root` (with `upload`: storing PUTs in it),
+    rate-limited to `rate_mbps` Mbit/s; without `root` a null context yielding None."""
+    if not root:
+        return contextlib.nullcontext(None)
+    rate = rate_mbps * 1e6 / 8 if rate_mbps else None
+    return ArtefactServer(root=None if upload else root, upload_root=root if upload else None,
+                          rate_bps=rate)

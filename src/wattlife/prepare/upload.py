@@ -8,13 +8,14 @@ The CLI marks each as an `upload` phase."""
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .fetch import FetchError
+from .fetch import FetchError, fetch_path
 
 
 def _files(src: Path) -> list[Path]:
@@ -42,7 +43,8 @@ def upload_http(src: str | Path, url: str, retries: int = 3, backoff_s: float = 
                 break
             except urllib.error.HTTPError as exc:
                 if 400 <= exc.code < 500:
-                    raise FetchError(f"PUT {target}: HTTP {exc.code} {exc.reason} (not retried)") from exc
+                    raise FetchError(f"PUT {target}: HTTP {exc.code} {exc.reason} "
+                                     "(not retried)") from exc
                 err: Exception = exc
             except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
                 err = exc
@@ -71,4 +73,35 @@ def upload_hf(src: str | Path, repo_id: str, repo_type: str = "model",
     except HfHubHTTPError as exc:
         raise FetchError(f"upload to {repo_type} repository {repo_id!r}: {exc}") from exc
     return {"src": str(src), "repo_id": repo_id, "bytes": sum(f.stat().st_size for f in files),
-            "files": len(files), "seconds": time.monotonic() - t0, "commit": getattr(info, "oid", None)}
+            "files": len(files), "seconds": time.monotonic() - t0,
+            "commit": getattr(info, "oid", None)}
+
+
+def last_checkpoint(summary_path: str | Path) -> str:
+    """The last checkpoint a cell's work/summary.json lists (what `--from-summary` uploads)."""
+    ckpts = json.loads(Path(summary_path).read_text()).get("checkpoints") or []
+    if not ckpts:
+        raise FetchError(f"{summary_path}: the cell wrote no checkpoint to upload "
+                         "(run a checkpoint-on cell)")
+    return str(ckpts[-1])
+
+
+def upload_artefact(src: str | Path, *, put: str | None = None, hf: str | None = None,
+                    copy: str | Path | None = None, endpoint: str | None = None,
+                    server_url: str | None = None) -> dict[str, Any]:
+    """Send `src` out by HTTP PUT (to `put`, relative to `server_url` when a loopback server
+    stores it), to a Hugging Face model repository, or as a copy to a path; the client's result
+    with `client` and `direction`."""
+    if put:
+        r = upload_http(src, server_url + "/" + put.lstrip("/") if server_url else put)
+        r["client"] = "http-put"
+    elif hf:
+        r = upload_hf(src, hf, endpoint=endpoint)
+        r["client"] = "huggingface_hub"
+    else:
+        if copy is None:
+            raise ValueError("upload: give one target (--put, --hf or --copy)")
+        r = fetch_path(src, copy, force=True)
+        r["client"] = "copy"
+    r["direction"] = "upload"
+    return r
