@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import device_kind
+from .curves import dram_copy_product
 
 SEGMENTS = ("warmup", "startup", "training", "tail")
 TELEMETRY = ("util_gpu", "util_mem", "dram_active", "sm_active", "tensor_active", "sm_clock_mhz")
@@ -69,6 +70,6 @@ def training_aggregates(trace: pd.DataFrame, segments: pd.DataFrame) -> pd.DataF
         for m in TELEMETRY:
             v = g.loc[g["metric"] == m, "value"]
             row[m] = float(v.mean()) if len(v) else np.nan
-        row["dram_copy_product"] = row["dram_active"] * row["util_mem"] / 100.0
+        row["dram_copy_product"] = dram_copy_product(row["dram_active"], row["util_mem"])
         out.append(row)
     return pd.DataFrame(out)
