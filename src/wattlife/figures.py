@@ -447,8 +447,9 @@ def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
     return _save(fig, out)
 
 
-def draw_all(tables: str | Path, out: str | Path) -> list[Path]:
-    """Every figure whose table exists in `tables`."""
+def draw_all(tables: str | Path, out: str | Path, expect: list[str] | None = None) -> list[Path]:
+    """Every figure whose table exists in `tables` (`wattlife figures`, rule `figures`). With
+    `expect` (figure paths), an error names those not drawn (their tables are missing?)."""
     tables, out = Path(tables), Path(out)
     made: list[Path] = []
 
@@ -478,6 +479,9 @@ def draw_all(tables: str | Path, out: str | Path) -> list[Path]:
             made += fig_pfi_published(s, out / "fig7b_pfi_vs_published")
     if (s := have("allocation_summary.csv")) is not None:
         made += fig_allocation(s, out / "fig8_allocation")
+    missing = [p for p in expect or [] if p not in {str(m) for m in made}]
+    if missing:
+        raise RuntimeError(f"figures not drawn (their tables are missing?): {missing}")
     return made
 
 
@@ -551,41 +555,29 @@ def fig_h200_attribution(ref: Path, out: Path) -> list[Path]:
 
 
 def draw_reference(ref_root: str | Path, out: str | Path) -> list[Path]:
-    """Every figure of the committed reference results, from their CSVs alone (no GPU)."""
-    from .analysis.allocation import simulate_allocation
-    from .analysis.curves import load_curves
-    from .analysis.pfi import pfi_table
+    """Every figure of the committed reference results (no GPU), drawn from tables: the committed
+    CSVs, and the tables `analysis.reference` makes from the raw ones (written under `out`)."""
+    from .analysis.reference import A100_TABLES, H200_EXECUTION_TABLES, write_reference_tables
 
     ref_root, out = Path(ref_root), Path(out)
+    tables = write_reference_tables(ref_root, out)
     made: list[Path] = []
     h200 = ref_root / "h200"
     if (h200 / "sampler" / "accuracy_windows.csv").exists():
         made += fig_h200_sampler(h200 / "sampler", out / "h200_sampler")
     if (h200 / "attribution" / "comparison.csv").exists():
         made += fig_h200_attribution(h200 / "attribution", out / "h200_attribution")
-    cells = sorted((h200 / "execution" / "cells").glob("*/phases.csv"))
-    if cells:
-        from .analysis.aggregate import write_phase_tables
-
-        tables = out / "h200_execution_tables"
-        write_phase_tables(cells, tables)
-        summary = pd.read_csv(tables / "phase_summary.csv")
-        made += fig_phase_energy(summary, out / "h200_fig1_phase_energy_time")
-        made += fig_device_share(pd.read_csv(tables / "device_share.csv"), out / "h200_fig2_device_share")
-    a100 = ref_root / "a100-emerald" / "dvfs_sweep.csv"
-    if a100.exists():
-        curves = load_curves(a100)
-        tables = out / "a100_tables"
-        tables.mkdir(parents=True, exist_ok=True)
-        pfi = pfi_table(curves, n_mc=0)
-        _, summ = simulate_allocation(curves, [0.0, 0.1, 0.2, 0.3, 0.4], n_workloads=100,
-                                      n_jobs=100, seed=0)
-        summ["curves_source"] = "measured"
-        for name, df in (("curves.csv", curves), ("pfi.csv", pfi), ("allocation_summary.csv", summ)):
-            df.to_csv(tables / name, index=False)
-        made += fig_curves(curves, out / "a100_fig6_power_throughput")
-        made += fig_pfi(pfi, None, None, out / "a100_fig7_pfi")
-        made += fig_allocation(summ, out / "a100_fig8_allocation")
+    if f"{H200_EXECUTION_TABLES}/phase_summary.csv" in tables:
+        made += fig_phase_energy(pd.read_csv(tables[f"{H200_EXECUTION_TABLES}/phase_summary.csv"]),
+                                 out / "h200_fig1_phase_energy_time")
+        made += fig_device_share(pd.read_csv(tables[f"{H200_EXECUTION_TABLES}/device_share.csv"]),
+                                 out / "h200_fig2_device_share")
+    if f"{A100_TABLES}/curves.csv" in tables:
+        made += fig_curves(pd.read_csv(tables[f"{A100_TABLES}/curves.csv"]),
+                           out / "a100_fig6_power_throughput")
+        made += fig_pfi(pd.read_csv(tables[f"{A100_TABLES}/pfi.csv"]), None, None, out / "a100_fig7_pfi")
+        made += fig_allocation(pd.read_csv(tables[f"{A100_TABLES}/allocation_summary.csv"]),
+                               out / "a100_fig8_allocation")
     study = ref_root / "pfi-study"
     if (study / "allocation_summary.csv").exists():  # the committed tables of `wattlife pfi-study`
         made += fig_allocation(pd.read_csv(study / "allocation_summary.csv"),
