@@ -25,7 +25,8 @@ def write_reference_tables(ref_root: str | Path, out: str | Path) -> dict[str, P
     `A100_TABLES`); returns {"<folder>/<table>.csv": path}."""
     ref_root, out = Path(ref_root), Path(out)
     written: dict[str, Path] = {}
-    cells = sorted((ref_root / "h200" / "execution" / "cells").glob("*/phases.csv"))
+    cells: list[str | Path] = sorted(
+        (ref_root / "h200" / "execution" / "cells").glob("*/phases.csv"))
     if cells:
         from .aggregate import write_phase_tables
 

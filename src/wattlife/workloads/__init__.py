@@ -16,7 +16,8 @@ def train_from_config(cfg: dict[str, Any], workload: str, storage: str, checkpoi
     shared_root = Path(cfg["storage"]["shared"])
     local_root = Path(cfg["storage"]["local"])
     data_root = shared_root / spec["dataset"]
-    ckpt_root = (shared_root if spec.get("checkpoint_to", storage) == "shared" else local_root) / "checkpoints"
+    ckpt_to = spec.get("checkpoint_to", storage)
+    ckpt_root = (shared_root if ckpt_to == "shared" else local_root) / "checkpoints"
     workdir = Path(workdir)
     if spec["kind"] == "image_classification":
         from .image import train_image

@@ -28,10 +28,11 @@ dense MLP projections (gate/up/down) where the model has dense MLPs, and — `lo
 true, where the installed PEFT has `target_parameters` — the routed experts' fused weights
 (`experts.gate_up_proj`, `experts.down_proj`: one rank-r adapter per expert). The router and the
 embeddings carry none. The summary lists them (`lora_target_modules`, `lora_target_parameters`).
-Its checkpoints hold only the adapters and their optimizer state. Under torchrun with `fsdp: true` the model is sharded (FSDP2
-`fully_shard`, one unit per decoder layer) and, with `activation_checkpointing`, the decoder layers
-recompute their activations; otherwise DDP. `grad_sync: explicit` all-reduces gradients after
-backward as its own phase (DDP only; FSDP's reduce-scatter stays inside backward).
+Its checkpoints hold only the adapters and their optimizer state. Under torchrun with
+`fsdp: true` the model is sharded (FSDP2 `fully_shard`, one unit per decoder layer) and, with
+`activation_checkpointing`, the decoder layers recompute their activations; otherwise DDP.
+`grad_sync: explicit` all-reduces gradients after backward as its own phase (DDP only; FSDP's
+reduce-scatter stays inside backward).
 
 MFU = achieved model FLOP/s / peak. Per token: 2 N_active (forward) + 2 N_active (backward, input
 gradients) + 2 N_trained (backward, weight gradients) + 12 L s H_attn (attention scores and values,
@@ -114,8 +115,8 @@ def experts_implementation(spec: dict[str, Any], device) -> str:
     config, `auto` = `grouped_mm` on CUDA, `eager` elsewhere (the CPU path the tests run)."""
     want = str(spec.get("experts_implementation", "auto"))
     if want not in EXPERTS_IMPLEMENTATIONS:
-        raise ValueError(f"experts_implementation: expected one of {list(EXPERTS_IMPLEMENTATIONS)}, "
-                         f"got {want!r}")
+        raise ValueError(f"experts_implementation: expected one of "
+                         f"{list(EXPERTS_IMPLEMENTATIONS)}, got {want!r}")
     if want == "auto":
         return "grouped_mm" if getattr(device, "type", str(device)) == "cuda" else "eager"
     return want
@@ -131,7 +132,8 @@ def _has_experts_backends() -> bool:
 
 
 def model_vocab(tokenizer_len: int, multiple: int = 64) -> int:
-    """The vocabulary a random-init model is built with: the tokenizer's, rounded up to `multiple`."""
+    """The vocabulary a random-init model is built with: the tokenizer's, rounded up to
+    `multiple`."""
     if multiple < 1:
         raise ValueError(f"vocab_multiple: expected an integer >= 1, got {multiple}")
     return -(-int(tokenizer_len) // multiple) * multiple
@@ -211,11 +213,13 @@ def attention_flops_per_token(cfg, seq_len: int) -> float:
     most their window; MLA's query/key and value head sizes may differ)."""
     heads = cfg.num_attention_heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    qk = (getattr(cfg, "qk_nope_head_dim", 0) or 0) + (getattr(cfg, "qk_rope_head_dim", 0) or 0) or hd
+    qk = ((getattr(cfg, "qk_nope_head_dim", 0) or 0) + (getattr(cfg, "qk_rope_head_dim", 0) or 0)
+          or hd)
     v = getattr(cfg, "v_head_dim", None) or hd
     window = getattr(cfg, "sliding_window", None)
     types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
-    s_eff = [min(seq_len, window) if (t == "sliding_attention" and window) else seq_len for t in types]
+    s_eff = [min(seq_len, window) if (t == "sliding_attention" and window) else seq_len
+             for t in types]
     return float(sum(6.0 * s * heads * (qk + v) for s in s_eff))
 
 
@@ -273,7 +277,8 @@ def train_causal_lm(spec: dict[str, Any], data_root: Path, storage: str, local_r
         loader, sampler = _loader(blocks, spec, dist, device)
 
     fsdp = built.fsdp
-    explicit_sync = dist.world > 1 and not fsdp and spec.get("grad_sync", "overlapped") == "explicit"
+    explicit_sync = (dist.world > 1 and not fsdp
+                     and spec.get("grad_sync", "overlapped") == "explicit")
     items = int(spec["batch_size"]) * seq
     summary.train_items = len(blocks) * seq
     ckpt_dir = checkpoint_dir(ckpt_root, workdir)
@@ -313,10 +318,12 @@ def train_causal_lm(spec: dict[str, Any], data_root: Path, storage: str, local_r
         summary.last_loss = float(result.last_loss.detach())
         thr, thr_wall = summary.throughput(), summary.throughput_wall()
         extra = {"model_source": built.source, "model_type": cfg.model_type, "task": task,
-                 **built.counts, "flops_per_token": fpt, "seq_len": seq, "tokenizer_vocab": len(tok),
+                 **built.counts, "flops_per_token": fpt, "seq_len": seq,
+                 "tokenizer_vocab": len(tok),
                  "vocab_size": int(model_vocab_size(model)),
                  "experts_impl": built.experts_used or "none", "compile": bool(spec.get("compile")),
-                 "compile_mode": spec.get("compile_mode") or ("default" if spec.get("compile") else None),
+                 "compile_mode": spec.get("compile_mode")
+                 or ("default" if spec.get("compile") else None),
                  **built.lora_info,
                  "tflops_per_gpu": thr * fpt / dist.world / 1e12 if thr else None,
                  "mfu": (thr * fpt / (peak * dist.world)) if thr and peak else None,
@@ -332,7 +339,8 @@ def _model_config_for(spec: dict[str, Any], device: Any) -> tuple[Any, str | Non
     """The workload's transformers config (`model_config` with `model_overrides` applied) and the
     experts backend to build it with (None: dense, or transformers < 5's per-expert loop only)."""
     cfg = model_config(spec.get("model_config", "qwen3-tiny"))
-    for key, value in (spec.get("model_overrides") or {}).items():  # e.g. fewer layers to fit one GPU
+    # e.g. fewer layers to fit one GPU
+    for key, value in (spec.get("model_overrides") or {}).items():
         if not hasattr(cfg, key):
             raise ValueError(f"model_overrides.{key}: {cfg.model_type} configs have no such field")
         setattr(cfg, key, value)
@@ -364,6 +372,7 @@ def _build_model(spec: dict[str, Any], cfg: Any, experts: str | None, tok: Any,
 
     dtype = torch.bfloat16 if spec.get("precision", "bf16") == "bf16" else torch.float32
     backend = {"experts_implementation": experts} if experts else {}
+    model: Any  # the transformers model, then wrapped (PEFT, DDP, compile)
     if pretrained is not None and (pretrained / "config.json").exists():
         model = AutoModelForCausalLM.from_pretrained(str(pretrained), dtype=dtype,
                                                      attn_implementation=_attn(cfg), **backend)
@@ -402,7 +411,8 @@ def _build_model(spec: dict[str, Any], cfg: Any, experts: str | None, tok: Any,
 
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     if spec.get("compile"):
-        model = torch.compile(model, **({"mode": spec["compile_mode"]} if spec.get("compile_mode") else {}))
+        mode = {"mode": spec["compile_mode"]} if spec.get("compile_mode") else {}
+        model = torch.compile(model, **mode)
     return _BuiltModel(model, cfg, source, experts_used, lora_info, counts, fsdp)
 
 
@@ -412,9 +422,9 @@ def _loader(blocks, spec: dict[str, Any], dist, device):
 
     bs = int(spec["batch_size"])
     if len(blocks) < bs * dist.world:
-        raise ValueError(f"only {len(blocks)} packed blocks of {blocks.shape[1]} tokens for batch size "
-                         f"{bs} x {dist.world} ranks: use more data or a shorter seq_len")
-    sampler = None
+        raise ValueError(f"only {len(blocks)} packed blocks of {blocks.shape[1]} tokens for batch "
+                         f"size {bs} x {dist.world} ranks: use more data or a shorter seq_len")
+    sampler: Any = None
     if dist.world > 1:
         from torch.utils.data.distributed import DistributedSampler
 
@@ -450,13 +460,15 @@ def _base(model):
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
-def lora_plan(model, spec: dict[str, Any], peft_has_target_parameters: bool) -> dict[str, list[str]]:
+def lora_plan(model, spec: dict[str, Any],
+              peft_has_target_parameters: bool) -> dict[str, list[str]]:
     """Which modules and parameters get LoRA adapters (see the module docstring): the attention
     and dense-MLP Linear layers the model has (`lora_targets` overrides), and the routed experts'
     fused weights when `lora_experts` (default true) and PEFT can target parameters."""
     import torch
 
-    linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+              if isinstance(m, torch.nn.Linear)}
     modules = list(spec.get("lora_targets") or [t for t in LORA_TARGETS if t in linear])
     params: list[str] = []
     if spec.get("lora_experts", True) and peft_has_target_parameters:
@@ -479,33 +491,34 @@ def _with_lora(model, spec: dict[str, Any]):
     from peft import LoraConfig, get_peft_model
 
     has_tp = "target_parameters" in inspect.signature(LoraConfig).parameters
-    plan = lora_plan(model, spec, has_tp)
+    plan: dict[str, Any] = lora_plan(model, spec, has_tp)
     r = int(spec.get("lora_rank", 32))
-    kw = {"target_parameters": plan["lora_target_parameters"]} if plan["lora_target_parameters"] else {}
-    peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=int(spec.get("lora_alpha", 2 * r)),
-                                                  lora_dropout=0.0,
-                                                  target_modules=plan["lora_target_modules"],
-                                                  task_type="CAUSAL_LM", **kw))
+    targets = plan["lora_target_parameters"]
+    extra: dict[str, Any] = {"target_parameters": targets} if targets else {}
+    lora = LoraConfig(r=r, lora_alpha=int(spec.get("lora_alpha", 2 * r)), lora_dropout=0.0,
+                      target_modules=plan["lora_target_modules"], task_type="CAUSAL_LM", **extra)
+    peft_model = get_peft_model(model, lora)
     if not has_tp and spec.get("lora_experts", True) and any(
             n.endswith(".experts") for n, _ in model.named_modules()):
         plan["lora_note"] = "installed PEFT has no target_parameters: the experts carry no adapters"
     return peft_model, {**plan, "lora_rank": r}
 
 
-def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_only: bool = False) -> Path:
+def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool,
+          adapters_only: bool = False) -> Path:
     """Model (or, for LoRA, only the adapters) and optimizer state; returns the checkpoint's path.
     FSDP: sharded, with torch.distributed.checkpoint: each rank writes its own shard of the model
     and optimizer state (`model.dcp/__<rank>_0.distcp` + `.metadata`), no rank ever gathers the
     full state (a 70B model's would not fit one host). Otherwise rank 0 writes `model.pt`."""
     import shutil
 
-    import torch
 
     if fsdp:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        weights, optim = get_state_dict(model, opt)  # this rank's shards (DTensors), nothing gathered
+        # this rank's shards (DTensors), nothing gathered
+        weights, optim = get_state_dict(model, opt)
         if adapters_only:
             weights = {k: v for k, v in weights.items() if "lora_" in k}
         final, tmp = ckpt_dir / "model.dcp", ckpt_dir / "model.dcp.tmp"
@@ -514,8 +527,9 @@ def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_o
         barrier(dist)
         dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=str(tmp))
         if dist.rank == 0:
-            (tmp / "wattlife.json").write_text(json.dumps({"step": step_no, "adapters_only": adapters_only,
-                                                           "world_size": dist.world, "format": "dcp"}))
+            info = {"step": step_no, "adapters_only": adapters_only, "world_size": dist.world,
+                    "format": "dcp"}
+            (tmp / "wattlife.json").write_text(json.dumps(info))
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -553,9 +567,10 @@ def load_checkpoint(model, opt, path: Path, fsdp: bool) -> dict[str, Any]:
         weights, optim = get_state_dict(model, opt)
         if info["adapters_only"]:
             weights = {k: v for k, v in weights.items() if "lora_" in k}
-        state = {"model": weights, "optimizer": optim}
+        state: dict[str, Any] = {"model": weights, "optimizer": optim}
         dcp.load(state, checkpoint_id=str(path))
-        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+        set_state_dict(model, opt, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"],
                        options=StateDictOptions(strict=not info["adapters_only"]))
         return info
     state = torch.load(path, map_location="cpu", weights_only=False)

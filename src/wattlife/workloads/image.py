@@ -46,15 +46,15 @@ def _dataset(root: Path, train: bool, size: int):
 
     norm = transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
     if train:
-        tf = transforms.Compose([transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip(),
-                                 transforms.ToTensor(), norm])
+        tf = transforms.Compose([transforms.RandomResizedCrop(size),
+                                 transforms.RandomHorizontalFlip(), transforms.ToTensor(), norm])
     else:
-        tf = transforms.Compose([transforms.Resize(int(size * 256 / 224)), transforms.CenterCrop(size),
-                                 transforms.ToTensor(), norm])
+        tf = transforms.Compose([transforms.Resize(int(size * 256 / 224)),
+                                 transforms.CenterCrop(size), transforms.ToTensor(), norm])
     split = root / ("train" if train else "val")
     if not split.is_dir():
-        raise FileNotFoundError(f"dataset split {split} does not exist (expected an ImageNet-layout "
-                                "tree: train/<class>/*.JPEG, val/<class>/*.JPEG)")
+        raise FileNotFoundError(f"dataset split {split} does not exist (expected an "
+                                "ImageNet-layout tree: train/<class>/*.JPEG, val/<class>/*.JPEG)")
 
     def guarded(img):
         return None if img is None else tf(img)
@@ -69,7 +69,7 @@ def _collate(batch):
     skipped = len(batch) - len(kept)
     if not kept:
         return None, None, skipped
-    xs, ys = zip(*kept)
+    xs, ys = zip(*kept, strict=True)
     return torch.stack(xs), torch.tensor(ys), skipped
 
 
@@ -97,7 +97,7 @@ def train_image(spec: dict[str, Any], data_root: Path, storage: str, local_root:
         opt = torch.optim.SGD(model.parameters(), lr=spec.get("lr", 0.1), momentum=0.9,
                               weight_decay=1e-4)
 
-    sampler = None
+    sampler: Any = None
     if dist.world > 1:
         from torch.utils.data.distributed import DistributedSampler
 
@@ -109,10 +109,11 @@ def train_image(spec: dict[str, Any], data_root: Path, storage: str, local_root:
         persistent_workers=workers > 0, collate_fn=_collate,
         prefetch_factor=spec.get("prefetch", 2) if workers > 0 else None)
     if len(loader) == 0:
-        raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), fewer "
-                         f"than one batch of {spec['batch_size']}; use more images or a smaller batch")
-    val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec["batch_size"], num_workers=workers,
-                                             collate_fn=_collate)
+        raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
+                         f"fewer than one batch of {spec['batch_size']}; use more images or a "
+                         "smaller batch")
+    val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec["batch_size"],
+                                             num_workers=workers, collate_fn=_collate)
     amp = spec.get("precision", "bf16") == "bf16"
     explicit_sync = dist.world > 1 and spec.get("grad_sync", "overlapped") == "explicit"
     ckpt_path = checkpoint_dir(ckpt_root, workdir) / "model.pt"
@@ -145,7 +146,8 @@ def train_image(spec: dict[str, Any], data_root: Path, storage: str, local_root:
         validate=lambda: _validate(model, val_loader, device, amp, spec.get("val_steps", 0)),
         save=save if checkpoint and dist.rank == 0 else None)  # rank 0 holds the whole model
     summary.last_loss = float(result.last_loss.detach()) if result.last_loss is not None else None
-    summary.write(unit="images", extra={"epochs_started": result.epochs_started, "classes": n_classes})
+    summary.write(unit="images",
+                  extra={"epochs_started": result.epochs_started, "classes": n_classes})
     return 0
 
 

@@ -72,6 +72,7 @@ class Summary:
         if self.dist.rank == 0:
             self.workdir.mkdir(parents=True, exist_ok=True)
             (self.workdir / "summary.json").write_text(json.dumps(doc, indent=2))
-        print(json.dumps({k: doc[k] for k in ("steps", "throughput", "throughput_unit",
-                                              "throughput_basis", "throughput_wall", "skipped_items")}))
+        shown = ("steps", "throughput", "throughput_unit", "throughput_basis", "throughput_wall",
+                 "skipped_items")
+        print(json.dumps({k: doc[k] for k in shown}))
         return doc

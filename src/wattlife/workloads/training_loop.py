@@ -133,7 +133,8 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
     from tqdm import tqdm
 
     model.train()
-    bar = tqdm(total=schedule.steps, desc="train", unit="step", disable=dist.rank != 0, mininterval=2)
+    bar = tqdm(total=schedule.steps, desc="train", unit="step", disable=dist.rank != 0,
+               mininterval=2)
     eval_at, ckpt_at = schedule.eval_at_s, schedule.ckpt_at_s
     t_start = time.monotonic()
     done, last_loss, stop = 0, None, False
@@ -152,7 +153,8 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
         do_ckpt = trained and save is not None and (
             (elapsed >= ckpt_at) if ckpt_at is not None
             else bool(schedule.ckpt_every and done % schedule.ckpt_every == 0))
-        stop = done >= schedule.steps or (bool(schedule.duration_s) and elapsed >= schedule.duration_s)
+        stop = done >= schedule.steps or (bool(schedule.duration_s)
+                                          and elapsed >= schedule.duration_s)
         if schedule.timed and dist.world > 1:  # ranks' clocks differ: all act on the same decision
             stop, do_eval, do_ckpt = agree_across_ranks((stop, do_eval, do_ckpt), device)
         if do_eval and validate is not None:
