@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..markers import phase
-from .cell import checkpoint_dir, start_cell
+from .cell import Dist, checkpoint_dir, start_cell
 from .training_loop import (
     Batches,
     Schedule,
@@ -97,27 +97,10 @@ def train_image(spec: dict[str, Any], data_root: Path, storage: str, local_root:
         opt = torch.optim.SGD(model.parameters(), lr=spec.get("lr", 0.1), momentum=0.9,
                               weight_decay=1e-4)
 
-    sampler: Any = None
-    if dist.world > 1:
-        from torch.utils.data.distributed import DistributedSampler
-
-        sampler = DistributedSampler(train_ds, dist.world, dist.rank, shuffle=True)
-    workers = int(spec.get("workers", 2))
-    loader = torch.utils.data.DataLoader(
-        train_ds, batch_size=spec["batch_size"], shuffle=sampler is None, sampler=sampler,
-        num_workers=workers, pin_memory=device.type == "cuda", drop_last=True,
-        persistent_workers=workers > 0, collate_fn=_collate,
-        prefetch_factor=spec.get("prefetch", 2) if workers > 0 else None)
-    if len(loader) == 0:
-        raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
-                         f"fewer than one batch of {spec['batch_size']}; use more images or a "
-                         "smaller batch")
-    val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec["batch_size"],
-                                             num_workers=workers, collate_fn=_collate)
+    batches, val_loader = _loaders(train_ds, val_ds, spec, dist, device, root)
     amp = spec.get("precision", "bf16") == "bf16"
     explicit_sync = dist.world > 1 and spec.get("grad_sync", "overlapped") == "explicit"
     ckpt_path = checkpoint_dir(ckpt_root, workdir) / "model.pt"
-    batches = Batches(loader, sampler)
 
     def train_step() -> tuple[float, Any] | None:
         x, y, skipped = batches.next()
@@ -149,6 +132,32 @@ def train_image(spec: dict[str, Any], data_root: Path, storage: str, local_root:
     summary.write(unit="images",
                   extra={"epochs_started": result.epochs_started, "classes": n_classes})
     return 0
+
+
+def _loaders(train_ds, val_ds, spec: dict[str, Any], dist: Dist, device: Any,
+             root: Path) -> tuple[Batches, Any]:
+    """The training batches (shuffled; a DistributedSampler under torchrun; an epoch ends before
+    an incomplete batch) and the validation loader."""
+    import torch
+
+    sampler: Any = None
+    if dist.world > 1:
+        from torch.utils.data.distributed import DistributedSampler
+
+        sampler = DistributedSampler(train_ds, dist.world, dist.rank, shuffle=True)
+    workers = int(spec.get("workers", 2))
+    loader = torch.utils.data.DataLoader(
+        train_ds, batch_size=spec["batch_size"], shuffle=sampler is None, sampler=sampler,
+        num_workers=workers, pin_memory=device.type == "cuda", drop_last=True,
+        persistent_workers=workers > 0, collate_fn=_collate,
+        prefetch_factor=spec.get("prefetch", 2) if workers > 0 else None)
+    if len(loader) == 0:
+        raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
+                         f"fewer than one batch of {spec['batch_size']}; use more images or a "
+                         "smaller batch")
+    val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec["batch_size"],
+                                             num_workers=workers, collate_fn=_collate)
+    return Batches(loader, sampler), val_loader
 
 
 def _validate(model, loader, device, amp: bool, max_steps: int) -> float:
