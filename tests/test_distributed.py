@@ -90,7 +90,7 @@ def test_fsdp_causal_lm_on_two_gloo_ranks(tmp_path, env_path, task):
 SHARDED_ROUNDTRIP = """
 import os, sys, torch, torch.distributed as td
 from torch.distributed.fsdp import fully_shard
-from wattlife.workloads.common import Dist
+from wattlife.workloads.cell import Dist
 from wattlife.workloads.causal_lm import _save, load_checkpoint
 td.init_process_group("gloo")
 d = Dist(td.get_rank(), td.get_rank(), td.get_world_size())

@@ -29,7 +29,8 @@ def test_trainer_callback_marks_steps_forward_backward_optimizer(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
     markers.configure(tmp_path / "e.csv")
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=16))
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64,
+                                       n_positions=16))
     data = [{"input_ids": torch.randint(0, 64, (16,)), "labels": torch.randint(0, 64, (16,))}
             for _ in range(12)]
     args = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,

@@ -3,14 +3,18 @@
 import pandas as pd
 import pytest
 
-from wattlife.analysis.performance import (PERFORMANCE_COLUMNS, performance_table,
-                                           step_throughput_from_events)
+from wattlife.analysis.performance import (
+    PERFORMANCE_COLUMNS,
+    performance_table,
+    step_throughput_from_events,
+)
 
 
 def _events(durations_s, items=100.0):
     t, rows = 0, []
     for d in durations_s:
-        rows.append({"phase": "step", "rank": 0, "start_ns": t, "end_ns": t + int(d * 1e9), "items": items})
+        rows.append({"phase": "step", "rank": 0, "start_ns": t, "end_ns": t + int(d * 1e9),
+                     "items": items})
         rows.append({"phase": "forward", "rank": 0, "start_ns": t, "end_ns": t + 1, "items": None})
         t += int(d * 1e9) + int(5e9)  # a pause between steps is in no step
     return pd.DataFrame(rows)
@@ -25,14 +29,16 @@ def test_step_throughput_leaves_out_warmup_and_pauses():
 
 def test_every_row_names_its_basis():
     new = {"task": "pretrain", "compile": True, "experts_impl": "grouped_mm", "throughput": 80.0,
-           "throughput_basis": "step", "throughput_wall": 20.0, "throughput_unit": "tokens/s (all ranks)",
+           "throughput_basis": "step", "throughput_wall": 20.0,
+           "throughput_unit": "tokens/s (all ranks)",
            "mfu": 0.4, "mfu_wall": 0.1, "experts": 8}
     rerun = {"task": "lora", "throughput": 50.0, "throughput_window": 40.0, "mfu": 0.2,
              "throughput_unit": "tokens/s (all ranks)"}
     # written before pauses left the step clock: its throughput is the `wall` one
     old = {"task": "pretrain", "throughput": 50.0, "mfu": 0.25, "experts": 8,
            "throughput_unit": "tokens/s (all ranks)"}
-    df = performance_table([("a", "m", new), ("b", "m", rerun), ("c", "m", old, _events([1, 1, 1, 1, 1]))])
+    df = performance_table([("a", "m", new), ("b", "m", rerun),
+                            ("c", "m", old, _events([1, 1, 1, 1, 1]))])
     assert list(df.columns) == PERFORMANCE_COLUMNS
     assert set(df["basis"]) == {"step", "wall"} and df["throughput_unit"].eq("tokens/s").all()
     a = df[df["run"] == "a"].set_index("basis")
@@ -42,7 +48,8 @@ def test_every_row_names_its_basis():
     assert b.loc["wall", "throughput"] == 40 and b.loc["wall", "mfu"] == pytest.approx(0.16)
     c = df[df["run"] == "c"].set_index("basis")
     assert c.loc["wall", "throughput"] == 50 and c.loc["step", "throughput"] == pytest.approx(100)
-    assert c.loc["step", "mfu"] == pytest.approx(0.5) and c.loc["step", "experts_impl"] == "unrecorded"
+    assert c.loc["step", "mfu"] == pytest.approx(0.5)
+    assert c.loc["step", "experts_impl"] == "unrecorded"
     # without events an old summary gives only its `wall` row
     assert list(performance_table([("c", "m", old)])["basis"]) == ["wall"]
 

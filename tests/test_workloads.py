@@ -85,16 +85,17 @@ def test_causal_lm_trains_tiny_qwen3_with_a_local_tokenizer_and_checkpoints(tmp_
 
     make_text_corpus(tmp_path / "shared" / "wikitext", n_words=30_000)
     cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
-           "workloads": {"q": {"kind": "causal_lm", "dataset": "wikitext", "model_config": "qwen3-tiny",
-                               "device": "cpu", "precision": "fp32", "seq_len": 64, "batch_size": 4,
-                               "steps": 6, "val_every": 3, "val_steps": 1, "ckpt_every": 3,
+           "workloads": {"q": {"kind": "causal_lm", "dataset": "wikitext",
+                               "model_config": "qwen3-tiny", "device": "cpu", "precision": "fp32",
+                               "seq_len": 64, "batch_size": 4, "steps": 6, "val_every": 3,
+                               "val_steps": 1, "ckpt_every": 3,
                                "tokenizer_vocab": 512}}}
     markers.configure(tmp_path / "events.csv", run_id="q")
     assert train_from_config(cfg, "q", "local", True, tmp_path / "work") == 0
     markers.reset()
     ev = read_events(tmp_path / "events.csv")
-    want = {"stage_copy", "setup", "model_load", "tokenize", "data_load", "h2d", "forward", "backward",
-            "optimizer", "validation", "checkpoint", "step", "finalize"}
+    want = {"stage_copy", "setup", "model_load", "tokenize", "data_load", "h2d", "forward",
+            "backward", "optimizer", "validation", "checkpoint", "step", "finalize"}
     assert want <= set(ev["phase"])
     assert set(ev.loc[ev["phase"] == "step", "items"]) == {4 * 64.0}
     s = json.loads((tmp_path / "work" / "summary.json").read_text())
@@ -107,7 +108,8 @@ def test_causal_lm_trains_tiny_qwen3_with_a_local_tokenizer_and_checkpoints(tmp_
 
     c = model_config("qwen3-tiny")
     # the model's vocabulary is the tokenizer's, rounded up to a multiple of 64
-    assert s["vocab_size"] == -(-s["tokenizer_vocab"] // 64) * 64 and s["vocab_size"] != c.vocab_size
+    assert s["vocab_size"] == -(-s["tokenizer_vocab"] // 64) * 64
+    assert s["vocab_size"] != c.vocab_size
     c.vocab_size = s["vocab_size"]
     Qwen3ForCausalLM(c).load_state_dict(state["model"])
     assert state["step"] == 6 and "state" in state["optimizer"]
@@ -211,8 +213,13 @@ def test_experts_backend_vocab_and_lora_plan_from_config():
     import torch
     from transformers import AutoModelForCausalLM
 
-    from wattlife.workloads.causal_lm import (experts_implementation, is_moe, lora_plan,
-                                              model_config, model_vocab)
+    from wattlife.workloads.causal_lm import (
+        experts_implementation,
+        is_moe,
+        lora_plan,
+        model_config,
+        model_vocab,
+    )
 
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert experts_implementation({}, cuda) == "grouped_mm"
@@ -231,9 +238,10 @@ def test_experts_backend_vocab_and_lora_plan_from_config():
     assert lora_plan(moe, {"lora_targets": ["q_proj"]}, True)["lora_target_modules"] == ["q_proj"]
 
 
-@pytest.mark.parametrize("model, impl", [("qwen3-moe-tiny", "grouped_mm"), ("qwen3-moe-tiny", "auto"),
-                                         ("qwen3-tiny", "auto")])
-def test_causal_lm_summary_names_backend_compile_vocab_and_basis(tmp_path, monkeypatch, model, impl):
+@pytest.mark.parametrize("model, impl", [("qwen3-moe-tiny", "grouped_mm"),
+                                         ("qwen3-moe-tiny", "auto"), ("qwen3-tiny", "auto")])
+def test_causal_lm_summary_names_backend_compile_vocab_and_basis(tmp_path, monkeypatch, model,
+                                                                  impl):
     """The summary records the experts backend the model runs, whether it was compiled, the
     tokenizer-sized vocabulary and each throughput's basis; every second is in a named phase."""
     import torch

@@ -57,7 +57,7 @@ KIND_PHASES = {
     "image_classification": ["model_load", "step"],
     "causal_lm": ["tokenize", "model_load", "step"],
 }
-#: phases every `step` of a workload kind contains (workloads/*.py, common.backward_and_step)
+#: phases every `step` of a workload kind contains (workloads/*.py, training_loop.backward_and_step)
 KIND_STEP_CHILDREN = {
     "image_classification": ["data_load", "h2d", "forward", "backward", "optimizer"],
     "causal_lm": ["data_load", "h2d", "forward", "backward", "optimizer"],

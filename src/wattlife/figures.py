@@ -20,11 +20,12 @@ from .contracts import LIFECYCLE_PHASES, UNATTRIBUTED  # noqa: E402
 
 SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measured",
                 "simulated/calibrated": "SIMULATED (calibrated to published PFIs)",
-                "nvml-samples": "measured (NVML samples)", "nvml-counter": "measured (NVML counter)",
+                "nvml-samples": "measured (NVML samples)",
+                "nvml-counter": "measured (NVML counter)",
                 "nvml-poll": "measured (NVML)", "rapl": "measured (RAPL)"}
 PHASE_ORDER = (["idle_baseline", "process_startup"] + LIFECYCLE_PHASES[:3] + ["tokenize"]
                + LIFECYCLE_PHASES[3:] + ["step", "process_exit", UNATTRIBUTED])
-_PALETTE = dict(zip(PHASE_ORDER, sns.color_palette("tab20", len(PHASE_ORDER))))
+_PALETTE = dict(zip(PHASE_ORDER, sns.color_palette("tab20", len(PHASE_ORDER)), strict=True))
 
 
 def style() -> None:
@@ -86,35 +87,38 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
     style()
     cells = summary.drop_duplicates(["workload", "storage", "checkpoint"])
     pick = []
-    for w, g in cells.groupby("workload"):
+    for _, g in cells.groupby("workload"):
         pref = g[(g["storage"] == "shared") & (g["checkpoint"] == "on")]
         pick.append((pref if len(pref) else g).iloc[0][["workload", "storage", "checkpoint"]])
     pick = pd.DataFrame(pick)
     fig, axes = plt.subplots(len(pick), 2, figsize=(12, 1.2 + 0.42 * 14 * len(pick)),
                              squeeze=False)
-    for row, (_, c) in enumerate(pick.iterrows()):
-        d = summary[(summary["workload"] == c["workload"]) & (summary["storage"] == c["storage"])
-                    & (summary["checkpoint"] == c["checkpoint"])]
-        order = _phase_sort(d["phase"])
-        e = d.pivot_table(index="phase", columns="device_kind", values="energy_j", aggfunc="sum")
-        e = e.reindex(order).fillna(0) / 1000.0
-        lo = d.groupby("phase")["energy_lo_j"].sum().reindex(order) / 1000.0
-        hi = d.groupby("phase")["energy_hi_j"].sum().reindex(order) / 1000.0
+    for row, (_, cell) in enumerate(pick.iterrows()):
+        rows = summary[(summary["workload"] == cell["workload"])
+                       & (summary["storage"] == cell["storage"])
+                       & (summary["checkpoint"] == cell["checkpoint"])]
+        order = _phase_sort(rows["phase"])
+        energy = rows.pivot_table(index="phase", columns="device_kind", values="energy_j",
+                                  aggfunc="sum")
+        energy = energy.reindex(order).fillna(0) / 1000.0
+        lo = rows.groupby("phase")["energy_lo_j"].sum().reindex(order) / 1000.0
+        hi = rows.groupby("phase")["energy_hi_j"].sum().reindex(order) / 1000.0
         ax = axes[row, 0]
         left = np.zeros(len(order))
         for kind, color in (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f")):
-            if kind in e.columns:
-                ax.barh(order, e[kind], left=left, color=color, label=kind.upper())
-                left += e[kind].to_numpy()
-        tot = e.sum(axis=1).to_numpy()
+            if kind in energy.columns:
+                ax.barh(order, energy[kind], left=left, color=color, label=kind.upper())
+                left += energy[kind].to_numpy()
+        tot = energy.sum(axis=1).to_numpy()
         ax.errorbar(tot, order, xerr=[np.clip(tot - lo.fillna(0).to_numpy(), 0, None),
                                       np.clip(hi.fillna(0).to_numpy() - tot, 0, None)],
                     fmt="none", ecolor="black", capsize=2, lw=0.8)
         ax.invert_yaxis()
-        ax.set_xlabel(f"energy (kJ) — {source_words(d)}")
-        ax.set_title(f"{c['workload']} — storage {c['storage']}, checkpoint {c['checkpoint']}")
+        ax.set_xlabel(f"energy (kJ) — {source_words(rows)}")
+        ax.set_title(f"{cell['workload']} — storage {cell['storage']}, "
+                     f"checkpoint {cell['checkpoint']}")
         ax.legend(loc="best", title="device")
-        t = d.groupby("phase")["time_s"].max().reindex(order).fillna(0)
+        t = rows.groupby("phase")["time_s"].max().reindex(order).fillna(0)
         ax2 = axes[row, 1]
         ax2.barh(order, t, color=[_PALETTE.get(p, "#999999") for p in order])
         ax2.invert_yaxis()
@@ -139,7 +143,7 @@ def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
     for kind, color in (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f")):
         if kind in pv.columns:
             ax.bar(pv.index, pv[kind], bottom=bottom, color=color, label=kind.upper())
-            for x, (b, v) in enumerate(zip(bottom, pv[kind])):
+            for x, (b, v) in enumerate(zip(bottom, pv[kind], strict=True)):
                 if v > 4:
                     ax.text(x, b + v / 2, f"{v:.0f}%", ha="center", va="center", color="white",
                             fontsize=9)
@@ -163,7 +167,8 @@ def fig_storage_checkpoint(deltas: pd.DataFrame, out: Path) -> list[Path]:
     for r, w in enumerate(workloads):
         g = d[d["workload"] == w]
         order = _phase_sort(g["phase"])
-        panels = (("d_energy_j", f"Δ energy (J), GPU + CPU {source_tag(deltas)}", "energy"), ("d_time_s", "Δ time (s) — measured wall time", "time"))
+        panels = (("d_energy_j", f"Δ energy (J), GPU + CPU {source_tag(deltas)}", "energy"),
+                  ("d_time_s", "Δ time (s) — measured wall time", "time"))
         for c, (col, label, what) in enumerate(panels):
             ax = axes[r, c]
             sns.barplot(data=g, y="phase", x=col, hue="cell", order=order, ax=ax, orient="h")
@@ -190,7 +195,7 @@ def fig_downloads(rows: pd.DataFrame, fit: pd.DataFrame, out: Path) -> list[Path
     d["what"] = np.where(d["direction"] == "upload", "upload", d["kind"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     kinds = sorted(d["device_kind"].unique())
-    colors = dict(zip(["gpu", "cpu", "dram"], ["#2a7ab9", "#e08a2c", "#7f7f7f"]))
+    colors = dict(zip(["gpu", "cpu", "dram"], ["#2a7ab9", "#e08a2c", "#7f7f7f"], strict=True))
     markers = {"dataset": "o", "model": "s", "upload": "^"}
     xs = np.linspace(0, d["gb"].max() * 1.05 if len(d) else 1, 50)
     for kind in kinds:
@@ -203,8 +208,9 @@ def fig_downloads(rows: pd.DataFrame, fit: pd.DataFrame, out: Path) -> list[Path
                              gg["energy_hi_j"] - gg["energy_j"]], fmt="none", ecolor="k", lw=0.7)
         if len(f) and np.isfinite(f["j_per_gb"].iat[0]):
             r = f.iloc[0]
-            axes[0].plot(xs, r["j_intercept"] + r["j_per_gb"] * xs, color=colors.get(kind, "k"), lw=1,
-                         label=f"{kind.upper()} fit: {r['j_per_gb']:.0f} J/GB, R²={r['r2_energy']:.2f}")
+            axes[0].plot(xs, r["j_intercept"] + r["j_per_gb"] * xs, color=colors.get(kind, "k"),
+                         lw=1, label=f"{kind.upper()} fit: {r['j_per_gb']:.0f} J/GB, "
+                                     f"R²={r['r2_energy']:.2f}")
     t = d.drop_duplicates("artefact")
     for what, gg in t.groupby("what"):
         axes[1].scatter(gg["gb"], gg["seconds"], color="#444", marker=markers.get(what, "o"),
@@ -225,8 +231,9 @@ def fig_downloads(rows: pd.DataFrame, fit: pd.DataFrame, out: Path) -> list[Path
         ax.legend(fontsize=8, loc="upper left")
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
-    fig.text(0.01, -0.02, "Sources — " + source_note(d) + (" · server on this machine: its CPU time "
-             "is in the energy" if "loopback" in server else ""), fontsize=8, ha="left", va="top")
+    fig.text(0.01, -0.02, "Sources — " + source_note(d)
+             + (" · server on this machine: its CPU time is in the energy"
+                if "loopback" in server else ""), fontsize=8, ha="left", va="top")
     fig.tight_layout()
     return _save(fig, out)
 
@@ -264,9 +271,9 @@ def fig_staging(be: pd.DataFrame, out: Path) -> list[Path]:
     for a in (ax, ax2):
         if a.get_legend_handles_labels()[0]:
             a.legend(fontsize=9, loc="lower right")
-    fig.text(0.01, -0.02, "Copy energy per GB and data-loading energy saved per GB and epoch measured on "
-             "the execution matrix; both linear in size, so one break-even per workload · Sources — "
-             + source_note(be, by=None), fontsize=8, ha="left", va="top")
+    fig.text(0.01, -0.02, "Copy energy per GB and data-loading energy saved per GB and epoch "
+             "measured on the execution matrix; both linear in size, so one break-even per "
+             "workload · Sources — " + source_note(be, by=None), fontsize=8, ha="left", va="top")
     fig.tight_layout()
     return _save(fig, out)
 
@@ -313,13 +320,14 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
     if "category" not in p.columns:
         p["category"] = "all"
     sns.stripplot(data=p, x="category", y="pfi", hue="gpu_model", ax=ax, size=7, jitter=0.15)
-    for i, (cat, g) in enumerate(p.groupby("category", sort=False)):
+    for i, (_, g) in enumerate(p.groupby("category", sort=False)):
         ax.hlines(g["pfi"].median(), i - 0.3, i + 0.3, color="black", lw=2)
     ax.axhline(1, color="grey", ls="--", lw=1)
     ax.set_ylabel(f"PFI {source_tag(p)}")
     ax.set_title("PFI by job category (bar = median)")
     ax.legend(fontsize=8)
     if n == 2:
+        assert features is not None
         ax = axes[0, 1]
         sns.scatterplot(data=features, x="dram_copy_product", y="pfi", hue="category", ax=ax, s=50)
         x = features["dram_copy_product"].to_numpy(float)
@@ -350,8 +358,9 @@ def worse_than_equal_note(summary: pd.DataFrame, strategies: list[str] | None = 
     for strat, g in s.sort_values("cut").groupby("strategy", sort=True):
         bad = g[g["gap_recovered"] < -1e-9]
         if len(bad):
-            parts.append(f"{strat} " + ", ".join(f"{v:+.2g} at {c * 100:g} %"
-                                                 for c, v in zip(bad["cut"], bad["gap_recovered"])))
+            parts.append(f"{strat} " + ", ".join(
+                f"{v:+.2g} at {cut * 100:g} %"
+                for cut, v in zip(bad["cut"], bad["gap_recovered"], strict=True)))
     return "; ".join(parts) if parts else "none"
 
 
@@ -367,7 +376,8 @@ def fig_allocation(summary: pd.DataFrame, out: Path, title: str = "") -> list[Pa
             s[col] = default
     combos = list(s.groupby(["mix", "objective"], sort=True).groups)
     order = sorted(s["strategy"].unique())
-    pal = dict(zip(order, sns.color_palette("tab10", len(order))))  # one colour per strategy
+    # one colour per strategy
+    pal = dict(zip(order, sns.color_palette("tab10", len(order)), strict=True))
     fig, axes = plt.subplots(len(combos), 2, figsize=(12, 4.6 * len(combos)), squeeze=False)
     for r, (mix, obj) in enumerate(combos):
         d = s[(s["mix"] == mix) & (s["objective"] == obj)]
@@ -424,7 +434,8 @@ def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
                 continue
             src = ",".join(sorted(d["source"].astype(str).unique()))
             xerr = None
-            if x == "pfi_published" and "pfi_published_lo" in d.columns and d["pfi_published_lo"].notna().any():
+            if (x == "pfi_published" and "pfi_published_lo" in d.columns
+                    and d["pfi_published_lo"].notna().any()):
                 # the published PFI is rounded to 2 decimals, its interval to 3: clip at 0
                 xerr = np.clip(np.vstack([d[x] - d["pfi_published_lo"].fillna(d[x]),
                                           d["pfi_published_hi"].fillna(d[x]) - d[x]]), 0, None)
@@ -440,15 +451,17 @@ def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
         ax.set_title(ttl, fontsize=10)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="lower right")
-    fig.text(0.01, -0.02, "Sources — " + source_note(p, by="gpu_model") + ". A simulated-calibrated "
-             "curve matches the published PFI on its own grid by construction; its 4-cap PFI tests "
-             "the simulator's curve shape.", fontsize=8, ha="left", va="top", wrap=True)
+    fig.text(0.01, -0.02, "Sources — " + source_note(p, by="gpu_model")
+             + ". A simulated-calibrated curve matches the published PFI on its own grid by "
+             "construction; its 4-cap PFI tests the simulator's curve shape.", fontsize=8,
+             ha="left", va="top", wrap=True)
     fig.tight_layout()
     return _save(fig, out)
 
 
-def draw_all(tables: str | Path, out: str | Path) -> list[Path]:
-    """Every figure whose table exists in `tables`."""
+def draw_all(tables: str | Path, out: str | Path, expect: list[str] | None = None) -> list[Path]:
+    """Every figure whose table exists in `tables` (`wattlife figures`, rule `figures`). With
+    `expect` (figure paths), an error names those not drawn (their tables are missing?)."""
     tables, out = Path(tables), Path(out)
     made: list[Path] = []
 
@@ -478,11 +491,15 @@ def draw_all(tables: str | Path, out: str | Path) -> list[Path]:
             made += fig_pfi_published(s, out / "fig7b_pfi_vs_published")
     if (s := have("allocation_summary.csv")) is not None:
         made += fig_allocation(s, out / "fig8_allocation")
+    missing = [p for p in expect or [] if p not in {str(m) for m in made}]
+    if missing:
+        raise RuntimeError(f"figures not drawn (their tables are missing?): {missing}")
     return made
 
 
 def fig_h200_sampler(ref: Path, out: Path) -> list[Path]:
-    """Sampler checks on the H200 (results/reference/h200/sampler): accuracy, resolution, overhead."""
+    """Sampler checks on the H200 (results/reference/h200/sampler): accuracy, resolution,
+    overhead."""
     style()
     acc = pd.read_csv(ref / "accuracy_windows.csv")
     hist = pd.read_csv(ref / "resolution_histogram.csv")
@@ -504,7 +521,8 @@ def fig_h200_sampler(ref: Path, out: Path) -> list[Path]:
     ax.set_ylabel("samples")
     ax.set_title("resolution: 40 ms on / 40 ms off")
     ax = axes[2]
-    sns.stripplot(data=ovh, x="mode", y="images_per_s", ax=ax, size=7, order=["bare", "sampler", "markers"])
+    sns.stripplot(data=ovh, x="mode", y="images_per_s", ax=ax, size=7,
+                  order=["bare", "sampler", "markers"])
     med = ovh.groupby("mode")["images_per_s"].median()
     for i, m in enumerate(["bare", "sampler", "markers"]):
         ax.hlines(med[m], i - 0.3, i + 0.3, color="black")
@@ -519,14 +537,15 @@ def fig_h200_attribution(ref: Path, out: Path) -> list[Path]:
     boxcar window, 95% CI, and with the estimated sensor response), split into kinds the GPU's
     power cap leaves alone (the 5% criterion) and kinds it clock-limits (length-dependent)."""
     style()
-    c = pd.read_csv(ref / "comparison.csv")
-    c["label"] = c["kind"] + "\n" + c["set"] + " r" + c["run"].astype(str)
-    limited = c[["long_limited_share", "short_limited_share"]].max(axis=1) >= 0.05
-    parts = [(c[~limited], "not clock-limited (5 % criterion)"),
-             (c[limited], "clock-limited by the power cap in some polls")]
+    comparison = pd.read_csv(ref / "comparison.csv")
+    comparison["label"] = (comparison["kind"] + "\n" + comparison["set"] + " r"
+                           + comparison["run"].astype(str))
+    limited = comparison[["long_limited_share", "short_limited_share"]].max(axis=1) >= 0.05
+    parts = [(comparison[~limited], "not clock-limited (5 % criterion)"),
+             (comparison[limited], "clock-limited by the power cap in some polls")]
     fig, axes = plt.subplots(1, 2, figsize=(15, 4.8), gridspec_kw={"width_ratios": [
         max(len(parts[0][0]), 1), max(len(parts[1][0]), 1)]})
-    for ax, (d, title) in zip(axes, parts):
+    for ax, (d, title) in zip(axes, parts, strict=True):
         x = np.arange(len(d))
         ax.bar(x - 0.27, d["long_integrated_w"], 0.27, label="long phases (1.5 s), integrated")
         ax.bar(x, d["short_deconvolved_w"], 0.27, label="5–20 ms phases, deconvolved (boxcar)",
@@ -534,7 +553,7 @@ def fig_h200_attribution(ref: Path, out: Path) -> list[Path]:
                      d["short_hi_w"] - d["short_deconvolved_w"]], capsize=2)
         ax.bar(x + 0.27, d["short_deconvolved_estimated_response_w"], 0.27,
                label="5–20 ms phases, deconvolved (estimated sensor response)")
-        for xi, (_, r) in zip(x, d.iterrows()):
+        for xi, (_, r) in zip(x, d.iterrows(), strict=True):
             ax.annotate(f"{r['rel_error']:+.1%}\n{r['rel_error_estimated_response']:+.1%}",
                         (xi, max(r["short_hi_w"], r["long_integrated_w"],
                                  r["short_deconvolved_estimated_response_w"]) + 15),
@@ -551,47 +570,36 @@ def fig_h200_attribution(ref: Path, out: Path) -> list[Path]:
 
 
 def draw_reference(ref_root: str | Path, out: str | Path) -> list[Path]:
-    """Every figure of the committed reference results, from their CSVs alone (no GPU)."""
-    from .analysis.allocation import simulate_allocation
-    from .analysis.curves import load_curves
-    from .analysis.pfi import pfi_table
+    """Every figure of the committed reference results (no GPU), drawn from tables: the committed
+    CSVs, and the tables `analysis.reference` makes from the raw ones (written under `out`)."""
+    from .analysis.reference import A100_TABLES, H200_EXECUTION_TABLES, write_reference_tables
 
     ref_root, out = Path(ref_root), Path(out)
+    tables = write_reference_tables(ref_root, out)
     made: list[Path] = []
     h200 = ref_root / "h200"
     if (h200 / "sampler" / "accuracy_windows.csv").exists():
         made += fig_h200_sampler(h200 / "sampler", out / "h200_sampler")
     if (h200 / "attribution" / "comparison.csv").exists():
         made += fig_h200_attribution(h200 / "attribution", out / "h200_attribution")
-    cells = sorted((h200 / "execution" / "cells").glob("*/phases.csv"))
-    if cells:
-        from .analysis.aggregate import write_phase_tables
-
-        tables = out / "h200_execution_tables"
-        write_phase_tables(cells, tables)
-        summary = pd.read_csv(tables / "phase_summary.csv")
-        made += fig_phase_energy(summary, out / "h200_fig1_phase_energy_time")
-        made += fig_device_share(pd.read_csv(tables / "device_share.csv"), out / "h200_fig2_device_share")
-    a100 = ref_root / "a100-emerald" / "dvfs_sweep.csv"
-    if a100.exists():
-        curves = load_curves(a100)
-        tables = out / "a100_tables"
-        tables.mkdir(parents=True, exist_ok=True)
-        pfi = pfi_table(curves, n_mc=0)
-        _, summ = simulate_allocation(curves, [0.0, 0.1, 0.2, 0.3, 0.4], n_workloads=100,
-                                      n_jobs=100, seed=0)
-        summ["curves_source"] = "measured"
-        for name, df in (("curves.csv", curves), ("pfi.csv", pfi), ("allocation_summary.csv", summ)):
-            df.to_csv(tables / name, index=False)
-        made += fig_curves(curves, out / "a100_fig6_power_throughput")
-        made += fig_pfi(pfi, None, None, out / "a100_fig7_pfi")
-        made += fig_allocation(summ, out / "a100_fig8_allocation")
+    if f"{H200_EXECUTION_TABLES}/phase_summary.csv" in tables:
+        made += fig_phase_energy(pd.read_csv(tables[f"{H200_EXECUTION_TABLES}/phase_summary.csv"]),
+                                 out / "h200_fig1_phase_energy_time")
+        made += fig_device_share(pd.read_csv(tables[f"{H200_EXECUTION_TABLES}/device_share.csv"]),
+                                 out / "h200_fig2_device_share")
+    if f"{A100_TABLES}/curves.csv" in tables:
+        made += fig_curves(pd.read_csv(tables[f"{A100_TABLES}/curves.csv"]),
+                           out / "a100_fig6_power_throughput")
+        made += fig_pfi(pd.read_csv(tables[f"{A100_TABLES}/pfi.csv"]), None, None,
+                        out / "a100_fig7_pfi")
+        made += fig_allocation(pd.read_csv(tables[f"{A100_TABLES}/allocation_summary.csv"]),
+                               out / "a100_fig8_allocation")
     study = ref_root / "pfi-study"
     if (study / "allocation_summary.csv").exists():  # the committed tables of `wattlife pfi-study`
         made += fig_allocation(pd.read_csv(study / "allocation_summary.csv"),
                                out / "pfi_study_allocation_calibrated",
-                               title="Allocation on the study's 25 jobs (curves SIMULATED, calibrated "
-                                     "to the published PFIs)")
+                               title="Allocation on the study's 25 jobs (curves SIMULATED, "
+                                     "calibrated to the published PFIs)")
         made += fig_pfi_published(pd.read_csv(study / "pfi_calibrated.csv"),
                                   out / "pfi_study_pfi_vs_published")
     return made

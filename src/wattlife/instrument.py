@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Iterator
 
 from .markers import begin, end, phase, step
+from .workloads.training_loop import backward_and_step
 
 
 def marked_batches(iterable: Iterable, name: str = "data_load") -> Iterator:
@@ -39,11 +40,7 @@ def train_step(model: Any, batch: tuple, loss_fn: Callable, optimizer: Any, devi
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with phase("forward"):
             loss = loss_fn(model(x), y)
-        with phase("backward"):
-            loss.backward()
-        with phase("optimizer"):
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        backward_and_step(model, loss, optimizer)
     return loss
 
 

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from .curves import dram_copy_product
 from .pfi import pfi_table
 
 STRATEGIES = ["equal", "pfi_measured", "pfi_predicted", "power_per_throughput", "category",
@@ -114,7 +115,7 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
         Ps.append(p)
         Ts.append(t / t[ref] if objective == "relative" else t)
         top = g.loc[g["cap_w"].idxmax()]  # telemetry of the uncapped run
-        tele.append(float(top["dram_active"] * top["util_mem"] / 100.0)
+        tele.append(float(dram_copy_product(top["dram_active"], top["util_mem"]))
                     if {"dram_active", "util_mem"} <= set(g.columns) else np.nan)
     if not jobs:
         raise ValueError("no job in the curves has two or more usable points")

@@ -10,6 +10,12 @@ import pandas as pd
 from ..contracts import CURVES_COLUMNS
 
 
+def dram_copy_product(dram_active, util_mem):
+    """The PFI predictor's best single signal: DRAM bandwidth activity (fraction 0-1) x NVML
+    memory-copy utilisation (percent 0-100) / 100. Scalars or arrays/Series alike."""
+    return dram_active * util_mem / 100.0
+
+
 def steady_state(values: np.ndarray, rule: str = "top10", warmup_frac: float = 0.2) -> float:
     """Steady-state value of per-step samples of one run.
 

@@ -201,7 +201,7 @@ def prepare_tables_files(catalogue: list[dict[str, Any]], facility: dict[str, An
     `phases` lists them), the phase summary and the cells' summary.json / meta.json (default
     `<cell>/meta.json`, two folders above the summary), write the tables into `out`; their paths.
     No phase summary file: no staging break-even table."""
-    from ..contracts import PHASES_COLUMNS, read_table, write_csv
+    from ..contracts import PHASES_COLUMNS, read_meta, read_table, write_csv
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -45,7 +45,8 @@ def performance_rows(run: str, model: str, summary: dict[str, Any],
             rows.insert(0, {**base, "throughput": step, "basis": "step",
                             "mfu": mfu * step / thr if mfu and thr else None})
         return rows
-    rows = [{**base, "throughput": thr, "basis": summary.get("throughput_basis", "step"), "mfu": mfu}]
+    rows = [{**base, "throughput": thr, "basis": summary.get("throughput_basis", "step"),
+             "mfu": mfu}]
     wall = summary.get("throughput_wall", summary.get("throughput_window"))
     if wall is not None:
         mfu_wall = summary.get("mfu_wall")

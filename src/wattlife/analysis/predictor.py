@@ -19,6 +19,8 @@ from sklearn.linear_model import LinearRegression
 from sklearn.metrics import mean_squared_error, r2_score
 from sklearn.model_selection import LeaveOneGroupOut, LeaveOneOut, cross_val_predict
 
+from .curves import dram_copy_product
+
 FEATURE_SETS = {
     "dram_copy_product": ["dram_copy_product"],
     "arithmetic_intensity": ["arithmetic_intensity"],
@@ -42,7 +44,7 @@ def job_features(curves: pd.DataFrame, pfi: pd.DataFrame) -> pd.DataFrame:
                          "needs an uncapped run's telemetry")
     top = curves.sort_values("cap_w").groupby(["job", "gpu_model"]).tail(1)
     df = top.merge(pfi[["job", "gpu_model", "pfi"]], on=["job", "gpu_model"])
-    df["dram_copy_product"] = df["dram_active"] * df["util_mem"] / 100.0
+    df["dram_copy_product"] = dram_copy_product(df["dram_active"], df["util_mem"])
     df["arithmetic_intensity"] = df["tensor_active"] / df["dram_active"].clip(lower=1e-3)
     df["log2_gpus"] = np.log2(df["n_gpus"])
     cat = df["category"] if "category" in df.columns else pd.Series("all", index=df.index)

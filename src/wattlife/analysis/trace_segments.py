@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..attribution import device_series, interval_energy
 from ..contracts import POWER_W, device_kind
+from .curves import dram_copy_product
 
 SEGMENTS = ("warmup", "startup", "training", "tail")
 #: telemetry metrics averaged over the training segment (a selection of the trace's)
@@ -78,6 +79,6 @@ def training_aggregates(trace: pd.DataFrame, segments: pd.DataFrame) -> pd.DataF
         for m in TELEMETRY:
             v = g.loc[g["metric"] == m, "value"]
             row[m] = float(v.mean()) if len(v) else np.nan
-        row["dram_copy_product"] = row["dram_active"] * row["util_mem"] / 100.0
+        row["dram_copy_product"] = dram_copy_product(row["dram_active"], row["util_mem"])
         out.append(row)
     return pd.DataFrame(out)

@@ -12,20 +12,20 @@ def train_from_config(cfg: dict[str, Any], workload: str, storage: str, checkpoi
     if workload not in cfg.get("workloads", {}):
         raise ValueError(f"workloads.{workload}: not in the config (have: "
                          f"{sorted(cfg.get('workloads', {}))})")
-    w = cfg["workloads"][workload]
-    st = cfg["storage"]
-    shared_root = Path(st["shared"])
-    local_root = Path(st["local"])
-    data_root = shared_root / w["dataset"]
-    ckpt_root = (shared_root if w.get("checkpoint_to", storage) == "shared" else local_root) / "checkpoints"
+    spec = cfg["workloads"][workload]
+    shared_root = Path(cfg["storage"]["shared"])
+    local_root = Path(cfg["storage"]["local"])
+    data_root = shared_root / spec["dataset"]
+    ckpt_to = spec.get("checkpoint_to", storage)
+    ckpt_root = (shared_root if ckpt_to == "shared" else local_root) / "checkpoints"
     workdir = Path(workdir)
-    if w["kind"] == "image_classification":
+    if spec["kind"] == "image_classification":
         from .image import train_image
 
-        return train_image(w, data_root, storage, local_root, checkpoint, ckpt_root, workdir)
-    if w["kind"] == "causal_lm":
+        return train_image(spec, data_root, storage, local_root, checkpoint, ckpt_root, workdir)
+    if spec["kind"] == "causal_lm":
         from .causal_lm import train_causal_lm
 
-        return train_causal_lm(w, data_root, storage, local_root, checkpoint, ckpt_root, workdir)
+        return train_causal_lm(spec, data_root, storage, local_root, checkpoint, ckpt_root, workdir)
     raise ValueError(f"workloads.{workload}.kind: expected image_classification or causal_lm, "
-                     f"got {w['kind']!r}")
+                     f"got {spec['kind']!r}")

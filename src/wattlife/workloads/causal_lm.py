@@ -28,10 +28,11 @@ dense MLP projections (gate/up/down) where the model has dense MLPs, and — `lo
 true, where the installed PEFT has `target_parameters` — the routed experts' fused weights
 (`experts.gate_up_proj`, `experts.down_proj`: one rank-r adapter per expert). The router and the
 embeddings carry none. The summary lists them (`lora_target_modules`, `lora_target_parameters`).
-Its checkpoints hold only the adapters and their optimizer state. Under torchrun with `fsdp: true` the model is sharded (FSDP2
-`fully_shard`, one unit per decoder layer) and, with `activation_checkpointing`, the decoder layers
-recompute their activations; otherwise DDP. `grad_sync: explicit` all-reduces gradients after
-backward as its own phase (DDP only; FSDP's reduce-scatter stays inside backward).
+Its checkpoints hold only the adapters and their optimizer state. Under torchrun with
+`fsdp: true` the model is sharded (FSDP2 `fully_shard`, one unit per decoder layer) and, with
+`activation_checkpointing`, the decoder layers recompute their activations; otherwise DDP.
+`grad_sync: explicit` all-reduces gradients after backward as its own phase (DDP only; FSDP's
+reduce-scatter stays inside backward).
 
 MFU = achieved model FLOP/s / peak. Per token: 2 N_active (forward) + 2 N_active (backward, input
 gradients) + 2 N_trained (backward, weight gradients) + 12 L s H_attn (attention scores and values,
@@ -53,12 +54,19 @@ from __future__ import annotations
 
 import json
 import os
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..markers import phase, step
-from .common import backward_and_step, barrier, checkpoint_dir, start_cell
+from ..markers import phase
+from .cell import Dist, barrier, checkpoint_dir, start_cell
+from .training_loop import (
+    Batches,
+    Schedule,
+    backward_and_step,
+    run_training_loop,
+    save_atomically,
+)
 
 MODELS_DIR = Path(__file__).resolve().parents[3] / "config" / "models"
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
@@ -102,13 +110,13 @@ def is_moe(cfg) -> bool:
     return bool(_first(cfg, EXPERT_COUNT_KEYS))
 
 
-def experts_implementation(w: dict[str, Any], device) -> str:
+def experts_implementation(spec: dict[str, Any], device) -> str:
     """The transformers experts backend the workload asks for: `experts_implementation` from the
     config, `auto` = `grouped_mm` on CUDA, `eager` elsewhere (the CPU path the tests run)."""
-    want = str(w.get("experts_implementation", "auto"))
+    want = str(spec.get("experts_implementation", "auto"))
     if want not in EXPERTS_IMPLEMENTATIONS:
-        raise ValueError(f"experts_implementation: expected one of {list(EXPERTS_IMPLEMENTATIONS)}, "
-                         f"got {want!r}")
+        raise ValueError(f"experts_implementation: expected one of "
+                         f"{list(EXPERTS_IMPLEMENTATIONS)}, got {want!r}")
     if want == "auto":
         return "grouped_mm" if getattr(device, "type", str(device)) == "cuda" else "eager"
     return want
@@ -124,7 +132,8 @@ def _has_experts_backends() -> bool:
 
 
 def model_vocab(tokenizer_len: int, multiple: int = 64) -> int:
-    """The vocabulary a random-init model is built with: the tokenizer's, rounded up to `multiple`."""
+    """The vocabulary a random-init model is built with: the tokenizer's, rounded up to
+    `multiple`."""
     if multiple < 1:
         raise ValueError(f"vocab_multiple: expected an integer >= 1, got {multiple}")
     return -(-int(tokenizer_len) // multiple) * multiple
@@ -204,11 +213,13 @@ def attention_flops_per_token(cfg, seq_len: int) -> float:
     most their window; MLA's query/key and value head sizes may differ)."""
     heads = cfg.num_attention_heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    qk = (getattr(cfg, "qk_nope_head_dim", 0) or 0) + (getattr(cfg, "qk_rope_head_dim", 0) or 0) or hd
+    qk = ((getattr(cfg, "qk_nope_head_dim", 0) or 0) + (getattr(cfg, "qk_rope_head_dim", 0) or 0)
+          or hd)
     v = getattr(cfg, "v_head_dim", None) or hd
     window = getattr(cfg, "sliding_window", None)
     types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
-    s_eff = [min(seq_len, window) if (t == "sliding_attention" and window) else seq_len for t in types]
+    s_eff = [min(seq_len, window) if (t == "sliding_attention" and window) else seq_len
+             for t in types]
     return float(sum(6.0 * s * heads * (qk + v) for s in s_eff))
 
 
@@ -218,9 +229,9 @@ def flops_per_token(cfg, counts: dict[str, int], seq_len: int) -> float:
             + attention_flops_per_token(cfg, seq_len))
 
 
-def peak_flops(device, w: dict[str, Any]) -> float | None:
-    if w.get("peak_tflops"):
-        return float(w["peak_tflops"]) * 1e12
+def peak_flops(device, spec: dict[str, Any]) -> float | None:
+    if spec.get("peak_tflops"):
+        return float(spec["peak_tflops"]) * 1e12
     if device.type != "cuda":
         return None
     import torch
@@ -232,177 +243,188 @@ def peak_flops(device, w: dict[str, Any]) -> float | None:
     return None
 
 
-def train_causal_lm(w: dict[str, Any], data_root: Path, storage: str, local_root: Path,
+def train_causal_lm(spec: dict[str, Any], data_root: Path, storage: str, local_root: Path,
                     checkpoint: bool, ckpt_root: Path, workdir: Path) -> int:
+    """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell; writes
+    work/summary.json."""
     import torch
 
-    dist, device, summary, root = start_cell(w, data_root, storage, local_root, workdir)
+    dist, device, summary, root = start_cell(spec, data_root, storage, local_root, workdir)
     train_file, val_file = root / "train.txt", root / "validation.txt"
     if not train_file.exists():
         raise FileNotFoundError(f"{train_file} does not exist (a WikiText-style folder has "
                                 "train.txt and validation.txt; `wattlife gen-text` makes one)")
-    seq = int(w.get("seq_len", 2048))
-    bf16 = w.get("precision", "bf16") == "bf16"
-    pretrained = Path(w["pretrained"]) if w.get("pretrained") else None
+    seq = int(spec.get("seq_len", 2048))
+    pretrained = Path(spec["pretrained"]) if spec.get("pretrained") else None
 
     with phase("setup"):  # importing transformers alone takes seconds
-        cfg = model_config(w.get("model_config", "qwen3-tiny"))
-        for k, v in (w.get("model_overrides") or {}).items():  # e.g. fewer layers to fit one GPU
-            if not hasattr(cfg, k):
-                raise ValueError(f"model_overrides.{k}: {cfg.model_type} configs have no such field")
-            setattr(cfg, k, v)
-        experts = experts_implementation(w, device) if is_moe(cfg) else None
-        if experts and not _has_experts_backends():
-            experts = None  # transformers < 5: the per-expert loop only (recorded as such)
+        cfg, experts = _model_config_for(spec, device)
     with phase("tokenize"):  # load (or train) the tokenizer, then tokenise and pack the corpus
         tok = load_tokenizer(pretrained if pretrained and pretrained.exists() else None, train_file,
-                             min(cfg.vocab_size, int(w.get("tokenizer_vocab", 8192))),
+                             min(cfg.vocab_size, int(spec.get("tokenizer_vocab", 8192))),
                              Path(workdir) / "tokenizer")
         blocks = pack(tok, train_file, seq)
         val_blocks = pack(tok, val_file, seq) if val_file.exists() else blocks[:2]
 
-    task = w.get("task", "pretrain")
+    task = spec.get("task", "pretrain")
     with phase("model_load"):
-        cfg.use_cache = False
-        from transformers import AutoModelForCausalLM
-
-        dtype = torch.bfloat16 if bf16 else torch.float32
-        kw = {"experts_implementation": experts} if experts else {}
-        if pretrained is not None and (pretrained / "config.json").exists():
-            model = AutoModelForCausalLM.from_pretrained(str(pretrained), dtype=dtype,
-                                                         attn_implementation=_attn(cfg), **kw)
-            if len(tok) > model.get_input_embeddings().weight.shape[0]:
-                model.resize_token_embeddings(len(tok))
-            source = f"pretrained:{pretrained}"
-        else:
-            cfg.vocab_size = model_vocab(len(tok), int(w.get("vocab_multiple", 64)))
-            cfg._attn_implementation = _attn(cfg)
-            if experts:
-                cfg._experts_implementation = experts
-            with torch.device(device):
-                model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
-            source = "random-init"
-        cfg = model.config
-        experts_used = (getattr(cfg, "_experts_implementation", None) if experts
-                        else "eager" if is_moe(cfg) else None)
-        if w.get("activation_checkpointing"):
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        lora_info: dict[str, Any] = {}
-        if task == "lora":
-            model, lora_info = _with_lora(model, w)
-        counts = parameter_counts(model, cfg)
-        model = model.to(device)
-        fsdp = dist.world > 1 and w.get("fsdp", False)
-        if fsdp:  # FSDP2: one shard unit per decoder layer, then the root (CPU/Gloo too)
-            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-            names = set(getattr(_base(model), "_no_split_modules", None) or [])
-            mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype)
-            for m in [m for m in model.modules() if type(m).__name__ in names]:
-                fully_shard(m, mp_policy=mp)
-            fully_shard(model, mp_policy=mp)
-        elif dist.world > 1:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-        if w.get("compile"):
-            model = torch.compile(model, **({"mode": w["compile_mode"]} if w.get("compile_mode") else {}))
+        built = _build_model(spec, cfg, experts, tok, pretrained, device, dist)
+        model, cfg = built.model, built.config
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                lr=w.get("lr", 3e-4 if task == "pretrain" else 1e-4),
+                                lr=spec.get("lr", 3e-4 if task == "pretrain" else 1e-4),
                                 weight_decay=0.1 if task == "pretrain" else 0.0,
                                 fused=device.type == "cuda")
-        loader, sampler = _loader(blocks, w, dist, device)
+        loader, sampler = _loader(blocks, spec, dist, device)
 
-    explicit_sync = dist.world > 1 and not fsdp and w.get("grad_sync", "overlapped") == "explicit"
-    bs = int(w["batch_size"])
+    fsdp = built.fsdp
+    explicit_sync = (dist.world > 1 and not fsdp
+                     and spec.get("grad_sync", "overlapped") == "explicit")
+    items = int(spec["batch_size"]) * seq
     summary.train_items = len(blocks) * seq
-    ckpt_every, val_every = int(w.get("ckpt_every", 0)), int(w.get("val_every", 0))
     ckpt_dir = checkpoint_dir(ckpt_root, workdir)
-    steps, epoch, it = int(w["steps"]), 0, iter(loader)
-    fpt = flops_per_token(cfg, counts, seq)
-    peak = peak_flops(device, w)
-    model.train()
-    from tqdm import tqdm
+    batches = Batches(loader, sampler)
+    fpt = flops_per_token(cfg, built.counts, seq)
+    peak = peak_flops(device, spec)
 
-    bar = tqdm(total=steps, desc="train", unit="step", disable=dist.rank != 0, mininterval=2)
-    summary.restart_clock()
+    def train_step() -> tuple[float, Any]:
+        batch = batches.next()
+        with phase("h2d"):
+            batch = batch.to(device, non_blocking=True)
+        with phase("forward"):
+            loss = model(input_ids=batch, labels=batch).loss  # labels shifted inside
+        backward_and_step(model, loss, opt, explicit_sync, dist.world)
+        return items, loss
+
+    def validate() -> float:
+        # the uncompiled module: evaluation (eval mode, no grad) would recompile the whole model
+        # (43-58 s for Qwen3-1.7B on the H200) for a few forward passes
+        return _val_loss(getattr(model, "_orig_mod", model), val_blocks, int(spec["batch_size"]),
+                         device, spec.get("val_steps", 2))
+
     # the PFI study's protocol: a fixed run length, one evaluation and one checkpoint at set times
-    duration = float(w.get("duration_s", 0) or 0)
-    eval_at, ckpt_at = w.get("eval_at_s"), w.get("ckpt_at_s")
-    timed = bool(duration) or eval_at is not None or ckpt_at is not None
-    t_start = time.monotonic()
-    i, stop = 0, False
-    while not stop:
-        with step(items=bs * seq):
-            with phase("data_load"):
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    epoch += 1
-                    if sampler is not None:
-                        sampler.set_epoch(epoch)
-                    it = iter(loader)
-                    batch = next(it)
-            with phase("h2d"):
-                batch = batch.to(device, non_blocking=True)
-            with phase("forward"):
-                loss = model(input_ids=batch, labels=batch).loss  # labels shifted inside
-            backward_and_step(model, loss, opt, explicit_sync, dist.world)
-        summary.add_step(bs * seq)
-        bar.update(1)
-        i += 1
-        elapsed = time.monotonic() - t_start
-        do_eval = (elapsed >= eval_at) if eval_at is not None else bool(val_every and i % val_every == 0)
-        do_ckpt = checkpoint and ((elapsed >= ckpt_at) if ckpt_at is not None
-                                  else bool(ckpt_every and i % ckpt_every == 0))
-        stop = i >= steps or (bool(duration) and elapsed >= duration)
-        if timed and dist.world > 1:  # ranks' clocks differ: all act on the same decision
-            stop, do_eval, do_ckpt = _agree((stop, do_eval, do_ckpt), device)
-        if do_eval:
-            eval_at = float("inf") if eval_at is not None else None
-            with phase("validation"):
-                # the uncompiled module: evaluation (eval mode, no grad) would recompile the
-                # whole model (43-58 s for Qwen3-1.7B on the H200) for a few forward passes
-                summary.val_acc = _val_loss(getattr(model, "_orig_mod", model), val_blocks, bs,
-                                            device, w.get("val_steps", 2))
-            model.train()
-            summary.end_pause()
-        if do_ckpt:
-            ckpt_at = float("inf") if ckpt_at is not None else None
-            with phase("checkpoint"):
-                summary.checkpoints.append(str(_save(model, opt, ckpt_dir, i, dist, fsdp, task == "lora")))
-            summary.end_pause()
-    bar.close()
+    schedule = Schedule(steps=int(spec["steps"]), val_every=int(spec.get("val_every", 0)),
+                        ckpt_every=int(spec.get("ckpt_every", 0)),
+                        duration_s=float(spec.get("duration_s", 0) or 0),
+                        eval_at_s=spec.get("eval_at_s"), ckpt_at_s=spec.get("ckpt_at_s"))
+    summary.restart_clock()
+    result = run_training_loop(
+        train_step, model=model, schedule=schedule, batches=batches, items_per_step=items,
+        summary=summary, dist=dist, device=device, validate=validate,
+        save=(lambda step_no: _save(model, opt, ckpt_dir, step_no, dist, fsdp, task == "lora"))
+        if checkpoint else None)
     with phase("finalize"):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        summary.last_loss = float(loss.detach())
+        summary.last_loss = float(result.last_loss.detach())
         thr, thr_wall = summary.throughput(), summary.throughput_wall()
-        extra = {"model_source": source, "model_type": cfg.model_type, "task": task, **counts,
-                 "flops_per_token": fpt, "seq_len": seq, "tokenizer_vocab": len(tok),
+        extra = {"model_source": built.source, "model_type": cfg.model_type, "task": task,
+                 **built.counts, "flops_per_token": fpt, "seq_len": seq,
+                 "tokenizer_vocab": len(tok),
                  "vocab_size": int(model_vocab_size(model)),
-                 "experts_impl": experts_used or "none", "compile": bool(w.get("compile")),
-                 "compile_mode": w.get("compile_mode") or ("default" if w.get("compile") else None),
-                 **lora_info,
+                 "experts_impl": built.experts_used or "none", "compile": bool(spec.get("compile")),
+                 "compile_mode": spec.get("compile_mode")
+                 or ("default" if spec.get("compile") else None),
+                 **built.lora_info,
                  "tflops_per_gpu": thr * fpt / dist.world / 1e12 if thr else None,
                  "mfu": (thr * fpt / (peak * dist.world)) if thr and peak else None,
                  "mfu_basis": "step",
                  "mfu_wall": (thr_wall * fpt / (peak * dist.world)) if thr_wall and peak else None,
                  "peak_flops_per_gpu": peak, "val_metric": "mean cross-entropy loss",
-                 "epochs_started": epoch + 1}
+                 "epochs_started": result.epochs_started}
         summary.write(unit="tokens", extra=extra)
     return 0
 
 
-def _loader(blocks, w: dict[str, Any], dist, device):
+def _model_config_for(spec: dict[str, Any], device: Any) -> tuple[Any, str | None]:
+    """The workload's transformers config (`model_config` with `model_overrides` applied) and the
+    experts backend to build it with (None: dense, or transformers < 5's per-expert loop only)."""
+    cfg = model_config(spec.get("model_config", "qwen3-tiny"))
+    # e.g. fewer layers to fit one GPU
+    for key, value in (spec.get("model_overrides") or {}).items():
+        if not hasattr(cfg, key):
+            raise ValueError(f"model_overrides.{key}: {cfg.model_type} configs have no such field")
+        setattr(cfg, key, value)
+    experts = experts_implementation(spec, device) if is_moe(cfg) else None
+    if experts and not _has_experts_backends():
+        experts = None  # transformers < 5: the per-expert loop only (recorded as such)
+    return cfg, experts
+
+
+@dataclass
+class _BuiltModel:
+    model: Any  # wrapped as trained: PEFT, DDP / FSDP, compile
+    config: Any  # the transformers model's own config (vocabulary as built)
+    source: str  # `pretrained:<folder>` or `random-init`
+    experts_used: str | None  # the experts backend the model runs (None: dense)
+    lora_info: dict[str, Any]
+    counts: dict[str, int]  # parameter_counts, before sharding
+    fsdp: bool
+
+
+def _build_model(spec: dict[str, Any], cfg: Any, experts: str | None, tok: Any,
+                 pretrained: Path | None, device: Any, dist: Dist) -> _BuiltModel:
+    """Construct (or load) the model, add LoRA adapters, move it to the device, shard or wrap it
+    for DDP, and compile it, as the workload says (the `model_load` phase's work)."""
+    import torch
+
+    cfg.use_cache = False
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if spec.get("precision", "bf16") == "bf16" else torch.float32
+    backend = {"experts_implementation": experts} if experts else {}
+    model: Any  # the transformers model, then wrapped (PEFT, DDP, compile)
+    if pretrained is not None and (pretrained / "config.json").exists():
+        model = AutoModelForCausalLM.from_pretrained(str(pretrained), dtype=dtype,
+                                                     attn_implementation=_attn(cfg), **backend)
+        if len(tok) > model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tok))
+        source = f"pretrained:{pretrained}"
+    else:
+        cfg.vocab_size = model_vocab(len(tok), int(spec.get("vocab_multiple", 64)))
+        cfg._attn_implementation = _attn(cfg)
+        if experts:
+            cfg._experts_implementation = experts
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+        source = "random-init"
+    cfg = model.config
+    experts_used = (getattr(cfg, "_experts_implementation", None) if experts
+                    else "eager" if is_moe(cfg) else None)
+    if spec.get("activation_checkpointing"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora_info: dict[str, Any] = {}
+    if spec.get("task", "pretrain") == "lora":
+        model, lora_info = _with_lora(model, spec)
+    counts = parameter_counts(model, cfg)
+    model = model.to(device)
+    fsdp = bool(dist.world > 1 and spec.get("fsdp", False))
+    if fsdp:  # FSDP2: one shard unit per decoder layer, then the root (CPU/Gloo too)
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        names = set(getattr(_base(model), "_no_split_modules", None) or [])
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype)
+        for layer in [m for m in model.modules() if type(m).__name__ in names]:
+            fully_shard(layer, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+    elif dist.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if spec.get("compile"):
+        mode = {"mode": spec["compile_mode"]} if spec.get("compile_mode") else {}
+        model = torch.compile(model, **mode)
+    return _BuiltModel(model, cfg, source, experts_used, lora_info, counts, fsdp)
+
+
+def _loader(blocks, spec: dict[str, Any], dist, device):
     """The training batches: shuffled packed blocks (a DistributedSampler under torchrun)."""
     import torch
 
-    bs = int(w["batch_size"])
+    bs = int(spec["batch_size"])
     if len(blocks) < bs * dist.world:
-        raise ValueError(f"only {len(blocks)} packed blocks of {blocks.shape[1]} tokens for batch size "
-                         f"{bs} x {dist.world} ranks: use more data or a shorter seq_len")
-    sampler = None
+        raise ValueError(f"only {len(blocks)} packed blocks of {blocks.shape[1]} tokens for batch "
+                         f"size {bs} x {dist.world} ranks: use more data or a shorter seq_len")
+    sampler: Any = None
     if dist.world > 1:
         from torch.utils.data.distributed import DistributedSampler
 
@@ -410,7 +432,7 @@ def _loader(blocks, w: dict[str, Any], dist, device):
     loader = torch.utils.data.DataLoader(blocks, batch_size=bs, shuffle=sampler is None,
                                          sampler=sampler, drop_last=True,
                                          pin_memory=device.type == "cuda",
-                                         num_workers=int(w.get("workers", 0)))
+                                         num_workers=int(spec.get("workers", 0)))
     return loader, sampler
 
 
@@ -426,16 +448,6 @@ def _val_loss(model, blocks, bs: int, device, max_steps: int) -> float:
     return sum(losses) / max(len(losses), 1)
 
 
-def _agree(flags: tuple[bool, ...], device) -> tuple[bool, ...]:
-    """Logical OR of each flag over all ranks."""
-    import torch
-    import torch.distributed as tdist
-
-    t = torch.tensor([float(f) for f in flags], device=device)
-    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
-    return tuple(bool(x) for x in t.tolist())
-
-
 def _attn(cfg) -> str:
     """SDPA where the architecture supports it (gpt-oss's attention sinks need eager)."""
     return "eager" if cfg.model_type in ("gpt_oss",) else "sdpa"
@@ -448,16 +460,18 @@ def _base(model):
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
-def lora_plan(model, w: dict[str, Any], peft_has_target_parameters: bool) -> dict[str, list[str]]:
+def lora_plan(model, spec: dict[str, Any],
+              peft_has_target_parameters: bool) -> dict[str, list[str]]:
     """Which modules and parameters get LoRA adapters (see the module docstring): the attention
     and dense-MLP Linear layers the model has (`lora_targets` overrides), and the routed experts'
     fused weights when `lora_experts` (default true) and PEFT can target parameters."""
     import torch
 
-    linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    modules = list(w.get("lora_targets") or [t for t in LORA_TARGETS if t in linear])
+    linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+              if isinstance(m, torch.nn.Linear)}
+    modules = list(spec.get("lora_targets") or [t for t in LORA_TARGETS if t in linear])
     params: list[str] = []
-    if w.get("lora_experts", True) and peft_has_target_parameters:
+    if spec.get("lora_experts", True) and peft_has_target_parameters:
         for n, m in model.named_modules():
             if n.endswith(".experts") or n == "experts":
                 own = {pn for pn, p in m.named_parameters(recurse=False) if p.dim() == 3}
@@ -469,7 +483,7 @@ def lora_plan(model, w: dict[str, Any], peft_has_target_parameters: bool) -> dic
     return {"lora_target_modules": modules, "lora_target_parameters": params}
 
 
-def _with_lora(model, w: dict[str, Any]):
+def _with_lora(model, spec: dict[str, Any]):
     """Freeze the base model; LoRA adapters as `lora_plan` says. Returns the PEFT model and what
     carries adapters (for the summary)."""
     import inspect
@@ -477,33 +491,34 @@ def _with_lora(model, w: dict[str, Any]):
     from peft import LoraConfig, get_peft_model
 
     has_tp = "target_parameters" in inspect.signature(LoraConfig).parameters
-    plan = lora_plan(model, w, has_tp)
-    r = int(w.get("lora_rank", 32))
-    kw = {"target_parameters": plan["lora_target_parameters"]} if plan["lora_target_parameters"] else {}
-    peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=int(w.get("lora_alpha", 2 * r)),
-                                                  lora_dropout=0.0,
-                                                  target_modules=plan["lora_target_modules"],
-                                                  task_type="CAUSAL_LM", **kw))
-    if not has_tp and w.get("lora_experts", True) and any(
+    plan: dict[str, Any] = lora_plan(model, spec, has_tp)
+    r = int(spec.get("lora_rank", 32))
+    targets = plan["lora_target_parameters"]
+    extra: dict[str, Any] = {"target_parameters": targets} if targets else {}
+    lora = LoraConfig(r=r, lora_alpha=int(spec.get("lora_alpha", 2 * r)), lora_dropout=0.0,
+                      target_modules=plan["lora_target_modules"], task_type="CAUSAL_LM", **extra)
+    peft_model = get_peft_model(model, lora)
+    if not has_tp and spec.get("lora_experts", True) and any(
             n.endswith(".experts") for n, _ in model.named_modules()):
         plan["lora_note"] = "installed PEFT has no target_parameters: the experts carry no adapters"
     return peft_model, {**plan, "lora_rank": r}
 
 
-def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_only: bool = False) -> Path:
+def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool,
+          adapters_only: bool = False) -> Path:
     """Model (or, for LoRA, only the adapters) and optimizer state; returns the checkpoint's path.
     FSDP: sharded, with torch.distributed.checkpoint: each rank writes its own shard of the model
     and optimizer state (`model.dcp/__<rank>_0.distcp` + `.metadata`), no rank ever gathers the
     full state (a 70B model's would not fit one host). Otherwise rank 0 writes `model.pt`."""
     import shutil
 
-    import torch
 
     if fsdp:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        weights, optim = get_state_dict(model, opt)  # this rank's shards (DTensors), nothing gathered
+        # this rank's shards (DTensors), nothing gathered
+        weights, optim = get_state_dict(model, opt)
         if adapters_only:
             weights = {k: v for k, v in weights.items() if "lora_" in k}
         final, tmp = ckpt_dir / "model.dcp", ckpt_dir / "model.dcp.tmp"
@@ -512,8 +527,9 @@ def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_o
         barrier(dist)
         dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=str(tmp))
         if dist.rank == 0:
-            (tmp / "wattlife.json").write_text(json.dumps({"step": step_no, "adapters_only": adapters_only,
-                                                           "world_size": dist.world, "format": "dcp"}))
+            info = {"step": step_no, "adapters_only": adapters_only, "world_size": dist.world,
+                    "format": "dcp"}
+            (tmp / "wattlife.json").write_text(json.dumps(info))
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -528,9 +544,7 @@ def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool, adapters_o
         weights = get_peft_model_state_dict(inner, state_dict=weights)
     state = {"model": weights, "optimizer": optim, "step": step_no, "adapters_only": adapters_only}
     if dist.rank == 0:
-        tmp = ckpt_dir / "model.pt.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, ckpt_dir / "model.pt")
+        save_atomically(state, ckpt_dir / "model.pt")
     barrier(dist)
     return ckpt_dir / "model.pt"
 
@@ -553,9 +567,10 @@ def load_checkpoint(model, opt, path: Path, fsdp: bool) -> dict[str, Any]:
         weights, optim = get_state_dict(model, opt)
         if info["adapters_only"]:
             weights = {k: v for k, v in weights.items() if "lora_" in k}
-        state = {"model": weights, "optimizer": optim}
+        state: dict[str, Any] = {"model": weights, "optimizer": optim}
         dcp.load(state, checkpoint_id=str(path))
-        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+        set_state_dict(model, opt, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"],
                        options=StateDictOptions(strict=not info["adapters_only"]))
         return info
     state = torch.load(path, map_location="cpu", weights_only=False)

@@ -11,13 +11,19 @@ A corrupt JPEG is skipped and counted (reported in the summary), never silently 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..markers import phase, step
-from .common import backward_and_step, checkpoint_dir, start_cell
+from ..markers import phase
+from .cell import Dist, checkpoint_dir, start_cell
+from .training_loop import (
+    Batches,
+    Schedule,
+    backward_and_step,
+    run_training_loop,
+    save_atomically,
+)
 
 
 class _SkipCorrupt:
@@ -40,15 +46,15 @@ def _dataset(root: Path, train: bool, size: int):
 
     norm = transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
     if train:
-        tf = transforms.Compose([transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip(),
-                                 transforms.ToTensor(), norm])
+        tf = transforms.Compose([transforms.RandomResizedCrop(size),
+                                 transforms.RandomHorizontalFlip(), transforms.ToTensor(), norm])
     else:
-        tf = transforms.Compose([transforms.Resize(int(size * 256 / 224)), transforms.CenterCrop(size),
-                                 transforms.ToTensor(), norm])
+        tf = transforms.Compose([transforms.Resize(int(size * 256 / 224)),
+                                 transforms.CenterCrop(size), transforms.ToTensor(), norm])
     split = root / ("train" if train else "val")
     if not split.is_dir():
-        raise FileNotFoundError(f"dataset split {split} does not exist (expected an ImageNet-layout "
-                                "tree: train/<class>/*.JPEG, val/<class>/*.JPEG)")
+        raise FileNotFoundError(f"dataset split {split} does not exist (expected an "
+                                "ImageNet-layout tree: train/<class>/*.JPEG, val/<class>/*.JPEG)")
 
     def guarded(img):
         return None if img is None else tf(img)
@@ -63,102 +69,95 @@ def _collate(batch):
     skipped = len(batch) - len(kept)
     if not kept:
         return None, None, skipped
-    xs, ys = zip(*kept)
+    xs, ys = zip(*kept, strict=True)
     return torch.stack(xs), torch.tensor(ys), skipped
 
 
-def train_image(w: dict[str, Any], data_root: Path, storage: str, local_root: Path,
+def train_image(spec: dict[str, Any], data_root: Path, storage: str, local_root: Path,
                 checkpoint: bool, ckpt_root: Path, workdir: Path) -> int:
+    """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell; writes
+    work/summary.json."""
     import torch
     import torch.nn.functional as F
     import torchvision
 
-    dist, device, summary, root = start_cell(w, data_root, storage, local_root, workdir)
+    dist, device, summary, root = start_cell(spec, data_root, storage, local_root, workdir)
 
     with phase("model_load"):
-        train_ds = _dataset(root, True, w["image_size"])
-        val_ds = _dataset(root, False, w["image_size"])
+        train_ds = _dataset(root, True, spec["image_size"])
+        val_ds = _dataset(root, False, spec["image_size"])
         n_classes = len(train_ds.classes)
         summary.train_items = len(train_ds)
-        model = getattr(torchvision.models, w.get("model", "resnet50"))(num_classes=n_classes)
+        model = getattr(torchvision.models, spec.get("model", "resnet50"))(num_classes=n_classes)
         model = model.to(device, memory_format=torch.channels_last)
         if dist.world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-        opt = torch.optim.SGD(model.parameters(), lr=w.get("lr", 0.1), momentum=0.9,
+        opt = torch.optim.SGD(model.parameters(), lr=spec.get("lr", 0.1), momentum=0.9,
                               weight_decay=1e-4)
 
-    sampler = None
+    batches, val_loader = _loaders(train_ds, val_ds, spec, dist, device, root)
+    amp = spec.get("precision", "bf16") == "bf16"
+    explicit_sync = dist.world > 1 and spec.get("grad_sync", "overlapped") == "explicit"
+    ckpt_path = checkpoint_dir(ckpt_root, workdir) / "model.pt"
+
+    def train_step() -> tuple[float, Any] | None:
+        x, y, skipped = batches.next()
+        summary.skipped += skipped
+        if x is None:  # every image of the batch was corrupt
+            return None
+        with phase("h2d"):
+            x = x.to(device, non_blocking=True, memory_format=torch.channels_last)
+            y = y.to(device, non_blocking=True)
+        with phase("forward"):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                loss = F.cross_entropy(model(x), y)
+        backward_and_step(model, loss, opt, explicit_sync, dist.world)
+        return len(y), loss
+
+    def save(step_no: int) -> Path:
+        state = {"model": (model.module if dist.world > 1 else model).state_dict(),
+                 "optimizer": opt.state_dict(), "step": step_no}
+        return save_atomically(state, ckpt_path)
+
+    schedule = Schedule(steps=int(spec["steps"]), val_every=int(spec.get("val_every", 0)),
+                        ckpt_every=int(spec.get("ckpt_every", 0)))
+    result = run_training_loop(
+        train_step, model=model, schedule=schedule, batches=batches,
+        items_per_step=spec["batch_size"], summary=summary, dist=dist, device=device,
+        validate=lambda: _validate(model, val_loader, device, amp, spec.get("val_steps", 0)),
+        save=save if checkpoint and dist.rank == 0 else None)  # rank 0 holds the whole model
+    summary.last_loss = float(result.last_loss.detach()) if result.last_loss is not None else None
+    summary.write(unit="images",
+                  extra={"epochs_started": result.epochs_started, "classes": n_classes})
+    return 0
+
+
+def _loaders(train_ds, val_ds, spec: dict[str, Any], dist: Dist, device: Any,
+             root: Path) -> tuple[Batches, Any]:
+    """The training batches (shuffled; a DistributedSampler under torchrun; an epoch ends before
+    an incomplete batch) and the validation loader."""
+    import torch
+
+    sampler: Any = None
     if dist.world > 1:
         from torch.utils.data.distributed import DistributedSampler
 
         sampler = DistributedSampler(train_ds, dist.world, dist.rank, shuffle=True)
-    workers = int(w.get("workers", 2))
+    workers = int(spec.get("workers", 2))
     loader = torch.utils.data.DataLoader(
-        train_ds, batch_size=w["batch_size"], shuffle=sampler is None, sampler=sampler,
+        train_ds, batch_size=spec["batch_size"], shuffle=sampler is None, sampler=sampler,
         num_workers=workers, pin_memory=device.type == "cuda", drop_last=True,
         persistent_workers=workers > 0, collate_fn=_collate,
-        prefetch_factor=w.get("prefetch", 2) if workers > 0 else None)
+        prefetch_factor=spec.get("prefetch", 2) if workers > 0 else None)
     if len(loader) == 0:
-        raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), fewer "
-                         f"than one batch of {w['batch_size']}; use more images or a smaller batch")
-    val_loader = torch.utils.data.DataLoader(val_ds, batch_size=w["batch_size"], num_workers=workers,
-                                             collate_fn=_collate)
-    amp = w.get("precision", "bf16") == "bf16"
-    explicit_sync = dist.world > 1 and w.get("grad_sync", "overlapped") == "explicit"
-    ckpt_every = int(w.get("ckpt_every", 0))
-    val_every = int(w.get("val_every", 0))
-    ckpt_path = checkpoint_dir(ckpt_root, workdir) / "model.pt"
-    steps = int(w["steps"])
-    epoch, it = 0, iter(loader)
-    model.train()
-    from tqdm import tqdm
-
-    bar = tqdm(total=steps, desc="train", unit="step", disable=dist.rank != 0, mininterval=2)
-    loss = None
-    for i in range(steps):
-        with step(items=w["batch_size"]) as st:
-            with phase("data_load"):
-                try:
-                    x, y, skipped = next(it)
-                except StopIteration:
-                    epoch += 1
-                    if sampler is not None:
-                        sampler.set_epoch(epoch)
-                    it = iter(loader)
-                    x, y, skipped = next(it)
-            summary.skipped += skipped
-            if x is None:
-                continue
-            st.items = len(y)
-            with phase("h2d"):
-                x = x.to(device, non_blocking=True, memory_format=torch.channels_last)
-                y = y.to(device, non_blocking=True)
-            with phase("forward"):
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                    loss = F.cross_entropy(model(x), y)
-            backward_and_step(model, loss, opt, explicit_sync, dist.world)
-        summary.add_step(len(y))
-        bar.update(1)
-        if val_every and (i + 1) % val_every == 0:
-            with phase("validation"):
-                summary.val_acc = _validate(model, val_loader, device, amp, w.get("val_steps", 0))
-            model.train()
-            summary.end_pause()
-        if checkpoint and ckpt_every and (i + 1) % ckpt_every == 0 and dist.rank == 0:
-            with phase("checkpoint"):
-                state = {"model": (model.module if dist.world > 1 else model).state_dict(),
-                         "optimizer": opt.state_dict(), "step": i + 1}
-                tmp = ckpt_path.with_suffix(".tmp")
-                torch.save(state, tmp)
-                os.replace(tmp, ckpt_path)
-                summary.checkpoints.append(str(ckpt_path))
-            summary.end_pause()
-    bar.close()
-    summary.last_loss = float(loss.detach()) if loss is not None else None
-    summary.write(unit="images", extra={"epochs_started": epoch + 1, "classes": n_classes})
-    return 0
+        raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
+                         f"fewer than one batch of {spec['batch_size']}; use more images or a "
+                         "smaller batch")
+    val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec["batch_size"],
+                                             num_workers=workers, collate_fn=_collate)
+    return Batches(loader, sampler), val_loader
 
 
 def _validate(model, loader, device, amp: bool, max_steps: int) -> float:

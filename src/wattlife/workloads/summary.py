@@ -1,0 +1,78 @@
+"""The workload's run summary (`work/summary.json`, rank 0): steps, throughput on its two bases,
+what was skipped, validated and checkpointed (the contract: docs/ARCHITECTURE.md, "workload
+summary")."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cell import Dist
+
+
+class Summary:
+    """Per-step throughput and what happened, written as summary.json (rank 0)."""
+
+    def __init__(self, workdir: Path, dist: Dist) -> None:
+        self.workdir, self.dist = Path(workdir), dist
+        self.step_s: list[float] = []
+        self.items: list[float] = []
+        self.skipped = 0
+        self.checkpoints: list[str] = []
+        self.val_acc: float | None = None
+        self.last_loss: float | None = None
+        self.dataset_bytes: int | None = None
+        self.train_items: int | None = None  # items in one epoch of the training split
+        self._t = self._loop_t0 = time.perf_counter()
+
+    def add_step(self, items: float) -> None:
+        now = time.perf_counter()
+        self.step_s.append(now - self._t)
+        self.items.append(items)
+        self._t = now
+
+    def restart_clock(self) -> None:
+        """Start of the training loop (and of the `wall` throughput)."""
+        self._t = self._loop_t0 = time.perf_counter()
+
+    def end_pause(self) -> None:
+        """After a validation or checkpoint: the next step's time starts now, so per-step
+        throughput (basis `step`) excludes the pause; the `wall` throughput keeps it."""
+        self._t = time.perf_counter()
+
+    def throughput(self, warmup: int = 3) -> float | None:
+        """Basis `step`: items over the training steps' own time (the first `warmup` steps and
+        every evaluation / checkpoint pause left out) — the headline number."""
+        s = self.step_s[warmup:] if len(self.step_s) > warmup + 2 else self.step_s
+        it = self.items[-len(s):] if s else []
+        return sum(it) / sum(s) * self.dist.world if s and sum(s) > 0 else None
+
+    def throughput_wall(self) -> float | None:
+        """Basis `wall`: all items over the training loop's wall time, evaluation and checkpoint
+        pauses (and warm-up steps) included."""
+        dt = time.perf_counter() - self._loop_t0
+        return sum(self.items) * self.dist.world / dt if self.items and dt > 0 else None
+
+    def write(self, unit: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        doc = {"steps": len(self.step_s), "throughput": self.throughput(),
+               "throughput_unit": f"{unit}/s (all ranks)", "throughput_basis": "step",
+               "throughput_wall": self.throughput_wall(),
+               "median_step_s":
+               statistics.median(self.step_s) if self.step_s else None,
+               "skipped_items": self.skipped, "checkpoints": sorted(set(self.checkpoints)),
+               "val_accuracy": self.val_acc, "last_loss": self.last_loss,
+               "dataset_bytes": self.dataset_bytes, "train_items": self.train_items,
+               "epochs_run": sum(self.items) * self.dist.world / self.train_items
+               if self.train_items else None,
+               "world_size": self.dist.world, **(extra or {})}
+        if self.dist.rank == 0:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            (self.workdir / "summary.json").write_text(json.dumps(doc, indent=2))
+        shown = ("steps", "throughput", "throughput_unit", "throughput_basis", "throughput_wall",
+                 "skipped_items")
+        print(json.dumps({k: doc[k] for k in shown}))
+        return doc

@@ -1,0 +1,172 @@
+"""The training-loop skeleton both workloads run, and the marked tail of a training step.
+
+`run_training_loop` drives the steps: each one a `step` phase (carrying its items) around the
+workload's own step function, then validation and checkpoint as their own top-level phases on
+their schedule (every N steps, or once at a set time for the PFI study's protocol), each pause
+left out of the `step` throughput basis (`Summary.end_pause`). `Batches` rolls the data loader
+over into a new epoch inside the `data_load` phase that asked for the batch. `backward_and_step`
+is the `backward` / `grad_sync` / `optimizer` tail of a step, shared with `wattlife.instrument`.
+The phase names and their nesting are the events contract (docs/ARCHITECTURE.md, "events").
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..markers import phase, step
+
+if TYPE_CHECKING:
+    from .cell import Dist
+    from .summary import Summary
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When the loop stops, validates and checkpoints. Step counts (`val_every`, `ckpt_every`;
+    0 = never) unless a time is set: `eval_at_s` / `ckpt_at_s` act once, when that many seconds
+    of the loop have passed; `duration_s` (0 = none) stops the loop after that long, `steps` in
+    any case."""
+
+    steps: int
+    val_every: int = 0
+    ckpt_every: int = 0
+    duration_s: float = 0.0
+    eval_at_s: float | None = None
+    ckpt_at_s: float | None = None
+
+    @property
+    def timed(self) -> bool:
+        """Whether a decision depends on each rank's clock (the ranks must then agree)."""
+        return bool(self.duration_s) or self.eval_at_s is not None or self.ckpt_at_s is not None
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    steps: int  # steps begun (a step whose batch was all corrupt included)
+    epochs_started: int
+    last_loss: Any  # the last trained step's loss tensor (None if none trained)
+
+
+class Batches:
+    """The training batches without end: when the loader is exhausted a new epoch starts (the
+    DistributedSampler reshuffled), inside the `data_load` phase that asked for the batch."""
+
+    def __init__(self, loader: Any, sampler: Any = None) -> None:
+        self.loader, self.sampler, self.epoch = loader, sampler, 0
+        self._batches = iter(loader)
+
+    def next(self) -> Any:
+        with phase("data_load"):
+            try:
+                return next(self._batches)
+            except StopIteration:
+                self.epoch += 1
+                if self.sampler is not None:
+                    self.sampler.set_epoch(self.epoch)
+                self._batches = iter(self.loader)
+                return next(self._batches)
+
+
+def all_reduce_grads(model: Any, world: int) -> None:
+    """The `explicit` grad_sync mode: average every gradient across ranks after backward."""
+    import torch.distributed as td
+
+    for param in model.parameters():
+        if param.grad is not None:
+            td.all_reduce(param.grad)
+            param.grad.div_(world)
+
+
+def backward_and_step(model: Any, loss: Any, optimizer: Any, explicit_sync: bool = False,
+                      world: int = 1) -> None:
+    """The marked tail of a training step: `backward`, `grad_sync` (explicit mode: DDP's
+    overlapped all-reduce is switched off with no_sync and done after backward instead), and
+    `optimizer`."""
+    with phase("backward"):
+        if explicit_sync:
+            with model.no_sync():
+                loss.backward()
+        else:
+            loss.backward()
+    if explicit_sync:
+        with phase("grad_sync"):
+            all_reduce_grads(model, world)
+    with phase("optimizer"):
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def save_atomically(state: dict[str, Any], path: Path) -> Path:
+    """`torch.save` to `<path>.tmp`, then rename: a killed writer never leaves a torn checkpoint."""
+    import torch
+
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def agree_across_ranks(flags: tuple[bool, ...], device: Any) -> tuple[bool, ...]:
+    """Logical OR of each flag over all ranks."""
+    import torch
+    import torch.distributed as tdist
+
+    votes = torch.tensor([float(f) for f in flags], device=device)
+    tdist.all_reduce(votes, op=tdist.ReduceOp.MAX)
+    return tuple(bool(x) for x in votes.tolist())
+
+
+def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, model: Any,
+                      schedule: Schedule, batches: Batches, items_per_step: float,
+                      summary: Summary, dist: Dist, device: Any,
+                      validate: Callable[[], float] | None = None,
+                      save: Callable[[int], Any] | None = None) -> LoopResult:
+    """Run `schedule.steps` steps (or `duration_s`). `train_step()` runs inside the `step` phase
+    (marked with `items_per_step`) and returns (items trained, loss), or None when its batch had
+    nothing to train on (no step counted in the summary, no validation or checkpoint after it).
+    `validate()` returns the summary's `val_accuracy`; `save(step_no)` writes a checkpoint and
+    returns its path (None: no checkpoints on this rank)."""
+    from tqdm import tqdm
+
+    model.train()
+    bar = tqdm(total=schedule.steps, desc="train", unit="step", disable=dist.rank != 0,
+               mininterval=2)
+    eval_at, ckpt_at = schedule.eval_at_s, schedule.ckpt_at_s
+    t_start = time.monotonic()
+    done, last_loss, stop = 0, None, False
+    while not stop:
+        with step(items=items_per_step):
+            outcome = train_step()
+        done += 1
+        elapsed = time.monotonic() - t_start
+        if outcome is not None:
+            items, last_loss = outcome
+            summary.add_step(items)
+            bar.update(1)
+        trained = outcome is not None
+        do_eval = trained and ((elapsed >= eval_at) if eval_at is not None
+                               else bool(schedule.val_every and done % schedule.val_every == 0))
+        do_ckpt = trained and save is not None and (
+            (elapsed >= ckpt_at) if ckpt_at is not None
+            else bool(schedule.ckpt_every and done % schedule.ckpt_every == 0))
+        stop = done >= schedule.steps or (bool(schedule.duration_s)
+                                          and elapsed >= schedule.duration_s)
+        if schedule.timed and dist.world > 1:  # ranks' clocks differ: all act on the same decision
+            stop, do_eval, do_ckpt = agree_across_ranks((stop, do_eval, do_ckpt), device)
+        if do_eval and validate is not None:
+            eval_at = float("inf") if eval_at is not None else None
+            with phase("validation"):
+                summary.val_acc = validate()
+            model.train()
+            summary.end_pause()
+        if do_ckpt and save is not None:
+            ckpt_at = float("inf") if ckpt_at is not None else None
+            with phase("checkpoint"):
+                summary.checkpoints.append(str(save(done)))
+            summary.end_pause()
+    bar.close()
+    return LoopResult(steps=done, epochs_started=batches.epoch + 1, last_loss=last_loss)

@@ -1,0 +1,55 @@
+"""The Snakemake scripts are one call each to the functions `wattlife aggregate` / `wattlife
+figures` run; figures are drawn from tables, the reference tables made in `analysis.reference`."""
+
+import runpy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from wattlife.analysis.aggregate import write_phase_tables
+from wattlife.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+CELLS = sorted((REPO / "results/reference/h200/execution/cells").glob("*/phases.csv"))
+
+
+def test_aggregate_script_writes_what_the_cli_writes(tmp_path):
+    assert CELLS, "the committed H200 execution cells are missing"
+    names = ("phases", "phase_summary", "device_share", "storage_checkpoint")
+    out = {k: str(tmp_path / "script" / f"{n}.csv")
+           for k, n in zip(("phases", "summary", "share", "deltas"), names, strict=True)}
+    snakemake = SimpleNamespace(
+        input=SimpleNamespace(phases=[str(p) for p in CELLS],
+                              metas=[str(p.parent / "meta.json") for p in CELLS],
+                              summaries=[str(p.parent / "work" / "summary.json") for p in CELLS]),
+        output=SimpleNamespace(**out))
+    runpy.run_path(str(REPO / "scripts/aggregate_phases.py"), init_globals={"snakemake": snakemake})
+    assert main(["aggregate", *map(str, CELLS), "-o", str(tmp_path / "cli")]) == 0
+    for n in names:
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "script" / f"{n}.csv"),
+                                      pd.read_csv(tmp_path / "cli" / f"{n}.csv"))
+
+
+def test_figures_script_names_a_figure_it_could_not_draw(tmp_path):
+    tables = tmp_path / "tables"
+    write_phase_tables(CELLS, tables)
+    want = [str(tmp_path / "fig" / "fig1_phase_energy_time.png"),
+            str(tmp_path / "fig" / "fig6_power_throughput.png")]  # no curves.csv: not drawable
+    snakemake = SimpleNamespace(params=SimpleNamespace(tables=str(tables)), output=want)
+    with pytest.raises(RuntimeError, match="fig6_power_throughput"):
+        runpy.run_path(str(REPO / "scripts/figures.py"), init_globals={"snakemake": snakemake})
+    assert Path(want[0]).exists()
+
+
+def test_reference_tables_are_made_in_analysis(tmp_path):
+    from wattlife.analysis.reference import A100_TABLES, H200_EXECUTION_TABLES
+    from wattlife.analysis.reference import write_reference_tables as write
+
+    written = write(REPO / "results/reference", tmp_path)
+    assert {f"{H200_EXECUTION_TABLES}/phase_summary.csv", f"{A100_TABLES}/curves.csv",
+            f"{A100_TABLES}/pfi.csv", f"{A100_TABLES}/allocation_summary.csv"} <= set(written)
+    assert all(p.exists() for p in written.values())
+    allocation = pd.read_csv(written[f"{A100_TABLES}/allocation_summary.csv"])
+    assert set(allocation["curves_source"]) == {"measured"}
