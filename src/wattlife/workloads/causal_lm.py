@@ -306,7 +306,6 @@ def train_causal_lm(spec: dict[str, Any], data_root: Path, storage: str, local_r
                         ckpt_every=int(spec.get("ckpt_every", 0)),
                         duration_s=float(spec.get("duration_s", 0) or 0),
                         eval_at_s=spec.get("eval_at_s"), ckpt_at_s=spec.get("ckpt_at_s"))
-    summary.restart_clock()
     result = run_training_loop(
         train_step, model=model, schedule=schedule, batches=batches, items_per_step=items,
         summary=summary, dist=dist, device=device, validate=validate,

@@ -129,10 +129,13 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
     (marked with `items_per_step`) and returns (items trained, loss), or None when its batch had
     nothing to train on (no step counted in the summary, no validation or checkpoint after it).
     `validate()` returns the summary's `val_accuracy`; `save(step_no)` writes a checkpoint and
-    returns its path (None: no checkpoints on this rank)."""
+    returns its path (None: no checkpoints on this rank). The summary's clock restarts here:
+    staging, model construction and dataset preparation are phases of their own, not in either
+    throughput basis."""
     from tqdm import tqdm
 
     model.train()
+    summary.restart_clock()  # both throughput bases count from the loop, not the cell's start
     bar = tqdm(total=schedule.steps, desc="train", unit="step", disable=dist.rank != 0,
                mininterval=2)
     eval_at, ckpt_at = schedule.eval_at_s, schedule.ckpt_at_s
