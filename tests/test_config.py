@@ -15,7 +15,6 @@ def _write(tmp_path, mutate):
     mutate(cfg)
     p = tmp_path / "config.yaml"
     p.write_text(yaml.safe_dump(cfg))
-    (tmp_path / "schema.yaml").write_text((REPO / "config/schema.yaml").read_text())
     return p
 
 

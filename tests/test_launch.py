@@ -3,6 +3,7 @@ cell's curve from its caps: pure functions, no Snakemake."""
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from wattlife import jobs as J
-from wattlife.config import REPO_ROOT, load_config, validate_config
+from wattlife.config import load_config, validate_config
 from wattlife.launch import (
     LaunchSpec,
     build_command,
@@ -21,10 +22,12 @@ from wattlife.launch import (
 )
 from wattlife.sweep import assemble_curve
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture
 def demo():
-    return load_config(REPO_ROOT / "config/config.yaml")
+    return load_config(REPO / "config/config.yaml")
 
 
 def _reordered(obj):
@@ -55,7 +58,7 @@ def test_transfer_slices_carry_the_allowed_concurrency(demo):
 
 
 def test_pfi_cap_slice_excludes_the_cells_cap_list():
-    cfg = load_config(REPO_ROOT / "config/pfi.yaml")
+    cfg = load_config(REPO / "config/pfi.yaml")
     name = next(iter(cfg["pfi_matrix"]["cells"]))
     a = J.pfi_cap_slice(cfg, name, 300.0)
     assert list(a["pfi_matrix"]["cells"]) == [name] and a["pfi_cap_w"] == 300.0
@@ -65,7 +68,7 @@ def test_pfi_cap_slice_excludes_the_cells_cap_list():
 
 
 def test_caps_and_nodes_of_pfi_cells():
-    cfg = load_config(REPO_ROOT / "config/pfi.yaml")
+    cfg = load_config(REPO / "config/pfi.yaml")
     cells = cfg["pfi_matrix"]["cells"]
     by_gpus = {c["gpus"]: n for n, c in cells.items()}
     assert J.cell_caps(cfg, by_gpus[8]) == [200, 300, 400, 500, 600, 700]

@@ -1,35 +1,45 @@
-"""Configuration: load YAML and validate it against config/schema.yaml.
+"""Configuration: load YAML and validate it against the schema shipped in the package.
 
 A malformed config stops with a message naming the key (as a dotted path) and what was expected.
 The Snakefile calls `validate_config` first and then Snakemake's own `validate` (which also fills
 the schema's defaults), so both paths give the same verdict.
+
+The schema, the model configs, the hardware profiles and the study's published tables ship inside
+the package (`wattlife/resources/`, package data); `resource_path()` is the one way to find them,
+so a non-editable install run from any folder finds them. In the repository `config/schema.yaml`,
+`config/models` and `config/hardware` are symlinks into the package.
 """
 
 from __future__ import annotations
 
-import os
+import functools
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 class ConfigError(ValueError):
     """The config does not follow config/schema.yaml."""
 
 
-def schema_path(config_path: str | Path | None = None) -> Path:
-    candidates = [os.environ.get("WATTLIFE_SCHEMA")]
-    if config_path is not None:
-        candidates.append(str(Path(config_path).resolve().parent / "schema.yaml"))
-    candidates += [str(REPO_ROOT / "config" / "schema.yaml"), "config/schema.yaml"]
-    for c in candidates:
-        if c and Path(c).exists():
-            return Path(c)
-    raise FileNotFoundError("config/schema.yaml not found (set WATTLIFE_SCHEMA)")
+def resource_path(*parts: str) -> Path:
+    """A file or folder shipped in the package (`wattlife/resources/`): e.g. `"schema.yaml"`,
+    `"models"`, `"hardware", "h200.yaml"`, `"reference", "pfi-study"`."""
+    return Path(str(resources.files("wattlife").joinpath("/".join(("resources",) + parts))))
+
+
+def schema_path() -> Path:
+    """The configuration schema (`config/schema.yaml` in the repository is a link to it)."""
+    return resource_path("schema.yaml")
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    """The configuration schema, read once per process."""
+    return yaml.safe_load(schema_path().read_text())
 
 
 def _describe(err: jsonschema.ValidationError) -> str:
@@ -54,12 +64,11 @@ def _describe(err: jsonschema.ValidationError) -> str:
     return f"{path}: {err.message}"
 
 
-def validate_config(cfg: dict[str, Any], schema: str | Path | None = None) -> None:
+def validate_config(cfg: dict[str, Any], schema_file: str | Path | None = None) -> None:
     """Raise ConfigError naming every offending key (first the most specific). A job's config
     slice (top-level `slice` key, written by the workflow: `wattlife.jobs`) holds only the keys
     that job depends on, so the top-level required keys are not required of it."""
-    with open(schema or schema_path()) as fh:
-        sch = yaml.safe_load(fh)
+    sch = yaml.safe_load(Path(schema_file).read_text()) if schema_file else schema()
     if isinstance(cfg, dict) and "slice" in cfg:
         sch = {k: v for k, v in sch.items() if k != "required"}
     validator = jsonschema.Draft202012Validator(sch)
@@ -81,8 +90,8 @@ def check_references(cfg: dict[str, Any]) -> None:
     if isinstance(used, list):
         for i, w in enumerate(used):
             if w not in defined:
-                raise ConfigError(f"invalid config: execution.workloads[{i}]: workload {w!r} is not "
-                                  f"defined under workloads (defined: {sorted(defined)})")
+                raise ConfigError(f"invalid config: execution.workloads[{i}]: workload {w!r} is "
+                                  f"not defined under workloads (defined: {sorted(defined)})")
 
 
 def _defaults(schema: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +113,5 @@ def load_config(path: str | Path) -> dict[str, Any]:
             cfg = yaml.safe_load(fh) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    sp = schema_path(path)
-    validate_config(cfg, sp)
-    with open(sp) as fh:
-        return _defaults(yaml.safe_load(fh), cfg)
+    validate_config(cfg)
+    return _defaults(schema(), cfg)

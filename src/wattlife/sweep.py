@@ -17,6 +17,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from .analysis.curves import steady_state
+from .config import resource_path, schema
 from .contracts import CURVES_COLUMNS, write_csv, write_table
 from .devices.powercap import PowerCapController
 from .devices.simgpu import SimGpuModel, SimJob
@@ -178,7 +179,7 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
 
 
-HARDWARE_DIR = Path(__file__).resolve().parents[2] / "config" / "hardware"
+HARDWARE_DIR = resource_path("hardware")
 
 
 def hardware_profile(name_or_path: str) -> dict[str, Any]:
@@ -204,12 +205,7 @@ CELL_ONLY_KEYS = ("gpus", "set", "paper_job", "assumed", "hardware", "caps", "ex
 
 
 def _workload_keys() -> set[str]:
-    import yaml
-
-    from .config import schema_path
-
-    sch = yaml.safe_load(schema_path().read_text())
-    return set(sch["properties"]["workloads"]["additionalProperties"]["properties"])
+    return set(schema()["properties"]["workloads"]["additionalProperties"]["properties"])
 
 
 def matrix_cell_workload(cfg: dict[str, Any], cell: str

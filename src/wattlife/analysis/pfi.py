@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..config import resource_path
 from ..contracts import PFI_COLUMNS, write_table
 
 
@@ -150,7 +151,7 @@ def pfi_files(curves_path: str | Path, out: str | Path, grid: list[float] | None
 
 # --- the study's published values ---------------------------------------------------------------
 
-STUDY_DIR = Path(__file__).resolve().parents[3] / "results" / "reference" / "pfi-study" / "published"
+STUDY_DIR = resource_path("reference", "pfi-study")
 SUBGRID_4CAP = [200.0, 500.0, 600.0, 700.0]  # the study's coarse grid (Table 9)
 # CSV setting column -> pfi_matrix cell key
 STUDY_SETTINGS = {"seq_len": "seq_len", "batch_size": "batch_size", "ep": "expert_parallel",

@@ -57,10 +57,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..config import resource_path
 from ..markers import phase, step
 from .common import backward_and_step, barrier, checkpoint_dir, start_cell
 
-MODELS_DIR = Path(__file__).resolve().parents[3] / "config" / "models"
+MODELS_DIR = resource_path("models")
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
 
 
