@@ -116,7 +116,8 @@ def test_multi_node_command_caps_and_samples_every_node():
 
 def test_run_node_caps_the_simulated_gpu_and_restores_it(tmp_path):
     code = "import os; print(os.environ['WATTLIFE_EVENTS'])"
-    rc = run_node([sys.executable, "-c", code], sampler_cfg={"gpu": "sim", "cpu": "none", "interval_ms": 20},
+    rc = run_node([sys.executable, "-c", code], sampler_cfg={"gpu": "sim", "cpu": "none", "interval_ms": 20,
+                                                   "idle_baseline_s": 0},
                   run_id="n", cell={"c": 1}, node_dir=str(tmp_path / "nodes"), cap_w=300)
     assert rc == 0
     (host,) = [p for p in (tmp_path / "nodes").iterdir()]

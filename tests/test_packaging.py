@@ -17,13 +17,12 @@ import json, sys
 from pathlib import Path
 import wattlife
 from wattlife.analysis.pfi import read_study_jobs
-from wattlife.config import load_config, resource_path, schema
-from wattlife.sweep import hardware_profile
+from wattlife.config import hardware_profile, load_config, resource_path, schema
 
 target = Path(sys.argv[1]).resolve()
 assert Path(wattlife.__file__).resolve().is_relative_to(target), wattlife.__file__
 assert "sampler" in schema()["properties"]
-assert hardware_profile("h200")["max_cap_w"] == 700
+assert hardware_profile("h200").max_cap_w == 700
 assert json.loads(resource_path("models", "qwen3-tiny.json").read_text())["model_type"] == "qwen3"
 assert len(read_study_jobs()) == 25
 cfg = load_config("config.yaml")

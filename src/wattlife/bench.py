@@ -81,7 +81,6 @@ def bench_allocate(n_workloads: int = 500, n_jobs: int = 100, n_cuts: int = 9) -
     from .analysis.allocation import simulate_allocation
     from .analysis.calibration import calibrated_study_curves
     from .analysis.curves import read_emerald_sweep
-
     from .config import resource_path
 
     ref = resource_path("reference", "a100-emerald", "dvfs_sweep.csv")

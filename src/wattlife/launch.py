@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .config import Execution
+
 RDZV_PORT = 29500
 
 
@@ -37,6 +39,12 @@ class LaunchSpec:
     cap_w: float | None = None     # per-GPU power cap set on every node before the run
     powercap_backend: str = "simulated"
     allow_real: bool = False
+
+    @classmethod
+    def for_execution(cls, ex: Execution) -> LaunchSpec:
+        """A training cell's launch, from the `execution` section."""
+        return cls(nodes=ex.nodes, gpus_per_node=ex.gpus_per_node, launcher=ex.launcher.strip(),
+                   per_node=ex.per_node_sampler)
 
     @property
     def multi(self) -> bool:

@@ -17,7 +17,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from .analysis.curves import steady_state
-from .config import resource_path, schema
+from .config import hardware_profile, schema, settings
 from .contracts import CURVES_COLUMNS, write_csv, write_table
 from .devices.powercap import PowerCapController
 from .devices.simgpu import SimGpuModel, SimJob
@@ -179,26 +179,6 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
 
 
-HARDWARE_DIR = resource_path("hardware")
-
-
-def hardware_profile(name_or_path: str) -> dict[str, Any]:
-    """A GPU's power-cap profile: `config/hardware/<name>.yaml` or a path."""
-    import yaml
-
-    p = Path(name_or_path)
-    if not p.exists():
-        p = HARDWARE_DIR / f"{name_or_path}.yaml"
-    if not p.exists():
-        raise FileNotFoundError(f"hardware profile {name_or_path!r} not found (a path, or one of "
-                                f"{sorted(x.stem for x in HARDWARE_DIR.glob('*.yaml'))})")
-    prof = yaml.safe_load(p.read_text())
-    bad = [c for c in prof["grid_w"] + prof["grid_large_w"] if not prof["min_cap_w"] <= c <= prof["max_cap_w"]]
-    if bad:
-        raise ValueError(f"{p}: caps {bad} outside [{prof['min_cap_w']}, {prof['max_cap_w']}] W")
-    return prof
-
-
 # keys of a pfi_matrix cell that describe the cell (its study label, set, grid, hardware) and are
 # not settings of the causal_lm workload
 CELL_ONLY_KEYS = ("gpus", "set", "paper_job", "assumed", "hardware", "caps", "expert_parallel")
@@ -219,10 +199,10 @@ def matrix_cell_workload(cfg: dict[str, Any], cell: str
     if cell not in m["cells"]:
         raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
     c = m["cells"][cell]
-    prof = hardware_profile(c.get("hardware") or cfg.get("powercap", {}).get("hardware", "h200"))
+    prof = hardware_profile(c.get("hardware") or settings(cfg).powercap.hardware)
     known = _workload_keys()
     w = {"kind": "causal_lm", "dataset": m["dataset"], "device": "cuda", "precision": "bf16",
-         "steps": 10**9, "val_steps": 5, "fsdp": c["gpus"] > 1, "peak_tflops": prof["peak_tflops_bf16"],
+         "steps": 10**9, "val_steps": 5, "fsdp": c["gpus"] > 1, "peak_tflops": prof.peak_tflops_bf16,
          "tokenizer_vocab": m.get("tokenizer_vocab", 32768),
          **{k: m[k] for k in ("duration_s", "eval_at_s", "ckpt_at_s") if k in m},
          **{k: v for k, v in c.items() if k not in CELL_ONLY_KEYS and k in known}}
@@ -267,17 +247,17 @@ def sweep_matrix_cap(config_path: str | Path, cell: str, cap_w: float, out: str 
     wl = d / "workload.json"
     wl.write_text(json.dumps({"slice": f"pfi/{cell}/cap-{cap_w:g}/train", "storage": cfg["storage"],
                               "workloads": {cell: w}}, indent=1, sort_keys=True))
-    nodes, per_node = nodes_for(c["gpus"], prof.get("gpus_per_node", 8))
+    nodes, per_node = nodes_for(c["gpus"], prof.gpus_per_node)
     spec = LaunchSpec(nodes=nodes, gpus_per_node=per_node, per_node=nodes > 1, cap_w=float(cap_w),
                       powercap_backend=backend or pc.get("backend", "simulated"),
                       allow_real=bool(pc.get("allow_real", False)))
     cmd = build_command(spec, config=str(config_path), run_dir=str(d), run_id=f"{cell}-cap{cap_w:g}",
                         cell={"pfi_cell": cell}, inner=train_args(str(wl), cell, "shared", "on", str(d / "work")))
-    row: dict[str, Any] = {"job": cell, "gpu_model": prof["gpu_model"], "n_gpus": c["gpus"], "cap_w": float(cap_w),
+    row: dict[str, Any] = {"job": cell, "gpu_model": prof.gpu_model, "n_gpus": c["gpus"], "cap_w": float(cap_w),
                            "throughput_unit": "tokens/s", "category": c["task"], "set": c.get("set", "main")}
     if c.get("paper_job"):  # the study's label: PFI tables put the published value beside it
         row["paper_job"] = c["paper_job"]
-        row["hardware"] = c.get("hardware") or pc.get("hardware", "h200")
+        row["hardware"] = c.get("hardware") or settings(cfg).powercap.hardware
     (d / "work").mkdir(exist_ok=True)
     print(cmd, flush=True)
     rc = subprocess.run(["bash", "-c", cmd]).returncode
