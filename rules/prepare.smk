@@ -105,8 +105,30 @@ rule upload:
         " --name model-upload --transfers-at-once {params.at_once} --record {output.record:q} > {log:q} 2>&1"
 
 
+rule check_transfer:
+    input:
+        trace=f"{XFER}/trace.csv",
+        events=f"{XFER}/events.csv",
+        meta=f"{XFER}/meta.json",
+        record=f"{XFER}/record.json",
+    output:
+        f"{XFER}/check.txt",
+    log:
+        f"{XFER}/check.log",
+    params:
+        run_dir=lambda wc, input: os.path.dirname(input.meta),
+    resources:
+        **CPU_STEP,
+    conda:
+        "../envs/wattlife.yaml"
+    shell:
+        # a transfer is no training workload: no required training phases (--kind none)
+        "wattlife check --kind none {params.run_dir:q} 2>&1 | tee {log:q} > {output:q}"
+
+
 rule attribute_transfer:
     input:
+        check=f"{XFER}/check.txt",
         trace=f"{XFER}/trace.csv",
         events=f"{XFER}/events.csv",
         meta=f"{XFER}/meta.json",
