@@ -118,7 +118,8 @@ def pfi_cap_slice(cfg: Config, cell: str, cap_w: float) -> dict[str, Any]:
     return {"slice": f"pfi/{cell}/cap-{cap_w:g}", "sampler": _section(cfg, "sampler"),
             "storage": cfg["storage"],
             "powercap": {k: pc[k] for k in POWERCAP_KEYS if k in pc},
-            "pfi_matrix": {**{k: m[k] for k in PROTOCOL_KEYS if k in m}, "cells": {cell: m["cells"][cell]}},
+            "pfi_matrix": {**{k: m[k] for k in PROTOCOL_KEYS if k in m},
+                           "cells": {cell: m["cells"][cell]}},
             "pfi_cap_w": cap_w}
 
 
