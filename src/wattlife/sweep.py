@@ -17,7 +17,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from .analysis.curves import steady_state
-from .config import hardware_profile, schema, settings
+from .config import HardwareProfile, hardware_profile, schema, settings
 from .contracts import CURVES_COLUMNS, write_csv, write_table
 from .devices.powercap import PowerCapController
 from .devices.simgpu import SimGpuModel, SimJob
@@ -189,7 +189,7 @@ def _workload_keys() -> set[str]:
 
 
 def matrix_cell_workload(cfg: dict[str, Any], cell: str
-                         ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+                         ) -> tuple[dict[str, Any], dict[str, Any], HardwareProfile]:
     """The causal-LM workload of one `pfi_matrix` cell, the cell itself and its hardware profile
     (the cell's `hardware`, else `powercap.hardware`)."""
     m = cfg.get("pfi_matrix") or {}
