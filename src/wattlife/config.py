@@ -8,6 +8,10 @@ The schema, the model configs, the hardware profiles and the study's published t
 the package (`wattlife/resources/`, package data); `resource_path()` is the one way to find them,
 so a non-editable install run from any folder finds them. In the repository `config/schema.yaml`,
 `config/models` and `config/hardware` are symlinks into the package.
+
+`settings(cfg)` turns a validated config into typed, frozen objects (one per section, a workload
+spec per kind, the hardware profile) whose defaults are the schema's `default:` values, read from
+the schema: code and rules read those, never a dict with a local default.
 """
 
 from __future__ import annotations
