@@ -113,3 +113,18 @@ def test_a_workload_of_unknown_kind_is_named():
 
     with pytest.raises(ConfigError, match=r"workloads\.w\.kind: expected one of"):
         workload_spec("w", {"kind": "rl"})
+
+
+def test_the_samplers_own_defaults_equal_the_schemas():
+    """Until the sampler reads SamplerSettings, its local defaults must be the schema's: the same
+    backends from an empty section and from the schema-filled one."""
+    from wattlife.sampler import build_backends
+
+    def built(cfg):
+        backends, _ = build_backends(cfg, log=lambda *a: None)
+        return [({k: v for k, v in b.info().items() if k != "pid_watched"},
+                 getattr(b, "interval_s", None), len(b.devices()) if hasattr(b, "devices") else 0)
+                for b in backends]
+
+    bare = {"gpu": "sim", "cpu": "estimate"}
+    assert built(bare) == built(SamplerSettings.from_dict(bare).as_dict())

@@ -182,6 +182,34 @@ def _build(cls: type[T], data: Mapping[str, Any] | None, *section: str) -> T:
 
 
 @dataclass(frozen=True)
+class CpuEstimateSettings:
+    """`sampler.cpu_estimate`: the utilisation model of CPU power where RAPL is unreadable."""
+
+    idle_w: float
+    max_w: float
+
+
+@dataclass(frozen=True)
+class SimGpuSettings:
+    """`sampler.sim_gpu`: the simulated GPU (demo, tests)."""
+
+    n_gpus: int
+    mem_share: float
+    interval_ms: float
+    cap_w: float | None
+
+
+@dataclass(frozen=True)
+class NvmlSettings:
+    """`sampler.nvml`: how often the NVML backend drains, reads its counter and telemetry."""
+
+    drain_ms: float
+    counter_ms: float
+    telemetry_ms: float
+    gpm: bool
+
+
+@dataclass(frozen=True)
 class SamplerSettings:
     """`sampler`: what the sampler reads and how often."""
 
@@ -191,17 +219,36 @@ class SamplerSettings:
     cpu_fallback: str
     rapl_root: str
     idle_baseline_s: float
-    cpu_estimate: dict[str, Any] | None
-    sim_gpu: dict[str, Any] | None
-    nvml: dict[str, Any] | None
+    cpu_estimate: CpuEstimateSettings
+    sim_gpu: SimGpuSettings
+    nvml: NvmlSettings
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> SamplerSettings:
-        return _build(cls, d, "sampler")
+        d = dict(d or {})
+        return cls(**{**dataclasses.asdict(_build(_SamplerTop, d, "sampler")),
+                      "cpu_estimate": _build(CpuEstimateSettings, d.get("cpu_estimate"),
+                                             "sampler", "cpu_estimate"),
+                      "sim_gpu": _build(SimGpuSettings, d.get("sim_gpu"), "sampler", "sim_gpu"),
+                      "nvml": _build(NvmlSettings, d.get("nvml"), "sampler", "nvml")})
 
     def as_dict(self) -> dict[str, Any]:
-        """The section as the sampler takes it (absent optional sub-sections left out)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        """The section as the sampler takes it, every default filled (None left out)."""
+        def drop_none(d: dict[str, Any]) -> dict[str, Any]:
+            return {k: drop_none(v) if isinstance(v, dict) else v for k, v in d.items()
+                    if v is not None}
+
+        return drop_none(dataclasses.asdict(self))
+
+
+@dataclass(frozen=True)
+class _SamplerTop:
+    interval_ms: float
+    gpu: str
+    cpu: str
+    cpu_fallback: str
+    rapl_root: str
+    idle_baseline_s: float
 
 
 @dataclass(frozen=True)
