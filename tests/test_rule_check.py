@@ -10,7 +10,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_check import WORK
+# a tiny image-classification-like workload marking what workloads/image.py marks
+WORK = ("import json, os, pathlib, time\nfrom wattlife.markers import phase, step\n"
+        "with phase('model_load'):\n    time.sleep(0.02)\n"
+        "for i in range(4):\n"
+        "    with step(items=4):\n"
+        "        for name in ('data_load', 'h2d', 'forward', 'backward', 'optimizer'):\n"
+        "            with phase(name):\n                time.sleep(0.005)\n"
+        "w = pathlib.Path(os.environ['WATTLIFE_EVENTS']).parent / 'work'\n"
+        "w.mkdir(exist_ok=True)\n"
+        "(w / 'summary.json').write_text(json.dumps({'steps': 4, 'throughput': 1.0,\n"
+        "    'throughput_unit': 'images/s (all ranks)', 'classes': 3}))\n")
 
 REPO = Path(__file__).resolve().parents[1]
 CELL = "results/demo/runs/resnet/shared/ckpt-on/r1"
