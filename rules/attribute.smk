@@ -1,8 +1,32 @@
-# Attribution: each cell's trace x events -> phases.csv; then the run-level tables.
+# Attribution: each cell is checked against the file contracts (`wattlife check`, with its
+# workload's kind), then trace x events -> phases.csv; then the run-level tables.
+
+
+rule check:
+    input:
+        trace=f"{CELL}/trace.csv",
+        events=f"{CELL}/events.csv",
+        meta=f"{CELL}/meta.json",
+        summary=f"{CELL}/work/summary.json",
+    output:
+        f"{CELL}/check.txt",
+    log:
+        f"{CELL}/check.log",
+    params:
+        kind=lambda wc: CFG.workloads[wc.workload].kind,
+        run_dir=lambda wc, input: os.path.dirname(input.meta),
+    resources:
+        **CPU_STEP,
+    conda:
+        "../envs/wattlife.yaml"
+    shell:
+        # a failing check fails the job (pipefail) with every finding in the log
+        "wattlife check --kind {params.kind} {params.run_dir:q} 2>&1 | tee {log:q} > {output:q}"
 
 
 rule attribute:
     input:
+        check=f"{CELL}/check.txt",
         trace=f"{CELL}/trace.csv",
         events=f"{CELL}/events.csv",
         meta=f"{CELL}/meta.json",

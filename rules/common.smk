@@ -1,16 +1,21 @@
 # Helpers shared by the rules: the matrix of cells, each job's own config slice, the run's output
 # paths and what each job asks the scheduler for. The logic lives in the package
-# (wattlife.jobs: slices and sizes; wattlife.launch: the measured job's command line).
+# (wattlife.config: the typed, defaults-filled config CFG; wattlife.jobs: slices, sizes and the
+# analysis commands' options; wattlife.launch: the measured job's command line). Rules read CFG,
+# never `config.get(key, default)`: every default is the schema's.
+import dataclasses
 import json
 import os
 import re
 import shlex
 
 from wattlife import jobs as J
+from wattlife.config import settings
 from wattlife.launch import LaunchSpec, build_command, run_files, train_args
 
-RES = config["results_dir"]
-EXE = config["execution"]
+CFG = settings(config)  # validated and defaults-filled by the Snakefile
+RES = CFG.results_dir
+EXE = CFG.execution
 CELL = f"{RES}/runs/{{workload}}/{{storage}}/ckpt-{{checkpoint}}/r{{repeat}}"
 
 
@@ -23,24 +28,24 @@ wildcard_constraints:
 
 # --- scheduler resources -------------------------------------------------------------------
 # Site values (account, partitions) come from the config's `slurm` section, never from the rules.
-SLURM = config.get("slurm", {}) or {}
+SLURM = CFG.slurm
 
 
 def site_resources(partition=None):
     r = {}
-    if SLURM.get("account"):
-        r["slurm_account"] = SLURM["account"]
+    if SLURM.account:
+        r["slurm_account"] = SLURM.account
     if partition:
         r["slurm_partition"] = partition
     return r
 
 
 # small CPU steps: in the CPU partition named in the config, else on the submit host (localrules)
-CPU_STEP = site_resources(SLURM.get("cpu_partition"))
+CPU_STEP = site_resources(SLURM.cpu_partition)
 # measuring jobs own their node: the declared `exclusive_node` resource (a local run allows one at a
 # time, the default below) and Slurm's --exclusive; they also take every local core, so nothing
 # else runs beside a measurement on this machine
-MEASURING = {**site_resources(SLURM.get("gpu_partition")), "exclusive_node": 1, "slurm_extra": "--exclusive"}
+MEASURING = {**site_resources(SLURM.gpu_partition), "exclusive_node": 1, "slurm_extra": "--exclusive"}
 try:
     NODE_CORES = int(workflow.cores)
 except Exception:  # a cluster run without --cores: the jobs' own sizes apply
@@ -66,15 +71,14 @@ def slice_of(make):
 
 
 # --- preparation / post-execution (rules/prepare.smk) -------------------------------------
-PREP = config.get("prepare", {})
-CATALOGUE = {e["name"]: e for e in PREP.get("catalogue", [])}
+PREP = CFG.prepare
+CATALOGUE = {e["name"]: e for e in PREP.catalogue or ()}
 XFER = f"{RES}/transfers/{{artefact}}"
 SERVED = f"{RES}/prepare/served"
-UPLOAD = PREP.get("upload", {})
 
 
 def transfer_names():
-    return list(CATALOGUE) + (["upload"] if UPLOAD.get("cell") else [])
+    return list(CATALOGUE) + (["upload"] if PREP.upload_cell else [])
 
 
 def placement(where):
@@ -87,7 +91,7 @@ def fetch_args(wc, input):
     e = CATALOGUE[wc.artefact]
     if e["source"] == "generated":
         sha = json.loads(open(input.manifest).read())[wc.artefact]["sha256"]
-        rate = PREP.get("loopback", {}).get("rate_mbps")
+        rate = PREP.loopback_rate_mbps
         return (f"--url /{wc.artefact}.bin --serve-dir {shlex.quote(os.path.dirname(input.manifest))}"
                 f" --sha256 {sha}"
                 + (f" --rate-mbps {rate}" if rate else ""))
@@ -100,18 +104,10 @@ def fetch_args(wc, input):
 # --- the execution matrix -------------------------------------------------------------------
 def cells():
     """Every (workload, storage, checkpoint, repeat) of the execution matrix."""
-    return [
-        dict(workload=w, storage=s, checkpoint=c, repeat=r)
-        for w in EXE["workloads"]
-        for s in EXE.get("storage", ["shared", "local"])
-        for c in EXE.get("checkpoint", ["on", "off"])
-        for r in range(1, EXE.get("repeats", 1) + 1)
-    ]
+    return [dataclasses.asdict(c) for c in CFG.cells()]
 
 
-CELL_SPEC = LaunchSpec(nodes=int(EXE.get("nodes", 1)), gpus_per_node=int(EXE.get("gpus_per_node", 1)),
-                       launcher=EXE.get("launcher", "").strip(),
-                       per_node=bool(EXE.get("per_node_sampler", False)))
+CELL_SPEC = LaunchSpec.for_execution(EXE)
 CELL_FILES = run_files(CELL, CELL_SPEC)  # what a cell's launch writes, declared by `execute`
 
 
@@ -130,28 +126,26 @@ def train_command(wc, output):
 
 def cell_gpus():
     """GPUs per node a cell asks for: none for the simulated GPU."""
-    return 0 if config["sampler"].get("gpu") == "sim" else int(EXE.get("gpus_per_node", 1))
+    return 0 if CFG.sampler.gpu == "sim" else EXE.gpus_per_node
 
 
-ATTRIBUTION = config.get("attribution", {})
+ATTRIBUTION = CFG.attribution
 
 
 def attribute_options():
     """`wattlife attribute` options from the `attribution` section."""
-    return (f"--method {ATTRIBUTION.get('method', 'auto')} "
-            f"--sensor-response {shlex.quote(str(ATTRIBUTION.get('sensor_response', 'boxcar')))}")
+    return J.attribute_options(ATTRIBUTION)
 
 
 def sensor_response_file():
     """The sensor-response CSV as an input (a changed response reruns the attribution)."""
-    r = ATTRIBUTION.get("sensor_response", "boxcar")
-    return [] if r in ("boxcar", "estimate") else [r]
+    return [ATTRIBUTION.response_file] if ATTRIBUTION.response_file else []
 
 
 def estimated_response(path):
     """With `sensor_response: estimate` attribution writes the estimated lag weights beside its
     output: declared."""
-    if ATTRIBUTION.get("sensor_response", "boxcar") != "estimate":
+    if ATTRIBUTION.sensor_response != "estimate":
         return []
     return [re.sub(r"\.csv$", "_sensor_response.csv", path)]
 
@@ -161,28 +155,27 @@ def cell_files(name):
 
 
 def dataset_dir(workload):
-    return os.path.join(config["storage"]["shared"], config["workloads"][workload]["dataset"])
+    return os.path.join(CFG.storage["shared"], CFG.workloads[workload].dataset)
 
 
 def dataset_input(workload):
     """The dataset folder as an input where a rule makes it (the demo's generated data); a
     dataset prepared outside the workflow is checked by the workload itself (a clear error)."""
-    made = {d.get("name") for d in config.get("data", {}).values() if isinstance(d, dict)}
-    return dataset_dir(workload) if config["workloads"][workload]["dataset"] in made else []
+    return dataset_dir(workload) if CFG.workloads[workload].dataset in CFG.data.defined else []
 
 
 def pfi_run():
     """A config with `pfi_matrix` is a PFI run: its targets are the sweeps and what follows them."""
-    return bool(config.get("pfi_matrix", {}).get("cells"))
+    return CFG.pfi_run
 
 
 def figure_targets():
     if pfi_run():
         return [f"{RES}/figures/{f}.png" for f in ("fig6_power_throughput", "fig7_pfi", "fig8_allocation")]
     figs = ["fig1_phase_energy_time", "fig2_device_share", "fig3_storage_checkpoint"]
-    if config.get("prepare", {}).get("catalogue"):
+    if PREP.catalogue:
         figs += ["fig4_download_size", "fig5_staging_breakeven"]
-    if config.get("powercap", {}).get("jobs"):
+    if CFG.powercap.jobs:
         figs += ["fig6_power_throughput", "fig7_pfi", "fig8_allocation"]
     return [f"{RES}/figures/{f}.png" for f in figs]
 
@@ -191,24 +184,24 @@ def all_targets():
     if pfi_run():
         return figure_targets() + [f"{RES}/tables/{t}.csv" for t in ("pfi", "predictor", "allocation_summary")]
     out = figure_targets() + [f"{RES}/tables/phase_summary.csv"]
-    if config.get("powercap", {}).get("jobs"):
+    if CFG.powercap.jobs:
         out += [f"{RES}/tables/pfi.csv", f"{RES}/tables/predictor.csv"]
-    if config.get("prepare", {}).get("catalogue"):
+    if PREP.catalogue:
         out += [f"{RES}/tables/download_fit.csv", f"{RES}/tables/facility_cache.csv"]
     return out
 
 
 # --- the PFI matrix (rules/powercap.smk): one job per (cell, cap) ----------------------------
-PFI_MATRIX = config.get("pfi_matrix", {})
-PFI_CELLS = PFI_MATRIX.get("cells", {})
+PFI_MATRIX = CFG.pfi_matrix
+PFI_CELLS = PFI_MATRIX.cells if PFI_MATRIX else {}
 PCAP = f"{RES}/pfi/{{pcell}}/cap-{{cap}}"
-PFI_CAPS = {name: J.cell_caps(config, name) for name in PFI_CELLS}
+PFI_CAPS = {name: CFG.cell_caps(cell) for name, cell in PFI_CELLS.items()}
 
 
 def pfi_shape(name):
     """(nodes, GPUs per node) of a PFI cell: its GPUs over its hardware profile's nodes."""
     cell = PFI_CELLS[name]
-    return J.nodes_for(cell["gpus"], J.cell_hardware(config, cell).get("gpus_per_node", 8))
+    return J.nodes_for(cell.gpus, CFG.cell_hardware(cell).gpus_per_node)
 
 
 def pfi_cap_files(name):
@@ -220,6 +213,5 @@ PFI_MULTI = {n for n in PFI_CELLS if pfi_shape(n)[0] > 1}
 
 def pfi_dataset_input():
     """The protocol's dataset as an input where a rule makes it (tests, demo data)."""
-    made = {d.get("name") for d in config.get("data", {}).values() if isinstance(d, dict)}
-    ds = PFI_MATRIX.get("dataset")
-    return os.path.join(config["storage"]["shared"], ds) if ds in made else []
+    ds = PFI_MATRIX.dataset
+    return os.path.join(CFG.storage["shared"], ds) if ds in CFG.data.defined else []

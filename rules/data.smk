@@ -1,20 +1,19 @@
 # Offline datasets for the demo and tests (real datasets come through the preparation stage).
-IMAGES = config.get("data", {}).get("images", {})
-TEXT = config.get("data", {}).get("text", {})
+DATA = CFG.data
 
 
 rule gen_images:
     output:
-        directory(os.path.join(config["storage"]["shared"], IMAGES.get("name", "images"))),
+        directory(os.path.join(CFG.storage["shared"], DATA.images_name)),
     log:
         f"{RES}/logs/gen_images.log",
     conda:
         "../envs/wattlife.yaml"
     params:
-        classes=IMAGES.get("classes", 10),
-        train=IMAGES.get("train_per_class", 32),
-        val=IMAGES.get("val_per_class", 8),
-        size=IMAGES.get("size", 96),
+        classes=DATA.images_classes,
+        train=DATA.images_train_per_class,
+        val=DATA.images_val_per_class,
+        size=DATA.images_size,
     resources:
         **CPU_STEP,
     shell:
@@ -24,13 +23,13 @@ rule gen_images:
 
 rule gen_text:
     output:
-        directory(os.path.join(config["storage"]["shared"], TEXT.get("name", "text"))),
+        directory(os.path.join(CFG.storage["shared"], DATA.text_name)),
     log:
         f"{RES}/logs/gen_text.log",
     conda:
         "../envs/wattlife.yaml"
     params:
-        words=TEXT.get("words", 200000),
+        words=DATA.text_words,
     resources:
         **CPU_STEP,
     shell:

@@ -8,11 +8,11 @@
 
 def _tokenizer_workloads():
     """Causal-LM workloads that train their tokenizer in the cell's work folder."""
-    return [w for w in EXE["workloads"]
-            if config["workloads"][w]["kind"] == "causal_lm" and not config["workloads"][w].get("pretrained")]
+    return [w for w in EXE.workloads
+            if CFG.workloads[w].kind == "causal_lm" and not CFG.workloads[w].pretrained]
 
 
-EXECUTE_KINDS = {"execute": [w for w in EXE["workloads"] if w not in _tokenizer_workloads()],
+EXECUTE_KINDS = {"execute": [w for w in EXE.workloads if w not in _tokenizer_workloads()],
                  "execute_tokenizer": _tokenizer_workloads()}
 
 for _name, _workloads in EXECUTE_KINDS.items():
@@ -48,7 +48,7 @@ for _name, _workloads in EXECUTE_KINDS.items():
             **MEASURING,
             mem_mb=0,  # no --mem: a whole node's default memory (--exclusive)
             **({"gres": f"gpu:{cell_gpus()}"} if cell_gpus() else {}),  # per node: --gres=gpu:N
-            nodes=int(EXE.get("nodes", 1)),
-            runtime=int(EXE.get("runtime_min", 120)),
+            nodes=EXE.nodes,
+            runtime=EXE.runtime_min,
         shell:
             "printf '%s\\n' {params.slice:q} > {output.config:q} && ({params.cmd}) > {log:q} 2>&1"

@@ -3,7 +3,6 @@
 #   snakemake --cores 2 pfi_study          -> {RES}/pfi-study/ (tables + figures)
 # The committed copy in results/reference/pfi-study/ came from `wattlife pfi-study` (its README).
 
-PFI_STUDY = config.get("analysis", {}).get("pfi_study", {})
 
 
 rule pfi_study:
@@ -22,8 +21,8 @@ rule pfi_study:
         "../envs/wattlife.yaml"
     params:
         out=lambda wc, output: os.path.dirname(output.gaps),
-        workloads=PFI_STUDY.get("workloads", 500),
-        jobs=PFI_STUDY.get("jobs", 100),
+        workloads=CFG.analysis.pfi_study_workloads,
+        jobs=CFG.analysis.pfi_study_jobs,
     shell:
         "wattlife pfi-study -o {params.out:q} --a100 {input.a100:q} --workloads {params.workloads}"
         " --jobs {params.jobs} > {log:q} 2>&1"

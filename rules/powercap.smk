@@ -39,7 +39,7 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 mem_mb=0,  # no --mem: a whole node's default memory (--exclusive)
                 gres=lambda wc: f"gpu:{pfi_shape(wc.pcell)[1]}",  # per node: --gres=gpu:N
                 nodes=lambda wc: pfi_shape(wc.pcell)[0],
-                runtime=J.pfi_runtime_min(PFI_MATRIX.get("duration_s", 1800)),
+                runtime=J.pfi_runtime_min(PFI_MATRIX.duration_s),
             shell:
                 "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife pfi-sweep --config {output.config:q} --cell {wildcards.pcell}"
                 " --cap {wildcards.cap} -o {output.point:q} > {log:q} 2>&1"
@@ -95,9 +95,6 @@ else:
             "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife sweep --config {output.config:q} -o {output.curves:q} > {log:q} 2>&1"
 
 
-ANALYSIS = config.get("analysis", {})
-
-
 rule pfi:
     input:
         f"{RES}/tables/curves.csv",
@@ -108,7 +105,7 @@ rule pfi:
     conda:
         "../envs/wattlife.yaml"
     params:
-        mc=ANALYSIS.get("pfi_mc", 2000),
+        mc=CFG.analysis.pfi_mc,
     resources:
         **CPU_STEP,
     shell:
@@ -144,12 +141,9 @@ rule allocate:
     conda:
         "../envs/wattlife.yaml"
     params:
-        workloads=ANALYSIS.get("allocation_workloads", 500),
-        jobs=ANALYSIS.get("allocation_jobs", 100),
-        mix=ANALYSIS.get("allocation_mix", "random"),
-        cuts=",".join(str(c) for c in ANALYSIS.get("allocation_cuts", [0, 0.1, 0.2, 0.3, 0.4])),
+        options=J.allocate_options(CFG.analysis),
     resources:
         **CPU_STEP,
     shell:
-        "wattlife allocate {input.curves:q} --pfi {input.pfi:q} -o {output.rows:q} --cuts {params.cuts}"
-        " --workloads {params.workloads} --jobs {params.jobs} --mix {params.mix} > {log:q} 2>&1"
+        "wattlife allocate {input.curves:q} --pfi {input.pfi:q} -o {output.rows:q} {params.options}"
+        " > {log:q} 2>&1"

@@ -46,14 +46,14 @@ rule download:
         slice=slice_of(lambda wc: J.download_slice(config, wc.artefact, TRANSFERS_AT_ONCE)),
         args=fetch_args,
         kind=lambda wc: CATALOGUE[wc.artefact]["kind"],
-        dest=lambda wc: os.path.join(config["storage"]["shared"], "downloads", wc.artefact),
+        dest=lambda wc: os.path.join(CFG.storage["shared"], "downloads", wc.artefact),
         at_once=TRANSFERS_AT_ONCE or 0,
     threads: NODE_CORES  # a local run: nothing else on this machine while a transfer is measured
     resources:
-        **placement(PREP.get("download_on", "login")),
+        **placement(PREP.download_on),
         transfers=1,
         runtime=lambda wc: J.transfer_runtime_min(CATALOGUE[wc.artefact]["size_bytes"],
-                                                  PREP.get("min_rate_mbps", 100)),
+                                                  PREP.min_rate_mbps),
     shell:
         "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife run --config {output.config:q} --trace {output.trace:q}"
         " --events {output.events:q} --meta {output.meta:q} --run-id download-{wildcards.artefact} --"
@@ -62,12 +62,12 @@ rule download:
         " --record {output.record:q} > {log:q} 2>&1"
 
 
-LOOPBACK_PUT = UPLOAD.get("to", "loopback-put") == "loopback-put"
+LOOPBACK_PUT = PREP.upload_to == "loopback-put"
 
 
 rule upload:
     input:
-        summary=f"{RES}/runs/{UPLOAD.get('cell', 'none')}/work/summary.json",
+        summary=f"{RES}/runs/{PREP.upload_cell or 'none'}/work/summary.json",
     output:
         config=f"{RES}/transfers/upload/config.json",
         trace=f"{RES}/transfers/upload/trace.csv",
@@ -83,21 +83,21 @@ rule upload:
         slice=slice_of(lambda wc: J.upload_slice(config, TRANSFERS_AT_ONCE)),
         to=lambda wc, output: {
             "loopback-put": f"--put /models --serve-put {shlex.quote(f'{RES}/prepare/uploaded')}",
-            "put": f"--put {shlex.quote(UPLOAD.get('target', ''))}",
-            "hf": f"--hf {shlex.quote(UPLOAD.get('target', ''))}",
-            "copy": f"--copy {shlex.quote(UPLOAD.get('target', ''))}",
-        }[UPLOAD.get("to", "loopback-put")],
+            "put": f"--put {shlex.quote(PREP.upload_target or '')}",
+            "hf": f"--hf {shlex.quote(PREP.upload_target or '')}",
+            "copy": f"--copy {shlex.quote(PREP.upload_target or '')}",
+        }[PREP.upload_to],
         rate=lambda wc: (
-            f"--rate-mbps {PREP['loopback']['rate_mbps']}"
-            if PREP.get("loopback", {}).get("rate_mbps") and LOOPBACK_PUT
+            f"--rate-mbps {PREP.loopback_rate_mbps}"
+            if PREP.loopback_rate_mbps and LOOPBACK_PUT
             else ""
         ),
         at_once=TRANSFERS_AT_ONCE or 0,
     threads: NODE_CORES
     resources:
-        **placement(PREP.get("upload_on", "login")),
+        **placement(PREP.upload_on),
         transfers=1,
-        runtime=J.transfer_runtime_min(UPLOAD.get("size_bytes", 20e9), PREP.get("min_rate_mbps", 100)),
+        runtime=J.transfer_runtime_min(PREP.upload_size_bytes, PREP.min_rate_mbps),
     shell:
         "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife run --config {output.config:q} --trace {output.trace:q}"
         " --events {output.events:q} --meta {output.meta:q} --run-id upload --"
@@ -105,8 +105,30 @@ rule upload:
         " --name model-upload --transfers-at-once {params.at_once} --record {output.record:q} > {log:q} 2>&1"
 
 
+rule check_transfer:
+    input:
+        trace=f"{XFER}/trace.csv",
+        events=f"{XFER}/events.csv",
+        meta=f"{XFER}/meta.json",
+        record=f"{XFER}/record.json",
+    output:
+        f"{XFER}/check.txt",
+    log:
+        f"{XFER}/check.log",
+    params:
+        run_dir=lambda wc, input: os.path.dirname(input.meta),
+    resources:
+        **CPU_STEP,
+    conda:
+        "../envs/wattlife.yaml"
+    shell:
+        # a transfer is no training workload: no required training phases (--kind none)
+        "wattlife check --kind none {params.run_dir:q} 2>&1 | tee {log:q} > {output:q}"
+
+
 rule attribute_transfer:
     input:
+        check=f"{XFER}/check.txt",
         trace=f"{XFER}/trace.csv",
         events=f"{XFER}/events.csv",
         meta=f"{XFER}/meta.json",

@@ -13,7 +13,7 @@ rule figures:
                 os.path.join(RES, "tables", t)
                 for t in ("curves.csv", "pfi.csv", "predictor.csv", "allocation_summary.csv")
             ]
-            if config.get("powercap", {}).get("jobs")
+            if CFG.powercap.jobs
             else []
         ),
         prepare=lambda wc: (
@@ -21,7 +21,7 @@ rule figures:
                 os.path.join(RES, "tables", t)
                 for t in ("downloads.csv", "download_fit.csv", "staging_breakeven.csv")
             ]
-            if config.get("prepare", {}).get("catalogue") and not pfi_run()
+            if PREP.catalogue and not pfi_run()
             else []
         ),
     output:

@@ -15,7 +15,6 @@ def _write(tmp_path, mutate):
     mutate(cfg)
     p = tmp_path / "config.yaml"
     p.write_text(yaml.safe_dump(cfg))
-    (tmp_path / "schema.yaml").write_text((REPO / "config/schema.yaml").read_text())
     return p
 
 
@@ -28,9 +27,11 @@ def test_demo_config_is_valid_and_gets_defaults():
 @pytest.mark.parametrize("mutate, message", [
     (lambda c: c["sampler"].update(intervall_ms=20), r"unknown key sampler\.intervall_ms"),
     (lambda c: c["sampler"].update(interval_ms="fast"), r"sampler\.interval_ms: expected number"),
-    (lambda c: c["workloads"]["resnet"].update(steps=2.5), r"workloads\.resnet\.steps: expected integer"),
+    (lambda c: c["workloads"]["resnet"].update(steps=2.5),
+     r"workloads\.resnet\.steps: expected integer"),
     (lambda c: c.pop("storage"), r"missing required key storage"),
-    (lambda c: c["workloads"]["resnet"].pop("batch_size"), r"missing required key workloads\.resnet\.batch_size"),
+    (lambda c: c["workloads"]["resnet"].pop("batch_size"),
+     r"missing required key workloads\.resnet\.batch_size"),
     (lambda c: c["sampler"].update(gpu="amd"), r"sampler\.gpu: expected one of"),
     (lambda c: c.update(colour="blue"), r"unknown key colour"),
     (lambda c: c.update(attribution={"sensor_response": "h200"}),
@@ -52,7 +53,8 @@ def test_snakemake_stops_on_bad_config_with_the_key(tmp_path, env_path):
 
 @pytest.mark.slow
 def test_dry_run_shows_the_whole_demo_dag(env_path):
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--cores", "2"], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--cores", "2"],
+                         cwd=REPO,
                          env=env_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
@@ -72,8 +74,9 @@ def test_lint_reports_nothing(env_path):
 @pytest.mark.slow
 def test_attribution_options_reach_every_attribute_job(env_path):
     resp = "results/reference/h200/attribution/h200_sensor_response.csv"
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "2",
-                          "--config", f"attribution={{method: deconvolve, sensor_response: {resp}}}"],
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores",
+                          "2", "--config",
+                          f"attribution={{method: deconvolve, sensor_response: {resp}}}"],
                          cwd=REPO, env=env_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     cmds = [ln for ln in (out.stdout + out.stderr).splitlines() if "wattlife attribute " in ln]

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from wattlife.config import load_config
+from wattlife.config import hardware_profile, load_config
 from wattlife.jobs import cell_caps
-from wattlife.sweeps.pfi_matrix import hardware_profile, matrix_cell_workload
+from wattlife.config import hardware_profile
+from wattlife.sweeps.pfi_matrix import matrix_cell_workload
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -17,8 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("gpu", ["h200", "h100"])
 def test_hardware_profiles_have_the_studys_grids(gpu):
     p = hardware_profile(gpu)
-    assert p["grid_w"] == [200, 300, 400, 500, 600, 700] and p["grid_large_w"] == [200, 500, 600, 700]
-    assert p["min_cap_w"] <= min(p["grid_w"]) and max(p["grid_w"]) <= p["max_cap_w"] == p["tdp_w"]
+    assert p.grid_w == (200, 300, 400, 500, 600, 700) and p.grid_large_w == (200, 500, 600, 700)
+    assert p.min_cap_w <= min(p.grid_w) and max(p.grid_w) <= p.max_cap_w == p.tdp_w
 
 
 def test_a_profile_with_caps_outside_its_range_is_refused(tmp_path):
@@ -35,7 +36,7 @@ def test_cells_become_causal_lm_workloads_with_the_protocol():
     w, c, prof = matrix_cell_workload(cfg, "moe-ft-qwen3-30b-a3b-8g")
     assert w["task"] == "lora" and w["compile"] is True and w["fsdp"] is True
     assert (w["duration_s"], w["eval_at_s"], w["ckpt_at_s"]) == (1800, 900, 1200)
-    assert w["peak_tflops"] == prof["peak_tflops_bf16"] == 989 and "gpus" not in w and c["gpus"] == 8
+    assert w["peak_tflops"] == prof.peak_tflops_bf16 == 989 and "gpus" not in w and c["gpus"] == 8
     tasks = {c["task"] for c in cfg["pfi_matrix"]["cells"].values()}
     gpus = {c["gpus"] for c in cfg["pfi_matrix"]["cells"].values()}
     assert tasks == {"pretrain", "lora"} and gpus == {8, 16, 32}

@@ -31,7 +31,8 @@ def jobs_of(out: str) -> dict[str, int]:
 
 
 def tree(root: Path) -> dict[str, tuple[int, str]]:
-    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, hashlib.sha1(p.read_bytes()).hexdigest())
+    return {str(p.relative_to(root)):
+            (p.stat().st_mtime_ns, hashlib.sha1(p.read_bytes()).hexdigest())
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
@@ -58,10 +59,12 @@ def undeclared(res: Path, conf: Path, env: dict, targets=()) -> tuple[list[str],
     rows = [line.split("\t") for line in out.stdout.splitlines()[1:] if line.strip()]
     assert rows and all(r[4] == "ok" for r in rows), [r for r in rows if r[4] != "ok"]
     declared = {Path(r[0]).resolve() for r in rows}  # every output of the DAG ...
-    declared |= {Path(x.strip()).resolve() for r in rows for x in r[3].split(",") if x.strip() not in ("", "-")}
+    declared |= {Path(x.strip()).resolve() for r in rows for x in r[3].split(",")
+                 if x.strip() not in ("", "-")}
     dirs = [d for d in declared if d.is_dir()]  # ... its logs, and what directory outputs hold
     files = [p.resolve() for p in res.rglob("*") if p.is_file()]
-    return [str(p) for p in files if p not in declared and not any(d in p.parents for d in dirs)], len(files)
+    bad = [str(p) for p in files if p not in declared and not any(d in p.parents for d in dirs)]
+    return bad, len(files)
 
 
 def test_every_file_under_results_is_declared(demo):
@@ -93,7 +96,8 @@ def test_one_workload_key_reruns_that_workloads_cells_only(demo):
     cfg["workloads"]["resnet"]["lr"] = 0.07
     jobs, out = dry(demo, cfg)
     assert jobs.get("execute") == 4 and "execute_tokenizer" not in jobs, jobs  # resnet's four cells
-    assert not {"download", "upload", "powercap_sweep", "gen_catalogue", "gen_images", "gen_text"} & set(jobs)
+    others = {"download", "upload", "powercap_sweep", "gen_catalogue", "gen_images", "gen_text"}
+    assert not others & set(jobs)
     assert "/runs/qwen/" not in "".join(re.findall(r"output: (.*)", out))
 
 
@@ -102,14 +106,16 @@ def test_rerun_one_cell_measures_it_again_and_nothing_else(demo):
     cell = res / "runs/resnet/local/ckpt-on/r1"
     before = tree(res)
     # the README's command: the cell's training again (under the sampler) and everything downstream
-    out = snakemake(["--configfile", str(demo["conf"]), "--forcerun", str(cell / "trace.csv")], demo["env"])
+    out = snakemake(["--configfile", str(demo["conf"]), "--forcerun", str(cell / "trace.csv")],
+                    demo["env"])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     after = tree(res)
     rel = str(cell.relative_to(res))
     assert after[f"{rel}/trace.csv"][1] != before[f"{rel}/trace.csv"][1]  # measured again
     assert after[f"{rel}/phases.csv"][0] > before[f"{rel}/phases.csv"][0]
     others = [k for k in before if k.startswith("runs/") and not k.startswith(rel)]
-    others += [k for k in before if k.startswith(("transfers/", "prepare/served/", "prepare/uploaded/"))]
+    others += [k for k in before
+               if k.startswith(("transfers/", "prepare/served/", "prepare/uploaded/"))]
     assert len(others) > 20 and all(after[k] == before[k] for k in others), \
         [k for k in others if after[k] != before[k]]
     assert after["tables/phases.csv"][0] > before["tables/phases.csv"][0]  # downstream follows
@@ -135,11 +141,10 @@ def pfi_run(tmp_path_factory):
     cfg["sampler"]["idle_baseline_s"] = 0.2
     cfg["powercap"].pop("jobs")
     cfg["powercap"]["hardware"] = "h200"
-    cfg["pfi_matrix"] = {"dataset": "wikitext-mini", "duration_s": 3, "eval_at_s": 1, "ckpt_at_s": 2,
-                         "tokenizer_vocab": 300,
-                         "cells": {"tiny-1g": {"model_config": "qwen3-tiny", "task": "pretrain", "gpus": 1,
-                                               "seq_len": 32, "batch_size": 2, "device": "cpu",
-                                               "caps": [150, 400, 700]}}}
+    cell = {"model_config": "qwen3-tiny", "task": "pretrain", "gpus": 1, "seq_len": 32,
+            "batch_size": 2, "device": "cpu", "caps": [150, 400, 700]}
+    cfg["pfi_matrix"] = {"dataset": "wikitext-mini", "duration_s": 3, "eval_at_s": 1,
+                         "ckpt_at_s": 2, "tokenizer_vocab": 300, "cells": {"tiny-1g": cell}}
     conf = tmp / "config.yaml"
     conf.write_text(yaml.safe_dump(cfg))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -152,7 +157,7 @@ def pfi_run(tmp_path_factory):
 def test_pfi_jobs_are_one_per_cell_and_cap_and_the_curve_shows_a_failed_cap(pfi_run):
     res = pfi_run["res"]
     cur = pd.read_csv(res / "tables/curves.csv")
-    st = dict(zip(cur["cap_w"], cur["status"]))
+    st = dict(zip(cur["cap_w"], cur["status"], strict=True))
     assert st[400] == st[700] == "ok" and st[150].startswith("failed"), st
     assert "outside" in (res / "pfi/tiny-1g/cap-150/run.log").read_text()  # the device refused it
     ok = cur[cur["status"] == "ok"]
@@ -168,11 +173,12 @@ def test_a_failed_cap_is_rerun_alone(pfi_run):
     res = pfi_run["res"]
     before = tree(res / "pfi")
     point = res / "pfi/tiny-1g/cap-150/curve-point.csv"
-    out = snakemake(["--configfile", str(pfi_run["conf"]), "--forcerun", str(point), "--", pfi_run["target"]],
-                    pfi_run["env"])
+    out = snakemake(["--configfile", str(pfi_run["conf"]), "--forcerun", str(point), "--",
+                     pfi_run["target"]], pfi_run["env"])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     after = tree(res / "pfi")
-    assert after["tiny-1g/cap-150/curve-point.csv"][0] > before["tiny-1g/cap-150/curve-point.csv"][0]
+    key = "tiny-1g/cap-150/curve-point.csv"
+    assert after[key][0] > before[key][0]
     for cap in ("400", "700"):
         same = [k for k in before if k.startswith(f"tiny-1g/cap-{cap}/")]
         assert same and all(after[k] == before[k] for k in same)

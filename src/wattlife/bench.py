@@ -84,8 +84,9 @@ def bench_allocate(n_workloads: int = 500, n_jobs: int = 100, n_cuts: int = 9) -
     from .analysis.allocation import simulate_allocation
     from .analysis.calibration import calibrated_study_curves
     from .analysis.curves import read_emerald_sweep
+    from .config import resource_path
 
-    ref = Path(__file__).resolve().parents[2] / "results/reference/a100-emerald/dvfs_sweep.csv"
+    ref = resource_path("reference", "a100-emerald", "dvfs_sweep.csv")
     cuts = list(np.linspace(0, 0.4, n_cuts))
     out: dict[str, float] = {"workloads": n_workloads, "jobs": n_jobs, "cuts": n_cuts}
     noisy = calibrated_study_curves(noise=0.01, seed=1)

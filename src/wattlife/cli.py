@@ -85,7 +85,7 @@ def _guard(a: argparse.Namespace) -> None:
 
 def _load_sampler_cfg(path: str | None) -> dict:
     if not path:
-        return {}
+        return {"idle_baseline_s": 0.0}  # the CLI's documented default without --config
     from .config import load_config
 
     return load_config(path).get("sampler", {})

@@ -10,14 +10,22 @@ that workload's cells only.
 Slices are valid configs (`config/schema.yaml`) except that the top-level required keys may be
 absent; the `slice` key names the job and tells `load_config` so.
 
-Pure functions of the (validated, defaults-filled) config; the rules only wire them.
+Pure functions of the (validated, defaults-filled) config; the rules only wire them. Slices are
+cut from the config mapping (they are serialised as they are); every decision reads the typed
+config (`wattlife.config.settings`), whose defaults are the schema's.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
+from collections.abc import Mapping
 from typing import Any
+
+from .config import Analysis, Attribution, settings
+
+Config = Mapping[str, Any]
 
 # execution keys that change how a cell is launched (and so its measurement)
 LAUNCH_KEYS = ("launcher", "gpus_per_node", "nodes", "per_node_sampler")
@@ -36,99 +44,111 @@ def cell_id(workload: str, storage: str, checkpoint: str, repeat: int | str) -> 
     return f"{workload}/{storage}/ckpt-{checkpoint}/r{repeat}"
 
 
-def cell_slice(cfg: dict[str, Any], workload: str, storage: str, checkpoint: str,
+def cell_slice(cfg: Config, workload: str, storage: str, checkpoint: str,
                repeat: int | str) -> dict[str, Any]:
     """A training cell: the sampler, storage paths, its workload and how it is launched."""
-    ex = cfg.get("execution", {})
-    if workload not in cfg.get("workloads", {}):
+    ex = cfg["execution"]
+    if workload not in cfg["workloads"]:
         raise ValueError(f"execution.workloads: {workload!r} has no entry under workloads")
     return {"slice": "execute/" + cell_id(workload, storage, checkpoint, repeat),
-            "sampler": cfg.get("sampler", {}), "storage": cfg["storage"],
+            "sampler": _section(cfg, "sampler"), "storage": cfg["storage"],
             "execution": {"workloads": [workload], **{k: ex[k] for k in LAUNCH_KEYS if k in ex}},
             "workloads": {workload: cfg["workloads"][workload]}}
 
 
-def _prep(cfg: dict[str, Any]) -> dict[str, Any]:
-    return cfg.get("prepare", {}) or {}
+def _section(cfg: Config, key: str) -> dict[str, Any]:
+    """A top-level section as the config has it (absent: empty)."""
+    return dict(cfg.get(key) or {})
 
 
-def catalogue_entry(cfg: dict[str, Any], name: str) -> dict[str, Any]:
-    for e in _prep(cfg).get("catalogue", []):
+def _prep(cfg: Config) -> dict[str, Any]:
+    return _section(cfg, "prepare")
+
+
+def catalogue_entry(cfg: Config, name: str) -> dict[str, Any]:
+    for e in _prep(cfg).get("catalogue") or []:
         if e["name"] == name:
             return e
     raise ValueError(f"prepare.catalogue: no artefact named {name!r}")
 
 
-def download_slice(cfg: dict[str, Any], name: str, concurrent: int | None) -> dict[str, Any]:
+def download_slice(cfg: Config, name: str, concurrent: int | None) -> dict[str, Any]:
     """One download: the sampler, where it lands, its catalogue entry, the loopback rate of a
     generated artefact, and how many transfers may run at once (it changes the throughput)."""
     e = catalogue_entry(cfg, name)
     prep: dict[str, Any] = {"catalogue": [e]}
     if e["source"] == "generated" and _prep(cfg).get("loopback"):
         prep["loopback"] = _prep(cfg)["loopback"]
-    return {"slice": f"download/{name}", "sampler": cfg.get("sampler", {}),
+    return {"slice": f"download/{name}", "sampler": _section(cfg, "sampler"),
             "storage": cfg["storage"], "prepare": prep, "transfers_at_once": concurrent}
 
 
-def upload_slice(cfg: dict[str, Any], concurrent: int | None) -> dict[str, Any]:
-    up = _prep(cfg).get("upload", {})
-    prep: dict[str, Any] = {"upload": up}
-    if up.get("to", "loopback-put") == "loopback-put" and _prep(cfg).get("loopback"):
+def upload_slice(cfg: Config, concurrent: int | None) -> dict[str, Any]:
+    prep: dict[str, Any] = {"upload": _prep(cfg).get("upload") or {}}
+    if settings(cfg).prepare.upload_to == "loopback-put" and _prep(cfg).get("loopback"):
         prep["loopback"] = _prep(cfg)["loopback"]
-    return {"slice": "upload", "sampler": cfg.get("sampler", {}), "prepare": prep,
+    return {"slice": "upload", "sampler": _section(cfg, "sampler"), "prepare": prep,
             "transfers_at_once": concurrent}
 
 
-def generated_slice(cfg: dict[str, Any]) -> dict[str, Any]:
+def generated_slice(cfg: Config) -> dict[str, Any]:
     """The generated (loopback) artefacts of the demo catalogue."""
-    gen = [e for e in _prep(cfg).get("catalogue", []) if e["source"] == "generated"]
+    gen = [e for e in _prep(cfg).get("catalogue") or [] if e["source"] == "generated"]
     return {"slice": "gen_catalogue", "prepare": {"catalogue": gen}}
 
 
-def prepare_tables_slice(cfg: dict[str, Any]) -> dict[str, Any]:
+def prepare_tables_slice(cfg: Config) -> dict[str, Any]:
     p = _prep(cfg)
     return {"slice": "prepare_tables",
             "prepare": {k: p[k] for k in ("catalogue", "facility") if k in p}}
 
 
-def powercap_sweep_slice(cfg: dict[str, Any]) -> dict[str, Any]:
+def powercap_sweep_slice(cfg: Config) -> dict[str, Any]:
     """The simulated sweep of `powercap.jobs` (the demo's)."""
-    return {"slice": "powercap_sweep", "powercap": cfg.get("powercap", {})}
+    return {"slice": "powercap_sweep", "powercap": _section(cfg, "powercap")}
 
 
-def pfi_cap_slice(cfg: dict[str, Any], cell: str, cap_w: float) -> dict[str, Any]:
+def pfi_cap_slice(cfg: Config, cell: str, cap_w: float) -> dict[str, Any]:
     """One PFI cell at one cap: the sampler, storage, the cap controller and hardware profile, the
     protocol, the cell and the cap."""
     m = cfg["pfi_matrix"]
     if cell not in m["cells"]:
         raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
-    pc = cfg.get("powercap", {})
-    return {"slice": f"pfi/{cell}/cap-{cap_w:g}", "sampler": cfg.get("sampler", {}),
+    pc = _section(cfg, "powercap")
+    return {"slice": f"pfi/{cell}/cap-{cap_w:g}", "sampler": _section(cfg, "sampler"),
             "storage": cfg["storage"],
             "powercap": {k: pc[k] for k in POWERCAP_KEYS if k in pc},
-            "pfi_matrix": {**{k: m[k] for k in PROTOCOL_KEYS if k in m}, "cells": {cell: m["cells"][cell]}},
+            "pfi_matrix": {**{k: m[k] for k in PROTOCOL_KEYS if k in m},
+                           "cells": {cell: m["cells"][cell]}},
             "pfi_cap_w": cap_w}
 
 
 # -- what a job asks the scheduler for --------------------------------------------------------
 
 
-def cell_hardware(cfg: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
-    """The hardware profile of a PFI cell (its `hardware`, else `powercap.hardware`)."""
-    from .sweeps.pfi_matrix import hardware_profile
+def cell_caps(cfg: Config, name: str) -> list[float]:
+    """A PFI cell's caps: its explicit `caps`, else its hardware profile's grid (`grid_w` up to
+    `large_job_gpus` - 1 GPUs, `grid_large_w` from there): `Settings.cell_caps`."""
+    s = settings(cfg)
+    if s.pfi_matrix is None or name not in s.pfi_matrix.cells:
+        raise ValueError(f"pfi_matrix.cells.{name}: no such cell")
+    return s.cell_caps(s.pfi_matrix.cells[name])
 
-    return hardware_profile(cell.get("hardware") or cfg.get("powercap", {}).get("hardware", "h200"))
+
+# -- the options of the analysis commands, from the config --------------------------------------
 
 
-def cell_caps(cfg: dict[str, Any], name: str) -> list[float]:
-    """A PFI cell's caps: its explicit `caps`, else the profile's grid (`grid_w` up to
-    `large_job_gpus` - 1 GPUs, `grid_large_w` from there)."""
-    cell = cfg["pfi_matrix"]["cells"][name]
-    if cell.get("caps"):
-        return sorted(float(c) for c in cell["caps"])
-    prof = cell_hardware(cfg, cell)
-    large = cell["gpus"] >= prof.get("large_job_gpus", 16) and prof.get("grid_large_w")
-    return sorted(float(c) for c in (prof["grid_large_w"] if large else prof["grid_w"]))
+def attribute_options(a: Attribution) -> str:
+    """`wattlife attribute` options from the `attribution` section."""
+    return f"--method {a.method} --sensor-response {shlex.quote(a.sensor_response)}"
+
+
+def allocate_options(a: Analysis) -> str:
+    """`wattlife allocate` options from the `analysis` section (every one given: the schema's
+    defaults, not the CLI's, decide a workflow run)."""
+    return (f"--cuts {','.join(f'{c:g}' for c in a.allocation_cuts)}"
+            f" --workloads {a.allocation_workloads} --jobs {a.allocation_jobs}"
+            f" --mix {shlex.quote(a.allocation_mix)}")
 
 
 def nodes_for(gpus: int, gpus_per_node: int) -> tuple[int, int]:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .config import Execution
+
 RDZV_PORT = 29500
 
 
@@ -38,6 +40,12 @@ class LaunchSpec:
     powercap_backend: str = "simulated"
     allow_real: bool = False
 
+    @classmethod
+    def for_execution(cls, ex: Execution) -> LaunchSpec:
+        """A training cell's launch, from the `execution` section."""
+        return cls(nodes=ex.nodes, gpus_per_node=ex.gpus_per_node, launcher=ex.launcher.strip(),
+                   per_node=ex.per_node_sampler)
+
     @property
     def multi(self) -> bool:
         return self.nodes > 1 or self.per_node
@@ -50,7 +58,8 @@ class LaunchSpec:
         return int(m.group(1)) if m else 1
 
 
-def train_args(config: str, workload: str, storage: str, checkpoint: str, workdir: str) -> list[str]:
+def train_args(config: str, workload: str, storage: str, checkpoint: str,
+               workdir: str) -> list[str]:
     """`wattlife train` arguments of one cell."""
     return ["train", "--config", config, "--workload", workload, "--storage", storage,
             "--checkpoint", checkpoint, "--workdir", workdir]
@@ -59,7 +68,8 @@ def train_args(config: str, workload: str, storage: str, checkpoint: str, workdi
 def run_files(run_dir: str, spec: LaunchSpec) -> dict[str, Any]:
     """Every file a launch writes under its run folder, for the rule to declare."""
     d = run_dir.rstrip("/")
-    out: dict[str, Any] = {"trace": f"{d}/trace.csv", "events": f"{d}/events.csv", "meta": f"{d}/meta.json"}
+    out: dict[str, Any] = {"trace": f"{d}/trace.csv", "events": f"{d}/events.csv",
+                           "meta": f"{d}/meta.json"}
     if spec.multi:
         out["nodes"] = f"{d}/nodes"
         out["clock"] = f"{d}/clock_offsets.csv"
@@ -85,20 +95,23 @@ def build_command(spec: LaunchSpec, *, config: str, run_dir: str, run_id: str, c
     if not spec.multi:
         if spec.cap_w is None:
             launcher = spec.launcher.split()
-            torchrun = bool(launcher) and launcher[0].endswith("torchrun")
-            prog = ["-m", "wattlife.cli"] if torchrun else ["wattlife"]
-            wrap = ["wattlife", "run", "--config", config, "--trace", f["trace"], "--events", f["events"],
-                    "--meta", f["meta"], "--run-id", run_id, "--cell", cell_json, "--"]
+            under_torchrun = bool(launcher) and launcher[0].endswith("torchrun")
+            prog = ["-m", "wattlife.cli"] if under_torchrun else ["wattlife"]
+            wrap = ["wattlife", "run", "--config", config, "--trace", f["trace"], "--events",
+                    f["events"], "--meta", f["meta"], "--run-id", run_id, "--cell", cell_json, "--"]
             return _q(wrap + launcher + prog + inner)
         wrap = ["wattlife", "launch-node", "--config", config, "--trace", f["trace"], "--events",
-                f["events"], "--meta", f["meta"], "--run-id", run_id, "--cell", cell_json, *cap, "--"]
+                f["events"], "--meta", f["meta"], "--run-id", run_id, "--cell", cell_json, *cap,
+                "--"]
         torchrun = ["torchrun", f"--nproc-per-node={spec.gpus_per_node}", "-m", "wattlife.cli"]
         return _q(wrap + torchrun + inner)
-    per_node = ["wattlife", "launch-node", "--config", config, "--node-dir", f["nodes"], "--run-id", run_id,
-                "--cell", cell_json, *cap, "--", "torchrun", f"--nnodes={spec.nodes}",
-                f"--nproc-per-node={spec.gpus_per_node}", "--rdzv-backend=c10d"]
+    per_node = ["wattlife", "launch-node", "--config", config, "--node-dir", f["nodes"],
+                "--run-id", run_id, "--cell", cell_json, *cap, "--", "torchrun",
+                f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.gpus_per_node}",
+                "--rdzv-backend=c10d"]
     head = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
-    srun = ["srun", "--overlap", f"--nodes={spec.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    srun = ["srun", "--overlap", f"--nodes={spec.nodes}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1"]
     nodes = shlex.quote(f["nodes"])
     # each node's one task gets the node's CPUs (not the batch job's --cpus-per-task)
     return (f"{head} && {_q(srun)} --cpus-per-task=\"${{SLURM_CPUS_ON_NODE:-1}}\" {_q(per_node)}"
@@ -147,7 +160,7 @@ def merge_meta(node_dir: str | Path, out: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{node_dir}: no <host>/meta.json (did every node's sampler run?)")
     docs = [json.loads(m.read_text()) for m in metas]
     doc = dict(docs[0])
-    doc["nodes"] = {m.parent.name: d for m, d in zip(metas, docs)}
+    doc["nodes"] = {m.parent.name: d for m, d in zip(metas, docs, strict=True)}
     doc["exit_code"] = max((d.get("exit_code") or 0) for d in docs)
     Path(out).write_text(json.dumps(doc, indent=2, default=str))
     return doc

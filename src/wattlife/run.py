@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .contracts import META_FILE, ContractError, RunMeta, meta_text
+from .config import SamplerSettings
 from .markers import ENV_EVENTS, ENV_RUN_ID, ENV_STATUS
 from .sampler import Sampler, build_backends
 
@@ -340,7 +341,7 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
     rc: int | None = None
     leftovers = 0
     try:
-        idle_s = float(sampler_cfg.get("idle_baseline_s", 0.0))
+        idle_s = float(SamplerSettings.from_dict(sampler_cfg).idle_baseline_s)  # schema default
         if idle_s > 0:
             stop_idle.wait(idle_s)
         idle_end = time.time_ns()

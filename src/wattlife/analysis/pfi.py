@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..config import resource_path
 from ..contracts import PFI_COLUMNS, write_table
 
 MIN_DELTA = 0.01
@@ -162,7 +163,7 @@ def grid_sensitivity_files(curves_path: str | Path, out: str | Path, subgrid: li
 
 # --- the study's published values ---------------------------------------------------------------
 
-STUDY_DIR = Path(__file__).resolve().parents[3] / "results" / "reference" / "pfi-study" / "published"
+STUDY_DIR = resource_path("reference", "pfi-study")
 SUBGRID_4CAP = [200.0, 500.0, 600.0, 700.0]  # the study's coarse grid (Table 9)
 # CSV setting column -> pfi_matrix cell key
 STUDY_SETTINGS = {"seq_len": "seq_len", "batch_size": "batch_size", "ep": "expert_parallel",

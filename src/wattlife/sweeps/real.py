@@ -21,6 +21,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..analysis.curves import steady_state, steady_state_se
+from ..config import settings
 from ..contracts import CURVES_COLUMNS, write_csv, write_table
 from ..devices.powercap import PowerCapController
 from ..simgpu_model import SimGpuModel
@@ -140,19 +141,19 @@ def sweep_matrix_cap(config_path: str | Path, cell: str, cap_w: float, out: str 
     wl = d / "workload.json"
     wl.write_text(json.dumps({"slice": f"pfi/{cell}/cap-{cap_w:g}/train", "storage": cfg["storage"],
                               "workloads": {cell: w}}, indent=1, sort_keys=True))
-    nodes, per_node = nodes_for(c["gpus"], prof.get("gpus_per_node", 8))
+    nodes, per_node = nodes_for(c["gpus"], prof.gpus_per_node)
     spec = LaunchSpec(nodes=nodes, gpus_per_node=per_node, per_node=nodes > 1, cap_w=float(cap_w),
                       powercap_backend=backend or pc.get("backend", "simulated"),
                       allow_real=bool(pc.get("allow_real", False)))
     cmd = build_command(spec, config=str(config_path), run_dir=str(d),
                         run_id=f"{cell}-cap{cap_w:g}", cell={"pfi_cell": cell},
                         inner=train_args(str(wl), cell, "shared", "on", str(d / "work")))
-    row: dict[str, Any] = {"job": cell, "gpu_model": prof["gpu_model"], "n_gpus": c["gpus"],
+    row: dict[str, Any] = {"job": cell, "gpu_model": prof.gpu_model, "n_gpus": c["gpus"],
                            "cap_w": float(cap_w), "throughput_unit": "tokens/s",
                            "category": c["task"], "set": c.get("set", "main")}
     if c.get("paper_job"):  # the study's label: PFI tables put the published value beside it
         row["paper_job"] = c["paper_job"]
-        row["hardware"] = c.get("hardware") or pc.get("hardware", "h200")
+        row["hardware"] = c.get("hardware") or settings(cfg).powercap.hardware
     (d / "work").mkdir(exist_ok=True)
     print(cmd, flush=True)
     rc = subprocess.run(["bash", "-c", cmd]).returncode

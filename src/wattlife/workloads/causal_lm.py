@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import resource_path
 from ..markers import phase
 from .cell import Dist, barrier, checkpoint_dir, start_cell
 from .training_loop import (
@@ -68,7 +69,7 @@ from .training_loop import (
     save_atomically,
 )
 
-MODELS_DIR = Path(__file__).resolve().parents[3] / "config" / "models"
+MODELS_DIR = resource_path("models")
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
 
 
