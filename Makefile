@@ -24,8 +24,8 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
-# ruff and mypy with the pyproject settings. Not yet part of `make test` / .ci/run: both still
-# report findings in files being rewritten (issue #17); switch it on once they are clean.
+# ruff and mypy with the pyproject settings (versions pinned in the `dev` extra); .ci/run runs it
+# before `make test`.
 lint: install
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/mypy

@@ -163,7 +163,7 @@ def finished_demo(tmp_path_factory):
     cfg["data"]["text"]["words"] = 10_000
     cfg["analysis"].update(allocation_workloads=5, allocation_jobs=6, pfi_mc=50)
     cfg["sampler"]["idle_baseline_s"] = 0.3
-    for e, size in zip(cfg["prepare"]["catalogue"], (1e6, 3e6, 6e6, 2e6, 4e6)):
+    for e, size in zip(cfg["prepare"]["catalogue"], (1e6, 3e6, 6e6, 2e6, 4e6), strict=True):
         e["size_bytes"] = int(size)
     conf = tmp / "config.yaml"
     conf.write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -5,11 +5,9 @@ files: Range, rate limit, connection resets, PUT) and `HubServer` (the Hub route
 from __future__ import annotations
 
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from wattlife.prepare.serve import ArtefactServer
-
 
 LoopbackServer = ArtefactServer  # the package's server: Range, rate limit, resets, PUT
 
@@ -74,7 +72,8 @@ class HubServer:
                     kind = "dataset" if m.group(1) else "model"
                     body = outer.repos.get((kind, m.group(2)), {}).get(m.group(4))
                     if body is None:
-                        return self._send(404, b"not found", {"X-Error-Code": "EntryNotFound"}, head)
+                        return self._send(404, b"not found", {"X-Error-Code": "EntryNotFound"},
+                                          head)
                     return self._send(200, body, {"ETag": f'"{oid(body)}"',
                                                   "X-Repo-Commit": outer.SHA}, head)
                 self._send(404, b"no route", {}, head)
@@ -88,9 +87,11 @@ class HubServer:
                 js = {"Content-Type": "application/json"}
                 if path == "/api/repos/create":
                     req = json.loads(body)
-                    rid = f"{req['organization']}/{req['name']}" if req.get("organization") else req["name"]
+                    rid = (f"{req['organization']}/{req['name']}" if req.get("organization")
+                           else req["name"])
                     outer.repos.setdefault((req.get("type") or "model", rid), {})
-                    return self._send(200, json.dumps({"url": f"{outer.url}/{rid}"}).encode(), js, False)
+                    return self._send(200, json.dumps({"url": f"{outer.url}/{rid}"}).encode(), js,
+                                      False)
                 m = re.fullmatch(r"/api/(models|datasets)/(.+?)/(preupload|commit)/([^/]+)", path)
                 if not m:
                     return self._send(404, b"no route", {}, False)

@@ -42,4 +42,4 @@ def response_sensor(edges_ns: np.ndarray, power_w: np.ndarray, t_read: np.ndarra
     ms = 1_000_000
     return sum(w * averaging_sensor(edges_ns, power_w, np.asarray(t_read) - int(lo * ms),
                                     (hi - lo) * ms)
-               for lo, hi, w in zip(lag_edges_ms[:-1], lag_edges_ms[1:], weights))
+               for lo, hi, w in zip(lag_edges_ms[:-1], lag_edges_ms[1:], weights, strict=True))

@@ -5,11 +5,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
-from scipy.optimize import linprog
 from hypothesis import strategies as st
+from scipy.optimize import linprog
 
-from wattlife.analysis.allocation import (_eval_curves, build_library, oracle, simulate_allocation,
-                                          weighted_cut)
+from wattlife.analysis.allocation import (
+    _eval_curves,
+    build_library,
+    oracle,
+    simulate_allocation,
+    weighted_cut,
+)
 from wattlife.analysis.curves import load_curves
 from wattlife.simgpu_model import SimJob
 from wattlife.sweeps.simulated import sweep_simulated
@@ -113,7 +118,8 @@ def test_a100_allocation_runs_and_reports_gap_recovered():
     rows, summ = simulate_allocation(load_curves(A100), [0.1, 0.2, 0.3], n_workloads=20, n_jobs=20)
     eq = summ[summ["strategy"] == "equal"]
     assert (eq["gap_recovered"] == 0).all()
-    assert "pfi_predicted" in summ["skipped"].iloc[0]  # no telemetry in these sweeps: said, not faked
+    # no telemetry in these sweeps: said, not faked
+    assert "pfi_predicted" in summ["skipped"].iloc[0]
 
 
 def test_simulated_curves_support_every_strategy():

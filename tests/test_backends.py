@@ -39,7 +39,8 @@ def test_rapl_absent_or_unreadable_says_why(tmp_path):
         RaplBackend(tmp_path / "none")
     z = _zone(tmp_path, "intel-rapl:0", "package-0", 1)
     if os.geteuid() == 0:
-        # root reads anything; emulate the Linux >= 5.10 root-only file with a directory in its place
+        # root reads anything; emulate the Linux >= 5.10 root-only file with a directory in its
+        # place
         (z / "energy_uj").unlink()
         (z / "energy_uj").mkdir()
         with pytest.raises((SensorUnavailable, IsADirectoryError)):

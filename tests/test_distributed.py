@@ -41,11 +41,12 @@ def _torchrun(tmp_path: Path, conf: Path, env_path: dict) -> pd.DataFrame:
 
 @pytest.mark.slow
 def test_ddp_with_explicit_grad_sync_on_two_gloo_ranks(tmp_path, env_path):
-    make_image_tree(tmp_path / "shared" / "imgs", n_classes=2, train_per_class=8, val_per_class=2, size=40)
-    conf = _config(tmp_path, {"kind": "image_classification", "dataset": "imgs", "model": "resnet18",
-                              "device": "cpu", "precision": "fp32", "image_size": 32, "batch_size": 2,
-                              "steps": 3, "workers": 0, "val_every": 0, "ckpt_every": 3,
-                              "grad_sync": "explicit"})
+    make_image_tree(tmp_path / "shared" / "imgs", n_classes=2, train_per_class=8, val_per_class=2,
+                    size=40)
+    conf = _config(tmp_path, {"kind": "image_classification", "dataset": "imgs",
+                              "model": "resnet18", "device": "cpu", "precision": "fp32",
+                              "image_size": 32, "batch_size": 2, "steps": 3, "workers": 0,
+                              "val_every": 0, "ckpt_every": 3, "grad_sync": "explicit"})
     ev = _torchrun(tmp_path, conf, env_path)
     assert set(ev["rank"]) == {0, 1}
     for r in (0, 1):
@@ -121,8 +122,11 @@ td.destroy_process_group()
 def test_sharded_checkpoint_saves_and_loads_on_two_gloo_ranks(tmp_path, env_path):
     script = tmp_path / "roundtrip.py"
     script.write_text(SHARDED_ROUNDTRIP)
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                          str(script), str(tmp_path)], cwd=REPO, env={**env_path, "OMP_NUM_THREADS": "1"},
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node=2", str(script), str(tmp_path)], cwd=REPO,
+                         env={**env_path, "OMP_NUM_THREADS": "1"},
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.count("roundtrip ok") == 2, out.stdout[-3000:] + out.stderr[-3000:]
-    assert {p.name for p in (tmp_path / "model.dcp").glob("*.distcp")} == {"__0_0.distcp", "__1_0.distcp"}
+    assert out.returncode == 0 and out.stdout.count("roundtrip ok") == 2, \
+        out.stdout[-3000:] + out.stderr[-3000:]
+    shards = {p.name for p in (tmp_path / "model.dcp").glob("*.distcp")}
+    assert shards == {"__0_0.distcp", "__1_0.distcp"}

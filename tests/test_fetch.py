@@ -3,9 +3,8 @@ import os
 
 import pytest
 
-from wattlife.prepare.fetch import FetchError, fetch_http, fetch_path
-
 from loopback import LoopbackServer
+from wattlife.prepare.fetch import FetchError, fetch_http, fetch_path
 
 BLOB = os.urandom(3 * 1024 * 1024 + 123)
 SHA = hashlib.sha256(BLOB).hexdigest()
@@ -86,7 +85,6 @@ def test_fetch_command_marks_a_download_phase(tmp_path, monkeypatch, capsys):
 def test_huggingface_client_end_to_end_against_a_loopback_hub(tmp_path, monkeypatch):
     """The real `snapshot_download` against the Hub routes it uses, served on 127.0.0.1."""
     from loopback import HubServer
-
     from wattlife.prepare.fetch import fetch_hf
 
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
@@ -99,7 +97,8 @@ def test_huggingface_client_end_to_end_against_a_loopback_hub(tmp_path, monkeypa
         assert (tmp_path / "m" / "model.safetensors").read_bytes() == model["model.safetensors"]
         assert r["files"] == 2 and r["size_bytes"] == sum(map(len, model.values()))
         d = fetch_hf("org/text", tmp_path / "d", repo_type="dataset", endpoint=hub.url)
-        assert (tmp_path / "d" / "sub" / "validation.txt").read_bytes() == data["sub/validation.txt"]
+        got = (tmp_path / "d" / "sub" / "validation.txt").read_bytes()
+        assert got == data["sub/validation.txt"]
         assert d["files"] == 2
         assert any("/resolve/" in q for q in hub.requests)
         with pytest.raises(FetchError, match="not found"):

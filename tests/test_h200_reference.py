@@ -32,7 +32,8 @@ def test_uncapped_kinds_deconvolve_within_5_percent_of_their_long_phases(tmp_pat
     assert (cmp[["long_limited_share", "short_limited_share"]] < 0.05).all().all()
     # the committed table is what this analysis gives
     committed = pd.read_csv(REF / "run3/attribution_quarter_sm_comparison.csv")
-    for col in ("long_integrated_w", "short_deconvolved_w", "short_deconvolved_estimated_response_w"):
+    for col in ("long_integrated_w", "short_deconvolved_w",
+                "short_deconvolved_estimated_response_w"):
         assert cmp[col].to_numpy() == pytest.approx(committed[col].to_numpy(), rel=1e-9), col
 
 
@@ -59,8 +60,10 @@ def test_performance_table_is_rebuilt_from_the_committed_summaries():
 
     df = performance_table([(run, model, *load(H200, p, m)) for run, model, p, m in RUNS])
     committed = pd.read_csv(H200 / "performance.csv")
-    assert list(committed["run"]) == list(df["run"]) and list(committed["basis"]) == list(df["basis"])
-    assert committed["throughput"].to_numpy() == pytest.approx(df["throughput"].to_numpy(), rel=1e-5)
+    assert list(committed["run"]) == list(df["run"])
+    assert list(committed["basis"]) == list(df["basis"])
+    assert committed["throughput"].to_numpy() == pytest.approx(df["throughput"].to_numpy(),
+                                                               rel=1e-5)
     assert set(committed["basis"]) == {"step", "wall"}
     step = committed[committed["basis"] == "step"].set_index("run")
     moe = step.loc["pfi-uncapped/issue19 qwen3-30b-a3b-8l-pretrain"]

@@ -155,7 +155,8 @@ def test_aggregate_curves_cli_writes_the_status(tmp_path):
 
     p = tmp_path / "cap-700.csv"
     pd.DataFrame([{"job": "j", "gpu_model": "G", "n_gpus": 8, "cap_w": 700, "throughput": 1.0,
-                   "throughput_unit": "t/s", "power_w": 5600.0, "source": "sim"}]).to_csv(p, index=False)
+                   "throughput_unit": "t/s", "power_w": 5600.0, "source": "sim"}]
+                 ).to_csv(p, index=False)
     out = tmp_path / "curves.csv"
     assert main(["aggregate-curves", str(p), str(tmp_path / "cap-200.csv"), "--job", "j",
                  "--caps", "200,700",

@@ -9,7 +9,6 @@ import pytest
 
 from wattlife.config import hardware_profile, load_config
 from wattlife.jobs import cell_caps
-from wattlife.config import hardware_profile
 from wattlife.sweeps.pfi_matrix import matrix_cell_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +23,8 @@ def test_hardware_profiles_have_the_studys_grids(gpu):
 
 def test_a_profile_with_caps_outside_its_range_is_refused(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text((REPO / "config/hardware/h200.yaml").read_text().replace("min_cap_w: 200", "min_cap_w: 250"))
+    text = (REPO / "config/hardware/h200.yaml").read_text()
+    bad.write_text(text.replace("min_cap_w: 200", "min_cap_w: 250"))
     with pytest.raises(ValueError, match=r"caps \[200, 200\] outside \[250, 700\]"):
         hardware_profile(bad)
     with pytest.raises(FileNotFoundError, match="h200"):
@@ -46,9 +46,9 @@ def test_cells_become_causal_lm_workloads_with_the_protocol():
 
 @pytest.mark.slow
 def test_dry_run_of_the_pfi_matrix_lists_every_cell(env_path):
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "config/pfi.yaml",
-                          "--cores", "8"], cwd=REPO, env=env_path, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile",
+                          "config/pfi.yaml", "--cores", "8"], cwd=REPO, env=env_path,
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     cells = set(load_config(REPO / "config/pfi.yaml")["pfi_matrix"]["cells"])
     listed = set(re.findall(r"results/pfi/pfi/([^/\s]+)/curves\.csv", out.stdout))
@@ -67,9 +67,9 @@ def test_dry_run_of_the_pfi_matrix_lists_every_cell(env_path):
 @pytest.mark.slow
 def test_dry_run_of_the_paper_matrix(env_path):
     """config/paper.yaml: 12 downloads, 24 cells launched by torchrun (as a Python module)."""
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile", "config/paper.yaml",
-                          "--cores", "8"], cwd=REPO, env=env_path, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile",
+                          "config/paper.yaml", "--cores", "8"], cwd=REPO, env=env_path,
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out.stdout, re.M))
     assert counts["download"] == "12" and counts["upload"] == "1"

@@ -9,10 +9,20 @@ import pandas as pd
 import pytest
 
 from wattlife.analysis.allocation import PRODUCTION_MIXES, build_library, sample_workloads
-from wattlife.analysis.calibration import (CALIBRATED_SOURCE, calibrate_to_pfi,
-                                           calibrated_study_curves, sim_pfi)
-from wattlife.analysis.pfi import (STUDY_SETTINGS, pfi_table, published_pfi, read_study_jobs,
-                                   read_study_validation, with_published)
+from wattlife.analysis.calibration import (
+    CALIBRATED_SOURCE,
+    calibrate_to_pfi,
+    calibrated_study_curves,
+    sim_pfi,
+)
+from wattlife.analysis.pfi import (
+    STUDY_SETTINGS,
+    pfi_table,
+    published_pfi,
+    read_study_jobs,
+    read_study_validation,
+    with_published,
+)
 from wattlife.config import load_config
 from wattlife.simgpu_model import SimGpuModel
 
@@ -64,14 +74,16 @@ def test_job_counts_against_the_studys_run_counts(cells, study):
     val = _by_set(cells, "validation")
     h100 = _by_set(cells, "h100")
     v = read_study_validation()
-    assert {c["paper_job"] for c in val.values()} == set(v.loc[v["role"] == "heldout_validation", "job_id"])
-    assert sum(len(c["caps"]) for c in val.values()) == 24 == v.loc[v["role"] == "heldout_validation", "n_runs_h200"].sum()
+    heldout = v[v["role"] == "heldout_validation"]
+    assert {c["paper_job"] for c in val.values()} == set(heldout["job_id"])
+    assert sum(len(c["caps"]) for c in val.values()) == 24 == heldout["n_runs_h200"].sum()
     assert {c["paper_job"] for c in h100.values()} == set(v.loc[v["pfi_h100"].notna(), "job_id"])
     assert all(c["hardware"] == "h100" and c["caps"] == GRID6 for c in h100.values())
     assert v["n_runs_h100"].sum() == 34 and sum(len(c["caps"]) for c in h100.values()) == 36
     for c in list(val.values()) + list(h100.values()):  # seq/batch/compile/ckpt never given there
-        assert {"seq_len", "batch_size", "compile", "activation_checkpointing"} - set(c["assumed"]) \
-            <= ({"seq_len", "batch_size", "compile", "activation_checkpointing"}
+        never_given = {"seq_len", "batch_size", "compile", "activation_checkpointing"}
+        assert never_given - set(c["assumed"]) \
+            <= (never_given
                 if c["set"] == "h100" and c["paper_job"] in set(study["job_id"]) else set())
 
 
@@ -100,11 +112,13 @@ def test_calibrated_curves_are_labelled_and_carry_the_published_values():
     assert len(pfi) == 25 and pfi["pfi_published"].notna().all()
     assert (pfi["pfi"] - pfi["pfi_published"]).abs().max() <= 0.01
     eight = pfi[pfi["grid"] == "200,300,400,500,600,700"]
-    assert len(eight) == 16 and eight["pfi_4cap"].notna().all() and eight["pfi_4cap_published"].notna().all()
+    assert len(eight) == 16 and eight["pfi_4cap"].notna().all()
+    assert eight["pfi_4cap_published"].notna().all()
     assert pfi.loc[pfi["grid"] != "200,300,400,500,600,700", "pfi_4cap"].isna().all()
     # the interval beside it is the published one
     r = pfi.set_index("job").loc["MoE FT H200x8 (gpt-oss-20b, seq4096/bs8)"]
-    assert (r["pfi_published_lo"], r["pfi_published_hi"], r["pfi_4cap_published"]) == (2.615, 2.729, 3.32)
+    published = (r["pfi_published_lo"], r["pfi_published_hi"], r["pfi_4cap_published"])
+    assert published == (2.615, 2.729, 3.32)
 
 
 def test_published_table_has_validation_and_h100_rows():
@@ -131,11 +145,13 @@ def test_study_allocation_small(tmp_path):
                           a100=REPO / "results/reference/a100-emerald/dvfs_sweep.csv")
     s = pd.read_csv(paths["allocation_summary.csv"])
     assert set(s["mix"]) == {"production"} and set(s["objective"]) == {"absolute"}
-    assert {"pfi_measured", "pfi_predicted", "category", "moe_ft_weighted", "oracle"} <= set(s["strategy"])
+    assert {"pfi_measured", "pfi_predicted", "category", "moe_ft_weighted",
+            "oracle"} <= set(s["strategy"])
     assert (s["rel_to_oracle"] <= 1 + 1e-9).all()
     g = pd.read_csv(paths["gap_recovered.csv"])
     assert g["paper_gap_recovered"].dropna().unique().tolist() == [0.63]
-    assert (tmp_path / "fig_pfi_vs_published.png").exists() and (tmp_path / "fig_allocation_a100.png").exists()
+    assert (tmp_path / "fig_pfi_vs_published.png").exists()
+    assert (tmp_path / "fig_allocation_a100.png").exists()
 
 
 def test_worse_than_equal_note_names_every_negative_cut():
@@ -154,8 +170,9 @@ def test_published_figure_with_and_without_measured_values(tmp_path):
 
     pub = published_pfi()
     pub = pub[pub["hardware"] == "h200"].head(4)
-    p = pd.DataFrame({"job": pub["paper_job"], "gpu_model": "NVIDIA H200", "pfi": pub["pfi_published"] + 0.05,
-                      "pfi_published": pub["pfi_published"], "pfi_published_lo": pub["pfi_published_lo"],
+    p = pd.DataFrame({"job": pub["paper_job"], "gpu_model": "NVIDIA H200",
+                      "pfi": pub["pfi_published"] + 0.05, "pfi_published": pub["pfi_published"],
+                      "pfi_published_lo": pub["pfi_published_lo"],
                       "pfi_published_hi": pub["pfi_published_hi"], "pfi_4cap": np.nan,
                       "pfi_4cap_published": pub["pfi_4cap_published"], "source": "nvml-samples"})
     assert fig_pfi_published(p, tmp_path / "measured")[0].exists()

@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # a hang guard, not a speed test: the session's demo runs in the first test using it
+# a hang guard, not a speed test: the session's demo runs in the first test using it
+@pytest.mark.timeout(1800)
 def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path, finished_demo):
     p = finished_demo["conf"]  # the demo, run once per session (tests/conftest.py)
     res = finished_demo["res"]
@@ -32,11 +33,14 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path, fin
     assert "checkpoint" not in set(ph.loc[ph["checkpoint"] == "off", "phase"])
     dl = pd.read_csv(res / "tables" / "downloads.csv")  # 5 downloads over loopback + 1 upload
     assert len(dl.drop_duplicates("artefact")) == 6 and set(dl["server"]) == {"loopback"}
-    assert set(dl["direction"]) == {"download", "upload"} and (dl["net_recv_bytes"] >= dl["bytes"]).all()
-    assert set(dl.loc[dl["device_kind"] == "gpu", "source"]) == {"sim"} and (dl["energy_j"] > 0).all()
+    assert set(dl["direction"]) == {"download", "upload"}
+    assert (dl["net_recv_bytes"] >= dl["bytes"]).all()
+    assert set(dl.loc[dl["device_kind"] == "gpu", "source"]) == {"sim"}
+    assert (dl["energy_j"] > 0).all()
     fit = pd.read_csv(res / "tables" / "download_fit.csv")
     assert set(fit.loc[fit["direction"] == "download", "n"]) == {5}
-    assert pd.read_csv(res / "tables" / "facility_cache.csv")["source"].str.startswith("estimate").all()
+    cache = pd.read_csv(res / "tables" / "facility_cache.csv")
+    assert cache["source"].str.startswith("estimate").all()
     pfi = pd.read_csv(res / "tables" / "pfi.csv")
     assert set(pfi["source"]) == {"sim"} and pfi["pfi"].between(1.0, 3.0).all()
     # figures regenerate from the tables alone
@@ -48,7 +52,8 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path, fin
                           str(p)], cwd=REPO, env=env_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     html = rep.read_text(errors="replace")
-    for f in ("fig1_phase_energy_time", "fig4_download_size", "fig6_power_throughput", "fig8_allocation"):
+    for f in ("fig1_phase_energy_time", "fig4_download_size", "fig6_power_throughput",
+              "fig8_allocation"):
         assert f in html
     assert "interval 50 ms" in html  # captions rendered from this run's config
     assert 'GPU backend <tt class=\\"docutils literal\\">sim</tt>' in html

@@ -22,7 +22,8 @@ def _node_gres() -> str:
 def _slurm_up() -> bool:
     if shutil.which("srun") is None:
         return False
-    return subprocess.run(["scontrol", "ping"], capture_output=True, text=True).stdout.count("UP") > 0
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
+    return ping.stdout.count("UP") > 0
 
 
 @pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")
@@ -54,7 +55,8 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     ids = re.findall(r"SLURM jobid (\d+)", out.stdout + out.stderr)
     assert len(ids) == 1, log  # the cell went through sbatch; the CPU steps ran on this host
     print("Slurm job ids:", ids)
-    shown = subprocess.run(["scontrol", "show", "job", ids[0]], capture_output=True, text=True).stdout
+    shown = subprocess.run(["scontrol", "show", "job", ids[0]], capture_output=True,
+                           text=True).stdout
     assert "execute" in shown and "Partition=debug" in shown, shown
     assert re.search(r"OverSubscribe=NO|Shared=0|exclusive", shown, re.I), shown
     if gres:  # the GPU rule asked for its GPU per node (--gres) and Slurm granted the placeholder
@@ -68,12 +70,14 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     # rerun the one cell through Slurm (the README's form): measured again, in a new Slurm job
     before = (cell / "trace.csv").read_bytes()
     rerun = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
-                            "--configfile", str(conf), *site, "--forcerun", str(cell / "trace.csv"), "--",
-                            str(cell / "phases.csv"), str(tmp_path / "res/tables/pfi.csv")], cwd=REPO,
+                            "--configfile", str(conf), *site, "--forcerun",
+                            str(cell / "trace.csv"), "--", str(cell / "phases.csv"),
+                            str(tmp_path / "res/tables/pfi.csv")], cwd=REPO,
                            env=env_path, capture_output=True, text=True, timeout=1200)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     new_ids = re.findall(r"SLURM jobid (\d+)", rerun.stdout + rerun.stderr)
-    assert len(new_ids) == 1 and new_ids[0] != ids[0] and (cell / "trace.csv").read_bytes() != before
+    assert len(new_ids) == 1 and new_ids[0] != ids[0]
+    assert (cell / "trace.csv").read_bytes() != before
     # the finished run, config unchanged: nothing to do
     again = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm",
                             "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),

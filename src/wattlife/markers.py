@@ -180,6 +180,7 @@ class Recorder:
             if wait:
                 end_ev.synchronize()
             start_ev, start_anchor = op.start
+            assert self.cuda is not None  # CUDA-timed ends are queued only with a GPU timeline
             t0 = self.cuda.to_ns(start_ev, start_anchor)
             t1 = self.cuda.to_ns(end_ev, end_anchor)
             self._emit(op, t0, t1, items_s, "cuda")
@@ -268,6 +269,7 @@ class phase:
 
     def __exit__(self, *exc: object) -> None:
         if self._op is not None:
+            assert _recorder is not None, "a phase ended after markers.reset()"
             _recorder.end(self._op)
             self._op = None
 
@@ -306,6 +308,7 @@ def begin(name: str, items: float | None = None) -> Any:
 def end(token: Any, items: float | None = None) -> None:
     """Explicit end of the phase `begin` returned."""
     if token is not None:
+        assert _recorder is not None, "a phase ended after markers.reset()"
         _recorder.end(token, items)
 
 

@@ -43,8 +43,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .contracts import META_FILE, ContractError, RunMeta, meta_text
 from .config import SamplerSettings
+from .contracts import META_FILE, ContractError, RunMeta, meta_text
 from .markers import ENV_EVENTS, ENV_RUN_ID, ENV_STATUS
 from .sampler import Sampler, build_backends
 
@@ -300,6 +300,7 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
     stop_idle = threading.Event()
 
     def forward(signum: int) -> None:
+        assert proc is not None  # called only once CMD is started
         if proc.returncode is None:
             try:  # CMD is not reaped until after the wait below, so its group id is still its own
                 os.killpg(proc.pid, signum)
@@ -390,8 +391,7 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            proc.wait()
-            rc = shell_status(proc.returncode)
+            rc = shell_status(proc.wait())
         if proc is None:
             t_end = t_start
         sampler.stop()
@@ -441,4 +441,5 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
         if stop[0] == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + stop[0])
+    assert rc is not None  # set on every path that gets here: not started, CMD's exit, or killed
     return rc

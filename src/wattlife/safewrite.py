@@ -97,6 +97,7 @@ class SafeAppender:
             return True
         if not self._open():
             return False
+        assert self._fd is not None  # _open() succeeded
         try:
             while self._out:
                 n = os.write(self._fd, self._out)

@@ -91,6 +91,7 @@ class Sampler:
                 st.last_value = value
 
     def _loop(self) -> None:
+        assert self._out is not None  # start() opens the trace before it starts this thread
         cpu0 = time.thread_time()
         next_due = [0] * len(self.backends)
         buf: list[str] = []
@@ -185,14 +186,15 @@ def build_backends(cfg: dict[str, Any], log=print) -> tuple[list[SensorBackend],
 
         nv = cfg.get("nvml", {})
         try:
-            backends.append(NvmlBackend(
+            nvml = NvmlBackend(
                 interval_s=interval,
                 drain_s=positive_seconds(nv.get("drain_ms", 500), "sampler.nvml.drain_ms"),
                 counter_s=positive_seconds(nv.get("counter_ms", 1000), "sampler.nvml.counter_ms"),
                 telemetry_s=positive_seconds(nv.get("telemetry_ms", 1000),
                                              "sampler.nvml.telemetry_ms"),
-                gpm=nv.get("gpm", True)))
-            notes.extend(backends[-1].notes)  # CUDA_VISIBLE_DEVICES mapping
+                gpm=nv.get("gpm", True))
+            backends.append(nvml)
+            notes.extend(nvml.notes)  # CUDA_VISIBLE_DEVICES mapping
         except SensorUnavailable as exc:
             if gpu == "nvml":
                 raise

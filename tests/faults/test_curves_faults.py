@@ -134,7 +134,8 @@ def test_failed_and_missing_caps_of_an_assembled_curve_are_left_out_with_a_warni
     d.loc[1, "status"] = "failed: the run exited with 1"
     d.loc[2, ["throughput", "power_w"]] = np.nan
     d.loc[2, "status"] = "missing"
-    with pytest.warns(UserWarning, match=r"2 cap\(s\) not measured, left out: j0 300 W .*j0 400 W \(missing\)"):
+    with pytest.warns(UserWarning, match=r"2 cap\(s\) not measured, left out: "
+                                         r"j0 300 W .*j0 400 W \(missing\)"):
         out = validate_curves(d.copy(), "c.csv")
     assert sorted(out["cap_w"]) == [200, 500, 600, 700]
     d.loc[4, "power_w"] = -1.0

@@ -1,4 +1,5 @@
-"""How a cluster should split a global power cut across jobs (docs/ARCHITECTURE.md, "Formulas" > "Allocation").
+"""How a cluster should split a global power cut across jobs (docs/ARCHITECTURE.md, "Formulas" >
+"Allocation").
 
 N workloads of M jobs are sampled from measured (or simulated) power-throughput curves. For a cut
 c the jobs together must draw at most (1 - c) * sum P_max. Strategies:
@@ -123,26 +124,27 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
     J = len(jobs)
     P = np.zeros((J, K))
     T = np.zeros((J, K))
-    for j, (p, t) in enumerate(zip(Ps, Ts)):
+    for j, (p, t) in enumerate(zip(Ps, Ts, strict=True)):
         P[j, :len(p)], T[j, :len(t)] = p, t
         P[j, len(p):], T[j, len(t):] = p[-1], t[-1]
     pmax = np.array([p[-1] for p in Ps])  # highest power = uncapped point
-    tmax = np.array([t[int(np.argmax(p))] for p, t in zip(Ps, Ts)])
+    tmax = np.array([t[int(np.argmax(p))] for p, t in zip(Ps, Ts, strict=True)])
     pmin = np.array([p[0] for p in Ps])
     S = K - 1
     dp = np.zeros((J, S))
     slope = np.zeros((J, S))
     bridged = np.zeros((J, S), bool)
     p0 = np.zeros((J, S))
-    for j, (p, t) in enumerate(zip(Ps, Ts)):
+    for j, (p, t) in enumerate(zip(Ps, Ts, strict=True)):
         h = _upper_hull(p, t)
-        for s, (a, b) in enumerate(zip(h[:-1], h[1:])):
+        for s, (a, b) in enumerate(zip(h[:-1], h[1:], strict=True)):
             dp[j, s] = p[b] - p[a]
             slope[j, s] = (t[b] - t[a]) / (p[b] - p[a]) if p[b] > p[a] else 0.0
             bridged[j, s] = b - a > 1
             p0[j, s] = p[a]
-    pfi_by_job = dict(zip(pfi["job"] if curves["gpu_model"].nunique() == 1 else
-                          pfi["job"] + "@" + pfi["gpu_model"], pfi["pfi"]))
+    pfi_keys = (pfi["job"] if curves["gpu_model"].nunique() == 1
+                else pfi["job"] + "@" + pfi["gpu_model"])
+    pfi_by_job = dict(zip(pfi_keys, pfi["pfi"], strict=True))
     pfi_m = np.array([pfi_by_job.get(j, np.nan) for j in jobs])
     cat_arr = np.array(cats)
     cat_med = pd.Series(pfi_m).groupby(cat_arr).median()
@@ -152,14 +154,14 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
         weights["power_per_throughput"] = pmax / tmax
     if (cat_arr == "moe_ft").any():
         weights["moe_ft_weighted"] = pmax * np.where(cat_arr == "moe_ft", 2.0, 1.0)
-    tele = np.array(tele)
-    if np.isfinite(tele).all():
+    tele_arr = np.array(tele)
+    if np.isfinite(tele_arr).all():
         from .predictor import loo_predictions
 
-        weights["telemetry"] = pmax * tele
-        weights["pfi_predicted"] = pmax / tmax * loo_predictions(tele, pfi_m)
-    return JobLibrary(jobs, cat_arr, np.array(tasks), P, T, pmax, tmax, pmin, dp, slope, bridged, p0,
-                      weights)
+        weights["telemetry"] = pmax * tele_arr
+        weights["pfi_predicted"] = pmax / tmax * loo_predictions(tele_arr, pfi_m)
+    return JobLibrary(jobs, cat_arr, np.array(tasks), P, T, pmax, tmax, pmin, dp, slope, bridged,
+                      p0, weights)
 
 
 def _task_of(g: pd.DataFrame) -> str:
@@ -167,7 +169,8 @@ def _task_of(g: pd.DataFrame) -> str:
     for col in ("task", "category"):
         if col in g.columns:
             v = str(g[col].iloc[0]).lower()
-            if v in ("pretrain", "pt") or v.startswith("pt") or v.endswith("_pt") or "pretrain" in v:
+            if (v in ("pretrain", "pt") or v.startswith("pt") or v.endswith("_pt")
+                    or "pretrain" in v):
                 return "pretrain"
             if v in ("lora", "finetune", "ft", "ft_lora", "sft") or v.startswith("ft") or \
                     v.endswith("_ft") or "finetune" in v or "lora" in v:
@@ -192,7 +195,8 @@ def weighted_cut(weights: np.ndarray, room: np.ndarray, total_cut: np.ndarray,
                  iters: int = 80) -> np.ndarray:
     """cut_i = clip(lam * w_i, 0, room_i) with sum_i cut_i = total_cut per row (water-filling).
 
-    weights, room: (N, M); total_cut: (N,). Rows that cannot meet the cut give every job its room."""
+    weights, room: (N, M); total_cut: (N,). Rows that cannot meet the cut give every job its
+    room."""
     w = np.maximum(weights, 1e-12)
     lo = np.zeros(len(total_cut))
     hi = np.max(room / w, axis=1)
@@ -269,7 +273,9 @@ def _oracle_milp(lib: JobLibrary, jobs: np.ndarray, budget: float) -> np.ndarray
         r = np.zeros(nv)
         for i, v in coefs.items():
             r[i] = v
-        A.append(r), lo.append(lb), hi.append(ub)
+        A.append(r)
+        lo.append(lb)
+        hi.append(ub)
 
     for j in range(J):
         add({**{o_n + j * K + k: 1.0 for k in range(K)}, o_f + j: 1.0}, counts[j], counts[j])
@@ -288,7 +294,8 @@ def _oracle_milp(lib: JobLibrary, jobs: np.ndarray, budget: float) -> np.ndarray
     ub = np.concatenate([np.repeat(counts, K).astype(float), np.ones(J * K + J + J * S)])
     integ = np.concatenate([np.ones(J * K), np.zeros(J * K), np.ones(J + J * S)])
     res = milp(c, constraints=LinearConstraint(np.array(A), lo, hi), integrality=integ,
-               bounds=Bounds(0, ub), options={"mip_rel_gap": 1e-9, "disp": False, "presolve": False})
+               bounds=Bounds(0, ub),
+               options={"mip_rel_gap": 1e-9, "disp": False, "presolve": False})
     if res.x is None:
         raise RuntimeError(f"oracle MILP failed: {res.message}")
     n = np.round(res.x[o_n:o_l]).reshape(J, K).astype(int)
@@ -323,7 +330,8 @@ def parse_mix(mix: str) -> tuple[str, dict[str, float]] | None:
     return "category", wanted
 
 
-def sample_workloads(lib: JobLibrary, n: int, m: int, mix: str, rng: np.random.Generator) -> np.ndarray:
+def sample_workloads(lib: JobLibrary, n: int, m: int, mix: str,
+                     rng: np.random.Generator) -> np.ndarray:
     """(n, m) job indices: uniform ('random'), by task ('production': Hu et al.'s shares) or
     weighted by category ('pretrain=0.3,...'); uniform among the jobs of a class."""
     spec = parse_mix(mix)
@@ -409,9 +417,8 @@ def simulate_allocation(curves: pd.DataFrame, cuts: list[float], n_workloads: in
     orm = summ[summ["strategy"] == "oracle"].set_index("cut")["throughput_per_job"]
     gap = (orm - eqm).reindex(summ["cut"]).to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        summ["gap_recovered"] = np.where(
-            gap > 1e-12, (summ["throughput_per_job"].to_numpy() - eqm.reindex(summ["cut"]).to_numpy())
-            / gap, np.nan)
+        gain = summ["throughput_per_job"].to_numpy() - eqm.reindex(summ["cut"]).to_numpy()
+        summ["gap_recovered"] = np.where(gap > 1e-12, gain / gap, np.nan)
     summ["worse_than_equal"] = summ["gap_recovered"] < -1e-9
     summ["objective"] = objective
     summ["mix"] = mix

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -23,8 +24,18 @@ from .allocation import simulate_allocation
 from .calibration import CALIBRATED_SOURCE, calibrated_study_curves
 from .pfi import pfi_table, with_published
 
-PAPER_GAP_RECOVERED = {"mix": "production", "cut": 0.30, "gap_recovered": 0.63,
-                       "tokens_per_s_per_job": 1500.0}
+
+class PaperGap(TypedDict):
+    """The paper's headline allocation result: where it was measured and what it found."""
+
+    mix: str
+    cut: float
+    gap_recovered: float
+    tokens_per_s_per_job: float
+
+
+PAPER_GAP_RECOVERED: PaperGap = {"mix": "production", "cut": 0.30, "gap_recovered": 0.63,
+                                 "tokens_per_s_per_job": 1500.0}
 CUTS = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4]
 
 
@@ -36,16 +47,19 @@ def gap_table(summary: pd.DataFrame, cuts: tuple[float, ...] = (0.1, 0.2, 0.3)) 
     orc = s[s["strategy"] == "oracle"].set_index(["mix", "objective", "cut"])["throughput_per_job"]
     out = s[s["strategy"].isin(["pfi_measured", "pfi_predicted", "power_per_throughput"])].copy()
     key = pd.MultiIndex.from_frame(out[["mix", "objective", "cut"]])
-    out["gain_over_equal_per_job"] = out["throughput_per_job"].to_numpy() - eq.reindex(key).to_numpy()
+    out["gain_over_equal_per_job"] = (out["throughput_per_job"].to_numpy()
+                                      - eq.reindex(key).to_numpy())
     out["oracle_gain_over_equal_per_job"] = orc.reindex(key).to_numpy() - eq.reindex(key).to_numpy()
-    paper = (out["mix"] == PAPER_GAP_RECOVERED["mix"]) & np.isclose(out["cut"], PAPER_GAP_RECOVERED["cut"]) \
-        & (out["objective"] == "absolute")
-    out["paper_gap_recovered"] = np.where(paper, PAPER_GAP_RECOVERED["gap_recovered"], np.nan)
-    out["paper_gain_per_job_tokens_s"] = np.where(paper, PAPER_GAP_RECOVERED["tokens_per_s_per_job"], np.nan)
+    ref = PAPER_GAP_RECOVERED
+    paper = ((out["mix"] == ref["mix"]) & np.isclose(out["cut"], ref["cut"])
+             & (out["objective"] == "absolute"))
+    out["paper_gap_recovered"] = np.where(paper, ref["gap_recovered"], np.nan)
+    out["paper_gain_per_job_tokens_s"] = np.where(paper, ref["tokens_per_s_per_job"], np.nan)
     cols = ["mix", "objective", "strategy", "cut", "gap_recovered", "gain_over_equal_per_job",
             "oracle_gain_over_equal_per_job", "paper_gap_recovered", "paper_gain_per_job_tokens_s",
             "curves_source"]
-    return out[[c for c in cols if c in out.columns]].sort_values(["mix", "objective", "strategy", "cut"])
+    return out[[c for c in cols if c in out.columns]].sort_values(
+        ["mix", "objective", "strategy", "cut"])
 
 
 def run_pfi_study(out: str | Path, n_workloads: int = 500, n_jobs: int = 100,
@@ -99,7 +113,8 @@ def run_pfi_study(out: str | Path, n_workloads: int = 500, n_jobs: int = 100,
                              "the published PFIs)")
         written["fig_pfi_vs_published.png"] = out / "fig_pfi_vs_published.png"
         written["fig_allocation_calibrated.png"] = out / "fig_allocation_calibrated.png"
-        notes = {f"{m}/{o}": worse_than_equal_note(summ[(summ["mix"] == m) & (summ["objective"] == o)])
+        notes = {f"{m}/{o}": worse_than_equal_note(
+                     summ[(summ["mix"] == m) & (summ["objective"] == o)])
                  for m in mixes for o in objectives}
         if a100_summ is not None:
             fig_allocation(a100_summ, out / "fig_allocation_a100",

@@ -80,7 +80,8 @@ def predictor_table(features: pd.DataFrame) -> pd.DataFrame:
                      "rmse_loo": float(np.sqrt(mean_squared_error(y, loo))),
                      "spearman_loo": float(stats.spearmanr(y, loo)[0]), "r2_loco": loco_r2,
                      "n_clusters": len(set(groups)),
-                     "coef": ";".join(f"{c}={v:.4g}" for c, v in zip(cols, model.coef_)),
+                     "coef": ";".join(f"{c}={v:.4g}"
+                                      for c, v in zip(cols, model.coef_, strict=True)),
                      "intercept": float(model.intercept_)})
     return pd.DataFrame(rows)
 

@@ -18,9 +18,11 @@ from .base import Row, SensorBackend
 class CpuEstimateBackend(SensorBackend):
     name = "cpu-estimate"
 
-    def __init__(self, idle_w: float = 50.0, max_w: float = 200.0, interval_s: float = 0.05) -> None:
+    def __init__(self, idle_w: float = 50.0, max_w: float = 200.0,
+                 interval_s: float = 0.05) -> None:
         if not 0 <= idle_w <= max_w:
-            raise ValueError(f"sampler.cpu_estimate: need 0 <= idle_w <= max_w, got {idle_w}, {max_w}")
+            raise ValueError("sampler.cpu_estimate: need 0 <= idle_w <= max_w, "
+                             f"got {idle_w}, {max_w}")
         self.idle_w, self.max_w, self.interval_s = idle_w, max_w, interval_s
         psutil.cpu_percent(interval=None)  # first call primes the counters
 

@@ -135,7 +135,8 @@ class _Gpu:
             nv.nvmlDeviceGetSamples(self.h, nv.NVML_TOTAL_POWER_SAMPLES, 0)
             self.power_mode = "nvml-samples"
         except nv.NVMLError as exc:  # NotFound: supported, no sample yet; else poll the power
-            self.power_mode = "nvml-samples" if isinstance(exc, nv.NVMLError_NotFound) else "nvml-poll"
+            self.power_mode = ("nvml-samples" if isinstance(exc, nv.NVMLError_NotFound)
+                               else "nvml-poll")
             if self.power_mode == "nvml-poll":
                 err("power_samples_probe", self.device, exc)
         try:
@@ -175,7 +176,8 @@ class NvmlBackend(SensorBackend):
         try:
             nv.nvmlInit()
         except nv.NVMLError as exc:
-            raise SensorUnavailable(f"NVML: cannot initialise ({exc}); no NVIDIA driver here") from exc
+            raise SensorUnavailable(
+                f"NVML: cannot initialise ({exc}); no NVIDIA driver here") from exc
         self.nv = nv
         n = nv.nvmlDeviceGetCount()
         if n == 0:
@@ -184,12 +186,13 @@ class NvmlBackend(SensorBackend):
         self.counter_s, self.telemetry_s = counter_s, telemetry_s
         if visible == "env":
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        self.visible, self.notes = visible, []
+        self.visible = visible
+        self.notes: list[str] = []
         if indices is not None:
             pairs = [(i, i) for i in indices]
         else:
             chosen, self.notes = resolve_visible_devices(visible, nv)
-            pairs = list(zip(chosen, range(len(chosen))))
+            pairs = list(zip(chosen, range(len(chosen)), strict=True))
         for note in self.notes:
             print(f"wattlife nvml: {note}", file=sys.stderr)
         if not pairs:

@@ -74,15 +74,18 @@ PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
 
 
 def model_config(name_or_path: str):
-    """A transformers config from a shipped name or a config.json path (its `model_type` decides)."""
+    """A transformers config from a shipped name or a config.json path (its `model_type`
+    decides)."""
     from transformers import AutoConfig
 
     p = Path(name_or_path)
     if not p.exists():
-        p = MODELS_DIR / (name_or_path if name_or_path.endswith(".json") else name_or_path + ".json")
+        name = name_or_path if name_or_path.endswith(".json") else name_or_path + ".json"
+        p = MODELS_DIR / name
     if not p.exists():
+        shipped = sorted(x.stem for x in MODELS_DIR.glob("*.json"))
         raise FileNotFoundError(f"model config {name_or_path!r} not found (a path, or a name under "
-                                f"{MODELS_DIR}: {sorted(x.stem for x in MODELS_DIR.glob('*.json'))})")
+                                f"{MODELS_DIR}: {shipped})")
     d = {k: v for k, v in json.loads(p.read_text()).items() if not k.startswith("_")}
     if "model_type" not in d:
         raise ValueError(f"{p}: a model config needs 'model_type' (e.g. qwen3, qwen3_moe, llama)")
