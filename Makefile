@@ -33,6 +33,7 @@ lint: install
 # every figure of the committed GPU/reference results, from their CSVs (no GPU, no training)
 figures-from-cache: install
 	wattlife figures --reference results/reference -o results/reference-figures
+	wattlife figures results/reference/h200/workflow/tables -o results/reference-figures/h200-workflow
 	wattlife figures results/demo/tables -o results/demo/figures
 
 bench: install

@@ -31,6 +31,12 @@ RUNS = [
      "pfi-uncapped/issue19/lora_moe_run.tar.gz", "qwen3-30b-a3b-8l-lora/summary.json"),
     ("execution/issue19 resnet50-local-ckpton", "resnet50",
      "execution/issue19/cells/resnet50-local-ckpton/work/summary.json", None),
+    ("execution/issue19-compile qwen3-1.7b-local-ckpton", "qwen3-1.7b",
+     "execution/issue19-compile/cells/qwen3-1.7b-local-ckpton/work/summary.json", None),
+    # config/gpu1.yaml through Snakemake (workflow/): sequence 1024, batch 4, no compile; 40 steps
+    *[(f"workflow {w}/{st}/ckpt-{c}", "resnet50" if w == "resnet" else "qwen3-1.7b",
+       f"workflow/runs/{w}/{st}/ckpt-{c}/r1/work/summary.json", None)
+      for w in ("resnet", "qwen") for st in ("shared", "local") for c in ("on", "off")],
     # earlier references (vocabulary 151,936, eager experts, no compile)
     ("execution qwen3-1.7b-local-ckpton", "qwen3-1.7b",
      "execution/cells/qwen3-1.7b-local-ckpton/work/summary.json", None),

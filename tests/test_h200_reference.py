@@ -2,6 +2,7 @@
 the issue-4 criterion holds for the kinds the GPU's power cap leaves alone, and fails, as the
 README says, for the full-GPU matmul that the cap clock-limits."""
 
+import json
 import sys
 import tarfile
 
@@ -70,6 +71,9 @@ def test_performance_table_is_rebuilt_from_the_committed_summaries():
     assert moe["experts_impl"] == "grouped_mm" and moe["compile"] and moe["mfu"] >= 0.30
     dense = step.loc["pfi-uncapped/issue19 qwen3-1.7b-pretrain"]
     assert dense["compile"] and dense["mfu"] >= 0.48
+    cell = step.loc["execution/issue19-compile qwen3-1.7b-local-ckpton"]
+    assert cell["compile"] and cell["mfu"] >= 0.48
+    assert len([r for r in step.index if r.startswith("workflow ")]) == 8  # config/gpu1.yaml
     # the earlier references' summaries held the pauses: their step figures are higher
     old = committed[committed["run"] == "execution resnet50-local-ckpton"].set_index("basis")
     assert old.loc["step", "throughput"] == pytest.approx(2826, rel=1e-3)
@@ -106,3 +110,37 @@ def test_compiled_dense_pretrain_attributes_despite_its_116_us_cross_anchor_over
                                            .to_numpy(), rel=1e-6)
     gpu = df[df["device"] == "gpu0"].set_index("phase")["time_s"]
     assert gpu["unattributed"] / gpu.sum() < 0.001  # 0.041 % of the run, README
+
+
+WORKFLOW = H200 / "workflow"
+WORKFLOW_CELLS = sorted(p.parent for p in (WORKFLOW / "runs").glob("*/*/*/r1/phases.csv"))
+
+
+def test_gpu1_workflow_cells_pass_the_check_and_stay_under_2_percent_unattributed():
+    """config/gpu1.yaml on the H200 (committed): 8 cells, each valid against the contracts, GPU
+    power measured by NVML, and at most 2 % of each run's time outside a named phase."""
+    from wattlife.check import ERROR, check_run
+
+    assert len(WORKFLOW_CELLS) == 8
+    for cell in WORKFLOW_CELLS:
+        errors = [f for f in check_run(cell) if f.severity == ERROR]
+        assert errors == [], (cell, errors)
+        ph = pd.read_csv(cell / "phases.csv")
+        gpu = ph[ph["device_kind"] == "gpu"]
+        assert set(gpu["source"]) == {"nvml-samples"}
+        meta = json.loads((cell / "meta.json").read_text())
+        span_s = (meta["end_ns"] - meta["start_ns"]) / 1e9
+        assert gpu.loc[gpu["phase"] == "unattributed", "time_s"].sum() <= 0.02 * span_s
+
+
+def test_gpu1_workflow_tables_are_recomputed_from_the_committed_cells(tmp_path):
+    """The workflow's phase tables are what `aggregate` makes of the committed cells' files."""
+    from wattlife.analysis.aggregate import write_phase_tables
+
+    write_phase_tables([c / "phases.csv" for c in WORKFLOW_CELLS], tmp_path,
+                       metas=[c / "meta.json" for c in WORKFLOW_CELLS],
+                       summaries=[c / "work" / "summary.json" for c in WORKFLOW_CELLS])
+    for name in ("phase_summary.csv", "device_share.csv", "storage_checkpoint.csv"):
+        made, committed = pd.read_csv(tmp_path / name), pd.read_csv(WORKFLOW / "tables" / name)
+        assert list(made.columns) == list(committed.columns), name
+        pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9)
