@@ -23,3 +23,27 @@ def test_errors_are_one_clear_line(tmp_path, capsys):
                str(tmp_path / "e.csv"), "-o", str(tmp_path / "p.csv")])
     assert rc == 2
     assert "wattlife attribute: error:" in capsys.readouterr().err
+
+
+def test_run_options_go_over_the_sampler_section_and_help_names_the_schemas_defaults(capsys):
+    """`wattlife run`'s options override the config's sampler section (what meta.json records);
+    without --config the only CLI default is no idle baseline; the other defaults its --help
+    names are the schema's."""
+    from pathlib import Path
+
+    from wattlife.cli import _load_sampler_cfg
+    from wattlife.config import load_config, schema_default
+
+    assert _load_sampler_cfg(None, gpu=None, cpu="estimate", interval_ms=None) == {
+        "idle_baseline_s": 0.0, "cpu": "estimate"}
+    cfg = Path(__file__).resolve().parents[1] / "config/config.yaml"
+    section = load_config(cfg)["sampler"]
+    got = _load_sampler_cfg(str(cfg), interval_ms=20.0, idle_baseline_s=0.0)
+    assert got == {**section, "interval_ms": 20.0, "idle_baseline_s": 0.0}
+    assert list(got) == list(section)  # keys keep their place: meta.json's order unchanged
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for key, option in (("interval_ms", "interval in ms"), ("gpu", "GPU backend"),
+                        ("cpu", "CPU backend")):
+        assert f"the config's, else {schema_default('sampler', key)})" in text.split(option)[1][:60]

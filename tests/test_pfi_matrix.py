@@ -36,7 +36,7 @@ def test_cells_become_causal_lm_workloads_with_the_protocol():
     w, c, prof = matrix_cell_workload(cfg, "moe-ft-qwen3-30b-a3b-8g")
     assert w["task"] == "lora" and w["compile"] is True and w["fsdp"] is True
     assert (w["duration_s"], w["eval_at_s"], w["ckpt_at_s"]) == (1800, 900, 1200)
-    assert w["peak_tflops"] == prof.peak_tflops_bf16 == 989 and "gpus" not in w and c["gpus"] == 8
+    assert w["peak_tflops"] == prof.peak_tflops_bf16 == 989 and "gpus" not in w and c.gpus == 8
     tasks = {c["task"] for c in cfg["pfi_matrix"]["cells"].values()}
     gpus = {c["gpus"] for c in cfg["pfi_matrix"]["cells"].values()}
     assert tasks == {"pretrain", "lora"} and gpus == {8, 16, 32}

@@ -83,12 +83,17 @@ def _guard(a: argparse.Namespace) -> None:
         refuse_overwrite(a.events_out, [a.trace])
 
 
-def _load_sampler_cfg(path: str | None) -> dict:
-    if not path:
-        return {"idle_baseline_s": 0.0}  # the CLI's documented default without --config
-    from .config import load_config
+def _load_sampler_cfg(path: str | None, **given: Any) -> dict[str, Any]:
+    """The `sampler` section a run uses and records in meta.json: the config's (its absent keys
+    are the schema's defaults, filled by the sampler), or without --config the CLI's documented
+    default (no idle baseline); the options `given` (None = not given) on top."""
+    if path:
+        from .config import load_config
 
-    return load_config(path).get("sampler", {})
+        section = dict(load_config(path).get("sampler") or {})
+    else:
+        section = {"idle_baseline_s": 0.0}  # `wattlife run --idle-s`'s documented default
+    return {**section, **{k: v for k, v in given.items() if v is not None}}
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -98,15 +103,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     if not cmd:
         print("wattlife run: give the command after --", file=sys.stderr)
         return 2
-    cfg = _load_sampler_cfg(a.config)
-    if a.interval_ms is not None:
-        cfg["interval_ms"] = a.interval_ms
-    if a.gpu:
-        cfg["gpu"] = a.gpu
-    if a.cpu:
-        cfg["cpu"] = a.cpu
-    if a.idle_s is not None:
-        cfg["idle_baseline_s"] = a.idle_s
+    cfg = _load_sampler_cfg(a.config, interval_ms=a.interval_ms, gpu=a.gpu, cpu=a.cpu,
+                            idle_baseline_s=a.idle_s)
     try:
         cell = json.loads(a.cell) if a.cell else None
     except ValueError as exc:

@@ -256,7 +256,8 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
     except OSError as exc:
         raise RuntimeError(f"--events {events}: cannot create its folder: {exc.strerror}") from exc
     # everything that can refuse comes before the previous run's events are removed
-    backends, notes = build_backends(sampler_cfg, log=lambda msg: print(msg, file=sys.stderr))
+    settings = SamplerSettings.from_dict(sampler_cfg)  # absent keys: the schema's defaults
+    backends, notes = build_backends(settings, log=lambda msg: print(msg, file=sys.stderr))
     lock = None
     sampler = Sampler(backends, trace)
     try:
@@ -280,15 +281,17 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
             lock.release()
         raise
     try:
-        return _run_started(cmd, sampler, backends, notes, events, meta, sampler_cfg, run_id, cell,
-                            reraise_signals)
+        return _run_started(cmd, sampler, backends, notes, events, meta, sampler_cfg,
+                            float(settings.idle_baseline_s), run_id, cell, reraise_signals)
     finally:
         lock.release()
 
 
 def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[str],
-                 events: Path, meta: Path, sampler_cfg: dict[str, Any], run_id: str,
-                 cell: dict[str, Any] | None, reraise_signals: bool = False) -> int:
+                 events: Path, meta: Path, sampler_cfg: dict[str, Any], idle_s: float,
+                 run_id: str, cell: dict[str, Any] | None, reraise_signals: bool = False) -> int:
+    """CMD under the started sampler, after `idle_s` of idle baseline; `sampler_cfg` (the
+    section as given) is recorded in meta.json."""
     status = StatusListener()
     if status.address is None:
         notes.append("markers' write errors cannot be reported to wattlife here (no abstract "
@@ -342,7 +345,6 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
     rc: int | None = None
     leftovers = 0
     try:
-        idle_s = float(SamplerSettings.from_dict(sampler_cfg).idle_baseline_s)  # schema default
         if idle_s > 0:
             stop_idle.wait(idle_s)
         idle_end = time.time_ns()

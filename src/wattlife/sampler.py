@@ -16,9 +16,11 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .config import SamplerSettings
 from .contracts import TRACE_HEADER
 from .devices.base import SensorBackend, SensorUnavailable
 from .safewrite import SafeAppender
@@ -171,62 +173,66 @@ def positive_seconds(value: Any, key: str) -> float:
     return ms / 1000.0
 
 
-def build_backends(cfg: dict[str, Any], log=print) -> tuple[list[SensorBackend], list[str]]:
-    """Backends from the `sampler` config section; returns them and the notes on missing sensors.
+def with_sim_gpu_cap(section: Mapping[str, Any], cap_w: float | None) -> dict[str, Any]:
+    """The `sampler` section (as meta.json records it) with the simulated GPU's cap set, so its
+    power follows the cap a sweep set."""
+    return {**section, "sim_gpu": {**(section.get("sim_gpu") or {}), "cap_w": cap_w}}
+
+
+def build_backends(cfg: SamplerSettings | Mapping[str, Any], log=print
+                   ) -> tuple[list[SensorBackend], list[str]]:
+    """Backends from the `sampler` settings (a `sampler` mapping is read as `SamplerSettings`,
+    absent keys taking the schema's defaults); returns them and the notes on missing sensors.
 
     gpu: auto (NVML if a GPU answers, else none) | nvml | sim | none
     cpu: auto (RAPL if readable, else the configured fallback) | rapl | estimate | none
     """
-    interval = positive_seconds(cfg.get("interval_ms", 50), "sampler.interval_ms")
+    s = cfg if isinstance(cfg, SamplerSettings) else SamplerSettings.from_dict(cfg)
+    interval = positive_seconds(s.interval_ms, "sampler.interval_ms")
     backends: list[SensorBackend] = []
     notes: list[str] = []
-    gpu = cfg.get("gpu", "auto")
-    if gpu in ("auto", "nvml"):
+    if s.gpu in ("auto", "nvml"):
         from .devices.nvml import NvmlBackend
 
-        nv = cfg.get("nvml", {})
+        nv = s.nvml
         try:
             nvml = NvmlBackend(
                 interval_s=interval,
-                drain_s=positive_seconds(nv.get("drain_ms", 500), "sampler.nvml.drain_ms"),
-                counter_s=positive_seconds(nv.get("counter_ms", 1000), "sampler.nvml.counter_ms"),
-                telemetry_s=positive_seconds(nv.get("telemetry_ms", 1000),
-                                             "sampler.nvml.telemetry_ms"),
-                gpm=nv.get("gpm", True))
+                drain_s=positive_seconds(nv.drain_ms, "sampler.nvml.drain_ms"),
+                counter_s=positive_seconds(nv.counter_ms, "sampler.nvml.counter_ms"),
+                telemetry_s=positive_seconds(nv.telemetry_ms, "sampler.nvml.telemetry_ms"),
+                gpm=nv.gpm)
             backends.append(nvml)
             notes.extend(nvml.notes)  # CUDA_VISIBLE_DEVICES mapping
         except SensorUnavailable as exc:
-            if gpu == "nvml":
+            if s.gpu == "nvml":
                 raise
             notes.append(f"no GPU sensor: {exc}")
-    elif gpu == "sim":
+    elif s.gpu == "sim":
         from .devices.simgpu import SimGpuBackend
 
-        sim = cfg.get("sim_gpu", {})
-        backends.append(SimGpuBackend(n_gpus=sim.get("n_gpus", 1),
-                                      mem_share=sim.get("mem_share", 0.3),
-                                      interval_s=positive_seconds(sim.get("interval_ms", 20),
+        sim = s.sim_gpu
+        backends.append(SimGpuBackend(n_gpus=sim.n_gpus, mem_share=sim.mem_share,
+                                      interval_s=positive_seconds(sim.interval_ms,
                                                                   "sampler.sim_gpu.interval_ms"),
-                                      cap_w=sim.get("cap_w")))
+                                      cap_w=sim.cap_w))
         notes.append("GPU power is SIMULATED (source=sim): no GPU was measured")
-    cpu = cfg.get("cpu", "auto")
+    cpu = s.cpu
     if cpu in ("auto", "rapl"):
         from .devices.rapl import RaplBackend
 
         try:
-            backends.append(RaplBackend(cfg.get("rapl_root", "/sys/class/powercap"), interval))
+            backends.append(RaplBackend(s.rapl_root, interval))
         except SensorUnavailable as exc:
-            if cpu == "rapl" and cfg.get("cpu_fallback", "estimate") == "none":
+            if cpu == "rapl" and s.cpu_fallback == "none":
                 raise
-            fallback = cfg.get("cpu_fallback", "estimate")
-            notes.append(f"{exc}; CPU energy falls back to '{fallback}'")
-            log(f"wattlife: {exc}; CPU energy falls back to '{fallback}'")
-            cpu = fallback
+            notes.append(f"{exc}; CPU energy falls back to '{s.cpu_fallback}'")
+            log(f"wattlife: {exc}; CPU energy falls back to '{s.cpu_fallback}'")
+            cpu = s.cpu_fallback
     if cpu == "estimate":
         from .devices.cpu_estimate import CpuEstimateBackend
 
-        est = cfg.get("cpu_estimate", {})
-        backends.append(CpuEstimateBackend(est.get("idle_w", 50.0), est.get("max_w", 200.0),
-                                           interval))
+        est = s.cpu_estimate
+        backends.append(CpuEstimateBackend(est.idle_w, est.max_w, interval))
         notes.append("CPU power is ESTIMATED from utilisation (source=estimate), not measured")
     return backends, notes

@@ -21,9 +21,10 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..analysis.curves import steady_state, steady_state_se
-from ..config import settings
+from ..config import schema_default, settings
 from ..contracts import CURVES_COLUMNS, write_csv, write_table
 from ..devices.powercap import PowerCapController
+from ..sampler import with_sim_gpu_cap
 from ..simgpu_model import SimGpuModel
 from .pfi_matrix import matrix_cell_workload
 
@@ -57,13 +58,15 @@ def _steps_from_run(trace_path: Path, events_path: Path) -> pd.DataFrame:
 
 def sweep_command(job: str, cmd: list[str], caps: list[float], controller: PowerCapController,
                   out_dir: str | Path, sampler_cfg: dict[str, Any] | None = None,
-                  rule: str = "top10", warmup_frac: float = 0.2, unit: str = "items/s",
-                  gpu_model: str | None = None) -> pd.DataFrame:
+                  rule: str = schema_default("powercap", "steady_rule"),
+                  warmup_frac: float = schema_default("powercap", "warmup_frac"),
+                  unit: str = "items/s", gpu_model: str | None = None) -> pd.DataFrame:
     """Run `cmd` once per cap under the sampler, the cap set before it starts (so before it
     creates its CUDA context), and extract steady-state throughput and aggregate GPU power of
     its training steps (validation and checkpoint are not steps, so they are excluded).
     A failed cap is recorded (`status`) and the sweep goes on; the limits are restored at the end
-    whatever happens."""
+    whatever happens. `rule`, `warmup_frac`: the schema's `powercap.steady_rule`, `warmup_frac`
+    unless given."""
     from ..run import run_under_sampler
 
     out_dir = Path(out_dir)
@@ -76,7 +79,7 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
                 controller.set_cap(cap)
                 cfg = dict(sampler_cfg or {})
                 if controller.backend == "simulated":
-                    cfg["sim_gpu"] = {**cfg.get("sim_gpu", {}), "cap_w": controller.dev.get(0)}
+                    cfg = with_sim_gpu_cap(cfg, controller.dev.get(0))
                 rc = run_under_sampler(cmd, run_dir / "trace.csv", run_dir / "events.csv",
                                        sampler_cfg=cfg, run_id=run_dir.name,
                                        cell={"job": job, "cap_w": cap}, reraise_signals=True)
@@ -102,11 +105,13 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
 
 
-def curve_point(trace: str | Path, events: str | Path, rule: str = "top10",
-                warmup_frac: float = 0.2) -> dict[str, Any]:
+def curve_point(trace: str | Path, events: str | Path,
+                rule: str = schema_default("powercap", "steady_rule"),
+                warmup_frac: float = schema_default("powercap", "warmup_frac")) -> dict[str, Any]:
     """Steady-state throughput and aggregate GPU power of one run's training steps, with their
     standard errors (`steady_state_se`, the curves contract's `throughput_sd` / `power_sd`), the
-    GPUs seen, the power source and the run's telemetry means."""
+    GPUs seen, the power source and the run's telemetry means. `rule`, `warmup_frac`: the
+    schema's `powercap.steady_rule`, `warmup_frac` unless given."""
     st = _steps_from_run(Path(trace), Path(events))
     thr, pwr = st["throughput"].to_numpy(float), st["power_w"].to_numpy(float)
     return dict(throughput=steady_state(thr, rule, warmup_frac),
@@ -134,34 +139,32 @@ def sweep_matrix_cap(config_path: str | Path, cell: str, cap_w: float, out: str 
 
     cfg = load_config(config_path)
     w, c, prof = matrix_cell_workload(cfg, cell)
-    pc = cfg.get("powercap", {})
+    pc = settings(cfg).powercap
     out = Path(out)
     d = out.parent
     d.mkdir(parents=True, exist_ok=True)
     wl = d / "workload.json"
     wl.write_text(json.dumps({"slice": f"pfi/{cell}/cap-{cap_w:g}/train", "storage": cfg["storage"],
                               "workloads": {cell: w}}, indent=1, sort_keys=True))
-    nodes, per_node = nodes_for(c["gpus"], prof.gpus_per_node)
+    nodes, per_node = nodes_for(c.gpus, prof.gpus_per_node)
     spec = LaunchSpec(nodes=nodes, gpus_per_node=per_node, per_node=nodes > 1, cap_w=float(cap_w),
-                      powercap_backend=backend or pc.get("backend", "simulated"),
-                      allow_real=bool(pc.get("allow_real", False)))
+                      powercap_backend=backend or pc.backend, allow_real=pc.allow_real)
     cmd = build_command(spec, config=str(config_path), run_dir=str(d),
                         run_id=f"{cell}-cap{cap_w:g}", cell={"pfi_cell": cell},
                         inner=train_args(str(wl), cell, "shared", "on", str(d / "work")))
-    row: dict[str, Any] = {"job": cell, "gpu_model": prof.gpu_model, "n_gpus": c["gpus"],
+    row: dict[str, Any] = {"job": cell, "gpu_model": prof.gpu_model, "n_gpus": c.gpus,
                            "cap_w": float(cap_w), "throughput_unit": "tokens/s",
-                           "category": c["task"], "set": c.get("set", "main")}
-    if c.get("paper_job"):  # the study's label: PFI tables put the published value beside it
-        row["paper_job"] = c["paper_job"]
-        row["hardware"] = c.get("hardware") or settings(cfg).powercap.hardware
+                           "category": c.task, "set": c.set or "main"}  # the schema: main = own
+    if c.paper_job:  # the study's label: PFI tables put the published value beside it
+        row["paper_job"] = c.paper_job
+        row["hardware"] = c.hardware or pc.hardware
     (d / "work").mkdir(exist_ok=True)
     print(cmd, flush=True)
     rc = subprocess.run(["bash", "-c", cmd]).returncode
     try:
         if rc != 0:
             raise RuntimeError(f"the run exited with {rc} (see run.log)")
-        row.update(curve_point(d / "trace.csv", d / "events.csv", pc.get("steady_rule", "top10"),
-                               pc.get("warmup_frac", 0.2)))
+        row.update(curve_point(d / "trace.csv", d / "events.csv", pc.steady_rule, pc.warmup_frac))
     except Exception as exc:  # recorded: the curve shows the failed cap
         row.update(throughput=np.nan, power_w=np.nan, source="", status=f"failed: {exc}")
         _placeholders(d, spec.multi, rc, row["status"])

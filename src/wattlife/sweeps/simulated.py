@@ -10,6 +10,7 @@ machine this way; every row says `source=sim`. A cap outside the model's range
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..analysis.curves import steady_state, steady_state_se
+from ..config import schema_default, settings
 from ..contracts import CURVES_COLUMNS, write_table
 from ..simgpu_model import SimGpuModel, SimJob
 
@@ -32,8 +34,7 @@ def simulate_window(model: SimGpuModel, job: SimJob, cap_w: float, n_steps: int,
     return thr, pwr, st
 
 
-LARGE_JOB_GPUS = 16
-LARGE_JOB_GRID = [200.0, 500.0, 600.0, 700.0]  # the paper's grid for 16- and 32-GPU jobs
+LARGE_JOB_GPUS = 16  # from this size a job sweeps `powercap.grid_large_w` (the paper's 4 caps)
 
 
 def grid_for(job: SimJob, grid: list[float], large_grid: list[float] | None) -> list[float]:
@@ -42,10 +43,14 @@ def grid_for(job: SimJob, grid: list[float], large_grid: list[float] | None) -> 
 
 
 def sweep_simulated(jobs: list[SimJob], grid: list[float], model: SimGpuModel | None = None,
-                    n_steps: int = 60, rule: str = "top10", warmup_frac: float = 0.2,
+                    n_steps: int = schema_default("powercap", "window_steps"),
+                    rule: str = schema_default("powercap", "steady_rule"),
+                    warmup_frac: float = schema_default("powercap", "warmup_frac"),
                     seed: int = 0, large_grid: list[float] | None = None) -> pd.DataFrame:
     """Curves table (contract + telemetry + sd columns) for simulated jobs; a cap outside the
-    model's range is a row with `status` failed and no numbers."""
+    model's range is a row with `status` failed and no numbers. `n_steps`, `rule`,
+    `warmup_frac`: the schema's `powercap.window_steps`, `steady_rule`, `warmup_frac` unless
+    given."""
     model = model or SimGpuModel()
     lo, hi = model.cap_range_w
     rng = np.random.default_rng(seed)
@@ -76,9 +81,9 @@ def sweep_simulated(jobs: list[SimJob], grid: list[float], model: SimGpuModel | 
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
 
 
-def jobs_from_config(cfg: dict[str, Any]) -> list[SimJob]:
+def jobs_from_config(cfg: Mapping[str, Any]) -> list[SimJob]:
     """The simulated jobs of `powercap.jobs` (name → SimJob settings)."""
-    jobs = cfg.get("powercap", {}).get("jobs", {})
+    jobs = settings(cfg).powercap.jobs
     if not jobs:
         raise ValueError("powercap.jobs: no jobs to sweep in the config")
     return [SimJob(name, **spec) for name, spec in jobs.items()]
@@ -91,8 +96,8 @@ def sweep_from_config(config_path: str | Path, out: str | Path, job: str | None 
     from ..config import load_config
 
     cfg = load_config(config_path)
-    pc = cfg.get("powercap", {})
-    if pc.get("backend", "simulated") != "simulated":
+    pc = settings(cfg).powercap
+    if pc.backend != "simulated":
         raise ValueError("sweep from config runs the simulated backend; real sweeps run through "
                          "the Snakemake rule `powercap_real` on a GPU node")
     jobs = jobs_from_config(cfg)
@@ -100,10 +105,7 @@ def sweep_from_config(config_path: str | Path, out: str | Path, job: str | None 
         jobs = [j for j in jobs if j.name == job]
         if not jobs:
             raise ValueError(f"powercap.jobs.{job}: no such job")
-    grid = pc.get("grid_w", [200, 300, 400, 500, 600, 700])
-    df = sweep_simulated(jobs, grid, large_grid=pc.get("grid_large_w", LARGE_JOB_GRID),
-                         n_steps=pc.get("window_steps", 60),
-                         rule=pc.get("steady_rule", "top10"),
-                         warmup_frac=pc.get("warmup_frac", 0.2))
+    df = sweep_simulated(jobs, list(pc.grid_w), large_grid=list(pc.grid_large_w),
+                         n_steps=pc.window_steps, rule=pc.steady_rule, warmup_frac=pc.warmup_frac)
     write_table(df, out, CURVES_COLUMNS)
     return df
