@@ -135,6 +135,7 @@ def run_node(cmd: list[str], *, sampler_cfg: dict[str, Any], run_id: str, cell: 
     node_dir/<host>/ (one folder per node of a multi-node job)."""
     from .devices.powercap import PowerCapController
     from .run import run_under_sampler
+    from .sampler import with_sim_gpu_cap
 
     host = short_host()
     if node_dir:
@@ -149,7 +150,7 @@ def run_node(cmd: list[str], *, sampler_cfg: dict[str, Any], run_id: str, cell: 
     with PowerCapController(backend, state_file=state, allow_real=allow_real) as ctl:
         ctl.set_cap(cap_w)
         if backend == "simulated":  # the simulated GPU's power follows the cap
-            cfg["sim_gpu"] = {**cfg.get("sim_gpu", {}), "cap_w": ctl.dev.get(0)}
+            cfg = with_sim_gpu_cap(cfg, ctl.dev.get(0))
         return run_under_sampler(cmd, trace, events, meta, cfg, run_id, {**cell, "cap_w": cap_w})
 
 
