@@ -152,9 +152,12 @@ def test_lora_changes_only_the_adapters(model):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from wattlife.config import workload_spec
     from wattlife.workloads.causal_lm import _with_lora, model_config
 
-    m, info = _with_lora(AutoModelForCausalLM.from_config(model_config(model)), {"lora_rank": 4})
+    spec = workload_spec("l", {"kind": "causal_lm", "dataset": "d", "steps": 1, "batch_size": 1,
+                               "task": "lora", "lora_rank": 4})
+    m, info = _with_lora(AutoModelForCausalLM.from_config(model_config(model)), spec)
     before = {k: v.detach().clone() for k, v in m.named_parameters()}
     opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-2)
     x = torch.randint(0, 2048, (2, 16))
@@ -213,6 +216,7 @@ def test_experts_backend_vocab_and_lora_plan_from_config():
     import torch
     from transformers import AutoModelForCausalLM
 
+    from wattlife.config import workload_spec
     from wattlife.workloads.causal_lm import (
         experts_implementation,
         is_moe,
@@ -221,21 +225,25 @@ def test_experts_backend_vocab_and_lora_plan_from_config():
         model_vocab,
     )
 
+    def spec(**keys):
+        return workload_spec("q", {"kind": "causal_lm", "dataset": "d", "steps": 1,
+                                   "batch_size": 1, **keys})
+
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
-    assert experts_implementation({}, cuda) == "grouped_mm"
-    assert experts_implementation({}, cpu) == "eager"
-    assert experts_implementation({"experts_implementation": "grouped_mm"}, cpu) == "grouped_mm"
-    assert experts_implementation({"experts_implementation": "eager"}, cuda) == "eager"
+    assert experts_implementation(spec(), cuda) == "grouped_mm"
+    assert experts_implementation(spec(), cpu) == "eager"
+    assert experts_implementation(spec(experts_implementation="grouped_mm"), cpu) == "grouped_mm"
+    assert experts_implementation(spec(experts_implementation="eager"), cuda) == "eager"
     with pytest.raises(ValueError, match="experts_implementation: expected one of"):
-        experts_implementation({"experts_implementation": "fast"}, cuda)
+        experts_implementation(spec(experts_implementation="fast"), cuda)
     assert is_moe(model_config("qwen3-moe-tiny")) and not is_moe(model_config("qwen3-tiny"))
     assert model_vocab(3090) == 3136 and model_vocab(3072) == 3072 and model_vocab(5, 1) == 5
     with pytest.raises(ValueError, match="vocab_multiple"):
         model_vocab(100, 0)
     moe = AutoModelForCausalLM.from_config(model_config("qwen3-moe-tiny"))
-    assert lora_plan(moe, {"lora_experts": False}, True)["lora_target_parameters"] == []
-    assert lora_plan(moe, {}, False)["lora_target_parameters"] == []
-    assert lora_plan(moe, {"lora_targets": ["q_proj"]}, True)["lora_target_modules"] == ["q_proj"]
+    assert lora_plan(moe, spec(lora_experts=False), True)["lora_target_parameters"] == []
+    assert lora_plan(moe, spec(), False)["lora_target_parameters"] == []
+    assert lora_plan(moe, spec(lora_targets=["q_proj"]), True)["lora_target_modules"] == ["q_proj"]
 
 
 @pytest.mark.parametrize("model, impl", [("qwen3-moe-tiny", "grouped_mm"),
@@ -273,3 +281,42 @@ def test_causal_lm_summary_names_backend_compile_vocab_and_basis(tmp_path, monke
     gaps = (top["start_ns"].to_numpy()[1:] - top["end_ns"].to_numpy()[:-1]).clip(0).sum() / 1e9
     span = (top["end_ns"].max() - top["start_ns"].min()) / 1e9
     assert gaps < 0.05 * span
+
+
+def test_workload_specs_take_the_schemas_defaults_then_their_kinds():
+    """A workload key absent from the config takes the schema's default, else its kind's
+    (`KIND_DEFAULTS`, never a key the schema defaults), else one derived from other keys."""
+    import dataclasses
+
+    from wattlife.config import (
+        CausalLMSpec,
+        ImageClassificationSpec,
+        schema,
+        schema_default,
+        workload_spec,
+    )
+
+    keys = schema()["properties"]["workloads"]["additionalProperties"]["properties"]
+    for cls in (ImageClassificationSpec, CausalLMSpec):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        assert set(cls.KIND_DEFAULTS) <= fields
+        assert not {k for k in cls.KIND_DEFAULTS if "default" in keys[k]}
+    base = {"dataset": "d", "steps": 1, "batch_size": 1}
+    img = workload_spec("r", {"kind": "image_classification", **base})
+    lm = workload_spec("q", {"kind": "causal_lm", **base})
+    lora = workload_spec("l", {"kind": "causal_lm", "task": "lora", "lora_rank": 8, **base})
+    assert (img.workers, img.val_steps, img.lr, img.model, img.precision) == (2, 0, 0.1,
+                                                                                "resnet50", "bf16")
+    assert (lm.workers, lm.val_steps, lm.seq_len, lm.lr, lm.compile) == (0, 2, 2048, 3e-4, False)
+    assert lm.lora_rank == schema_default("workloads", "*", "lora_rank")
+    assert lm.lora_alpha == 2 * lm.lora_rank and (lora.lr, lora.lora_alpha) == (1e-4, 16)
+    assert lm.checkpoint_to is None and img.image_size is None
+    set_ = workload_spec("q", {"kind": "causal_lm", **base, "workers": 3, "lr": 1e-3})
+    assert (set_.workers, set_.lr) == (3, 1e-3)
+
+
+def test_an_image_workload_without_image_size_is_named(tmp_path):
+    cfg = _cfg(tmp_path)
+    del cfg["workloads"]["r"]["image_size"]
+    with pytest.raises(ValueError, match=r"workloads\.r\.image_size: required"):
+        train_from_config(cfg, "r", "shared", False, tmp_path / "work")

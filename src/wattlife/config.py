@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from types import MappingProxyType
+from typing import Any, ClassVar, TypeVar
 
 import jsonschema
 import yaml
@@ -253,59 +254,83 @@ class _SamplerTop:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """One entry of `workloads` (keys common to every kind). Keys the schema gives no default
-    are None here: the workload applies its own documented default."""
+    """One entry of `workloads` (keys common to every kind). A key absent from the config takes
+    the schema's default; a key the schema leaves open takes its kind's default (`KIND_DEFAULTS`
+    of the spec class: the schema cannot hold these, because a default differs by kind and
+    Snakemake writes the schema's defaults into every workload entry, i.e. into each cell's
+    config slice); else None, whose meaning the field's comment gives."""
+
+    # the kind's defaults for keys without a schema default (never a key the schema defaults)
+    KIND_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
+        "device": "auto", "precision": "bf16", "val_every": 0, "ckpt_every": 0,
+        "grad_sync": "overlapped", "gpu_timeline": True})
 
     name: str
     kind: str
     dataset: str
-    device: str | None
+    device: str
     steps: int
     batch_size: int
-    precision: str | None
-    lr: float | None
-    workers: int | None
-    prefetch: int | None
-    val_every: int | None
-    val_steps: int | None
-    ckpt_every: int | None
-    checkpoint_to: str | None
-    grad_sync: str | None
-    gpu_timeline: bool | None
+    precision: str
+    lr: float
+    workers: int
+    prefetch: int | None  # image_classification only
+    val_every: int  # 0 = never
+    val_steps: int  # 0 = the whole validation split
+    ckpt_every: int  # 0 = never
+    checkpoint_to: str | None  # None = the cell's storage
+    grad_sync: str
+    gpu_timeline: bool
 
 
 @dataclass(frozen=True)
 class ImageClassificationSpec(WorkloadSpec):
     """`kind: image_classification` (workloads/image.py)."""
 
-    model: str | None
-    image_size: int | None
+    KIND_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
+        **WorkloadSpec.KIND_DEFAULTS, "model": "resnet50", "lr": 0.1, "workers": 2,
+        "prefetch": 2, "val_steps": 0})
+
+    model: str
+    image_size: int | None  # required by the workload (no default)
 
 
 @dataclass(frozen=True)
 class CausalLMSpec(WorkloadSpec):
-    """`kind: causal_lm` (workloads/causal_lm.py)."""
+    """`kind: causal_lm` (workloads/causal_lm.py). `lr` and `lora_alpha` default to values derived
+    from other keys: 3e-4 for `task: pretrain`, 1e-4 for `lora`; 2 x `lora_rank`."""
 
-    model_config: str | None
-    pretrained: str | None
-    seq_len: int | None
-    compile: bool | None
-    compile_mode: str | None
+    KIND_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
+        **WorkloadSpec.KIND_DEFAULTS, "model_config": "qwen3-tiny", "seq_len": 2048,
+        "tokenizer_vocab": 8192, "workers": 0, "val_steps": 2, "compile": False, "fsdp": False,
+        "activation_checkpointing": False, "duration_s": 0.0})
+
+    model_config: str
+    pretrained: str | None  # None = random init
+    seq_len: int
+    compile: bool
+    compile_mode: str | None  # None = torch.compile's default mode
     experts_implementation: str
     vocab_multiple: int
-    tokenizer_vocab: int | None
-    peak_tflops: float | None
-    fsdp: bool | None
-    activation_checkpointing: bool | None
+    tokenizer_vocab: int
+    peak_tflops: float | None  # None = from the GPU's name
+    fsdp: bool
+    activation_checkpointing: bool
     model_overrides: dict[str, Any] | None
     task: str
     lora_rank: int
-    lora_alpha: int | None
-    lora_targets: tuple[str, ...] | None
+    lora_alpha: int
+    lora_targets: tuple[str, ...] | None  # None = the attention and dense-MLP projections
     lora_experts: bool
-    duration_s: float | None
-    eval_at_s: float | None
-    ckpt_at_s: float | None
+    duration_s: float  # 0 = no fixed duration
+    eval_at_s: float | None  # None = no timed evaluation
+    ckpt_at_s: float | None  # None = no timed checkpoint
+
+    def __post_init__(self) -> None:
+        if self.lr is None:
+            object.__setattr__(self, "lr", 3e-4 if self.task == "pretrain" else 1e-4)
+        if self.lora_alpha is None:
+            object.__setattr__(self, "lora_alpha", 2 * self.lora_rank)
 
 
 WORKLOAD_SPECS: dict[str, type[WorkloadSpec]] = {
@@ -318,7 +343,7 @@ def workload_spec(name: str, d: Mapping[str, Any]) -> WorkloadSpec:
     if cls is None:
         raise ConfigError(f"workloads.{name}.kind: expected one of {sorted(WORKLOAD_SPECS)}, "
                           f"got {d.get('kind')!r}")
-    return _build(cls, {**d, "name": name}, "workloads", "*")
+    return _build(cls, {**cls.KIND_DEFAULTS, **d, "name": name}, "workloads", "*")
 
 
 @dataclass(frozen=True)

@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..config import CausalLMSpec, ImageClassificationSpec, workload_spec
 
-def train_from_config(cfg: dict[str, Any], workload: str, storage: str, checkpoint: bool,
+
+def train_from_config(cfg: Mapping[str, Any], workload: str, storage: str, checkpoint: bool,
                       workdir: str | Path) -> int:
     """Run workload `workload` of a validated config in one matrix cell."""
-    if workload not in cfg.get("workloads", {}):
-        raise ValueError(f"workloads.{workload}: not in the config (have: "
-                         f"{sorted(cfg.get('workloads', {}))})")
-    spec = cfg["workloads"][workload]
+    workloads = cfg.get("workloads") or {}
+    if workload not in workloads:
+        raise ValueError(f"workloads.{workload}: not in the config (have: {sorted(workloads)})")
+    spec = workload_spec(workload, workloads[workload])
     shared_root = Path(cfg["storage"]["shared"])
     local_root = Path(cfg["storage"]["local"])
-    data_root = shared_root / spec["dataset"]
-    ckpt_to = spec.get("checkpoint_to", storage)
+    data_root = shared_root / spec.dataset
+    ckpt_to = spec.checkpoint_to or storage
     ckpt_root = (shared_root if ckpt_to == "shared" else local_root) / "checkpoints"
     workdir = Path(workdir)
-    if spec["kind"] == "image_classification":
+    if isinstance(spec, ImageClassificationSpec):
         from .image import train_image
 
         return train_image(spec, data_root, storage, local_root, checkpoint, ckpt_root, workdir)
-    if spec["kind"] == "causal_lm":
-        from .causal_lm import train_causal_lm
+    assert isinstance(spec, CausalLMSpec)  # workload_spec knows no other kind
+    from .causal_lm import train_causal_lm
 
-        return train_causal_lm(spec, data_root, storage, local_root, checkpoint, ckpt_root, workdir)
-    raise ValueError(f"workloads.{workload}.kind: expected image_classification or causal_lm, "
-                     f"got {spec['kind']!r}")
+    return train_causal_lm(spec, data_root, storage, local_root, checkpoint, ckpt_root, workdir)

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import resource_path
+from ..config import CausalLMSpec, resource_path
 from ..markers import phase
 from .cell import Dist, barrier, checkpoint_dir, start_cell
 from .training_loop import (
@@ -114,10 +114,10 @@ def is_moe(cfg) -> bool:
     return bool(_first(cfg, EXPERT_COUNT_KEYS))
 
 
-def experts_implementation(spec: dict[str, Any], device) -> str:
+def experts_implementation(spec: CausalLMSpec, device) -> str:
     """The transformers experts backend the workload asks for: `experts_implementation` from the
     config, `auto` = `grouped_mm` on CUDA, `eager` elsewhere (the CPU path the tests run)."""
-    want = str(spec.get("experts_implementation", "auto"))
+    want = spec.experts_implementation
     if want not in EXPERTS_IMPLEMENTATIONS:
         raise ValueError(f"experts_implementation: expected one of "
                          f"{list(EXPERTS_IMPLEMENTATIONS)}, got {want!r}")
@@ -233,9 +233,9 @@ def flops_per_token(cfg, counts: dict[str, int], seq_len: int) -> float:
             + attention_flops_per_token(cfg, seq_len))
 
 
-def peak_flops(device, spec: dict[str, Any]) -> float | None:
-    if spec.get("peak_tflops"):
-        return float(spec["peak_tflops"]) * 1e12
+def peak_flops(device, spec: CausalLMSpec) -> float | None:
+    if spec.peak_tflops:
+        return float(spec.peak_tflops) * 1e12
     if device.type != "cuda":
         return None
     import torch
@@ -247,7 +247,7 @@ def peak_flops(device, spec: dict[str, Any]) -> float | None:
     return None
 
 
-def train_causal_lm(spec: dict[str, Any], data_root: Path, storage: str, local_root: Path,
+def train_causal_lm(spec: CausalLMSpec, data_root: Path, storage: str, local_root: Path,
                     checkpoint: bool, ckpt_root: Path, workdir: Path) -> int:
     """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell; writes
     work/summary.json."""
@@ -258,32 +258,32 @@ def train_causal_lm(spec: dict[str, Any], data_root: Path, storage: str, local_r
     if not train_file.exists():
         raise FileNotFoundError(f"{train_file} does not exist (a WikiText-style folder has "
                                 "train.txt and validation.txt; `wattlife gen-text` makes one)")
-    seq = int(spec.get("seq_len", 2048))
-    pretrained = Path(spec["pretrained"]) if spec.get("pretrained") else None
+    seq = spec.seq_len
+    pretrained = Path(spec.pretrained) if spec.pretrained else None
 
     with phase("setup"):  # importing transformers alone takes seconds
         cfg, experts = _model_config_for(spec, device)
     with phase("tokenize"):  # load (or train) the tokenizer, then tokenise and pack the corpus
         tok = load_tokenizer(pretrained if pretrained and pretrained.exists() else None, train_file,
-                             min(cfg.vocab_size, int(spec.get("tokenizer_vocab", 8192))),
+                             min(cfg.vocab_size, spec.tokenizer_vocab),
                              Path(workdir) / "tokenizer")
         blocks = pack(tok, train_file, seq)
         val_blocks = pack(tok, val_file, seq) if val_file.exists() else blocks[:2]
 
-    task = spec.get("task", "pretrain")
+    task = spec.task
     with phase("model_load"):
         built = _build_model(spec, cfg, experts, tok, pretrained, device, dist)
         model, cfg = built.model, built.config
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                lr=spec.get("lr", 3e-4 if task == "pretrain" else 1e-4),
+                                lr=spec.lr,
                                 weight_decay=0.1 if task == "pretrain" else 0.0,
                                 fused=device.type == "cuda")
         loader, sampler = _loader(blocks, spec, dist, device)
 
     fsdp = built.fsdp
     explicit_sync = (dist.world > 1 and not fsdp
-                     and spec.get("grad_sync", "overlapped") == "explicit")
-    items = int(spec["batch_size"]) * seq
+                     and spec.grad_sync == "explicit")
+    items = spec.batch_size * seq
     summary.train_items = len(blocks) * seq
     ckpt_dir = checkpoint_dir(ckpt_root, workdir)
     batches = Batches(loader, sampler)
@@ -302,14 +302,13 @@ def train_causal_lm(spec: dict[str, Any], data_root: Path, storage: str, local_r
     def validate() -> float:
         # the uncompiled module: evaluation (eval mode, no grad) would recompile the whole model
         # (43-58 s for Qwen3-1.7B on the H200) for a few forward passes
-        return _val_loss(getattr(model, "_orig_mod", model), val_blocks, int(spec["batch_size"]),
-                         device, spec.get("val_steps", 2))
+        return _val_loss(getattr(model, "_orig_mod", model), val_blocks, spec.batch_size, device,
+                         spec.val_steps)
 
     # the PFI study's protocol: a fixed run length, one evaluation and one checkpoint at set times
-    schedule = Schedule(steps=int(spec["steps"]), val_every=int(spec.get("val_every", 0)),
-                        ckpt_every=int(spec.get("ckpt_every", 0)),
-                        duration_s=float(spec.get("duration_s", 0) or 0),
-                        eval_at_s=spec.get("eval_at_s"), ckpt_at_s=spec.get("ckpt_at_s"))
+    schedule = Schedule(steps=spec.steps, val_every=spec.val_every, ckpt_every=spec.ckpt_every,
+                        duration_s=spec.duration_s, eval_at_s=spec.eval_at_s,
+                        ckpt_at_s=spec.ckpt_at_s)
     result = run_training_loop(
         train_step, model=model, schedule=schedule, batches=batches, items_per_step=items,
         summary=summary, dist=dist, device=device, validate=validate,
@@ -324,9 +323,8 @@ def train_causal_lm(spec: dict[str, Any], data_root: Path, storage: str, local_r
                  **built.counts, "flops_per_token": fpt, "seq_len": seq,
                  "tokenizer_vocab": len(tok),
                  "vocab_size": int(model_vocab_size(model)),
-                 "experts_impl": built.experts_used or "none", "compile": bool(spec.get("compile")),
-                 "compile_mode": spec.get("compile_mode")
-                 or ("default" if spec.get("compile") else None),
+                 "experts_impl": built.experts_used or "none", "compile": spec.compile,
+                 "compile_mode": spec.compile_mode or ("default" if spec.compile else None),
                  **built.lora_info,
                  "tflops_per_gpu": thr * fpt / dist.world / 1e12 if thr else None,
                  "mfu": (thr * fpt / (peak * dist.world)) if thr and peak else None,
@@ -338,12 +336,12 @@ def train_causal_lm(spec: dict[str, Any], data_root: Path, storage: str, local_r
     return 0
 
 
-def _model_config_for(spec: dict[str, Any], device: Any) -> tuple[Any, str | None]:
+def _model_config_for(spec: CausalLMSpec, device: Any) -> tuple[Any, str | None]:
     """The workload's transformers config (`model_config` with `model_overrides` applied) and the
     experts backend to build it with (None: dense, or transformers < 5's per-expert loop only)."""
-    cfg = model_config(spec.get("model_config", "qwen3-tiny"))
+    cfg = model_config(spec.model_config)
     # e.g. fewer layers to fit one GPU
-    for key, value in (spec.get("model_overrides") or {}).items():
+    for key, value in (spec.model_overrides or {}).items():
         if not hasattr(cfg, key):
             raise ValueError(f"model_overrides.{key}: {cfg.model_type} configs have no such field")
         setattr(cfg, key, value)
@@ -364,7 +362,7 @@ class _BuiltModel:
     fsdp: bool
 
 
-def _build_model(spec: dict[str, Any], cfg: Any, experts: str | None, tok: Any,
+def _build_model(spec: CausalLMSpec, cfg: Any, experts: str | None, tok: Any,
                  pretrained: Path | None, device: Any, dist: Dist) -> _BuiltModel:
     """Construct (or load) the model, add LoRA adapters, move it to the device, shard or wrap it
     for DDP, and compile it, as the workload says (the `model_load` phase's work)."""
@@ -373,7 +371,7 @@ def _build_model(spec: dict[str, Any], cfg: Any, experts: str | None, tok: Any,
     cfg.use_cache = False
     from transformers import AutoModelForCausalLM
 
-    dtype = torch.bfloat16 if spec.get("precision", "bf16") == "bf16" else torch.float32
+    dtype = torch.bfloat16 if spec.precision == "bf16" else torch.float32
     backend = {"experts_implementation": experts} if experts else {}
     model: Any  # the transformers model, then wrapped (PEFT, DDP, compile)
     if pretrained is not None and (pretrained / "config.json").exists():
@@ -383,7 +381,7 @@ def _build_model(spec: dict[str, Any], cfg: Any, experts: str | None, tok: Any,
             model.resize_token_embeddings(len(tok))
         source = f"pretrained:{pretrained}"
     else:
-        cfg.vocab_size = model_vocab(len(tok), int(spec.get("vocab_multiple", 64)))
+        cfg.vocab_size = model_vocab(len(tok), spec.vocab_multiple)
         cfg._attn_implementation = _attn(cfg)
         if experts:
             cfg._experts_implementation = experts
@@ -393,14 +391,14 @@ def _build_model(spec: dict[str, Any], cfg: Any, experts: str | None, tok: Any,
     cfg = model.config
     experts_used = (getattr(cfg, "_experts_implementation", None) if experts
                     else "eager" if is_moe(cfg) else None)
-    if spec.get("activation_checkpointing"):
+    if spec.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lora_info: dict[str, Any] = {}
-    if spec.get("task", "pretrain") == "lora":
+    if spec.task == "lora":
         model, lora_info = _with_lora(model, spec)
     counts = parameter_counts(model, cfg)
     model = model.to(device)
-    fsdp = bool(dist.world > 1 and spec.get("fsdp", False))
+    fsdp = dist.world > 1 and spec.fsdp
     if fsdp:  # FSDP2: one shard unit per decoder layer, then the root (CPU/Gloo too)
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -413,17 +411,17 @@ def _build_model(spec: dict[str, Any], cfg: Any, experts: str | None, tok: Any,
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if spec.get("compile"):
-        mode = {"mode": spec["compile_mode"]} if spec.get("compile_mode") else {}
+    if spec.compile:
+        mode: dict[str, Any] = {"mode": spec.compile_mode} if spec.compile_mode else {}
         model = torch.compile(model, **mode)
     return _BuiltModel(model, cfg, source, experts_used, lora_info, counts, fsdp)
 
 
-def _loader(blocks, spec: dict[str, Any], dist, device):
+def _loader(blocks, spec: CausalLMSpec, dist, device):
     """The training batches: shuffled packed blocks (a DistributedSampler under torchrun)."""
     import torch
 
-    bs = int(spec["batch_size"])
+    bs = spec.batch_size
     if len(blocks) < bs * dist.world:
         raise ValueError(f"only {len(blocks)} packed blocks of {blocks.shape[1]} tokens for batch "
                          f"size {bs} x {dist.world} ranks: use more data or a shorter seq_len")
@@ -435,7 +433,7 @@ def _loader(blocks, spec: dict[str, Any], dist, device):
     loader = torch.utils.data.DataLoader(blocks, batch_size=bs, shuffle=sampler is None,
                                          sampler=sampler, drop_last=True,
                                          pin_memory=device.type == "cuda",
-                                         num_workers=int(spec.get("workers", 0)))
+                                         num_workers=spec.workers)
     return loader, sampler
 
 
@@ -463,7 +461,7 @@ def _base(model):
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
-def lora_plan(model, spec: dict[str, Any],
+def lora_plan(model, spec: CausalLMSpec,
               peft_has_target_parameters: bool) -> dict[str, list[str]]:
     """Which modules and parameters get LoRA adapters (see the module docstring): the attention
     and dense-MLP Linear layers the model has (`lora_targets` overrides), and the routed experts'
@@ -472,9 +470,9 @@ def lora_plan(model, spec: dict[str, Any],
 
     linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules()
               if isinstance(m, torch.nn.Linear)}
-    modules = list(spec.get("lora_targets") or [t for t in LORA_TARGETS if t in linear])
+    modules = list(spec.lora_targets or [t for t in LORA_TARGETS if t in linear])
     params: list[str] = []
-    if spec.get("lora_experts", True) and peft_has_target_parameters:
+    if spec.lora_experts and peft_has_target_parameters:
         for n, m in model.named_modules():
             if n.endswith(".experts") or n == "experts":
                 own = {pn for pn, p in m.named_parameters(recurse=False) if p.dim() == 3}
@@ -486,7 +484,7 @@ def lora_plan(model, spec: dict[str, Any],
     return {"lora_target_modules": modules, "lora_target_parameters": params}
 
 
-def _with_lora(model, spec: dict[str, Any]):
+def _with_lora(model, spec: CausalLMSpec):
     """Freeze the base model; LoRA adapters as `lora_plan` says. Returns the PEFT model and what
     carries adapters (for the summary)."""
     import inspect
@@ -495,13 +493,13 @@ def _with_lora(model, spec: dict[str, Any]):
 
     has_tp = "target_parameters" in inspect.signature(LoraConfig).parameters
     plan: dict[str, Any] = lora_plan(model, spec, has_tp)
-    r = int(spec.get("lora_rank", 32))
+    r = spec.lora_rank
     targets = plan["lora_target_parameters"]
     extra: dict[str, Any] = {"target_parameters": targets} if targets else {}
-    lora = LoraConfig(r=r, lora_alpha=int(spec.get("lora_alpha", 2 * r)), lora_dropout=0.0,
+    lora = LoraConfig(r=r, lora_alpha=spec.lora_alpha, lora_dropout=0.0,
                       target_modules=plan["lora_target_modules"], task_type="CAUSAL_LM", **extra)
     peft_model = get_peft_model(model, lora)
-    if not has_tp and spec.get("lora_experts", True) and any(
+    if not has_tp and spec.lora_experts and any(
             n.endswith(".experts") for n, _ in model.named_modules()):
         plan["lora_note"] = "installed PEFT has no target_parameters: the experts carry no adapters"
     return peft_model, {**plan, "lora_rank": r}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import WorkloadSpec
 from ..markers import ENV_RUN_ID, phase
 from .summary import Summary
 
@@ -84,15 +85,15 @@ def checkpoint_dir(ckpt_root: Path, workdir: Path) -> Path:
     return folder
 
 
-def start_cell(spec: dict[str, Any], data_root: Path, storage: str, local_root: Path,
+def start_cell(spec: WorkloadSpec, data_root: Path, storage: str, local_root: Path,
                workdir: Path) -> tuple[Dist, Any, Summary, Path]:
     """What every workload does first: join the process group, pick the device, put the phase
     boundaries on the GPU timeline when training on a GPU, and stage the dataset."""
     from ..markers import configure
 
     dist = init_distributed()
-    device = resolve_device(spec.get("device", "auto"), dist)
-    configure(gpu_timeline=device.type == "cuda" and spec.get("gpu_timeline", True))
+    device = resolve_device(spec.device, dist)
+    configure(gpu_timeline=device.type == "cuda" and spec.gpu_timeline)
     summary = Summary(workdir, dist)
     root = stage_dataset(data_root, storage, local_root, dist)
     # the dataset's size (for the staging break-even); walked on the copy, never on the shared FS

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..config import ImageClassificationSpec
 from ..markers import phase
 from .cell import Dist, checkpoint_dir, start_cell
 from .training_loop import (
@@ -73,7 +74,7 @@ def _collate(batch):
     return torch.stack(xs), torch.tensor(ys), skipped
 
 
-def train_image(spec: dict[str, Any], data_root: Path, storage: str, local_root: Path,
+def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, local_root: Path,
                 checkpoint: bool, ckpt_root: Path, workdir: Path) -> int:
     """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell; writes
     work/summary.json."""
@@ -81,25 +82,28 @@ def train_image(spec: dict[str, Any], data_root: Path, storage: str, local_root:
     import torch.nn.functional as F
     import torchvision
 
+    if spec.image_size is None:
+        raise ValueError(f"workloads.{spec.name}.image_size: required for kind "
+                         "image_classification (pixels, e.g. 224)")
     dist, device, summary, root = start_cell(spec, data_root, storage, local_root, workdir)
 
     with phase("model_load"):
-        train_ds = _dataset(root, True, spec["image_size"])
-        val_ds = _dataset(root, False, spec["image_size"])
+        train_ds = _dataset(root, True, spec.image_size)
+        val_ds = _dataset(root, False, spec.image_size)
         n_classes = len(train_ds.classes)
         summary.train_items = len(train_ds)
-        model = getattr(torchvision.models, spec.get("model", "resnet50"))(num_classes=n_classes)
+        model = getattr(torchvision.models, spec.model)(num_classes=n_classes)
         model = model.to(device, memory_format=torch.channels_last)
         if dist.world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-        opt = torch.optim.SGD(model.parameters(), lr=spec.get("lr", 0.1), momentum=0.9,
+        opt = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.9,
                               weight_decay=1e-4)
 
     batches, val_loader = _loaders(train_ds, val_ds, spec, dist, device, root)
-    amp = spec.get("precision", "bf16") == "bf16"
-    explicit_sync = dist.world > 1 and spec.get("grad_sync", "overlapped") == "explicit"
+    amp = spec.precision == "bf16"
+    explicit_sync = dist.world > 1 and spec.grad_sync == "explicit"
     ckpt_path = checkpoint_dir(ckpt_root, workdir) / "model.pt"
 
     def train_step() -> tuple[float, Any] | None:
@@ -121,12 +125,11 @@ def train_image(spec: dict[str, Any], data_root: Path, storage: str, local_root:
                  "optimizer": opt.state_dict(), "step": step_no}
         return save_atomically(state, ckpt_path)
 
-    schedule = Schedule(steps=int(spec["steps"]), val_every=int(spec.get("val_every", 0)),
-                        ckpt_every=int(spec.get("ckpt_every", 0)))
+    schedule = Schedule(steps=spec.steps, val_every=spec.val_every, ckpt_every=spec.ckpt_every)
     result = run_training_loop(
         train_step, model=model, schedule=schedule, batches=batches,
-        items_per_step=spec["batch_size"], summary=summary, dist=dist, device=device,
-        validate=lambda: _validate(model, val_loader, device, amp, spec.get("val_steps", 0)),
+        items_per_step=spec.batch_size, summary=summary, dist=dist, device=device,
+        validate=lambda: _validate(model, val_loader, device, amp, spec.val_steps),
         save=save if checkpoint and dist.rank == 0 else None)  # rank 0 holds the whole model
     summary.last_loss = float(result.last_loss.detach()) if result.last_loss is not None else None
     summary.write(unit="images",
@@ -134,7 +137,7 @@ def train_image(spec: dict[str, Any], data_root: Path, storage: str, local_root:
     return 0
 
 
-def _loaders(train_ds, val_ds, spec: dict[str, Any], dist: Dist, device: Any,
+def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device: Any,
              root: Path) -> tuple[Batches, Any]:
     """The training batches (shuffled; a DistributedSampler under torchrun; an epoch ends before
     an incomplete batch) and the validation loader."""
@@ -145,17 +148,17 @@ def _loaders(train_ds, val_ds, spec: dict[str, Any], dist: Dist, device: Any,
         from torch.utils.data.distributed import DistributedSampler
 
         sampler = DistributedSampler(train_ds, dist.world, dist.rank, shuffle=True)
-    workers = int(spec.get("workers", 2))
+    workers = spec.workers
     loader = torch.utils.data.DataLoader(
-        train_ds, batch_size=spec["batch_size"], shuffle=sampler is None, sampler=sampler,
+        train_ds, batch_size=spec.batch_size, shuffle=sampler is None, sampler=sampler,
         num_workers=workers, pin_memory=device.type == "cuda", drop_last=True,
         persistent_workers=workers > 0, collate_fn=_collate,
-        prefetch_factor=spec.get("prefetch", 2) if workers > 0 else None)
+        prefetch_factor=spec.prefetch if workers > 0 else None)
     if len(loader) == 0:
         raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
-                         f"fewer than one batch of {spec['batch_size']}; use more images or a "
+                         f"fewer than one batch of {spec.batch_size}; use more images or a "
                          "smaller batch")
-    val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec["batch_size"],
+    val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec.batch_size,
                                              num_workers=workers, collate_fn=_collate)
     return Batches(loader, sampler), val_loader
 
