@@ -116,8 +116,8 @@ def test_a_workload_of_unknown_kind_is_named():
 
 
 def test_the_samplers_own_defaults_equal_the_schemas():
-    """Until the sampler reads SamplerSettings, its local defaults must be the schema's: the same
-    backends from an empty section and from the schema-filled one."""
+    """The sampler reads SamplerSettings, whose defaults are the schema's: the same backends from
+    an empty section and from the schema-filled one."""
     from wattlife.sampler import build_backends
 
     def built(cfg):
