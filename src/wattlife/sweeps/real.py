@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ..analysis.curves import steady_state, steady_state_se
 from ..config import schema_default, settings
-from ..contracts import CURVES_COLUMNS, write_csv, write_table
+from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_csv, write_table
 from ..devices.powercap import PowerCapController
 from ..sampler import with_sim_gpu_cap
 from ..simgpu_model import SimGpuModel
@@ -50,7 +50,7 @@ def _steps_from_run(trace_path: Path, events_path: Path) -> pd.DataFrame:
     a, b = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
     out["power_w"] = sum((s.energy_at(b) - s.energy_at(a)) / dt for s in gpus)
     out.attrs["source"] = ",".join(sorted({s.source for s in gpus}))
-    tele = tr[tr["metric"].isin(["dram_active", "util_mem", "tensor_active", "sm_active"])]
+    tele = tr[tr["metric"].isin(CURVES_TELEMETRY_COLUMNS)]
     out.attrs["telemetry"] = tele.groupby("metric")["value"].mean().to_dict()
     out.attrs["n_gpus"] = len(gpus)
     return out
@@ -98,7 +98,7 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
     df["n_gpus"] = df["n_gpus"].fillna(df["n_gpus"].max())
     # telemetry columns describe the uncapped (highest-cap) run only
     top = df["cap_w"] == df["cap_w"].max()
-    for col in ("dram_active", "util_mem", "tensor_active", "sm_active"):
+    for col in CURVES_TELEMETRY_COLUMNS:
         if col in df.columns:
             df.loc[~top, col] = np.nan
     write_csv(df, out_dir / f"{job}_curves.csv")
@@ -215,7 +215,7 @@ def assemble_curve(points: list[pd.DataFrame], job: str | None = None,
     df = df.sort_values(["job", "cap_w"], kind="stable").reset_index(drop=True)
     ok = df["status"].eq("ok")
     top = df["cap_w"].eq(df.groupby("job")["cap_w"].transform("max"))
-    for col in ("dram_active", "util_mem", "tensor_active", "sm_active"):
+    for col in CURVES_TELEMETRY_COLUMNS:
         if col in df.columns:
             df.loc[~(top & ok), col] = np.nan
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from ..analysis.curves import steady_state, steady_state_se
 from ..config import schema_default, settings
-from ..contracts import CURVES_COLUMNS, write_table
+from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_table
 from ..simgpu_model import SimGpuModel, SimJob
 
 
@@ -76,7 +76,7 @@ def sweep_simulated(jobs: list[SimJob], grid: list[float], model: SimGpuModel | 
     tele = pd.DataFrame([{"job": j.name, **j.telemetry()} for j in jobs])
     top = df.groupby("job")["cap_w"].transform("max") == df["cap_w"]
     df = df.merge(tele, on="job", how="left")
-    for col in ("dram_active", "util_mem", "tensor_active", "sm_active"):
+    for col in CURVES_TELEMETRY_COLUMNS:
         df.loc[~top.to_numpy(), col] = np.nan  # telemetry is that of the uncapped run
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
 
