@@ -211,8 +211,8 @@ class NvmlSettings:
 
 
 @dataclass(frozen=True)
-class SamplerSettings:
-    """`sampler`: what the sampler reads and how often."""
+class _SamplerTop:
+    """The scalar keys of `sampler` (built first, then the nested sections)."""
 
     interval_ms: float
     gpu: str
@@ -220,6 +220,12 @@ class SamplerSettings:
     cpu_fallback: str
     rapl_root: str
     idle_baseline_s: float
+
+
+@dataclass(frozen=True)
+class SamplerSettings(_SamplerTop):
+    """`sampler`: what the sampler reads and how often."""
+
     cpu_estimate: CpuEstimateSettings
     sim_gpu: SimGpuSettings
     nvml: NvmlSettings
@@ -240,16 +246,6 @@ class SamplerSettings:
                     if v is not None}
 
         return drop_none(dataclasses.asdict(self))
-
-
-@dataclass(frozen=True)
-class _SamplerTop:
-    interval_ms: float
-    gpu: str
-    cpu: str
-    cpu_fallback: str
-    rapl_root: str
-    idle_baseline_s: float
 
 
 @dataclass(frozen=True)
