@@ -107,6 +107,17 @@ def test_wrapper_phases_cover_idle_startup_and_exit(tmp_path, env_path, children
                          method="integrate")
     gpu = df[df["device"] == "gpu0"].set_index("phase")
     assert {"idle_baseline", "process_startup", "process_exit"} <= set(gpu.index)
-    assert gpu.loc["idle_baseline", "time_s"] == pytest.approx(0.3, abs=0.1)
-    # what is left unattributed is only the sampler's own start and stop, well under a second
-    assert gpu.loc["unattributed", "time_s"] < 0.5
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    ib, w0, w1 = meta["idle_baseline"], meta["workload_start_ns"], meta["workload_end_ns"]
+    # the idle phase is the recorded baseline: never shorter than the 0.3 s asked for (a loaded
+    # machine may make it longer; no upper bound on wall-clock time here)
+    assert gpu.loc["idle_baseline", "time_s"] == pytest.approx((min(ib["end_ns"], w0)
+                                                                 - ib["start_ns"]) / 1e9, abs=0.05)
+    assert gpu.loc["idle_baseline", "time_s"] >= 0.3 - 0.05  # within one sampler interval
+    # what is left unattributed is the sampler's own start and stop (the trace's span outside
+    # [idle baseline start, CMD end], the baseline-to-CMD hand-over) and the loop's own
+    # overhead between marked steps: a small share of CMD's time, however loaded the machine
+    t = read_trace(tmp_path / "trace.csv")
+    t = t.loc[t["device"] == "gpu0", "t_ns"]
+    outside = (ib["start_ns"] - t.min()) + max(0, w0 - ib["end_ns"]) + (t.max() - w1)
+    assert gpu.loc["unattributed", "time_s"] <= (outside + 0.1 * (w1 - w0)) / 1e9
