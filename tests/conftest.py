@@ -29,6 +29,26 @@ def env_path():
     return env
 
 
+def wait_rows(path: Path, min_rows: int, device: str | None = None,
+              timeout: float = 180.0) -> list[str]:
+    """Poll a growing CSV until it holds `min_rows` data rows (of `device`, if given); its rows.
+    Readiness is read from the file, never assumed after a fixed sleep (CI machines are loaded)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            lines = path.read_text().splitlines()[1:]
+        except FileNotFoundError:
+            lines = []
+        if device is not None:
+            lines = [ln for ln in lines if f",{device}," in ln]
+        if len(lines) >= min_rows:
+            return lines
+        assert time.monotonic() < deadline, f"{path}: {len(lines)} rows after {timeout} s"
+        time.sleep(0.1)
+
+
 def has_gpu() -> bool:
     try:
         import pynvml

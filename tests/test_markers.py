@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 
+from conftest import wait_rows
 from wattlife import markers
 from wattlife.contracts import read_events
 
@@ -75,11 +76,7 @@ def test_sigkill_keeps_intervals_closed_more_than_a_second_earlier(tmp_path, chi
             "for i in range(100000):\n    with phase('forward'):\n        time.sleep(0.01)\n")
     proc = children.spawn([sys.executable, "-c", code],
                             env=dict(os.environ, WATTLIFE_EVENTS=str(path)))
-    deadline = time.monotonic() + 180  # readiness from the file, never a fixed sleep (loaded CI)
-    while not path.exists() or len(path.read_text().splitlines()) <= 101:
-        assert time.monotonic() < deadline, "the child never flushed 100 events"
-        time.sleep(0.1)
-    flushed = len(path.read_text().splitlines()) - 1  # data rows on disk before the kill
+    flushed = len(wait_rows(path, 101))  # data rows on disk before the kill
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     with warnings.catch_warnings():

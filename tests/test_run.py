@@ -2,11 +2,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import warnings
 
 import pytest
 
+from conftest import wait_rows
 from wattlife.attribution import attribute_files
 from wattlife.contracts import read_events, read_trace
 
@@ -55,26 +55,9 @@ def test_run_returns_exit_code_and_writes_trace_events_meta(tmp_path, env_path, 
     assert {"gpu", "cpu"} == set(df["device_kind"])
 
 
-def _rows(path, device=None, min_rows=0, timeout=180.0):
-    """Poll a growing CSV until it holds `min_rows` data rows (of `device`, if given); its rows.
-    Readiness is read from the files, never assumed after a fixed sleep (CI machines are loaded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            lines = path.read_text().splitlines()[1:]
-        except FileNotFoundError:
-            lines = []
-        if device is not None:
-            lines = [ln for ln in lines if f",{device}," in ln]
-        if len(lines) >= min_rows:
-            return lines
-        assert time.monotonic() < deadline, f"{path}: {len(lines)} rows after {timeout} s"
-        time.sleep(0.1)
-
-
 def test_sigkill_of_the_sampler_keeps_earlier_rows(tmp_path, env_path, children):
     proc = _run(tmp_path, env_path, WORK.format(n=100000, rc=0), children=children, wait=False)
-    seen = _rows(tmp_path / "trace.csv", "gpu0", min_rows=60)  # rows on disk before the kill
+    seen = wait_rows(tmp_path / "trace.csv", 60, device="gpu0")  # rows on disk before the kill
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     with warnings.catch_warnings():
@@ -91,7 +74,7 @@ def test_sigterm_is_forwarded_and_the_trace_closed(tmp_path, env_path, children)
             "signal.signal(signal.SIGTERM, bye)\n"
             "while True:\n    with phase('forward'):\n        time.sleep(0.01)\n")
     proc = _run(tmp_path, env_path, code, children=children, wait=False)
-    _rows(tmp_path / "events.csv", min_rows=60)  # the child is in its loop, its handler set
+    wait_rows(tmp_path / "events.csv", 60)  # the child is in its loop, its handler set
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 7
     meta = json.loads((tmp_path / "meta.json").read_text())
