@@ -142,6 +142,21 @@ def test_step_without_items(run):
     assert [(f.severity, f.file, f.line) for f in found] == [(ERROR, str(ev), n)]
 
 
+def test_step_of_zero_items_is_a_warning(run):
+    """A step whose batch was all corrupt images trained nothing: recorded, not an error."""
+    ev = run / "events.csv"
+    lines = _lines(ev)
+    n = _line_of(ev, "step", 3)
+    cols = lines[n - 1].split(",")
+    cols[7] = "0"
+    lines[n - 1] = ",".join(cols)
+    ev.write_text("".join(lines))
+    findings = check_run(run)
+    assert not _find(findings, "events.step-items")
+    found = _find(findings, "events.step-zero-items")
+    assert [(f.severity, f.file, f.line) for f in found] == [(WARNING, str(ev), n)]
+
+
 def test_millisecond_timestamps(run):
     ev = run / "events.csv"
     df = pd.read_csv(ev)
@@ -305,7 +320,7 @@ def test_per_rank_events_files_are_checked_together(run):
     lines = _lines(run / "events.rank1.csv")
     n = _line_of(run / "events.rank1.csv", "step", 2)
     cols = lines[n - 1].split(",")
-    cols[7] = "0"
+    cols[7] = "-1"
     lines[n - 1] = ",".join(cols)
     (run / "events.rank1.csv").write_text("".join(lines))
     found = _find(check_run(run), "events.step-items")

@@ -55,11 +55,17 @@ def test_image_workload_marks_every_phase_and_checkpoints_reload(tmp_path, image
 def test_corrupt_jpeg_is_skipped_and_counted(tmp_path, images):
     bad = next((images / "train").rglob("*.JPEG"))
     bad.write_bytes(b"not a jpeg at all")
+    markers.configure(tmp_path / "events.csv", run_id="cell")
     rc = train_from_config(_cfg(tmp_path, steps=8, batch_size=6, val_every=0), "r", "shared", False,
                            tmp_path / "work")
+    markers.reset()
     assert rc == 0
     summary = json.loads((tmp_path / "work" / "summary.json").read_text())
     assert summary["skipped_items"] >= 1
+    # each step's events carry the images it trained, not the nominal batch size
+    items = read_events(tmp_path / "events.csv").query("phase == 'step'")["items"]
+    assert len(items) == 8 and items.sum() == 8 * 6 - summary["skipped_items"]
+    assert sorted(set(items)) == [5.0, 6.0]
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path):

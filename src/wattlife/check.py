@@ -354,11 +354,16 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
                           for r, q in zip(g.head(max_rows).itertuples(),
                                           p.head(max_rows).itertuples(), strict=True)], max_rows)
     steps = ev[ev["phase"] == "step"]
-    no_items = (steps["items"].isna() | (steps["items"] <= 0)).to_numpy()
+    no_items = (steps["items"].isna() | (steps["items"] < 0)).to_numpy()
     for file, g in steps[no_items].groupby("file_name", sort=False):
         f += _capped(ERROR, "events.step-items", str(file), g["line_no"],
                      [f"step {r.step} carries no items (got {r.items}); throughput needs the "
                       "images/tokens of each step: step(items=...)"
+                      for r in g.head(max_rows).itertuples()], max_rows)
+    for file, g in steps[(steps["items"] == 0).to_numpy()].groupby("file_name", sort=False):
+        f += _capped(WARNING, "events.step-zero-items", str(file), g["line_no"],
+                     [f"step {r.step} trained 0 items (e.g. every image of its batch was "
+                      "corrupt): its time counts in throughput, its items do not"
                       for r in g.head(max_rows).itertuples()], max_rows)
     return f
 

@@ -270,7 +270,7 @@ class phase:
     def __exit__(self, *exc: object) -> None:
         if self._op is not None:
             assert _recorder is not None, "a phase ended after markers.reset()"
-            _recorder.end(self._op)
+            _recorder.end(self._op, self.items)  # the body may have set the items it did
             self._op = None
 
     def __call__(self, fn: Callable) -> Callable:

@@ -126,8 +126,9 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
                       validate: Callable[[], float] | None = None,
                       save: Callable[[int], Any] | None = None) -> LoopResult:
     """Run `schedule.steps` steps (or `duration_s`). `train_step()` runs inside the `step` phase
-    (marked with `items_per_step`) and returns (items trained, loss), or None when its batch had
-    nothing to train on (no step counted in the summary, no validation or checkpoint after it).
+    (begun with `items_per_step`, ended with the items it trained: fewer when corrupt images were
+    dropped) and returns (items trained, loss), or None when its batch had nothing to train on
+    (a step of 0 items in the events, none in the summary, no validation or checkpoint after it).
     `validate()` returns the summary's `val_accuracy`; `save(step_no)` writes a checkpoint and
     returns its path (None: no checkpoints on this rank). The summary's clock restarts here:
     staging, model construction and dataset preparation are phases of their own, not in either
@@ -142,8 +143,9 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
     t_start = time.monotonic()
     done, last_loss, stop = 0, None, False
     while not stop:
-        with step(items=items_per_step):
+        with step(items=items_per_step) as marked:
             outcome = train_step()
+            marked.items = outcome[0] if outcome is not None else 0.0  # what it trained
         done += 1
         elapsed = time.monotonic() - t_start
         if outcome is not None:
