@@ -280,3 +280,18 @@ def test_a_cross_clock_overlap_is_clamped_and_a_real_one_names_file_and_line(tmp
         ev_path = tmp_path / "events.csv"
         assert f"'step' ({ev_path}:4)" in err and f"'checkpoint' ({ev_path}:2)" in err
         assert "by 50.000 ms" in err
+
+
+def test_a_gzipped_trace_reads_as_the_plain_one(tmp_path):
+    """trace.csv.gz is a trace file of the contract (contracts.TRACE_FILES; benchmarks write
+    it): read_trace gives the same table as from trace.csv. Before: its gzip bytes were decoded
+    as text ("truncated last line ignored", then a tokenizing error)."""
+    tr = _flat(device="gpu3")
+    tr.to_csv(tmp_path / "trace.csv", index=False)
+    tr.to_csv(tmp_path / "trace.csv.gz", index=False)
+    pd.testing.assert_frame_equal(read_trace(tmp_path / "trace.csv.gz"),
+                                  read_trace(tmp_path / "trace.csv"))
+    gz = (tmp_path / "trace.csv.gz").read_bytes()
+    (tmp_path / "trace.csv.gz").write_bytes(gz[: len(gz) // 2])  # a copy cut short
+    with pytest.raises(ContractError, match=r"trace.csv.gz: not a readable gzip file"):
+        read_trace(tmp_path / "trace.csv.gz")

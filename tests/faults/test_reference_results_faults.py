@@ -76,3 +76,16 @@ def test_committed_phases_have_no_zero_joule_phase_nor_zero_width_interval():
     fixed = {f: sorted(set(lines) - set(found.get(f, {})))
              for f, lines in WRITTEN_BEFORE_THE_FIX.items()}
     assert not any(fixed.values()), f"re-attributed: remove from WRITTEN_BEFORE_THE_FIX: {fixed}"
+
+
+def test_the_cell_written_before_the_fix_re_attributes_without_impossible_rows(tmp_path):
+    """The issue19 ResNet-50 cell, attributed again from its committed trace.csv.gz and events by
+    today's code: none of the rows listed above is impossible any more."""
+    from wattlife.attribution import attribute_files
+
+    cell = REPO / "results/reference/h200/execution/issue19/cells/resnet50-local-ckpton"
+    df = attribute_files(cell / "trace.csv.gz", cell / "events.csv", tmp_path / "phases.csv",
+                         n_boot=20)
+    assert impossible_rows(df) == {}
+    h2d = df[(df["phase"] == "h2d") & (df["device"] == "gpu0")].iloc[0]
+    assert not h2d["identified"] and h2d["energy_lo_j"] < h2d["energy_hi_j"]
