@@ -245,7 +245,8 @@ NO_DRIVER = ("class NVMLError(Exception):\n    pass\n\n\n"
 
 
 @pytest.mark.parametrize("shim,why", [(NO_PYNVML, "not installed"),
-                                      (NO_DRIVER, "Driver Not Loaded")])
+                                      (NO_DRIVER, "Driver Not Loaded")],
+                         ids=["no-pynvml", "no-driver"])
 def test_powercap_restore_cli_without_nvml_is_one_line_and_keeps_the_state(
         tmp_path, env_path, children, shim, why):
     """The real `wattlife powercap restore` process where NVML cannot be had: exit 2, exactly one
