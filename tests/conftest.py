@@ -91,6 +91,22 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
+def gone(pid: int, timeout: float = 10.0) -> bool:
+    """Whether process `pid` has ended (no /proc entry, or a zombie) within `timeout` s (polled)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
 class Children:
     """Processes a test starts: each in its own process group, all ended when the test ends.
 

@@ -108,6 +108,13 @@ def device_kind(device: str) -> str:
 def _read_text_tolerant(path: Path) -> tuple[str, int | None]:
     """Return the text of a CSV without a truncated final line, and that line's number if cut."""
     data = path.read_bytes()
+    if path.suffix == ".gz":  # trace.csv.gz (TRACE_FILES)
+        import gzip
+
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:  # not gzip, or cut short
+            raise ContractError(f"{path}: not a readable gzip file ({exc})") from None
     if not data:
         raise ContractError(f"{path}: empty file (no header)")
     text = data.decode("utf-8", errors="replace")

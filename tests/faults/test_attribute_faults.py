@@ -135,6 +135,17 @@ def test_a_trace_covering_half_the_run_names_the_share(tmp_path, capsys):
     assert ph.loc["forward", "energy_j"] == pytest.approx(100.0)
 
 
+def test_strict_refuses_a_trace_covering_half_the_run_naming_the_share(tmp_path, capsys):
+    """--strict on a trace that covers 1 s of a 2 s phase: non-zero exit, one line naming the
+    uncovered share, and no phases table."""
+    ev = events_frame([("forward", T0, T0 + 2_000 * MS)])
+    assert main(_write(tmp_path, _flat(), ev) + ["--strict"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "wattlife attribute: error:" in err and "uncovered share: h/gpu0 50.0% (1.000 s)" in err
+    assert not (tmp_path / "phases.csv").exists()
+
+
 @pytest.mark.parametrize("unit,div", [("ms", 1_000_000), ("us", 1_000), ("seconds", 1_000_000_000)])
 def test_timestamps_in_the_wrong_unit_are_named(tmp_path, capsys, unit, div):
     """Before: events in ms instead of ns gave a silent ~0 J."""
@@ -269,3 +280,18 @@ def test_a_cross_clock_overlap_is_clamped_and_a_real_one_names_file_and_line(tmp
         ev_path = tmp_path / "events.csv"
         assert f"'step' ({ev_path}:4)" in err and f"'checkpoint' ({ev_path}:2)" in err
         assert "by 50.000 ms" in err
+
+
+def test_a_gzipped_trace_reads_as_the_plain_one(tmp_path):
+    """trace.csv.gz is a trace file of the contract (contracts.TRACE_FILES; benchmarks write
+    it): read_trace gives the same table as from trace.csv. Before: its gzip bytes were decoded
+    as text ("truncated last line ignored", then a tokenizing error)."""
+    tr = _flat(device="gpu3")
+    tr.to_csv(tmp_path / "trace.csv", index=False)
+    tr.to_csv(tmp_path / "trace.csv.gz", index=False)
+    pd.testing.assert_frame_equal(read_trace(tmp_path / "trace.csv.gz"),
+                                  read_trace(tmp_path / "trace.csv"))
+    gz = (tmp_path / "trace.csv.gz").read_bytes()
+    (tmp_path / "trace.csv.gz").write_bytes(gz[: len(gz) // 2])  # a copy cut short
+    with pytest.raises(ContractError, match=r"trace.csv.gz: not a readable gzip file"):
+        read_trace(tmp_path / "trace.csv.gz")

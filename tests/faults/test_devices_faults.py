@@ -3,6 +3,7 @@ sampling, draining, error counting, CUDA_VISIBLE_DEVICES mapping, power-cap set/
 One test per case of issue #18."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -234,6 +235,38 @@ def test_powercap_restore_without_nvml_keeps_the_state(tmp_path, monkeypatch):
     with pytest.raises(PowerCapError, match="NVML is not available.*s.json is kept"):
         restore_from_state(state)
     assert state.exists()
+
+
+# pynvml stand-ins for a child process (put first on its PYTHONPATH): the package missing, or
+# present with no NVIDIA driver. Either way the child never touches a real GPU's limit.
+NO_PYNVML = 'raise ImportError("No module named pynvml")\n'
+NO_DRIVER = ("class NVMLError(Exception):\n    pass\n\n\n"
+             "def nvmlInit():\n    raise NVMLError('Driver Not Loaded')\n")
+
+
+@pytest.mark.parametrize("shim,why", [(NO_PYNVML, "not installed"),
+                                      (NO_DRIVER, "Driver Not Loaded")],
+                         ids=["no-pynvml", "no-driver"])
+def test_powercap_restore_cli_without_nvml_is_one_line_and_keeps_the_state(
+        tmp_path, env_path, children, shim, why):
+    """The real `wattlife powercap restore` process where NVML cannot be had: exit 2, exactly one
+    stderr line naming the state file, no traceback, the state file kept byte for byte."""
+    (tmp_path / "shim").mkdir()
+    (tmp_path / "shim" / "pynvml.py").write_text(shim)
+    env = dict(env_path, PYTHONPATH=os.pathsep.join(
+        [str(tmp_path / "shim")] + [p for p in [env_path.get("PYTHONPATH")] if p]))
+    state = tmp_path / "s.json"
+    text = '{"backend": "nvml", "limits_w": {"0": 300}}'
+    state.write_text(text)
+    out = children.run([sys.executable, "-m", "wattlife.cli", "powercap", "restore", "--state",
+                        str(state)], timeout=120, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith("wattlife powercap: error: NVML is not available")
+    assert why in lines[0] and f"{state} is kept" in lines[0]
+    assert state.read_text() == text
 
 
 def test_powercap_restore_sets_real_limits_then_removes_state(fake, tmp_path):

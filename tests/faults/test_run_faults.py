@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import gone
 from wattlife.contracts import read_events
 
 LOOP = ("import os, sys, time\nfrom pathlib import Path\nfrom wattlife.markers import phase, step\n"
@@ -50,19 +51,6 @@ def _wait_for(path: Path, timeout=60.0):
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.02)
-
-
-def _gone(pid: int, timeout=10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_events_on_a_full_disk_never_stop_the_workload(tmp_path, run):
@@ -154,7 +142,7 @@ def test_workload_dies_with_wattlife_even_after_sigkill(tmp_path, env, children,
     children.adopt_group(pid)  # the workload leads its own group: end it too if the test fails
     p.send_signal(signal.SIGKILL)
     p.wait()
-    assert _gone(pid), "the workload outlived wattlife"
+    assert gone(pid), "the workload outlived wattlife"
     # the killed run's lock is released by the kernel: a new run on the same events file works
     out = run(tmp_path, "pass")
     assert out.returncode == 0, out.stderr
@@ -176,7 +164,7 @@ def test_leftover_processes_of_the_workload_are_ended(tmp_path, run):
             f"Path({str(tmp_path / 'orphan')!r}).write_text(str(p.pid))\n")
     out = run(tmp_path, code)
     assert out.returncode == 0, out.stderr
-    assert _gone(int((tmp_path / "orphan").read_text()), timeout=1)
+    assert gone(int((tmp_path / "orphan").read_text()), timeout=1)
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["signals"]["leftover_processes_ended"] == 1
 

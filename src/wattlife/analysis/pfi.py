@@ -57,10 +57,14 @@ def pfi_elastic(power: np.ndarray, throughput: np.ndarray) -> float:
 
 def pfi_table(curves: pd.DataFrame, grid: list[float] | None = None, n_mc: int = 2000,
               seed: int = 0) -> pd.DataFrame:
-    """One row per (job, gpu_model): PFI, its interval, the alternatives and the grid used."""
+    """One row per (job, gpu_model): PFI, its interval, the alternatives and the grid used (and
+    `monotone`, when the curves carry validate_curves' flag)."""
     rng = np.random.default_rng(seed)
     rows = []
     for (job, gpu), g in curves.groupby(["job", "gpu_model"], sort=True):
+        # validate_curves' per-job flag, taken before any cap is left out: a PFI of a curve that
+        # falls as the cap rises is suspect, and its row says so
+        mono = bool(g["monotone"].all()) if "monotone" in g.columns else None
         g = g.dropna(subset=["throughput", "power_w"])
         if "status" in g.columns:
             g = g[g["status"].fillna("ok") == "ok"]
@@ -72,6 +76,8 @@ def pfi_table(curves: pd.DataFrame, grid: list[float] | None = None, n_mc: int =
         p = g["power_w"].to_numpy(float)
         row = {"job": job, "gpu_model": gpu,
                "grid": ",".join(f"{c:g}" for c in caps)}
+        if mono is not None:
+            row["monotone"] = mono
         if len(caps) < 2:
             row.update(pfi=np.nan, pfi_lo=np.nan, pfi_hi=np.nan, n_caps=0)
             rows.append(row)
