@@ -33,6 +33,10 @@ RUNS = [
      "execution/issue19/cells/resnet50-local-ckpton/work/summary.json", None),
     ("execution/issue19-compile qwen3-1.7b-local-ckpton", "qwen3-1.7b",
      "execution/issue19-compile/cells/qwen3-1.7b-local-ckpton/work/summary.json", None),
+    # checkpoint on/off pairs (ResNet-50 100 steps; Qwen3-1.7B compiled, 50 steps)
+    *[(f"execution/ckpt-pairs {m}-local-ckpt{c}", m,
+       f"execution/ckpt-pairs/cells/{m}-local-ckpt{c}/work/summary.json", None)
+      for m in ("resnet50", "qwen3-1.7b") for c in ("on", "off")],
     # config/gpu1.yaml through Snakemake (workflow/): sequence 1024, batch 4, no compile; 40 steps
     *[(f"workflow {w}/{st}/ckpt-{c}", "resnet50" if w == "resnet" else "qwen3-1.7b",
        f"workflow/runs/{w}/{st}/ckpt-{c}/r1/work/summary.json", None)

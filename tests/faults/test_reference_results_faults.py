@@ -6,19 +6,17 @@ check the attribution code; this checks the numbers that are published."""
 import subprocess
 
 import pandas as pd
+import pytest
 
 from conftest import REPO
 from wattlife.contracts import PHASES_COLUMNS, RESIDUAL
 
-# Rows written before the fix of #12/#13 (ebcd05f re-attributed the execution cells from their
-# traces, not this one): file -> {line: what is wrong}. This cell's attribution has no
-# `identified` column, i.e. it predates the fix; the committed file is a record and is not
-# rewritten by a test. When it is re-attributed, empty this entry (the test says so).
-WRITTEN_BEFORE_THE_FIX = {
-    "results/reference/h200/execution/issue19/cells/resnet50-local-ckpton/phases.csv": {
-        3: "lower bound 0 J", 8: "lower bound 0 J", 12: "lower bound 0 J", 18: "lower bound 0 J",
-        21: "zero-width interval", 23: "lower bound 0 J", 27: "lower bound 0 J"},
-}
+# H200 execution cells, attributed by `benchmarks/h200_execution.py` (--idle-split)
+EXECUTION_CELLS = [
+    "results/reference/h200/execution/issue19/cells/resnet50-local-ckpton",
+    *[f"results/reference/h200/execution/ckpt-pairs/cells/{m}-local-ckpt{c}"
+      for m in ("resnet50", "qwen3-1.7b") for c in ("on", "off")],
+]
 
 
 def committed_phase_tables() -> list[str]:
@@ -70,22 +68,20 @@ def test_committed_phases_have_no_zero_joule_phase_nor_zero_width_interval():
     files = committed_phase_tables()
     assert len(files) >= 20  # the H200 execution, workflow and transfer cells (21 on 2026-12-03)
     found = {f: bad for f in files if (bad := impossible_rows(pd.read_csv(REPO / f)))}
-    new = {f: {n: w for n, w in bad.items() if n not in WRITTEN_BEFORE_THE_FIX.get(f, {})}
-           for f, bad in found.items()}
-    assert not any(new.values()), f"impossible rows in committed phases tables: {new}"
-    fixed = {f: sorted(set(lines) - set(found.get(f, {})))
-             for f, lines in WRITTEN_BEFORE_THE_FIX.items()}
-    assert not any(fixed.values()), f"re-attributed: remove from WRITTEN_BEFORE_THE_FIX: {fixed}"
+    assert not found, f"impossible rows in committed phases tables: {found}"
 
 
-def test_the_cell_written_before_the_fix_re_attributes_without_impossible_rows(tmp_path):
-    """The issue19 ResNet-50 cell, attributed again from its committed trace.csv.gz and events by
-    today's code: none of the rows listed above is impossible any more."""
+@pytest.mark.parametrize("cell", EXECUTION_CELLS, ids=lambda c: c.split("/", 4)[-1])
+def test_execution_cells_re_attribute_to_their_committed_table(tmp_path, cell):
+    """Each committed H200 execution table is what today's code gives from the cell's committed
+    trace.csv.gz, events and meta.json. The issue19 ResNet-50 cell was re-attributed after the
+    fix of #12: its h2d gpu0 row went from [104.66, 104.66] J to unidentified [11.66, 104.66]."""
     from wattlife.attribution import attribute_files
 
-    cell = REPO / "results/reference/h200/execution/issue19/cells/resnet50-local-ckpton"
-    df = attribute_files(cell / "trace.csv.gz", cell / "events.csv", tmp_path / "phases.csv",
-                         n_boot=20)
-    assert impossible_rows(df) == {}
-    h2d = df[(df["phase"] == "h2d") & (df["device"] == "gpu0")].iloc[0]
-    assert not h2d["identified"] and h2d["energy_lo_j"] < h2d["energy_hi_j"]
+    d = REPO / cell
+    df = attribute_files(d / "trace.csv.gz", d / "events.csv", tmp_path / "phases.csv",
+                         idle_split=True)
+    committed = pd.read_csv(d / "phases.csv")
+    assert list(df.columns) == list(committed.columns)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "phases.csv"), committed,
+                                  check_exact=False, rtol=1e-9, atol=1e-9)
