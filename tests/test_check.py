@@ -71,6 +71,17 @@ def _line_of(path: Path, phase: str, nth: int = 0) -> int:
     return hits[nth]
 
 
+def _set_step_items(path: Path, nth: int, items: str) -> int:
+    """Rewrite the `items` of the nth `step` row of an events file; returns its line number."""
+    lines = _lines(path)
+    n = _line_of(path, "step", nth)
+    cols = lines[n - 1].split(",")
+    cols[7] = items
+    lines[n - 1] = ",".join(cols)
+    path.write_text("".join(lines))
+    return n
+
+
 def test_good_run_passes(good_run):
     findings = check_run(good_run, kind="image_classification")
     assert [f for f in findings if f.severity == ERROR] == [], [f.text() for f in findings]
@@ -132,12 +143,7 @@ def test_sub_ms_cross_clock_overlap_is_a_warning_as_attribution_clamps_it(run):
 
 def test_step_without_items(run):
     ev = run / "events.csv"
-    lines = _lines(ev)
-    n = _line_of(ev, "step", 3)
-    cols = lines[n - 1].split(",")
-    cols[7] = ""
-    lines[n - 1] = ",".join(cols)
-    ev.write_text("".join(lines))
+    n = _set_step_items(ev, 3, "")
     found = _find(check_run(run), "events.step-items")
     assert [(f.severity, f.file, f.line) for f in found] == [(ERROR, str(ev), n)]
 
@@ -145,12 +151,7 @@ def test_step_without_items(run):
 def test_step_of_zero_items_is_a_warning(run):
     """A step whose batch was all corrupt images trained nothing: recorded, not an error."""
     ev = run / "events.csv"
-    lines = _lines(ev)
-    n = _line_of(ev, "step", 3)
-    cols = lines[n - 1].split(",")
-    cols[7] = "0"
-    lines[n - 1] = ",".join(cols)
-    ev.write_text("".join(lines))
+    n = _set_step_items(ev, 3, "0")
     findings = check_run(run)
     assert not _find(findings, "events.step-items")
     found = _find(findings, "events.step-zero-items")
@@ -317,11 +318,6 @@ def test_per_rank_events_files_are_checked_together(run):
     ev = pd.read_csv(run / "events.csv")
     ev.assign(rank=1, local_rank=1).to_csv(run / "events.rank1.csv", index=False)
     assert check_run(run, kind="image_classification") == []
-    lines = _lines(run / "events.rank1.csv")
-    n = _line_of(run / "events.rank1.csv", "step", 2)
-    cols = lines[n - 1].split(",")
-    cols[7] = "-1"
-    lines[n - 1] = ",".join(cols)
-    (run / "events.rank1.csv").write_text("".join(lines))
+    n = _set_step_items(run / "events.rank1.csv", 2, "-1")
     found = _find(check_run(run), "events.step-items")
     assert [(f.file, f.line) for f in found] == [(str(run / "events.rank1.csv"), n)]
