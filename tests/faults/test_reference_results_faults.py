@@ -14,8 +14,10 @@ from wattlife.contracts import PHASES_COLUMNS, RESIDUAL
 # H200 execution cells, attributed by `benchmarks/h200_execution.py` (--idle-split)
 EXECUTION_CELLS = [
     "results/reference/h200/execution/issue19/cells/resnet50-local-ckpton",
-    *[f"results/reference/h200/execution/ckpt-pairs/cells/{m}-local-ckpt{c}"
-      for m in ("resnet50", "qwen3-1.7b") for c in ("on", "off")],
+    "results/reference/h200/execution/issue19-compile/cells/qwen3-1.7b-local-ckpton",
+    *[f"results/reference/h200/{run}/cells/{m}-local-ckpt{c}"
+      for run in ("execution", "execution/ckpt-pairs") for m in ("resnet50", "qwen3-1.7b")
+      for c in ("on", "off")],
 ]
 
 
