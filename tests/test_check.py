@@ -141,6 +141,19 @@ def test_sub_ms_cross_clock_overlap_is_a_warning_as_attribution_clamps_it(run):
     assert "116.0 us" in found[0].message
 
 
+def test_a_cut_short_gzip_trace_is_a_finding(run):
+    """A trace.csv.gz cut short (a copy interrupted) is reported with its file, not raised."""
+    tr = pd.read_csv(run / "trace.csv")
+    (run / "trace.csv").unlink()
+    tr.to_csv(run / "trace.csv.gz", index=False)
+    assert not [f for f in check_run(run) if f.severity == ERROR]
+    gz = (run / "trace.csv.gz").read_bytes()
+    (run / "trace.csv.gz").write_bytes(gz[: len(gz) // 2])
+    found = _find(check_run(run), "file.gzip")
+    assert [(f.severity, f.file) for f in found] == [(ERROR, str(run / "trace.csv.gz"))]
+    assert found[0].message.startswith("not a readable gzip file")
+
+
 def test_step_without_items(run):
     ev = run / "events.csv"
     n = _set_step_items(ev, 3, "")

@@ -17,7 +17,6 @@ reported here as warnings); what passes here attributes.
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import time
@@ -44,7 +43,9 @@ from .contracts import (
     TRACE_COLUMNS,
     TRACE_FILE,
     TRACE_FILES,
+    ContractError,
     meta_problems,
+    read_contract_bytes,
 )
 
 ERROR, WARNING = "error", "warning"
@@ -113,7 +114,10 @@ def read_csv_lines(path: Path, max_rows: int = 5, kinds: dict[str, str] | None =
         df = pd.read_parquet(path)
         df["line_no"] = pd.array([pd.NA] * len(df), dtype="Int64")
         return df, []
-    data = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    try:
+        data = read_contract_bytes(path)
+    except ContractError as exc:
+        return None, [Finding(ERROR, "file.gzip", name, None, str(exc).removeprefix(f"{name}: "))]
     if not data:
         return None, [Finding(ERROR, "file.empty", name, None, "empty file (no header)")]
     findings: list[Finding] = []

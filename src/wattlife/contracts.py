@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
 import io
 import json
 import os
@@ -105,16 +106,20 @@ def device_kind(device: str) -> str:
     return device.rstrip("0123456789") or device
 
 
+def read_contract_bytes(path: Path) -> bytes:
+    """A contract CSV's bytes, decompressed when it is gzip (`trace.csv.gz`, TRACE_FILES)."""
+    data = path.read_bytes()
+    if path.suffix != ".gz":
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError) as exc:  # not gzip, or cut short
+        raise ContractError(f"{path}: not a readable gzip file ({exc})") from None
+
+
 def _read_text_tolerant(path: Path) -> tuple[str, int | None]:
     """Return the text of a CSV without a truncated final line, and that line's number if cut."""
-    data = path.read_bytes()
-    if path.suffix == ".gz":  # trace.csv.gz (TRACE_FILES)
-        import gzip
-
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:  # not gzip, or cut short
-            raise ContractError(f"{path}: not a readable gzip file ({exc})") from None
+    data = read_contract_bytes(path)
     if not data:
         raise ContractError(f"{path}: empty file (no header)")
     text = data.decode("utf-8", errors="replace")
