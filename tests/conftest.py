@@ -75,18 +75,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first, process group third);
+    None once the process has gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def group_members(pgid: int) -> list[int]:
     """Pids of the live (non-zombie) processes whose process group is `pgid` (from /proc)."""
     out = []
     for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
+        if d.isdigit() and (fields := _stat_fields(d)) and fields[0] != "Z" \
+                and int(fields[2]) == pgid:
             out.append(int(d))
     return out
 
@@ -97,11 +101,8 @@ def gone(pid: int, timeout: float = 10.0) -> bool:
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state == "Z":
+        fields = _stat_fields(pid)
+        if fields is None or fields[0] == "Z":
             return True
         time.sleep(0.05)
     return False
