@@ -14,6 +14,15 @@ from conftest import REPO
 REF = REPO / "results/reference/h200/attribution"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+# H200 execution cells, attributed by `benchmarks/h200_execution.py` (--idle-split)
+EXECUTION = REPO / "results/reference/h200/execution"
+EXECUTION_CELLS = [
+    EXECUTION / "issue19/cells/resnet50-local-ckpton",
+    EXECUTION / "issue19-compile/cells/qwen3-1.7b-local-ckpton",
+    *[EXECUTION / run / f"cells/{m}-local-ckpt{c}" for run in (".", "ckpt-pairs")
+      for m in ("resnet50", "qwen3-1.7b") for c in ("on", "off")],
+]
+
 
 def _runs(tmp_path, run: str):
     with tarfile.open(REF / run / "traces.tar.gz") as tar:
@@ -144,3 +153,18 @@ def test_gpu1_workflow_tables_are_recomputed_from_the_committed_cells(tmp_path):
         made, committed = pd.read_csv(tmp_path / name), pd.read_csv(WORKFLOW / "tables" / name)
         assert list(made.columns) == list(committed.columns), name
         pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9)
+
+
+@pytest.mark.parametrize("cell", EXECUTION_CELLS, ids=lambda c: str(c.relative_to(EXECUTION)))
+def test_execution_cells_re_attribute_to_their_committed_table(tmp_path, cell):
+    """Each committed H200 execution table is what today's code gives from the cell's committed
+    trace.csv.gz, events and meta.json. The issue19 ResNet-50 cell was re-attributed after the
+    fix of #12: its h2d gpu0 row went from [104.66, 104.66] J to unidentified [11.66, 104.66]."""
+    from wattlife.attribution import attribute_files
+
+    df = attribute_files(cell / "trace.csv.gz", cell / "events.csv", tmp_path / "phases.csv",
+                         idle_split=True)
+    committed = pd.read_csv(cell / "phases.csv")
+    assert list(df.columns) == list(committed.columns)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "phases.csv"), committed,
+                                  check_exact=False, rtol=1e-9, atol=1e-9)

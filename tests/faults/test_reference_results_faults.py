@@ -6,19 +6,9 @@ check the attribution code; this checks the numbers that are published."""
 import subprocess
 
 import pandas as pd
-import pytest
 
 from conftest import REPO
 from wattlife.contracts import PHASES_COLUMNS, RESIDUAL
-
-# H200 execution cells, attributed by `benchmarks/h200_execution.py` (--idle-split)
-EXECUTION_CELLS = [
-    "results/reference/h200/execution/issue19/cells/resnet50-local-ckpton",
-    "results/reference/h200/execution/issue19-compile/cells/qwen3-1.7b-local-ckpton",
-    *[f"results/reference/h200/{run}/cells/{m}-local-ckpt{c}"
-      for run in ("execution", "execution/ckpt-pairs") for m in ("resnet50", "qwen3-1.7b")
-      for c in ("on", "off")],
-]
 
 
 def committed_phase_tables() -> list[str]:
@@ -71,19 +61,3 @@ def test_committed_phases_have_no_zero_joule_phase_nor_zero_width_interval():
     assert len(files) >= 20  # the H200 execution, workflow and transfer cells (21 on 2026-12-03)
     found = {f: bad for f in files if (bad := impossible_rows(pd.read_csv(REPO / f)))}
     assert not found, f"impossible rows in committed phases tables: {found}"
-
-
-@pytest.mark.parametrize("cell", EXECUTION_CELLS, ids=lambda c: c.split("/", 4)[-1])
-def test_execution_cells_re_attribute_to_their_committed_table(tmp_path, cell):
-    """Each committed H200 execution table is what today's code gives from the cell's committed
-    trace.csv.gz, events and meta.json. The issue19 ResNet-50 cell was re-attributed after the
-    fix of #12: its h2d gpu0 row went from [104.66, 104.66] J to unidentified [11.66, 104.66]."""
-    from wattlife.attribution import attribute_files
-
-    d = REPO / cell
-    df = attribute_files(d / "trace.csv.gz", d / "events.csv", tmp_path / "phases.csv",
-                         idle_split=True)
-    committed = pd.read_csv(d / "phases.csv")
-    assert list(df.columns) == list(committed.columns)
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "phases.csv"), committed,
-                                  check_exact=False, rtol=1e-9, atol=1e-9)
