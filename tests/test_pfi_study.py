@@ -110,7 +110,9 @@ def test_calibrated_curves_are_labelled_and_carry_the_published_values():
     assert not curves["source"].str.contains("measured").any()
     pfi = with_published(pfi_table(curves, n_mc=0), curves)
     assert len(pfi) == 25 and pfi["pfi_published"].notna().all()
-    assert (pfi["pfi"] - pfi["pfi_published"]).abs().max() <= 0.01
+    # calibrated under Eq. 1 as published; every job reaches its PFI with a curve that obeys
+    # the caps (the table would state a miss, see test_pfi_physics)
+    assert (pfi["pfi_eq1"] - pfi["pfi_published"]).abs().max() <= 0.01
     eight = pfi[pfi["grid"] == "200,300,400,500,600,700"]
     assert len(eight) == 16 and eight["pfi_4cap"].notna().all()
     assert eight["pfi_4cap_published"].notna().all()
@@ -141,7 +143,8 @@ def test_study_allocation_small(tmp_path):
     from wattlife.analysis.pfi_study import run_pfi_study
 
     paths = run_pfi_study(tmp_path, n_workloads=20, n_jobs=20, cuts=[0.0, 0.3],
-                          mixes=("production",), objectives=("absolute",),
+                          sensitivity_workloads=0, mixes=("production",),
+                          objectives=("absolute",),
                           a100=REPO / "results/reference/a100-emerald/dvfs_sweep.csv")
     s = pd.read_csv(paths["allocation_summary.csv"])
     assert set(s["mix"]) == {"production"} and set(s["objective"]) == {"absolute"}

@@ -161,7 +161,8 @@ def cmd_pfi_study(a: argparse.Namespace) -> int:
     from .analysis.pfi_study import run_pfi_study
 
     paths = run_pfi_study(a.output, n_workloads=a.workloads, n_jobs=a.jobs, cuts=a.cuts,
-                          seed=a.seed, a100=a.a100, figures=not a.no_figures)
+                          seed=a.seed, a100=a.a100, figures=not a.no_figures,
+                          sensitivity_workloads=a.sensitivity_workloads)
     for p in paths.values():
         print(p)
     g = pd.read_csv(paths["gap_recovered.csv"])
@@ -723,6 +724,9 @@ def _add_power_commands(sub: Any) -> None:
     st.add_argument("--a100", default="results/reference/a100-emerald/dvfs_sweep.csv",
                     help="measured sweeps run beside it (default the public A100 sweeps)")
     st.add_argument("--no-figures", action="store_true", help="tables only (default: draw figures)")
+    st.add_argument("--sensitivity-workloads", type=int, default=100,
+                    help="workloads per point of the sensitivity grid (assumed MFU x fine-tuning "
+                         "share; default 100; 0: no grid)")
     st.set_defaults(fn=cmd_pfi_study)
 
     cs = sub.add_parser("calibrate-sim", help="fit the simulated GPU's parameters to measured "

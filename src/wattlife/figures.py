@@ -386,7 +386,12 @@ def fig_allocation(summary: pd.DataFrame, out: Path, title: str = "") -> list[Pa
                      hue_order=[o for o in order if o in set(d["strategy"])], palette=pal)
         ax.set_xlabel("global power cut (% of uncapped power)")
         ax.set_ylabel("throughput / oracle (mean over workloads)")
-        ax.set_title(f"{mix} mix, {obj} throughput: strategies vs oracle")
+        tsrc = (d["throughput_source"].iloc[0] if "throughput_source" in d.columns
+                else "")  # "assumed (MFU ...)" where tokens/s are estimated
+        assumed = tsrc.startswith("assumed")
+        ax.set_title(f"{mix} mix, {obj} throughput: strategies vs oracle"
+                     + (f"\nthroughput_source = {tsrc.split(';')[0].rstrip(')')})"
+                        if assumed else ""), fontsize=9 if assumed else None)
         ax.legend(fontsize=7)
         ax = axes[r, 1]
         g = d[(d["cut"] > 0) & ~d["strategy"].isin(["oracle", "equal"])]
@@ -401,8 +406,11 @@ def fig_allocation(summary: pd.DataFrame, out: Path, title: str = "") -> list[Pa
         ax.text(0.0, -0.2, "Worse than equal split: " + note, transform=ax.transAxes, fontsize=7,
                 ha="left", va="top", wrap=True)
     src = s["curves_source"].iloc[0] if "curves_source" in s.columns else "unknown"
+    flags = sorted({f for f in s.get("flags", pd.Series(dtype=str)).fillna("") if f})
     fig.text(0.01, -0.01, f"Curves: {SOURCE_WORDS.get(src, src)} ({src}); allocation is a "
-             "simulation on those curves", fontsize=8, ha="left", va="top")
+             "simulation on those curves"
+             + (f"\nFLAGGED (every number above): {'; '.join(flags)}" if flags else ""),
+             fontsize=8, ha="left", va="top", color="firebrick" if flags else "black")
     fig.tight_layout()
     if title:
         fig.suptitle(title, y=1.0 + 0.02 / len(combos))
@@ -417,6 +425,11 @@ def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
     p = pfi.dropna(subset=["pfi_published"]).copy()
     if "source" not in p.columns:
         p["source"] = "unknown"
+    eq1 = "pfi_eq1" in p.columns  # compare under Eq. 1 as published, as the study computes it
+    if eq1:
+        p["pfi"] = p["pfi_eq1"]
+        if "pfi_4cap_eq1" in p.columns:
+            p["pfi_4cap"] = p["pfi_4cap_eq1"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
     measured = p[p["source"].astype(str).str.contains("measured|nvml", regex=True)]
     other = p.drop(measured.index)
@@ -447,7 +460,7 @@ def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
         ax.set_xlim(lim)
         ax.set_ylim(lim)
         ax.set_xlabel("published PFI (study, H200)")
-        ax.set_ylabel("this suite's PFI")
+        ax.set_ylabel("this suite's PFI" + (" (Eq. 1 as published)" if eq1 else ""))
         ax.set_title(ttl, fontsize=10)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="lower right")

@@ -6,29 +6,40 @@ the simulated sensor backend (`devices.simgpu`), the simulated power-cap backend
 (`analysis.calibration`) share. Every number it produces is labelled `sim` by its callers; it
 never stands in for a measurement.
 
-Model (per GPU; f = SM clock as a fraction of its maximum, 0 < f_min <= f <= 1):
+Model (per GPU; f = SM clock as a fraction of its maximum, g = memory clock as a fraction of
+its maximum, 0 < f_min <= f <= 1, 0 < g_min <= g <= 1):
 - a step of the job mixes compute-bound time, which scales with 1/f, and memory-bound time, which
-  does not (the memory clock holds when the power limit lowers the SM clock):
-      step_time(f) = (1 - m) / f + m          (m: memory-bound share of the uncapped step)
-      throughput(f) = 1 / step_time(f)        (relative to uncapped)
+  scales with 1/g (the memory clock holds, g = 1, unless the cap cannot be met at f_min):
+      step_time(f, g) = (1 - m) / f + m / g      (m: memory-bound share of the uncapped step)
+      throughput(f, g) = 1 / step_time(f, g)     (relative to uncapped)
 - power is static + memory + SM dynamic power. SM power scales with f**alpha (alpha folds the
   voltage-frequency curve) and with SM activity: full while compute-bound, `gamma` of it while
-  stalled on memory; memory power with the memory-bound share of the time:
-      busy(f)  = ((1 - m) / f) / step_time(f)            (compute-bound share of the time)
-      P(f)     = p_static + p_mem * (1 - busy) + p_sm * f**alpha * (busy + gamma * (1 - busy))
-- a power cap c picks the highest f whose P(f) <= c (the driver lowers clocks until it fits);
-  below P(f_min) the cap cannot be met and the GPU runs at f_min.
+  stalled on memory; memory power with the memory clock and the memory-bound share of the time:
+      busy(f, g) = ((1 - m) / f) / step_time(f, g)        (compute-bound share of the time)
+      P(f, g)    = p_static + p_mem * g * (1 - busy) + p_sm * f**alpha * (busy + gamma * (1 - busy))
+- an enforced power limit is a ceiling on board power. A cap c picks the highest f whose
+  P(f, 1) <= c (the driver lowers the SM clock until it fits); where even P(f_min, 1) > c the
+  memory clock comes down next: the highest g >= g_min with P(f_min, g) <= c, at the throughput
+  cost of the longer memory-bound time; where even P(f_min, g_min) > c the GPU refuses the cap
+  (`CapRefused`; the simulated sweep records a failed point) -- the model never runs above it.
+  P rises with g (memory power with the clock; at a lower g the SM also stalls longer).
+  f_min = 345/1980 (the lowest SM clock H100/H200 parts list; ASSUMED for this part). g_min =
+  0.25 is ASSUMED (no memory-clock throttling under a power cap is documented for HBM parts; it
+  is the model's last resort before refusing, and the range the calibration to the published
+  4-cap PFIs needs). With the default parameters (p_mem = 0) every m meets the
+  200 W floor at g = 1 (P(f_min) <= 168 W).
 The defaults of alpha, gamma and the static/memory power shares come from
 `wattlife calibrate-sim results/reference/a100-emerald/dvfs_sweep.csv --tdp 400` (fit to the 48
 measured A100 points: RMSE 0.85 % of uncapped throughput, worst point 2.7 %; see
 results/reference/a100-emerald/sim_calibration.json), scaled to a 700 W part. With them a job's
-PFI on the 200-700 W grid runs from 1.0 (m = 0) to 3.2 (m = 0.85); the paper's H200 range,
+PFI on the 200-700 W grid runs from 1.0 (m = 0) to about 3 (m = 0.85); the paper's H200 range,
 1.10-2.67, is m ~ 0.3-0.78.
 
 Per-job calibration to a published PFI (the power-elasticity study's Table 6, and Table 9's 4-cap
 PFI for its 8-GPU groups) lives in `wattlife.analysis.calibration` (`calibrate_to_pfi`,
 `calibrate_job`, `calibrated_study_curves`): it picks m, and optionally `p_mem`, so that this
-model's curve has the published PFI on the job's own cap grid. Its curves are labelled
+model's curve has the published PFI (Eq. 1 as published) on the job's own cap grid, or the
+closest PFI a curve that obeys the cap reaches. Its curves are labelled
 `simulated/calibrated`.
 """
 
@@ -38,6 +49,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+
+class CapRefused(ValueError):
+    """The cap is below the lowest board power the simulated GPU reaches for this job."""
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """Where the simulated GPU settles under a cap: SM and memory clock fractions, power, speed."""
+
+    f: float
+    g: float
+    power_w: float
+    throughput_rel: float
 
 
 @dataclass(frozen=True)
@@ -52,7 +77,8 @@ class SimGpuModel:
     p_mem: float = 0.0  # the A100 fit puts no power on memory-bound time beyond gamma's SM share
     alpha: float = 1.27
     gamma: float = 0.38
-    f_min: float = 0.25
+    f_min: float = 345.0 / 1980.0
+    g_min: float = 0.25  # ASSUMED (see the module's docstring)
     sm_clock_max_mhz: float = 1980.0
     mem_clock_mhz: float = 3201.0
 
@@ -67,31 +93,60 @@ class SimGpuModel:
         at f = 1 draws exactly the TDP."""
         return self.tdp_w - self.p_static
 
-    def step_time(self, f: np.ndarray, m: float) -> np.ndarray:
-        return (1.0 - m) / f + m
+    def step_time(self, f: np.ndarray | float, m: float, g: np.ndarray | float = 1.0
+                  ) -> np.ndarray:
+        """Step time relative to the uncapped step at SM clock f and memory clock g."""
+        return (1.0 - m) / np.asarray(f, dtype=float) + m / np.asarray(g, dtype=float)
 
-    def power(self, f: np.ndarray | float, m: float, activity: float = 1.0) -> np.ndarray:
-        """Board power at relative SM clock f for a job with memory-bound share m.
+    def power(self, f: np.ndarray | float, m: float, activity: float = 1.0,
+              g: np.ndarray | float = 1.0) -> np.ndarray:
+        """Board power at relative SM clock f (memory clock g) for a job with memory-bound
+        share m.
 
         `activity` (0..1) scales everything above idle: the fraction of time the job keeps the
         GPU busy at all (1 in a steady training step)."""
         f = np.asarray(f, dtype=float)
-        busy = ((1.0 - m) / f) / self.step_time(f, m)
-        loaded = (self.p_static + self.p_mem * (1 - busy)
+        busy = ((1.0 - m) / f) / self.step_time(f, m, g)
+        loaded = (self.p_static + self.p_mem * np.asarray(g, dtype=float) * (1 - busy)
                   + self.p_sm * f**self.alpha * (busy + self.gamma * (1 - busy)))
         return self.idle_w + activity * (loaded - self.idle_w)
 
-    def clock_under_cap(self, cap_w: float, m: float) -> float:
-        """Highest relative SM clock whose power fits under the cap (f_min if none does)."""
+    def lowest_power_w(self, m: float) -> float:
+        """The lowest board power the GPU reaches for this job (f_min, g_min): caps below it
+        are refused."""
+        return float(self.power(self.f_min, m, g=self.g_min))
+
+    def operating_point(self, cap_w: float, m: float) -> OperatingPoint:
+        """Steady state of a job (memory-bound share m) under a per-GPU cap: the highest SM clock
+        that fits at full memory clock; failing that, f_min and the highest memory clock that
+        fits. Raises CapRefused where nothing fits (never a point above the cap)."""
+        cap = min(cap_w, self.tdp_w) + 1e-9
         grid = np.linspace(self.f_min, 1.0, 2001)
-        ok = self.power(grid, m) <= cap_w + 1e-9
-        return float(grid[ok].max()) if ok.any() else self.f_min
+        ok = self.power(grid, m) <= cap
+        f, g = (float(grid[ok].max()), 1.0) if ok.any() else (self.f_min, np.nan)
+        if not ok.any():
+            gg = np.linspace(self.g_min, 1.0, 2001)
+            okg = self.power(self.f_min, m, g=gg) <= cap
+            if not okg.any():
+                raise CapRefused(f"cap {cap_w:g} W is below the lowest power the simulated GPU "
+                                 f"reaches for this job ({self.lowest_power_w(m):.1f} W at SM "
+                                 f"clock {self.f_min:.3f} and memory clock {self.g_min:.2f} of "
+                                 "maximum)")
+            g = float(gg[okg].max())
+        return OperatingPoint(f, g, float(self.power(f, m, g=g)),
+                              float(1.0 / self.step_time(f, m, g)))
+
+    def clock_under_cap(self, cap_w: float, m: float) -> float:
+        """Highest relative SM clock whose power fits under the cap (`operating_point`'s f)."""
+        return self.operating_point(cap_w, m).f
 
     def at_cap(self, cap_w: float, m: float) -> dict[str, float]:
-        """Steady state of a job (memory-bound share m) under a per-GPU cap."""
-        f = self.clock_under_cap(min(cap_w, self.tdp_w), m)
-        return {"f": f, "throughput_rel": float(1.0 / self.step_time(np.array(f), m)),
-                "power_w": float(self.power(f, m)), "sm_clock_mhz": f * self.sm_clock_max_mhz}
+        """Steady state of a job (memory-bound share m) under a per-GPU cap (CapRefused where
+        the GPU cannot meet it)."""
+        op = self.operating_point(cap_w, m)
+        return {"f": op.f, "g": op.g, "throughput_rel": op.throughput_rel,
+                "power_w": op.power_w, "sm_clock_mhz": op.f * self.sm_clock_max_mhz,
+                "mem_clock_mhz": op.g * self.mem_clock_mhz}
 
 
 @dataclass

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from .curves import dram_copy_product
+from .curves import dram_copy_product, monotone_flag
 from .pfi import pfi_table
 
 STRATEGIES = ["equal", "pfi_measured", "pfi_predicted", "power_per_throughput", "category",
@@ -77,6 +77,7 @@ class JobLibrary:
     hull_bridged: np.ndarray  # (J, S) True where the hull skips a real point
     hull_p0: np.ndarray  # (J, S) start power of each hull segment
     weights: dict[str, np.ndarray]
+    flags: list[str]  # per job: '' or `curves.monotone_flag`'s words for a non-monotone curve
 
 
 def _upper_hull(p: np.ndarray, t: np.ndarray) -> list[int]:
@@ -100,7 +101,7 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
         raise ValueError(f"objective must be relative or absolute, got {objective!r}")
     if pfi is None:
         pfi = pfi_table(curves, n_mc=0)
-    jobs, cats, tasks, Ps, Ts, tele = [], [], [], [], [], []
+    jobs, cats, tasks, Ps, Ts, tele, flags = [], [], [], [], [], [], []
     for (job, gpu), g in curves.groupby(["job", "gpu_model"], sort=True):
         g = g.dropna(subset=["power_w", "throughput"]).sort_values("power_w")
         if "status" in g.columns:
@@ -108,6 +109,7 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
         if len(g) < 2:
             continue
         jobs.append(job if curves["gpu_model"].nunique() == 1 else f"{job}@{gpu}")
+        flags.append(monotone_flag(g.sort_values("cap_w")))
         cats.append(g["category"].iloc[0] if "category" in g.columns else "all")
         tasks.append(_task_of(g))
         p = g["power_w"].to_numpy(float)
@@ -161,7 +163,7 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
         weights["telemetry"] = pmax * tele_arr
         weights["pfi_predicted"] = pmax / tmax * loo_predictions(tele_arr, pfi_m)
     return JobLibrary(jobs, cat_arr, np.array(tasks), P, T, pmax, tmax, pmin, dp, slope, bridged,
-                      p0, weights)
+                      p0, weights, flags)
 
 
 def _task_of(g: pd.DataFrame) -> str:
@@ -314,20 +316,21 @@ def _oracle_milp(lib: JobLibrary, jobs: np.ndarray, budget: float) -> np.ndarray
 
 def parse_mix(mix: str) -> tuple[str, dict[str, float]] | None:
     """'random' -> None; 'production[-kalos|-seren]' -> ('task', shares); 'a=0.3,b=0.7' ->
-    ('category', shares)."""
+    ('category', shares); 'task:pretrain=0.1,finetune=0.9' -> ('task', shares)."""
     if mix == "random":
         return None
     if mix in PRODUCTION_MIXES:
         return "task", dict(PRODUCTION_MIXES[mix])
+    col, _, spec = mix.rpartition(":") if mix.startswith("task:") else ("category", "", mix)
     wanted = {}
-    for part in mix.split(","):
+    for part in spec.split(","):
         k, eq, v = part.partition("=")
         try:
             wanted[k.strip()] = float(v)
         except ValueError:
             raise ValueError(f"mix {mix!r}: expected 'random', one of {sorted(PRODUCTION_MIXES)}, "
                              "or category weights like 'pretrain=0.3,finetune=0.7'") from None
-    return "category", wanted
+    return col, wanted
 
 
 def sample_workloads(lib: JobLibrary, n: int, m: int, mix: str,
@@ -425,6 +428,9 @@ def simulate_allocation(curves: pd.DataFrame, cuts: list[float], n_workloads: in
     summ["oracle"] = "milp (no time-sharing)" if exact else "concave envelope (time-sharing)"
     summ["n_workloads"], summ["n_jobs"] = n_workloads, n_jobs
     summ["skipped"] = ",".join(s for s in wanted if s not in usable)
+    # a non-monotone curve makes every number derived from the library suspect: every row says so
+    rows["flags"] = summ["flags"] = "; ".join(f"{j}: {f}" for j, f in zip(lib.jobs, lib.flags,
+                                                                            strict=True) if f)
     return rows, summ
 
 

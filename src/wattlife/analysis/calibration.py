@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..simgpu_model import SimGpuModel, SimJob
+from ..simgpu_model import CapRefused, SimGpuModel, SimJob
 
 _F = np.linspace(0.05, 1.0, 400)
 
@@ -74,32 +74,47 @@ CALIBRATED_SOURCE = "simulated/calibrated"
 
 def sim_curve(model: SimGpuModel, m: float, caps: list[float] | np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-GPU realised power and relative throughput of a job (memory-bound share m) at caps."""
-    pts = [model.at_cap(float(c), m) for c in caps]
-    return (np.array([p["power_w"] for p in pts]), np.array([p["throughput_rel"] for p in pts]))
+    """Per-GPU realised power and relative throughput of a job (memory-bound share m) at caps;
+    NaN at a cap the simulated GPU refuses (below the lowest power it reaches for the job)."""
+    p, t = np.full(len(caps), np.nan), np.full(len(caps), np.nan)
+    for k, c in enumerate(caps):
+        try:
+            op = model.operating_point(float(c), m)
+        except CapRefused:
+            continue
+        p[k], t[k] = op.power_w, op.throughput_rel
+    return p, t
 
 
-def sim_pfi(model: SimGpuModel, m: float, caps: list[float] | np.ndarray) -> float:
-    """PFI (Eq. 1, the same rule as `pfi_value`) of the simulated job on a cap grid."""
+def sim_pfi(model: SimGpuModel, m: float, caps: list[float] | np.ndarray,
+            min_delta: float = 0.0) -> float:
+    """PFI of the simulated job on a cap grid: Eq. 1 as published (`min_delta` 0; `pfi_value`
+    with the suite's noise rule when `min_delta` = MIN_DELTA). NaN where the GPU refuses a cap
+    of the grid (the study ran every cap, so such a curve is not the study's)."""
     from .pfi import pfi_value
 
     p, t = sim_curve(model, m, caps)
-    return pfi_value(p, t, np.asarray(caps, float))
+    if not np.isfinite(p).all():
+        return float("nan")
+    return pfi_value(p, t, np.asarray(caps, float), min_delta=min_delta)
 
 
 def calibrate_to_pfi(target: float, caps: list[float], model: SimGpuModel | None = None,
-                     tol: float = 0.01) -> float:
-    """The memory-bound share m whose simulated curve has PFI `target` on `caps` (within `tol`).
+                     tol: float = 0.01, closest: bool = False) -> float:
+    """The memory-bound share m whose simulated curve has PFI `target` (Eq. 1 as published) on
+    `caps` (within `tol`).
 
     A scan of m over [0, 0.95] finds the first pair of neighbours that brackets the target and
     bisection closes it (PFI(m) rises with m but is not smooth: a cap stops binding as m grows).
-    Raises ValueError when the model cannot reach the target on this grid, naming its range."""
+    When no curve that obeys the caps reaches the target: with `closest`, the m of the closest
+    PFI; otherwise ValueError naming the range reached."""
     model = model or SimGpuModel()
     grid = np.linspace(0.0, 0.95, 64)
     vals = np.array([sim_pfi(model, m, caps) for m in grid])
     ok = np.isfinite(vals)
     if not ok.any():
-        raise ValueError(f"the simulated GPU gives no PFI on caps {caps}")
+        raise ValueError(f"the simulated GPU gives no PFI on caps {caps} (it refuses a cap for "
+                         "every memory-bound share)")
     for k in range(len(grid) - 1):
         a, b = vals[k], vals[k + 1]
         if not (np.isfinite(a) and np.isfinite(b)) or not min(a, b) <= target <= max(a, b):
@@ -117,47 +132,54 @@ def calibrate_to_pfi(target: float, caps: list[float], model: SimGpuModel | None
         if abs(sim_pfi(model, lo, caps) - target) <= tol:
             return float(lo)
     best = int(np.nanargmin(np.where(ok, np.abs(vals - target), np.inf)))
-    if abs(vals[best] - target) <= tol:
+    if abs(vals[best] - target) <= tol or closest:
         return float(grid[best])
     raise ValueError(f"PFI {target} is outside what the simulated GPU reaches on caps {caps} "
                      f"({np.nanmin(vals):.3f}..{np.nanmax(vals):.3f})")
 
 
 SUBGRID_4CAP = [200.0, 500.0, 600.0, 700.0]
+P_MEM_SHARES = np.linspace(0.0, 1.0, 9)  # memory power shares (x TDP) the 4-cap fit scans
 
 
 def calibrate_job(pfi: float, caps: list[float], pfi_4cap: float | None = None,
                   model: SimGpuModel | None = None, p_mem_share: float | None = None,
                   tol: float = 0.01) -> tuple[float, SimGpuModel, float]:
-    """Calibrate one job: returns (m, the job's model, its PFI on the 4-cap grid).
+    """Calibrate one job: returns (m, the job's model, its PFI on the 4-cap grid), every PFI
+    under Eq. 1 as published.
 
-    The PFI on the job's grid is always met within `tol` (m by `calibrate_to_pfi`). With
+    The PFI on the job's grid is met within `tol` where a curve that obeys the caps reaches it,
+    else it is the closest such PFI (m by `calibrate_to_pfi`; the caller reports the miss). With
     `pfi_4cap` (the study's Table 9, 8-GPU groups) a second parameter, the power drawn while
-    stalled on memory (`p_mem` = share x TDP), is chosen so the 4-cap PFI comes as close to it as
-    the model allows (a scan, then bisection where the error changes sign). Without it, `p_mem`
-    is `p_mem_share` x TDP (default: the model's own)."""
+    stalled on memory (`p_mem` = share x TDP), is chosen among those that meet the grid's PFI
+    (else those that come closest) so the 4-cap PFI comes as close to it as the model allows (a
+    scan, then bisection where the error changes sign). Without it, `p_mem` is `p_mem_share` x
+    TDP (default: the model's own)."""
     model = model or SimGpuModel()
 
-    def at(share: float) -> tuple[float, SimGpuModel, float]:
+    def at(share: float) -> tuple[float, SimGpuModel, float, float]:
         mdl = replace(model, p_mem=share * model.tdp_w)
-        m = calibrate_to_pfi(pfi, caps, mdl, tol)
-        return m, mdl, sim_pfi(mdl, m, SUBGRID_4CAP)
+        m = calibrate_to_pfi(pfi, caps, mdl, tol, closest=True)
+        return m, mdl, sim_pfi(mdl, m, SUBGRID_4CAP), abs(sim_pfi(mdl, m, caps) - pfi)
 
     if pfi_4cap is None or not np.isfinite(pfi_4cap):
-        if p_mem_share is None:
-            m = calibrate_to_pfi(pfi, caps, model, tol)
-            return m, model, sim_pfi(model, m, SUBGRID_4CAP)
-        return at(p_mem_share)
-    shares = np.linspace(0.0, 1.0, 9)
+        share = p_mem_share if p_mem_share is not None else model.p_mem / model.tdp_w
+        return at(share)[:3]
     fits = []
-    for sh in shares:
+    for sh in P_MEM_SHARES:
         try:
             fits.append((sh, *at(sh)))
         except ValueError:
             continue
     if not fits:
         raise ValueError(f"cannot calibrate PFI {pfi} on caps {caps} for any memory power share")
-    best = min(fits, key=lambda f: abs(f[3] - pfi_4cap))
+    miss = min(f[4] for f in fits)
+    fits = [f for f in fits if f[4] <= max(tol, miss + 1e-6)]  # those that meet the grid's PFI
+
+    def err(f: tuple) -> float:
+        return abs(f[3] - pfi_4cap) if np.isfinite(f[3]) else np.inf
+
+    best = min(fits, key=err)
     for a, b in zip(fits[:-1], fits[1:], strict=False):
         if (a[3] - pfi_4cap) * (b[3] - pfi_4cap) < 0:
             lo, hi, elo = a[0], b[0], a[3] - pfi_4cap
@@ -167,7 +189,7 @@ def calibrate_job(pfi: float, caps: list[float], pfi_4cap: float | None = None,
                     f = (mid, *at(mid))
                 except ValueError:
                     break
-                if abs(f[3] - pfi_4cap) < abs(best[3] - pfi_4cap):
+                if f[4] <= max(tol, miss + 1e-6) and err(f) < err(best):
                     best = f
                 if (f[3] - pfi_4cap) * elo > 0:
                     lo, elo = mid, f[3] - pfi_4cap
@@ -204,7 +226,8 @@ def study_fits(jobs: pd.DataFrame, model: SimGpuModel | None = None, fit_4cap: b
                ) -> pd.DataFrame:
     """Per study job: m, p_mem share, the simulated 4-cap PFI. With `fit_4cap`, 8-GPU groups
     also match Table 9 as far as the model allows; 16/32-GPU groups (one published PFI) take the
-    median memory power share of the 8-GPU groups of their category (ASSUMED)."""
+    median memory power share of the 8-GPU groups of their category (ASSUMED), or the nearest
+    share with which a curve that obeys the caps meets their PFI."""
     model = model or SimGpuModel()
     rows = {}
     first = jobs["caps"].map(len) == 6
@@ -217,9 +240,30 @@ def study_fits(jobs: pd.DataFrame, model: SimGpuModel | None = None, fit_4cap: b
         med = fitted.groupby("category")["p_mem_share"].median()
         for i, r in jobs[~first].iterrows():
             share = float(med.get(r["category"], fitted["p_mem_share"].median()))
-            m, mdl, p4 = calibrate_job(float(r["pfi"]), list(r["caps"]), None, model, share)
+            m, share = _nearest_share_meeting(float(r["pfi"]), list(r["caps"]), model, share)
             rows[i] = {"m": m, "p_mem_share": share, "pfi_4cap_sim": np.nan}
     return pd.DataFrame(rows).T.reindex(jobs.index)
+
+
+def _nearest_share_meeting(pfi: float, caps: list[float], model: SimGpuModel, share: float,
+                           tol: float = 0.01) -> tuple[float, float]:
+    """(m, share): the memory power share `share` if a curve with it meets `pfi` on `caps`, else
+    the share of `P_MEM_SHARES` nearest to it that does (else the one that comes closest)."""
+    tried = []
+    for sh in sorted([share, *P_MEM_SHARES], key=lambda x: abs(x - share)):
+        mdl = replace(model, p_mem=sh * model.tdp_w)
+        try:
+            m = calibrate_to_pfi(pfi, caps, mdl, tol, closest=True)
+        except ValueError:
+            continue
+        miss = abs(sim_pfi(mdl, m, caps) - pfi)
+        if miss <= tol:
+            return m, float(sh)
+        tried.append((miss, m, float(sh)))
+    if not tried:
+        raise ValueError(f"cannot calibrate PFI {pfi} on caps {caps} for any memory power share")
+    _, m, sh = min(tried)
+    return m, sh
 
 
 _FITS_CACHE: dict[tuple, pd.DataFrame] = {}
@@ -232,8 +276,9 @@ def calibrated_study_curves(jobs: pd.DataFrame | None = None, model: SimGpuModel
     published PFI on the job's own grid (source `simulated/calibrated`, never measured); with
     `fit_4cap` the 8-GPU groups' 4-cap PFI (Table 9) is matched as far as the model allows.
 
-    noise: relative sd of within-run noise added to every point's throughput and power (0 keeps
-    each curve's PFI equal to the published value within 0.01); the sd columns carry it."""
+    noise: relative sd of within-run noise added to every point's throughput and power (clipped
+    at the cap: power never exceeds it; 0 keeps each curve's PFI at the calibrated value); the sd
+    columns carry it."""
     from ..contracts import CURVES_COLUMNS
     from .pfi import read_study_jobs
 
@@ -256,9 +301,10 @@ def calibrated_study_curves(jobs: pd.DataFrame | None = None, model: SimGpuModel
         p, t = sim_curve(mdl, m, caps)
         tmax = estimated_tokens_per_s(r["model"], r["arch"], r["task"], int(r["n_gpus"]))
         thr, pwr = tmax * t, int(r["n_gpus"]) * p
-        if noise > 0:
+        if noise > 0:  # the power limit still holds: noise above the cap is clipped
             thr = thr * (1 + rng.normal(0, noise, len(caps)))
-            pwr = pwr * (1 + rng.normal(0, noise, len(caps)))
+            pwr = np.minimum(pwr * (1 + rng.normal(0, noise, len(caps))),
+                             int(r["n_gpus"]) * np.minimum(caps, model.tdp_w))
         d = pd.DataFrame({"job": r["job_id"], "gpu_model": model.name, "n_gpus": int(r["n_gpus"]),
                           "cap_w": np.asarray(caps, float), "throughput": thr,
                           "throughput_unit": "tokens/s (estimated)", "power_w": pwr,
@@ -297,8 +343,9 @@ def calibrate_files(curves_path: str | Path, tdp_w: float, out: str | Path | Non
 def calibrated_study_files(jobs_csv: str | Path, out: str | Path | None = None,
                            noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
     """`wattlife calibrate-sim --published JOBS_CSV`: the study's jobs calibrated to their
-    published PFI (`calibrated_study_curves`, curves written to `out`); per job the grid, PFI,
-    4-cap PFI beside the published ones, and the memory-bound share found."""
+    published PFI (`calibrated_study_curves`, curves written to `out`); per job the grid, PFI
+    (Eq. 1 as published, and the noise rule), 4-cap PFI beside the published ones, and the
+    memory-bound share found."""
     from .pfi import pfi_table, read_study_jobs, with_published
 
     curves = calibrated_study_curves(read_study_jobs(jobs_csv), noise=noise, seed=seed)
@@ -306,6 +353,7 @@ def calibrated_study_files(jobs_csv: str | Path, out: str | Path | None = None,
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         curves.to_csv(out, index=False)
-    cols = ["job", "grid", "pfi", "pfi_published", "pfi_4cap", "pfi_4cap_published"]
+    cols = ["job", "grid", "pfi_eq1", "pfi", "pfi_published", "pfi_4cap_eq1", "pfi_4cap",
+            "pfi_4cap_published"]
     m = curves.groupby("job")["mem_share"].first().rename("mem_share")
     return pfi[cols].merge(m, left_on="job", right_index=True)

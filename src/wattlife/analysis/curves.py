@@ -77,6 +77,23 @@ def read_emerald_sweep(path: str | Path, gpu_model: str = "A100") -> pd.DataFram
 MONOTONE_TOL = 0.01  # a drop of more than 1% of the job's highest value marks a curve non-monotone
 
 
+def monotone_flag(g: pd.DataFrame) -> str:
+    """'' for a curve (one job's rows, ascending cap) whose throughput and power never fall by
+    more than `MONOTONE_TOL` of their maximum as the cap rises; else the flag naming the job's
+    first such point, e.g. 'non-monotone: throughput falls 45 % at 300 W'."""
+    caps = g["cap_w"].to_numpy(float)
+    for col in ("throughput", "power_w"):
+        v = g[col].to_numpy(float)
+        drop = np.maximum.accumulate(v) - v
+        bad = drop > MONOTONE_TOL * max(v.max(), 1e-300)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            word = "power" if col == "power_w" else col
+            return (f"non-monotone: {word} falls {drop[k] / max(v.max(), 1e-300):.0%} at "
+                    f"{caps[k]:g} W")
+    return ""
+
+
 def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | None = 2
                     ) -> pd.DataFrame:
     """Check a curves table before PFI, allocation or prediction use it; return it with a
@@ -84,10 +101,12 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
 
     Errors (ContractError naming file, line, job): a non-numeric or non-finite cap, throughput or
     power; a cap or power <= 0; a negative throughput; a cap listed twice for one job (and GPU
-    model); throughput <= 0 at a job's top cap (PFI divides by it). A curve whose throughput or
-    power falls by more than `MONOTONE_TOL` of its maximum as the cap rises is kept but flagged
-    (`monotone` False) with a warning: PFI and allocation assume more power never means less
-    work."""
+    model); throughput <= 0 at any measured cap (PFI divides by the top one's; a run that did no
+    work is a failed point, which a status says). A curve whose throughput or power falls by more
+    than `MONOTONE_TOL` of its maximum as the cap rises is kept but flagged (`monotone` False, and
+    a `flags` column naming the job's first such point, `monotone_flag`) with a warning: PFI and
+    allocation assume more power never means less work, and carry the flag into every row they
+    derive from it."""
     import warnings
 
     from ..contracts import ContractError
@@ -138,26 +157,25 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
                             f"lists cap {df['cap_w'].iat[i]:g} W twice; expected one row per cap "
                             "(average repeats first)")
     top = df.groupby(key)["cap_w"].transform("max") == df["cap_w"]
-    zero = top & (df["throughput"] <= 0)
+    zero = df["throughput"] <= 0
     if zero.any():
         i = int(np.flatnonzero(zero.to_numpy())[0])
+        if top.iat[i]:
+            raise ContractError(f"{line(i)}: job {df['job'].iat[i]} has throughput "
+                                f"{df['throughput'].iat[i]:g} at its top cap "
+                                f"{df['cap_w'].iat[i]:g} W; expected > 0 (PFI and allocation "
+                                "divide by it)")
         raise ContractError(f"{line(i)}: job {df['job'].iat[i]} has throughput "
-                            f"{df['throughput'].iat[i]:g} at its top cap {df['cap_w'].iat[i]:g} W; "
-                            "expected > 0 (PFI and allocation divide by it)")
+                            f"{df['throughput'].iat[i]:g} at cap {df['cap_w'].iat[i]:g} W; "
+                            "expected > 0 (a run that did no work is a failed point: give it "
+                            "a status other than ok)")
     order = df.sort_values(key + ["cap_w"], kind="stable")
-
-    def monotone(g: pd.DataFrame) -> bool:
-        ok = True
-        for col in ("throughput", "power_w"):
-            v = g[col].to_numpy()
-            drop = np.maximum.accumulate(v) - v
-            ok &= bool(np.all(drop <= MONOTONE_TOL * max(v.max(), 1e-300)))
-        return ok
-
-    flags = order.groupby(key, sort=False)[["throughput", "power_w"]].apply(monotone)
-    df["monotone"] = [bool(flags.loc[(j, m)]) for j, m in zip(df["job"], df["gpu_model"],
-                                                                        strict=True)]
-    bad_jobs = sorted({f"{j} ({m})" for (j, m), ok in flags.items() if not ok})
+    flags = order.groupby(key, sort=False)[["cap_w", "throughput", "power_w"]].apply(
+        monotone_flag)
+    df["monotone"] = [not flags.loc[(j, m)] for j, m in zip(df["job"], df["gpu_model"],
+                                                            strict=True)]
+    df["flags"] = [flags.loc[(j, m)] for j, m in zip(df["job"], df["gpu_model"], strict=True)]
+    bad_jobs = sorted({f"{j} ({m})" for (j, m), f in flags.items() if f})
     if bad_jobs:
         warnings.warn(f"{where}: throughput or power falls as the cap rises (by more than "
                       f"{MONOTONE_TOL:.0%}) for {len(bad_jobs)} job(s): {', '.join(bad_jobs[:5])}"

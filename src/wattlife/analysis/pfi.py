@@ -1,11 +1,16 @@
 """Power Flexibility Index (docs/ARCHITECTURE.md, "Formulas" > "Power Flexibility Index").
 
 PFI = (1/N) sum_i (1 - P_i/P_max) / (1 - T_i/T_max) over the N capped points with T_i != T_max,
-(T_max, P_max) being the uncapped run (the highest cap of the grid). With measured (noisy) points
-"T_i != T_max" is read as: a point whose power AND throughput are both within `min_delta`
-(default 1 %) of the uncapped run is one where the cap did not bind (the job drew less than the
-cap anyway), so it is excluded like T_i = T_max; otherwise its ratio is noise over noise.
-`min_delta=0` gives the literal formula. Alternatives:
+(T_max, P_max) being the uncapped run (the highest cap of the grid). Two readings, both in every
+PFI table:
+- `pfi_eq1`: Eq. 1 as the study publishes it (`pfi_value(..., min_delta=0)`): only points with
+  T_i = T_max are skipped. The published PFIs are this; the calibration to them targets it.
+- `pfi` (the suite's noise rule, `min_delta` = MIN_DELTA = 1 %): with measured (noisy) points a
+  point whose power AND throughput are both within 1 % of the uncapped run is one where the cap
+  did not bind (the job drew less than the cap anyway), so it is excluded like T_i = T_max;
+  otherwise its ratio is noise over noise. The allocation's `pfi_measured` weights use it.
+A row whose curve is non-monotone carries `monotone` False and the point in `flags`.
+Alternatives:
 - `pfi_area`: sum_i (1 - P_i/P_max) / sum_i (1 - T_i/T_max) (ratio of mean cuts; robust to a
   point whose throughput barely moves);
 - `pfi_elastic`: 1 / epsilon of a constant-elasticity fit log T = a + epsilon log P.
@@ -57,14 +62,16 @@ def pfi_elastic(power: np.ndarray, throughput: np.ndarray) -> float:
 
 def pfi_table(curves: pd.DataFrame, grid: list[float] | None = None, n_mc: int = 2000,
               seed: int = 0) -> pd.DataFrame:
-    """One row per (job, gpu_model): PFI, its interval, the alternatives and the grid used (and
-    `monotone`, when the curves carry validate_curves' flag)."""
+    """One row per (job, gpu_model): PFI under the noise rule (`pfi`, with its interval) and
+    under Eq. 1 as published (`pfi_eq1`), the alternatives and the grid used (and `monotone` /
+    `flags`, when the curves carry validate_curves' flags)."""
     rng = np.random.default_rng(seed)
     rows = []
     for (job, gpu), g in curves.groupby(["job", "gpu_model"], sort=True):
         # validate_curves' per-job flag, taken before any cap is left out: a PFI of a curve that
         # falls as the cap rises is suspect, and its row says so
         mono = bool(g["monotone"].all()) if "monotone" in g.columns else None
+        flag = str(g["flags"].fillna("").iloc[0]) if "flags" in g.columns else None
         g = g.dropna(subset=["throughput", "power_w"])
         if "status" in g.columns:
             g = g[g["status"].fillna("ok") == "ok"]
@@ -78,11 +85,14 @@ def pfi_table(curves: pd.DataFrame, grid: list[float] | None = None, n_mc: int =
                "grid": ",".join(f"{c:g}" for c in caps)}
         if mono is not None:
             row["monotone"] = mono
+        if flag is not None:
+            row["flags"] = flag
         if len(caps) < 2:
-            row.update(pfi=np.nan, pfi_lo=np.nan, pfi_hi=np.nan, n_caps=0)
+            row.update(pfi=np.nan, pfi_eq1=np.nan, pfi_lo=np.nan, pfi_hi=np.nan, n_caps=0)
             rows.append(row)
             continue
         row["pfi"] = pfi_value(p, t, caps)
+        row["pfi_eq1"] = pfi_value(p, t, caps, min_delta=0.0)
         ref = int(np.argmax(caps))
         row["n_caps"] = int(np.sum(((np.abs(1 - p / p[ref]) >= MIN_DELTA) |
                                     (np.abs(1 - t / t[ref]) >= MIN_DELTA)) & (caps != caps[ref])))
@@ -239,12 +249,17 @@ def with_published(pfi: pd.DataFrame, curves: pd.DataFrame | None = None,
     pub = published_pfi() if published is None else published
     out = out.merge(pub, on=["paper_job", "hardware"], how="left")
     if curves is not None:
-        sub = pfi_table(curves, grid=SUBGRID_4CAP, n_mc=0)[["job", "gpu_model", "pfi", "grid"]]
+        sub = pfi_table(curves, grid=SUBGRID_4CAP, n_mc=0)[["job", "gpu_model", "pfi", "pfi_eq1",
+                                                            "grid"]]
         six = out["grid"].astype(str).str.count(",") >= 5
-        sub = sub.rename(columns={"pfi": "pfi_4cap", "grid": "grid_4cap"})
+        sub = sub.rename(columns={"pfi": "pfi_4cap", "pfi_eq1": "pfi_4cap_eq1",
+                                  "grid": "grid_4cap"})
         out = out.merge(sub, on=["job", "gpu_model"], how="left")
-        out.loc[~six.to_numpy(), ["pfi_4cap", "grid_4cap"]] = np.nan
+        out.loc[~six.to_numpy(), ["pfi_4cap", "pfi_4cap_eq1", "grid_4cap"]] = np.nan
     out["pfi_minus_published"] = out["pfi"] - out["pfi_published"]
+    if "pfi_eq1" in out.columns:
+        out["pfi_eq1_minus_published"] = out["pfi_eq1"] - out["pfi_published"]
     if "pfi_4cap" in out.columns:
         out["pfi_4cap_minus_published"] = out["pfi_4cap"] - out["pfi_4cap_published"]
+        out["pfi_4cap_eq1_minus_published"] = out["pfi_4cap_eq1"] - out["pfi_4cap_published"]
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..simgpu_model import SimGpuModel
+from ..simgpu_model import CapRefused, SimGpuModel
 from .base import Row, SensorBackend
 
 
@@ -61,8 +61,14 @@ class SimGpuBackend(SensorBackend):
 
     def poll(self, now_ns: int) -> list[Row]:
         act = self._activity()
-        f = self.model.clock_under_cap(self.cap_w, self.mem_share) if act > 0 else 1.0
-        p = float(self.model.power(f, self.mem_share, act))
+        f, g = 1.0, 1.0
+        if act > 0:
+            try:
+                op = self.model.operating_point(self.cap_w, self.mem_share)
+                f, g = op.f, op.g
+            except CapRefused:  # the limit is a ceiling: the lowest state, held at the cap
+                f, g = self.model.f_min, self.model.g_min
+        p = min(float(self.model.power(f, self.mem_share, act, g)), self.cap_w)
         rows: list[Row] = [(now_ns, f"gpu{i}", "power_w", p, "sim") for i in range(self.n_gpus)]
         if now_ns - self._last_telemetry > 1_000_000_000:
             self._last_telemetry = now_ns

@@ -4,7 +4,13 @@ Each job (`SimJob`) runs on the simulated GPU model (`wattlife.simgpu_model.SimG
 cap of its grid, per-step throughput and power samples with within-run noise and a warm-up ramp,
 reduced to a steady-state curve point. The demo and the tests sweep realistic jobs on a CPU
 machine this way; every row says `source=sim`. A cap outside the model's range
-(`SimGpuModel.cap_range_w`) is recorded as a failed point and the sweep goes on.
+(`SimGpuModel.cap_range_w`), or one the GPU refuses for the job (below the lowest power it
+reaches, `CapRefused`), is recorded as a failed point and the sweep goes on.
+
+The power limit is a ceiling: the noise on the per-step power (the job's demand fluctuation,
+relative sd `SimJob.noise`) is clipped at the cap by the limiter, so every sample, and with it the
+steady-state power per GPU, is at most the cap (no allowance for noise). Throughput noise is left
+as it is.
 `sweep_from_config` is the file-level entry (`wattlife sweep`): config in, curves CSV out.
 """
 
@@ -21,7 +27,7 @@ from tqdm import tqdm
 from ..analysis.curves import steady_state, steady_state_se
 from ..config import schema_default, settings
 from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_table
-from ..simgpu_model import SimGpuModel, SimJob
+from ..simgpu_model import CapRefused, SimGpuModel, SimJob
 
 
 def simulate_window(model: SimGpuModel, job: SimJob, cap_w: float, n_steps: int,
@@ -31,6 +37,7 @@ def simulate_window(model: SimGpuModel, job: SimJob, cap_w: float, n_steps: int,
     ramp = 1 - 0.5 * np.exp(-np.arange(n_steps) / max(n_steps * 0.05, 1))
     thr = job.throughput_max * st["throughput_rel"] * ramp * (1 + rng.normal(0, job.noise, n_steps))
     pwr = job.n_gpus * st["power_w"] * (1 + rng.normal(0, job.noise, n_steps))
+    pwr = np.minimum(pwr, job.n_gpus * min(cap_w, model.tdp_w))  # the limit is a ceiling
     return thr, pwr, st
 
 
@@ -65,7 +72,12 @@ def sweep_simulated(jobs: list[SimJob], grid: list[float], model: SimGpuModel | 
                        status=f"failed: cap {cap:g} W outside GPU 0's range [{lo:g}, {hi:g}] W")
             rows.append(row)
             continue
-        thr, pwr, st = simulate_window(model, job, float(cap), n_steps, rng)
+        try:
+            thr, pwr, st = simulate_window(model, job, float(cap), n_steps, rng)
+        except CapRefused as e:
+            row.update(throughput=np.nan, power_w=np.nan, status=f"failed: {e}")
+            rows.append(row)
+            continue
         row.update(throughput=steady_state(thr, rule, warmup_frac),
                    power_w=steady_state(pwr, rule, warmup_frac),
                    throughput_sd=steady_state_se(thr, rule, warmup_frac),
