@@ -15,6 +15,7 @@ rule pfi_study:
         pfi=f"{RES}/pfi-study/pfi_calibrated.csv",
         a100=f"{RES}/pfi-study/allocation_a100_summary.csv",
         figure=f"{RES}/pfi-study/fig_allocation_calibrated.png",
+        sensitivity=f"{RES}/pfi-study/sensitivity.csv",
     log:
         f"{RES}/logs/pfi_study.log",
     conda:
