@@ -228,3 +228,26 @@ def test_committed_sensitivity_and_headline_tables_say_the_throughput_is_assumed
         ab = s["objective"] == "absolute"
         assert s.loc[ab, "throughput_source"].str.startswith("assumed (MFU").all(), name
     assert (STUDY / "fig_sensitivity.png").exists()
+
+
+def test_the_allocation_figure_says_flagged_and_assumed(monkeypatch, tmp_path):
+    """The caption names a flagged curve's point and every panel on assumed tokens/s says so."""
+    import wattlife.figures as figs
+
+    texts: list[str] = []
+
+    def keep(fig, out):
+        texts.extend(t.get_text() for t in fig.texts)
+        texts.extend(ax.get_title() for ax in fig.axes)
+        return []
+
+    monkeypatch.setattr(figs, "_save", keep)
+    s = pd.DataFrame({"cut": [0.0, 0.2] * 3, "strategy": ["equal"] * 2 + ["oracle"] * 2
+                      + ["pfi_measured"] * 2, "rel_to_oracle": 0.9, "gap_recovered": 0.5,
+                      "mix": "random", "objective": "absolute",
+                      "throughput_source": "assumed (MFU dense 0.40, MoE 0.20; tokens/s ...)",
+                      "flags": "j2: non-monotone: throughput falls 45 % at 300 W"})
+    figs.fig_allocation(s, tmp_path / "f")
+    assert any("FLAGGED" in t and "j2: non-monotone" in t and "300 W" in t for t in texts)
+    titles = [t for t in texts if "strategies vs oracle" in t or "gap recovered" in t]
+    assert len(titles) == 2 and all("throughput_source = assumed (MFU" in t for t in titles)

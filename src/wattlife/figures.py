@@ -400,7 +400,9 @@ def fig_allocation(summary: pd.DataFrame, out: Path, title: str = "") -> list[Pa
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xlabel("global power cut (%)")
         ax.set_ylabel("share of equal→oracle gap recovered")
-        ax.set_title("gap recovered (below 0 = worse than the equal split)")
+        ax.set_title("gap recovered (below 0 = worse than the equal split)"
+                     + (f"\nthroughput_source = {tsrc.split(';')[0].rstrip(')')})"
+                        if assumed else ""), fontsize=9 if assumed else None)
         ax.legend(fontsize=7)
         note = worse_than_equal_note(d)
         ax.text(0.0, -0.2, "Worse than equal split: " + note, transform=ax.transAxes, fontsize=7,
