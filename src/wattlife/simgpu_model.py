@@ -33,7 +33,7 @@ The defaults of alpha, gamma and the static/memory power shares come from
 measured A100 points: RMSE 0.85 % of uncapped throughput, worst point 2.7 %; see
 results/reference/a100-emerald/sim_calibration.json), scaled to a 700 W part. With them a job's
 PFI on the 200-700 W grid runs from 1.0 (m = 0) to about 3 (m = 0.85); the paper's H200 range,
-1.10-2.67, is m ~ 0.3-0.78.
+1.10-2.67, is m ~ 0.25-0.78 (PFI under Eq. 1 as published).
 
 Per-job calibration to a published PFI (the power-elasticity study's Table 6, and Table 9's 4-cap
 PFI for its 8-GPU groups) lives in `wattlife.analysis.calibration` (`calibrate_to_pfi`,
