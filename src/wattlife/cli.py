@@ -109,8 +109,14 @@ def cmd_run(a: argparse.Namespace) -> int:
         cell = json.loads(a.cell) if a.cell else None
     except ValueError as exc:
         raise ValueError(f"--cell: expected JSON, got {a.cell!r} ({exc})") from None
+    from .launch import short_host
+    from .runlock import run_folder_lock
+    from .slurm_site import check_step
+
+    check_step(short_host())  # in a Slurm job: what the step holds (log); a 1-CPU step refused
     try:
-        return run_under_sampler(cmd, a.trace, a.events, a.meta, cfg, a.run_id, cell)
+        with run_folder_lock(Path(a.trace).parent):  # one job per run folder (orphans)
+            return run_under_sampler(cmd, a.trace, a.events, a.meta, cfg, a.run_id, cell)
     except KeyboardInterrupt:  # before the sampler took over the signals: nothing was started
         print("wattlife run: interrupted before CMD started", file=sys.stderr)
         return 130
@@ -774,6 +780,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prepare_commands(sub)
     _add_power_commands(sub)
     _add_output_commands(sub)
+    from .cli_slurm import add_parsers as _add_slurm_commands
+
+    _add_slurm_commands(sub)
     return p
 
 
