@@ -192,14 +192,20 @@ def cell_files(name):
     return [os.path.join(CELL.format(**c), name) for c in cells()]
 
 
-def dataset_dir(workload):
-    return os.path.join(CFG.storage["shared"], CFG.workloads[workload].dataset)
+def prepared_by_rule(dataset):
+    """What a cell reading `dataset` waits for: the folder where a rule makes it (the demo's
+    generated data), the download's record where the catalogue names it (a training cell never
+    starts before its dataset is fetched); a dataset prepared outside the workflow is checked by
+    the workload itself (a clear error)."""
+    if dataset in CFG.data.defined:
+        return [os.path.join(CFG.storage["shared"], dataset)]
+    if dataset in CATALOGUE:
+        return [XFER.format(artefact=dataset) + "/record.json"]
+    return []
 
 
 def dataset_input(workload):
-    """The dataset folder as an input where a rule makes it (the demo's generated data); a
-    dataset prepared outside the workflow is checked by the workload itself (a clear error)."""
-    return dataset_dir(workload) if CFG.workloads[workload].dataset in CFG.data.defined else []
+    return prepared_by_rule(CFG.workloads[workload].dataset)
 
 
 def pfi_run():
@@ -253,8 +259,7 @@ PFI_RES = {n: measuring(c.hardware or CFG.powercap.hardware) for n, c in PFI_CEL
 
 def pfi_dataset_input():
     """The protocol's dataset as an input where a rule makes it (tests, demo data)."""
-    ds = PFI_MATRIX.dataset
-    return os.path.join(CFG.storage["shared"], ds) if ds in CFG.data.defined else []
+    return prepared_by_rule(PFI_MATRIX.dataset)
 
 
 

@@ -35,14 +35,14 @@ def _fake_slurm(bindir: Path, log: Path) -> None:
 
 
 def submissions(tmp_path: Path, env: dict, configfile: str, targets: list[str],
-                extra: tuple[str, ...] = ()) -> list[str]:
+                extra: tuple[str, ...] = (), config: tuple[str, ...] = ()) -> list[str]:
     """The sbatch lines of `targets` through `--profile profiles/slurm` with the site values
     only (and `extra` options); the controller's output must not warn about memory."""
     log = tmp_path / "sbatch.log"
     _fake_slurm(tmp_path / "bin", log)
     env = dict(env, PATH=f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}")
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--nolock",
-           "--configfile", configfile, "--config", f"results_dir={tmp_path / 'res'}", SITE,
+           "--configfile", configfile, "--config", f"results_dir={tmp_path / 'res'}", SITE, *config,
            *extra, "--", *targets]
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          start_new_session=True)
@@ -64,6 +64,14 @@ def submissions(tmp_path: Path, env: dict, configfile: str, targets: list[str],
     assert len(lines) == len(targets), out[-3000:]
     assert "No job memory information" not in out, out[-3000:]
     return [re.sub(r" --wrap=.*", "", ln) for ln in lines]
+
+
+def _downloaded(res: Path, artefact: str) -> None:
+    """The files of a finished download (a training cell waits for its dataset's)."""
+    d = res / "transfers" / artefact
+    d.mkdir(parents=True)
+    for name in ("config.json", "trace.csv", "events.csv", "meta.json", "record.json"):
+        (d / name).write_text("")
 
 
 def test_sbatch_lines_of_pfi_cells_and_a_paper_cell(tmp_path, env_path):
@@ -88,6 +96,7 @@ def test_sbatch_lines_of_pfi_cells_and_a_paper_cell(tmp_path, env_path):
     print(f"H100 PFI cap ({cells[h100]['gpus']} GPUs):", ln)
     assert "-p h100q" in ln and "-C h100" in ln and "--exclusive" in ln, ln
     assert "--cpus-per-task=96" in ln and "--mem 1500000" in ln, ln
+    _downloaded(tmp_path / "paper/res", "wikitext-103")
     (paper,) = submissions(tmp_path / "paper", env_path, "config/paper.yaml",
                            [str(tmp_path / "paper/res/runs/qwen/local/ckpt-on/r1/trace.csv")])
     print("paper training cell:", paper)
@@ -99,8 +108,21 @@ def test_sbatch_lines_of_pfi_cells_and_a_paper_cell(tmp_path, env_path):
 
 def test_a_users_slurm_extra_adds_to_the_suites_flags(tmp_path, env_path):
     """`--set-resources <rule>:slurm_extra=...` keeps --exclusive (it used to replace it)."""
+    _downloaded(tmp_path / "res", "wikitext-103")
     user = ("--set-resources", "execute_tokenizer:slurm_extra='--mail-type=END'")  # qwen's rule
     (line,) = submissions(tmp_path, env_path, "config/paper.yaml",
                           [str(tmp_path / "res/runs/qwen/local/ckpt-on/r1/trace.csv")], user)
     print("paper cell with a user extra:", line)
     assert "--exclusive" in line and "--mail-type=END" in line, line
+
+
+def test_a_paper_cell_waits_for_its_dataset_and_transfers_go_to_the_cpu_partition(
+        tmp_path, env_path):
+    """Before its download has run, the qwen cell is not submitted: the download is, in the CPU
+    partition named by `prepare.download_on`, with a runtime from the artefact's size."""
+    (line,) = submissions(tmp_path, env_path, "config/paper.yaml",
+                          [str(tmp_path / "res/runs/qwen/local/ckpt-on/r1/trace.csv")],
+                          config=("prepare={download_on: cpuq}",))
+    print("paper transfer (wikitext-103):", line)
+    assert "rule_download_wildcards_wikitext-103" in line and "-p cpuq" in line, line
+    assert "--exclusive" not in line and "-t 32" in line and "--cpus-per-task=1" in line, line

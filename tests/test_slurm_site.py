@@ -168,3 +168,25 @@ def test_a_curve_rows_gpu_model_is_the_device_that_ran_it():
     assert device_label("Simulated H200 (sim)", "NVIDIA H100", True) == "Simulated H200 (sim)"
     assert device_label(None, "NVIDIA H100", True) == "Simulated H200 (sim)"
     assert device_label(None, "NVIDIA H100", False) == "NVIDIA H100"
+
+
+def test_the_admins_prolog_and_epilog_save_and_restore_limits_by_job_id(tmp_path, env_path):
+    """profiles/slurm/{prolog,epilog}.sh with the simulated backend: the prolog records the
+    node's limits under the job's id (not a user's path); the epilog, run whatever ended the job
+    (here the job was never even started), restores them and removes the record."""
+    env = dict(env_path, SLURM_JOB_ID="4242", WATTLIFE_POWERCAP_DIR=str(tmp_path / "pc"),
+               WATTLIFE_POWERCAP_BACKEND="simulated")
+    repo = Path(__file__).resolve().parents[1]
+    pro = subprocess.run([str(repo / "profiles/slurm/prolog.sh")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert pro.returncode == 0, pro.stderr
+    state = tmp_path / "pc/job-4242.json"
+    doc = json.loads(state.read_text())
+    assert doc["backend"] == "simulated" and doc["limits_w"], doc
+    epi = subprocess.run([str(repo / "profiles/slurm/epilog.sh")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert epi.returncode == 0 and "restored" in epi.stdout, epi.stderr
+    assert not state.exists()
+    again = subprocess.run([str(repo / "profiles/slurm/epilog.sh")], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "no state file" in again.stdout  # nothing was saved

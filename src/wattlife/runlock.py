@@ -90,15 +90,23 @@ def run_folder_lock(folder: str | Path,
     """Hold `folder`'s run lock while the body runs; RuntimeError if another live job holds it.
     Processes of one Slurm job (the nodes of a multi-node job) share it."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     lock = folder / LOCK_NAME
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # no folder, no run: the run itself refuses, naming its option
+        yield lock
+        return
     me = owner_here()
     if os.environ.get(ENV) == str(lock.resolve()):  # ours: taken by a parent of this process
         yield lock
         return
     for _ in range(2):  # a stale lock is removed once, then taken
-        if _take(lock, me):
-            break
+        try:
+            if _take(lock, me):
+                break
+        except OSError:  # an unwritable folder: the run itself refuses, naming its option
+            yield lock
+            return
         try:
             doc = json.loads(lock.read_text())
         except FileNotFoundError:  # released meanwhile

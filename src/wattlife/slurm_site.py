@@ -236,3 +236,27 @@ def check_step(host: str) -> dict[str, Any] | None:
     if problem:
         raise RuntimeError(problem)
     return view
+
+
+# -- power caps on a cluster: the admin's prolog / epilog (profiles/slurm/{prolog,epilog}.sh) -----
+
+
+def save_limits(state_file: str, backend: str) -> dict[int, float]:
+    """Write this node's GPU power limits to `state_file` (the format `wattlife powercap restore`
+    reads) before a job starts; an existing file (the prolog ran twice) keeps the oldest."""
+    import json
+    import os
+    from pathlib import Path
+
+    from .devices.powercap import PowerCapController
+
+    path = Path(state_file)
+    limits = {int(i): float(g["limit_w"])
+              for i, g in PowerCapController(backend=backend).describe()["gpus"].items()}
+    if path.exists():
+        return limits
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"backend": backend, "pid": os.getpid(), "limits_w": limits}))
+    tmp.replace(path)
+    return limits
