@@ -122,3 +122,23 @@ def test_a_cluster_without_accounting_is_named_before_any_job_is_submitted(tmp_p
     log = out.stdout + out.stderr
     assert out.returncode != 0 and "--slurm-status-command squeue" in log, log[-3000:]
     assert "SLURM jobid" not in log, log[-3000:]
+
+
+@pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")
+def test_the_per_node_srun_gives_each_node_all_of_its_cpus_inside_a_one_cpu_step(tmp_path):
+    """The suite's per-node srun (wattlife.launch), run inside a 1-task 1-CPU step of a
+    whole-node job as the executor starts one: its task may run on every CPU of the node (it
+    inherited the step's one CPU before)."""
+    from wattlife.launch import JOB_CPUS, srun_per_node
+
+    cpus, _ = _node_shape("debug")
+    probe = f"{sys.executable} -c 'import os; print(\"cpus\", len(os.sched_getaffinity(0)))'"
+    script = tmp_path / "job.sh"
+    inner = f"{JOB_CPUS} && {srun_per_node(1)} {probe}"
+    script.write_text("#!/bin/bash\nsrun -n1 --cpus-per-task=1 bash -s <<'EOF'\n" + inner
+                      + "\nEOF\n")
+    out = tmp_path / "job.out"
+    sub = subprocess.run(["sbatch", "--wait", "--exclusive", "-p", "debug", "-o", str(out),
+                          str(script)], capture_output=True, text=True, timeout=300)
+    assert sub.returncode == 0, sub.stderr + (out.read_text() if out.exists() else "")
+    assert f"cpus {cpus}" in out.read_text(), out.read_text()
