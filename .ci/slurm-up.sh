@@ -24,6 +24,7 @@ done
 cat > /etc/slurm/gres.conf <<CONF
 NodeName=${host} Name=gpu File=/dev/wattlife-gpu[0-1]
 CONF
+old=$(cat /etc/slurm/slurm.conf 2>/dev/null || true)
 cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=wattlife
 SlurmctldHost=${host}
@@ -32,7 +33,8 @@ SlurmdUser=root
 AuthType=auth/munge
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=task/affinity
+TaskPluginParam=Cores
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
@@ -48,7 +50,15 @@ ReturnToService=2
 NodeName=${host} CPUs=$(nproc) RealMemory=${mem} Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
-rm -f /etc/slurm/cgroup.conf  # 22.05 has no 'disabled'; linuxproc + task/none need no cgroups
+rm -f /etc/slurm/cgroup.conf  # 22.05 has no 'disabled'; linuxproc + task/affinity need no cgroups
+# task/affinity binds every task to the CPUs its step was given (as GPU clusters do): a step of one
+# CPU inside a whole-node job shows up as one CPU in sched_getaffinity. A changed slurm.conf (an
+# older copy of this script ran): stop the daemons through the controller, then start them again.
+if [ -n "$old" ] && [ "$old" != "$(cat /etc/slurm/slurm.conf)" ] && timeout 5 scontrol ping 2>/dev/null | grep -q UP; then
+  scontrol shutdown >/dev/null 2>&1 || true
+  for _ in $(seq 20); do timeout 5 scontrol ping 2>/dev/null | grep -q UP || break; sleep 1; done
+  sleep 2
+fi
 # (a daemon's first fork can linger as a zombie of the same name: ask the daemons, not pgrep)
 timeout 5 scontrol ping 2>/dev/null | grep -q UP || slurmctld
 pgrep -x -r S,R,D slurmd >/dev/null || slurmd

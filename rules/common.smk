@@ -10,6 +10,7 @@ import re
 import shlex
 
 from wattlife import jobs as J
+from wattlife import slurm_site as S
 from wattlife.config import settings
 from wattlife.launch import LaunchSpec, build_command, run_files, train_args
 
@@ -42,10 +43,47 @@ def site_resources(partition=None):
 
 # small CPU steps: in the CPU partition named in the config, else on the submit host (localrules)
 CPU_STEP = site_resources(SLURM.cpu_partition)
-# measuring jobs own their node: the declared `exclusive_node` resource (a local run allows one at a
-# time, the default below) and Slurm's --exclusive; they also take every local core, so nothing
-# else runs beside a measurement on this machine
-MEASURING = {**site_resources(SLURM.gpu_partition), "exclusive_node": 1, "slurm_extra": "--exclusive"}
+# measuring jobs own their nodes (wattlife.slurm_site): Slurm's --exclusive, all of the node's
+# CPUs for the one task the executor starts the job in (cpus_per_task), all of its memory
+# (mem_mb), both from sinfo for the job's partition unless `slurm.cpus_per_task` / `slurm.mem_mb`
+# say; the partition / constraint of the job's hardware (`slurm.partitions`, `slurm.constraints`).
+# A local run: the declared `exclusive_node` resource (one at a time, profiles/local).
+MEASURING_RULES = ("execute", "execute_tokenizer", "pfi_cap", "pfi_cap_multinode")
+
+
+def measuring(hardware=None):
+    """The Slurm resources of a measuring job on `hardware` (a training cell: None)."""
+    return {**S.measuring_resources(SLURM, hardware), "exclusive_node": 1}
+
+
+def measuring_by(key, table):
+    """Resources that differ between the wildcards `key` of a rule: each a function of them
+    (None: not asked for this job)."""
+    names = sorted({k for res in table.values() for k in res})
+    return {n: (lambda wc, n=n: table[wc[key]].get(n)) for n in names}
+
+
+def _keep_suite_flags():
+    """A user's `--set-resources <measuring rule>:slurm_extra=...` adds to the suite's flags
+    (--exclusive) instead of replacing them."""
+    from ast import literal_eval
+
+    from snakemake.resources import Resource
+
+    over = workflow.resource_settings._parsed_overwrite_resources
+    for name in MEASURING_RULES:
+        res = over.get(name)
+        if res is None or "slurm_extra" not in res:
+            continue
+        raw = res["slurm_extra"].raw
+        try:
+            raw = literal_eval(raw)
+        except (ValueError, SyntaxError):
+            pass
+        res["slurm_extra"] = Resource.from_cli_expression("slurm_extra", repr(S.merge_extra(str(raw))))
+
+
+_keep_suite_flags()
 try:
     NODE_CORES = int(workflow.cores)
 except Exception:  # a cluster run without --cores: the jobs' own sizes apply
@@ -154,14 +192,20 @@ def cell_files(name):
     return [os.path.join(CELL.format(**c), name) for c in cells()]
 
 
-def dataset_dir(workload):
-    return os.path.join(CFG.storage["shared"], CFG.workloads[workload].dataset)
+def prepared_by_rule(dataset):
+    """What a cell reading `dataset` waits for: the folder where a rule makes it (the demo's
+    generated data), the download's record where the catalogue names it (a training cell never
+    starts before its dataset is fetched); a dataset prepared outside the workflow is checked by
+    the workload itself (a clear error)."""
+    if dataset in CFG.data.defined:
+        return [os.path.join(CFG.storage["shared"], dataset)]
+    if dataset in CATALOGUE:
+        return [XFER.format(artefact=dataset) + "/record.json"]
+    return []
 
 
 def dataset_input(workload):
-    """The dataset folder as an input where a rule makes it (the demo's generated data); a
-    dataset prepared outside the workflow is checked by the workload itself (a clear error)."""
-    return dataset_dir(workload) if CFG.workloads[workload].dataset in CFG.data.defined else []
+    return prepared_by_rule(CFG.workloads[workload].dataset)
 
 
 def pfi_run():
@@ -209,9 +253,21 @@ def pfi_cap_files(name):
 
 
 PFI_MULTI = {n for n in PFI_CELLS if pfi_shape(n)[0] > 1}
+# each cell's Slurm resources: on the partition / constraint of its hardware profile
+PFI_RES = {n: measuring(c.hardware or CFG.powercap.hardware) for n, c in PFI_CELLS.items()}
 
 
 def pfi_dataset_input():
     """The protocol's dataset as an input where a rule makes it (tests, demo data)."""
-    ds = PFI_MATRIX.dataset
-    return os.path.join(CFG.storage["shared"], ds) if ds in CFG.data.defined else []
+    return prepared_by_rule(PFI_MATRIX.dataset)
+
+
+
+onstart:
+    # the controller only: a Slurm run on a cluster without accounting would wait forever for
+    # sacct to see its first job end; say which flag to add instead
+    plugin = workflow.executor_plugin
+    if plugin is not None and plugin.name == "slurm":
+        why = S.status_preflight(getattr(workflow.executor_settings, "status_command", None))
+        if why:
+            raise WorkflowError(why)

@@ -45,8 +45,7 @@ for _name, _workloads in EXECUTE_KINDS.items():
             cmd=train_command,
         threads: NODE_CORES  # a local run: the whole machine, nothing else beside a measurement
         resources:
-            **MEASURING,
-            mem_mb=0,  # no --mem: a whole node's default memory (--exclusive)
+            **measuring(),  # whole nodes: --exclusive, every CPU and all memory (common.smk)
             **({"gres": f"gpu:{cell_gpus()}"} if cell_gpus() else {}),  # per node: --gres=gpu:N
             nodes=EXE.nodes,
             runtime=EXE.runtime_min,

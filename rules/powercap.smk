@@ -35,8 +35,7 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 slice=slice_of(lambda wc: J.pfi_cap_slice(config, wc.pcell, float(wc.cap))),
             threads: NODE_CORES  # a local run: the whole machine while caps change and it is measured
             resources:
-                **MEASURING,
-                mem_mb=0,  # no --mem: a whole node's default memory (--exclusive)
+                **measuring_by("pcell", PFI_RES),  # whole nodes of the cell's hardware (common.smk)
                 gres=lambda wc: f"gpu:{pfi_shape(wc.pcell)[1]}",  # per node: --gres=gpu:N
                 nodes=lambda wc: pfi_shape(wc.pcell)[0],
                 runtime=J.pfi_runtime_min(PFI_MATRIX.duration_s),

@@ -108,8 +108,11 @@ def test_multi_node_command_caps_and_samples_every_node():
     spec = LaunchSpec(nodes=4, gpus_per_node=8, cap_w=500, powercap_backend="nvidia-smi",
                       allow_real=True)
     cmd = build_command(spec, config="c.json", run_dir="R", run_id="x", cell={}, inner=["train"])
-    assert ("srun --overlap --nodes=4 --ntasks-per-node=1 --kill-on-bad-exit=1"
-            " --cpus-per-task=\"${SLURM_CPUS_ON_NODE:-1}\"") in cmd
+    # one task per node (--ntasks: not the executor step's SLURM_NTASKS=1), each with the job's
+    # CPUs of its node (not the step's one CPU)
+    assert ("srun --overlap --nodes=4 --ntasks=4 --ntasks-per-node=1 --kill-on-bad-exit=1"
+            " --cpus-per-task=\"$cpn\" --cpu-bind=cores") in cmd
+    assert 'cpn="${SLURM_JOB_CPUS_PER_NODE:-' in cmd
     # each node's launch-node sets the cap on its own GPUs and runs its own sampler and torchrun
     assert "wattlife launch-node --config c.json --node-dir R/nodes" in cmd
     assert "--cap 500 --powercap-backend nvidia-smi --state-dir R --allow-real" in cmd

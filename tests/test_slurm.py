@@ -1,5 +1,6 @@
 """The workflow through a real Slurm (Debian's slurm-wlm, one node; `.ci/slurm-up.sh` starts it)."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -19,6 +20,13 @@ def _node_gres() -> str:
     return subprocess.run(["scontrol", "show", "node"], capture_output=True, text=True).stdout
 
 
+def _node_shape(partition: str) -> tuple[int, int]:
+    """CPUs and memory (MB) of the partition's node, as sinfo lists them."""
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%c %m"],
+                         capture_output=True, text=True).stdout.split()
+    return int(out[0]), int(out[1].rstrip("+"))
+
+
 def _slurm_up() -> bool:
     if shutil.which("srun") is None:
         return False
@@ -28,6 +36,10 @@ def _slurm_up() -> bool:
 
 @pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")
 def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
+    conf_text = subprocess.run(["scontrol", "show", "config"], capture_output=True,
+                               text=True).stdout
+    # the cluster binds tasks to their CPUs (as GPU clusters do): a 1-CPU step shows as one CPU
+    assert re.search(r"TaskPlugin\s*=.*(affinity|cgroup)", conf_text), "run .ci/slurm-up.sh"
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
     cfg["results_dir"] = str(tmp_path / "res")
     cfg["storage"] = {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")}
@@ -59,6 +71,15 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
                            text=True).stdout
     assert "execute" in shown and "Partition=debug" in shown, shown
     assert re.search(r"OverSubscribe=NO|Shared=0|exclusive", shown, re.I), shown
+    # the whole node: every CPU and all of its memory, as sinfo lists the partition's node
+    cpus, mem = _node_shape("debug")
+    assert re.search(rf"\bNumCPUs={cpus}\b", shown) and f"MinMemoryNode={mem}M" in shown, shown
+    # inside the measuring step (and each node's launch-node): every CPU of the job's node
+    steps = [json.loads(m) for m in re.findall(r"wattlife: slurm step (\{.*\})",
+                                                (cell / "run.log").read_text())]
+    print("measuring steps saw:", steps)
+    assert steps and all(s["job_id"] == ids[0] and s["cpus_allowed"] == cpus
+                         and s["job_cpus_on_node"] == cpus for s in steps), steps
     if gres:  # the GPU rule asked for its GPU per node (--gres) and Slurm granted the placeholder
         assert re.search(r"gres/gpu[=:]1|gpu:1", shown), shown
     node_traces = list((cell / "nodes").glob("*/trace.csv"))
@@ -84,3 +105,40 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
                             str(tmp_path / "res/tables/pfi.csv")], cwd=REPO, env=env_path,
                            capture_output=True, text=True, timeout=300)
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
+
+
+@pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")
+def test_a_cluster_without_accounting_is_named_before_any_job_is_submitted(tmp_path, env_path):
+    """Without --slurm-status-command squeue the executor would poll sacct, which never sees a
+    job end here (accounting_storage/none): the run stops at once and names the flag."""
+    shown = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    if not re.search(r"AccountingStorageType\s*=\s*accounting_storage/none", shown):
+        pytest.skip("this cluster has accounting")
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                          "--config", f"results_dir={tmp_path / 'res'}",
+                          "slurm={gpu_partition: debug}", "--",
+                          str(tmp_path / "res/tables/pfi.csv")], cwd=REPO, env=env_path,
+                         capture_output=True, text=True, timeout=600)
+    log = out.stdout + out.stderr
+    assert out.returncode != 0 and "--slurm-status-command squeue" in log, log[-3000:]
+    assert "SLURM jobid" not in log, log[-3000:]
+
+
+@pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")
+def test_the_per_node_srun_gives_each_node_all_of_its_cpus_inside_a_one_cpu_step(tmp_path):
+    """The suite's per-node srun (wattlife.launch), run inside a 1-task 1-CPU step of a
+    whole-node job as the executor starts one: its task may run on every CPU of the node (it
+    inherited the step's one CPU before)."""
+    from wattlife.launch import JOB_CPUS, srun_per_node
+
+    cpus, _ = _node_shape("debug")
+    probe = f"{sys.executable} -c 'import os; print(\"cpus\", len(os.sched_getaffinity(0)))'"
+    script = tmp_path / "job.sh"
+    inner = f"{JOB_CPUS} && {srun_per_node(1)} {probe}"
+    script.write_text("#!/bin/bash\nsrun -n1 --cpus-per-task=1 bash -s <<'EOF'\n" + inner
+                      + "\nEOF\n")
+    out = tmp_path / "job.out"
+    sub = subprocess.run(["sbatch", "--wait", "--exclusive", "-p", "debug", "-o", str(out),
+                          str(script)], capture_output=True, text=True, timeout=300)
+    assert sub.returncode == 0, sub.stderr + (out.read_text() if out.exists() else "")
+    assert f"cpus {cpus}" in out.read_text(), out.read_text()

@@ -109,8 +109,14 @@ def cmd_run(a: argparse.Namespace) -> int:
         cell = json.loads(a.cell) if a.cell else None
     except ValueError as exc:
         raise ValueError(f"--cell: expected JSON, got {a.cell!r} ({exc})") from None
+    from .launch import short_host
+    from .runlock import run_folder_lock
+    from .slurm_site import check_step
+
+    check_step(short_host())  # in a Slurm job: what the step holds (log); a 1-CPU step refused
     try:
-        return run_under_sampler(cmd, a.trace, a.events, a.meta, cfg, a.run_id, cell)
+        with run_folder_lock(Path(a.trace).parent):  # one job per run folder (orphans)
+            return run_under_sampler(cmd, a.trace, a.events, a.meta, cfg, a.run_id, cell)
     except KeyboardInterrupt:  # before the sampler took over the signals: nothing was started
         print("wattlife run: interrupted before CMD started", file=sys.stderr)
         return 130
@@ -254,6 +260,11 @@ def cmd_powercap(a: argparse.Namespace) -> int:
             return 0
         restored = restore_from_state(a.state)
         print(f"restored {len(restored)} GPU power limit(s) from {a.state}: {restored}")
+        return 0
+    if a.action == "save":  # a Slurm prolog (profiles/slurm/prolog.sh): the limits before a job
+        from .slurm_site import save_limits
+
+        print(f"saved GPU power limits to {a.state}: {save_limits(a.state, a.backend)}")
         return 0
     ctl = PowerCapController(backend=a.backend, state_file=a.state, allow_real=False)
     print(json.dumps(ctl.describe(), indent=2))
@@ -653,13 +664,16 @@ def _add_power_commands(sub: Any) -> None:
     acu.add_argument("-o", "--output", required=True, help="the combined curves.csv to write")
     acu.set_defaults(fn=cmd_aggregate_curves)
 
-    pc = sub.add_parser("powercap", help="show GPU power limits, or restore them from a state file")
-    pc.add_argument("action", choices=["show", "restore"],
-                    help="show the limits, or restore them from the state file")
+    pc = sub.add_parser("powercap", help="show GPU power limits, save them to or restore them "
+                                         "from a state file")
+    pc.add_argument("action", choices=["show", "save", "restore"],
+                    help="show the limits, save them to the state file (a Slurm prolog), or "
+                         "restore them from it")
     pc.add_argument("--state", default="wattlife-powercap-state.json",
                     help="state file a controller wrote (default: %(default)s)")
     pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
-                    help="for `show`: where to read the limits (default: %(default)s)")
+                    help="for `show` and `save`: where to read the limits (default: "
+                         "%(default)s)")
     pc.set_defaults(fn=cmd_powercap)
 
     f = sub.add_parser("pfi", help="Power Flexibility Index per job from curves.csv")
@@ -778,6 +792,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prepare_commands(sub)
     _add_power_commands(sub)
     _add_output_commands(sub)
+    from .cli_slurm import add_parsers as _add_slurm_commands
+
+    _add_slurm_commands(sub)
     return p
 
 

@@ -489,6 +489,10 @@ class Slurm:
     account: str | None
     gpu_partition: str | None
     cpu_partition: str | None
+    partitions: Mapping[str, str] | None   # hardware profile -> partition (else gpu_partition)
+    constraints: Mapping[str, str] | None  # hardware profile -> --constraint
+    cpus_per_task: int | None              # a measuring job's CPUs per node (else sinfo's)
+    mem_mb: int | None                     # a measuring job's memory per node (else sinfo's)
 
 
 @dataclass(frozen=True)

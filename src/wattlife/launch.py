@@ -110,16 +110,33 @@ def build_command(spec: LaunchSpec, *, config: str, run_dir: str, run_id: str, c
                 f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.gpus_per_node}",
                 "--rdzv-backend=c10d"]
     head = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
-    srun = ["srun", "--overlap", f"--nodes={spec.nodes}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=1"]
     nodes = shlex.quote(f["nodes"])
-    # each node's one task gets the node's CPUs (not the batch job's --cpus-per-task)
-    return (f"{head} && {_q(srun)} --cpus-per-task=\"${{SLURM_CPUS_ON_NODE:-1}}\" {_q(per_node)}"
+    return (f"{head} && {JOB_CPUS} && {srun_per_node(spec.nodes)} {_q(per_node)}"
             f" --rdzv-endpoint=\"$head:{RDZV_PORT}\" "
             f"{_q(['-m', 'wattlife.cli'] + inner)}"
             f" && wattlife merge-nodes --traces {nodes}/*/trace.csv --events {nodes}/*/events.csv"
             f" --trace {shlex.quote(f['trace'])} --events-out {shlex.quote(f['events'])}"
             f" && wattlife launch-node --merge-meta {nodes} --meta {shlex.quote(f['meta'])}")
+
+
+# the CPUs the job holds on each node: SLURM_JOB_CPUS_PER_NODE is "N", "N(xK)" or "N,M(xK)" (in
+# the executor's step, whose environment it cleans, only its _PACK_GROUP_0 copy is left); the
+# step's own SLURM_CPUS_ON_NODE / SLURM_CPUS_PER_TASK are the step's, not the job's
+JOB_CPUS = ('cpn="${SLURM_JOB_CPUS_PER_NODE:-${SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0:-1}}"'
+            ' && cpn="${cpn%%[(,]*}"')
+
+
+def srun_per_node(nodes: int) -> str:
+    """The srun that starts one task per node of the job, each with all of its node's CPUs
+    (after `JOB_CPUS` has set $cpn).
+
+    Explicit `--ntasks`: inside the executor's 1-task step SLURM_NTASKS=1 is inherited, and
+    srun would otherwise shrink to one node ("can't run 1 processes on N nodes"). Explicit
+    `--cpus-per-task` and `--cpu-bind`: the step's SLURM_CPUS_PER_TASK / SLURM_CPU_BIND (one
+    CPU) are inherited too, and a binding cluster would pin the whole node's ranks to it."""
+    args = ["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1"]
+    return f'{_q(args)} --cpus-per-task="$cpn" --cpu-bind=cores'
 
 
 def short_host() -> str:
@@ -135,19 +152,25 @@ def run_node(cmd: list[str], *, sampler_cfg: dict[str, Any], run_id: str, cell: 
     node_dir/<host>/ (one folder per node of a multi-node job)."""
     from .devices.powercap import PowerCapController
     from .run import run_under_sampler
+    from .runlock import run_folder_lock
     from .sampler import with_sim_gpu_cap
+    from .slurm_site import check_step
 
     host = short_host()
+    check_step(host)  # in a Slurm job: what this node's step holds; a 1-CPU step is refused
     if node_dir:
         d = Path(node_dir) / host
         trace, events, meta = str(d / "trace.csv"), str(d / "events.csv"), str(d / "meta.json")
     if not (trace and events):
         raise ValueError("launch-node: give --trace and --events, or --node-dir")
     cfg = dict(sampler_cfg)
+    folder = Path(node_dir).parent if node_dir else Path(trace).parent
     if cap_w is None:
-        return run_under_sampler(cmd, trace, events, meta, cfg, run_id, cell)
+        with run_folder_lock(folder):  # one job per run folder (orphans of a killed controller)
+            return run_under_sampler(cmd, trace, events, meta, cfg, run_id, cell)
     state = Path(state_dir or Path(trace).parent) / f"powercap-state-{host}.json"
-    with PowerCapController(backend, state_file=state, allow_real=allow_real) as ctl:
+    with run_folder_lock(folder), \
+            PowerCapController(backend, state_file=state, allow_real=allow_real) as ctl:
         ctl.set_cap(cap_w)
         if backend == "simulated":  # the simulated GPU's power follows the cap
             cfg = with_sim_gpu_cap(cfg, ctl.dev.get(0))

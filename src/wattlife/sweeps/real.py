@@ -122,6 +122,25 @@ def curve_point(trace: str | Path, events: str | Path,
                 **st.attrs["telemetry"])
 
 
+def device_label(device: str | None, profile_gpu: str, simulated: bool, cell: str = "") -> str:
+    """A curve row's `gpu_model`: the device that ran it (meta.json's `gpu_model`), checked
+    against the cell's hardware profile. A real device matches when the profile's model (the last
+    word of its `gpu_model`, e.g. H100) is a word of the device's name ("NVIDIA H100 80GB HBM3")
+    and is labelled with the profile's name; a mismatch is refused (ValueError: the job ran on
+    other hardware than the cell names). The simulated GPU ("... (sim)") stands in for any
+    profile and is labelled with its own name. No device seen (nothing measured): the simulated
+    GPU's name under the simulated backend, else the profile's."""
+    if not device:
+        return SimGpuModel().name if simulated else profile_gpu
+    if device.endswith("(sim)"):
+        return device
+    model = profile_gpu.split()[-1].lower()
+    if model not in device.lower().replace("-", " ").split():
+        raise ValueError(f"pfi_matrix.cells.{cell}: its hardware is {profile_gpu} but the job ran "
+                         f"on {device} (place it with slurm.partitions / slurm.constraints)")
+    return profile_gpu
+
+
 def sweep_matrix_cap(config_path: str | Path, cell: str, cap_w: float, out: str | Path,
                      backend: str | None = None) -> pd.DataFrame:
     """One `pfi_matrix` cell trained at one per-GPU cap: the cap set on every GPU of every node of
@@ -136,6 +155,7 @@ def sweep_matrix_cap(config_path: str | Path, cell: str, cap_w: float, out: str 
     from ..config import load_config
     from ..jobs import nodes_for
     from ..launch import LaunchSpec, build_command, train_args
+    from ..runlock import run_folder_lock
 
     cfg = load_config(config_path)
     w, c, prof = matrix_cell_workload(cfg, cell)
@@ -152,7 +172,9 @@ def sweep_matrix_cap(config_path: str | Path, cell: str, cap_w: float, out: str 
     cmd = build_command(spec, config=str(config_path), run_dir=str(d),
                         run_id=f"{cell}-cap{cap_w:g}", cell={"pfi_cell": cell},
                         inner=train_args(str(wl), cell, "shared", "on", str(d / "work")))
-    row: dict[str, Any] = {"job": cell, "gpu_model": prof.gpu_model, "n_gpus": c.gpus,
+    simulated = spec.powercap_backend == "simulated"
+    row: dict[str, Any] = {"job": cell, "gpu_model": device_label(None, prof.gpu_model, simulated),
+                           "n_gpus": c.gpus,
                            "cap_w": float(cap_w), "throughput_unit": "tokens/s",
                            "category": c.task, "set": c.set or "main"}  # the schema: main = own
     if c.paper_job:  # the study's label: PFI tables put the published value beside it
@@ -160,10 +182,14 @@ def sweep_matrix_cap(config_path: str | Path, cell: str, cap_w: float, out: str 
         row["hardware"] = c.hardware or pc.hardware
     (d / "work").mkdir(exist_ok=True)
     print(cmd, flush=True)
-    rc = subprocess.run(["bash", "-c", cmd]).returncode
+    with run_folder_lock(d):  # one job per (cell, cap) folder: an orphan's twin refuses here
+        rc = subprocess.run(["bash", "-c", cmd]).returncode
     try:
         if rc != 0:
             raise RuntimeError(f"the run exited with {rc} (see run.log)")
+        device = json.loads((d / "meta.json").read_text()).get("gpu_model")
+        row["gpu_model"] = device_label(device, prof.gpu_model, simulated, cell)
+        row["device"] = device or ""
         row.update(curve_point(d / "trace.csv", d / "events.csv", pc.steady_rule, pc.warmup_frac))
     except Exception as exc:  # recorded: the curve shows the failed cap
         row.update(throughput=np.nan, power_w=np.nan, source="", status=f"failed: {exc}")
