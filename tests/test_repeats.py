@@ -195,3 +195,15 @@ def test_the_h200_run_executed_repeat_r_of_every_cell_before_repeat_r_plus_1():
     assert {(r[0], r[-1]) for r in started} == {("execute", "1"), ("execute_r2", "2"),
                                                  ("execute_r3", "3")}
     assert "snakemake rc=0" in log and "64 of 64 steps (100%) done" in log
+
+
+def test_presets_that_compare_storage_or_checkpoint_repeat_each_cell_three_times():
+    from wattlife.config import load_config
+
+    for name in ("paper.yaml", "gpu1.yaml"):
+        ex = load_config(REPO / "config" / name)["execution"]
+        assert len(ex["storage"]) * len(ex["checkpoint"]) > 1 and ex["repeats"] >= 3, name
+    for name in ("gpu1-repeats.yaml", "gpu1-repeats-storage.yaml"):  # overlays of gpu1.yaml
+        assert yaml.safe_load((REPO / "config" / name).read_text())["execution"]["repeats"] >= 3
+    demo = yaml.safe_load((REPO / "config/config.yaml").read_text())["execution"]
+    assert demo["repeats"] == 1  # the demo's figures say "n = 1: no interval" (see above)
