@@ -57,6 +57,7 @@ rule aggregate_phases:
         summary=f"{RES}/tables/phase_summary.csv",
         share=f"{RES}/tables/device_share.csv",
         deltas=f"{RES}/tables/storage_checkpoint.csv",
+        throughput=f"{RES}/tables/throughput.csv",
     log:
         f"{RES}/logs/aggregate_phases.log",
     resources:

@@ -2,6 +2,10 @@
 # Each cell's params are its own config slice (wattlife.jobs.cell_slice), written beside its
 # outputs as config.json and read by the cell as its config: a change to another workload, to the
 # analysis, or to the order of keys reruns nothing here.
+# Repeats are spread in time: one rule per repeat index (`execute` is repeat 1, `execute_r<N>`
+# repeat N), each with a priority that falls with N (wattlife.jobs.repeat_priority), so the
+# scheduler runs repeat r of every cell before repeat r + 1 of any (locally, where measuring jobs
+# run one at a time; on Slurm, the order in which they are submitted and queued).
 # Rerun one cell (measured again, and everything downstream of it):
 #   snakemake --profile profiles/local --forcerun <results>/runs/<workload>/<storage>/ckpt-<on|off>/r<N>/trace.csv
 
@@ -15,9 +19,11 @@ def _tokenizer_workloads():
 EXECUTE_KINDS = {"execute": [w for w in EXE.workloads if w not in _tokenizer_workloads()],
                  "execute_tokenizer": _tokenizer_workloads()}
 
-for _name, _workloads in EXECUTE_KINDS.items():
+for (_kind, _workloads), _repeat in itertools.product(EXECUTE_KINDS.items(),
+                                                      range(1, EXE.repeats + 1)):
     if not _workloads:
         continue
+    _name = _kind if _repeat == 1 else f"{_kind}_r{_repeat}"
 
     rule:
         name:
@@ -33,11 +39,13 @@ for _name, _workloads in EXECUTE_KINDS.items():
             ranks=CELL_FILES.get("ranks", []),
             nodes=directory(CELL_FILES["nodes"]) if "nodes" in CELL_FILES else [],
             clock=CELL_FILES.get("clock", []),
-            tokenizer=f"{CELL}/work/tokenizer/tokenizer.json" if _name == "execute_tokenizer" else [],
+            tokenizer=f"{CELL}/work/tokenizer/tokenizer.json" if _kind == "execute_tokenizer" else [],
         log:
             f"{CELL}/run.log",
         wildcard_constraints:
             workload="|".join(map(re.escape, _workloads)),
+            repeat=str(_repeat),
+        priority: J.repeat_priority(_repeat, EXE.repeats)
         conda:
             "../envs/wattlife.yaml"
         params:

@@ -149,7 +149,8 @@ def test_gpu1_workflow_tables_are_recomputed_from_the_committed_cells(tmp_path):
     write_phase_tables([c / "phases.csv" for c in WORKFLOW_CELLS], tmp_path,
                        metas=[c / "meta.json" for c in WORKFLOW_CELLS],
                        summaries=[c / "work" / "summary.json" for c in WORKFLOW_CELLS])
-    for name in ("phase_summary.csv", "device_share.csv", "storage_checkpoint.csv"):
+    for name in ("phase_summary.csv", "device_share.csv", "storage_checkpoint.csv",
+                 "throughput.csv"):
         made, committed = pd.read_csv(tmp_path / name), pd.read_csv(WORKFLOW / "tables" / name)
         assert list(made.columns) == list(committed.columns), name
         pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9)

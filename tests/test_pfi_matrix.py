@@ -73,5 +73,7 @@ def test_dry_run_of_the_paper_matrix(env_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out.stdout, re.M))
     assert counts["download"] == "12" and counts["upload"] == "1"
-    assert int(counts["execute"]) + int(counts["execute_tokenizer"]) == 24  # resnet's 12, qwen's 12
+    cells = {k: int(v) for k, v in counts.items() if k.startswith("execute")}
+    assert sum(cells.values()) == 24  # resnet's 12, qwen's 12: 4 cells x 3 repeats each
+    assert cells["execute_r3"] == cells["execute"] == 4  # one rule per repeat index
     assert "-- torchrun --nproc-per-node 4 -m wattlife.cli train" in out.stdout

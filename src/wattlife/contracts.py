@@ -39,7 +39,7 @@ SUMMARY_FILE = "work/summary.json"  # the workload's summary, relative to the ru
 TABLE_FILES = {
     "phases": "phases.csv", "phase_summary": "phase_summary.csv",
     "device_share": "device_share.csv", "storage_checkpoint": "storage_checkpoint.csv",
-    "curves": "curves.csv", "pfi": "pfi.csv",
+    "throughput": "throughput.csv", "curves": "curves.csv", "pfi": "pfi.csv",
 }
 
 # ----------------------------------------------------------------------------- columns

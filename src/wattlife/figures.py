@@ -1,4 +1,5 @@
-"""Figures, each drawn from one table (never from raw state), PNG and PDF, one style.
+"""Figures, each drawn from one table (never from raw state), PNG and PDF, one style. The
+execution matrix's fig. 1 and fig. 3 live in `figures_lifecycle` (with their intervals).
 
 Every figure carries the sources of its numbers: a label says when a value is simulated (`sim`)
 or estimated (`estimate`), never letting them pass for measurements.
@@ -82,55 +83,6 @@ def _phase_sort(phases: pd.Series) -> list[str]:
     return known + sorted(set(phases) - set(known))
 
 
-def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
-    """Fig. 1: per-phase energy (CPU and GPU stacked, 95% interval) and time, per workload."""
-    style()
-    cells = summary.drop_duplicates(["workload", "storage", "checkpoint"])
-    pick = []
-    for _, g in cells.groupby("workload"):
-        pref = g[(g["storage"] == "shared") & (g["checkpoint"] == "on")]
-        pick.append((pref if len(pref) else g).iloc[0][["workload", "storage", "checkpoint"]])
-    pick = pd.DataFrame(pick)
-    fig, axes = plt.subplots(len(pick), 2, figsize=(12, 1.2 + 0.42 * 14 * len(pick)),
-                             squeeze=False)
-    for row, (_, cell) in enumerate(pick.iterrows()):
-        rows = summary[(summary["workload"] == cell["workload"])
-                       & (summary["storage"] == cell["storage"])
-                       & (summary["checkpoint"] == cell["checkpoint"])]
-        order = _phase_sort(rows["phase"])
-        energy = rows.pivot_table(index="phase", columns="device_kind", values="energy_j",
-                                  aggfunc="sum")
-        energy = energy.reindex(order).fillna(0) / 1000.0
-        lo = rows.groupby("phase")["energy_lo_j"].sum().reindex(order) / 1000.0
-        hi = rows.groupby("phase")["energy_hi_j"].sum().reindex(order) / 1000.0
-        ax = axes[row, 0]
-        left = np.zeros(len(order))
-        for kind, color in (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f")):
-            if kind in energy.columns:
-                ax.barh(order, energy[kind], left=left, color=color, label=kind.upper())
-                left += energy[kind].to_numpy()
-        tot = energy.sum(axis=1).to_numpy()
-        ax.errorbar(tot, order, xerr=[np.clip(tot - lo.fillna(0).to_numpy(), 0, None),
-                                      np.clip(hi.fillna(0).to_numpy() - tot, 0, None)],
-                    fmt="none", ecolor="black", capsize=2, lw=0.8)
-        ax.invert_yaxis()
-        ax.set_xlabel(f"energy (kJ) — {source_words(rows)}")
-        ax.set_title(f"{cell['workload']} — storage {cell['storage']}, "
-                     f"checkpoint {cell['checkpoint']}")
-        ax.legend(loc="best", title="device")
-        t = rows.groupby("phase")["time_s"].max().reindex(order).fillna(0)
-        ax2 = axes[row, 1]
-        ax2.barh(order, t, color=[_PALETTE.get(p, "#999999") for p in order])
-        ax2.invert_yaxis()
-        ax2.set_xlabel("time (s)")
-        ax2.set_title("time per phase")
-        ax2.set_yticklabels([])
-    fig.suptitle("Energy and time per lifecycle phase", y=1.0)
-    fig.text(0.01, -0.01, "Sources — " + source_note(summary), fontsize=8, ha="left", va="top")
-    fig.tight_layout()
-    return _save(fig, out)
-
-
 def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
     """Fig. 2: CPU/GPU share of the energy per workload and cell."""
     style()
@@ -153,36 +105,6 @@ def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
     ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
     ax.set_title("CPU / GPU share of energy")
     fig.text(0.01, -0.1, "Sources — " + source_note(share), fontsize=8, ha="left", va="top")
-    return _save(fig, out)
-
-
-def fig_storage_checkpoint(deltas: pd.DataFrame, out: Path) -> list[Path]:
-    """Fig. 3: time and energy deltas per phase vs the shared / checkpoint-off baseline."""
-    style()
-    d = deltas[~((deltas["storage"] == "shared") & (deltas["checkpoint"] == "off"))].copy()
-    d["cell"] = d["storage"] + ", ckpt " + d["checkpoint"]
-    workloads = sorted(d["workload"].unique())
-    fig, axes = plt.subplots(len(workloads), 2, figsize=(13, 1.0 + 4.6 * len(workloads)),
-                             squeeze=False)
-    for r, w in enumerate(workloads):
-        g = d[d["workload"] == w]
-        order = _phase_sort(g["phase"])
-        panels = (("d_energy_j", f"Δ energy (J), GPU + CPU {source_tag(deltas)}", "energy"),
-                  ("d_time_s", "Δ time (s) — measured wall time", "time"))
-        for c, (col, label, what) in enumerate(panels):
-            ax = axes[r, c]
-            sns.barplot(data=g, y="phase", x=col, hue="cell", order=order, ax=ax, orient="h")
-            ax.axvline(0, color="black", lw=0.8)
-            ax.set_xlabel(label)
-            ax.set_ylabel("" if c else "phase")
-            ax.set_title(f"{w}: {what} vs shared storage, checkpoint off")
-            if c:
-                ax.set_yticklabels([])
-            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3,
-                      title=None)
-    fig.text(0.01, -0.01, "Sources — " + source_note(deltas, by=None), fontsize=8, ha="left",
-             va="top")
-    fig.tight_layout()
     return _save(fig, out)
 
 
@@ -477,6 +399,8 @@ def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
 def draw_all(tables: str | Path, out: str | Path, expect: list[str] | None = None) -> list[Path]:
     """Every figure whose table exists in `tables` (`wattlife figures`, rule `figures`). With
     `expect` (figure paths), an error names those not drawn (their tables are missing?)."""
+    from .figures_lifecycle import fig_phase_energy, fig_storage_checkpoint
+
     tables, out = Path(tables), Path(out)
     made: list[Path] = []
 
@@ -588,6 +512,7 @@ def draw_reference(ref_root: str | Path, out: str | Path) -> list[Path]:
     """Every figure of the committed reference results (no GPU), drawn from tables: the committed
     CSVs, and the tables `analysis.reference` makes from the raw ones (written under `out`)."""
     from .analysis.reference import A100_TABLES, H200_EXECUTION_TABLES, write_reference_tables
+    from .figures_lifecycle import fig_phase_energy
 
     ref_root, out = Path(ref_root), Path(out)
     tables = write_reference_tables(ref_root, out)

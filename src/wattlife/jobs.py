@@ -173,3 +173,10 @@ def transfer_runtime_min(size_bytes: float, min_rate_mbps: float = 100.0, margin
 def pfi_runtime_min(duration_s: float, startup_min: int = 30, margin: float = 1.5) -> int:
     """Minutes for one PFI cap run: the protocol's duration with a margin, plus model start-up."""
     return int(startup_min + math.ceil(margin * duration_s / 60))
+
+
+def repeat_priority(repeat: int, repeats: int) -> int:
+    """Scheduler priority of a cell's repeat `repeat` of `repeats`: higher for earlier repeats
+    (repeats - repeat), so repeat r of every cell runs before repeat r + 1 of any; 0 for the last,
+    the priority of every other job."""
+    return max(repeats - int(repeat), 0)

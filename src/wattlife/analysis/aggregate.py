@@ -20,8 +20,18 @@ from ..contracts import (
     read_table,
     write_csv,
 )
+from .repeats import (
+    EFFECT_INTERVAL,
+    INTERVAL,
+    PER_STEP_PHASES,
+    interval_columns,
+    item_unit,
+    significant,
+    welch_interval,
+)
 
 CELL_KEYS = ["workload", "storage", "checkpoint", "repeat"]
+CELLS = CELL_KEYS[:3]  # a cell of the matrix, over its repeats
 
 
 CELL_DIR = re.compile(r"^(?P<workload>.+)-(?P<storage>shared|local)-ckpt(?P<checkpoint>on|off)$")
@@ -59,66 +69,167 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
             # wattlife.analysis.performance); `throughput_wall`: pauses included
             df["throughput_basis"] = s.get("throughput_basis", "unrecorded")
             df["throughput_wall"] = s.get("throughput_wall")
+            # items trained, all ranks (epochs_run = items / train_items): per-item energy
+            df["items"] = (s["epochs_run"] * s["train_items"]
+                           if s.get("epochs_run") and s.get("train_items") else np.nan)
         frames.append(df)
     if not frames:
         raise ValueError("no phases.csv to aggregate")
     return pd.concat(frames, ignore_index=True)
 
 
-def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
-    """Per workload x storage x checkpoint x phase x device kind: mean over repeats of the energy
-    and time summed over devices, with the 95% interval carried (summed) and the sources."""
-    p = phases[phases["phase"] != RESIDUAL]
-    per_run = p.groupby(CELL_KEYS + ["phase", "device_kind"], as_index=False).agg(
+def per_run(phases: pd.DataFrame) -> pd.DataFrame:
+    """One row per run x phase x device kind (energy and intervals summed over devices, time the
+    longest device's), with the run's `items` and `throughput_unit`. A phase that some repeats of
+    a cell have and others lack counts 0 J and 0 s in those (so every cell's n is its repeats)."""
+    p = phases[phases["phase"] != RESIDUAL].copy()
+    for col in ("items", "throughput_unit"):
+        if col not in p.columns:
+            p[col] = np.nan
+    rows = p.groupby(CELL_KEYS + ["phase", "device_kind"], as_index=False, dropna=False).agg(
         energy_j=("energy_j", "sum"), energy_lo_j=("energy_lo_j", "sum"),
         energy_hi_j=("energy_hi_j", "sum"), time_s=("time_s", "max"),
         method=("method", lambda s: ",".join(sorted(set(s)))),
         source=("source", lambda s: ",".join(sorted(set(s)))))
-    keys = [k for k in CELL_KEYS if k != "repeat"] + ["phase", "device_kind"]
-    out = per_run.groupby(keys, as_index=False).agg(
-        energy_j=("energy_j", "mean"), energy_lo_j=("energy_lo_j", "mean"),
-        energy_hi_j=("energy_hi_j", "mean"), time_s=("time_s", "mean"),
-        energy_sd_j=("energy_j", "std"), repeats=("energy_j", "size"),
-        method=("method", "first"), source=("source", "first"))
+    runs = p.groupby(CELL_KEYS, as_index=False, dropna=False).agg(
+        items=("items", "first"), throughput_unit=("throughput_unit", "first"))
+    names = rows[CELLS + ["phase", "device_kind", "method", "source"]].drop_duplicates(
+        CELLS + ["phase", "device_kind"])
+    full = runs.merge(names, on=CELLS)
+    out = full.merge(rows.drop(columns=["method", "source"]), how="left",
+                     on=CELL_KEYS + ["phase", "device_kind"])
+    zero = ["energy_j", "energy_lo_j", "energy_hi_j", "time_s"]
+    out[zero] = out[zero].fillna(0.0)
+    unit = out["throughput_unit"].map(item_unit)
+    out["item_unit"] = [u for u, _ in unit]
+    per_step = out["phase"].isin(PER_STEP_PHASES)
+    scale = np.array([k for _, k in unit], dtype=float)
+    out["energy_per_item_j"] = np.where(per_step, out["energy_j"] / out["items"] * scale, np.nan)
+    out.loc[~per_step, "item_unit"] = ""
     return out
 
 
-def device_share(summary: pd.DataFrame) -> pd.DataFrame:
-    """CPU/GPU share of each cell's energy (the study: ResNet-50 16/84, Qwen3-8B 8/92)."""
-    keys = [k for k in CELL_KEYS if k != "repeat"]
-    tot = summary.groupby(keys + ["device_kind"], as_index=False).agg(
+def _cell_stats(groups: pd.core.groupby.DataFrameGroupBy,
+                columns: dict[str, tuple[str, str]]) -> pd.DataFrame:
+    """n and `repeats.interval_columns` of each column {name: (prefix, unit)} per group."""
+    recs = []
+    for key, g in groups:
+        rec = dict(zip(groups.keys, key, strict=True))
+        rec["n"] = len(g)
+        for col, (prefix, unit) in columns.items():
+            rec.update(interval_columns(g[col], prefix, unit))
+        recs.append(rec)
+    return pd.DataFrame(recs)
+
+
+def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
+    """Per workload x storage x checkpoint x phase x device kind, over the cell's repeats: n, the
+    mean energy and time with their 95 % t intervals across repeats (`energy_repeat_lo_j` …,
+    `interval`), the mean per-run attribution interval (`energy_lo_j`, `energy_hi_j`: measurement,
+    not run-to-run spread), and for per-step phases the energy per item (`energy_per_item_j` in
+    `item_unit`, J/image or J/1k tokens) with its interval; sources and methods."""
+    runs = per_run(phases)
+    keys = CELLS + ["phase", "device_kind"]
+    stats_ = _cell_stats(runs.groupby(keys, sort=True), {
+        "energy_j": ("energy", "_j"), "time_s": ("time", "_s"),
+        "energy_per_item_j": ("energy_per_item", "_j")})
+    rest = runs.groupby(keys, as_index=False, sort=True).agg(
+        energy_lo_j=("energy_lo_j", "mean"), energy_hi_j=("energy_hi_j", "mean"),
+        items=("items", "mean"), item_unit=("item_unit", "first"),
+        method=("method", "first"), source=("source", "first"))
+    out = stats_.merge(rest, on=keys)
+    out["interval"] = INTERVAL
+    return out
+
+
+def device_share(phases: pd.DataFrame) -> pd.DataFrame:
+    """CPU/GPU share of each cell's energy (the study: ResNet-50 16/84, Qwen3-8B 8/92): per run,
+    then n, mean and 95 % t interval across the cell's repeats (`share_repeat_lo` …)."""
+    runs = per_run(phases)
+    tot = runs.groupby(CELL_KEYS + ["device_kind"], as_index=False).agg(
         energy_j=("energy_j", "sum"), source=("source", "first"))
-    tot["share"] = tot["energy_j"] / tot.groupby(keys)["energy_j"].transform("sum")
-    return tot
+    tot["share"] = tot["energy_j"] / tot.groupby(CELL_KEYS)["energy_j"].transform("sum")
+    keys = CELLS + ["device_kind"]
+    out = _cell_stats(tot.groupby(keys, sort=True), {"energy_j": ("energy", "_j"),
+                                                     "share": ("share", "")})
+    out = out.merge(tot.groupby(keys, as_index=False)["source"].first(), on=keys)
+    out["interval"] = INTERVAL
+    return out
 
 
-def storage_checkpoint_deltas(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per workload x phase: time and energy of each (storage, checkpoint) cell minus the
-    shared / checkpoint-off baseline (the study's Table of deltas)."""
-    s = summary.groupby(["workload", "storage", "checkpoint", "phase"], as_index=False).agg(
+def storage_checkpoint_deltas(phases: pd.DataFrame) -> pd.DataFrame:
+    """Per workload x storage x checkpoint x phase (GPU + CPU): the effect of the cell against the
+    shared / checkpoint-off baseline of its workload (the study's table of deltas) as a difference
+    of means over repeats with Welch's 95 % interval (`d_energy_lo_j` …, `effect_interval`), and
+    `significant` (the energy interval excludes 0; empty with one repeat). A phase the baseline
+    lacks (staging, checkpoint) counts 0 J there."""
+    runs = per_run(phases)
+    r = runs.groupby(CELL_KEYS + ["phase"], as_index=False).agg(
         energy_j=("energy_j", "sum"), time_s=("time_s", "max"),
+        energy_per_item_j=("energy_per_item_j", "sum"), item_unit=("item_unit", "first"),
         source=("source", lambda v: ",".join(sorted(set(",".join(v).split(","))))))
-    base = s[(s["storage"] == "shared") & (s["checkpoint"] == "off")]
-    base = base.set_index(["workload", "phase"])
-    key = pd.MultiIndex.from_frame(s[["workload", "phase"]])
-    s["d_energy_j"] = s["energy_j"].to_numpy() - base["energy_j"].reindex(key).fillna(0).to_numpy()
-    s["d_time_s"] = s["time_s"].to_numpy() - base["time_s"].reindex(key).fillna(0).to_numpy()
-    s["d_energy_j"] = np.where(s.set_index(["workload", "phase"]).index.isin(base.index) |
-                               (s["energy_j"] != 0), s["d_energy_j"], np.nan)
-    return s
+    r.loc[r["item_unit"] == "", "energy_per_item_j"] = np.nan
+    recs = []
+    for (w, st, ck, ph), g in r.groupby(CELLS + ["phase"], sort=True):
+        base_runs = r[(r["workload"] == w) & (r["storage"] == "shared")
+                      & (r["checkpoint"] == "off")]
+        base = base_runs[base_runs["phase"] == ph]
+        n_base = base_runs["repeat"].nunique()
+        is_base = st == "shared" and ck == "off"
+        rec = {"workload": w, "storage": st, "checkpoint": ck, "phase": ph, "n": len(g),
+               "energy_j": g["energy_j"].mean(), "time_s": g["time_s"].mean(),
+               "energy_per_item_j": g["energy_per_item_j"].mean(),
+               "item_unit": g["item_unit"].iloc[0],
+               "source": ",".join(sorted(set(",".join(g["source"]).split(",")))),
+               "n_base": n_base}
+        for col, d, unit in (("energy_j", "d_energy", "_j"), ("time_s", "d_time", "_s"),
+                             ("energy_per_item_j", "d_energy_per_item", "_j")):
+            if is_base:
+                diff, lo, hi = 0.0, np.nan, np.nan
+            elif n_base == 0:
+                diff, lo, hi = np.nan, np.nan, np.nan
+            else:  # the baseline's runs without this phase spent 0 on it
+                b = base[col].to_numpy(float)
+                b = np.concatenate([b, np.zeros(n_base - len(b))])
+                diff, lo, hi = welch_interval(g[col].to_numpy(float), b)
+            rec.update({f"{d}{unit}": diff, f"{d}_lo{unit}": lo, f"{d}_hi{unit}": hi})
+        rec["significant"] = significant(rec["d_energy_lo_j"], rec["d_energy_hi_j"])
+        rec["significant_time"] = significant(rec["d_time_lo_s"], rec["d_time_hi_s"])
+        recs.append(rec)
+    out = pd.DataFrame(recs)
+    out["effect_interval"] = EFFECT_INTERVAL
+    return out
+
+
+def throughput_summary(phases: pd.DataFrame) -> pd.DataFrame:
+    """Per workload x storage x checkpoint: n, mean and 95 % t interval across repeats of the
+    training throughput on both bases (`throughput` on `throughput_basis`, `throughput_wall`)."""
+    cols = [c for c in ("throughput", "throughput_wall") if c in phases.columns]
+    if not cols:
+        return pd.DataFrame(columns=CELLS + ["n"])
+    runs = phases.groupby(CELL_KEYS, as_index=False).agg(
+        **{c: (c, "first") for c in cols + ["throughput_unit", "throughput_basis"]
+           if c in phases.columns})
+    out = _cell_stats(runs.groupby(CELLS, sort=True), {c: (c, "") for c in cols})
+    extra = [c for c in ("throughput_unit", "throughput_basis") if c in runs.columns]
+    if extra:
+        out = out.merge(runs.groupby(CELLS, as_index=False)[extra].first(), on=CELLS)
+    out["interval"] = INTERVAL
+    return out
 
 
 def write_phase_tables(phase_files: list[str | Path], out_dir: str | Path,
                        metas: list[str | Path] | None = None,
                        summaries: list[str | Path] | None = None) -> list[Path]:
-    """phases.csv files -> tables/{phases, phase_summary, device_share, storage_checkpoint}.csv"""
+    """phases.csv files -> tables/{phases, phase_summary, device_share, storage_checkpoint,
+    throughput}.csv"""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     phases = collect_phases(phase_files, metas, summaries)
-    summary = phase_summary(phases)
-    tables = {TABLE_FILES["phases"]: phases, TABLE_FILES["phase_summary"]: summary,
-              TABLE_FILES["device_share"]: device_share(summary),
-              TABLE_FILES["storage_checkpoint"]: storage_checkpoint_deltas(summary)}
+    tables = {TABLE_FILES["phases"]: phases, TABLE_FILES["phase_summary"]: phase_summary(phases),
+              TABLE_FILES["device_share"]: device_share(phases),
+              TABLE_FILES["storage_checkpoint"]: storage_checkpoint_deltas(phases),
+              TABLE_FILES["throughput"]: throughput_summary(phases)}
     paths = []
     for name, df in tables.items():
         write_csv(df, out_dir / name)
