@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,8 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
         if given is not None and len(given) != len(phase_files):
             raise ValueError(f"{name}: {len(given)} files for {len(phase_files)} phases.csv")
     frames = []
+    unnamed: list[str] = []  # files with neither meta.json's cell nor a cell folder name
+    runs: dict[tuple, Path] = {}
     for i, f in enumerate(phase_files):
         f = Path(f)
         df = read_table(f, PHASES_COLUMNS)
@@ -48,6 +51,16 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
         named = CELL_DIR.match(f.parent.name)
         if not cell and named:
             cell = {**named.groupdict(), "repeat": 1}
+        if not cell:  # never merged with another run: its own run, named by its path
+            unnamed.append(str(meta_p))
+            cell = {"workload": str(f), "repeat": 1}
+        key = tuple(str(cell.get(k, "")) for k in CELL_KEYS)
+        if key in runs:
+            raise ValueError(f"{runs[key]} and {f} are the same run "
+                             f"({dict(zip(CELL_KEYS, key, strict=True))}) by their meta.json or "
+                             "folder; summing them would merge two runs: give each repeat its own "
+                             "cell.repeat, and each phases.csv once")
+        runs[key] = f
         for k in CELL_KEYS:
             df[k] = cell.get(k, "")
         df["gpu_model"] = meta.gpu_model or ""
@@ -62,6 +75,10 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
         frames.append(df)
     if not frames:
         raise ValueError("no phases.csv to aggregate")
+    if unnamed:
+        warnings.warn(f"no meta.json (and no <workload>-<storage>-ckpt<on|off> folder) for "
+                      f"{len(unnamed)} phases file(s): {', '.join(unnamed)} missing; each is kept "
+                      "as its own run, its workload named by its path", stacklevel=2)
     return pd.concat(frames, ignore_index=True)
 
 
