@@ -252,13 +252,17 @@ def cmd_powercap(a: argparse.Namespace) -> int:
     from .devices.powercap import PowerCapController, restore_from_state
 
     if a.action == "restore":
+        if not a.state:
+            raise ValueError("powercap restore: give --state, the powercap-state-<host>.json that "
+                             "launch-node wrote beside the run's trace (or in its --state-dir)")
         if not Path(a.state).exists():
-            print(f"no state file {a.state}: no power limit to restore")
+            print(f"no state file {a.state}: no power limit was changed, none to restore")
             return 0
         restored = restore_from_state(a.state)
         print(f"restored {len(restored)} GPU power limit(s) from {a.state}: {restored}")
         return 0
-    ctl = PowerCapController(backend=a.backend, state_file=a.state, allow_real=False)
+    ctl = PowerCapController(backend=a.backend, state_file=a.state or "powercap-state.json",
+                             allow_real=False)
     print(json.dumps(ctl.describe(), indent=2))
     return 0
 
@@ -659,8 +663,8 @@ def _add_power_commands(sub: Any) -> None:
     pc = sub.add_parser("powercap", help="show GPU power limits, or restore them from a state file")
     pc.add_argument("action", choices=["show", "restore"],
                     help="show the limits, or restore them from the state file")
-    pc.add_argument("--state", default="wattlife-powercap-state.json",
-                    help="state file a controller wrote (default: %(default)s)")
+    pc.add_argument("--state", help="for `restore` (required): the powercap-state-<host>.json "
+                                    "that launch-node wrote beside the trace (default: none)")
     pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
                     help="for `show`: where to read the limits (default: %(default)s)")
     pc.set_defaults(fn=cmd_powercap)

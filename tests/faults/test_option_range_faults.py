@@ -220,3 +220,10 @@ def test_option_name_is_the_users_spelling():
     a = argparse.Namespace(command="attribute", sensor_window_ms=-1.0, bootstrap=200)
     with pytest.raises(ValueError, match="^--sensor-window-ms: expected milliseconds, > 0"):
         check_options(a, PARSER)
+
+
+def test_powercap_restore_without_state_names_the_file_it_needs(capsys):
+    """Before: exit 0 "no power limit to restore" from a default file nothing writes."""
+    assert main(["powercap", "restore"]) == 2
+    err = _one_line(capsys)
+    assert "give --state" in err and "powercap-state-<host>.json" in err
