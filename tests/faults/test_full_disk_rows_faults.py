@@ -66,3 +66,44 @@ def test_markers_on_a_disk_that_fills_mid_row_keep_every_row(tmp_path, monkeypat
     assert (tmp_path / "events.csv").read_text().endswith("\n")
     assert s["rows_dropped"] == 0 and len(main) == s["rows_written"]
     assert len(main) + len(read_events(s["fallback"])) == 8
+
+
+def test_a_device_with_one_reading_is_kept_and_flagged(tmp_path, capsys):
+    """Before: gpu1 (one reading) was dropped from phases.csv without a word."""
+    import numpy as np
+    import pandas as pd
+
+    from synth import T0, events_frame, trace_frame
+    from wattlife.cli import main
+
+    ms = 1_000_000
+    t = T0 + np.arange(101) * 10 * ms
+    tr = pd.concat([trace_frame(t, np.full(101, 100.0), "gpu0"),
+                    trace_frame(t[:1], np.array([90.0]), "gpu1")], ignore_index=True)
+    tr.to_csv(tmp_path / "trace.csv", index=False)
+    events_frame([("forward", T0, T0 + 500 * ms)]).to_csv(tmp_path / "events.csv", index=False)
+    assert main(["attribute", "--trace", str(tmp_path / "trace.csv"), "--events",
+                 str(tmp_path / "events.csv"), "-o", str(tmp_path / "phases.csv"),
+                 "--method", "integrate"]) == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and "fewer than 2 readings" in err and "h/gpu1" in err
+    ph = pd.read_csv(tmp_path / "phases.csv")
+    row = ph[ph["device"] == "gpu1"]
+    assert len(row) == 1 and row["energy_j"].isna().all() and (row["covered_fraction"] == 0).all()
+    assert row["phase"].iat[0] == "unattributed"
+
+
+def test_aggregate_keeps_covered_fraction():
+    """Before: phase_summary dropped covered_fraction: a phase half outside the trace looked
+    whole, an uncovered one 0 J."""
+    import pandas as pd
+
+    from wattlife.analysis.aggregate import phase_summary
+
+    rows = [{"workload": "w", "storage": "shared", "checkpoint": "off", "repeat": r,
+             "phase": "forward", "device_kind": "gpu", "device": d, "energy_j": 10.0,
+             "energy_lo_j": 9.0, "energy_hi_j": 11.0, "time_s": 1.0, "method": "integrate",
+             "source": "measured", "covered_fraction": cov}
+            for r, d, cov in [(1, "gpu0", 1.0), (1, "gpu1", 0.5), (2, "gpu0", 1.0)]]
+    s = phase_summary(pd.DataFrame(rows))
+    assert s["covered_fraction"].tolist() == [0.5]

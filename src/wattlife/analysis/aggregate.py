@@ -86,17 +86,20 @@ def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
     """Per workload x storage x checkpoint x phase x device kind: mean over repeats of the energy
     and time summed over devices, with the 95% interval carried (summed) and the sources."""
     p = phases[phases["phase"] != RESIDUAL]
+    # covered_fraction: the least covered device and repeat (a phase outside the trace, or a
+    # device with too few readings, is flagged with its share instead of counting as 0 J)
+    cov = {"covered_fraction": ("covered_fraction", "min")} if "covered_fraction" in p else {}
     per_run = p.groupby(CELL_KEYS + ["phase", "device_kind"], as_index=False).agg(
         energy_j=("energy_j", "sum"), energy_lo_j=("energy_lo_j", "sum"),
         energy_hi_j=("energy_hi_j", "sum"), time_s=("time_s", "max"),
         method=("method", lambda s: ",".join(sorted(set(s)))),
-        source=("source", lambda s: ",".join(sorted(set(s)))))
+        source=("source", lambda s: ",".join(sorted(set(s)))), **cov)
     keys = [k for k in CELL_KEYS if k != "repeat"] + ["phase", "device_kind"]
     out = per_run.groupby(keys, as_index=False).agg(
         energy_j=("energy_j", "mean"), energy_lo_j=("energy_lo_j", "mean"),
         energy_hi_j=("energy_hi_j", "mean"), time_s=("time_s", "mean"),
         energy_sd_j=("energy_j", "std"), repeats=("energy_j", "size"),
-        method=("method", "first"), source=("source", "first"))
+        method=("method", "first"), source=("source", "first"), **cov)
     return out
 
 
