@@ -17,8 +17,9 @@ Process handling (what a user at a terminal or a batch system sees):
   guardian process stops and kills the recorded tree if wattlife is killed; where the guardian
   cannot start, the kernel SIGKILLs CMD itself, `PR_SET_PDEATHSIG`). Processes still in CMD's
   group or below wattlife when CMD has exited get SIGTERM, then SIGKILL after `LEFTOVER_GRACE_S`.
-- One run per events file: an exclusive lock (`<events>.lock`, released by the kernel if wattlife
-  dies) makes a second run with the same `--events` fail with a clear error before it starts.
+- One run per events file and per trace: exclusive locks (`<events>.lock`, `<trace>.lock`,
+  released by the kernel if wattlife dies) make a second run with the same `--events` or `--trace`
+  fail with a clear error before it starts.
 - Recording faults never touch the workload: a failing write of the trace (sampler) or of events
   (markers, reported to wattlife over an abstract unix socket) is reported once, kept in memory
   and retried, and ends in a fallback file; meta.json records all of it under `recording` and is
@@ -92,19 +93,21 @@ def _die_with_parent(parent_pid: int, pdeathsig: bool = True):
 
 
 class EventsLock:
-    """An exclusive lock on `<events>.lock` for the duration of a run (see the module docstring)."""
+    """An exclusive lock on `<events>.lock` (or on `<trace>.lock`, `option` "--trace") for the
+    duration of a run (see the module docstring)."""
 
-    def __init__(self, events: Path, run_id: str) -> None:
+    def __init__(self, events: Path, run_id: str, option: str = "--events") -> None:
         self.lock = PathLock(events, f"run_id {run_id}")
         self.path = self.lock.path
         try:
+            events.parent.mkdir(parents=True, exist_ok=True)
             self.lock.acquire()
         except PathBusy as busy:
             raise RuntimeError(
-                f"--events {events} is in use by another wattlife run ({busy}); two runs "
-                "must not share an events file: give this run its own --events") from None
+                f"{option} {events} is in use by another wattlife run ({busy}); two runs "
+                f"must not share it: give this run its own {option}") from None
         except OSError as exc:
-            raise RuntimeError(f"--events {events}: cannot create its lock file {self.path}: "
+            raise RuntimeError(f"{option} {events}: cannot create its lock file {self.path}: "
                                f"{exc.strerror}") from exc
 
     def release(self) -> None:
@@ -201,10 +204,11 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
     # everything that can refuse comes before the previous run's events are removed
     settings = SamplerSettings.from_dict(sampler_cfg)  # absent keys: the schema's defaults
     backends, notes = build_backends(settings, log=lambda msg: print(msg, file=sys.stderr))
-    lock = None
+    lock = trace_lock = None
     sampler = Sampler(backends, trace)
     try:
         lock = EventsLock(events, run_id)
+        trace_lock = EventsLock(trace, run_id, "--trace")
         sampler.start()
         try:  # a rerun of the cell starts a fresh events file (a device or fifo is left alone)
             if events.is_file():
@@ -220,14 +224,16 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
         else:
             for b in backends:
                 b.close()
-        if lock is not None:
-            lock.release()
+        for held in (lock, trace_lock):
+            if held is not None:
+                held.release()
         raise
     try:
         return _run_started(cmd, sampler, backends, notes, events, meta, sampler_cfg,
                             float(settings.idle_baseline_s), run_id, cell, reraise_signals)
     finally:
         lock.release()
+        trace_lock.release()
 
 
 def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[str],

@@ -154,3 +154,28 @@ def test_an_existing_file_kept_without_a_sha_is_not_called_verified(tmp_path, ca
     err = capsys.readouterr().err
     assert "kept existing file, not verified" in err and "(verified" not in err
     assert json.loads((tmp_path / "r.json").read_text())["verified"] is False
+
+
+def test_two_runs_cannot_share_a_trace(tmp_path, children, env_path):
+    """Before: only the events file was locked; two runs with one --trace wrote one file."""
+    def cmd(events, code):
+        return [sys.executable, "-m", "wattlife.cli", "run", "--trace", str(tmp_path / "trace.csv"),
+                "--events", str(tmp_path / events), "--gpu", "sim", "--cpu", "none", "--",
+                sys.executable, "-c", code]
+
+    ready = tmp_path / "ready"
+    a = children.spawn(cmd("a.csv", f"import time, pathlib; pathlib.Path({str(ready)!r}).touch(); "
+                                    "time.sleep(300)"), env=env_path, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert a.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    out = children.run(cmd("b.csv", "pass"), env=env_path, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    assert out.returncode == 2
+    err = out.stderr.strip()
+    assert len(err.splitlines()) == 1 and "--trace" in err and "in use by another wattlife run" \
+        in err
+    assert not (tmp_path / "b.csv").exists()
+    a.terminate()
+    assert a.wait(timeout=30) == 143
