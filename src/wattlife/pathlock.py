@@ -7,9 +7,11 @@ is refused at once with the holder's line (pid, host, what it does), never made 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -64,3 +66,20 @@ class PathLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def one_writer(path: str | Path, what: str) -> Iterator[None]:
+    """Hold `path`'s lock while the body writes it; RuntimeError (one line naming the holder) if
+    another `what` (e.g. "attribute") holds it."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    lock = PathLock(path, what)
+    try:
+        lock.acquire()
+    except PathBusy as busy:
+        raise RuntimeError(f"{path}: another {what} is writing it ({busy}); two writers must not "
+                           "share an output: wait for it to end or choose another -o") from None
+    try:
+        yield
+    finally:
+        lock.release()

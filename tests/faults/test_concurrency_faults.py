@@ -179,3 +179,24 @@ def test_two_runs_cannot_share_a_trace(tmp_path, children, env_path):
     assert not (tmp_path / "b.csv").exists()
     a.terminate()
     assert a.wait(timeout=30) == 143
+
+
+def test_two_attributions_to_one_output_one_is_refused(tmp_path, capsys):
+    """An attribution holding phases.csv (its lock, as a running `wattlife attribute` holds it):
+    a second one to the same -o is refused with one line naming the holder."""
+    import numpy as np
+
+    from synth import T0, events_frame, trace_frame
+    from wattlife.pathlock import PathLock
+
+    t = T0 + 10_000_000 * np.arange(50)
+    trace_frame(t, [100.0] * 50, "gpu0").to_csv(tmp_path / "trace.csv", index=False)
+    events_frame([("forward", T0, T0 + 10**8)]).to_csv(tmp_path / "events.csv", index=False)
+    args = ["attribute", "--trace", str(tmp_path / "trace.csv"), "--events",
+            str(tmp_path / "events.csv"), "-o", str(tmp_path / "phases.csv")]
+    with PathLock(tmp_path / "phases.csv", "attribute"):
+        assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "another attribute is writing it (pid" in err
+    assert not (tmp_path / "phases.csv").exists()
+    assert main(args) == 0 and (tmp_path / "phases.csv").exists()  # once it is free

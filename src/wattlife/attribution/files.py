@@ -20,6 +20,7 @@ from ..contracts import (
     refuse_overwrite,
     write_table,
 )
+from ..pathlock import one_writer
 from .energy import attribute_energy, check_time_units
 from .response import SensorResponse
 
@@ -88,6 +89,15 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
     meta_path = Path(trace).with_name(META_FILE)  # read too: never written over
     refuse_overwrite(out, [trace, events, meta_path] + ([sensor_response] if sensor_response not in
                                                          ("boxcar", "estimate") else []))
+    with one_writer(out, "attribute"):  # one attribution per output at a time
+        return _attribute_files(trace, events, out, method, window_ms, idle_split, n_boot,
+                                sensor_response, strict, meta_path)
+
+
+def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str,
+                     window_ms: float | None, idle_split: bool, n_boot: int,
+                     sensor_response: str, strict: bool, meta_path: Path) -> pd.DataFrame:
+    """`attribute_files` once its output is locked."""
     response: SensorResponse | str | None = None
     if sensor_response == "estimate":
         response = "estimate"
