@@ -28,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-SCAN_S = 0.25
+SCAN_S = 1.0  # CMD is alive when the guardian acts, so its tree is walked then; the scans
+# are for processes orphaned earlier (adopted by wattlife, re-parented to PID 1 when it dies)
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 

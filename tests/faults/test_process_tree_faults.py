@@ -1,7 +1,8 @@
 """No process started by `wattlife run` outlives it (issue #29), whatever kills wattlife (SIGKILL,
 SIGTERM, SIGINT to wattlife alone) and however CMD launches the workload: a `bash -c` wrapper, a
-wrapper script, a Python parent whose children move to new sessions (as torchrun's workers do),
-torchrun itself with a data-loader-like child. Every process is ended by id at teardown."""
+wrapper script, a Python parent whose children move to new sessions (as torchrun's workers do), a
+double-forked daemon (orphaned while wattlife runs), torchrun itself with a data-loader-like child.
+Every process is ended by id at teardown."""
 
 import importlib.util
 import os
@@ -23,8 +24,10 @@ from pathlib import Path
 d, depth, new_session = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 (d / f"pid.{os.getpid()}").write_text(str(os.getpid()))
 if depth > 0:
-    subprocess.Popen([sys.executable, __file__, str(d), str(depth - 1), sys.argv[3]],
+    subprocess.Popen([sys.executable, __file__, str(d), str(depth - 1), *sys.argv[3:]],
                      start_new_session=new_session)
+    if depth == 1 and sys.argv[4:] == ["daemon"]:  # a double fork: the last one is orphaned
+        sys.exit(0)
 else:
     (d / "ready").touch()
 while True:
@@ -44,6 +47,7 @@ def _launchers(tmp_path: Path) -> dict[str, list[str]]:
         "bash-c": ["bash", "-c", f"'{py}' '{tree}' '{d}' 1 0; true"],
         "wrapper-script": [str(wrapper)],
         "new-session-grandchildren": [py, str(tree), d, "2", "1"],
+        "daemon": [py, str(tree), d, "2", "1", "daemon"],
         "torchrun": [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                      str(tree), d, "1", "0"],
     }
@@ -77,6 +81,10 @@ def _check(tmp_path, env_path, children, workload_pids, kind, sig, timeout=120.0
         time.sleep(0.05)
     pids = workload_pids()
     assert len(pids) >= 2
+    if kind == "daemon":  # the orphan is known to the guardian from its scans only
+        from wattlife.guardian import SCAN_S
+
+        time.sleep(3 * SCAN_S + 0.5)
     p.send_signal(sig)  # to wattlife alone, not to its group
     p.wait(timeout=60)
     left = [pid for pid in pids if not gone(pid, timeout=15)]
@@ -84,7 +92,8 @@ def _check(tmp_path, env_path, children, workload_pids, kind, sig, timeout=120.0
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
-@pytest.mark.parametrize("kind", ["bash-c", "wrapper-script", "new-session-grandchildren"])
+@pytest.mark.parametrize("kind", ["bash-c", "wrapper-script", "new-session-grandchildren",
+                                  "daemon"])
 def test_no_workload_process_outlives_wattlife(tmp_path, env_path, children, workload_pids,
                                                kind, sig):
     _check(tmp_path, env_path, children, workload_pids, kind, sig)
