@@ -49,15 +49,18 @@ def _sha256(text: str) -> str:
 # Per command: (options naming outputs, options naming inputs). An output equal to an input is
 # refused before anything runs, so raw data is never overwritten.
 GUARDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "run": (("trace", "events", "meta"), ("config",)),
+    "launch-node": (("trace", "events", "meta"), ("config",)),
     "attribute": (("output",), ("trace", "events", "sensor_response")),
-    "pfi": (("output",), ("curves",)),
+    "pfi": (("output",), ("curves", "config")),
     "allocate": (("output",), ("curves", "pfi")),
     "predict": (("output",), ("curves", "pfi")),
-    "calibrate-sim": (("output",), ("curves",)),
+    "calibrate-sim": (("output",), ("curves", "published")),
     "aggregate-curves": (("output",), ("curves",)),
     "merge-nodes": (("trace", "events_out"), ("traces", "events")),
     "aggregate": (("output",), ("phases",)),
-    "prepare-tables": (("output",), ("config", "records", "phase_summary", "cell_summaries")),
+    "prepare-tables": (("output",), ("config", "records", "phase_summary", "cell_summaries",
+                                     "phases", "cell_metas")),
     "fetch": (("output", "record"), ("path",)),
     "upload": (("record", "copy"), ("src", "from_summary")),
     "sweep": (("output",), ("config",)),
@@ -79,6 +82,7 @@ def _guard(a: argparse.Namespace) -> None:
         v = getattr(a, name, None)
         if v:
             refuse_overwrite(v, inputs)
+            inputs.append(v)  # two outputs of one command must differ too
     if a.command == "merge-nodes" and a.trace and a.events_out:
         refuse_overwrite(a.events_out, [a.trace])
 
@@ -255,8 +259,11 @@ def cmd_powercap(a: argparse.Namespace) -> int:
     from .devices.powercap import PowerCapController, restore_from_state
 
     if a.action == "restore":
+        if not a.state:
+            raise ValueError("powercap restore: give --state, the powercap-state-<host>.json that "
+                             "launch-node wrote beside the run's trace (or in its --state-dir)")
         if not Path(a.state).exists():
-            print(f"no state file {a.state}: no power limit to restore")
+            print(f"no state file {a.state}: no power limit was changed, none to restore")
             return 0
         restored = restore_from_state(a.state)
         print(f"restored {len(restored)} GPU power limit(s) from {a.state}: {restored}")
@@ -264,9 +271,12 @@ def cmd_powercap(a: argparse.Namespace) -> int:
     if a.action == "save":  # a Slurm prolog (profiles/slurm/prolog.sh): the limits before a job
         from .slurm_site import save_limits
 
+        if not a.state:
+            raise ValueError("powercap save: give --state, the file to write the limits to")
         print(f"saved GPU power limits to {a.state}: {save_limits(a.state, a.backend)}")
         return 0
-    ctl = PowerCapController(backend=a.backend, state_file=a.state, allow_real=False)
+    ctl = PowerCapController(backend=a.backend, state_file=a.state or "powercap-state.json",
+                             allow_real=False)
     print(json.dumps(ctl.describe(), indent=2))
     return 0
 
@@ -669,8 +679,9 @@ def _add_power_commands(sub: Any) -> None:
     pc.add_argument("action", choices=["show", "save", "restore"],
                     help="show the limits, save them to the state file (a Slurm prolog), or "
                          "restore them from it")
-    pc.add_argument("--state", default="wattlife-powercap-state.json",
-                    help="state file a controller wrote (default: %(default)s)")
+    pc.add_argument("--state", help="for `save` and `restore` (required): the state file; for "
+                                    "`restore` after a killed sweep, the powercap-state-<host>.json "
+                                    "that launch-node wrote beside the trace (default: none)")
     pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
                     help="for `show` and `save`: where to read the limits (default: "
                          "%(default)s)")
@@ -782,7 +793,9 @@ def _add_output_commands(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="wattlife", description=(
+    from .cli_checks import OneLineParser
+
+    p = OneLineParser(prog="wattlife", description=(
         "Where the energy of AI training goes, and how flexible its power is."))
     p.add_argument("--debug", action="store_true",
                    help="show the full traceback of an error (also WATTLIFE_DEBUG=1)")
@@ -834,18 +847,23 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
     import yaml
 
-    args = build_parser().parse_args(argv)
+    from .cli_checks import PipeTolerantStdout, check_options
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("WATTLIFE_DEBUG", "") not in ("", "0")
     name = f"wattlife {args.command}"
 
     def show(message, category, filename, lineno, file=None, line=None):
         print(f"{name}: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
+    stdout, sys.stdout = sys.stdout, PipeTolerantStdout(sys.stdout)
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         if not debug:
             warnings.showwarning = show
         try:
+            check_options(args, parser)
             _guard(args)
             return int(args.fn(args) or 0)
         except KeyboardInterrupt:
@@ -863,6 +881,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: internal error: {type(exc).__name__}: {_one_line(exc)} "
                   "(rerun with --debug or WATTLIFE_DEBUG=1 for the traceback)", file=sys.stderr)
             return 1
+        finally:
+            sys.stdout = stdout
 
 
 if __name__ == "__main__":

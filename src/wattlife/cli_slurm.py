@@ -42,5 +42,6 @@ def add_parsers(sub: Any) -> None:
     act = so.add_mutually_exclusive_group()
     act.add_argument("--cancel", action="store_true", help="scancel them, then wait until gone")
     act.add_argument("--wait", action="store_true", help="wait until none is left")
-    so.add_argument("--poll-s", type=float, default=30, help="seconds between checks (30)")
+    so.add_argument("--poll-s", type=float, default=30,
+                    help="seconds between checks (default: %(default)s)")
     so.set_defaults(fn=cmd_slurm_orphans)

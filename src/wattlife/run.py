@@ -12,11 +12,14 @@ Process handling (what a user at a terminal or a batch system sees):
   (SIGTSTP) stops CMD's group and then wattlife; SIGCONT (`fg`, `bg`) continues both. When stdin
   is a terminal, CMD gets /dev/null as stdin: from a background group, reading the terminal would
   stop it.
-- CMD dies with wattlife: the kernel sends it SIGKILL when wattlife ends, even by SIGKILL
-  (`PR_SET_PDEATHSIG`, Linux). Processes still in CMD's group when CMD has exited get SIGTERM,
-  then SIGKILL after `LEFTOVER_GRACE_S`.
-- One run per events file: an exclusive lock (`<events>.lock`, released by the kernel if wattlife
-  dies) makes a second run with the same `--events` fail with a clear error before it starts.
+- CMD and its whole tree die with wattlife, even by SIGKILL, however deep the tree and whatever
+  group or session its processes moved to (`guardian.py`: wattlife is a child subreaper, and a
+  guardian process stops and kills the recorded tree if wattlife is killed; where the guardian
+  cannot start, the kernel SIGKILLs CMD itself, `PR_SET_PDEATHSIG`). Processes still in CMD's
+  group or below wattlife when CMD has exited get SIGTERM, then SIGKILL after `LEFTOVER_GRACE_S`.
+- One run per events file and per trace: exclusive locks (`<events>.lock`, `<trace>.lock`,
+  released by the kernel if wattlife dies) make a second run with the same `--events` or `--trace`
+  fail with a clear error before it starts.
 - Recording faults never touch the workload: a failing write of the trace (sampler) or of events
   (markers, reported to wattlife over an abstract unix socket) is reported once, kept in memory
   and retried, and ends in a fallback file; meta.json records all of it under `recording` and is
@@ -27,7 +30,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import json
 import os
 import platform
@@ -43,9 +45,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from . import guardian
 from .config import SamplerSettings
 from .contracts import META_FILE, ContractError, RunMeta, meta_text
 from .markers import ENV_EVENTS, ENV_RUN_ID, ENV_STATUS
+from .pathlock import PathBusy, PathLock
 from .sampler import Sampler, build_backends
 
 LIBRARIES = ["wattlife", "torch", "torchvision", "transformers", "nvidia-ml-py", "numpy", "pandas",
@@ -76,10 +80,12 @@ def shell_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _die_with_parent(parent_pid: int):
-    """preexec_fn: the kernel SIGKILLs the child when its parent dies (even by SIGKILL)."""
+def _die_with_parent(parent_pid: int, pdeathsig: bool = True):
+    """preexec_fn: the kernel SIGKILLs the child when its parent dies (even by SIGKILL), unless
+    the guardian does it (`pdeathsig` False: CMD must outlive wattlife by the moment the guardian
+    needs to stop its whole tree, or its children would be orphaned before being found)."""
     def preexec() -> None:
-        if _LIBC is not None:
+        if _LIBC is not None and pdeathsig:
             _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
             os._exit(128 + signal.SIGKILL)
@@ -87,41 +93,25 @@ def _die_with_parent(parent_pid: int):
 
 
 class EventsLock:
-    """An exclusive lock on `<events>.lock` for the duration of a run (see the module docstring)."""
+    """An exclusive lock on `<events>.lock` (or on `<trace>.lock`, `option` "--trace") for the
+    duration of a run (see the module docstring)."""
 
-    def __init__(self, events: Path, run_id: str) -> None:
-        self.path = events.with_name(events.name + ".lock")
-        while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise RuntimeError(f"--events {events}: cannot create its lock file {self.path}: "
-                                   f"{exc.strerror}") from exc
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 300).decode(errors="replace").strip() or "unknown"
-                os.close(fd)
-                raise RuntimeError(
-                    f"--events {events} is in use by another wattlife run ({holder}); two runs "
-                    "must not share an events file: give this run its own --events") from None
-            try:  # the previous holder may have removed the file between our open and our lock
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, run_id {run_id}\n".encode())
-        self.fd = fd
+    def __init__(self, events: Path, run_id: str, option: str = "--events") -> None:
+        self.lock = PathLock(events, f"run_id {run_id}")
+        self.path = self.lock.path
+        try:
+            events.parent.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+        except PathBusy as busy:
+            raise RuntimeError(
+                f"{option} {events} is in use by another wattlife run ({busy}); two runs "
+                f"must not share it: give this run its own {option}") from None
+        except OSError as exc:
+            raise RuntimeError(f"{option} {events}: cannot create its lock file {self.path}: "
+                               f"{exc.strerror}") from exc
 
     def release(self) -> None:
-        try:
-            self.path.unlink()
-        except OSError:
-            pass
-        os.close(self.fd)
+        self.lock.release()
 
 
 class StatusListener:
@@ -155,50 +145,6 @@ class StatusListener:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def _live_members(pgid: int) -> int:
-    """How many non-zombie processes are in group `pgid` (from /proc; 0 where /proc is absent)."""
-    n = 0
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    for d in entries:
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                n += 1
-    return n
-
-
-def _end_leftovers(pgid: int) -> int:
-    """CMD has exited but is not reaped (so its group id is still ours): end what is left of its
-    group, SIGTERM then SIGKILL. Returns how many processes were left."""
-    left = _live_members(pgid)
-    if not left:
-        return 0
-    os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + LEFTOVER_GRACE_S
-    while _live_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _live_members(pgid):
-        os.killpg(pgid, signal.SIGKILL)
-    return left
 
 
 def _write_meta(meta: Path, doc: RunMeta) -> str:
@@ -258,10 +204,11 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
     # everything that can refuse comes before the previous run's events are removed
     settings = SamplerSettings.from_dict(sampler_cfg)  # absent keys: the schema's defaults
     backends, notes = build_backends(settings, log=lambda msg: print(msg, file=sys.stderr))
-    lock = None
+    lock = trace_lock = None
     sampler = Sampler(backends, trace)
     try:
         lock = EventsLock(events, run_id)
+        trace_lock = EventsLock(trace, run_id, "--trace")
         sampler.start()
         try:  # a rerun of the cell starts a fresh events file (a device or fifo is left alone)
             if events.is_file():
@@ -277,14 +224,16 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
         else:
             for b in backends:
                 b.close()
-        if lock is not None:
-            lock.release()
+        for held in (lock, trace_lock):
+            if held is not None:
+                held.release()
         raise
     try:
         return _run_started(cmd, sampler, backends, notes, events, meta, sampler_cfg,
                             float(settings.idle_baseline_s), run_id, cell, reraise_signals)
     finally:
         lock.release()
+        trace_lock.release()
 
 
 def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[str],
@@ -344,6 +293,9 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
     start_error: str | None = None
     rc: int | None = None
     leftovers = 0
+    guard: guardian.Guardian | None = None
+    subreaper = False
+    keep = {p for p, row in guardian.proc_table().items() if row[0] == os.getpid()}
     try:
         if idle_s > 0:
             stop_idle.wait(idle_s)
@@ -361,8 +313,12 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
             except OSError:
                 stdin = None
             try:
+                subreaper = guardian.set_subreaper(True)
+                guard = guardian.Guardian(keep)
+                keep.add(guard.pid or 0)
                 proc = subprocess.Popen(cmd, env=env, stdin=stdin, process_group=0,
-                                        preexec_fn=_die_with_parent(os.getpid()))
+                                        preexec_fn=_die_with_parent(os.getpid(), not guard.pid))
+                guard.watch(proc.pid)
             except OSError as exc:
                 # the shell's statuses: 127 not found, 126 found but not executable
                 rc = 127 if exc.errno == errno.ENOENT else 126
@@ -383,7 +339,7 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
                     except InterruptedError:
                         continue
                 t_end = time.time_ns()
-                leftovers = _end_leftovers(proc.pid)
+                leftovers = guardian.end_leftovers(proc.pid, keep, LEFTOVER_GRACE_S)
                 rc = shell_status(proc.wait())
     finally:
         for s, h in old.items():
@@ -393,7 +349,11 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            guardian.end_leftovers(proc.pid, keep, 0.0)
             rc = shell_status(proc.wait())
+        if guard is not None:
+            guard.done()
+            guardian.set_subreaper(subreaper)
         if proc is None:
             t_end = t_start
         sampler.stop()

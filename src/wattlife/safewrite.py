@@ -6,7 +6,9 @@ is reported once (stderr, and `on_error` so it reaches meta.json); rows not yet 
 memory (up to `max_pending_bytes`, newer rows beyond that are counted as dropped) and every later
 write retries, so a disk that frees up loses nothing. What is still unwritten at `close()` goes to a
 fallback file in the temporary folder, named in the summary. Writes use `os.write` on the raw
-descriptor, so exactly what reached the file is known and a retry never duplicates a byte.
+descriptor, so exactly what reached the file is known and a retry never duplicates a byte. A row
+cut by a failing write whose rest never gets out is cut back off the file at `close()` (the file
+ends on a row boundary) and written whole to the fallback file: no row is lost or left half.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class SafeAppender:
         self._fd: int | None = None
         self._out = bytearray()
         self._mid_line = False  # the file ends inside a row (a partial write before a failure)
+        self._head = 0  # bytes of that row already in the file
+        self._headbytes = b""
         self._header_nl = 0  # newlines of a queued header, not counted as rows
         self.rows_written = self.rows_dropped = self.error_count = 0
         self.errors: list[str] = []
@@ -107,10 +111,31 @@ class SafeAppender:
                 self._header_nl -= skip
                 self.rows_written += nl - skip
                 self._mid_line = not done.endswith(b"\n")
+                self._head = (len(done) - done.rfind(b"\n") - 1 if nl
+                              else self._head + len(done)) if self._mid_line else 0
                 del self._out[:n]
         except OSError as exc:
             self._fail("write", exc)
             return False
+        return True
+
+    def _head_back(self) -> bool:
+        """Cut the head of the row that a failing write left in the file, so the file ends on a
+        row boundary (truncating frees space, so it works on a full disk); its bytes are kept in
+        `_headbytes`. False if the file cannot be read back or truncated."""
+        if self._fd is None:
+            return False
+        try:
+            size = os.fstat(self._fd).st_size
+            with open(self.path, "rb") as fh:
+                fh.seek(size - self._head)
+                self._headbytes = fh.read(self._head)
+            if len(self._headbytes) != self._head or b"\n" in self._headbytes:
+                return False
+            os.ftruncate(self._fd, size - self._head)
+        except OSError:
+            return False
+        self._mid_line, self._head = False, 0
         return True
 
     @property
@@ -124,7 +149,9 @@ class SafeAppender:
         self.flush()
         if self._out:
             data = bytes(self._out)
-            if self._mid_line:  # the head of this row is in the main file: its tail alone is no row
+            if self._mid_line and self._head_back():
+                data = self._headbytes + data  # the whole row goes to the fallback file
+            elif self._mid_line:  # the head of this row stays in the main file: its tail is no row
                 cut = data.find(b"\n") + 1
                 self.rows_dropped += 1 if cut else 0
                 data = data[cut:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,8 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
         if given is not None and len(given) != len(phase_files):
             raise ValueError(f"{name}: {len(given)} files for {len(phase_files)} phases.csv")
     frames = []
+    unnamed: list[str] = []  # files with neither meta.json's cell nor a cell folder name
+    runs: dict[tuple, Path] = {}
     for i, f in enumerate(phase_files):
         f = Path(f)
         df = read_table(f, PHASES_COLUMNS)
@@ -58,6 +61,16 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
         named = CELL_DIR.match(f.parent.name)
         if not cell and named:
             cell = {**named.groupdict(), "repeat": 1}
+        if not cell:  # never merged with another run: its own run, named by its path
+            unnamed.append(str(meta_p))
+            cell = {"workload": str(f), "repeat": 1}
+        key = tuple(str(cell.get(k, "")) for k in CELL_KEYS)
+        if key in runs:
+            raise ValueError(f"{runs[key]} and {f} are the same run "
+                             f"({dict(zip(CELL_KEYS, key, strict=True))}) by their meta.json or "
+                             "folder; summing them would merge two runs: give each repeat its own "
+                             "cell.repeat, and each phases.csv once")
+        runs[key] = f
         for k in CELL_KEYS:
             df[k] = cell.get(k, "")
         df["gpu_model"] = meta.gpu_model or ""
@@ -75,6 +88,10 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
         frames.append(df)
     if not frames:
         raise ValueError("no phases.csv to aggregate")
+    if unnamed:
+        warnings.warn(f"no meta.json (and no <workload>-<storage>-ckpt<on|off> folder) for "
+                      f"{len(unnamed)} phases file(s): {', '.join(unnamed)} missing; each is kept "
+                      "as its own run, its workload named by its path", stacklevel=2)
     return pd.concat(frames, ignore_index=True)
 
 
@@ -83,12 +100,15 @@ def per_run(phases: pd.DataFrame) -> pd.DataFrame:
     longest device's), with the run's `items` and `throughput_unit`. A phase that some repeats of
     a cell have and others lack counts 0 J and 0 s in those (so every cell's n is its repeats)."""
     p = phases[phases["phase"] != RESIDUAL].copy()
-    for col in ("items", "throughput_unit"):
+    for col in ("items", "throughput_unit", "covered_fraction"):
         if col not in p.columns:
             p[col] = np.nan
+    # covered_fraction: the least covered device (a phase partly outside the trace, or a device
+    # with too few readings, is flagged with its share instead of counting as 0 J)
     rows = p.groupby(CELL_KEYS + ["phase", "device_kind"], as_index=False, dropna=False).agg(
         energy_j=("energy_j", "sum"), energy_lo_j=("energy_lo_j", "sum"),
         energy_hi_j=("energy_hi_j", "sum"), time_s=("time_s", "max"),
+        covered_fraction=("covered_fraction", "min"),
         method=("method", lambda s: ",".join(sorted(set(s)))),
         source=("source", lambda s: ",".join(sorted(set(s)))))
     runs = p.groupby(CELL_KEYS, as_index=False, dropna=False).agg(
@@ -136,6 +156,7 @@ def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
     rest = runs.groupby(keys, as_index=False, sort=True).agg(
         energy_lo_j=("energy_lo_j", "mean"), energy_hi_j=("energy_hi_j", "mean"),
         items=("items", "mean"), item_unit=("item_unit", "first"),
+        covered_fraction=("covered_fraction", "min"),
         method=("method", "first"), source=("source", "first"))
     out = stats_.merge(rest, on=keys)
     out["interval"] = INTERVAL

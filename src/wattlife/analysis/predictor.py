@@ -91,10 +91,32 @@ def predictor_files(curves_path: str | Path, pfi_path: str | Path, out: str | Pa
     from .curves import load_curves
 
     curves = load_curves(curves_path)
-    feats = job_features(curves, read_table(pfi_path, ["job", "pfi"]))
+    pfi = read_table(pfi_path, ["job", "pfi"])
+    feats = job_features(curves, pfi)
+    _enough_jobs(feats, pfi, pfi_path, curves_path)
     df = predictor_table(feats)
     if "source" in curves.columns:
         df["source"] = ",".join(sorted(curves["source"].astype(str).unique()))
     write_csv(df, out)
     write_csv(feats, Path(out).with_name(Path(out).stem + "_features.csv"))
     return df
+
+
+MIN_JOBS = 3
+
+
+def _enough_jobs(feats: pd.DataFrame, pfi: pd.DataFrame, pfi_path: str | Path,
+                 curves_path: str | Path) -> None:
+    """One line instead of scikit-learn's message: the regression needs `MIN_JOBS` jobs with a
+    finite PFI (a job measured at one cap has none) and finite telemetry at their highest cap."""
+    bad = feats[["dram_active", "util_mem", "tensor_active", "n_gpus"]].isna().any(axis=1)
+    if bad.any():
+        raise ValueError(f"{curves_path}: job(s) {sorted(feats.loc[bad, 'job'].astype(str))} have "
+                         "no telemetry (dram_active, util_mem, tensor_active, n_gpus) at their "
+                         "highest cap; the predictor needs it for every job")
+    if len(feats) < MIN_JOBS:
+        n_nan = int(pfi["pfi"].isna().sum())
+        raise ValueError(f"{pfi_path}: {len(feats)} job(s) with a finite PFI in both files "
+                         f"({n_nan} of {len(pfi)} PFI rows are NaN, e.g. a job measured at one "
+                         f"cap); the predictor needs at least {MIN_JOBS} (leave-one-out "
+                         "regression)")

@@ -12,7 +12,7 @@ from ..contracts import IDLE, PHASES_COLUMNS, RESIDUAL, UNATTRIBUTED, ContractEr
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
 from .integrate import integrate
 from .response import SensorResponse
-from .series import DeviceSeries, device_series, idle_power
+from .series import DeviceSeries, device_series, idle_power, too_few_readings
 from .tree import PhaseTree, clamp_events, exclusive, phase_tree
 
 PROGRESS_MIN_READINGS = 2_000_000  # show a progress bar when a trace has more readings
@@ -225,6 +225,15 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
         if strict:
             raise ContractError(msg)
         warnings.warn(msg, stacklevel=2)
+    short = too_few_readings(trace, series)
+    if len(short):  # kept, flagged: energy NaN (unknown, not 0 J), covered_fraction 0
+        warnings.warn(f"{where + ': ' if where else ''}{len(short)} device(s) with fewer than 2 "
+                      "readings, no energy can be integrated: "
+                      f"{', '.join(f'{r.host}/{r.device}' for r in short.itertuples())}; each has "
+                      "one `unattributed` row with energy NaN and covered_fraction 0", stacklevel=2)
+        frames.append(short.assign(phase=UNATTRIBUTED, device_kind=short["device"].map(device_kind),
+                                   energy_j=np.nan, energy_lo_j=np.nan, energy_hi_j=np.nan,
+                                   time_s=0.0, method="integrate", covered_fraction=0.0))
     out = pd.concat(frames, ignore_index=True)
     out["run_id"] = run_id
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -20,6 +20,7 @@ from ..contracts import (
     refuse_overwrite,
     write_table,
 )
+from ..pathlock import one_writer
 from .energy import attribute_energy, check_time_units
 from .response import SensorResponse
 
@@ -85,8 +86,18 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
 
     `sensor_response`: "boxcar", "estimate" (the estimated weights are written beside the output
     as `<stem>.<host>.<device>.sensor_response.csv`, reusable on other runs), or such a CSV."""
-    refuse_overwrite(out, [trace, events] + ([sensor_response] if sensor_response not in
-                                              ("boxcar", "estimate") else []))
+    meta_path = Path(trace).with_name(META_FILE)  # read too: never written over
+    refuse_overwrite(out, [trace, events, meta_path] + ([sensor_response] if sensor_response not in
+                                                         ("boxcar", "estimate") else []))
+    with one_writer(out, "attribute"):  # one attribution per output at a time
+        return _attribute_files(trace, events, out, method, window_ms, idle_split, n_boot,
+                                sensor_response, strict, meta_path)
+
+
+def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str,
+                     window_ms: float | None, idle_split: bool, n_boot: int,
+                     sensor_response: str, strict: bool, meta_path: Path) -> pd.DataFrame:
+    """`attribute_files` once its output is locked."""
     response: SensorResponse | str | None = None
     if sensor_response == "estimate":
         response = "estimate"
@@ -97,7 +108,6 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
     if not len(events_df):
         warnings.warn(f"{events}: no phases (header only): the whole trace is `unattributed` "
                       "(GPUs: `idle`)", stacklevel=2)
-    meta_path = Path(trace).with_name(META_FILE)
     has_meta = meta_path.exists()
     meta = read_meta(meta_path) if has_meta else RunMeta()
     check_time_units(trace_df, events_df, str(trace), str(events))

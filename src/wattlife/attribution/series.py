@@ -88,6 +88,17 @@ def device_series(trace: pd.DataFrame) -> list[DeviceSeries]:
     return out
 
 
+def too_few_readings(trace: pd.DataFrame, series: list[DeviceSeries]) -> pd.DataFrame:
+    """The GPU/CPU/DRAM devices of `trace` that `device_series` could not make a series of (fewer
+    than 2 power or energy readings): host, device, count (readings), source."""
+    kinds = trace["device"].map(device_kind)
+    sel = trace[kinds.isin(ATTRIBUTED_KINDS) & trace["metric"].isin([POWER_W, ENERGY_J])]
+    have = {(x.host, x.device) for x in series}
+    rows = [{"host": h, "device": d, "count": len(g), "source": g["source"].mode().iat[0]}
+            for (h, d), g in sel.groupby(["host", "device"], sort=True) if (h, d) not in have]
+    return pd.DataFrame(rows, columns=["host", "device", "count", "source"])
+
+
 def idle_power(series: DeviceSeries, start_ns: int, end_ns: int) -> float:
     """Mean power of a device over [start, end] (the idle baseline window)."""
     dt = (end_ns - start_ns) / 1e9

@@ -2,9 +2,12 @@
 
 HTTP downloads stream to `<dest>.part`, resume from where a broken transfer stopped (HTTP Range),
 retry connection errors with exponential backoff, verify sha256 when one is given, and only then
-rename to `dest` (atomic on one file system). A rerun with `dest` present and verified does nothing
-unless forced. A 404 or any other client error is final and named; a checksum mismatch removes the
-partial file and never promotes it.
+rename to `dest` (atomic on one file system). A rerun with `dest` present does nothing unless
+forced (the record's `verified` says whether a sha256 confirmed it). A 404 or any other client
+error, a scheme other than http(s), an unwritable destination or a full disk is final and named
+(not retried); a checksum mismatch removes the partial file and never promotes it. A body is
+promoted only when it is known to be whole: its Content-Length, a complete chunked encoding or the
+sha256. One writer per destination: a second fetch to the same `dest` is refused (`pathlock`).
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ import os
 import shutil
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from http.client import IncompleteRead
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
+
+from ..pathlock import PathBusy, PathLock
 
 CHUNK = 1 << 20
 
@@ -37,8 +43,26 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+PERMANENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS,
+                    errno.ENOTDIR, errno.EISDIR)
+
+
 def _verified(dest: Path, sha256: str | None) -> bool:
     return dest.exists() and (sha256 is None or sha256_of(dest) == sha256.lower())
+
+
+def destination_lock(dest: Path) -> PathLock:
+    """The lock on `dest` held while it is written (its folder created); FetchError if another
+    fetch or upload holds it or it cannot be created."""
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        return PathLock(dest, "fetching it").acquire()
+    except PathBusy as busy:
+        raise FetchError(f"{dest}: another fetch is writing it ({busy}); two transfers must not "
+                         "share a destination: wait for it to end or give another -o") from None
+    except OSError as exc:
+        raise FetchError(f"{dest}: cannot write there ({exc.strerror or exc}); not "
+                         "retried") from exc
 
 
 def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: int = 5,
@@ -46,17 +70,31 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
                progress: bool = True) -> dict[str, Any]:
     """Download `url` to `dest`; returns bytes transferred, seconds, attempts, resumed."""
     dest = Path(dest)
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme not in ("http", "https"):
+        raise FetchError(f"{url}: scheme {scheme + '://' if scheme else '(none)'} is not "
+                         "supported; --url takes http:// or https:// (not retried)")
     if dest.is_dir():
         raise FetchError(f"{dest}: is a directory; give the file's path, e.g. "
                          f"{dest / Path(url).name}")
+    lock = destination_lock(dest)
+    try:
+        return _fetch_http(url, dest, sha256, retries, backoff_s, force, timeout_s, progress)
+    finally:
+        lock.release()
+
+
+def _fetch_http(url: str, dest: Path, sha256: str | None, retries: int, backoff_s: float,
+                force: bool, timeout_s: float, progress: bool) -> dict[str, Any]:
+    """`fetch_http` once the destination's lock is held."""
     if not force and _verified(dest, sha256):
-        return {"url": url, "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
-    dest.parent.mkdir(parents=True, exist_ok=True)
+        return {"url": url, "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0,
+                "verified": sha256 is not None}
     part = dest.with_name(dest.name + ".part")
     if force and part.exists():
         part.unlink()
     t0 = time.monotonic()
-    transferred, attempts, resumed = 0, 0, False
+    transferred, attempts, resumed, delimited = 0, 0, False, False
     while True:
         attempts += 1
         have = part.stat().st_size if part.exists() else 0
@@ -69,6 +107,7 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
                     mode, have = "wb", 0
                 total = resp.headers.get("Content-Length")
                 total = int(total) + have if total is not None else None
+                delimited = total is not None or getattr(resp, "chunked", False)
                 with open(part, mode) as fh, tqdm(total=total, initial=have, unit="B",
                                                   unit_scale=True, desc=dest.name,
                                                   disable=not progress, leave=False) as bar:
@@ -84,22 +123,27 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
             break
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and have:  # asked past the end: the part is already complete
+                delimited = True
                 break
             if 400 <= exc.code < 500:
                 raise FetchError(f"{url}: HTTP {exc.code} {exc.reason} (not retried)") from exc
             err: Exception = exc
         except (urllib.error.URLError, ConnectionError, IncompleteRead, TimeoutError,
                 OSError) as exc:
-            if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
-                kept = part.stat().st_size if part.exists() else 0
+            code = getattr(exc, "errno", None)
+            if code in PERMANENT_ERRNOS:
                 why = getattr(exc, "strerror", None)
-                raise FetchError(f"{url}: disk full writing {part} ({why}); {kept} bytes "
-                                 "kept for resume, nothing promoted: free space and rerun") from exc
+                what = "disk full" if code in (errno.ENOSPC, errno.EDQUOT) else "cannot write"
+                raise FetchError(f"{url}: {what} writing {part} ({why}); {_kept(part)}, nothing "
+                                 "promoted, not retried") from exc
             err = exc
         if attempts > retries:
-            raise FetchError(f"{url}: gave up after {attempts} attempts: {err} "
-                             f"(partial file kept for resume: {part})")
+            raise FetchError(f"{url}: gave up after {attempts} attempts: {err} ({_kept(part)})")
         time.sleep(backoff_s * 2 ** (attempts - 1))
+    if sha256 is None and not delimited:
+        raise FetchError(f"{url}: the server sent neither a Content-Length nor a chunked body, so "
+                         f"a cut-short download cannot be told from a whole one; nothing promoted "
+                         f"({_kept(part)}): give --sha256 to accept it")
     if sha256 is not None and sha256_of(part) != sha256.lower():
         part.unlink()
         raise FetchError(f"{url}: sha256 mismatch (expected {sha256}); partial file removed, "
@@ -107,7 +151,16 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
     os.replace(part, dest)
     return {"url": url, "dest": str(dest), "skipped": False, "bytes": transferred,
             "seconds": time.monotonic() - t0, "attempts": attempts, "resumed": resumed,
-            "size_bytes": dest.stat().st_size}
+            "size_bytes": dest.stat().st_size, "verified": sha256 is not None}
+
+
+def _kept(part: Path) -> str:
+    """What a failed download left: the partial file (kept for resume), if there is one."""
+    try:
+        size = part.stat().st_size if part.is_file() else 0
+    except OSError:
+        size = 0
+    return f"partial file kept for resume: {part}, {size} bytes" if size else "no partial file"
 
 
 def fetch_path(src: str | Path, dest: str | Path, force: bool = False,
@@ -120,8 +173,18 @@ def fetch_path(src: str | Path, dest: str | Path, force: bool = False,
     if src.is_file() and dest.is_dir():
         raise FetchError(f"{dest}: is a directory and {src} a file; give the file's path, e.g. "
                          f"{dest / src.name}")
+    lock = destination_lock(dest)
+    try:
+        return _fetch_path(src, dest, force, progress)
+    finally:
+        lock.release()
+
+
+def _fetch_path(src: Path, dest: Path, force: bool, progress: bool | None) -> dict[str, Any]:
+    """`fetch_path` once the destination's lock is held."""
     if dest.exists() and not force:
-        return {"src": str(src), "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0}
+        return {"src": str(src), "dest": str(dest), "skipped": True, "bytes": 0, "seconds": 0.0,
+                "verified": False}
     t0 = time.monotonic()
     tmp = dest.with_name(dest.name + ".part")
     if tmp.exists():

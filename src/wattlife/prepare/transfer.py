@@ -56,7 +56,9 @@ def report_transfer(record: dict[str, Any], record_path: str | Path | None = Non
     to `record_path` when given."""
     print(json.dumps(record))
     if record.get("skipped"):
-        print(f"wattlife: {record.get('dest', '')} is already there (verified where a sha256 was "
-              "given): nothing transferred; --force fetches again", file=sys.stderr)
+        how = ("verified by its sha256" if record.get("verified")
+               else "kept existing file, not verified (no --sha256)")
+        print(f"wattlife: {record.get('dest', '')} is already there ({how}): nothing "
+              "transferred; --force fetches again", file=sys.stderr)
     if record_path:
         write_text(record_path, json.dumps(record, indent=1))
