@@ -680,8 +680,9 @@ def _add_power_commands(sub: Any) -> None:
                     help="show the limits, save them to the state file (a Slurm prolog), or "
                          "restore them from it")
     pc.add_argument("--state", help="for `save` and `restore` (required): the state file; for "
-                                    "`restore` after a killed sweep, the powercap-state-<host>.json "
-                                    "that launch-node wrote beside the trace (default: none)")
+                                    "`restore` after a killed sweep, the "
+                                    "powercap-state-<host>.json that launch-node wrote beside the "
+                                    "trace (default: none)")
     pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
                     help="for `show` and `save`: where to read the limits (default: "
                          "%(default)s)")
