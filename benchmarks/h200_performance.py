@@ -34,6 +34,10 @@ RUNS = [
      "pfi-uncapped/issue19/lora_dense_run.tar.gz", "qwen3-1.7b-lora/summary.json"),
     ("pfi-uncapped/issue19 qwen3-30b-a3b-8l-lora", "qwen3-30b-a3b (8 layers)",
      "pfi-uncapped/issue19/lora_moe_run.tar.gz", "qwen3-30b-a3b-8l-lora/summary.json"),
+    # issue 26: compiled, 60 s of training after the compiling step (the LoRA kinds did not fit)
+    *[(f"pfi-uncapped/issue26 {r}", m, "pfi-uncapped/issue26/pfi_uncapped_runs.tar.gz",
+       f"{r}/summary.json") for r, m in (("qwen3-30b-a3b-8l-pretrain", "qwen3-30b-a3b (8 layers)"),
+                                         ("qwen3-1.7b-pretrain", "qwen3-1.7b"))],
     ("execution/issue19 resnet50-local-ckpton", "resnet50",
      "execution/issue19/cells/resnet50-local-ckpton/work/summary.json", None),
     ("execution/issue19-compile qwen3-1.7b-local-ckpton", "qwen3-1.7b",
