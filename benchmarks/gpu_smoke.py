@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-out = Path(sys.argv[1])
+from outdir import out_dir
+
+out = out_dir(sys.argv[1], "OUTDIR")
 work = Path("/tmp/wl-smoke")
 py = sys.executable
 subprocess.run([py, "-m", "wattlife.cli", "gen-images", str(work / "shared" / "imgs"), "--classes", "10",

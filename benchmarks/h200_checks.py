@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from outdir import out_dir
 
 from wattlife.attribution import attribute_energy, device_series
 from wattlife.contracts import read_events, read_trace
@@ -323,8 +324,7 @@ def main() -> None:
     ap.add_argument("--analyse-only", action="store_true",
                     help="step/attribution: analyse the traces already in --work (no GPU needed)")
     a = ap.parse_args()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_dir(a.out)
     work = Path(a.work) if a.work else Path(os.environ.get("TMPDIR", "/tmp")) / "wattlife-h200"
     work.mkdir(parents=True, exist_ok=True)
     summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from outdir import out_dir
 
 PY = sys.executable
 DRY = os.environ.get("WL_DRY") == "1"  # CPU rehearsal: tiny sizes, simulated GPU
@@ -52,28 +53,25 @@ def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, ou
     pd.read_csv(d / "trace.csv").to_csv(c / "trace.csv.gz", index=False)
     for f in ("events.csv", "meta.json", "work/summary.json"):
         shutil.copy(d / f, c / f)
+    from wattlife.analysis.shares import training_shares
+
     ph = pd.read_csv(c / "phases.csv")
     ph = ph[ph["phase"] != "deconvolution_residual"]
     e = ph.groupby("device_kind")["energy_j"].sum()
     gpu = ph[ph["device_kind"] == "gpu"].set_index("phase")
-    cpu = ph[ph["device_kind"] == "cpu"].set_index("phase")
-    run = [p for p in gpu.index if p not in ("idle_baseline", "process_startup", "process_exit",
-                                             "unattributed", "step")]
-    io = [p for p in ("stage_copy", "data_load") if p in gpu.index]
-    t_run = gpu.loc[run, "time_s"].sum()
-    e_run = gpu.loc[run, "energy_j"].sum() + cpu.loc[[p for p in run if p in cpu.index], "energy_j"].sum()
-    e_io = gpu.loc[io, "energy_j"].sum() + cpu.loc[[p for p in io if p in cpu.index], "energy_j"].sum()
     t_all = gpu["time_s"].sum()
+    # shares over the steady training phases; compile and warm-up are their own rows
     return {"cell": name, "wall_s": time.time() - t, "throughput": s["throughput"],
             "unit": s["throughput_unit"], "basis": s.get("throughput_basis"),
+            "step_clock": s.get("step_clock"),
             "throughput_wall": s.get("throughput_wall"), "mfu": s.get("mfu"),
+            "mfu_causal": s.get("mfu_causal"),
             "mfu_wall": s.get("mfu_wall"), "compile": s.get("compile"), "steps": s["steps"],
             "unattributed_s": float(gpu["time_s"].get("unattributed", 0.0)),
             "unattributed_share_of_time": float(gpu["time_s"].get("unattributed", 0.0) / t_all),
             "gpu_share_of_energy": float(e.get("gpu", 0) / e.sum()),
             "cpu_source": ",".join(sorted(set(ph.loc[ph["device_kind"] == "cpu", "source"]))),
-            "copy_plus_data_load_time_share": float(gpu.loc[io, "time_s"].sum() / t_run) if io else 0.0,
-            "copy_plus_data_load_energy_share": float(e_io / e_run) if io else 0.0,
+            **training_shares(ph),
             "skipped": s.get("skipped_items"), "checkpoints": len(s.get("checkpoints", []))}
 
 
@@ -86,7 +84,7 @@ def main() -> None:
     ap.add_argument("--qwen-compile", choices=["on", "off"], default="on",
                     help="torch.compile the Qwen3 model (default on)")
     a = ap.parse_args()
-    out = Path(a.out)
+    out = out_dir(a.out)
     work = Path("/tmp/wl-exec")
     shared = work / "shared"
     res: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -7,11 +7,17 @@ top-8, ~5.6 B parameters), each with task `pretrain` and `lora` (rank 32), seque
 bf16, random init, the experts on transformers' `grouped_mm` backend (the workload's CUDA
 default), `torch.compile` per `--compile`, under `wattlife run` (NVML with GPM telemetry) with
 the study's protocol: a fixed run length, one evaluation and one checkpoint at set times, the
-trace partitioned into warm-up / start-up / training, aggregates over training only. Writes
-`pfi_uncapped.csv` (one row per run: tokens/s on the `step` basis and the `wall` one, TFLOPS,
-MFU, training-window power and telemetry, the DRAM-copy product) and a tarball of every run's
-trace, events, meta, phases and summary. Each run's checkpoint is deleted after it (disk).
-Changes no GPU setting.
+trace partitioned into warm-up / start-up / steady training (`analysis.trace_segments`: the steady
+steps from the events, after compilation and warm-up, outside evaluation and checkpoint), the
+aggregates over training only. Writes `pfi_uncapped.csv` (one row per run: tokens/s on the
+`step` basis and the `wall` one, the step basis recomputed from the events, TFLOPS, MFU with
+attention full and causal, the training window's power and telemetry, the study's top-10 %
+aggregate, the DRAM-copy product, the mean power over the steady steps themselves and the
+window's ratio to it, the telemetry detector's window (no events) and the former window — from the
+first reading with utilisation >= 50 % — for comparison) and a tarball of every run's trace,
+events, meta, phases, segments and summary. The output folder is made first (a folder that
+cannot be written stops the script before any GPU work). Each run's checkpoint is deleted after
+it (disk). Changes no GPU setting.
 """
 
 import argparse
@@ -25,6 +31,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from outdir import out_dir
 
 PY = sys.executable
 DRY = os.environ.get("WL_DRY") == "1"  # CPU rehearsal: tiny models, simulated GPU
@@ -39,9 +46,57 @@ CELLS = {
 }
 
 
+def util50_window_power(tr: pd.DataFrame) -> float:
+    """Mean power of the former training window: first to last reading with utilisation >= 50 %
+    after the memory rise (the rule issue 26 replaced; kept here for the comparison only)."""
+    from wattlife.attribution import device_series, interval_energy
+
+    g = tr[tr["device"] == "gpu0"]
+    mem = g[g["metric"] == "mem_used_b"].sort_values("t_ns")
+    t_mem = int(mem["t_ns"].iat[(mem["value"] >= mem["value"].iat[0] + (1 << 30)).argmax()]) \
+        if len(mem) else int(g["t_ns"].min())
+    u = g[(g["metric"] == "util_gpu") & (g["t_ns"] >= t_mem) & (g["value"] >= 50)]
+    s = next((x for x in device_series(tr) if x.device == "gpu0"), None)
+    if u.empty or s is None:
+        return float("nan")
+    e, dt = interval_energy(s, int(u["t_ns"].min()), int(u["t_ns"].max()))
+    return e / dt if dt > 0 else float("nan")
+
+
+def window_columns(tr: pd.DataFrame, ev: pd.DataFrame, d: Path) -> dict:
+    """The training window from the events (written as segments.csv), its aggregates, the steady
+    steps' own mean power, the telemetry detector's window and the former util >= 50 % window."""
+    from wattlife.analysis.performance import step_throughput_from_events
+    from wattlife.analysis.trace_segments import (
+        partition_trace,
+        steady_steps_power,
+        training_aggregates,
+    )
+
+    seg = partition_trace(tr, ev)
+    seg.to_csv(d / "segments.csv", index=False)
+    row: dict = {"events_step_tokens_per_s": step_throughput_from_events(ev)}
+    agg = training_aggregates(tr, seg)
+    if len(agg):
+        a = agg.iloc[0].to_dict()
+        row.update({f"train_{k}": v for k, v in a.items() if k not in ("host", "device")})
+    st = steady_steps_power(tr, ev)
+    if len(st):
+        row.update(st.iloc[0].drop(["host", "device"]).to_dict())
+    det = training_aggregates(tr, partition_trace(tr))
+    if len(det):
+        row["detector_mean_power_w"] = det["mean_power_w"].iat[0]
+        row["detector_training_s"] = det["training_s"].iat[0]
+    row["util50_mean_power_w"] = util50_window_power(tr)
+    p = row.get("steady_mean_power_w")
+    for k in ("train_mean_power_w", "detector_mean_power_w", "util50_mean_power_w"):
+        if p and row.get(k) is not None:
+            row[k.replace("mean_power_w", "over_steady")] = row[k] / p
+    return row
+
+
 def run_cell(work: Path, name: str, over: dict, duration: float, compile_: bool) -> dict:
-    from wattlife.analysis.trace_segments import partition_trace, training_aggregates
-    from wattlife.contracts import read_trace
+    from wattlife.contracts import read_events, read_trace
 
     d = work / name
     w = {"kind": "causal_lm", "dataset": "wikitext-gen", "device": "cpu" if DRY else "cuda",
@@ -71,22 +126,21 @@ def run_cell(work: Path, name: str, over: dict, duration: float, compile_: bool)
                    capture_output=True)
     s = json.loads((d / "work" / "summary.json").read_text())
     tr = read_trace(d / "trace.csv")
-    seg = partition_trace(tr)
-    seg.to_csv(d / "segments.csv", index=False)
-    agg = training_aggregates(tr, seg)
     row = {"run": name, "model": w["model_config"], "task": w["task"], "compile": s.get("compile"),
            "experts_impl": s.get("experts_impl"), "wall_s": time.time() - t, "steps": s["steps"],
            "tokens_per_s": s["throughput"], "basis": s.get("throughput_basis"),
            "tokens_per_s_wall": s.get("throughput_wall"), "tflops_per_gpu": s.get("tflops_per_gpu"),
-           "mfu": s.get("mfu"), "mfu_wall": s.get("mfu_wall"), "vocab_size": s.get("vocab_size"),
+           "mfu": s.get("mfu"), "mfu_causal": s.get("mfu_causal"), "mfu_wall": s.get("mfu_wall"),
+           "step_clock": s.get("step_clock"), "vocab_size": s.get("vocab_size"),
            "lora_target_modules": " ".join(s.get("lora_target_modules") or []),
            "lora_target_parameters": " ".join(s.get("lora_target_parameters") or []),
            "parameters": s["parameters"], "trained_parameters": s["trained_parameters"],
            "active_parameters": s["active_parameters"], "flops_per_token": s["flops_per_token"],
            "checkpoints": len(s.get("checkpoints", []))}
-    if len(agg):
-        a = agg.iloc[0].to_dict()
-        row.update({f"train_{k}": v for k, v in a.items() if k not in ("host", "device")})
+    try:
+        row.update(window_columns(tr, read_events(d / "events.csv"), d))
+    except Exception as exc:  # the run's files are kept; say what failed
+        row["window_error"] = f"{type(exc).__name__}: {exc}"
     return row
 
 
@@ -94,21 +148,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--duration-s", type=float, default=60.0,
-                    help="each run's length (compilation included), default 60")
+                    help="each run's length, default 60 (compiled: counted from the end of the "
+                         "first, compiling step)")
     ap.add_argument("--compile", choices=["on", "off"], default="on",
                     help="torch.compile the model (default on)")
     ap.add_argument("--only", default=",".join(CELLS))
     ap.add_argument("--budget-s", type=float, default=0,
                     help="skip the runs that would end after this many seconds (default 0: no limit)")
+    ap.add_argument("--overhead-s", type=float, default=45.0,
+                    help="a run's time beyond --duration-s, for --budget-s: start-up, compilation "
+                         "(the schedule's clock starts after a compiled model's first step), "
+                         "checkpoint, exit (default 45)")
     a = ap.parse_args()
-    out, work = Path(a.out), Path("/tmp/wl-pfi")
+    out, work = out_dir(a.out), Path("/tmp/wl-pfi")
     from wattlife.workloads.datagen import make_text_corpus
 
     make_text_corpus(work / "shared" / "wikitext-gen", n_words=20_000 if DRY else 1_000_000)
     rows = []
     t0 = time.monotonic()
     for name in a.only.split(","):
-        if a.budget_s and time.monotonic() - t0 > a.budget_s - a.duration_s - 45:
+        if a.budget_s and time.monotonic() - t0 > a.budget_s - a.duration_s - a.overhead_s:
             rows.append({"run": name, "error": f"not run: the {a.budget_s:.0f} s budget was spent"})
             continue
         rows.append(run_cell(work, name, CELLS[name], a.duration_s, a.compile == "on"))
@@ -123,8 +182,10 @@ def main() -> None:
                           "work/summary.json"):
                     if (work / n / f).exists():
                         tar.add(work / n / f, arcname=f"{n}/{Path(f).name}")
-    cols = ["run", "compile", "experts_impl", "tokens_per_s", "tokens_per_s_wall", "mfu",
-            "train_mean_power_w", "train_dram_copy_product"]
+    cols = ["run", "compile", "tokens_per_s", "events_step_tokens_per_s", "tokens_per_s_wall",
+            "mfu", "mfu_causal", "train_mean_power_w", "steady_mean_power_w",
+            "train_over_steady", "detector_over_steady", "util50_mean_power_w",
+            "train_top10_power_w"]
     print(pd.DataFrame(rows).reindex(columns=cols).round(3).to_string(index=False))
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from outdir import out_dir
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -145,8 +146,7 @@ def main() -> None:
     ap.add_argument("--zeus-wheel", nargs="*", default=[],
                     help="Zeus wheel(s) to install under --work (default: Zeus from the environment)")
     a = ap.parse_args()
-    out, work = Path(a.out), Path(a.work)
-    out.mkdir(parents=True, exist_ok=True)
+    out, work = out_dir(a.out), Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     env = zeus_env(work, a.zeus_wheel)
     summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "zeus_version": env["ZEUS_VERSION"]}

@@ -19,8 +19,9 @@ EXECUTION = REPO / "results/reference/h200/execution"
 EXECUTION_CELLS = [
     EXECUTION / "issue19/cells/resnet50-local-ckpton",
     EXECUTION / "issue19-compile/cells/qwen3-1.7b-local-ckpton",
-    *[EXECUTION / run / f"cells/{m}-local-ckpt{c}" for run in (".", "ckpt-pairs")
-      for m in ("resnet50", "qwen3-1.7b") for c in ("on", "off")],
+    *[EXECUTION / f"cells/resnet50-local-ckpt{c}" for c in ("on", "off")],
+    *[EXECUTION / f"ckpt-pairs/cells/{m}-local-ckpt{c}" for m in ("resnet50", "qwen3-1.7b")
+      for c in ("on", "off")],
 ]
 
 
@@ -61,20 +62,29 @@ def test_the_clock_limited_matmul_draws_more_in_short_bursts(tmp_path):
 H200 = REPO / "results/reference/h200"
 
 
-def test_performance_table_is_rebuilt_from_the_committed_summaries():
-    """performance.csv is what the committed runs' summaries and events give; every row names
-    its basis; the issue-19 runs reach their MFU floors on the step basis."""
+def test_performance_table_is_rebuilt_from_the_committed_events():
+    """performance.csv is what the committed runs' events give (GPU-timed steady steps; the
+    loop's span), within 0.1 %; every row names its basis and clock, MFU on both attention
+    conventions; the issue-19 runs reach their MFU floors on the step basis."""
     from h200_performance import RUNS, load
 
     from wattlife.analysis.performance import performance_table
 
-    df = performance_table([(run, model, *load(H200, p, m)) for run, model, p, m in RUNS])
+    loaded = [(run, model, *load(H200, p, m, model)) for run, model, p, m in RUNS]
+    df = performance_table(loaded)
     committed = pd.read_csv(H200 / "performance.csv")
     assert list(committed["run"]) == list(df["run"])
     assert list(committed["basis"]) == list(df["basis"])
     assert committed["throughput"].to_numpy() == pytest.approx(df["throughput"].to_numpy(),
-                                                               rel=1e-5)
-    assert set(committed["basis"]) == {"step", "wall"}
+                                                               rel=1e-3)
+    assert set(committed["basis"]) == {"step", "wall"} and set(committed["clock"]) == {"cuda"}
+    lm = committed[committed["mfu"].notna()]
+    assert (lm["mfu_causal"] < lm["mfu"]).all()
+    # a summary written by today's workloads times its `step` basis on the events' own rows
+    for run, _, summary, _ev, _ in loaded:
+        if "step_clock" in summary:
+            got = df[(df["run"] == run) & (df["basis"] == "step")]["throughput"].iloc[0]
+            assert summary["throughput"] == pytest.approx(got, rel=1e-3), run
     step = committed[committed["basis"] == "step"].set_index("run")
     moe = step.loc["pfi-uncapped/issue19 qwen3-30b-a3b-8l-pretrain"]
     assert moe["experts_impl"] == "grouped_mm" and moe["compile"] and moe["mfu"] >= 0.30
@@ -83,9 +93,10 @@ def test_performance_table_is_rebuilt_from_the_committed_summaries():
     cell = step.loc["execution/issue19-compile qwen3-1.7b-local-ckpton"]
     assert cell["compile"] and cell["mfu"] >= 0.48
     assert len([r for r in step.index if r.startswith("workflow ")]) == 8  # config/gpu1.yaml
-    # the earlier references' summaries held the pauses: their step figures are higher
+    # the issue's figures, recomputed from the events (the summaries said 84,688 and 49,811)
+    assert moe["throughput"] == pytest.approx(84_012, rel=1e-4)
+    assert cell["throughput"] == pytest.approx(48_857, rel=1e-4)
     old = committed[committed["run"] == "execution resnet50-local-ckpton"].set_index("basis")
-    assert old.loc["step", "throughput"] == pytest.approx(2826, rel=1e-3)
     assert old.loc["step", "throughput"] > old.loc["wall", "throughput"]
 
 
@@ -112,7 +123,7 @@ def test_compiled_dense_pretrain_attributes_despite_its_116_us_cross_anchor_over
     committed = pd.read_csv(d / "phases.csv")
     with pytest.warns(UserWarning, match=r"2 phase boundaries .*largest 116.0 us"):
         df = attribute_files(d / "trace.csv", d / "events.csv", tmp_path / "phases.csv",
-                             idle_split=True)
+                             idle_split=True, steady=False)  # attributed before issue 26
     key = ["device", "phase"]
     got = df.set_index(key)["energy_j"].sort_index()
     assert got.to_numpy() == pytest.approx(committed.set_index(key)["energy_j"].sort_index()
@@ -169,3 +180,62 @@ def test_execution_cells_re_attribute_to_their_committed_table(tmp_path, cell):
     assert list(df.columns) == list(committed.columns)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "phases.csv"), committed,
                                   check_exact=False, rtol=1e-9, atol=1e-9)
+
+
+def _committed_phases():
+    """(name, phases table) of every committed H200 run: phases.csv files (not the aggregated
+    tables/) and those inside the committed tarballs."""
+    out = [(str(p.relative_to(H200)), pd.read_csv(p)) for p in sorted(H200.rglob("phases.csv"))
+           if p.parent.name != "tables"]
+    for t in sorted(H200.rglob("*.tar.gz")):
+        with tarfile.open(t) as tar:
+            out += [(f"{t.relative_to(H200)}:{m.name}", pd.read_csv(tar.extractfile(m)))
+                    for m in tar.getmembers() if m.name.endswith("phases.csv")]
+    return out
+
+
+def test_every_committed_run_leaves_at_most_the_readme_s_unattributed_share():
+    """README: `unattributed` is 0.04-1.4 % of a training run's time, 1.0-2.3 % for the
+    workflow's few-second transfers (before: two cells at 13.2 % and 20.6 % under a stated
+    0.05-1.1 %)."""
+    readme = (REPO / "README.md").read_text()
+    assert "`unattributed` is 0.04–1.4 % of a run's time" in readme
+    assert "loopback transfers, runs of a few seconds: 1.0–2.3 %" in readme
+    runs = _committed_phases()
+    assert len(runs) >= 25
+    for name, ph in runs:
+        gpu = ph[(ph["device_kind"] == "gpu") & (ph["phase"] != "deconvolution_residual")]
+        share = gpu.loc[gpu["phase"] == "unattributed", "time_s"].sum() / gpu["time_s"].sum()
+        assert share <= (0.023 if "/transfers/" in name else 0.014), (name, share)
+
+
+ISSUE26 = H200 / "pfi-uncapped/issue26"
+
+
+def test_issue26_pfi_window_is_within_5_percent_of_the_steady_steps(tmp_path):
+    """The compiled 60 s PFI runs on the H200 (MoE and dense pretrain): the training window from
+    the events, and the telemetry detector's without them, each average within 5 % of the power
+    over the steady steps themselves; the committed table is what the committed files give.
+    Before (issue 26): the MoE run's window averaged 217 W, most of it compilation."""
+    from wattlife.analysis.trace_segments import (
+        partition_trace,
+        steady_steps_power,
+        training_aggregates,
+    )
+    from wattlife.contracts import read_events, read_trace
+
+    with tarfile.open(ISSUE26 / "pfi_uncapped_runs.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    table = pd.read_csv(ISSUE26 / "pfi_uncapped.csv").set_index("run")
+    assert set(table.index) == {"qwen3-30b-a3b-8l-pretrain", "qwen3-1.7b-pretrain"}
+    for run, row in table.iterrows():
+        d = tmp_path / str(run)
+        tr, ev = read_trace(d / "trace.csv"), read_events(d / "events.csv")
+        steady = steady_steps_power(tr, ev).iloc[0]["steady_mean_power_w"]
+        window = training_aggregates(tr, partition_trace(tr, ev)).iloc[0]
+        detector = training_aggregates(tr, partition_trace(tr)).iloc[0]["mean_power_w"]
+        assert window["method"] == "steps" and row["compile"]
+        assert window["mean_power_w"] == pytest.approx(steady, rel=0.05), run
+        assert detector == pytest.approx(steady, rel=0.05), run
+        assert window["mean_power_w"] == pytest.approx(row["train_mean_power_w"], rel=1e-9)
+        assert steady > 600 and (ev["phase"] == "compile").sum() == 2

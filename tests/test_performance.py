@@ -1,4 +1,6 @@
-"""Throughput bases in the performance table (hand-made summaries and events)."""
+"""Throughput bases in the performance table, rebuilt from events (hand-made summaries and
+events): `step` = the steady steps' items over their summed (GPU-timed) durations, `wall` = the
+loop's span in the events, MFU on both attention conventions."""
 
 import pandas as pd
 import pytest
@@ -7,51 +9,51 @@ from wattlife.analysis.performance import (
     PERFORMANCE_COLUMNS,
     performance_table,
     step_throughput_from_events,
+    wall_throughput_from_events,
 )
 
 
-def _events(durations_s, items=100.0):
+def _events(durations_s, items=100.0, clock="cuda"):
     t, rows = 0, []
     for d in durations_s:
         rows.append({"phase": "step", "rank": 0, "start_ns": t, "end_ns": t + int(d * 1e9),
-                     "items": items})
-        rows.append({"phase": "forward", "rank": 0, "start_ns": t, "end_ns": t + 1, "items": None})
+                     "items": items, "clock": clock})
+        rows.append({"phase": "forward", "rank": 0, "start_ns": t, "end_ns": t + 1, "items": None,
+                     "clock": clock})
         t += int(d * 1e9) + int(5e9)  # a pause between steps is in no step
+    rows.append({"phase": "finalize", "rank": 0, "start_ns": t, "end_ns": t + int(1e9),
+                 "items": None, "clock": "host"})
     return pd.DataFrame(rows)
 
 
 def test_step_throughput_leaves_out_warmup_and_pauses():
     ev = _events([10.0, 10.0, 10.0, 1.0, 1.0, 2.0])
     assert step_throughput_from_events(ev) == pytest.approx(300 / 4.0)
-    assert step_throughput_from_events(ev, warmup=0) == pytest.approx(600 / 34.0)
+    assert step_throughput_from_events(ev, world=2) == pytest.approx(600 / 4.0)
+    # 5 steps or fewer: no steady part to single out, every step counts
+    assert step_throughput_from_events(_events([2.0, 1.0, 1.0])) == pytest.approx(300 / 4.0)
     assert step_throughput_from_events(ev.iloc[:0]) is None
+    # wall: the loop from the first step's start to finalize, pauses and warm-up included
+    assert wall_throughput_from_events(ev) == pytest.approx(600 / (34.0 + 6 * 5.0))
 
 
-def test_every_row_names_its_basis():
-    new = {"task": "pretrain", "compile": True, "experts_impl": "grouped_mm", "throughput": 80.0,
-           "throughput_basis": "step", "throughput_wall": 20.0,
-           "throughput_unit": "tokens/s (all ranks)",
-           "mfu": 0.4, "mfu_wall": 0.1, "experts": 8}
-    rerun = {"task": "lora", "throughput": 50.0, "throughput_window": 40.0, "mfu": 0.2,
-             "throughput_unit": "tokens/s (all ranks)"}
-    # written before pauses left the step clock: its throughput is the `wall` one
-    old = {"task": "pretrain", "throughput": 50.0, "mfu": 0.25, "experts": 8,
-           "throughput_unit": "tokens/s (all ranks)"}
-    df = performance_table([("a", "m", new), ("b", "m", rerun),
-                            ("c", "m", old, _events([1, 1, 1, 1, 1]))])
+def test_every_row_names_its_basis_clock_and_both_mfu_conventions():
+    summ = {"task": "pretrain", "compile": True, "experts_impl": "grouped_mm",
+            "throughput_unit": "tokens/s (all ranks)", "flops_per_token": 1000.0,
+            "attention_flops_per_token": 200.0, "peak_flops_per_gpu": 1e5, "experts": 8}
+    ev = _events([10.0, 10.0, 10.0, 1.0, 1.0, 2.0])
+    old = {k: v for k, v in summ.items() if k != "attention_flops_per_token"}
+    df = performance_table([("a", "m", summ, ev), ("b", "m", old, ev, 400.0),
+                            ("c", "m", summ, ev[ev["phase"] != "step"])])
     assert list(df.columns) == PERFORMANCE_COLUMNS
-    assert set(df["basis"]) == {"step", "wall"} and df["throughput_unit"].eq("tokens/s").all()
+    assert list(df["run"]) == ["a", "a", "b", "b"]  # no step rows in c's events: no row
     a = df[df["run"] == "a"].set_index("basis")
-    assert a.loc["step", "throughput"] == 80 and a.loc["wall", "mfu"] == 0.1
-    assert a.loc["step", "experts_impl"] == "grouped_mm" and bool(a.loc["step", "compile"])
+    assert a.loc["step", "throughput"] == pytest.approx(75.0) and a.loc["step", "clock"] == "cuda"
+    assert a.loc["step", "mfu"] == pytest.approx(75.0 * 1000 / 1e5)
+    assert a.loc["step", "mfu_causal"] == pytest.approx(75.0 * 900 / 1e5)
     b = df[df["run"] == "b"].set_index("basis")
-    assert b.loc["wall", "throughput"] == 40 and b.loc["wall", "mfu"] == pytest.approx(0.16)
-    c = df[df["run"] == "c"].set_index("basis")
-    assert c.loc["wall", "throughput"] == 50 and c.loc["step", "throughput"] == pytest.approx(100)
-    assert c.loc["step", "mfu"] == pytest.approx(0.5)
-    assert c.loc["step", "experts_impl"] == "unrecorded"
-    # without events an old summary gives only its `wall` row
-    assert list(performance_table([("c", "m", old)])["basis"]) == ["wall"]
+    assert b.loc["step", "mfu_causal"] == pytest.approx(75.0 * 800 / 1e5)
+    assert b.loc["wall", "mfu"] == pytest.approx(b.loc["wall", "throughput"] * 1000 / 1e5)
 
 
 def test_aggregated_phase_rows_carry_the_throughput_basis(tmp_path):

@@ -287,6 +287,18 @@ def test_causal_lm_summary_names_backend_compile_vocab_and_basis(tmp_path, monke
     gaps = (top["start_ns"].to_numpy()[1:] - top["end_ns"].to_numpy()[:-1]).clip(0).sum() / 1e9
     span = (top["end_ns"].max() - top["start_ns"].min()) / 1e9
     assert gaps < 0.05 * span
+    # the first forward and backward of the compiled model are `compile`, nested inside them
+    comp = ev[ev["phase"] == "compile"]
+    first = (ev[ev["phase"].isin(["forward", "backward"])].sort_values("start_ns")
+             .groupby("phase").head(1))
+    assert len(comp) == 2 and sorted(comp["depth"]) == sorted(first["depth"] + 1)
+    starts = first.sort_values("start_ns")["start_ns"].to_numpy()
+    assert (comp.sort_values("start_ns")["start_ns"].to_numpy() >= starts).all()
+    # the `step` basis is the events' own step rows: a recomputation agrees within 0.1 %
+    from wattlife.analysis.performance import step_throughput_from_events
+
+    assert s["step_clock"] == "host" and s["attention_flops_per_token"] > 0
+    assert s["throughput"] == pytest.approx(step_throughput_from_events(ev), rel=1e-3)
 
 
 def test_workload_specs_take_the_schemas_defaults_then_their_kinds():

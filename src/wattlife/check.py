@@ -650,6 +650,11 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
         summary = _load_json(sum_path, f)
         if summary is not None and ev is not None:
             f += check_summary(summary, ev, str(sum_path))
+    if ev is not None:
+        from .check_steady import steady_findings
+
+        f += [Finding(sev, code, file, None, msg) for sev, code, file, msg in
+              steady_findings(ev, summary, str(ev_paths[0]), str(sum_path))]
 
     if ev is not None:
         k = infer_kind(meta, summary, ev["phase"]) if kind == "auto" else (

@@ -130,7 +130,8 @@ def cmd_attribute(a: argparse.Namespace) -> int:
     from .attribution import attribute_files
 
     df = attribute_files(a.trace, a.events, a.output, a.method, a.sensor_window_ms, a.idle_split,
-                         a.bootstrap, a.sensor_response, strict=a.strict)
+                         a.bootstrap, a.sensor_response, strict=a.strict,
+                         steady=not a.raw_phases)
     show = df.groupby(["device_kind", "phase", "method", "source"], as_index=False)[
         ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"],
                                                   ascending=[True, False])
@@ -441,7 +442,11 @@ def _add_run_commands(sub: Any) -> None:
                    help="auto (default): deconvolve where phases are shorter than two sensor "
                         "periods, else integrate")
     t.add_argument("--strict", action="store_true",
-                   help="phases' time outside the trace's span is an error, not a warning")
+                   help="phases' time outside the trace's span, or a busy GPU no rank claims, "
+                        "is an error, not a warning")
+    t.add_argument("--raw-phases", action="store_true",
+                   help="the phase names as recorded (default: compile and warm-up steps as "
+                        "rows `compile` and `warmup`, the other phases over the steady steps)")
     t.add_argument("--sensor-window-ms", type=float,
                    help="boxcar window of power readings for deconvolution (default: estimated "
                         "per device, the best fit among 0.5-2x the reading spacing)")

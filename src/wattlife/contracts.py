@@ -91,6 +91,16 @@ RESIDUAL = "deconvolution_residual"  # deconvolved sum minus the measured total
 IDLE = "idle"  # the phase of a GPU that no rank uses
 #: intervals `wattlife run` itself knows (added by attribution from meta.json)
 WRAPPER_PHASES = ("idle_baseline", "process_startup", "process_exit")
+COMPILE = "compile"  # first-call compilation (torch.compile) inside a step's forward / backward
+WARMUP = "warmup"  # what the warm-up steps did (attribution's name for their rows)
+#: the first steps of each rank that the `step` throughput and the steady window leave out
+WARMUP_STEPS = 3
+
+
+def warmup_count(n_steps: int) -> int:
+    """How many of a rank's `n_steps` steps are warm-up: `WARMUP_STEPS` when at least 3 steady
+    steps remain, else none (a run that short has no steady part to single out)."""
+    return WARMUP_STEPS if n_steps > WARMUP_STEPS + 2 else 0
 
 # ----------------------------------------------------------------------------- source names
 SOURCES_MEASURED = {"nvml-samples", "nvml-counter", "nvml-poll", "rapl"}

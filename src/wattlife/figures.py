@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .contracts import LIFECYCLE_PHASES, UNATTRIBUTED  # noqa: E402
+from .contracts import COMPILE, LIFECYCLE_PHASES, UNATTRIBUTED, WARMUP  # noqa: E402
 
 SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measured",
                 "simulated/calibrated": "SIMULATED (calibrated to published PFIs)",
@@ -25,7 +25,7 @@ SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measur
                 "nvml-counter": "measured (NVML counter)",
                 "nvml-poll": "measured (NVML)", "rapl": "measured (RAPL)"}
 PHASE_ORDER = (["idle_baseline", "process_startup"] + LIFECYCLE_PHASES[:3] + ["tokenize"]
-               + LIFECYCLE_PHASES[3:] + ["step", "process_exit", UNATTRIBUTED])
+               + LIFECYCLE_PHASES[3:] + [COMPILE, WARMUP, "step", "process_exit", UNATTRIBUTED])
 _PALETTE = dict(zip(PHASE_ORDER, sns.color_palette("tab20", len(PHASE_ORDER)), strict=True))
 
 

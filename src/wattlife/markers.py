@@ -105,6 +105,8 @@ class Recorder:
         self.step_index = 0
         self.cuda: _CudaClock | None = None
         self._last_end: list[int] = []  # latest end written at each depth (the nesting floor)
+        #: (start_ns, end_ns, items, clock) of every `step` row as written (the summary's clock)
+        self.step_spans: list[tuple[int, int, float, str]] = []
         from .safewrite import SafeAppender
 
         self._out = SafeAppender(self.path, EVENTS_HEADER, f"markers (rank {self.rank})",
@@ -164,6 +166,8 @@ class Recorder:
         if len(self._last_end) <= d:
             self._last_end.extend([s0] * (d + 1 - len(self._last_end)))
         self._last_end[d] = s1
+        if op.name == "step":
+            self.step_spans.append((s0, s1, float(items_s or 0.0), clock))
         self._rows.append(f"{self._prefix}{op.name},{s0},{s1},{op.step},{items_s},"
                           f"{self.local_rank},{d},{clock},{clamp}\n")
 
@@ -310,6 +314,16 @@ def end(token: Any, items: float | None = None) -> None:
     if token is not None:
         assert _recorder is not None, "a phase ended after markers.reset()"
         _recorder.end(token, items)
+
+
+def step_spans() -> list[tuple[int, int, float, str]]:
+    """Every `step` row this process has written, as written: (start_ns, end_ns, items, clock),
+    GPU-timed rows resolved first (waits for the GPU). Empty without a recorder."""
+    rec = get_recorder()
+    if rec is None:
+        return []
+    rec.flush(wait=True)
+    return list(rec.step_spans)
 
 
 def flush() -> None:

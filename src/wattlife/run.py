@@ -75,6 +75,21 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
+#: commands that start several ranks (one GPU each); any other command is one process
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate",
+             "deepspeed", "mpirun", "mpiexec", "srun")
+
+
+def single_process_gpus(cmd: list[str], gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """meta.json's `gpus`: a command that is one process (no launcher among its words) drives
+    every GPU it can see, so each visible GPU's entry gets `local_rank` 0; a launcher's ranks
+    keep one GPU each (local rank = CUDA ordinal)."""
+    words = {t for w in cmd for tok in w.split() for t in (tok, Path(tok).name)}
+    if words & set(LAUNCHERS):
+        return gpus
+    return [{**g, "local_rank": 0} for g in gpus]
+
+
 def shell_status(returncode: int) -> int:
     """Popen's returncode in the shell's convention: -N (killed by signal N) -> 128 + N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -385,7 +400,7 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
             signals={"received": received, "forwarded_to_cmd_group": forwarded,
                      "leftover_processes_ended": leftovers},
             gpu_model=gpu_info.get("gpu_model"), driver=gpu_info.get("driver"),
-            gpus=gpu_info.get("gpus", []),
+            gpus=single_process_gpus(list(cmd), gpu_info.get("gpus", [])),
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
             sampler={"settings": sampler_cfg, "backends": info, "sensors": sampler.sensors(),
                      "rows": sampler.rows_written, "cpu_time_s": sampler.cpu_time_s,

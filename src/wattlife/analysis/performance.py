@@ -1,11 +1,18 @@
-"""Training speed of committed runs as one table, each throughput with its basis.
+"""Training speed of committed runs as one table, rebuilt from their events, each throughput
+with its basis, clock and MFU on two attention conventions.
 
-Basis `step`: items over the training steps' own time (the first 3 steps, evaluation and
-checkpoint pauses left out; the workloads' headline `throughput`). Basis `wall`: items over the
-training loop's wall time, pauses and warm-up (with any compilation) included
-(`throughput_wall`). Summaries written before the workloads excluded pauses from the step clock
-(no `throughput_basis`, no `throughput_window`) hold a `throughput` with the pauses inside: it is
-reported as `wall`, and the `step` figure is recomputed from the run's `step` events.
+Basis `step`: items over the sum of the steady `step` rows' durations (the first
+`contracts.warmup_count(n)` steps of rank 0 left out; evaluation and checkpoint pauses lie
+between steps), times the world size. The `step` rows are GPU-timed where the events say
+`clock=cuda`; `clock` names it. The workloads' summary `throughput` is the same sum over the same
+rows, so the two agree (a summary written before it was, on the host's clock, does not: it is not
+used here). Basis `wall`: all steps' items over the training loop's wall time in the events, from
+the first step's start to the start of `finalize` (else the last step, evaluation or checkpoint's
+end): compilation, warm-up and pauses included. A run whose events hold no `step` rows gives no
+row. MFU = throughput x FLOPs per token / (peak x world) with the summary's
+`flops_per_token` and `peak_flops_per_gpu` (attention counted in full), and `mfu_causal` with
+attention halved for causal masking (the summary's `attention_flops_per_token`, else the value
+passed in).
 """
 
 from __future__ import annotations
@@ -14,49 +21,74 @@ from typing import Any
 
 import pandas as pd
 
+from ..attribution.steady import step_rows
+
 PERFORMANCE_COLUMNS = ["run", "model", "task", "compile", "experts_impl", "throughput",
-                       "throughput_unit", "basis", "mfu"]
+                       "throughput_unit", "basis", "clock", "mfu", "mfu_causal"]
+_LOOP_END = ("step", "validation", "checkpoint")
 
 
-def step_throughput_from_events(events: pd.DataFrame, warmup: int = 3) -> float | None:
-    """Items over the `step` phases' own time, after `warmup` steps (rank 0's events; the
-    workloads' `step` basis)."""
-    s = events[events["phase"] == "step"]
-    if "rank" in s:
-        s = s[s["rank"] == s["rank"].min()]
-    s = s.sort_values("start_ns").iloc[warmup:]
+def _rank0(events: pd.DataFrame) -> pd.DataFrame:
+    return events[events["rank"] == events["rank"].min()] if "rank" in events else events
+
+
+def step_throughput_from_events(events: pd.DataFrame, world: int = 1) -> float | None:
+    """Basis `step` from the events (module docstring): rank 0's steady steps' items over the
+    sum of their durations, times `world`."""
+    s = step_rows(_rank0(events))
+    s = s[~s["warmup"]]
     dt = (s["end_ns"] - s["start_ns"]).sum() / 1e9
-    return float(s["items"].sum() / dt) if len(s) and dt > 0 else None
+    return float(s["items"].sum() / dt * world) if len(s) and dt > 0 else None
 
 
-def performance_rows(run: str, model: str, summary: dict[str, Any],
-                     events: pd.DataFrame | None = None) -> list[dict[str, Any]]:
-    """One row per basis: `step` and, where recorded, `wall` (see the module docstring)."""
+def wall_throughput_from_events(events: pd.DataFrame, world: int = 1) -> float | None:
+    """Basis `wall` from the events (module docstring)."""
+    ev = _rank0(events)
+    steps = ev[ev["phase"] == "step"]
+    if steps.empty:
+        return None
+    t0 = int(steps["start_ns"].min())
+    fin = ev[(ev["phase"] == "finalize") & (ev["start_ns"] >= t0)]
+    loop = ev[ev["phase"].isin(_LOOP_END) & (ev["start_ns"] >= t0)]
+    t1 = int(fin["start_ns"].min()) if len(fin) else int(loop["end_ns"].max())
+    dt = (t1 - t0) / 1e9
+    return float(steps["items"].sum() / dt * world) if dt > 0 else None
+
+
+def step_clock(events: pd.DataFrame) -> str:
+    """The clock of rank 0's `step` rows (`cuda`, `host`; `host` when the events lack it)."""
+    s = _rank0(events)
+    s = s[s["phase"] == "step"]
+    if "clock" not in s.columns or s["clock"].isna().all():
+        return "host"
+    return ",".join(sorted(set(s["clock"].dropna().astype(str))))
+
+
+def performance_rows(run: str, model: str, summary: dict[str, Any], events: pd.DataFrame,
+                     attention_flops: float | None = None) -> list[dict[str, Any]]:
+    """One row per basis that the events give (`step`, `wall`; module docstring)."""
+    world = int(summary.get("world_size") or 1)
     base = {"run": run, "model": model, "task": summary.get("task", "train"),
             "compile": bool(summary.get("compile", False)),
             "experts_impl": summary.get("experts_impl")
             or ("unrecorded" if summary.get("experts") else "none"),
-            "throughput_unit": str(summary.get("throughput_unit", "")).split(" (")[0]}
-    thr, mfu = summary.get("throughput"), summary.get("mfu")
-    if "throughput_basis" not in summary and "throughput_window" not in summary:
-        rows = [{**base, "throughput": thr, "basis": "wall", "mfu": mfu}]  # pauses inside
-        step = step_throughput_from_events(events) if events is not None else None
-        if step:
-            rows.insert(0, {**base, "throughput": step, "basis": "step",
-                            "mfu": mfu * step / thr if mfu and thr else None})
-        return rows
-    rows = [{**base, "throughput": thr, "basis": summary.get("throughput_basis", "step"),
-             "mfu": mfu}]
-    wall = summary.get("throughput_wall", summary.get("throughput_window"))
-    if wall is not None:
-        mfu_wall = summary.get("mfu_wall")
-        if mfu_wall is None and mfu and thr:  # the same FLOPs per item over the wall time
-            mfu_wall = mfu * wall / thr
-        rows.append({**base, "throughput": wall, "basis": "wall", "mfu": mfu_wall})
+            "throughput_unit": str(summary.get("throughput_unit", "")).split(" (")[0],
+            "clock": step_clock(events)}
+    fpt, peak = summary.get("flops_per_token"), summary.get("peak_flops_per_gpu")
+    attn = summary.get("attention_flops_per_token", attention_flops)
+    rows = []
+    for basis, thr in (("step", step_throughput_from_events(events, world)),
+                       ("wall", wall_throughput_from_events(events, world))):
+        if thr is None:
+            continue
+        mfu = thr * fpt / (peak * world) if fpt and peak else None
+        causal = thr * (fpt - attn / 2) / (peak * world) if fpt and peak and attn else None
+        rows.append({**base, "throughput": thr, "basis": basis, "mfu": mfu, "mfu_causal": causal})
     return rows
 
 
 def performance_table(runs: list[tuple]) -> pd.DataFrame:
-    """(run, model, summary[, events]) tuples -> the performance table (PERFORMANCE_COLUMNS)."""
+    """(run, model, summary, events[, attention_flops]) tuples -> the performance table
+    (PERFORMANCE_COLUMNS)."""
     rows = [r for run in runs for r in performance_rows(*run)]
     return pd.DataFrame(rows, columns=PERFORMANCE_COLUMNS)

@@ -26,11 +26,13 @@ def _progress(n_devices: int, n_readings: int, desc: str):
                 disable=n_readings < PROGRESS_MIN_READINGS or None)
 
 
-def _phase_map(events: pd.DataFrame,
-               cuda_to_nvml: list[int] | None = None) -> dict[tuple[str, str], pd.DataFrame]:
+def _phase_map(events: pd.DataFrame, cuda_to_nvml: list[int] | None = None,
+               rank_devices: dict[int, list[int]] | None = None
+               ) -> dict[tuple[str, str], pd.DataFrame]:
     """Which rank's events each (host, device) takes: the GPU of local rank k is CUDA device k,
-    i.e. NVML index cuda_to_nvml[k] (k itself without a mapping); CPU/DRAM <- the lowest rank on
-    the host (it drives the host's work)."""
+    i.e. NVML index cuda_to_nvml[k] (k itself without a mapping), or every GPU of
+    `rank_devices[k]` (one process driving several); CPU/DRAM <- the lowest rank on the host (it
+    drives the host's work)."""
     ev = events.copy()
     if "local_rank" not in ev.columns or ev["local_rank"].isna().any():
         ev["local_rank"] = ev.groupby("host")["rank"].rank(method="dense").astype(int) - 1
@@ -38,6 +40,10 @@ def _phase_map(events: pd.DataFrame,
     for host, g in ev.groupby("host"):
         for lr, gg in g.groupby("local_rank"):
             k = int(lr)
+            if rank_devices is not None:
+                for d in rank_devices.get(k, []):
+                    out[(host, f"gpu{d}")] = gg
+                continue
             if cuda_to_nvml is not None and k >= len(cuda_to_nvml):
                 raise ContractError(f"events: local rank {k} on {host} has no GPU in meta.json's "
                                     f"cuda_to_nvml {cuda_to_nvml}")
@@ -74,6 +80,37 @@ def _events_for(series: DeviceSeries, pmap: dict, events: pd.DataFrame) -> pd.Da
     if kind == "gpu":
         return _idle_events(series, run_id)
     return events.iloc[:0]
+
+
+def _unclaimed_busy(series: DeviceSeries, floor_w: float) -> str | None:
+    """A GPU no rank claims whose mean power is well above its idle floor (mean >= floor +
+    max(30 W, 25 % of the floor)): the message naming it and its mean power, else None."""
+    p = series.power_w
+    if p is None or len(p) == 0 or not np.isfinite(floor_w):
+        return None
+    mean = float(np.mean(p))
+    if mean < floor_w + max(30.0, 0.25 * floor_w):
+        return None
+    return (f"{series.host}/{series.device}: no rank claims this GPU, but its mean power "
+            f"{mean:.0f} W is well above its idle floor {floor_w:.0f} W (a process driving "
+            "several GPUs? meta.json's gpus can give one local rank several devices); its "
+            "energy is labelled idle")
+
+
+def _idle_floors(series: list[DeviceSeries], window: tuple[int, int] | None) -> dict:
+    """Each GPU's idle floor: its mean power over the idle baseline `window`, else the lowest
+    power reading of any GPU on its host (GPUs of one host idle alike)."""
+    low: dict[str, float] = {}
+    for s in series:
+        if device_kind(s.device) == "gpu" and s.power_w is not None and len(s.power_w):
+            low[s.host] = min(low.get(s.host, np.inf), float(np.min(s.power_w)))
+    out = {}
+    for s in series:
+        if device_kind(s.device) != "gpu" or s.power_w is None:
+            continue
+        f = idle_power(s, *window) if window is not None else np.nan
+        out[(s.host, s.device)] = f if np.isfinite(f) else low.get(s.host, np.nan)
+    return out
 
 
 def _coverage(series: DeviceSeries, tree: PhaseTree) -> tuple[pd.Series, float, float]:
@@ -173,14 +210,18 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
                      n_boot: int = 200,
                      response: SensorResponse | str | None = None,
                      strict: bool = False, cuda_to_nvml: list[int] | None = None,
-                     where: str = "") -> pd.DataFrame:
+                     where: str = "", rank_devices: dict[int, list[int]] | None = None,
+                     floor_window: tuple[int, int] | None = None) -> pd.DataFrame:
     """trace x events -> phases table (contract columns plus host, window_ms, identified,
     covered_fraction, and, with an idle window, idle_power_w / static_j / dynamic_j).
 
     Phases' time outside the trace's span cannot be attributed: `covered_fraction` is the share
     of each phase's time inside it, and an uncovered share is a warning naming it (an error with
     `strict`). A GPU that no rank uses (`cuda_to_nvml`: CUDA ordinal -> NVML index, from
-    meta.json) gets one `idle` phase. `where` names the inputs in messages.
+    meta.json) gets one `idle` phase; `rank_devices` (local rank -> GPU numbers) gives a rank
+    several GPUs. An unclaimed GPU whose mean power is well above its idle floor (over
+    `floor_window`, else the host's lowest GPU reading) is a warning naming it and its mean power
+    (an error with `strict`), never silently idle. `where` names the inputs in messages.
 
     `response` shapes deconvolution's reading window: None, a boxcar (`window_s`, else
     estimated); a `SensorResponse`, the GPU sensor's weights (for GPUs; CPU and DRAM keep the
@@ -195,14 +236,21 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
         run_id = ids[0] if len(ids) == 1 else "run"
     check_time_units(trace, events)
     events = clamp_events(events, where=where or "events")
-    pmap = _phase_map(events, cuda_to_nvml)
+    pmap = _phase_map(events, cuda_to_nvml, rank_devices)
     frames = []
     used: dict[tuple[str, str], SensorResponse] = {}
     uncovered: list[str] = []
     series = device_series(trace)
+    floors = _idle_floors(series, floor_window or idle_window)
     bar = _progress(len(series), sum(len(x.t_ns) for x in series), "attribute")
     for s in series:
         ev = _events_for(s, pmap, events)
+        if len(ev) and (ev["phase"] == IDLE).all():
+            busy = _unclaimed_busy(s, floors.get((s.host, s.device), np.nan))
+            if busy is not None:
+                if strict:
+                    raise ContractError(f"{where + ': ' if where else ''}{busy}")
+                warnings.warn(f"{where + ': ' if where else ''}{busy}", stacklevel=2)
         tree = phase_tree(ev, where=f"events of {s.host}/{s.device}")
         frac, overall, outside_s = _coverage(s, tree)
         # within a reading spacing of the trace's ends is what any sampler leaves (it starts

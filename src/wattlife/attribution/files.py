@@ -12,6 +12,7 @@ import pandas as pd
 from ..contracts import (
     META_FILE,
     PHASES_COLUMNS,
+    SUMMARY_FILE,
     ContractError,
     RunMeta,
     read_events,
@@ -23,6 +24,7 @@ from ..contracts import (
 from ..pathlock import one_writer
 from .energy import attribute_energy, check_time_units
 from .response import SensorResponse
+from .steady import label_steady
 
 
 def gpu_mapping(meta: RunMeta) -> list[int] | None:
@@ -40,7 +42,8 @@ def gpu_mapping(meta: RunMeta) -> list[int] | None:
         except (KeyError, TypeError, ValueError) as exc:
             raise ContractError(f"meta.json: gpus entries need device 'gpu<N>' and local_rank, "
                                 f"got {gpus!r}") from exc
-        if sorted(by_rank) == list(range(len(by_rank))):
+        ranks = [int(g["local_rank"]) for g in gpus]
+        if len(set(ranks)) == len(ranks) and sorted(by_rank) == list(range(len(by_rank))):
             return [by_rank[k] for k in range(len(by_rank))]
     m = meta.get("cuda_to_nvml")
     if m is None and isinstance(meta.get("gpu_mapping"), dict):
@@ -51,6 +54,39 @@ def gpu_mapping(meta: RunMeta) -> list[int] | None:
         raise ContractError(f"meta.json: cuda_to_nvml must be a list of NVML indices (non-negative "
                             f"integers), got {m!r}")
     return list(m)
+
+
+def rank_devices(meta: RunMeta) -> dict[int, list[int]] | None:
+    """Local rank -> every GPU it drives (`gpu<N>` numbers), when meta.json's `gpus` names a
+    local rank for more than one device (one process driving several GPUs: `device_map="auto"`,
+    pipeline or tensor parallel in one process; `wattlife run` records it so for a single
+    process). None otherwise (one GPU per rank: `gpu_mapping`)."""
+    gpus = meta.gpus
+    if not (isinstance(gpus, list) and gpus and all(isinstance(g, dict) for g in gpus)):
+        return None
+    out: dict[int, list[int]] = {}
+    try:
+        for g in gpus:
+            out.setdefault(int(g["local_rank"]), []).append(
+                int(str(g["device"]).removeprefix("gpu")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ContractError(f"meta.json: gpus entries need device 'gpu<N>' and local_rank, "
+                            f"got {gpus!r}") from exc
+    return out if any(len(v) > 1 for v in out.values()) else None
+
+
+def run_compiled(trace: str | Path) -> bool:
+    """Whether the run's summary (`work/summary.json`, else `summary.json`, beside the trace)
+    says the model was compiled (`compile: true`); False when there is no summary."""
+    import json
+
+    for p in (Path(trace).parent / SUMMARY_FILE, Path(trace).with_name("summary.json")):
+        if p.exists():
+            try:
+                return bool(json.loads(p.read_text()).get("compile"))
+            except (json.JSONDecodeError, AttributeError):
+                return False
+    return False
 
 
 def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
@@ -80,9 +116,15 @@ def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
 def attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str = "auto",
                     window_ms: float | None = None, idle_split: bool = False,
                     n_boot: int = 200, sensor_response: str = "boxcar",
-                    strict: bool = False) -> pd.DataFrame:
+                    strict: bool = False, steady: bool = True) -> pd.DataFrame:
     """Read trace, events and meta.json beside the trace; write phases.csv (refused if it is
-    one of the inputs). `strict`: phases' time outside the trace is an error, not a warning.
+    one of the inputs). `strict`: phases' time outside the trace is an error, not a warning (and
+    so is a busy GPU that no rank claims).
+
+    `steady` (default): the events as the phase tables read them (`steady.label_steady`:
+    `compile` and `warmup` rows of their own, forward/backward etc. over the steady steps; a
+    compiled run, per its summary, without `compile` rows has its first forward and backward
+    read as `compile`). False: the phase names as recorded.
 
     `sensor_response`: "boxcar", "estimate" (the estimated weights are written beside the output
     as `<stem>.<host>.<device>.sensor_response.csv`, reusable on other runs), or such a CSV."""
@@ -91,12 +133,13 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
                                                          ("boxcar", "estimate") else []))
     with one_writer(out, "attribute"):  # one attribution per output at a time
         return _attribute_files(trace, events, out, method, window_ms, idle_split, n_boot,
-                                sensor_response, strict, meta_path)
+                                sensor_response, strict, meta_path, steady)
 
 
 def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str,
                      window_ms: float | None, idle_split: bool, n_boot: int,
-                     sensor_response: str, strict: bool, meta_path: Path) -> pd.DataFrame:
+                     sensor_response: str, strict: bool, meta_path: Path,
+                     steady: bool) -> pd.DataFrame:
     """`attribute_files` once its output is locked."""
     response: SensorResponse | str | None = None
     if sensor_response == "estimate":
@@ -118,6 +161,8 @@ def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, met
             raise ValueError(f"--idle-split needs an idle baseline window in {meta_path} "
                              "(sampler.idle_baseline_s > 0)")
     window_s = window_ms / 1000.0 if window_ms else None  # None: estimated per device
+    if steady and len(events_df):
+        events_df = label_steady(events_df, compiled=run_compiled(trace))
     if has_meta and len(events_df):
         extra = wrapper_events(events_df, meta)
         if len(extra):
@@ -125,7 +170,8 @@ def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, met
             events_df = pd.concat([events_df, extra], ignore_index=True)
     df = attribute_energy(trace_df, events_df, method, window_s, meta.run_id, idle, n_boot,
                           response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
-                          where=f"{trace} x {events}")
+                          where=f"{trace} x {events}", rank_devices=rank_devices(meta),
+                          floor_window=meta.idle_window)
     write_table(df, out, PHASES_COLUMNS)
     out = Path(out)
     for (host, device), r in df.attrs["sensor_responses"].items():

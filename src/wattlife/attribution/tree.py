@@ -127,7 +127,10 @@ def clamp_events(events: pd.DataFrame, tol_ns: int = OVERLAP_TOL_NS,
 def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
     """Sort one rank's intervals and find each one's parent (vectorised over depth levels).
     An overlap is an error naming the rows' file and line (columns `file_name`, `line_no`)."""
-    order = np.lexsort((-events["end_ns"].to_numpy(), events["start_ns"].to_numpy()))
+    # equal bounds: the shallower recorded depth is the parent (a `compile` inside its forward)
+    depth_key = (events["depth"].fillna(0).to_numpy() if "depth" in events.columns
+                 else np.zeros(len(events)))
+    order = np.lexsort((depth_key, -events["end_ns"].to_numpy(), events["start_ns"].to_numpy()))
     start = events["start_ns"].to_numpy(np.int64)[order]
     end = events["end_ns"].to_numpy(np.int64)[order]
     name = events["phase"].to_numpy(object)[order]

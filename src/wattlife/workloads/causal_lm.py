@@ -18,9 +18,12 @@ MoE experts: `experts_implementation` picks transformers' experts backend (`auto
 CUDA — one grouped GEMM per projection over all experts — and `eager`, the per-expert loop, on
 CPU; or `eager`, `grouped_mm`, `batched_mm` by name); the summary records the backend the model
 actually uses (`experts_impl`, `none` for dense models). `compile: true` wraps the model in
-`torch.compile` (mode `compile_mode`, default the default; the first training step compiles, inside
-its `forward` and `backward` phases; evaluation runs the uncompiled module, which shares the
-weights, rather than recompiling for eval mode); the summary records it.
+`torch.compile` (mode `compile_mode`, default the default; the first training step compiles: its
+forward and backward calls are marked `compile`, nested inside that step's `forward` and
+`backward`, so those keep only steady work, and the timed schedule — `duration_s`, `eval_at_s`,
+`ckpt_at_s` — counts from the end of that step, so a fixed-length run trains as long whatever the
+compile time; evaluation runs the uncompiled module, which shares the weights, rather than
+recompiling for eval mode); the summary records it.
 
 Task `pretrain` trains every parameter; `lora` freezes the base model and trains PEFT LoRA adapters
 (rank `lora_rank`, default 32) on the attention projections (q/k/v/o, MLA's q_a/q_b/kv_a/kv_b), the
@@ -42,6 +45,8 @@ the routed top-k experts), and
 N_trained the active ones that are trained (all of them for `pretrain`: the usual 6 N; the adapters
 for `lora`). Peak bf16 dense per GPU from `peak_tflops` or the GPU's name (H100/H200 989, A100 312
 TFLOP/s). `mfu` uses the `step` throughput (training steps only); `mfu_wall` the `wall` one.
+Attention is counted in full (not halved for causal masking); `mfu_causal` counts it halved
+(`attention_flops_per_token` is in the summary).
 
 Phases besides the step's: `setup` (importing transformers, reading the model config), `tokenize`
 (load or train the tokenizer, tokenise and pack the corpus: the dataset's preparation),
@@ -54,11 +59,13 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import CausalLMSpec, resource_path
+from ..contracts import COMPILE
 from ..markers import phase
 from .cell import Dist, barrier, checkpoint_dir, start_cell
 from .training_loop import (
@@ -288,15 +295,19 @@ def train_causal_lm(spec: CausalLMSpec, data_root: Path, storage: str, local_roo
     ckpt_dir = checkpoint_dir(ckpt_root, workdir)
     batches = Batches(loader, sampler)
     fpt = flops_per_token(cfg, built.counts, seq)
+    attn = attention_flops_per_token(cfg, seq)
     peak = peak_flops(device, spec)
+
+    uncompiled = [bool(spec.compile)]  # the first call of a compiled model compiles
 
     def train_step() -> tuple[float, Any]:
         batch = batches.next()
         with phase("h2d"):
             batch = batch.to(device, non_blocking=True)
-        with phase("forward"):
+        first, uncompiled[0] = uncompiled[0], False
+        with phase("forward"), phase(COMPILE) if first else nullcontext():
             loss = model(input_ids=batch, labels=batch).loss  # labels shifted inside
-        backward_and_step(model, loss, opt, explicit_sync, dist.world)
+        backward_and_step(model, loss, opt, explicit_sync, dist.world, compiling=first)
         return items, loss
 
     def validate() -> float:
@@ -308,7 +319,7 @@ def train_causal_lm(spec: CausalLMSpec, data_root: Path, storage: str, local_roo
     # the PFI study's protocol: a fixed run length, one evaluation and one checkpoint at set times
     schedule = Schedule(steps=spec.steps, val_every=spec.val_every, ckpt_every=spec.ckpt_every,
                         duration_s=spec.duration_s, eval_at_s=spec.eval_at_s,
-                        ckpt_at_s=spec.ckpt_at_s)
+                        ckpt_at_s=spec.ckpt_at_s, clock_after_first_step=spec.compile)
     result = run_training_loop(
         train_step, model=model, schedule=schedule, batches=batches, items_per_step=items,
         summary=summary, dist=dist, device=device, validate=validate,
@@ -330,6 +341,9 @@ def train_causal_lm(spec: CausalLMSpec, data_root: Path, storage: str, local_roo
                  "mfu": (thr * fpt / (peak * dist.world)) if thr and peak else None,
                  "mfu_basis": "step",
                  "mfu_wall": (thr_wall * fpt / (peak * dist.world)) if thr_wall and peak else None,
+                 "attention_flops_per_token": attn,
+                 "mfu_causal": (thr * (fpt - attn / 2) / (peak * dist.world))
+                 if thr and peak else None,
                  "peak_flops_per_gpu": peak, "val_metric": "mean cross-entropy loss",
                  "epochs_started": result.epochs_started}
         summary.write(unit="tokens", extra=extra)

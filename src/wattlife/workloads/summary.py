@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..contracts import warmup_count
+from ..markers import step_spans
+
 if TYPE_CHECKING:
     from .cell import Dist
 
@@ -44,10 +47,25 @@ class Summary:
         throughput (basis `step`) excludes the pause; the `wall` throughput keeps it."""
         self._t = time.perf_counter()
 
-    def throughput(self, warmup: int = 3) -> float | None:
-        """Basis `step`: items over the training steps' own time (the first `warmup` steps and
-        every evaluation / checkpoint pause left out) — the headline number."""
-        s = self.step_s[warmup:] if len(self.step_s) > warmup + 2 else self.step_s
+    def step_clock(self) -> str:
+        """The clock of the `step` basis: `cuda` / `host` (the `step` rows of the events, as
+        written), or `perf_counter` (no events recorder: the loop's own host clock)."""
+        spans = step_spans()
+        return spans[-1][3] if spans else "perf_counter"
+
+    def throughput(self) -> float | None:
+        """Basis `step`: items over the sum of the steady steps' durations (the first
+        `warmup_count(n)` steps left out; evaluation and checkpoint pauses lie between steps) —
+        the headline number. The durations are the `step` rows this process wrote to its events
+        (GPU-timed on CUDA), so the figure equals a recomputation from the events; without an
+        events recorder, the loop's host clock (pauses left out by `end_pause`)."""
+        spans = step_spans()
+        if spans:
+            kept = spans[warmup_count(len(spans)):]
+            dt = sum(e - s for s, e, _, _ in kept) / 1e9
+            items = sum(i for _, _, i, _ in kept)
+            return items / dt * self.dist.world if dt > 0 else None
+        s = self.step_s[warmup_count(len(self.step_s)):]
         it = self.items[-len(s):] if s else []
         return sum(it) / sum(s) * self.dist.world if s and sum(s) > 0 else None
 
@@ -60,6 +78,7 @@ class Summary:
     def write(self, unit: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         doc = {"steps": len(self.step_s), "throughput": self.throughput(),
                "throughput_unit": f"{unit}/s (all ranks)", "throughput_basis": "step",
+               "step_clock": self.step_clock(),
                "throughput_wall": self.throughput_wall(),
                "median_step_s":
                statistics.median(self.step_s) if self.step_s else None,

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..contracts import COMPILE
 from ..markers import phase, step
 
 if TYPE_CHECKING:
@@ -29,7 +31,9 @@ class Schedule:
     """When the loop stops, validates and checkpoints. Step counts (`val_every`, `ckpt_every`;
     0 = never) unless a time is set: `eval_at_s` / `ckpt_at_s` act once, when that many seconds
     of the loop have passed; `duration_s` (0 = none) stops the loop after that long, `steps` in
-    any case."""
+    any case. `clock_after_first_step`: those seconds count from the end of the first step (a
+    compiled model's, which compiles), so a fixed-length run holds the same training whatever
+    its compile time; otherwise from the loop's start."""
 
     steps: int
     val_every: int = 0
@@ -37,6 +41,7 @@ class Schedule:
     duration_s: float = 0.0
     eval_at_s: float | None = None
     ckpt_at_s: float | None = None
+    clock_after_first_step: bool = False
 
     @property
     def timed(self) -> bool:
@@ -82,11 +87,12 @@ def all_reduce_grads(model: Any, world: int) -> None:
 
 
 def backward_and_step(model: Any, loss: Any, optimizer: Any, explicit_sync: bool = False,
-                      world: int = 1) -> None:
+                      world: int = 1, compiling: bool = False) -> None:
     """The marked tail of a training step: `backward`, `grad_sync` (explicit mode: DDP's
     overlapped all-reduce is switched off with no_sync and done after backward instead), and
-    `optimizer`."""
-    with phase("backward"):
+    `optimizer`. `compiling`: this backward compiles (the first of a compiled model), marked
+    `compile` inside `backward`."""
+    with phase("backward"), phase(COMPILE) if compiling else nullcontext():
         if explicit_sync:
             with model.no_sync():
                 loss.backward()
@@ -147,6 +153,8 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
             outcome = train_step()
             marked.items = outcome[0] if outcome is not None else 0.0  # what it trained
         done += 1
+        if done == 1 and schedule.clock_after_first_step:
+            t_start = time.monotonic()  # the schedule's clock starts after the compiling step
         elapsed = time.monotonic() - t_start
         if outcome is not None:
             items, last_loss = outcome

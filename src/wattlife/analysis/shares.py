@@ -1,0 +1,48 @@
+"""The lifecycle study's shares of one cell, over its steady training (pure: a phases table in,
+numbers out).
+
+Training phases: every phase of the cell except what `wattlife run` adds (`idle_baseline`,
+`process_startup`, `process_exit`), `unattributed`, the deconvolution residual, the `step`
+rows' own gaps, and `compile` and `warmup`, which are reported as their own rows (phases.csv
+from `attribute_files` names them; see `attribution.steady`). So a compiled cell's shares are
+those of its steady work, comparable with an uncompiled one's, and what compilation and warm-up
+cost is beside them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ..contracts import COMPILE, RESIDUAL, STEP, UNATTRIBUTED, WARMUP, WRAPPER_PHASES
+
+NOT_TRAINING = (*WRAPPER_PHASES, UNATTRIBUTED, RESIDUAL, STEP, COMPILE, WARMUP)
+COPY_AND_LOAD = ("stage_copy", "data_load")
+
+
+def training_shares(phases: pd.DataFrame) -> dict[str, Any]:
+    """`gpu_share_of_training` (GPU energy over GPU + CPU energy of the training phases),
+    `copy_plus_data_load_{time,energy}_share` (stage_copy + data_load over the training phases:
+    GPU time, CPU + GPU energy), and per device kind the energy and GPU time of `compile` and
+    `warmup` (`compile_gpu_j`, `compile_cpu_j`, `compile_s`, ...)."""
+    ph = phases[phases["device_kind"].isin(["gpu", "cpu"])]
+    train = ph[~ph["phase"].isin(NOT_TRAINING)]
+    e = train.groupby("device_kind")["energy_j"].sum()
+    gpu_t = train[train["device_kind"] == "gpu"].groupby("phase")["time_s"].sum()
+    io = train[train["phase"].isin(COPY_AND_LOAD)]
+    out: dict[str, Any] = {
+        "gpu_share_of_training": float(e.get("gpu", 0.0) / e.sum()) if e.sum() > 0 else None,
+        "copy_plus_data_load_time_share":
+            float(gpu_t.reindex(list(COPY_AND_LOAD)).fillna(0).sum() / gpu_t.sum())
+            if gpu_t.sum() > 0 else None,
+        "copy_plus_data_load_energy_share":
+            float(io["energy_j"].sum() / e.sum()) if e.sum() > 0 else None,
+    }
+    for name in (COMPILE, WARMUP):
+        rows = ph[ph["phase"] == name]
+        for kind in ("gpu", "cpu"):
+            out[f"{name}_{kind}_j"] = float(rows.loc[rows["device_kind"] == kind,
+                                                     "energy_j"].sum())
+        out[f"{name}_s"] = float(rows.loc[rows["device_kind"] == "gpu", "time_s"].sum())
+    return out

@@ -1,0 +1,78 @@
+"""Steady steps: which of a run's steps are warm-up, which calls compiled, and the events as the
+phase tables read them (compile and warm-up as their own names, forward/backward steady only).
+
+Rules (docs/ARCHITECTURE.md, "Compilation and warm-up"):
+- warm-up: the first `warmup_count(n)` `step` rows of each (host, rank) by start time (3 when
+  the rank has more than 5 steps), the same steps the `step` throughput leaves out;
+- compile: rows named `compile` (the workloads mark the first forward and backward of a
+  `torch.compile`d model so, nested inside them); a compiled run recorded before that marker
+  existed has its first `forward` and first `backward` of each rank read as `compile` (a child
+  with the same bounds: the first call of a compiled module is the compiling call). Recompiles
+  later in a run (a new shape, a guard failure) are not visible in the events and stay inside
+  their forward/backward;
+- `label_steady`: every row inside a warm-up step (the step itself included) is renamed
+  `warmup`, except `compile` rows. The raw events files are never rewritten: attribution applies
+  this when it reads them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..contracts import COMPILE, STEP, WARMUP, warmup_count
+from .tree import OVERLAP_TOL_NS
+
+_KEYS = ["host", "rank"]
+
+
+def step_rows(events: pd.DataFrame) -> pd.DataFrame:
+    """The `step` rows, sorted by (host, rank, start), with a boolean column `warmup`."""
+    keys = [k for k in _KEYS if k in events.columns]
+    s = events[events["phase"] == STEP].sort_values(keys + ["start_ns"]).copy()
+    by = s.groupby(keys) if keys else s.groupby(lambda _: 0)
+    order = by.cumcount()
+    n = by["start_ns"].transform("size")
+    s["warmup"] = order < n.map(warmup_count)
+    return s
+
+
+def steady_steps(events: pd.DataFrame) -> pd.DataFrame:
+    """The steps after warm-up (rows of `step_rows` with `warmup` False)."""
+    s = step_rows(events)
+    return s[~s["warmup"]]
+
+
+def with_compile_rows(events: pd.DataFrame, compiled: bool) -> pd.DataFrame:
+    """`events` plus, for a compiled run whose events hold no `compile` row, a `compile` child
+    of the first `forward` and the first `backward` of each (host, rank) (see the module rule)."""
+    if not compiled or (events["phase"] == COMPILE).any():
+        return events
+    first = (events[events["phase"].isin(["forward", "backward"])]
+             .sort_values("start_ns").groupby(_KEYS + ["phase"], sort=False).head(1).copy())
+    if first.empty:
+        return events
+    first["phase"] = COMPILE
+    if "depth" in first.columns:
+        first["depth"] = first["depth"] + 1
+    return pd.concat([events, first], ignore_index=True)
+
+
+def label_steady(events: pd.DataFrame, compiled: bool = False) -> pd.DataFrame:
+    """The events as the phase tables read them (module docstring): compile rows added where a
+    compiled run lacks them, every row of a warm-up step renamed `warmup` (compile kept)."""
+    ev = with_compile_rows(events, compiled)
+    warm = step_rows(ev)
+    warm = warm[warm["warmup"]]
+    if warm.empty:
+        return ev
+    ev = ev.copy()
+    inside = np.zeros(len(ev), dtype=bool)
+    for (host, rank), w in warm.groupby(_KEYS):
+        own = ((ev["host"] == host) & (ev["rank"] == rank)).to_numpy()
+        s0, e0 = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+        for a, b in zip(w["start_ns"].to_numpy(), w["end_ns"].to_numpy(), strict=True):
+            inside |= own & (s0 >= a - OVERLAP_TOL_NS) & (e0 <= b + OVERLAP_TOL_NS)
+    inside &= (ev["phase"] != COMPILE).to_numpy()
+    ev.loc[inside, "phase"] = WARMUP
+    return ev
