@@ -34,6 +34,7 @@ lint: install
 figures-from-cache: install
 	wattlife figures --reference results/reference -o results/reference-figures
 	wattlife figures results/reference/h200/workflow/tables -o results/reference-figures/h200-workflow
+	wattlife figures results/reference/h200/workflow-repeats/tables -o results/reference-figures/h200-workflow-repeats
 	wattlife figures results/demo/tables -o results/demo/figures
 
 bench: install

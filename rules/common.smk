@@ -66,16 +66,18 @@ def measuring_by(key, table):
 
 def _keep_suite_flags():
     """A user's `--set-resources <measuring rule>:slurm_extra=...` adds to the suite's flags
-    (--exclusive) instead of replacing them."""
+    (--exclusive) instead of replacing them. Nothing to do (and nothing imported from Snakemake's
+    internals, which differ between versions) when no measuring rule's slurm_extra is set."""
     from ast import literal_eval
 
-    from snakemake.resources import Resource
+    over = getattr(workflow.resource_settings, "_parsed_overwrite_resources", None) or {}
+    todo = [n for n in MEASURING_RULES if "slurm_extra" in (over.get(n) or {})]
+    if not todo:
+        return
+    from snakemake.resources import Resource  # not in Snakemake 9.14.8 (ImportError there)
 
-    over = workflow.resource_settings._parsed_overwrite_resources
-    for name in MEASURING_RULES:
-        res = over.get(name)
-        if res is None or "slurm_extra" not in res:
-            continue
+    for name in todo:
+        res = over[name]
         raw = res["slurm_extra"].raw
         try:
             raw = literal_eval(raw)

@@ -134,15 +134,22 @@ def test_compiled_dense_pretrain_attributes_despite_its_116_us_cross_anchor_over
 
 WORKFLOW = H200 / "workflow"
 WORKFLOW_CELLS = sorted(p.parent for p in (WORKFLOW / "runs").glob("*/*/*/r1/phases.csv"))
+# config/gpu1.yaml + config/gpu1-repeats.yaml: ResNet-50, 4 cells x 3 repeats (issue 27)
+REPEATS = H200 / "workflow-repeats"
+REPEATS_CELLS = sorted(p.parent for p in (REPEATS / "runs").glob("*/*/*/r*/phases.csv"))
+WORKFLOWS = [(WORKFLOW, WORKFLOW_CELLS, 8), (REPEATS, REPEATS_CELLS, 12)]
 
 
-def test_gpu1_workflow_cells_pass_the_check_and_stay_under_2_percent_unattributed():
-    """config/gpu1.yaml on the H200 (committed): 8 cells, each valid against the contracts, GPU
-    power measured by NVML, and at most 2 % of each run's time outside a named phase."""
+@pytest.mark.parametrize("folder, cells, n", WORKFLOWS, ids=["workflow", "workflow-repeats"])
+def test_gpu1_workflow_cells_pass_the_check_and_stay_under_2_percent_unattributed(folder, cells,
+                                                                                   n):
+    """config/gpu1.yaml on the H200 (committed): 8 cells (12 with 3 repeats), each valid against
+    the contracts, GPU power measured by NVML, and at most 2 % of each run's time outside a named
+    phase."""
     from wattlife.check import ERROR, check_run
 
-    assert len(WORKFLOW_CELLS) == 8
-    for cell in WORKFLOW_CELLS:
+    assert len(cells) == n
+    for cell in cells:
         errors = [f for f in check_run(cell) if f.severity == ERROR]
         assert errors == [], (cell, errors)
         ph = pd.read_csv(cell / "phases.csv")
@@ -153,18 +160,32 @@ def test_gpu1_workflow_cells_pass_the_check_and_stay_under_2_percent_unattribute
         assert gpu.loc[gpu["phase"] == "unattributed", "time_s"].sum() <= 0.02 * span_s
 
 
-def test_gpu1_workflow_tables_are_recomputed_from_the_committed_cells(tmp_path):
+@pytest.mark.parametrize("folder, cells, n", WORKFLOWS, ids=["workflow", "workflow-repeats"])
+def test_gpu1_workflow_tables_are_recomputed_from_the_committed_cells(tmp_path, folder, cells, n):
     """The workflow's phase tables are what `aggregate` makes of the committed cells' files."""
     from wattlife.analysis.aggregate import write_phase_tables
 
-    write_phase_tables([c / "phases.csv" for c in WORKFLOW_CELLS], tmp_path,
-                       metas=[c / "meta.json" for c in WORKFLOW_CELLS],
-                       summaries=[c / "work" / "summary.json" for c in WORKFLOW_CELLS])
+    write_phase_tables([c / "phases.csv" for c in cells], tmp_path,
+                       metas=[c / "meta.json" for c in cells],
+                       summaries=[c / "work" / "summary.json" for c in cells])
     for name in ("phase_summary.csv", "device_share.csv", "storage_checkpoint.csv",
                  "throughput.csv"):
-        made, committed = pd.read_csv(tmp_path / name), pd.read_csv(WORKFLOW / "tables" / name)
+        made, committed = pd.read_csv(tmp_path / name), pd.read_csv(folder / "tables" / name)
         assert list(made.columns) == list(committed.columns), name
         pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9)
+
+
+@pytest.mark.parametrize("cell", REPEATS_CELLS, ids=lambda c: str(c.relative_to(REPEATS)))
+def test_repeats_cells_re_attribute_to_their_committed_table(tmp_path, cell):
+    """Each committed cell of the H200 repeats workflow is what today's code gives from its
+    committed trace, events and meta.json (the options of rules/attribute.smk)."""
+    from wattlife.attribution import attribute_files
+
+    attribute_files(cell / "trace.csv", cell / "events.csv", tmp_path / "phases.csv",
+                    idle_split=True)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "phases.csv"),
+                                  pd.read_csv(cell / "phases.csv"), check_exact=False,
+                                  rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("cell", EXECUTION_CELLS, ids=lambda c: str(c.relative_to(EXECUTION)))
@@ -195,18 +216,18 @@ def _committed_phases():
 
 
 def test_every_committed_run_leaves_at_most_the_readme_s_unattributed_share():
-    """README: `unattributed` is 0.04-1.4 % of a training run's time, 1.0-2.3 % for the
-    workflow's few-second transfers (before: two cells at 13.2 % and 20.6 % under a stated
+    """README: `unattributed` is 0.04-1.4 % of a training run's time, 1.0-3.4 % for the
+    workflow's few-second transfers (3.4 % since the repeats workflow's; before: two cells at 13.2 % and 20.6 % under a stated
     0.05-1.1 %)."""
     readme = (REPO / "README.md").read_text()
     assert "`unattributed` is 0.04–1.4 % of a run's time" in readme
-    assert "loopback transfers, runs of a few seconds: 1.0–2.3 %" in readme
+    assert "loopback transfers, runs of a few seconds: 1.0–3.4 %" in readme
     runs = _committed_phases()
     assert len(runs) >= 25
     for name, ph in runs:
         gpu = ph[(ph["device_kind"] == "gpu") & (ph["phase"] != "deconvolution_residual")]
         share = gpu.loc[gpu["phase"] == "unattributed", "time_s"].sum() / gpu["time_s"].sum()
-        assert share <= (0.023 if "/transfers/" in name else 0.014), (name, share)
+        assert share <= (0.0345 if "/transfers/" in name else 0.014), (name, share)
 
 
 ISSUE26 = H200 / "pfi-uncapped/issue26"
