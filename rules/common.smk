@@ -203,7 +203,7 @@ def prepared_by_rule(dataset):
     if dataset in CFG.data.defined:
         return [os.path.join(CFG.storage["shared"], dataset)]
     if dataset in CATALOGUE:
-        return [XFER.format(artefact=dataset) + "/record.json"]
+        return [os.path.join(XFER.format(artefact=dataset), "record.json")]
     return []
 
 

@@ -217,8 +217,8 @@ def _committed_phases():
 
 def test_every_committed_run_leaves_at_most_the_readme_s_unattributed_share():
     """README: `unattributed` is 0.04-1.4 % of a training run's time, 1.0-3.4 % for the
-    workflow's few-second transfers (3.4 % since the repeats workflow's; before: two cells at 13.2 % and 20.6 % under a stated
-    0.05-1.1 %)."""
+    workflows' few-second transfers (2.3 % before the repeats workflow's were committed; before
+    that: two cells at 13.2 % and 20.6 % under a stated 0.05-1.1 %)."""
     readme = (REPO / "README.md").read_text()
     assert "`unattributed` is 0.04–1.4 % of a run's time" in readme
     assert "loopback transfers, runs of a few seconds: 1.0–3.4 %" in readme

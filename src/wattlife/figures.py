@@ -330,7 +330,7 @@ def fig_allocation(summary: pd.DataFrame, out: Path, title: str = "") -> list[Pa
         ax.text(0.0, -0.2, "Worse than equal split: " + note, transform=ax.transAxes, fontsize=7,
                 ha="left", va="top", wrap=True)
     src = s["curves_source"].iloc[0] if "curves_source" in s.columns else "unknown"
-    flags = sorted({f for f in s.get("flags", pd.Series(dtype=str)).fillna("") if f})
+    flags = sorted({str(f) for f in s.get("flags", pd.Series(dtype=object)).dropna() if str(f)})
     fig.text(0.01, -0.01, f"Curves: {SOURCE_WORDS.get(src, src)} ({src}); allocation is a "
              "simulation on those curves"
              + (f"\nFLAGGED (every number above): {'; '.join(flags)}" if flags else ""),

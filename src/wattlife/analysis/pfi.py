@@ -71,7 +71,7 @@ def pfi_table(curves: pd.DataFrame, grid: list[float] | None = None, n_mc: int =
         # validate_curves' per-job flag, taken before any cap is left out: a PFI of a curve that
         # falls as the cap rises is suspect, and its row says so
         mono = bool(g["monotone"].all()) if "monotone" in g.columns else None
-        flag = str(g["flags"].fillna("").iloc[0]) if "flags" in g.columns else None
+        flag = str(g["flags"].astype(object).fillna("").iloc[0]) if "flags" in g.columns else None
         g = g.dropna(subset=["throughput", "power_w"])
         if "status" in g.columns:
             g = g[g["status"].fillna("ok") == "ok"]
