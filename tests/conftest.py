@@ -95,14 +95,19 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs now (a /proc entry that is not a zombie)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
 def gone(pid: int, timeout: float = 10.0) -> bool:
     """Whether process `pid` has ended (no /proc entry, or a zombie) within `timeout` s (polled)."""
     import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        fields = _stat_fields(pid)
-        if fields is None or fields[0] == "Z":
+        if not alive(pid):
             return True
         time.sleep(0.05)
     return False

@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+SCAN_LOG_ENV = "WATTLIFE_GUARDIAN_LOG"  # a file: each scan appends the pids it has recorded
 SCAN_S = 1.0  # CMD is alive when the guardian acts, so its tree is walked then; the scans
 # are for processes orphaned earlier (adopted by wattlife, re-parented to PID 1 when it dies)
 PR_SET_CHILD_SUBREAPER = 36
@@ -181,6 +182,7 @@ def _guard(root: int, before: set[int]) -> None:
     me = os.getpid()
     cmd = 0
     seen: dict[int, Proc] = {}
+    log = os.environ.get(SCAN_LOG_ENV)
     buf = b""
     while True:
         ready, _, _ = select.select([0], [], [], SCAN_S)
@@ -198,6 +200,9 @@ def _guard(root: int, before: set[int]) -> None:
         roots = {p for p, row in t.items() if row[0] == root and p not in before} | {cmd}
         for p in descendants(t, roots) - {me, root}:
             seen[p] = t[p]
+        if log:  # for diagnosis and tests: what the guardian would end now
+            with open(log, "a") as fh:
+                fh.write(" ".join(map(str, sorted(seen))) + "\n")
     if cmd:
         seen.setdefault(cmd, (root, cmd, 0, "", "R"))
     _end_tree(seen, me, root)

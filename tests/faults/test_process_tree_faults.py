@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gone
+from conftest import alive, gone
 
 # A workload of `depth` + 1 processes: each writes its pid, starts the next (in a new session if
 # asked), the last one says ready; all then loop until killed.
@@ -73,7 +73,11 @@ def _check(tmp_path, env_path, children, workload_pids, kind, sig, timeout=120.0
     cmd = [sys.executable, "-m", "wattlife.cli", "run", "--trace", str(tmp_path / "trace.csv"),
            "--events", str(tmp_path / "events.csv"), "--gpu", "none", "--cpu", "none",
            "--idle-s", "0", "--", *_launchers(tmp_path)[kind]]
-    p = children.spawn(cmd, env=env_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    from wattlife.guardian import SCAN_LOG_ENV
+
+    scans = tmp_path / "guardian-scans.log"
+    p = children.spawn(cmd, env={**env_path, SCAN_LOG_ENV: str(scans)},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + timeout
     while not (tmp_path / "ready").exists():
         assert p.poll() is None, p.stderr.read().decode()
@@ -81,10 +85,16 @@ def _check(tmp_path, env_path, children, workload_pids, kind, sig, timeout=120.0
         time.sleep(0.05)
     pids = workload_pids()
     assert len(pids) >= 2
-    if kind == "daemon":  # the orphan is known to the guardian from its scans only
-        from wattlife.guardian import SCAN_S
+    if kind == "daemon":  # the orphan is known to the guardian from its scans only: wait for a
+        # scan that recorded every workload process (no sleep sized for the machine's speed)
+        def recorded() -> bool:
+            running = {pid for pid in workload_pids() if alive(pid)}  # the middle one exits
+            lines = scans.read_text().splitlines() if scans.exists() else []
+            return bool(lines) and running <= {int(x) for x in lines[-1].split()}
 
-        time.sleep(3 * SCAN_S + 0.5)
+        while not recorded():
+            assert time.monotonic() < deadline, "the guardian never recorded the workload"
+            time.sleep(0.05)
     p.send_signal(sig)  # to wattlife alone, not to its group
     p.wait(timeout=60)
     left = [pid for pid in pids if not gone(pid, timeout=15)]
