@@ -129,14 +129,19 @@ def test_guardian_ends_a_recorded_tree_when_its_wattlife_dies(tmp_path, children
               "from wattlife.guardian import Guardian\ng = Guardian(set())\n"
               f"p = subprocess.Popen([sys.executable, {str(tree)!r}, {str(tmp_path)!r}, '2', "
               "'1'])\ng.watch(p.pid)\ntime.sleep(300)\n")
-    p = children.spawn([sys.executable, "-c", parent])
+    scans = tmp_path / "guardian-scans.log"
+    p = children.spawn([sys.executable, "-c", parent],
+                       env={**os.environ, guardian.SCAN_LOG_ENV: str(scans)})
     deadline = time.monotonic() + 60
     while not (tmp_path / "ready").exists():
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    time.sleep(2 * guardian.SCAN_S + 0.2)  # a scan has seen the whole tree
     pids = workload_pids()
     assert len(pids) == 3
+    while not (scans.exists() and scans.read_text().splitlines()
+               and set(pids) <= {int(x) for x in scans.read_text().splitlines()[-1].split()}):
+        assert time.monotonic() < deadline, "no scan of the guardian saw the whole tree"
+        time.sleep(0.05)
     p.kill()
     p.wait()
     assert all(gone(pid, timeout=15) for pid in pids)
