@@ -230,14 +230,18 @@ def test_every_committed_run_leaves_at_most_the_readme_s_unattributed_share():
         assert share <= (0.0345 if "/transfers/" in name else 0.014), (name, share)
 
 
-ISSUE26 = H200 / "pfi-uncapped/issue26"
+ISSUE26_RUNS = {  # folder -> the compiled 60 s runs it holds
+    "issue26": {"qwen3-30b-a3b-8l-pretrain", "qwen3-1.7b-pretrain"},
+    "issue26-lora": {"qwen3-30b-a3b-8l-lora", "qwen3-1.7b-lora"},
+}
 
 
-def test_issue26_pfi_window_is_within_5_percent_of_the_steady_steps(tmp_path):
-    """The compiled 60 s PFI runs on the H200 (MoE and dense pretrain): the training window from
-    the events, and the telemetry detector's without them, each average within 5 % of the power
-    over the steady steps themselves; the committed table is what the committed files give.
-    Before (issue 26): the MoE run's window averaged 217 W, most of it compilation."""
+@pytest.mark.parametrize("folder", sorted(ISSUE26_RUNS))
+def test_issue26_pfi_window_is_within_5_percent_of_the_steady_steps(tmp_path, folder):
+    """The compiled 60 s PFI runs on the H200 (MoE and dense, pretrain and LoRA): the training
+    window from the events, and the telemetry detector's without them, each average within 5 % of
+    the power over the steady steps themselves; the committed table is what the committed files
+    give. Before (issue 26): the MoE run's window averaged 217 W, most of it compilation."""
     from wattlife.analysis.trace_segments import (
         partition_trace,
         steady_steps_power,
@@ -245,10 +249,11 @@ def test_issue26_pfi_window_is_within_5_percent_of_the_steady_steps(tmp_path):
     )
     from wattlife.contracts import read_events, read_trace
 
-    with tarfile.open(ISSUE26 / "pfi_uncapped_runs.tar.gz") as tar:
+    base = H200 / "pfi-uncapped" / folder
+    with tarfile.open(base / "pfi_uncapped_runs.tar.gz") as tar:
         tar.extractall(tmp_path, filter="data")
-    table = pd.read_csv(ISSUE26 / "pfi_uncapped.csv").set_index("run")
-    assert set(table.index) == {"qwen3-30b-a3b-8l-pretrain", "qwen3-1.7b-pretrain"}
+    table = pd.read_csv(base / "pfi_uncapped.csv").set_index("run")
+    assert set(table.index) == ISSUE26_RUNS[folder]
     for run, row in table.iterrows():
         d = tmp_path / str(run)
         tr, ev = read_trace(d / "trace.csv"), read_events(d / "events.csv")
