@@ -30,6 +30,8 @@ MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, which the CPU path uses
 RATIO = (3 / 4, 4 / 3)
+ROI = True  # decode only each crop's region (benchmarks/h200_gpu_decode.py measures both)
+AHEAD = 3  # batches decoded ahead of the training step
 INSTALL_HINT = "pip install 'wattlife[gpu-decode]' (nvidia-nvimgcodec-cu13, nvidia-nvjpeg)"
 
 Box = tuple[int, int, int, int]  # top, left, height, width
@@ -88,19 +90,18 @@ def draw_crop(img: Any) -> tuple[Box, bool]:
     return (int(top), int(left), int(h), int(w)), flip
 
 
-def resize_crop(img: Any, box: Box, flip: bool, size: int, cropped: bool) -> Any:
-    """One decoded image (uint8 HxWx3 tensor, any device) to a float 3 x `size` x `size` tensor
-    in [0, 255]: the crop `box` (already applied by a region decode when `cropped`), resized
-    bilinear with antialiasing (torchvision's tensor resize, which follows PIL's), then flipped."""
+def resize_crop(img: Any, box: Box, size: int, cropped: bool) -> Any:
+    """One decoded image (uint8 HxWx3 tensor, any device) to a float 1 x 3 x `size` x `size`
+    tensor in [0, 255]: the crop `box` (already applied by a region decode when `cropped`),
+    resized bilinear with antialiasing (torchvision's tensor resize, which follows PIL's)."""
     import torch.nn.functional as F
 
     top, left, h, w = box
     x = img.permute(2, 0, 1)
     if not cropped:
         x = x[:, top:top + h, left:left + w]
-    x = F.interpolate(x[None].float(), size=(size, size), mode="bilinear", antialias=True,
-                      align_corners=False)[0]
-    return x.flip(-1) if flip else x
+    return F.interpolate(x[None].float(), size=(size, size), mode="bilinear", antialias=True,
+                         align_corners=False)
 
 
 def normalise(x: Any) -> Any:
@@ -114,8 +115,9 @@ def normalise(x: Any) -> Any:
 
 
 def augment(img: Any, box: Box, flip: bool, size: int, cropped: bool = False) -> Any:
-    """`resize_crop` then `normalise`: one image as the CPU path's training transform gives it."""
-    return normalise(resize_crop(img, box, flip, size, cropped))
+    """`resize_crop`, the flip, `normalise`: one image as the CPU path's transform gives it."""
+    x = resize_crop(img, box, size, cropped)[0]
+    return normalise(x.flip(-1) if flip else x)
 
 
 class RawJpegs:
@@ -176,10 +178,10 @@ class NvDecode:
     """nvImageCodec's batch decode on a CUDA device (its hardware JPEG decoder where the GPU has
     one, else its CUDA decoder); `roi`: decode only each image's crop box."""
 
-    def __init__(self, device: Any, roi: bool = True) -> None:
+    def __init__(self, device: Any, roi: bool | None = None) -> None:
         from nvidia import nvimgcodec as nv
 
-        self.nv, self.roi, self.device = nv, roi, device
+        self.nv, self.roi, self.device = nv, ROI if roi is None else roi, device
         self.decoder = _decoder(device)
         # the CPU path neither rotates by EXIF nor keeps grey JPEGs single-channel
         self.params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.SRGB,
@@ -187,7 +189,6 @@ class NvDecode:
 
     def __call__(self, datas: Sequence[bytes], boxes: Sequence[Box], stream: Any) -> list[Any]:
         """Decoded uint8 HxWx3 CUDA tensors (None where a file could not be decoded)."""
-        import torch
 
         nv, srcs = self.nv, []
         for data, (top, left, h, w) in zip(datas, boxes, strict=True):
@@ -196,7 +197,22 @@ class NvDecode:
                 cs = cs.get_sub_code_stream(region=nv.Region(top, left, top + h, left + w))
             srcs.append(cs)
         imgs = self.decoder.decode(srcs, params=self.params, cuda_stream=stream.cuda_stream)
-        return [None if im is None else torch.as_tensor(im, device=self.device) for im in imgs]
+        return [None if im is None else _to_tensor(im, self.device) for im in imgs]
+
+
+def _to_tensor(im: Any, device: Any) -> Any:
+    """A decoded nvImageCodec image as a torch tensor on `device` (zero-copy where it can)."""
+    import numpy as np
+    import torch
+
+    try:
+        return torch.as_tensor(im, device=device)  # __cuda_array_interface__
+    except (TypeError, RuntimeError, ValueError):
+        pass
+    try:
+        return torch.from_dlpack(im)
+    except (TypeError, RuntimeError, ValueError, AttributeError):
+        return torch.from_numpy(np.asarray(im.cpu())).to(device)
 
 
 _DONE = object()
@@ -210,7 +226,7 @@ class GpuDecodeLoader:
 
     def __init__(self, dataset: Any, batch_size: int, size: int, device: Any, *,
                  collate: Callable[[list[Any]], Any], sampler: Any = None, readers: int = 4,
-                 helpers: int = 0, ahead: int = 3, prefetch: int = 2,
+                 helpers: int = 0, ahead: int = AHEAD, prefetch: int = 2,
                  decode: Decode | None = None) -> None:
         import torch
         from torch.utils.data import DataLoader
@@ -299,16 +315,24 @@ class GpuDecodeLoader:
         ctx = torch.cuda.stream(self.stream) if self.stream is not None else _nullcontext()
         with ctx:
             imgs = self.decode([r[0] for r in kept], [r[1] for r in kept], self.stream)
-            outs, labels = [], []
+            outs: list[Any] = []
+            labels: list[int] = []
+            flips: list[int] = []
             for (_, box, flip, label), img in zip(kept, imgs, strict=True):
                 if img is None:  # the header was readable, the data not
                     skipped += 1
                     continue
-                outs.append(resize_crop(img, box, flip, self.size, self.cropped))
+                if flip:
+                    flips.append(len(outs))
+                outs.append(resize_crop(img, box, self.size, self.cropped))
                 labels.append(label)
             if not outs:
                 return None, None, skipped, None
-            x = normalise(torch.stack(outs))
+            x = torch.cat(outs)
+            if flips:
+                sel = torch.tensor(flips, device=x.device)
+                x[sel] = x[sel].flip(-1)
+            x = normalise(x)
             event = None
             if self.stream is not None:
                 event = torch.cuda.Event()
