@@ -99,21 +99,40 @@ def test_the_pipeline_trains_each_image_once_per_epoch_and_ends_its_workers(tree
     ds = _dataset(tree, True, 16)
     loader = GpuDecodeLoader(ds, 2, 16, torch.device("cpu"), collate=_collate, readers=1,
                              helpers=1, ahead=2, decode=_pil_decode)
+    labels, skipped, batches = [], 0, []
     try:
-        for _ in range(2):  # two epochs
-            labels, skipped = [], 0
+        for _ in range(3):  # three epochs of 4 batches
+            batches.append(0)
             for x, y, s in loader:
+                batches[-1] += 1
                 skipped += s
                 if x is not None:
                     assert x.shape[1:] == (3, 16, 16)
                     labels += y.tolist()
-            assert skipped == 1 and sorted(labels) == [0, 0, 0, 1, 1, 1, 1]
-        assert sum(loader.decoded.values()) == 2 * len(loader) == 8
-        pids = [w.pid for _, ld in loader.loaders for w in ld._iterator._workers]
+        pids = [w.pid for it in loader._iters for w in it._workers]
     finally:
         loader.close()
+    # the epochs overlap by the batches in flight, so counted over whole epochs drawn: each
+    # image once per epoch (the corrupt one skipped each time)
+    drawn = loader.claims.epochs
+    assert batches == [4, 4, 4] and sum(loader.decoded.values()) >= 12
+    assert len(labels) + skipped == 24 and skipped <= drawn
+    assert labels.count(0) <= 3 * drawn and labels.count(1) <= 4 * drawn
     assert len(pids) == 2 and all(gone(p) for p in pids)
     assert not any(t.is_alive() for t in loader._threads)
+
+
+def test_the_batches_both_sides_claim_cover_each_epoch_once():
+    from wattlife.workloads.gpu_decode import _Claims
+
+    claims = _Claims(10, 3)  # 3 batches an epoch, one image left out each time
+    it1, it2 = iter(claims), iter(claims)
+    got = [next(it1), next(it2), next(it1), next(it1), next(it2), next(it2)]
+    first, second = got[:3], got[3:]
+    for epoch in (first, second):
+        flat = sum(epoch, [])
+        assert len(flat) == len(set(flat)) == 9 and all(len(b) == 3 for b in epoch)
+    assert claims.epochs == 2
 
 
 def test_a_decoder_error_reaches_the_training_thread(tree):
@@ -159,6 +178,39 @@ def test_a_cpu_cell_with_decode_gpu_trains_on_the_cpu_path_and_says_so(tmp_path,
     assert (s["decode"], s["decode_requested"], s["steps"]) == ("cpu", "gpu", 2)
     assert "not a CUDA GPU" in s["decode_fallback"]
     assert "workloads.r.decode: gpu is not available" in capfd.readouterr().err
+
+
+class _PilDecode:
+    """The GPU path's decoder slot filled by PIL (full images), to run the workload's `decode: gpu`
+    wiring on a machine without a GPU."""
+
+    roi = False
+
+    def __init__(self, device):
+        pass
+
+    def __call__(self, datas, boxes, stream):
+        return _pil_decode(datas, boxes, stream)
+
+
+@pytest.mark.slow
+def test_the_workloads_gpu_path_trains_and_records_both_sides(tmp_path, monkeypatch):
+    from wattlife.workloads import gpu_decode, image
+
+    make_image_tree(tmp_path / "shared" / "imgs", n_classes=2, train_per_class=4,
+                    val_per_class=1, size=24)
+    monkeypatch.setattr(image, "choose_decode", lambda name, requested, device: ("gpu", None))
+    monkeypatch.setattr(gpu_decode, "NvDecode", _PilDecode)
+    w = {"kind": "image_classification", "dataset": "imgs", "model": "resnet18", "device": "cpu",
+         "precision": "fp32", "image_size": 16, "batch_size": 2, "steps": 6, "workers": 2,
+         "lr": 0.05, "decode": "gpu", "val_every": 3, "val_steps": 1}
+    cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
+           "workloads": {"r": w}}
+    assert train_from_config(cfg, "r", "shared", False, tmp_path / "work") == 0
+    s = json.loads((tmp_path / "work" / "summary.json").read_text())
+    assert (s["decode"], s["decode_fallback"], s["steps"], s["skipped_items"]) == ("gpu", None,
+                                                                                  6, 0)
+    assert sum(s["decode_batches"].values()) >= 6 and s["epochs_started"] >= 2
 
 
 def test_decode_is_a_validated_workload_key_defaulting_to_cpu():

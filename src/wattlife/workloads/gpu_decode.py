@@ -10,8 +10,9 @@ augments there (RandomResizedCrop + horizontal flip + normalise). Here:
   one; only the crop's region when `roi`), on its own CUDA stream, `ahead` batches ahead, and
   resizes (bilinear, antialiased), flips and normalises each crop there (`augment`);
 - `helpers` CPU workers run the CPU path at the same time; both feed one queue and each step takes
-  whichever batch is ready. The batches of an epoch are handed out on demand (`_Claims`), so each
-  image is trained once per epoch whichever side decoded it.
+  whichever batch is ready. The batches are handed out on demand (`_Claims`), so each image is
+  trained once per epoch whichever side decoded it; the decoding does not stop between epochs
+  (the next epoch's first batches may be trained before the last ones of the one before).
 
 Where no GPU decoder is usable (no GPU, nvImageCodec not installed) `unavailable_reason` says why
 and the workload falls back to the CPU path (workloads/image.py logs and records it).
@@ -150,17 +151,29 @@ def collate_raw(batch: list[Any]) -> list[Any]:
 
 
 class _Claims:
-    """A batch sampler two loaders share: each draws the next batch of the current epoch when it
-    needs one, so the faster side decodes more and every batch is decoded once."""
+    """The batch sampler both loaders share, without end: each draws the next batch when it needs
+    one (so the faster side decodes more and every batch is decoded once), epoch after epoch
+    (each a new shuffle, or the DistributedSampler's next epoch; an incomplete last batch
+    dropped), so no side idles at an epoch's end."""
 
-    def __init__(self, n_batches: int) -> None:
-        self.n_batches = n_batches
+    def __init__(self, n_items: int, batch_size: int, sampler: Any = None) -> None:
+        self.n_items, self.batch_size, self.sampler = n_items, batch_size, sampler
+        self.n_batches = n_items // batch_size
+        self.epochs = 0  # epochs begun
         self._lock = threading.Lock()
-        self._it: Iterator[list[int]] = iter(())
+        self._pending: list[list[int]] = []
 
-    def start_epoch(self, batches: Iterator[list[int]]) -> None:
-        with self._lock:
-            self._it = batches
+    def _refill(self) -> None:
+        import torch
+
+        if self.sampler is not None:
+            self.sampler.set_epoch(self.epochs)
+            order = list(self.sampler)
+        else:
+            order = torch.randperm(self.n_items).tolist()
+        bs = self.batch_size
+        self._pending = [order[i * bs:(i + 1) * bs] for i in range(self.n_batches)][::-1]
+        self.epochs += 1
 
     def __len__(self) -> int:
         return self.n_batches
@@ -168,11 +181,10 @@ class _Claims:
     def __iter__(self) -> Iterator[list[int]]:
         while True:
             with self._lock:
-                nxt = next(self._it, None)
-            if nxt is None:
-                return
+                if not self._pending:
+                    self._refill()
+                nxt = self._pending.pop()
             yield nxt
-
 
 class NvDecode:
     """nvImageCodec's batch decode on a CUDA device (its hardware JPEG decoder where the GPU has
@@ -215,68 +227,61 @@ def _to_tensor(im: Any, device: Any) -> Any:
         return torch.from_numpy(np.asarray(im.cpu())).to(device)
 
 
-_DONE = object()
 Decode = Callable[[Sequence[bytes], Sequence[Box], Any], list[Any]]
 
 
 class GpuDecodeLoader:
     """The training batches of `decode: gpu` (see the module's docstring): iterate it once per
-    epoch, as a DataLoader; each item is (images, labels, skipped), the images on the GPU when
-    decoded there, in pinned host memory when a CPU helper decoded them. `close()` at the end."""
+    epoch, as a DataLoader (`len` batches each time); each item is (images, labels, skipped), the
+    images on the GPU (channels_last) when decoded there, in pinned host memory when a CPU helper
+    decoded them. The decoding runs on between iterations: consecutive epochs overlap by the
+    batches in flight (at most `ahead` plus 2 a worker). `close()` at the end."""
 
     def __init__(self, dataset: Any, batch_size: int, size: int, device: Any, *,
                  collate: Callable[[list[Any]], Any], sampler: Any = None, readers: int = 4,
-                 helpers: int = 0, ahead: int = AHEAD, prefetch: int = 2,
-                 decode: Decode | None = None) -> None:
+                 helpers: int = 0, ahead: int = AHEAD, decode: Decode | None = None) -> None:
         import torch
         from torch.utils.data import DataLoader
 
-        self.dataset, self.sampler, self.batch_size, self.size = dataset, sampler, batch_size, size
-        self.device, self.ahead = device, ahead
-        self.claims = _Claims(len(sampler if sampler is not None else dataset) // batch_size)
+        self.size, self.device = size, device
+        n_items = len(sampler) if sampler is not None else len(dataset)
+        self.claims = _Claims(n_items, batch_size, sampler)
         self.decode: Decode = decode if decode is not None else NvDecode(device)
         self.cropped = bool(getattr(self.decode, "roi", False))
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         raw: Any = RawJpegs(dataset.samples)  # a map-style dataset (len + getitem)
+        # 2 batches a worker ahead (the least): the batches go to whichever side is faster
         self.loaders: list[tuple[str, Any]] = [("gpu", DataLoader(
-            raw, batch_sampler=self.claims, num_workers=readers,
-            collate_fn=collate_raw, persistent_workers=readers > 0,
-            prefetch_factor=prefetch if readers else None))]
+            raw, batch_sampler=self.claims, num_workers=readers, collate_fn=collate_raw,
+            prefetch_factor=2 if readers else None))]
         if helpers:
             self.loaders.append(("cpu", DataLoader(
                 dataset, batch_sampler=self.claims, num_workers=helpers, collate_fn=collate,
-                pin_memory=device.type == "cuda", persistent_workers=True,
-                prefetch_factor=prefetch)))
+                pin_memory=device.type == "cuda", prefetch_factor=2)))
+        self._q: queue.Queue[Any] = queue.Queue(maxsize=ahead)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._iters: list[Any] = []
         self.decoded = {"gpu": 0, "cpu": 0}  # batches each side delivered
 
     def __len__(self) -> int:
         return len(self.claims)
 
     def __iter__(self) -> Iterator[tuple[Any, Any, int]]:
+        if not self._threads:
+            self._iters = [iter(loader) for _, loader in self.loaders]
+            self._threads = [threading.Thread(target=self._produce, args=(kind, it),
+                                              daemon=True, name=f"wattlife-decode-{kind}")
+                             for (kind, _), it in zip(self.loaders, self._iters, strict=True)]
+            for t in self._threads:
+                t.start()
+        return self._consume(len(self))
+
+    def _consume(self, n: int) -> Iterator[tuple[Any, Any, int]]:
         import torch
 
-        order = list(self.sampler) if self.sampler is not None \
-            else torch.randperm(len(self.dataset)).tolist()
-        n, bs = len(self.claims), self.batch_size
-        self.claims.start_epoch(iter([order[i * bs:(i + 1) * bs] for i in range(n)]))
-        q: queue.Queue[Any] = queue.Queue(maxsize=self.ahead)
-        self._threads = [threading.Thread(target=self._produce, args=(kind, iter(loader), q),
-                                          daemon=True, name=f"wattlife-decode-{kind}")
-                         for kind, loader in self.loaders]
-        for t in self._threads:
-            t.start()
-        return self._consume(q, len(self._threads))
-
-    def _consume(self, q: queue.Queue[Any], producers: int) -> Iterator[tuple[Any, Any, int]]:
-        import torch
-
-        while producers:
-            item = q.get()
-            if item is _DONE:
-                producers -= 1
-                continue
+        for _ in range(n):
+            item = self._q.get()
             if isinstance(item, BaseException):
                 raise item
             x, y, skipped, event = item
@@ -285,25 +290,27 @@ class GpuDecodeLoader:
                 x.record_stream(torch.cuda.current_stream(self.device))
             yield x, y, skipped
 
-    def _put(self, q: queue.Queue[Any], item: Any) -> None:
+    def _put(self, item: Any) -> None:
         while not self._stop.is_set():
             try:
-                q.put(item, timeout=0.1)
+                self._q.put(item, timeout=0.1)
                 return
             except queue.Full:
                 continue
 
-    def _produce(self, kind: str, batches: Iterator[Any], q: queue.Queue[Any]) -> None:
+    def _produce(self, kind: str, batches: Iterator[Any]) -> None:
+        if self.stream is not None:
+            import torch
+
+            torch.cuda.set_device(self.device)
         try:
             for batch in batches:
                 if self._stop.is_set():
-                    break
-                self._put(q, self._on_gpu(batch) if kind == "gpu" else (*batch, None))
+                    return
+                self._put(self._on_gpu(batch) if kind == "gpu" else (*batch, None))
                 self.decoded[kind] += 1
         except BaseException as exc:  # noqa: BLE001 (handed to the training thread)
-            self._put(q, exc)
-        finally:
-            self._put(q, _DONE)
+            self._put(exc)
 
     def _on_gpu(self, raw: list[Any]) -> tuple[Any, Any, int, Any]:
         """Decode and augment one raw batch on the decode stream; (images, labels, skipped,
@@ -332,7 +339,7 @@ class GpuDecodeLoader:
             if flips:
                 sel = torch.tensor(flips, device=x.device)
                 x[sel] = x[sel].flip(-1)
-            x = normalise(x)
+            x = normalise(x).contiguous(memory_format=torch.channels_last)
             event = None
             if self.stream is not None:
                 event = torch.cuda.Event()
@@ -345,10 +352,9 @@ class GpuDecodeLoader:
         """Stop the decode threads and the loaders' worker processes."""
         self._stop.set()
         for t in self._threads:
-            t.join(timeout=30)
-        for _, loader in self.loaders:
-            it = getattr(loader, "_iterator", None)
-            if it is not None and hasattr(it, "_shutdown_workers"):
+            t.join(timeout=60)
+        for it in self._iters:
+            if hasattr(it, "_shutdown_workers"):
                 it._shutdown_workers()
 
 

@@ -176,7 +176,7 @@ def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device
         readers, helpers = split_workers(workers)
         loader = GpuDecodeLoader(train_ds, spec.batch_size, spec.image_size, device,
                                  collate=_collate, sampler=sampler, readers=readers,
-                                 helpers=helpers, prefetch=spec.prefetch or 2)
+                                 helpers=helpers)
     else:
         loader = torch.utils.data.DataLoader(
             train_ds, batch_size=spec.batch_size, shuffle=sampler is None, sampler=sampler,
@@ -189,7 +189,8 @@ def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device
                          "smaller batch")
     val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec.batch_size,
                                              num_workers=workers, collate_fn=_collate)
-    return Batches(loader, sampler), val_loader
+    # the GPU path shuffles each epoch itself (its epochs overlap)
+    return Batches(loader, None if decode == "gpu" else sampler), val_loader
 
 
 def _validate(model, loader, device, amp: bool, max_steps: int) -> float:
