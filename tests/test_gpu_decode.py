@@ -221,6 +221,24 @@ def test_decode_is_a_validated_workload_key_defaulting_to_cpu():
         validate_config({"workloads": {"r": {**base, "decode": "tpu"}}, "slice": ["workloads"]})
 
 
+def test_the_decode_overlay_compares_one_resnet_cell_decoded_both_ways():
+    import yaml
+
+    from conftest import REPO
+
+    def merged(a, b):
+        return {k: merged(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+                for k, v in {**a, **b}.items()}
+
+    cfg = merged(yaml.safe_load((REPO / "config/gpu1.yaml").read_text()),
+                 yaml.safe_load((REPO / "config/gpu1-decode.yaml").read_text()))
+    validate_config(cfg)
+    cpu, gpu = (workload_spec(n, cfg["workloads"][n]) for n in cfg["execution"]["workloads"])
+    assert (cpu.decode, gpu.decode) == ("cpu", "gpu") and cfg["execution"]["repeats"] >= 3
+    differ = {f for f in cpu.__dataclass_fields__ if getattr(cpu, f) != getattr(gpu, f)}
+    assert differ == {"name", "decode"}
+
+
 def test_workers_split_between_readers_and_cpu_helpers():
     assert split_workers(0) == (0, 0)
     assert split_workers(2) == (1, 1)
