@@ -135,6 +135,22 @@ def test_the_batches_both_sides_claim_cover_each_epoch_once():
     assert claims.epochs == 2
 
 
+def test_under_torchrun_each_rank_claims_its_shard_reshuffled_each_epoch():
+    from torch.utils.data.distributed import DistributedSampler
+
+    from wattlife.workloads.gpu_decode import _Claims
+
+    data = list(range(12))
+    seen = {}
+    for rank in (0, 1):
+        claims = _Claims(6, 3, DistributedSampler(data, 2, rank, shuffle=True, seed=0))
+        it = iter(claims)
+        seen[rank] = [sum((next(it) for _ in range(2)), []) for _ in range(2)]  # 2 epochs
+    for e in (0, 1):
+        assert sorted(seen[0][e] + seen[1][e]) == data  # the ranks' shards cover the data once
+    assert seen[0][0] != seen[0][1]  # set_epoch reshuffles
+
+
 def test_a_decoder_error_reaches_the_training_thread(tree):
     import torch
 
