@@ -164,6 +164,34 @@ CELLS = {"cpu": ("cpu", 0, ""), "gpu": ("gpu", 0, ""), "gpu-full-image": ("gpu",
          "gpu-no-helpers": ("gpu", 0, GPU_ONLY), "gpu-more-helpers": ("gpu", 2, "")}
 
 
+def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict, synthetic: float | None,
+              save) -> list[dict]:
+    """The workload's cells (and the decoder probe after the shipped `gpu` cell); table rows."""
+    shared = work / "shared"
+    rows = []
+    for name in a.cells.split(","):
+        decode, more, prelude = CELLS[name]
+        cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
+               "workloads": {"r50": {
+                   "kind": "image_classification", "dataset": "jpeg500", "model": "resnet50",
+                   "device": "cpu" if DRY else "cuda", "precision": "bf16",
+                   "image_size": 32 if DRY else 224, "batch_size": 4 if DRY else 128,
+                   "steps": 6 if DRY else a.steps, "workers": 1 if DRY else a.workers + more,
+                   "prefetch": 4, "val_every": 0, "lr": 0.1, "decode": decode}}}
+        res[name] = cell(work, name, cfg, "r50", "shared", False, out, prelude=prelude)
+        rows.append(phase_row(out, name, res[name], synthetic))
+        pd.DataFrame(rows).to_csv(out / "gpu_decode.csv", index=False)
+        save()
+        if name == "gpu" and not DRY:  # the decoder alone, once the shipped cell has run
+            r = subprocess.run([PY, __file__, "--out", str(out), "--decoder-probe",
+                                str(shared / "jpeg500")], capture_output=True, text=True)
+            res["decoder_probe"] = json.loads(r.stdout.strip().splitlines()[-1]) \
+                if r.returncode == 0 else r.stderr[-2000:]
+            (out / "decoder_probe.json").write_text(json.dumps(res["decoder_probe"], indent=1))
+            save()
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -197,27 +225,7 @@ def main() -> None:
             else r.stderr[-2000:]
         synthetic = res["synthetic"].get("images_per_s") if r.returncode == 0 else None
         save()
-    rows = []
-    for name in a.cells.split(","):
-        decode, more, prelude = CELLS[name]
-        cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
-               "workloads": {"r50": {
-                   "kind": "image_classification", "dataset": "jpeg500", "model": "resnet50",
-                   "device": "cpu" if DRY else "cuda", "precision": "bf16",
-                   "image_size": 32 if DRY else 224, "batch_size": 4 if DRY else 128,
-                   "steps": 6 if DRY else a.steps, "workers": 1 if DRY else a.workers + more,
-                   "prefetch": 4, "val_every": 0, "lr": 0.1, "decode": decode}}}
-        res[name] = cell(work, name, cfg, "r50", "shared", False, out, prelude=prelude)
-        rows.append(phase_row(out, name, res[name], synthetic))
-        pd.DataFrame(rows).to_csv(out / "gpu_decode.csv", index=False)
-        save()
-        if name == "gpu" and not DRY:  # the decoder alone, once the shipped cell has run
-            r = subprocess.run([PY, __file__, "--out", str(out), "--decoder-probe",
-                                str(shared / "jpeg500")], capture_output=True, text=True)
-            res["decoder_probe"] = json.loads(r.stdout.strip().splitlines()[-1]) \
-                if r.returncode == 0 else r.stderr[-2000:]
-            (out / "decoder_probe.json").write_text(json.dumps(res["decoder_probe"], indent=1))
-            save()
+    rows = run_cells(a, out, work, res, synthetic, save)
     table = pd.DataFrame(rows)
     cols = [c for c in ("cell", "decode", "images_per_s_step", "images_per_s_wall",
                         "share_of_synthetic", "data_load_share_of_step_time", "gpu_data_load_j",

@@ -319,6 +319,8 @@ class GpuDecodeLoader:
 
         kept = [r for r in raw if r[0] is not None]
         skipped = len(raw) - len(kept)
+        if not kept:
+            return None, None, skipped, None
         ctx = torch.cuda.stream(self.stream) if self.stream is not None else _nullcontext()
         with ctx:
             imgs = self.decode([r[0] for r in kept], [r[1] for r in kept], self.stream)
