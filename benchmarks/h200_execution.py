@@ -31,9 +31,12 @@ DRY = os.environ.get("WL_DRY") == "1"  # CPU rehearsal: tiny sizes, simulated GP
 HERE = Path(__file__).resolve().parent
 
 
-def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, out: Path) -> dict:
+def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, out: Path,
+         prelude: str = "") -> dict:
+    """One cell under `wattlife run`, attributed; `prelude`: Python run first in the cell's
+    process (a benchmark's setting of a module constant)."""
     d = work / name
-    code = ("import json,sys; from wattlife.workloads import train_from_config; "
+    code = (prelude + "import json,sys; from wattlife.workloads import train_from_config; "
             f"sys.exit(train_from_config(json.loads({json.dumps(json.dumps(cfg))}), {wl!r}, "
             f"{storage!r}, {ckpt!r}, {str(d / 'work')!r}))")
     t = time.time()

@@ -285,10 +285,11 @@ class ImageClassificationSpec(WorkloadSpec):
 
     KIND_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         **WorkloadSpec.KIND_DEFAULTS, "model": "resnet50", "lr": 0.1, "workers": 2,
-        "prefetch": 2, "val_steps": 0})
+        "prefetch": 2, "val_steps": 0, "decode": "cpu"})
 
     model: str
     image_size: int | None  # required by the workload (no default)
+    decode: str  # cpu (PIL in the loader workers) | gpu (workloads/gpu_decode.py)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,12 @@
 
 torchvision model, `ImageFolder` + `DataLoader` with worker processes, the reference recipe's
 decode + augment (RandomResizedCrop + flip for training, Resize + CenterCrop for validation),
-bf16 autocast and channels_last on GPU, SGD with momentum. DDP under torchrun; `grad_sync` is its
-own phase in `explicit` mode (all-reduce after backward, as the study measured it); in
-`overlapped` mode (default) DDP overlaps it with backward and it is not separable.
+bf16 autocast and channels_last on GPU, SGD with momentum. `decode: gpu` decodes and augments the
+training images on the GPU instead (workloads/gpu_decode.py; the same crop, flip and
+normalisation), falling back to the CPU path, said on stderr and recorded in the summary, where it
+cannot. DDP under torchrun; `grad_sync` is its own phase in `explicit` mode (all-reduce after
+backward, as the study measured it); in `overlapped` mode (default) DDP overlaps it with backward
+and it is not separable.
 
 A corrupt JPEG is skipped and counted (reported in the summary), never silently trained on.
 """
@@ -18,6 +21,7 @@ from typing import Any
 from ..config import ImageClassificationSpec
 from ..markers import phase
 from .cell import Dist, checkpoint_dir, start_cell
+from .gpu_decode import MEAN, STD, GpuDecodeLoader, choose_decode, split_workers
 from .training_loop import (
     Batches,
     Schedule,
@@ -45,7 +49,7 @@ class _SkipCorrupt:
 def _dataset(root: Path, train: bool, size: int):
     from torchvision import datasets, transforms
 
-    norm = transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    norm = transforms.Normalize(list(MEAN), list(STD))
     if train:
         tf = transforms.Compose([transforms.RandomResizedCrop(size),
                                  transforms.RandomHorizontalFlip(), transforms.ToTensor(), norm])
@@ -80,28 +84,18 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
     work/summary.json."""
     import torch
     import torch.nn.functional as F
-    import torchvision
 
     if spec.image_size is None:
         raise ValueError(f"workloads.{spec.name}.image_size: required for kind "
                          "image_classification (pixels, e.g. 224)")
     dist, device, summary, root = start_cell(spec, data_root, storage, local_root, workdir)
-
+    decode, decode_fallback = choose_decode(spec.name, spec.decode, device)
     with phase("model_load"):
-        train_ds = _dataset(root, True, spec.image_size)
-        val_ds = _dataset(root, False, spec.image_size)
+        train_ds, val_ds, model, opt = _build(spec, root, dist, device)
         n_classes = len(train_ds.classes)
         summary.train_items = len(train_ds)
-        model = getattr(torchvision.models, spec.model)(num_classes=n_classes)
-        model = model.to(device, memory_format=torch.channels_last)
-        if dist.world > 1:
-            from torch.nn.parallel import DistributedDataParallel as DDP
 
-            model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-        opt = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.9,
-                              weight_decay=1e-4)
-
-    batches, val_loader = _loaders(train_ds, val_ds, spec, dist, device, root)
+    batches, val_loader = _loaders(train_ds, val_ds, spec, dist, device, root, decode)
     amp = spec.precision == "bf16"
     explicit_sync = dist.world > 1 and spec.grad_sync == "explicit"
     ckpt_path = checkpoint_dir(ckpt_root, workdir) / "model.pt"
@@ -126,21 +120,48 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
         return save_atomically(state, ckpt_path)
 
     schedule = Schedule(steps=spec.steps, val_every=spec.val_every, ckpt_every=spec.ckpt_every)
-    result = run_training_loop(
-        train_step, model=model, schedule=schedule, batches=batches,
-        items_per_step=spec.batch_size, summary=summary, dist=dist, device=device,
-        validate=lambda: _validate(model, val_loader, device, amp, spec.val_steps),
-        save=save if checkpoint and dist.rank == 0 else None)  # rank 0 holds the whole model
+    try:
+        result = run_training_loop(
+            train_step, model=model, schedule=schedule, batches=batches,
+            items_per_step=spec.batch_size, summary=summary, dist=dist, device=device,
+            validate=lambda: _validate(model, val_loader, device, amp, spec.val_steps),
+            save=save if checkpoint and dist.rank == 0 else None)  # rank 0 holds the whole model
+    finally:
+        if isinstance(batches.loader, GpuDecodeLoader):
+            batches.loader.close()
     summary.last_loss = float(result.last_loss.detach()) if result.last_loss is not None else None
-    summary.write(unit="images",
-                  extra={"epochs_started": result.epochs_started, "classes": n_classes})
+    summary.write(unit="images", extra={
+        "epochs_started": result.epochs_started, "classes": n_classes, "decode": decode,
+        "decode_requested": spec.decode, "decode_fallback": decode_fallback,
+        "decode_batches": getattr(batches.loader, "decoded", None)})
     return 0
 
 
+def _build(spec: ImageClassificationSpec, root: Path, dist: Dist, device: Any):
+    """The datasets, the model (channels_last; DDP under torchrun; cuDNN picking its fastest
+    kernels on the first steps, which lie in the warm-up) and its optimiser."""
+    import torch
+    import torchvision
+
+    assert spec.image_size is not None  # checked by train_image
+    train_ds = _dataset(root, True, spec.image_size)
+    val_ds = _dataset(root, False, spec.image_size)
+    model = getattr(torchvision.models, spec.model)(num_classes=len(train_ds.classes))
+    model = model.to(device, memory_format=torch.channels_last)
+    torch.backends.cudnn.benchmark = True  # the reference recipe's; fixed-size inputs
+    if dist.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.9, weight_decay=1e-4)
+    return train_ds, val_ds, model, opt
+
+
 def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device: Any,
-             root: Path) -> tuple[Batches, Any]:
+             root: Path, decode: str) -> tuple[Batches, Any]:
     """The training batches (shuffled; a DistributedSampler under torchrun; an epoch ends before
-    an incomplete batch) and the validation loader."""
+    an incomplete batch; decoded on the GPU for `decode` gpu) and the validation loader (the CPU
+    path in both cases)."""
     import torch
 
     sampler: Any = None
@@ -149,18 +170,27 @@ def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device
 
         sampler = DistributedSampler(train_ds, dist.world, dist.rank, shuffle=True)
     workers = spec.workers
-    loader = torch.utils.data.DataLoader(
-        train_ds, batch_size=spec.batch_size, shuffle=sampler is None, sampler=sampler,
-        num_workers=workers, pin_memory=device.type == "cuda", drop_last=True,
-        persistent_workers=workers > 0, collate_fn=_collate,
-        prefetch_factor=spec.prefetch if workers > 0 else None)
+    loader: Any
+    if decode == "gpu":
+        assert spec.image_size is not None  # checked by train_image
+        readers, helpers = split_workers(workers)
+        loader = GpuDecodeLoader(train_ds, spec.batch_size, spec.image_size, device,
+                                 collate=_collate, sampler=sampler, readers=readers,
+                                 helpers=helpers)
+    else:
+        loader = torch.utils.data.DataLoader(
+            train_ds, batch_size=spec.batch_size, shuffle=sampler is None, sampler=sampler,
+            num_workers=workers, pin_memory=device.type == "cuda", drop_last=True,
+            persistent_workers=workers > 0, collate_fn=_collate,
+            prefetch_factor=spec.prefetch if workers > 0 else None)
     if len(loader) == 0:
         raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
                          f"fewer than one batch of {spec.batch_size}; use more images or a "
                          "smaller batch")
     val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec.batch_size,
                                              num_workers=workers, collate_fn=_collate)
-    return Batches(loader, sampler), val_loader
+    # the GPU path shuffles each epoch itself (its epochs overlap)
+    return Batches(loader, None if decode == "gpu" else sampler), val_loader
 
 
 def _validate(model, loader, device, amp: bool, max_steps: int) -> float:

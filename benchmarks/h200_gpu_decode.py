@@ -1,0 +1,240 @@
+"""GPU-side image decoding (`decode: gpu`) against the CPU path and synthetic data (issue 30),
+in one call on one GPU:
+
+    PYTHONPATH=src python3 benchmarks/h200_gpu_decode.py --out DIR
+
+1. JPEGs as ImageNet's: 500 x 375 px, ~74 KB (quality 90), `--classes` x `--per-class`, written
+   to local disk (the page cache holds them after the first epoch, as on a node with RAM to spare).
+2. ResNet-50 (bf16, batch 128, channels_last) on synthetic on-GPU data (`train_loop.py --markers
+   on`): the ceiling, measured in the same call.
+3. The decoder alone (`--decoder-probe`, its own process): nvImageCodec's batch decode + resize +
+   normalise of 128-image batches, full image vs the crop's region only, and which backends decode.
+4. The image workload as cells under `wattlife run` (NVML GPU power, attributed per phase):
+   `decode: cpu` (PIL in `--workers` loader workers) and `decode: gpu` (the shipped defaults, the
+   same `workers`), plus `decode: gpu` variants (full-image decode; more CPU helpers).
+Writes DIR/gpu_decode.csv (one row a cell: images/s on the `step` basis, GPU-timed as the
+workloads report it, and on the `wall` basis; the share of synthetic; the data_load phase's time
+share and its GPU and CPU energy; J per image), DIR/decoder_probe.json, DIR/summary.json and the
+cells' raw files (DIR/cells/<cell>/); prints a short table. Changes no GPU setting.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from h200_execution import cell
+from outdir import out_dir
+
+PY = sys.executable
+HERE = Path(__file__).resolve().parent
+DRY = os.environ.get("WL_DRY") == "1"  # CPU rehearsal: tiny sizes, simulated GPU, no decoder
+
+
+def _write_jpegs(job: tuple) -> int:
+    """One class's JPEGs: 500 x 375, a class-dependent pattern plus noise (~74 KB at q90)."""
+    from PIL import Image
+
+    folder, c, n, w, h = job
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(c)
+    yy, xx = np.mgrid[0:h, 0:w] / h
+    noise = [rng.normal(0, 0.05, (h, w, 3)).astype(np.float32) for _ in range(4)]
+    hue = np.array([(c * 37) % 255, (c * 91) % 255, (c * 53) % 255]) / 255.0
+    for i in range(n):
+        f = folder / f"{c:03d}_{i:05d}.JPEG"
+        if f.exists():
+            continue
+        ph = rng.uniform(0, 2 * np.pi)
+        base = np.stack([np.sin(2 * np.pi * (1 + c % 5) * xx + ph + k + yy * (c % 3))
+                         for k in range(3)], -1)
+        img = 0.5 + 0.25 * base + 0.25 * hue + np.roll(noise[i % 4], rng.integers(w), axis=1)
+        Image.fromarray((np.clip(img, 0, 1) * 255).astype(np.uint8)).save(f, quality=90)
+    return n
+
+
+def make_tree(root: Path, classes: int, per_class: int, w: int, h: int) -> dict:
+    from multiprocessing import Pool
+
+    t = time.time()
+    jobs = [(root / split / f"n{c:08d}", c, n, w, h) for split, n in
+            (("train", per_class), ("val", max(2, per_class // 50))) for c in range(classes)]
+    with Pool(min(len(jobs), os.cpu_count() or 1)) as pool:
+        pool.map(_write_jpegs, jobs)
+    files = list((root / "train").rglob("*.JPEG"))
+    return {"images": len(files), "mean_kb": float(np.mean([f.stat().st_size for f in files]))
+            / 1e3, "generation_s": time.time() - t}
+
+
+def _rate(dec, items: list, stream, size: int, augment: bool, batches: int) -> float:
+    """Images/s of `dec` (+ resize and normalise when `augment`) over 128-image batches."""
+    import torch
+
+    from wattlife.workloads.gpu_decode import normalise, resize_crop
+
+    def one(b: list) -> None:
+        with torch.cuda.stream(stream):
+            imgs = dec([r[0] for r in b], [r[1] for r in b], stream)
+            if augment:
+                normalise(torch.cat([resize_crop(im, r[1], size, dec.roi)
+                                     for im, r in zip(imgs, b, strict=True)]))
+
+    one(items[:128])  # warm-up
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for k in range(batches):
+        one(items[128 * k:128 * (k + 1)])
+    stream.synchronize()
+    return 128 * batches / (time.perf_counter() - t)
+
+
+def decoder_probe(root: Path, batches: int = 12, size: int = 224) -> dict:
+    """Decode (+ resize + normalise) rate of 128-image batches on the GPU, full vs region, and
+    which nvImageCodec backends decode full images and regions."""
+    import torch
+    from nvidia import nvimgcodec as nv
+
+    from wattlife.workloads.gpu_decode import NvDecode, RawJpegs
+    from wattlife.workloads.image import _dataset
+
+    dev = torch.device("cuda", 0)
+    raw = RawJpegs(_dataset(root, True, size).samples)
+    items = [raw[i] for i in range(128 * batches)]
+    res: dict = {"nvimgcodec": getattr(nv, "__version__", "?")}
+    stream = torch.cuda.Stream(dev)
+    for name, roi in (("region", True), ("full", False)):
+        dec = NvDecode(dev, roi=roi)
+        for mode, aug in (("decode", False), ("decode+augment", True)):
+            res[f"{name}_{mode}_images_per_s"] = _rate(dec, items, stream, size, aug, batches)
+    few = items[:8]
+    for kind in ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU"):
+        try:
+            d = nv.Decoder(device_id=0, backends=[nv.Backend(getattr(nv, kind))])
+            srcs = [nv.CodeStream(r[0]) for r in few]
+            regions = [nv.Region(t, left, t + h, left + w) for t, left, h, w in
+                       (r[1] for r in few)]
+            roi = [s.get_sub_code_stream(region=g) for s, g in zip(srcs, regions, strict=True)]
+            res[f"{kind}_full_decoded"] = sum(x is not None for x in d.decode(srcs))
+            res[f"{kind}_region_decoded"] = sum(x is not None for x in d.decode(roi))
+        except Exception as exc:  # noqa: BLE001 (a probe: record what the library said)
+            res[f"{kind}_error"] = str(exc)[:200]
+    return res
+
+
+def phase_row(out: Path, name: str, r: dict, synthetic: float | None) -> dict:
+    """The table row of one cell from its attributed phases and summary."""
+    c = out / "cells" / name
+    if "error" in r:
+        return {"cell": name, "error": r["error"][-500:]}
+    ph = pd.read_csv(c / "phases.csv")
+    s = json.loads((c / "work" / "summary.json").read_text())
+    ph = ph[ph["phase"] != "deconvolution_residual"]
+    by = ph.groupby(["device_kind", "phase"])[["energy_j", "time_s"]].sum()
+    steps = ["data_load", "h2d", "forward", "backward", "optimizer"]
+    gpu = by.loc["gpu"] if "gpu" in by.index.get_level_values(0) else pd.DataFrame()
+    t_step = float(gpu.reindex(steps)["time_s"].fillna(0).sum()) if len(gpu) else float("nan")
+    items = float(s["steps"] * s.get("batch_size", 128) - s.get("skipped_items", 0))
+    row = {"cell": name, "decode": s.get("decode"), "images_per_s_step": r["throughput"],
+           "images_per_s_wall": r["throughput_wall"],
+           "share_of_synthetic": r["throughput"] / synthetic if synthetic else None,
+           "step_clock": r.get("step_clock"), "steps": s["steps"],
+           "data_load_share_of_step_time": float(gpu["time_s"].get("data_load", 0)) / t_step
+           if t_step else None,
+           "decode_batches": json.dumps(s.get("decode_batches")),
+           "decode_fallback": s.get("decode_fallback")}
+    for kind in ("gpu", "cpu"):
+        if kind in by.index.get_level_values(0):
+            k = by.loc[kind]
+            row[f"{kind}_data_load_j"] = float(k["energy_j"].get("data_load", 0))
+            row[f"{kind}_training_j_per_image"] = float(k.reindex(steps)["energy_j"].sum()) / items
+    row["gpu_source"] = ",".join(sorted(set(ph.loc[ph["device_kind"] == "gpu", "source"])))
+    row["cpu_source"] = ",".join(sorted(set(ph.loc[ph["device_kind"] == "cpu", "source"])))
+    return row
+
+
+GPU_ONLY = "import wattlife.workloads.gpu_decode as g; g.split_workers = lambda w: (4, 0); "
+FULL = "import wattlife.workloads.gpu_decode as g; g.ROI = False; "
+# name: (decode, workers offset from --workers, prelude)
+CELLS = {"cpu": ("cpu", 0, ""), "gpu": ("gpu", 0, ""), "gpu-full-image": ("gpu", 0, FULL),
+         "gpu-no-helpers": ("gpu", 0, GPU_ONLY), "gpu-more-helpers": ("gpu", 2, "")}
+
+
+def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict, synthetic: float | None,
+              save) -> list[dict]:
+    """The workload's cells (and the decoder probe after the shipped `gpu` cell); table rows."""
+    shared = work / "shared"
+    rows = []
+    for name in a.cells.split(","):
+        decode, more, prelude = CELLS[name]
+        cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
+               "workloads": {"r50": {
+                   "kind": "image_classification", "dataset": "jpeg500", "model": "resnet50",
+                   "device": "cpu" if DRY else "cuda", "precision": "bf16",
+                   "image_size": 32 if DRY else 224, "batch_size": 4 if DRY else 128,
+                   "steps": 6 if DRY else a.steps, "workers": 1 if DRY else a.workers + more,
+                   "prefetch": 4, "val_every": 0, "lr": 0.1, "decode": decode}}}
+        res[name] = cell(work, name, cfg, "r50", "shared", False, out, prelude=prelude)
+        rows.append(phase_row(out, name, res[name], synthetic))
+        pd.DataFrame(rows).to_csv(out / "gpu_decode.csv", index=False)
+        save()
+        if name == "gpu" and not DRY:  # the decoder alone, once the shipped cell has run
+            r = subprocess.run([PY, __file__, "--out", str(out), "--decoder-probe",
+                                str(shared / "jpeg500")], capture_output=True, text=True)
+            res["decoder_probe"] = json.loads(r.stdout.strip().splitlines()[-1]) \
+                if r.returncode == 0 else r.stderr[-2000:]
+            (out / "decoder_probe.json").write_text(json.dumps(res["decoder_probe"], indent=1))
+            save()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--per-class", type=int, default=600)
+    ap.add_argument("--workers", type=int, default=12, help="loader workers of each cell")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--cells", default=",".join(CELLS), help=f"of {','.join(CELLS)}")
+    ap.add_argument("--work", default="/tmp/wl-gpu-decode", help="data and scratch folder")
+    ap.add_argument("--decoder-probe", metavar="ROOT", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.decoder_probe:
+        print(json.dumps(decoder_probe(Path(a.decoder_probe))))
+        return
+    out = out_dir(a.out)
+    work, res = Path(a.work), {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv}
+    shared = work / "shared"
+
+    def save() -> None:
+        (out / "summary.json").write_text(json.dumps(res, indent=1, default=str))
+
+    res["data"] = make_tree(shared / "jpeg500", *(2, 6) if DRY else (a.classes, a.per_class),
+                            *(64, 48) if DRY else (500, 375))
+    save()
+    synthetic = None
+    if not DRY:
+        r = subprocess.run([PY, str(HERE / "train_loop.py"), "--batch", "128", "--steps", "150",
+                            "--warmup", "30", "--markers", "on"], capture_output=True, text=True)
+        res["synthetic"] = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 \
+            else r.stderr[-2000:]
+        synthetic = res["synthetic"].get("images_per_s") if r.returncode == 0 else None
+        save()
+    rows = run_cells(a, out, work, res, synthetic, save)
+    table = pd.DataFrame(rows)
+    cols = [c for c in ("cell", "decode", "images_per_s_step", "images_per_s_wall",
+                        "share_of_synthetic", "data_load_share_of_step_time", "gpu_data_load_j",
+                        "cpu_data_load_j", "gpu_training_j_per_image", "decode_batches")
+            if c in table]
+    print(f"synthetic (on-GPU data, markers on): {synthetic} images/s")
+    print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    print(json.dumps(res.get("decoder_probe"), indent=None))
+
+
+if __name__ == "__main__":
+    main()

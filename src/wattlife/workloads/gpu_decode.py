@@ -1,0 +1,366 @@
+"""GPU-side JPEG decoding and augmentation for the image workload (`decode: gpu`).
+
+The CPU path (`decode: cpu`, workloads/image.py) decodes with PIL in DataLoader workers and
+augments there (RandomResizedCrop + horizontal flip + normalise). Here:
+
+- reader workers open each file's header only (PIL reads no pixels for it), draw the crop box and
+  the flip with torchvision's own `RandomResizedCrop.get_params` and `torch.rand(1) < 0.5` (the
+  same draws, in the same order, as the CPU path's transforms) and return the file's bytes;
+- a decode thread decodes the batch with nvImageCodec (the GPU's hardware JPEG decoder where it has
+  one; only the crop's region when `roi`), on its own CUDA stream, `ahead` batches ahead, and
+  resizes (bilinear, antialiased), flips and normalises each crop there (`augment`);
+- `helpers` CPU workers run the CPU path at the same time; both feed one queue and each step takes
+  whichever batch is ready. The batches are handed out on demand (`_Claims`), so each image is
+  trained once per epoch whichever side decoded it; the decoding does not stop between epochs
+  (the next epoch's first batches may be trained before the last ones of the one before).
+
+Where no GPU decoder is usable (no GPU, nvImageCodec not installed) `unavailable_reason` says why
+and the workload falls back to the CPU path (workloads/image.py logs and records it).
+"""
+
+from __future__ import annotations
+
+import io
+import queue
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, which the CPU path uses
+RATIO = (3 / 4, 4 / 3)
+ROI = True  # decode only each crop's region (benchmarks/h200_gpu_decode.py measures both)
+AHEAD = 3  # batches decoded ahead of the training step
+INSTALL_HINT = "pip install 'wattlife[gpu-decode]' (nvidia-nvimgcodec-cu13, nvidia-nvjpeg)"
+
+Box = tuple[int, int, int, int]  # top, left, height, width
+
+
+def unavailable_reason(device: Any) -> str | None:
+    """Why `decode: gpu` cannot run on `device` (None: it can)."""
+    if getattr(device, "type", str(device)) != "cuda":
+        return f"the workload's device is {device}, not a CUDA GPU"
+    try:
+        from nvidia import nvimgcodec  # noqa: F401
+    except ImportError:
+        return f"nvImageCodec is not installed ({INSTALL_HINT})"
+    try:
+        _decoder(device)
+    except Exception as exc:  # noqa: BLE001 (the library raises RuntimeError and others)
+        return f"nvImageCodec cannot decode on {device}: {exc}"
+    return None
+
+
+def choose_decode(name: str, requested: str, device: Any) -> tuple[str, str | None]:
+    """The decode path workload `name` runs and, when `gpu` was asked for but cannot run, why
+    (said in one line on stderr; the workload records it in its summary)."""
+    if requested != "gpu":
+        return requested, None
+    why = unavailable_reason(device)
+    if why is None:
+        return "gpu", None
+    print(f"wattlife: workloads.{name}.decode: gpu is not available here ({why}); decoding on "
+          "the CPU (PIL in the loader workers) instead", file=sys.stderr)
+    return "cpu", why
+
+
+def split_workers(workers: int) -> tuple[int, int]:
+    """`workers` CPU processes of `decode: gpu` as (reader workers for the GPU decoder, CPU
+    helpers decoding with PIL): a third read (1 to 4), the rest help; 0: read in the thread."""
+    readers = min(4, max(1, workers // 3)) if workers else 0
+    return readers, workers - readers
+
+
+def _decoder(device: Any) -> Any:
+    from nvidia import nvimgcodec
+
+    return nvimgcodec.Decoder(device_id=device.index or 0)
+
+
+def draw_crop(img: Any) -> tuple[Box, bool]:
+    """The crop box and flip of one training image (a PIL image; only its size is read, so a
+    lazily opened file is not decoded): torchvision's RandomResizedCrop parameters, then
+    RandomHorizontalFlip's draw, in the CPU path's order."""
+    import torch
+    from torchvision.transforms import RandomResizedCrop
+
+    top, left, h, w = RandomResizedCrop.get_params(img, list(SCALE), list(RATIO))
+    flip = bool(torch.rand(1) < 0.5)
+    return (int(top), int(left), int(h), int(w)), flip
+
+
+def resize_crop(img: Any, box: Box, size: int, cropped: bool) -> Any:
+    """One decoded image (uint8 HxWx3 tensor, any device) to a float 1 x 3 x `size` x `size`
+    tensor in [0, 255]: the crop `box` (already applied by a region decode when `cropped`),
+    resized bilinear with antialiasing (torchvision's tensor resize, which follows PIL's)."""
+    import torch.nn.functional as F
+
+    top, left, h, w = box
+    x = img.permute(2, 0, 1)
+    if not cropped:
+        x = x[:, top:top + h, left:left + w]
+    return F.interpolate(x[None].float(), size=(size, size), mode="bilinear", antialias=True,
+                         align_corners=False)
+
+
+def normalise(x: Any) -> Any:
+    """[0, 255] images (..., 3, H, W) to the network's input: ToTensor's scaling, then Normalize
+    with the ImageNet mean and standard deviation (the CPU path's)."""
+    import torch
+
+    mean = torch.tensor(MEAN, device=x.device).view(3, 1, 1) * 255
+    std = torch.tensor(STD, device=x.device).view(3, 1, 1) * 255
+    return (x - mean) / std
+
+
+def augment(img: Any, box: Box, flip: bool, size: int, cropped: bool = False) -> Any:
+    """`resize_crop`, the flip, `normalise`: one image as the CPU path's transform gives it."""
+    x = resize_crop(img, box, size, cropped)[0]
+    return normalise(x.flip(-1) if flip else x)
+
+
+class RawJpegs:
+    """The training split as (file bytes, crop box, flip, label); None bytes for a file whose
+    header is unreadable (counted as skipped, like the CPU path's corrupt images)."""
+
+    def __init__(self, samples: Sequence[tuple[str, int]]) -> None:
+        self.samples = list(samples)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> tuple[bytes | None, Box, bool, int]:
+        from PIL import Image, UnidentifiedImageError
+
+        path, label = self.samples[i]
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+            with Image.open(io.BytesIO(data)) as img:
+                box, flip = draw_crop(img)
+        except (UnidentifiedImageError, OSError):
+            return None, (0, 0, 0, 0), False, label
+        return data, box, flip, label
+
+
+def collate_raw(batch: list[Any]) -> list[Any]:
+    """Raw batches stay lists (the bytes differ in length)."""
+    return batch
+
+
+class _Claims:
+    """The batch sampler both loaders share, without end: each draws the next batch when it needs
+    one (so the faster side decodes more and every batch is decoded once), epoch after epoch
+    (each a new shuffle, or the DistributedSampler's next epoch; an incomplete last batch
+    dropped), so no side idles at an epoch's end."""
+
+    def __init__(self, n_items: int, batch_size: int, sampler: Any = None) -> None:
+        self.n_items, self.batch_size, self.sampler = n_items, batch_size, sampler
+        self.n_batches = n_items // batch_size
+        self.epochs = 0  # epochs begun
+        self._lock = threading.Lock()
+        self._pending: list[list[int]] = []
+
+    def _refill(self) -> None:
+        import torch
+
+        if self.sampler is not None:
+            self.sampler.set_epoch(self.epochs)
+            order = list(self.sampler)
+        else:
+            order = torch.randperm(self.n_items).tolist()
+        bs = self.batch_size
+        self._pending = [order[i * bs:(i + 1) * bs] for i in range(self.n_batches)][::-1]
+        self.epochs += 1
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._refill()
+                nxt = self._pending.pop()
+            yield nxt
+
+class NvDecode:
+    """nvImageCodec's batch decode on a CUDA device (its hardware JPEG decoder where the GPU has
+    one, else its CUDA decoder); `roi`: decode only each image's crop box."""
+
+    def __init__(self, device: Any, roi: bool | None = None) -> None:
+        from nvidia import nvimgcodec as nv
+
+        self.nv, self.roi, self.device = nv, ROI if roi is None else roi, device
+        self.decoder = _decoder(device)
+        # the CPU path neither rotates by EXIF nor keeps grey JPEGs single-channel
+        self.params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.SRGB,
+                                      sample_format=nv.I_RGB)
+
+    def __call__(self, datas: Sequence[bytes], boxes: Sequence[Box], stream: Any) -> list[Any]:
+        """Decoded uint8 HxWx3 CUDA tensors (None where a file could not be decoded)."""
+
+        nv, srcs = self.nv, []
+        for data, (top, left, h, w) in zip(datas, boxes, strict=True):
+            cs = nv.CodeStream(data)
+            if self.roi:
+                cs = cs.get_sub_code_stream(region=nv.Region(top, left, top + h, left + w))
+            srcs.append(cs)
+        imgs = self.decoder.decode(srcs, params=self.params, cuda_stream=stream.cuda_stream)
+        return [None if im is None else _to_tensor(im, self.device) for im in imgs]
+
+
+def _to_tensor(im: Any, device: Any) -> Any:
+    """A decoded nvImageCodec image as a torch tensor on `device` (zero-copy where it can)."""
+    import numpy as np
+    import torch
+
+    try:
+        return torch.as_tensor(im, device=device)  # __cuda_array_interface__
+    except (TypeError, RuntimeError, ValueError):
+        pass
+    try:
+        return torch.from_dlpack(im)
+    except (TypeError, RuntimeError, ValueError, AttributeError):
+        return torch.from_numpy(np.asarray(im.cpu())).to(device)
+
+
+Decode = Callable[[Sequence[bytes], Sequence[Box], Any], list[Any]]
+
+
+class GpuDecodeLoader:
+    """The training batches of `decode: gpu` (see the module's docstring): iterate it once per
+    epoch, as a DataLoader (`len` batches each time); each item is (images, labels, skipped), the
+    images on the GPU (channels_last) when decoded there, in pinned host memory when a CPU helper
+    decoded them. The decoding runs on between iterations: consecutive epochs overlap by the
+    batches in flight (at most `ahead` plus 2 a worker). `close()` at the end."""
+
+    def __init__(self, dataset: Any, batch_size: int, size: int, device: Any, *,
+                 collate: Callable[[list[Any]], Any], sampler: Any = None, readers: int = 4,
+                 helpers: int = 0, ahead: int = AHEAD, decode: Decode | None = None) -> None:
+        import torch
+        from torch.utils.data import DataLoader
+
+        self.size, self.device = size, device
+        n_items = len(sampler) if sampler is not None else len(dataset)
+        self.claims = _Claims(n_items, batch_size, sampler)
+        self.decode: Decode = decode if decode is not None else NvDecode(device)
+        self.cropped = bool(getattr(self.decode, "roi", False))
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        raw: Any = RawJpegs(dataset.samples)  # a map-style dataset (len + getitem)
+        # 2 batches a worker ahead (the least): the batches go to whichever side is faster
+        self.loaders: list[tuple[str, Any]] = [("gpu", DataLoader(
+            raw, batch_sampler=self.claims, num_workers=readers, collate_fn=collate_raw,
+            prefetch_factor=2 if readers else None))]
+        if helpers:
+            self.loaders.append(("cpu", DataLoader(
+                dataset, batch_sampler=self.claims, num_workers=helpers, collate_fn=collate,
+                pin_memory=device.type == "cuda", prefetch_factor=2)))
+        self._q: queue.Queue[Any] = queue.Queue(maxsize=ahead)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._iters: list[Any] = []
+        self.decoded = {"gpu": 0, "cpu": 0}  # batches each side delivered
+
+    def __len__(self) -> int:
+        return len(self.claims)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any, int]]:
+        if not self._threads:
+            self._iters = [iter(loader) for _, loader in self.loaders]
+            self._threads = [threading.Thread(target=self._produce, args=(kind, it),
+                                              daemon=True, name=f"wattlife-decode-{kind}")
+                             for (kind, _), it in zip(self.loaders, self._iters, strict=True)]
+            for t in self._threads:
+                t.start()
+        return self._consume(len(self))
+
+    def _consume(self, n: int) -> Iterator[tuple[Any, Any, int]]:
+        import torch
+
+        for _ in range(n):
+            item = self._q.get()
+            if isinstance(item, BaseException):
+                raise item
+            x, y, skipped, event = item
+            if event is not None and x is not None:
+                torch.cuda.current_stream(self.device).wait_event(event)
+                x.record_stream(torch.cuda.current_stream(self.device))
+            yield x, y, skipped
+
+    def _put(self, item: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _produce(self, kind: str, batches: Iterator[Any]) -> None:
+        if self.stream is not None:
+            import torch
+
+            torch.cuda.set_device(self.device)
+        try:
+            for batch in batches:
+                if self._stop.is_set():
+                    return
+                self._put(self._on_gpu(batch) if kind == "gpu" else (*batch, None))
+                self.decoded[kind] += 1
+        except BaseException as exc:  # noqa: BLE001 (handed to the training thread)
+            self._put(exc)
+
+    def _on_gpu(self, raw: list[Any]) -> tuple[Any, Any, int, Any]:
+        """Decode and augment one raw batch on the decode stream; (images, labels, skipped,
+        the stream's event after them)."""
+        import torch
+
+        kept = [r for r in raw if r[0] is not None]
+        skipped = len(raw) - len(kept)
+        if not kept:
+            return None, None, skipped, None
+        ctx = torch.cuda.stream(self.stream) if self.stream is not None else _nullcontext()
+        with ctx:
+            imgs = self.decode([r[0] for r in kept], [r[1] for r in kept], self.stream)
+            outs: list[Any] = []
+            labels: list[int] = []
+            flips: list[int] = []
+            for (_, box, flip, label), img in zip(kept, imgs, strict=True):
+                if img is None:  # the header was readable, the data not
+                    skipped += 1
+                    continue
+                if flip:
+                    flips.append(len(outs))
+                outs.append(resize_crop(img, box, self.size, self.cropped))
+                labels.append(label)
+            if not outs:
+                return None, None, skipped, None
+            x = torch.cat(outs)
+            if flips:
+                sel = torch.tensor(flips, device=x.device)
+                x[sel] = x[sel].flip(-1)
+            x = normalise(x).contiguous(memory_format=torch.channels_last)
+            event = None
+            if self.stream is not None:
+                event = torch.cuda.Event()
+                event.record(self.stream)
+        if event is not None:
+            event.synchronize()  # the decoder's buffers may be freed once its work is done
+        return x, torch.tensor(labels), skipped, event
+
+    def close(self) -> None:
+        """Stop the decode threads and the loaders' worker processes."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=60)
+        for it in self._iters:
+            if hasattr(it, "_shutdown_workers"):
+                it._shutdown_workers()
+
+
+def _nullcontext() -> Any:
+    from contextlib import nullcontext
+
+    return nullcontext()
