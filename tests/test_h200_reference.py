@@ -265,3 +265,23 @@ def test_issue26_pfi_window_is_within_5_percent_of_the_steady_steps(tmp_path, fo
         assert detector == pytest.approx(steady, rel=0.05), run
         assert window["mean_power_w"] == pytest.approx(row["train_mean_power_w"], rel=1e-9)
         assert steady > 600 and (ev["phase"] == "compile").sum() == 2
+
+
+def test_gpu_decode_rates_are_what_the_committed_events_give(tmp_path):
+    """The H200 decode comparison (issue 30): each cell's images/s on the step basis is the
+    committed events' GPU-timed steps (within 0.1 %), its share is over the synthetic rate of the
+    same call, and `decode: gpu` did not fall back."""
+    from wattlife.analysis.performance import step_throughput_from_events
+    from wattlife.contracts import read_events
+
+    base = H200 / "gpu-decode"
+    with tarfile.open(base / "gpu-decode.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    table = pd.read_csv(base / "gpu_decode.csv").set_index("cell")
+    synthetic = json.loads((base / "summary.json").read_text())["synthetic"]["images_per_s"]
+    for cell, row in table.iterrows():
+        ev = read_events(tmp_path / "gd" / "cells" / str(cell) / "events.csv")
+        assert step_throughput_from_events(ev) == pytest.approx(row["images_per_s_step"], rel=1e-3)
+        assert row["share_of_synthetic"] == pytest.approx(row["images_per_s_step"] / synthetic)
+        assert row["decode"] == ("cpu" if cell == "cpu" else "gpu")
+        assert pd.isna(row["decode_fallback"])
