@@ -93,6 +93,20 @@ def test_without_context_floor_the_idle_baseline_is_the_floor():
     assert w.loc[("gpu0", "setup"), "floor_kind"].startswith("idle without CUDA context")
 
 
+def test_devices_of_two_hosts_keep_their_own_energy_and_floor():
+    a, b = phases(), phases()
+    a["host"], b["host"] = "n1", "n2"
+    b["energy_j"] *= 2
+    b["mean_power_w"] *= 2
+    fl = pd.DataFrame([{"run_id": "r1", "host": h, "device": "gpu0", "context_idle_w": c}
+                       for h, c in (("n1", 120.0), ("n2", 200.0))])
+    w = waiting_table(pd.concat([a, b], ignore_index=True), fl).set_index(
+        ["host", "device", "phase"])
+    assert w.loc[("n1", "gpu0", "setup"), "device_energy_j"] == 3425.0
+    assert w.loc[("n2", "gpu0", "setup"), "device_energy_j"] == 6850.0
+    assert w.loc[("n2", "gpu0", "setup"), ["floor_w", "at_floor_j", "above_floor_j"]].tolist() \
+        == [200.0, 1000.0, 250.0]
+
 def test_idle_ranks_in_grad_sync_wait_for_the_slowest():
     ph = phases(gpus=("gpu0", "gpu1"))
     extra = pd.DataFrame([{"run_id": "r1", "phase": "grad_sync", "device_kind": "gpu",

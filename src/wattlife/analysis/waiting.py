@@ -87,17 +87,24 @@ def context_floor(trace: pd.DataFrame, idle_start_ns: int | None = None,
                                       "context_rule"])
 
 
+DEVICE_KEYS = ["run_id", "host", "device"]  # one device of one run (hosts: merged multi-node)
+
+
 def _floors(phases: pd.DataFrame, floors: pd.DataFrame | None) -> pd.DataFrame:
-    """Per run x device: the bare idle floor (`idle_w`, the idle baseline's mean power, from the
-    phases' `idle_baseline` row, else their `idle_power_w` column) and the context floor."""
-    keys = ["run_id", "device"]
+    """Per run x host x device: the bare idle floor (`idle_w`, the idle baseline's mean power,
+    from the phases' `idle_baseline` row, else their `idle_power_w` column) and the context
+    floor (matched by host too where both tables name it)."""
+    keys = DEVICE_KEYS
     base = phases[phases["phase"] == IDLE_BASELINE].groupby(keys)["mean_power_w"].mean()
     if "idle_power_w" in phases.columns:
         fill = phases.groupby(keys)["idle_power_w"].first()
         base = base.reindex(base.index.union(fill.index)).fillna(fill)
     out = base.rename("idle_w").reset_index()
     if floors is not None and len(floors):
-        f = floors.groupby(keys, as_index=False)["context_idle_w"].min()
+        f = floors.copy()
+        if "host" not in f.columns or (phases["host"] == "").all():
+            f["host"] = ""
+        f = f.groupby(keys, as_index=False)["context_idle_w"].min()
         out = out.merge(f, on=keys, how="left")
     else:
         out["context_idle_w"] = np.nan
@@ -126,11 +133,12 @@ def waiting_table(phases: pd.DataFrame, floors: pd.DataFrame | None = None) -> p
 
     `floors` (optional): `context_floor` rows with `run_id` (a CPU never has a context floor)."""
     p = phases.copy()
-    for k in CELL_KEYS:
+    for k in CELL_KEYS + ["host"]:
         if k not in p.columns:
             p[k] = ""
+    p["host"] = p["host"].fillna("").astype(str)
     run = p[p["phase"] != IDLE_BASELINE]
-    dev_keys = ["run_id", "device"]
+    dev_keys = DEVICE_KEYS
     total = run.groupby(dev_keys)["energy_j"].sum().rename("device_energy_j")
     w = run[run["phase"].isin(WAITING_PHASES)]
     w = pd.concat([w, grad_sync_waits(run)], ignore_index=True)
@@ -150,11 +158,11 @@ def waiting_table(phases: pd.DataFrame, floors: pd.DataFrame | None = None) -> p
                        ("above_floor_j", "above_floor_share")):
         w[share] = w[col] / w["device_energy_j"]
     w["basis"] = w["source"].map(basis)
-    cols = (["run_id"] + CELL_KEYS + ["device_kind", "device", "phase", "time_s", "energy_j",
-             "mean_power_w", "idle_w", "context_idle_w", "floor_w", "floor_kind", "at_floor_j",
-             "above_floor_j", "device_energy_j", "share", "at_floor_share", "above_floor_share",
-             "source", "basis"])
-    return w[cols].sort_values(["run_id", "device", "phase"]).reset_index(drop=True)
+    cols = (["run_id"] + CELL_KEYS + ["device_kind", "host", "device", "phase", "time_s",
+             "energy_j", "mean_power_w", "idle_w", "context_idle_w", "floor_w", "floor_kind",
+             "at_floor_j", "above_floor_j", "device_energy_j", "share", "at_floor_share",
+             "above_floor_share", "source", "basis"])
+    return w[cols].sort_values(["run_id", "host", "device", "phase"]).reset_index(drop=True)
 
 
 def run_summary(waiting: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
