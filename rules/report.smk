@@ -7,7 +7,7 @@ rule figures:
             []
             if pfi_run()
             else [os.path.join(RES, "tables", t) for t in ("phase_summary.csv", "device_share.csv", "storage_checkpoint.csv",
-                                                          "waiting_runs.csv")]
+                                                          "waiting_runs.csv", "waiting.csv")]
         ),
         elasticity=lambda wc: (
             [

@@ -257,3 +257,13 @@ def test_h200_qwen_checkpoint_wait_by_hand():
     assert ck["energy_j"] / ck["time_s"] == pytest.approx(123.7, abs=0.1)
     assert ck["floor_w"] == pytest.approx(122.4, abs=0.1)
     assert ck["at_floor_j"] == pytest.approx(ck["floor_w"] * ck["time_s"])
+
+
+def test_fig9_is_drawn_from_the_waiting_tables(tmp_path):
+    from wattlife.figures import draw_all
+
+    for name, df in waiting_tables(phases(), floors(), 1000.0).items():
+        df.to_csv(tmp_path / name, index=False)
+    made = draw_all(tmp_path, tmp_path / "fig")
+    assert {p.name for p in made} == {"fig9_waiting.png", "fig9_waiting.pdf"}
+    assert (tmp_path / "fig" / "fig9_waiting.png").stat().st_size > 10_000
