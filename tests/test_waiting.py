@@ -38,6 +38,8 @@ def phases(run_id: str = "r1", cell: dict | None = None, gpus: tuple = ("gpu0",)
     df = pd.DataFrame(rows)
     df["run_id"] = run_id
     df["mean_power_w"] = df["energy_j"] / df["time_s"]
+    df["energy_lo_j"], df["energy_hi_j"] = df["energy_j"], df["energy_j"]
+    df["count"], df["method"] = 1, "integrate"  # the rest of the phases contract
     for k, v in (cell or CELL).items():
         df[k] = v
     return df
@@ -267,3 +269,11 @@ def test_fig9_is_drawn_from_the_waiting_tables(tmp_path):
     made = draw_all(tmp_path, tmp_path / "fig")
     assert {p.name for p in made} == {"fig9_waiting.png", "fig9_waiting.pdf"}
     assert (tmp_path / "fig" / "fig9_waiting.png").stat().st_size > 10_000
+
+
+def test_a_phases_table_without_a_contract_column_is_named(tmp_path):
+    from wattlife.contracts import ContractError
+
+    phases().drop(columns=["source"]).to_csv(tmp_path / "phases.csv", index=False)
+    with pytest.raises(ContractError, match=r"phases\.csv.*source"):
+        write_waiting_tables(tmp_path / "phases.csv", tmp_path / "out", 1000.0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..contracts import read_meta, read_trace, write_csv
+from ..contracts import PHASES_COLUMNS, read_meta, read_table, read_trace, write_csv
 from .waiting import cell_summary, context_floor, run_summary, waiting_table
 from .waiting_whatif import waiting_facility, waiting_whatif
 
@@ -50,6 +50,7 @@ def write_waiting_tables(phases: str | Path, out_dir: str | Path, jobs_per_year:
     out.mkdir(parents=True, exist_ok=True)
     floors = context_floors(list(traces), list(metas or [])) if traces else None
     paths = []
-    for name, df in waiting_tables(pd.read_csv(phases), floors, jobs_per_year, caps_w).items():
+    table = read_table(Path(phases), PHASES_COLUMNS)  # a missing column: one line naming it
+    for name, df in waiting_tables(table, floors, jobs_per_year, caps_w).items():
         paths.append(write_csv(df, out / name))
     return paths
