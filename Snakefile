@@ -41,7 +41,7 @@ rule all:
 # never in the GPU partition. Transfers on `login` are local too (rules/prepare.smk).
 CPU_RULES = ["all", "gen_images", "gen_text", "gen_catalogue", "check", "check_transfer",
              "attribute", "attribute_transfer",
-             "aggregate_phases", "prepare_tables", "pfi", "predictor", "allocate", "figures",
+             "aggregate_phases", "waiting", "prepare_tables", "pfi", "predictor", "allocate", "figures",
              "powercap_sweep", "pfi_curve", "pfi_curves"]
 LOCAL_RULES = [r for r in CPU_RULES if not SLURM.cpu_partition or r == "all"]
 LOCAL_RULES += [r for r, where in (("download", PREP.download_on),

@@ -66,3 +66,26 @@ rule aggregate_phases:
         "../envs/wattlife.yaml"
     script:
         "../scripts/aggregate_phases.py"
+
+
+rule waiting:
+    input:
+        phases=f"{RES}/tables/phases.csv",
+        traces=cell_files("trace.csv"),  # each GPU's idle power with a CUDA context
+        metas=cell_files("meta.json"),
+    output:
+        waiting=f"{RES}/tables/waiting.csv",
+        runs=f"{RES}/tables/waiting_runs.csv",
+        facility=f"{RES}/tables/waiting_facility.csv",
+        whatif=f"{RES}/tables/waiting_whatif.csv",
+    params:
+        jobs_per_year=CFG.analysis.waiting_jobs_per_year,
+        caps_w=list(CFG.analysis.waiting_caps_w or []),
+    log:
+        f"{RES}/logs/waiting.log",
+    resources:
+        **CPU_STEP,
+    conda:
+        "../envs/wattlife.yaml"
+    script:
+        "../scripts/waiting_tables.py"

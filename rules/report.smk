@@ -6,7 +6,8 @@ rule figures:
         phases=lambda wc: (
             []
             if pfi_run()
-            else [os.path.join(RES, "tables", t) for t in ("phase_summary.csv", "device_share.csv", "storage_checkpoint.csv")]
+            else [os.path.join(RES, "tables", t) for t in ("phase_summary.csv", "device_share.csv", "storage_checkpoint.csv",
+                                                          "waiting_runs.csv", "waiting.csv")]
         ),
         elasticity=lambda wc: (
             [

@@ -20,7 +20,7 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path, fin
     res = finished_demo["res"]
     for f in ("fig1_phase_energy_time", "fig2_device_share", "fig3_storage_checkpoint",
               "fig4_download_size", "fig5_staging_breakeven", "fig6_power_throughput", "fig7_pfi",
-              "fig8_allocation"):
+              "fig8_allocation", "fig9_waiting"):
         assert (res / "figures" / f"{f}.png").stat().st_size > 10_000, f
         assert (res / "figures" / f"{f}.pdf").exists()
     ph = pd.read_csv(res / "tables" / "phases.csv")
@@ -45,7 +45,9 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path, fin
     assert set(pfi["source"]) == {"sim"} and pfi["pfi"].between(1.0, 3.0).all()
     # figures regenerate from the tables alone
     again = draw_all(res / "tables", tmp_path / "again")
-    assert len(again) == 16
+    assert len(again) == 18
+    wait = pd.read_csv(res / "tables" / "waiting.csv")  # the GPU is simulated: so labelled
+    assert set(wait.loc[wait["device_kind"] == "gpu", "basis"]) == {"simulated"}
     # one HTML report with every figure and its caption
     rep = tmp_path / "report.html"
     out = subprocess.run([sys.executable, "-m", "snakemake", "--report", str(rep), "--configfile",

@@ -448,6 +448,8 @@ class Analysis:
     pfi_study_workloads: int = field(metadata=_at("pfi_study", "workloads"))
     pfi_study_jobs: int = field(metadata=_at("pfi_study", "jobs"))
     reference_curves: tuple[str, ...] | None
+    waiting_jobs_per_year: float = field(metadata=_at("waiting", "jobs_per_year"))
+    waiting_caps_w: tuple[float, ...] | None = field(metadata=_at("waiting", "caps_w"))
 
 
 @dataclass(frozen=True)

@@ -414,6 +414,9 @@ def draw_all(tables: str | Path, out: str | Path, expect: list[str] | None = Non
         made += fig_device_share(s, out / "fig2_device_share")
     if (s := have("storage_checkpoint.csv")) is not None:
         made += fig_storage_checkpoint(s, out / "fig3_storage_checkpoint")
+    if (s := have("waiting_runs.csv")) is not None:
+        from .figures_waiting import fig_waiting
+        made += fig_waiting(s, out / "fig9_waiting", have("waiting.csv"))
     if (s := have("downloads.csv")) is not None and (f := have("download_fit.csv")) is not None:
         made += fig_downloads(s, f, out / "fig4_download_size")
     if (tables / "staging_breakeven.csv").exists():

@@ -1,0 +1,11 @@
+"""Snakemake entry point of rule `waiting`: the run-level phases table and each cell's trace and
+meta.json -> the waiting-energy tables (wattlife.analysis.waiting_files.write_waiting_tables)."""
+
+import os
+
+from wattlife.analysis.waiting_files import write_waiting_tables
+
+snakemake = globals()["snakemake"]  # injected by Snakemake's `script:` directive
+write_waiting_tables(snakemake.input.phases, os.path.dirname(snakemake.output.waiting),
+                     snakemake.params.jobs_per_year, traces=list(snakemake.input.traces),
+                     metas=list(snakemake.input.metas), caps_w=list(snakemake.params.caps_w))
