@@ -24,7 +24,7 @@ CELL = f"{RES}/runs/{{workload}}/{{storage}}/ckpt-{{checkpoint}}/r{{repeat}}"
 wildcard_constraints:
     workload="[A-Za-z0-9_.-]+",
     storage="shared|local",
-    checkpoint="on|off",
+    checkpoint="on|off|sync|async",
     repeat="[0-9]+",
 
 

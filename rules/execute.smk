@@ -7,7 +7,7 @@
 # scheduler runs repeat r of every cell before repeat r + 1 of any (locally, where measuring jobs
 # run one at a time; on Slurm, the order in which they are submitted and queued).
 # Rerun one cell (measured again, and everything downstream of it):
-#   snakemake --profile profiles/local --forcerun <results>/runs/<workload>/<storage>/ckpt-<on|off>/r<N>/trace.csv
+#   snakemake --profile profiles/local --forcerun <results>/runs/<workload>/<storage>/ckpt-<off|sync|async|on>/r<N>/trace.csv
 
 
 def _tokenizer_workloads():

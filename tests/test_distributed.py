@@ -92,7 +92,7 @@ SHARDED_ROUNDTRIP = """
 import os, sys, torch, torch.distributed as td
 from torch.distributed.fsdp import fully_shard
 from wattlife.workloads.cell import Dist
-from wattlife.workloads.causal_lm import _save, load_checkpoint
+from wattlife.workloads.checkpointing import load_checkpoint, save_checkpoint as _save
 td.init_process_group("gloo")
 d = Dist(td.get_rank(), td.get_rank(), td.get_world_size())
 torch.manual_seed(0)

@@ -27,8 +27,9 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from .attribution import OVERLAP_TOL_NS, nest, resolve_overlaps
+from .attribution import OVERLAP_TOL_NS, nest, resolve_overlaps, timeline
 from .contracts import (
+    CONCURRENT_PHASES,
     EVENTS_COLUMNS,
     EVENTS_FILE,
     META_FILE,
@@ -306,11 +307,12 @@ def nesting(ev: pd.DataFrame, tol_ns: int = OVERLAP_TOL_NS) -> pd.DataFrame:
     `clamp_ns`: how far the attribution moves its bounds to resolve an overlap of at most
     `tol_ns` (`attribution.resolve_overlaps`; those are then not overlaps).
 
-    The attribution's rule (`attribution.nest`), collecting every violation instead of the first."""
+    The attribution's rule (`attribution.nest`), collecting every violation instead of the first;
+    concurrent phases (`attribution.timeline`) are top-level rows outside it."""
     ev = ev.assign(host_key=ev["host"].astype(str), rank_key=ev["rank"])
     out = pd.DataFrame(index=ev.index, columns=["depth", "parent", "overlap", "clamp_ns"])
     out["depth"], out["parent"], out["overlap"], out["clamp_ns"] = 0, -1, False, 0
-    for _, g in ev.groupby(["host_key", "rank_key"], sort=False):
+    for _, g in timeline(ev).groupby(["host_key", "rank_key"], sort=False):
         s, e, clamp = resolve_overlaps(g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), tol_ns)
         order = np.lexsort((-e, s))
         depth, parent, over = nest(s[order], e[order])
@@ -357,6 +359,7 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
                           f"nesting inside it (host {r.host}, rank {r.rank})"
                           for r, q in zip(g.head(max_rows).itertuples(),
                                           p.head(max_rows).itertuples(), strict=True)], max_rows)
+    f += _concurrent_unfinished(ev, max_rows)
     steps = ev[ev["phase"] == "step"]
     no_items = (steps["items"].isna() | (steps["items"] < 0)).to_numpy()
     for file, g in steps[no_items].groupby("file_name", sort=False):
@@ -370,6 +373,20 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
                       "corrupt): its time counts in throughput, its items do not"
                       for r in g.head(max_rows).itertuples()], max_rows)
     return f
+
+
+def _concurrent_unfinished(ev: pd.DataFrame, max_rows: int) -> list[Finding]:
+    """A concurrent phase (a background checkpoint write) ending after its rank's last timeline
+    phase: the process ended (or stopped marking) before the write it started was complete."""
+    conc = ev["phase"].isin(CONCURRENT_PHASES)
+    if not conc.any():
+        return []
+    last = timeline(ev).groupby(["host", "rank"])["end_ns"].max()
+    late = ev[conc & (ev["end_ns"] > ev.set_index(["host", "rank"]).index.map(last).to_numpy())]
+    return [x for file, g in late.groupby("file_name", sort=False) for x in _capped(
+        ERROR, "events.concurrent-unfinished", str(file), g["line_no"],
+        [f"'{r.phase}' ends after rank {r.rank}'s last phase: the run did not wait for it"
+         for r in g.head(max_rows).itertuples()], max_rows)]
 
 
 def infer_kind(meta: dict[str, Any] | None, summary: dict[str, Any] | None,

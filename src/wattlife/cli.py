@@ -308,7 +308,7 @@ def cmd_train(a: argparse.Namespace) -> int:
     if a.workload not in (cfg.get("workloads") or {}):
         raise ValueError(f"--workload {a.workload}: not a key of {a.config}'s workloads "
                          f"(defined: {sorted(cfg.get('workloads') or {})})")
-    return train_from_config(cfg, a.workload, a.storage, a.checkpoint == "on", a.workdir)
+    return train_from_config(cfg, a.workload, a.storage, a.checkpoint, a.workdir)
 
 
 def cmd_aggregate(a: argparse.Namespace) -> int:
@@ -532,8 +532,9 @@ def _add_workload_commands(sub: Any) -> None:
     tr.add_argument("--storage", choices=["shared", "local"], default="shared",
                     help="read the dataset in place, or stage it to local disk first "
                          "(default shared)")
-    tr.add_argument("--checkpoint", choices=["on", "off"], default="off",
-                    help="write checkpoints (default off)")
+    tr.add_argument("--checkpoint", choices=["off", "sync", "async", "on"], default="off",
+                    help="checkpoints: off (default), sync, async (written in the background); "
+                    "on = sync")
     tr.add_argument("--workdir", required=True, help="folder for checkpoints and local copies")
     tr.set_defaults(fn=cmd_train)
 

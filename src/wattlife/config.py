@@ -357,6 +357,11 @@ class Execution:
     per_node_sampler: bool
     runtime_min: int
 
+    def __post_init__(self) -> None:
+        if {"on", "sync"} <= set(self.checkpoint):  # `on` is `sync`: the same cell twice
+            raise ConfigError("invalid config: execution.checkpoint: 'on' and 'sync' are the same "
+                              "mode (on = sync); list one of them")
+
 
 @dataclass(frozen=True)
 class Cell:

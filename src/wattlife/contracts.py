@@ -83,8 +83,12 @@ TELEMETRY_METRICS = ("util_gpu", "util_mem", "dram_active", "sm_active", "tensor
 # ----------------------------------------------------------------------------- phase names
 LIFECYCLE_PHASES = [
     "download_dataset", "download_model", "stage_copy", "model_load", "data_load", "h2d",
-    "forward", "backward", "optimizer", "grad_sync", "validation", "checkpoint", "upload",
+    "forward", "backward", "optimizer", "grad_sync", "validation", "checkpoint",
+    "checkpoint_stage", "checkpoint_wait", "upload",
 ]
+#: phases that run beside a rank's timeline (a background thread) and overlap its phases: kept
+#: out of the nesting rule, the phase tree and its energy (workloads.checkpointing)
+CONCURRENT_PHASES = ("checkpoint_write",)
 STEP = "step"  # a training step; carries `items`
 UNATTRIBUTED = "unattributed"  # device time covered by no phase
 RESIDUAL = "deconvolution_residual"  # deconvolved sum minus the measured total

@@ -67,7 +67,7 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
     cells = summary.drop_duplicates(["workload", "storage", "checkpoint"])
     pick = []
     for _, g in cells.groupby("workload"):
-        pref = g[(g["storage"] == "shared") & (g["checkpoint"] == "on")]
+        pref = g[(g["storage"] == "shared") & g["checkpoint"].isin(["on", "sync"])]
         pick.append((pref if len(pref) else g).iloc[0][["workload", "storage", "checkpoint"]])
     picked = pd.DataFrame(pick)
     fig, axes = plt.subplots(len(picked), 3, figsize=(17, 1.2 + 0.42 * 14 * len(picked)),

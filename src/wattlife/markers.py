@@ -24,6 +24,10 @@ previous one, converted through the old (seen on an H200: a `step` 116 µs befor
 to the latest end already written at its depth or above (its preceding sibling's, its parent's
 preceding sibling's), its end to no earlier than its start; the amount moved is the row's
 `clamp_ns` (0 for almost every row). The same holds where the clock changes from host to GPU.
+
+`concurrent(name, start_ns, end_ns)` records an interval that ran beside the process's phases (a
+background checkpoint write): written as it is, outside the nesting and its clamping
+(`contracts.CONCURRENT_PHASES`).
 """
 
 from __future__ import annotations
@@ -154,6 +158,13 @@ class Recorder:
             self._emit(op, op.start, time.time_ns(), items_s, "host")
         if time.monotonic() - self._last_flush > FLUSH_EVERY_S:
             self.flush()
+
+    def concurrent(self, name: str, start_ns: int, end_ns: int) -> None:
+        """Write a finished host-clock interval that ran beside this process's phases (a
+        background write): outside the nesting and its clamping (contracts.CONCURRENT_PHASES)."""
+        with self._lock:
+            self._rows.append(f"{self._prefix}{name},{int(start_ns)},{int(end_ns)},"
+                              f"{self.step_index},,{self.local_rank},0,host,0\n")
 
     def _emit(self, op: "_Open", t0: int, t1: int, items_s: str, clock: str) -> None:
         """Queue one row, rows arriving in the order their phases ended; clamp its start to the
@@ -314,6 +325,14 @@ def end(token: Any, items: float | None = None) -> None:
     if token is not None:
         assert _recorder is not None, "a phase ended after markers.reset()"
         _recorder.end(token, items)
+
+
+def concurrent(name: str, start_ns: int, end_ns: int) -> None:
+    """Record `name` over [start_ns, end_ns] (epoch ns, host clock), an interval that overlapped
+    this process's phases (e.g. `checkpoint_write`); a no-op without a recorder."""
+    rec = get_recorder()
+    if rec is not None:
+        rec.concurrent(name, start_ns, end_ns)
 
 
 def step_spans() -> list[tuple[int, int, float, str]]:

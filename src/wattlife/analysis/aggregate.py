@@ -35,13 +35,14 @@ CELL_KEYS = ["workload", "storage", "checkpoint", "repeat"]
 CELLS = CELL_KEYS[:3]  # a cell of the matrix, over its repeats
 
 
-CELL_DIR = re.compile(r"^(?P<workload>.+)-(?P<storage>shared|local)-ckpt(?P<checkpoint>on|off)$")
+CELL_DIR = re.compile(r"^(?P<workload>.+)-(?P<storage>shared|local)"
+                      r"-ckpt(?P<checkpoint>on|off|sync|async)$")
 
 
 def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None = None,
                    summaries: list[str | Path] | None = None) -> pd.DataFrame:
     """All cells' phases rows, with the cell's keys (from its meta.json, or else from a folder named
-    `<workload>-<storage>-ckpt<on|off>` as the benchmarks write them) and the run's throughput
+    `<workload>-<storage>-ckpt<mode>` as the benchmarks write them) and the run's throughput
     with its basis (`throughput` on `throughput_basis`, and `throughput_wall`, from its
     summary.json). `metas` and `summaries` name each cell's files in the order of `phase_files`
     (the workflow passes them); absent, they are looked for beside each phases.csv."""
@@ -89,7 +90,7 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
     if not frames:
         raise ValueError("no phases.csv to aggregate")
     if unnamed:
-        warnings.warn(f"no meta.json (and no <workload>-<storage>-ckpt<on|off> folder) for "
+        warnings.warn(f"no meta.json (and no <workload>-<storage>-ckpt<mode> folder) for "
                       f"{len(unnamed)} phases file(s): {', '.join(unnamed)} missing; each is kept "
                       "as its own run, its workload named by its path", stacklevel=2)
     return pd.concat(frames, ignore_index=True)

@@ -25,7 +25,7 @@ from ..attribution.steady import step_rows
 
 PERFORMANCE_COLUMNS = ["run", "model", "task", "compile", "experts_impl", "throughput",
                        "throughput_unit", "basis", "clock", "mfu", "mfu_causal"]
-_LOOP_END = ("step", "validation", "checkpoint")
+_LOOP_END = ("step", "validation", "checkpoint", "checkpoint_stage", "checkpoint_wait")
 
 
 def _rank0(events: pd.DataFrame) -> pd.DataFrame:

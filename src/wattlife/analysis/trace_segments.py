@@ -42,7 +42,7 @@ from .curves import dram_copy_product
 SEGMENTS = ("warmup", "startup", "training", "pause", "tail")
 #: telemetry metrics averaged over the training rows (a selection of the trace's)
 TELEMETRY = ("util_gpu", "util_mem", "dram_active", "sm_active", "tensor_active", "sm_clock_mhz")
-_PAUSES = ("validation", "checkpoint")
+_PAUSES = ("validation", "checkpoint", "checkpoint_stage", "checkpoint_wait")
 COLUMNS = ["host", "device", "segment", "start_ns", "end_ns", "method"]
 
 

@@ -23,12 +23,20 @@ from .files import attribute_files, gpu_mapping, wrapper_events
 from .integrate import integrate, interval_energy
 from .response import SensorResponse
 from .series import ATTRIBUTED_KINDS, DeviceSeries, device_series, idle_power
-from .tree import OVERLAP_TOL_NS, PhaseTree, clamp_events, nest, phase_tree, resolve_overlaps
+from .tree import (
+    OVERLAP_TOL_NS,
+    PhaseTree,
+    clamp_events,
+    nest,
+    phase_tree,
+    resolve_overlaps,
+    timeline,
+)
 
 __all__ = [
     "ATTRIBUTED_KINDS", "IDLE", "OVERLAP_TOL_NS", "RESIDUAL", "WRAPPER_PHASES", "DeviceSeries",
     "PhaseTree", "SensorResponse", "attribute_energy", "attribute_files", "check_time_units",
     "choose_method", "clamp_events", "deconvolve", "device_series", "estimate_response",
     "estimate_window", "gpu_mapping", "idle_power", "integrate", "interval_energy", "nest",
-    "phase_tree", "resolve_overlaps", "time_unit", "wrapper_events",
+    "phase_tree", "resolve_overlaps", "time_unit", "timeline", "wrapper_events",
 ]

@@ -13,7 +13,7 @@ from .deconvolve import choose_method, deconvolve, estimate_response, estimate_w
 from .integrate import integrate
 from .response import SensorResponse
 from .series import DeviceSeries, device_series, idle_power, too_few_readings
-from .tree import PhaseTree, clamp_events, exclusive, phase_tree
+from .tree import PhaseTree, clamp_events, exclusive, phase_tree, timeline
 
 PROGRESS_MIN_READINGS = 2_000_000  # show a progress bar when a trace has more readings
 
@@ -235,7 +235,7 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
         ids = events["run_id"].astype(str).unique() if len(events) else []
         run_id = ids[0] if len(ids) == 1 else "run"
     check_time_units(trace, events)
-    events = clamp_events(events, where=where or "events")
+    events = clamp_events(timeline(events), where=where or "events")
     pmap = _phase_map(events, cuda_to_nvml, rank_devices)
     frames = []
     used: dict[tuple[str, str], SensorResponse] = {}

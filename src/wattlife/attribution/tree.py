@@ -1,6 +1,7 @@
 """The phase tree of one rank: the nesting rule, overlap clamping, exclusive time and segments.
 
-Intervals of one (host, rank) nest: a child lies inside its parent, siblings never overlap.
+Intervals of one (host, rank) nest: a child lies inside its parent, siblings never overlap
+(concurrent phases, a background write beside the steps, are kept out: `timeline`).
 `nest` is the one implementation of the rule (attribution and `wattlife check` call it); overlaps
 of at most `OVERLAP_TOL_NS` (two clocks' boundaries) are clamped by `resolve_overlaps`. Energy
 goes to the innermost phase: `exclusive` turns inclusive quantities into exclusive ones, and
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..contracts import UNATTRIBUTED, ContractError
+from ..contracts import CONCURRENT_PHASES, UNATTRIBUTED, ContractError
 from .series import DeviceSeries
 
 
@@ -96,6 +97,15 @@ def resolve_overlaps(start: np.ndarray, end: np.ndarray, tol_ns: int = OVERLAP_T
         end[rows[~at_start]] = e[j[~at_start]]
         clamp[rows] += np.minimum(inter, protr)
     return start, end, clamp
+
+
+def timeline(events: pd.DataFrame) -> pd.DataFrame:
+    """The rows that nest: every phase but the concurrent ones (`contracts.CONCURRENT_PHASES`, a
+    background checkpoint write overlapping the steps), whose time and energy stay with the
+    phases they overlap."""
+    if not len(events) or "phase" not in events.columns:
+        return events
+    return events[~events["phase"].isin(CONCURRENT_PHASES)]
 
 
 def clamp_events(events: pd.DataFrame, tol_ns: int = OVERLAP_TOL_NS,

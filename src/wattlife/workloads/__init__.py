@@ -9,9 +9,13 @@ from typing import Any
 from ..config import CausalLMSpec, ImageClassificationSpec, workload_spec
 
 
-def train_from_config(cfg: Mapping[str, Any], workload: str, storage: str, checkpoint: bool,
-                      workdir: str | Path) -> int:
-    """Run workload `workload` of a validated config in one matrix cell."""
+def train_from_config(cfg: Mapping[str, Any], workload: str, storage: str,
+                      checkpoint: str | bool, workdir: str | Path) -> int:
+    """Run workload `workload` of a validated config in one matrix cell; `checkpoint`: `off`,
+    `sync` (`on`, True), `async` (workloads.checkpointing)."""
+    from .checkpointing import checkpoint_mode
+
+    checkpoint = checkpoint_mode(checkpoint)
     workloads = cfg.get("workloads") or {}
     if workload not in workloads:
         raise ValueError(f"workloads.{workload}: not in the config (have: {sorted(workloads)})")

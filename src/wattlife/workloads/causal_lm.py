@@ -58,7 +58,6 @@ summary), so that no second of the cell is `unattributed`.
 from __future__ import annotations
 
 import json
-import os
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,14 +66,9 @@ from typing import Any
 from ..config import CausalLMSpec, resource_path
 from ..contracts import COMPILE
 from ..markers import phase
-from .cell import Dist, barrier, checkpoint_dir, start_cell
-from .training_loop import (
-    Batches,
-    Schedule,
-    backward_and_step,
-    run_training_loop,
-    save_atomically,
-)
+from .cell import Dist, checkpoint_dir, start_cell
+from .checkpointing import dcp_state, make_checkpointer, save_checkpoint
+from .training_loop import Batches, Schedule, backward_and_step, run_training_loop
 
 MODELS_DIR = resource_path("models")
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
@@ -255,9 +249,9 @@ def peak_flops(device, spec: CausalLMSpec) -> float | None:
 
 
 def train_causal_lm(spec: CausalLMSpec, data_root: Path, storage: str, local_root: Path,
-                    checkpoint: bool, ckpt_root: Path, workdir: Path) -> int:
-    """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell; writes
-    work/summary.json."""
+                    checkpoint: str, ckpt_root: Path, workdir: Path) -> int:
+    """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell (`checkpoint`: a
+    `checkpointing.CHECKPOINT_MODES` mode); writes work/summary.json."""
     import torch
 
     dist, device, summary, root = start_cell(spec, data_root, storage, local_root, workdir)
@@ -320,11 +314,13 @@ def train_causal_lm(spec: CausalLMSpec, data_root: Path, storage: str, local_roo
     schedule = Schedule(steps=spec.steps, val_every=spec.val_every, ckpt_every=spec.ckpt_every,
                         duration_s=spec.duration_s, eval_at_s=spec.eval_at_s,
                         ckpt_at_s=spec.ckpt_at_s, clock_after_first_step=spec.compile)
+    lora = task == "lora"
+    ckpt = make_checkpointer(  # every rank saves its shards (FSDP) or its share (deduplicated)
+        checkpoint, lambda n: save_checkpoint(model, opt, ckpt_dir, n, dist, fsdp, lora),
+        lambda: dcp_state(model, opt, lora), ckpt_dir, dist, device, {"adapters_only": lora})
     result = run_training_loop(
         train_step, model=model, schedule=schedule, batches=batches, items_per_step=items,
-        summary=summary, dist=dist, device=device, validate=validate,
-        save=(lambda step_no: _save(model, opt, ckpt_dir, step_no, dist, fsdp, task == "lora"))
-        if checkpoint else None)
+        summary=summary, dist=dist, device=device, validate=validate, checkpointer=ckpt)
     with phase("finalize"):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -517,85 +513,3 @@ def _with_lora(model, spec: CausalLMSpec):
             n.endswith(".experts") for n, _ in model.named_modules()):
         plan["lora_note"] = "installed PEFT has no target_parameters: the experts carry no adapters"
     return peft_model, {**plan, "lora_rank": r}
-
-
-def _save(model, opt, ckpt_dir: Path, step_no: int, dist, fsdp: bool,
-          adapters_only: bool = False) -> Path:
-    """Model (or, for LoRA, only the adapters) and optimizer state; returns the checkpoint's path.
-    FSDP: sharded, with torch.distributed.checkpoint: each rank writes its own shard of the model
-    and optimizer state (`model.dcp/__<rank>_0.distcp` + `.metadata`), no rank ever gathers the
-    full state (a 70B model's would not fit one host). Otherwise rank 0 writes `model.pt`."""
-    import shutil
-
-
-    if fsdp:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-
-        # this rank's shards (DTensors), nothing gathered
-        weights, optim = get_state_dict(model, opt)
-        if adapters_only:
-            weights = {k: v for k, v in weights.items() if "lora_" in k}
-        final, tmp = ckpt_dir / "model.dcp", ckpt_dir / "model.dcp.tmp"
-        if dist.rank == 0 and tmp.exists():
-            shutil.rmtree(tmp)
-        barrier(dist)
-        dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=str(tmp))
-        if dist.rank == 0:
-            info = {"step": step_no, "adapters_only": adapters_only, "world_size": dist.world,
-                    "format": "dcp"}
-            (tmp / "wattlife.json").write_text(json.dumps(info))
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-        barrier(dist)
-        return final
-    inner = getattr(model, "_orig_mod", model)
-    inner = inner.module if hasattr(inner, "module") else inner
-    weights, optim = inner.state_dict(), opt.state_dict()
-    if adapters_only:
-        from peft import get_peft_model_state_dict
-
-        weights = get_peft_model_state_dict(inner, state_dict=weights)
-    state = {"model": weights, "optimizer": optim, "step": step_no, "adapters_only": adapters_only}
-    if dist.rank == 0:
-        save_atomically(state, ckpt_dir / "model.pt")
-    barrier(dist)
-    return ckpt_dir / "model.pt"
-
-
-def load_checkpoint(model, opt, path: Path, fsdp: bool) -> dict[str, Any]:
-    """Load what `_save` wrote into `model` and `opt` (every rank reads only its own shards when
-    sharded); returns the checkpoint's step and flags."""
-    import torch
-
-    path = Path(path)
-    if fsdp:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_state_dict,
-            set_state_dict,
-        )
-
-        info = json.loads((path / "wattlife.json").read_text())
-        weights, optim = get_state_dict(model, opt)
-        if info["adapters_only"]:
-            weights = {k: v for k, v in weights.items() if "lora_" in k}
-        state: dict[str, Any] = {"model": weights, "optimizer": optim}
-        dcp.load(state, checkpoint_id=str(path))
-        set_state_dict(model, opt, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"],
-                       options=StateDictOptions(strict=not info["adapters_only"]))
-        return info
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    inner = getattr(model, "_orig_mod", model)
-    inner = inner.module if hasattr(inner, "module") else inner
-    if state["adapters_only"]:
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(inner, state["model"])
-    else:
-        inner.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
-    return {"step": state["step"], "adapters_only": state["adapters_only"], "format": "torch.save"}

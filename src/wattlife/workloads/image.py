@@ -21,14 +21,9 @@ from typing import Any
 from ..config import ImageClassificationSpec
 from ..markers import phase
 from .cell import Dist, checkpoint_dir, start_cell
+from .checkpointing import dcp_state, make_checkpointer, save_atomically
 from .gpu_decode import MEAN, STD, GpuDecodeLoader, choose_decode, split_workers
-from .training_loop import (
-    Batches,
-    Schedule,
-    backward_and_step,
-    run_training_loop,
-    save_atomically,
-)
+from .training_loop import Batches, Schedule, backward_and_step, run_training_loop
 
 
 class _SkipCorrupt:
@@ -79,9 +74,9 @@ def _collate(batch):
 
 
 def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, local_root: Path,
-                checkpoint: bool, ckpt_root: Path, workdir: Path) -> int:
-    """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell; writes
-    work/summary.json."""
+                checkpoint: str, ckpt_root: Path, workdir: Path) -> int:
+    """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell (`checkpoint`: a
+    `checkpointing.CHECKPOINT_MODES` mode); writes work/summary.json."""
     import torch
     import torch.nn.functional as F
 
@@ -98,7 +93,7 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
     batches, val_loader = _loaders(train_ds, val_ds, spec, dist, device, root, decode)
     amp = spec.precision == "bf16"
     explicit_sync = dist.world > 1 and spec.grad_sync == "explicit"
-    ckpt_path = checkpoint_dir(ckpt_root, workdir) / "model.pt"
+    ckpt_dir = checkpoint_dir(ckpt_root, workdir)
 
     def train_step() -> tuple[float, Any] | None:
         x, y, skipped = batches.next()
@@ -117,7 +112,12 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
     def save(step_no: int) -> Path:
         state = {"model": (model.module if dist.world > 1 else model).state_dict(),
                  "optimizer": opt.state_dict(), "step": step_no}
-        return save_atomically(state, ckpt_path)
+        return save_atomically(state, ckpt_dir / "model.pt")
+
+    # rank 0 holds the whole model and saves alone (sync: model.pt; async: model.dcp)
+    ckpt = make_checkpointer(
+        checkpoint, save, lambda: dcp_state(model.module if dist.world > 1 else model, opt),
+        ckpt_dir, dist, device, {"adapters_only": False}, collective=False)
 
     schedule = Schedule(steps=spec.steps, val_every=spec.val_every, ckpt_every=spec.ckpt_every)
     try:
@@ -125,7 +125,7 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
             train_step, model=model, schedule=schedule, batches=batches,
             items_per_step=spec.batch_size, summary=summary, dist=dist, device=device,
             validate=lambda: _validate(model, val_loader, device, amp, spec.val_steps),
-            save=save if checkpoint and dist.rank == 0 else None)  # rank 0 holds the whole model
+            checkpointer=ckpt)
     finally:
         if isinstance(batches.loader, GpuDecodeLoader):
             batches.loader.close()

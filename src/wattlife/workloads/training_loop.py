@@ -2,7 +2,8 @@
 
 `run_training_loop` drives the steps: each one a `step` phase (carrying its items) around the
 workload's own step function, then validation and checkpoint as their own top-level phases on
-their schedule (every N steps, or once at a set time for the PFI study's protocol), each pause
+their schedule (every N steps, or once at a set time for the PFI study's protocol; a checkpoint
+through the cell's `checkpointing.Checkpointer`: `sync` or `async`), each pause
 left out of the `step` throughput basis (`Summary.end_pause`). `Batches` rolls the data loader
 over into a new epoch inside the `data_load` phase that asked for the batch. `backward_and_step`
 is the `backward` / `grad_sync` / `optimizer` tail of a step, shared with `wattlife.instrument`.
@@ -11,11 +12,9 @@ The phase names and their nesting are the events contract (docs/ARCHITECTURE.md,
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..contracts import COMPILE
@@ -23,6 +22,7 @@ from ..markers import phase, step
 
 if TYPE_CHECKING:
     from .cell import Dist
+    from .checkpointing import Checkpointer
     from .summary import Summary
 
 
@@ -106,16 +106,6 @@ def backward_and_step(model: Any, loss: Any, optimizer: Any, explicit_sync: bool
         optimizer.zero_grad(set_to_none=True)
 
 
-def save_atomically(state: dict[str, Any], path: Path) -> Path:
-    """`torch.save` to `<path>.tmp`, then rename: a killed writer never leaves a torn checkpoint."""
-    import torch
-
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-    return path
-
-
 def agree_across_ranks(flags: tuple[bool, ...], device: Any) -> tuple[bool, ...]:
     """Logical OR of each flag over all ranks."""
     import torch
@@ -130,13 +120,15 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
                       schedule: Schedule, batches: Batches, items_per_step: float,
                       summary: Summary, dist: Dist, device: Any,
                       validate: Callable[[], float] | None = None,
-                      save: Callable[[int], Any] | None = None) -> LoopResult:
+                      checkpointer: Checkpointer | None = None) -> LoopResult:
     """Run `schedule.steps` steps (or `duration_s`). `train_step()` runs inside the `step` phase
     (begun with `items_per_step`, ended with the items it trained: fewer when corrupt images were
     dropped) and returns (items trained, loss), or None when its batch had nothing to train on
     (a step of 0 items in the events, none in the summary, no validation or checkpoint after it).
-    `validate()` returns the summary's `val_accuracy`; `save(step_no)` writes a checkpoint and
-    returns its path (None: no checkpoints on this rank). The summary's clock restarts here:
+    `validate()` returns the summary's `val_accuracy`; `checkpointer.save(step_no)` writes a
+    checkpoint in its own phases and returns its path (None: this rank lists none), and
+    `checkpointer.finish()` after the last step waits for a write still running (`async`; see
+    `workloads.checkpointing`). The summary's clock restarts here:
     staging, model construction and dataset preparation are phases of their own, not in either
     throughput basis."""
     from tqdm import tqdm
@@ -163,7 +155,7 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
         trained = outcome is not None
         do_eval = trained and ((elapsed >= eval_at) if eval_at is not None
                                else bool(schedule.val_every and done % schedule.val_every == 0))
-        do_ckpt = trained and save is not None and (
+        do_ckpt = trained and checkpointer is not None and (
             (elapsed >= ckpt_at) if ckpt_at is not None
             else bool(schedule.ckpt_every and done % schedule.ckpt_every == 0))
         stop = done >= schedule.steps or (bool(schedule.duration_s)
@@ -176,10 +168,13 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
                 summary.val_acc = validate()
             model.train()
             summary.end_pause()
-        if do_ckpt and save is not None:
+        if do_ckpt and checkpointer is not None:
             ckpt_at = float("inf") if ckpt_at is not None else None
-            with phase("checkpoint"):
-                summary.checkpoints.append(str(save(done)))
+            path = checkpointer.save(done)
+            if path is not None:
+                summary.checkpoints.append(str(path))
             summary.end_pause()
+    if checkpointer is not None:
+        checkpointer.finish()  # the run never ends before its last checkpoint is written
     bar.close()
     return LoopResult(steps=done, epochs_started=batches.epoch + 1, last_loss=last_loss)
