@@ -199,3 +199,37 @@ def test_the_storage_checkpoint_table_takes_three_modes_each_against_off():
     assert d.loc[("sync", "checkpoint"), "d_energy_j"] == pytest.approx(80.0)
     assert d.loc[("async", "checkpoint_stage"), "d_energy_j"] == pytest.approx(20.0)
     assert d.loc[("async", "forward"), "d_energy_j"] == pytest.approx(0.0)
+
+
+def test_async_checkpoints_save_twice_where_async_save_closes_the_stager(tmp_path, monkeypatch):
+    """torch 2.11's `async_save` closes the stager it is given (H200 run of issue 30: the second
+    async checkpoint failed with KeyError(type) in the closed stager); each checkpoint stages
+    with a stager of its own, so a second save works there too."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from wattlife.workloads.cell import Dist
+    from wattlife.workloads.checkpointing import dcp_state, load_checkpoint, make_checkpointer
+
+    real = dcp.async_save
+
+    def closing(*args, **kwargs):  # what torch 2.11 does with a stager it is given
+        out = real(*args, **kwargs)
+        if kwargs.get("async_stager") is not None:
+            kwargs["async_stager"].close()
+        return out
+
+    monkeypatch.setattr(dcp, "async_save", closing)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    ck = make_checkpointer("async", lambda n: None, lambda: dcp_state(model, opt), tmp_path,
+                           Dist(0, 0, 1), torch.device("cpu"), {"adapters_only": False})
+    for n in (1, 2):
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        saved = {k: v.clone() for k, v in model.state_dict().items()}
+        ck.save(n)
+    ck.finish()
+    info = load_checkpoint(model, opt, tmp_path / "model.dcp")
+    assert info["step"] == 2
+    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())

@@ -3,8 +3,8 @@
 `sync` (a config's `on` means the same) writes inside one `checkpoint` phase on the training
 timeline: `torch.save` to a temporary file and a rename (`save_atomically`), or a sharded
 `torch.distributed.checkpoint` save (FSDP). `async` is `torch.distributed.checkpoint.async_save`:
-the state is copied to CPU memory (pinned where CUDA is available: `DefaultStager`, reused across
-checkpoints) in a `checkpoint_stage` phase on the training timeline, then written by a background
+the state is copied to CPU memory (pinned where CUDA is available: a `DefaultStager` per
+checkpoint) in a `checkpoint_stage` phase on the training timeline, then written by a background
 thread while training goes on. That write is recorded as `checkpoint_write`, a *concurrent* phase
 (`contracts.CONCURRENT_PHASES`, `markers.concurrent`): it spans the steps it overlaps, so it is not
 part of the rank's nesting and takes no energy of its own (the devices did both at once; the
@@ -93,8 +93,7 @@ class AsyncCheckpointer:
         self.distributed = collective and dist.world > 1
         self.saves = collective or dist.rank == 0
         self.group: Any = td.new_group(backend="gloo") if dist.world > 1 else None
-        self.stager = _stager(getattr(device, "type", str(device)) == "cuda") \
-            if self.saves else None
+        self.cuda = getattr(device, "type", str(device)) == "cuda"
         self._pending: tuple[Any, int, Path, int] | None = None  # future, step, tmp, start_ns
         self._ended_ns: int | None = None
 
@@ -113,9 +112,16 @@ class AsyncCheckpointer:
                 barrier(self.dist)  # a stale folder of that name is gone before anyone writes
             with warnings.catch_warnings():  # one process saving alone is what no_dist means
                 warnings.filterwarnings("ignore", "torch.distributed is disabled")
-                resp = dcp.async_save(self.state(), checkpoint_id=str(tmp),
-                                      async_stager=self.stager, process_group=self.group,
-                                      no_dist=not self.distributed)
+                # a stager per checkpoint: torch 2.11's async_save closes the stager it is given
+                # (a reused one then fails on its next staging), 2.14's leaves it open
+                stager = _stager(self.cuda)
+                try:
+                    resp = dcp.async_save(self.state(), checkpoint_id=str(tmp),
+                                          async_stager=stager, process_group=self.group,
+                                          no_dist=not self.distributed)
+                finally:
+                    if stager is not None:
+                        stager.close()  # the staged copy lives on in the write it feeds
         fut = resp.upload_completion if isinstance(resp, AsyncSaveResponse) else resp
         self._ended_ns = None
         fut.add_done_callback(self._ended)  # the writer thread's own end time
@@ -123,11 +129,8 @@ class AsyncCheckpointer:
         return self.folder / DCP_NAME
 
     def finish(self) -> None:
-        """Wait for the last write, rename it into place, release the staging buffers."""
+        """Wait for the last write and rename it into place."""
         self._complete()
-        if self.stager is not None:
-            self.stager.close()
-            self.stager = None
         if self.distributed:
             barrier(self.dist)  # rank 0 renamed it: every rank may read it now
 
@@ -163,8 +166,7 @@ class AsyncCheckpointer:
 
 
 def _stager(cuda: bool) -> Any:
-    """A staging copy to CPU memory reused across checkpoints: pinned, with non-blocking copies,
-    on CUDA (torch >= 2.9's DefaultStager); None (DCP's default copy) where there is none."""
+    """A staging copy to CPU memory for one checkpoint: pinned, with non-blocking copies, on CUDA (torch >= 2.9's DefaultStager); None (DCP's default copy) where there is none."""
     try:
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
     except ImportError:
