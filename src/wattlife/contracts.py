@@ -357,6 +357,12 @@ def write_table(df: pd.DataFrame, path: str | Path, columns: list[str]) -> Path:
 META_SCHEMA_VERSION = 1
 META_SCHEMA_VERSIONS = (1,)
 
+#: the folders (under `wattlife figures --reference`'s output) of the tables that
+#: `analysis.reference.write_reference_tables` makes from the committed raw reference files and
+#: the reference figures are drawn from
+H200_EXECUTION_TABLES = "h200_execution_tables"
+A100_TABLES = "a100_tables"
+
 _INT, _STR, _LIST, _DICT = (int,), (str,), (list,), (dict,)
 _OPT = (type(None),)
 #: every key `wattlife run` writes, with the JSON types it may hold (see docs/ARCHITECTURE.md)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: where each group's tables go, under the output folder
-H200_EXECUTION_TABLES = "h200_execution_tables"
-A100_TABLES = "a100_tables"
+from ..contracts import A100_TABLES, H200_EXECUTION_TABLES
+
+__all__ = ["A100_TABLES", "H200_EXECUTION_TABLES", "write_reference_tables"]
+
 #: the allocation the A100 reference tables simulate (cuts, workloads x jobs, seed)
 A100_CUTS = (0.0, 0.1, 0.2, 0.3, 0.4)
 A100_WORKLOADS = A100_JOBS = 100

@@ -166,7 +166,10 @@ class AsyncCheckpointer:
 
 
 def _stager(cuda: bool) -> Any:
-    """A staging copy to CPU memory for one checkpoint: pinned, with non-blocking copies, on CUDA (torch >= 2.9's DefaultStager); None (DCP's default copy) where there is none."""
+    """A staging copy to CPU memory for one checkpoint.
+
+    Pinned, with non-blocking copies, on CUDA (torch >= 2.9's DefaultStager); None (DCP's
+    default copy) where there is none."""
     try:
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
     except ImportError:
