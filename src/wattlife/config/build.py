@@ -1,0 +1,48 @@
+"""Building a typed, frozen settings object from its config section: each field its value, else
+the schema's `default:` (read from the schema, never repeated in Python), else None. Lists become
+tuples; nested objects the schema leaves open stay plain (read-only use) dicts."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from .loading import _node
+
+
+def _frozen(v: Any) -> Any:
+    return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
+
+
+T = TypeVar("T")
+
+
+def _at(*path: str) -> dict[str, tuple[str, ...]]:
+    """Field metadata: read the field from `path` inside its section (default: its own name)."""
+    return {"path": path}
+
+
+def _default_at(node: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        node = node.get("properties", {}).get(key, {})
+    return copy.deepcopy(node.get("default"))
+
+
+def _build(cls: type[T], data: Mapping[str, Any] | None, *section: str) -> T:
+    """`cls` from the config mapping of schema `section`: each field its value, else the
+    schema's default, else None."""
+    data = data or {}
+    node = _node(*section)
+    kwargs = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        path = f.metadata.get("path", (f.name,))
+        value: Any = data
+        for key in path:
+            if not (isinstance(value, Mapping) and key in value):
+                value = _default_at(node, path)
+                break
+            value = value[key]
+        kwargs[f.name] = _frozen(value)
+    return cls(**kwargs)

@@ -1,0 +1,125 @@
+"""Loading a configuration: the YAML read, validated against the schema shipped in the package
+(`resources/schema.yaml`), its defaults filled; the package data found with `resource_path`.
+
+A malformed config stops with a message naming the key (as a dotted path) and what was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+
+class ConfigError(ValueError):
+    """The config does not follow config/schema.yaml."""
+
+
+def resource_path(*parts: str) -> Path:
+    """A file or folder shipped in the package (`wattlife/resources/`): e.g. `"schema.yaml"`,
+    `"models"`, `"hardware", "h200.yaml"`, `"reference", "pfi-study"`."""
+    return Path(str(resources.files("wattlife").joinpath("/".join(("resources",) + parts))))
+
+
+def schema_path() -> Path:
+    """The configuration schema (`config/schema.yaml` in the repository is a link to it)."""
+    return resource_path("schema.yaml")
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    """The configuration schema, read once per process."""
+    return yaml.safe_load(schema_path().read_text())
+
+
+def _describe(err: jsonschema.ValidationError) -> str:
+    path = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
+        where = path if path != "(top level)" else "top level"
+        keys = ", ".join(f"{where}.{k}" if where != "top level" else k for k in extra)
+        return f"unknown key {keys}: allowed keys at {where} are {allowed}"
+    if err.validator == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else err.message
+        key = f"{path}.{missing}" if path != "(top level)" else missing
+        return f"missing required key {key}"
+    if err.validator == "type":
+        return f"{path}: expected {err.validator_value}, got {err.instance!r}"
+    if err.validator == "enum":
+        return f"{path}: expected one of {err.validator_value}, got {err.instance!r}"
+    if err.validator == "pattern":
+        want = err.schema.get("description") or f"a string matching {err.validator_value}"
+        return f"{path}: expected {want}, got {err.instance!r}"
+    return f"{path}: {err.message}"
+
+
+def validate_config(cfg: dict[str, Any], schema_file: str | Path | None = None) -> None:
+    """Raise ConfigError naming every offending key (first the most specific). A job's config
+    slice (top-level `slice` key, written by the workflow: `wattlife.jobs`) holds only the keys
+    that job depends on, so the top-level required keys are not required of it."""
+    sch = yaml.safe_load(Path(schema_file).read_text()) if schema_file else schema()
+    if isinstance(cfg, dict) and "slice" in cfg:
+        sch = {k: v for k, v in sch.items() if k != "required"}
+    validator = jsonschema.Draft202012Validator(sch)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (-len(e.absolute_path), e.message))
+    if errors:
+        lines = [_describe(e) for e in errors]
+        raise ConfigError("invalid config: " + "; ".join(dict.fromkeys(lines)))
+    check_references(cfg)
+
+
+def check_references(cfg: dict[str, Any]) -> None:
+    """Names one section uses must be defined in another: every workload of
+    `execution.workloads` is a key of `workloads` (except in a PFI run, whose targets are the
+    `pfi_matrix` sweeps). Raise ConfigError naming the key."""
+    if ((cfg.get("pfi_matrix") or {}).get("cells")):
+        return  # a PFI run: its targets are the sweeps, execution.workloads is unused
+    defined = cfg.get("workloads") or {}
+    used = (cfg.get("execution") or {}).get("workloads") or []
+    if isinstance(used, list):
+        for i, w in enumerate(used):
+            if w not in defined:
+                raise ConfigError(f"invalid config: execution.workloads[{i}]: workload {w!r} is "
+                                  f"not defined under workloads (defined: {sorted(defined)})")
+
+
+def _defaults(schema: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    for key, sub in schema.get("properties", {}).items():
+        if "default" in sub and key not in cfg:
+            cfg[key] = sub["default"]
+        if isinstance(cfg.get(key), dict) and sub.get("type") == "object":
+            _defaults(sub, cfg[key])
+    return cfg
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read, validate and fill defaults."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"config {path} does not exist")
+    with open(path) as fh:
+        try:
+            cfg = yaml.safe_load(fh) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    validate_config(cfg)
+    return _defaults(schema(), cfg)
+
+def _node(*path: str) -> dict[str, Any]:
+    """The schema node at `path` (property names; "*" = additionalProperties)."""
+    node = schema()
+    for key in path:
+        node = node["additionalProperties"] if key == "*" else node["properties"][key]
+    return node
+
+
+def schema_default(*path: str) -> Any:
+    """The schema's default of the key at `path` (e.g. "sampler", "idle_baseline_s"); None when
+    the schema gives none."""
+    return copy.deepcopy(_node(*path).get("default"))

@@ -1,0 +1,204 @@
+"""The typed, frozen sections of a configuration (`sampler`, `powercap`, `pfi_matrix`,
+`attribution`, `analysis`, `prepare`, `data`, `slurm`); their defaults are the schema's."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .build import _at, _build
+
+
+@dataclass(frozen=True)
+class CpuEstimateSettings:
+    """`sampler.cpu_estimate`: the utilisation model of CPU power where RAPL is unreadable."""
+
+    idle_w: float
+    max_w: float
+
+
+@dataclass(frozen=True)
+class SimGpuSettings:
+    """`sampler.sim_gpu`: the simulated GPU (demo, tests)."""
+
+    n_gpus: int
+    mem_share: float
+    interval_ms: float
+    cap_w: float | None
+
+
+@dataclass(frozen=True)
+class NvmlSettings:
+    """`sampler.nvml`: how often the NVML backend drains, reads its counter and telemetry."""
+
+    drain_ms: float
+    counter_ms: float
+    telemetry_ms: float
+    gpm: bool
+
+
+@dataclass(frozen=True)
+class _SamplerTop:
+    """The scalar keys of `sampler` (built first, then the nested sections)."""
+
+    interval_ms: float
+    gpu: str
+    cpu: str
+    cpu_fallback: str
+    rapl_root: str
+    idle_baseline_s: float
+
+
+@dataclass(frozen=True)
+class SamplerSettings(_SamplerTop):
+    """`sampler`: what the sampler reads and how often."""
+
+    cpu_estimate: CpuEstimateSettings
+    sim_gpu: SimGpuSettings
+    nvml: NvmlSettings
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> SamplerSettings:
+        d = dict(d or {})
+        return cls(**{**dataclasses.asdict(_build(_SamplerTop, d, "sampler")),
+                      "cpu_estimate": _build(CpuEstimateSettings, d.get("cpu_estimate"),
+                                             "sampler", "cpu_estimate"),
+                      "sim_gpu": _build(SimGpuSettings, d.get("sim_gpu"), "sampler", "sim_gpu"),
+                      "nvml": _build(NvmlSettings, d.get("nvml"), "sampler", "nvml")})
+
+    def as_dict(self) -> dict[str, Any]:
+        """The section as the sampler takes it, every default filled (None left out)."""
+        def drop_none(d: dict[str, Any]) -> dict[str, Any]:
+            return {k: drop_none(v) if isinstance(v, dict) else v for k, v in d.items()
+                    if v is not None}
+
+        return drop_none(dataclasses.asdict(self))
+
+
+
+@dataclass(frozen=True)
+class PowerCapSettings:
+    """`powercap`: the cap controller, the default hardware profile and the simulated sweep."""
+
+    backend: str
+    hardware: str
+    allow_real: bool
+    state_file: str | None
+    grid_w: tuple[float, ...]
+    grid_large_w: tuple[float, ...]
+    steady_rule: str
+    warmup_frac: float
+    window_steps: int
+    gpu_model: str | None
+    jobs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PfiCell:
+    """One cell of `pfi_matrix.cells`: a job swept over its caps."""
+
+    name: str
+    model_config: str
+    task: str
+    gpus: int
+    seq_len: int
+    batch_size: int
+    compile: bool | None
+    activation_checkpointing: bool | None
+    lora_rank: int | None
+    set: str | None
+    paper_job: str | None
+    assumed: tuple[str, ...] | None
+    hardware: str | None
+    caps: tuple[float, ...] | None
+    expert_parallel: int | None
+    device: str
+
+
+@dataclass(frozen=True)
+class PfiMatrix:
+    """`pfi_matrix`: the protocol shared by every cell, and the cells."""
+
+    dataset: str | None
+    duration_s: float
+    eval_at_s: float | None
+    ckpt_at_s: float | None
+    tokenizer_vocab: int
+    cells: dict[str, PfiCell]
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """`attribution`: how energy is split over phases."""
+
+    method: str
+    sensor_response: str
+
+    @property
+    def response_file(self) -> str | None:
+        """The sensor-response CSV, when one is named."""
+        return None if self.sensor_response in ("boxcar", "estimate") else self.sensor_response
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """`analysis`: the PFI Monte Carlo, the allocation simulation, the study's allocation."""
+
+    pfi_mc: int
+    allocation_workloads: int
+    allocation_jobs: int
+    allocation_cuts: tuple[float, ...]
+    allocation_mix: str
+    pfi_study_workloads: int = field(metadata=_at("pfi_study", "workloads"))
+    pfi_study_jobs: int = field(metadata=_at("pfi_study", "jobs"))
+    reference_curves: tuple[str, ...] | None
+    waiting_jobs_per_year: float = field(metadata=_at("waiting", "jobs_per_year"))
+    waiting_caps_w: tuple[float, ...] | None = field(metadata=_at("waiting", "caps_w"))
+
+
+@dataclass(frozen=True)
+class Prepare:
+    """`prepare`: where transfers run, the catalogue, the upload."""
+
+    download_on: str
+    upload_on: str
+    min_rate_mbps: float
+    loopback_rate_mbps: float | None = field(metadata=_at("loopback", "rate_mbps"))
+    users_per_artefact: float = field(metadata=_at("facility", "users_per_artefact"))
+    downloads_per_user_per_month: float = field(
+        metadata=_at("facility", "downloads_per_user_per_month"))
+    upload: dict[str, Any] | None
+    upload_cell: str | None = field(metadata=_at("upload", "cell"))
+    upload_to: str = field(metadata=_at("upload", "to"))
+    upload_target: str | None = field(metadata=_at("upload", "target"))
+    upload_size_bytes: float = field(metadata=_at("upload", "size_bytes"))
+    catalogue: tuple[dict[str, Any], ...] | None
+
+
+@dataclass(frozen=True)
+class DataSets:
+    """`data`: the generated offline datasets (demo, tests)."""
+
+    images_name: str = field(metadata=_at("images", "name"))
+    images_classes: int = field(metadata=_at("images", "classes"))
+    images_train_per_class: int = field(metadata=_at("images", "train_per_class"))
+    images_val_per_class: int = field(metadata=_at("images", "val_per_class"))
+    images_size: int = field(metadata=_at("images", "size"))
+    text_name: str = field(metadata=_at("text", "name"))
+    text_words: int = field(metadata=_at("text", "words"))
+    defined: tuple[str, ...]  # the `data` entries present in the config
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """`slurm`: site values; None = Slurm's default."""
+
+    account: str | None
+    gpu_partition: str | None
+    cpu_partition: str | None
+    partitions: Mapping[str, str] | None   # hardware profile -> partition (else gpu_partition)
+    constraints: Mapping[str, str] | None  # hardware profile -> --constraint
+    cpus_per_task: int | None              # a measuring job's CPUs per node (else sinfo's)
+    mem_mb: int | None                     # a measuring job's memory per node (else sinfo's)
