@@ -1,0 +1,109 @@
+"""File contracts shared by every part of the suite (docs/ARCHITECTURE.md, "File contracts").
+
+The one place for every file contract: file names, column lists and their types, the metric,
+phase and source names, the events extras, the telemetry columns, the typed and versioned run
+metadata (`RunMeta`, `read_meta`, `write_meta`), and the readers and writers of the trace /
+events / phases / curves / pfi tables. Writers (the sampler, the markers, `wattlife run`,
+attribution, aggregation) take their headers and keys from here.
+
+Readers accept unknown extra columns, name the file and line of a malformed row, and tolerate a
+truncated last line (what a killed writer leaves behind) with a warning. numpy and pandas are
+imported inside the functions that need them, so the markers (imported by training code) and the
+sampler stay light.
+
+Modules: `names` (file, column, metric, phase and source names, headers, `ContractError`),
+`reading` (the table readers), `writing` (atomic writers), `meta` (meta.json: `RunMeta`,
+`read_meta`, `write_meta`). Every name is re-exported here: `from wattlife.contracts import X`.
+The package imports nothing else of wattlife.
+"""
+
+from .meta import (
+    _DICT,
+    _INT,
+    _LIST,
+    _OPT,
+    _STR,
+    _TYPE_NAMES,
+    META_KEY_TYPES,
+    META_REQUIRED_KEYS,
+    META_SAMPLER_KEYS,
+    META_SCHEMA_VERSION,
+    META_SCHEMA_VERSIONS,
+    RunMeta,
+    meta_problems,
+    meta_text,
+    read_meta,
+    write_meta,
+)
+from .names import (
+    A100_TABLES,
+    COMPILE,
+    CONCURRENT_PHASES,
+    CURVES_COLUMNS,
+    CURVES_TELEMETRY_COLUMNS,
+    ENERGY_J,
+    EVENTS_COLUMNS,
+    EVENTS_EXTRA_COLUMNS,
+    EVENTS_FILE,
+    EVENTS_HEADER,
+    EVENTS_TYPES,
+    H200_EXECUTION_TABLES,
+    IDLE,
+    LIFECYCLE_PHASES,
+    META_FILE,
+    PFI_COLUMNS,
+    PHASES_COLUMNS,
+    PHASES_FILE,
+    PHASES_METHODS,
+    POWER_LIMIT_W,
+    POWER_W,
+    RESIDUAL,
+    SOURCES_MEASURED,
+    SOURCES_NOT_MEASURED,
+    STEP,
+    SUMMARY_FILE,
+    TABLE_FILES,
+    TELEMETRY_METRICS,
+    TRACE_COLUMNS,
+    TRACE_FILE,
+    TRACE_FILES,
+    TRACE_HEADER,
+    TRACE_TYPES,
+    UNATTRIBUTED,
+    WARMUP,
+    WARMUP_STEPS,
+    WRAPPER_PHASES,
+    ContractError,
+    csv_header,
+    device_kind,
+    warmup_count,
+)
+from .reading import (
+    MAX_PLAUSIBLE_W,
+    _read_csv,
+    _read_text_tolerant,
+    check_readings,
+    read_contract_bytes,
+    read_curves,
+    read_events,
+    read_table,
+    read_trace,
+)
+from .writing import atomic_path, refuse_overwrite, write_csv, write_table, write_text
+
+__all__ = [
+    "A100_TABLES", "COMPILE", "CONCURRENT_PHASES", "CURVES_COLUMNS", "CURVES_TELEMETRY_COLUMNS",
+    "ContractError", "ENERGY_J", "EVENTS_COLUMNS", "EVENTS_EXTRA_COLUMNS", "EVENTS_FILE",
+    "EVENTS_HEADER", "EVENTS_TYPES", "H200_EXECUTION_TABLES", "IDLE", "LIFECYCLE_PHASES",
+    "MAX_PLAUSIBLE_W", "META_FILE", "META_KEY_TYPES", "META_REQUIRED_KEYS", "META_SAMPLER_KEYS",
+    "META_SCHEMA_VERSION", "META_SCHEMA_VERSIONS", "PFI_COLUMNS", "PHASES_COLUMNS",
+    "PHASES_FILE", "PHASES_METHODS", "POWER_LIMIT_W", "POWER_W", "RESIDUAL", "RunMeta",
+    "SOURCES_MEASURED", "SOURCES_NOT_MEASURED", "STEP", "SUMMARY_FILE", "TABLE_FILES",
+    "TELEMETRY_METRICS", "TRACE_COLUMNS", "TRACE_FILE", "TRACE_FILES", "TRACE_HEADER",
+    "TRACE_TYPES", "UNATTRIBUTED", "WARMUP", "WARMUP_STEPS", "WRAPPER_PHASES", "_DICT", "_INT",
+    "_LIST", "_OPT", "_STR", "_TYPE_NAMES", "_read_csv", "_read_text_tolerant", "atomic_path",
+    "check_readings", "csv_header", "device_kind", "meta_problems", "meta_text",
+    "read_contract_bytes", "read_curves", "read_events", "read_meta", "read_table",
+    "read_trace", "refuse_overwrite", "warmup_count", "write_csv", "write_meta", "write_table",
+    "write_text",
+]

@@ -1,0 +1,202 @@
+"""The readers of the contract tables (trace, events, phases, curves, pfi): unknown extra columns
+accepted, a malformed row named by file and line, a truncated last line (a killed writer) dropped
+with a warning; readings no device can give rejected. numpy and pandas are imported inside the
+functions that need them."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .names import (
+    CURVES_COLUMNS,
+    EVENTS_COLUMNS,
+    EVENTS_TYPES,
+    TRACE_COLUMNS,
+    TRACE_TYPES,
+    ContractError,
+    device_kind,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def read_contract_bytes(path: Path) -> bytes:
+    """A contract CSV's bytes, decompressed when it is gzip (`trace.csv.gz`, TRACE_FILES)."""
+    data = path.read_bytes()
+    if path.suffix != ".gz":
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError) as exc:  # not gzip, or cut short
+        raise ContractError(f"{path}: not a readable gzip file ({exc})") from None
+
+
+def _read_text_tolerant(path: Path) -> tuple[str, int | None]:
+    """Return the text of a CSV without a truncated final line, and that line's number if cut."""
+    data = read_contract_bytes(path)
+    if not data:
+        raise ContractError(f"{path}: empty file (no header)")
+    text = data.decode("utf-8", errors="replace")
+    if text.endswith("\n"):
+        return text, None
+    cut = text.rfind("\n")
+    line_no = text.count("\n") + 1
+    if cut < 0:
+        raise ContractError(f"{path}:1: header line is truncated")
+    return text[: cut + 1], line_no
+
+
+def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) -> pd.DataFrame:
+    import numpy as np
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    if path.suffix == ".parquet":
+        df = pd.read_parquet(path)
+        first_data_line = None
+    else:
+        text, cut_line = _read_text_tolerant(path)
+        if cut_line is not None:
+            warnings.warn(f"{path}:{cut_line}: truncated last line ignored (writer was killed?)",
+                          stacklevel=3)
+        try:
+            df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+        except pd.errors.ParserError as exc:
+            raise ContractError(f"{path}: {exc}") from exc
+        first_data_line = 2
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ContractError(f"{path}: missing column(s) {missing}; expected at least {required}")
+    for col, kind in numeric.items():
+        if col not in df.columns:
+            continue
+        raw = df[col]
+        if kind == "int":
+            vals = pd.to_numeric(raw, errors="coerce")
+            bad = vals.isna() | (vals != np.floor(vals))
+        else:
+            vals = pd.to_numeric(raw.replace("", np.nan) if raw.dtype == object else raw,
+                                 errors="coerce")
+            bad = vals.isna() & (raw.astype(str) != "")
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            where = f"{path}:{i + first_data_line}" if first_data_line else f"{path} row {i}"
+            dev = f" (device {df['device'].iloc[i]})" if "device" in df.columns else ""
+            want = "an integer" if kind == "int" else "a number"
+            raise ContractError(f"{where}: column '{col}' expects {want},"
+                                f" got {raw.iloc[i]!r}{dev}")
+        df[col] = vals.astype("int64") if kind == "int" else vals.astype("float64")
+    return df
+
+
+# What a device of each kind can physically draw (W): far above any real part (a GB200 module
+# is ~2.7 kW; bursts reach ~1.3x the limit), far below a corrupted value like 1e300.
+MAX_PLAUSIBLE_W = {"gpu": 5_000.0, "cpu": 5_000.0, "dram": 2_000.0, "node": 200_000.0}
+
+
+def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | None = 2) -> None:
+    """Reject power/energy readings no device can give: NaN, inf, negative power, power above
+    `MAX_PLAUSIBLE_W` for the device's kind, negative energy. Names file, line and device."""
+    import numpy as np
+    import pandas as pd
+
+    mcodes, metrics = pd.factorize(df["metric"])
+    metrics = list(metrics)
+    v = df["value"].to_numpy(np.float64)
+    codes, devices = pd.factorize(df["device"])  # few devices, many rows
+    kinds = np.array([device_kind(str(d)) for d in devices] + ["node"], dtype=object)
+    caps = np.array([MAX_PLAUSIBLE_W.get(k, MAX_PLAUSIBLE_W["node"]) for k in kinds])
+    cap = caps[codes]
+    is_p = mcodes == (metrics.index("power_w") if "power_w" in metrics else -2)
+    is_e = mcodes == (metrics.index("energy_j") if "energy_j" in metrics else -2)
+    with np.errstate(invalid="ignore"):
+        bad = ((is_p | is_e) & ~np.isfinite(v)) | (is_p & ((v < 0) | (v > cap))) | (is_e & (v < 0))
+    if not bad.any():
+        return
+    i = int(np.flatnonzero(bad)[0])
+    where = f"{path}:{i + first_data_line}" if first_data_line else f"{path} row {i}"
+    dev, m = df["device"].iat[i], metrics[mcodes[i]]
+    rng = (f"[0, {cap[i]:g}] W for a {kinds[codes[i]]}" if m == "power_w"
+           else "a finite value >= 0 J")
+    raise ContractError(f"{where}: device {dev} {m} reading {float(v[i])!r} is outside the "
+                        "physical "
+                        f"range (expected {rng}); {int(bad.sum())} such reading(s) in the file")
+
+
+def read_trace(path: str | Path) -> pd.DataFrame:
+    """Read a trace (CSV or Parquet); `t_ns` int64, `value` float64; readings outside the
+    physical range are rejected (`check_readings`)."""
+    df = _read_csv(path, TRACE_COLUMNS, TRACE_TYPES)
+    for col in ("host", "device", "metric", "source"):
+        df[col] = df[col].astype(str)
+    check_readings(df, path, None if Path(path).suffix == ".parquet" else 2)
+    return df
+
+
+def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
+    """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present.
+    `lines`: add each row's `file_name` and CSV `line_no` (header = 1), for messages."""
+    import numpy as np
+    import pandas as pd
+
+    path = Path(path)
+    paths = [path] + sorted(path.parent.glob(f"{path.stem}.rank*{path.suffix}"))
+    frames = []
+    for p in paths:
+        if not p.exists():
+            continue
+        df = _read_csv(p, EVENTS_COLUMNS, EVENTS_TYPES)
+        bad = df["end_ns"] < df["start_ns"]
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ContractError(f"{p}:{i + 2}: end_ns before start_ns in phase "
+                                f"'{df['phase'].iloc[i]}'")
+        if lines:
+            df = df.assign(file_name=str(p), line_no=np.arange(2, len(df) + 2))
+        frames.append(df)
+    if not frames:
+        raise FileNotFoundError(f"{path}: no such file")
+    df = pd.concat(frames, ignore_index=True)
+    df["host"] = df["host"].astype(str)
+    df["phase"] = df["phase"].astype(str)
+    return df
+
+
+def read_table(path: str | Path, required: list[str], allow_empty: bool = False) -> pd.DataFrame:
+    """Read any contract table (phases, curves, pfi) checking its required columns; a file with a
+    header and no rows is an error unless `allow_empty`."""
+    import pandas as pd
+
+    path = Path(path)
+    if path.is_dir():
+        raise ContractError(f"{path}: is a directory, expected a CSV file")
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ContractError(f"{path}: empty file (no header); expected columns "
+                            f"{required}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ContractError(f"{path}: not a readable CSV ({str(exc).strip()})") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ContractError(f"{path}: missing column(s) {missing}; expected at least {required}")
+    if not len(df) and not allow_empty:
+        raise ContractError(f"{path}: header only, no data rows")
+    return df
+
+
+def read_curves(path: str | Path) -> pd.DataFrame:
+    """Read a curves table. `source` is required (measured, estimated and simulated points must
+    never look alike): a file without it is an error naming the file, never "measured"."""
+    df = read_table(path, CURVES_COLUMNS)
+    if "source" not in df.columns:
+        raise ContractError(f"{path}: missing column 'source' (measured, estimate, sim, ...); "
+                            "every curves table says where its numbers come from")
+    return df
