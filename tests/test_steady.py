@@ -123,7 +123,7 @@ def test_wattlife_run_gives_a_single_process_every_visible_gpu():
 
 
 def test_check_names_a_compiled_run_without_compile_rows_and_a_run_without_steady_steps(tmp_path):
-    from wattlife.check_steady import steady_findings
+    from wattlife.check import steady_findings
 
     ev = _events()
     codes = [c for _, c, _, _ in steady_findings(ev, {"compile": True}, "e", "s")]

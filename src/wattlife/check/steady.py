@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from .analysis.performance import step_throughput_from_events
-from .contracts import COMPILE, STEP, WARMUP_STEPS, warmup_count
+from ..analysis.performance import step_throughput_from_events
+from ..contracts import COMPILE, STEP, WARMUP_STEPS, warmup_count
 
 WARNING = "warning"
 #: how far a summary's `step` throughput may be from the events' recomputation

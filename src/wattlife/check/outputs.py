@@ -1,0 +1,93 @@
+"""The checks of what a run writes besides trace and events: `meta.json` (`wattlife run`),
+`phases.csv` (attribution) and `work/summary.json` (the workload)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..contracts import META_REQUIRED_KEYS, META_SAMPLER_KEYS, PHASES_METHODS, meta_problems
+from .findings import ERROR, FUTURE_SLACK_NS, MIN_EPOCH_NS, WARNING, Finding, _capped, _unit_guess
+
+
+def check_meta(meta: dict[str, Any], file: str, now_ns: int) -> list[Finding]:
+    """meta.json: the keys `wattlife run` writes, a clean exit, a consistent clock."""
+    f: list[Finding] = []
+    missing = [k for k in META_REQUIRED_KEYS if k not in meta]
+    if missing:
+        f.append(Finding(ERROR, "meta.key-missing", file, None, f"missing key(s) {missing}"))
+    sampler = meta.get("sampler")
+    if isinstance(sampler, dict):
+        miss = [k for k in META_SAMPLER_KEYS if k not in sampler]
+        if miss:
+            f.append(Finding(ERROR, "meta.key-missing", file, None,
+                             f"missing key(s) {['sampler.' + k for k in miss]}"))
+        if sampler.get("errors"):
+            f.append(Finding(WARNING, "meta.sampler-errors", file, None,
+                             f"the sampler reported errors: {sampler['errors']}"))
+    for key, msg in meta_problems(meta):  # the contract's types (contracts.META_KEY_TYPES)
+        code = "meta.schema-version" if key == "schema_version" else "meta.type"
+        f.append(Finding(ERROR, code, file, None, msg))
+    rc = meta.get("exit_code")
+    if "exit_code" in meta and rc != 0:
+        f.append(Finding(ERROR, "meta.exit-code", file, None,
+                         f"the workload exited with code {rc}: the run is incomplete"))
+    times = {k: meta.get(k) for k in ("start_ns", "workload_start_ns", "workload_end_ns", "end_ns")}
+    for k, v in times.items():
+        if k not in meta:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool):
+            continue  # a meta.type finding above
+        if v < MIN_EPOCH_NS:
+            f.append(Finding(ERROR, "clock.before-2000", file, None,
+                             f"{k}={v} is before 2000-01-01{_unit_guess(float(v))}"))
+        elif v > now_ns + FUTURE_SLACK_NS:
+            f.append(Finding(ERROR, "clock.future", file, None, f"{k}={v} is in the future"))
+    vals = [v for v in times.values() if isinstance(v, int) and not isinstance(v, bool)]
+    if len(vals) == 4 and vals != sorted(vals):
+        f.append(Finding(ERROR, "meta.clock-order", file, None,
+                         "expected start_ns <= workload_start_ns <= workload_end_ns <= end_ns, "
+                         f"got {times}"))
+    return f
+
+
+def check_phases_table(ph: pd.DataFrame, file: str, max_rows: int = 5) -> list[Finding]:
+    """phases.csv (numbers converted): a source on every row, a known method, energies ordered
+    lo <= energy <= hi."""
+    f: list[Finding] = []
+    empty = (ph["source"].astype(str).str.strip() == "").to_numpy()
+    if empty.any():
+        f += _capped(ERROR, "phases.source-missing", file, ph["line_no"][empty],
+                     ["empty source"] * int(empty.sum()), max_rows)
+    meth = ~ph["method"].isin(PHASES_METHODS).to_numpy()
+    if meth.any():
+        f += _capped(WARNING, "phases.method", file, ph["line_no"][meth],
+                     [f"method {m!r} is not one of {sorted(PHASES_METHODS)}"
+                      for m in ph["method"][meth].head(max_rows)], max_rows)
+    e, lo, hi = (ph[c].to_numpy(float) for c in ("energy_j", "energy_lo_j", "energy_hi_j"))
+    with np.errstate(invalid="ignore"):
+        tol = 1e-9 * np.maximum(np.abs(e), 1.0)
+        order = (lo > e + tol) | (e > hi + tol)
+    if order.any():
+        f += _capped(WARNING, "phases.interval", file, ph["line_no"][order],
+                     [f"energy_j {r.energy_j} outside [{r.energy_lo_j}, {r.energy_hi_j}]"
+                      for r in ph[order].head(max_rows).itertuples()], max_rows)
+    return f
+
+
+def check_summary(summary: dict[str, Any], ev: pd.DataFrame, file: str) -> list[Finding]:
+    """work/summary.json against the events: its step count equals rank 0's `step` events."""
+    f: list[Finding] = []
+    for k in ("steps", "throughput", "throughput_unit"):
+        if k not in summary:
+            f.append(Finding(WARNING, "summary.key-missing", file, None, f"missing key {k!r}"))
+    if isinstance(summary.get("steps"), int) and len(ev):
+        r0 = ev[ev["rank"] == ev["rank"].min()]
+        n = int((r0["phase"] == "step").sum())
+        if n != summary["steps"]:
+            f.append(Finding(WARNING, "summary.steps", file, None,
+                             f"summary counts {summary['steps']} steps, the events of rank "
+                             f"{int(ev['rank'].min())} hold {n}"))
+    return f

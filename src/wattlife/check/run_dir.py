@@ -1,0 +1,200 @@
+"""`wattlife check RUN_DIR...`: one run directory's files read and each handed to the checks of
+its contract, in a fixed order (meta.json, trace, events, summary, steady state, the kind's
+phases, phases.csv); the report of several runs."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..contracts import (
+    EVENTS_COLUMNS,
+    EVENTS_FILE,
+    META_FILE,
+    PHASES_COLUMNS,
+    PHASES_FILE,
+    SUMMARY_FILE,
+    TRACE_COLUMNS,
+    TRACE_FILE,
+    TRACE_FILES,
+)
+from .events import check_events
+from .findings import ERROR, WARNING, Finding
+from .kinds import check_kind_phases, infer_kind
+from .outputs import check_meta, check_phases_table, check_summary
+from .reading import check_columns, read_csv_lines
+from .steady import steady_findings
+from .trace import check_span, check_trace
+
+
+def _first(run: Path, names: list[str]) -> Path | None:
+    return next((run / n for n in names if (run / n).exists()), None)
+
+
+def _load_json(path: Path, findings: list[Finding]) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        findings.append(Finding(ERROR, "json.parse", str(path), exc.lineno, exc.msg))
+        return None
+    if not isinstance(doc, dict):
+        findings.append(Finding(ERROR, "json.type", str(path), None, "expected a JSON object"))
+        return None
+    return doc
+
+
+def _meta_file(run: Path, now_ns: int, f: list[Finding]) -> dict[str, Any] | None:
+    """meta.json read and checked (findings appended to `f`); None when missing or unreadable."""
+    meta = None
+    meta_path = run / META_FILE
+    if meta_path.exists():
+        meta = _load_json(meta_path, f)
+        if meta is not None:
+            f += check_meta(meta, str(meta_path), now_ns)
+    else:
+        f.append(Finding(ERROR, "file.missing", str(meta_path), None, "no meta.json"))
+    return meta
+
+
+def _trace_file(run: Path, meta: dict[str, Any] | None, now_ns: int, max_rows: int,
+                f: list[Finding]) -> tuple[pd.DataFrame | None, Path | None]:
+    """The trace read and checked (findings appended to `f`), and its path; the trace is None
+    when missing, unreadable or without its contract's columns."""
+    tr = None
+    tr_path = _first(run, list(TRACE_FILES))
+    if tr_path is None:
+        f.append(Finding(ERROR, "file.missing", str(run / TRACE_FILE), None,
+                         "no trace (trace.csv, trace.csv.gz or trace.parquet)"))
+        return None, None
+    raw, ff = read_csv_lines(tr_path, max_rows, {"t_ns": "int", "value": "float"})
+    f += ff
+    if raw is not None:
+        cols = check_columns(raw, TRACE_COLUMNS, str(tr_path))
+        f += cols
+        if not cols:
+            tr = raw[raw["t_ns"].notna()]
+            tr["t_ns"] = tr["t_ns"].astype(np.int64)
+            f += check_trace(tr, str(tr_path), now_ns, max_rows)
+            rows = ((meta or {}).get("sampler") or {}).get("rows")
+            if isinstance(rows, int) and tr_path.suffix == ".csv" and rows != len(raw):
+                f.append(Finding(WARNING, "trace.rows", str(tr_path), None,
+                                 f"{len(raw):,} rows, meta.json's sampler wrote {rows:,}"))
+    return tr, tr_path
+
+
+def _events_files(run: Path, max_rows: int,
+                  f: list[Finding]) -> tuple[pd.DataFrame | None, list[Path]]:
+    """Every events file read (findings appended to `f`) and concatenated with its `file_name`;
+    None when none is readable with its contract's columns."""
+    ev_path = run / EVENTS_FILE
+    ev_paths = ([ev_path] if ev_path.exists() else []) + sorted(run.glob("events.rank*.csv"))
+    if not ev_paths:
+        f.append(Finding(ERROR, "file.missing", str(ev_path), None, "no events.csv"))
+    frames = []
+    for p in ev_paths:
+        df, ff = read_csv_lines(p, max_rows, {"start_ns": "int", "end_ns": "int", "rank": "int",
+                                              "items": "float", "step": "float", "depth": "float"},
+                                allow_empty=("items", "step", "depth"))
+        f += ff
+        if df is None:
+            continue
+        cols = check_columns(df, EVENTS_COLUMNS, str(p))
+        f += cols
+        if not cols:
+            frames.append(df.assign(file_name=str(p)))
+    if not frames:
+        return None, ev_paths
+    ev = pd.concat(frames, ignore_index=True)
+    ev = ev[ev["start_ns"].notna() & ev["end_ns"].notna() & ev["rank"].notna()]
+    ev = ev.astype({"start_ns": np.int64, "end_ns": np.int64, "rank": np.int64})
+    ev["phase"] = ev["phase"].astype(str)
+    ev["host"] = ev["host"].astype(str)
+    return ev, ev_paths
+
+
+def _kind_findings(run: Path, ev: pd.DataFrame, kind: str, meta: dict[str, Any] | None,
+                   summary: dict[str, Any] | None, max_rows: int) -> list[Finding]:
+    """The phases of the run's workload kind (`kind`, or inferred when "auto"; "none": none)."""
+    k = infer_kind(meta, summary, ev["phase"]) if kind == "auto" else (
+        None if kind == "none" else kind)
+    if k is not None:
+        return check_kind_phases(ev, k, meta, max_rows)
+    if kind == "auto":
+        return [Finding(WARNING, "kind.unknown", str(run), None,
+                        "workload kind unknown (no cell kind, summary or tokenize phase): "
+                        "required phases not checked; give --kind")]
+    return []
+
+
+def _phases_file(run: Path, max_rows: int) -> list[Finding]:
+    """phases.csv (attribution's output), when present."""
+    ph_path = run / PHASES_FILE
+    if not ph_path.exists():
+        return []
+    ph, f = read_csv_lines(ph_path, max_rows, {c: "float" for c in (
+        "energy_j", "energy_lo_j", "energy_hi_j", "time_s", "count", "mean_power_w")},
+        allow_empty=("energy_lo_j", "energy_hi_j", "mean_power_w"))
+    if ph is not None:
+        cols = check_columns(ph, PHASES_COLUMNS, str(ph_path))
+        f += cols
+        if not cols:
+            f += check_phases_table(ph, str(ph_path), max_rows)
+    return f
+
+
+def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None,
+              max_rows: int = 5) -> list[Finding]:
+    """Every finding for one run directory (see the package docstring)."""
+    run = Path(run_dir)
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    f: list[Finding] = []
+    if not run.is_dir():
+        return [Finding(ERROR, "run.missing", str(run), None, "not a directory")]
+    meta = _meta_file(run, now_ns, f)
+    tr, tr_path = _trace_file(run, meta, now_ns, max_rows, f)
+    ev, ev_paths = _events_files(run, max_rows, f)
+    if ev is not None:
+        f += check_events(ev, now_ns, max_rows)
+        if tr is not None and len(tr):
+            f += check_span(tr, ev, str(tr_path), meta, max_rows)
+    summary = None
+    sum_path = run / SUMMARY_FILE
+    if sum_path.exists():
+        summary = _load_json(sum_path, f)
+        if summary is not None and ev is not None:
+            f += check_summary(summary, ev, str(sum_path))
+    if ev is not None:
+        f += [Finding(sev, code, file, None, msg) for sev, code, file, msg in
+              steady_findings(ev, summary, str(ev_paths[0]), str(sum_path))]
+        f += _kind_findings(run, ev, kind, meta, summary, max_rows)
+    return f + _phases_file(run, max_rows)
+
+
+def format_text(results: dict[str, list[Finding]]) -> str:
+    """Human-readable report: findings by run, then one line of counts per run."""
+    lines = []
+    for run, findings in results.items():
+        lines += [x.text() for x in findings]
+        n_err = sum(x.severity == ERROR for x in findings)
+        n_warn = sum(x.severity == WARNING for x in findings)
+        lines.append(f"{run}: {'FAIL' if n_err else 'ok'} ({n_err} error(s), {n_warn} warning(s))")
+    return "\n".join(lines)
+
+
+def format_json(results: dict[str, list[Finding]]) -> str:
+    return json.dumps([{"run_dir": run, **asdict(x)} for run, findings in results.items()
+                       for x in findings], indent=2)
+
+
+def check_runs(run_dirs: Iterable[str | Path], kind: str = "auto", as_json: bool = False,
+               max_rows: int = 5) -> tuple[int, str]:
+    """Exit code (1 if any error, else 0) and the report for several run directories."""
+    results = {str(r): check_run(r, kind=kind, max_rows=max_rows) for r in run_dirs}
+    errors = any(x.severity == ERROR for fs in results.values() for x in fs)
+    return int(errors), format_json(results) if as_json else format_text(results)

@@ -1,0 +1,94 @@
+"""The trace contract's checks (`trace.csv`): its rows, and the events lying inside its span."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..contracts import SOURCES_MEASURED, SOURCES_NOT_MEASURED
+from .findings import ERROR, WARNING, Finding, _capped, check_clock
+
+DEVICE_RE = r"^(?:gpu|cpu|dram)\d+$|^node$"
+
+
+def check_trace(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5) -> list[Finding]:
+    """Trace rows (numbers already converted): clock, finite values, sources, devices,
+    time monotone per series (host, device, metric), cumulative energy never falling."""
+    f = check_clock(tr["t_ns"], tr["line_no"], "t_ns", file, now_ns, max_rows)
+    bad_v = ~np.isfinite(tr["value"].to_numpy(float)) & tr["value"].notna().to_numpy()
+    if bad_v.any():
+        f += _capped(ERROR, "trace.value", file, tr["line_no"][bad_v],
+                     [f"value {x} is not finite" for x in tr["value"][bad_v].head(max_rows)],
+                     max_rows)
+    known = SOURCES_MEASURED | SOURCES_NOT_MEASURED
+    src = tr["source"]
+    empty = src.isna().to_numpy() | src.isin([""]).to_numpy()
+    if empty.any():
+        f += _capped(ERROR, "trace.source-missing", file, tr["line_no"][empty],
+                     ["empty source: every reading says whether it is measured, estimated or "
+                      "simulated"] * int(empty.sum()), max_rows)
+    unknown = sorted(set(map(str, src[~empty].unique())) - known)
+    for s in unknown:
+        first = int(tr["line_no"][(src == s).to_numpy()].iloc[0])
+        f.append(Finding(WARNING, "trace.source-unknown", file, first,
+                         f"source {s!r} is not one of {sorted(known)}"))
+    devs = pd.Series([str(d) for d in tr["device"].unique()])
+    for d in devs[~devs.str.match(DEVICE_RE)]:
+        first = int(tr["line_no"][(tr["device"] == d).to_numpy()].iloc[0])
+        f.append(Finding(WARNING, "trace.device-name", file, first,
+                         f"device {d!r} is not gpuN, cpuN, dramN or node"))
+    if not tr["metric"].isin(["power_w", "energy_j"]).any():
+        f.append(Finding(ERROR, "trace.no-energy", file, None,
+                         "no power_w or energy_j rows: nothing to attribute"))
+    keys = ["host", "device", "metric"]
+    back = (tr.groupby(keys, sort=False, observed=True)["t_ns"].diff() < 0).to_numpy()
+    if back.any():
+        f += _capped(ERROR, "clock.not-monotone", file, tr["line_no"][back],
+                     [f"t_ns goes back in time within series {r.host}/{r.device}/{r.metric}"
+                      for r in tr[back].head(max_rows).itertuples()], max_rows)
+    en = tr[tr["metric"] == "energy_j"]
+    if len(en):
+        fall = (en.groupby(["host", "device"], sort=False, observed=True)["value"].diff()
+                < 0).to_numpy()
+        if fall.any():
+            f += _capped(WARNING, "trace.energy-falls", file, en["line_no"][fall],
+                         [f"cumulative energy_j of {r.host}/{r.device} falls to {r.value}"
+                          for r in en[fall].head(max_rows).itertuples()], max_rows)
+    return f
+
+
+def check_span(tr: pd.DataFrame, ev: pd.DataFrame, trace_file: str,
+               meta: dict[str, Any] | None, max_rows: int = 5) -> list[Finding]:
+    """Every event lies inside its host's trace span (else attribution has no energy for it),
+    and inside the workload's window that meta.json records."""
+    f: list[Finding] = []
+    span = tr.groupby("host", observed=True)["t_ns"].agg(["min", "max"])
+    ev = ev.assign(host_key=ev["host"].astype(str))
+    hosts = set(span.index.astype(str))
+    if len(hosts) == 1:  # one-host run whose trace and events name the host differently
+        ev["host_key"] = next(iter(hosts))
+    for h in sorted(set(ev["host_key"]) - hosts):
+        f.append(Finding(WARNING, "events.host-untraced", str(ev["file_name"].iloc[0]), None,
+                         f"host {h!r} has events but no trace rows in {trace_file}"))
+    e = ev[ev["host_key"].isin(hosts)]
+    lo = e["host_key"].map(span["min"]).astype(np.int64)
+    hi = e["host_key"].map(span["max"]).astype(np.int64)
+    out = ((e["start_ns"] < lo) | (e["end_ns"] > hi)).to_numpy()
+    bad = e[out]
+    for file, g in bad.groupby("file_name", sort=False):
+        f += _capped(ERROR, "events.outside-trace", str(file), g["line_no"],
+                     [f"phase '{r.phase}' [{r.start_ns}, {r.end_ns}] lies outside the trace span "
+                      f"[{span.loc[r.host_key, 'min']}, {span.loc[r.host_key, 'max']}] "
+                      f"of host {r.host_key}"
+                      for r in g.head(max_rows).itertuples()], max_rows)
+    w0, w1 = (meta or {}).get("workload_start_ns"), (meta or {}).get("workload_end_ns")
+    if isinstance(w0, int) and isinstance(w1, int):
+        outw = ((ev["start_ns"] < w0) | (ev["end_ns"] > w1)).to_numpy() & ~np.isin(
+            ev.index, bad.index)
+        for file, g in ev[outw].groupby("file_name", sort=False):
+            f += _capped(WARNING, "events.outside-workload", str(file), g["line_no"],
+                         [f"phase '{r.phase}' lies outside meta.json's workload window "
+                          f"[{w0}, {w1}]" for r in g.head(max_rows).itertuples()], max_rows)
+    return f
