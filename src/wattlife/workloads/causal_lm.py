@@ -66,8 +66,9 @@ from typing import Any
 from ..config import CausalLMSpec, resource_path
 from ..contracts import COMPILE
 from ..markers import phase
-from .cell import Dist, checkpoint_dir, start_cell
+from .cell import checkpoint_dir, start_cell
 from .checkpointing import dcp_state, make_checkpointer, save_checkpoint
+from .dist import Dist
 from .training_loop import Batches, Schedule, backward_and_step, run_training_loop
 
 MODELS_DIR = resource_path("models")

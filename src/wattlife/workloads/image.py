@@ -20,8 +20,9 @@ from typing import Any
 
 from ..config import ImageClassificationSpec
 from ..markers import phase
-from .cell import Dist, checkpoint_dir, start_cell
+from .cell import checkpoint_dir, start_cell
 from .checkpointing import dcp_state, make_checkpointer, save_atomically
+from .dist import Dist
 from .gpu_decode import MEAN, STD, GpuDecodeLoader, choose_decode, split_workers
 from .training_loop import Batches, Schedule, backward_and_step, run_training_loop
 

@@ -21,8 +21,8 @@ from ..contracts import COMPILE
 from ..markers import phase, step
 
 if TYPE_CHECKING:
-    from .cell import Dist
     from .checkpointing import Checkpointer
+    from .dist import Dist
     from .summary import Summary
 
 
