@@ -159,11 +159,11 @@ def test_lora_changes_only_the_adapters(model):
     from transformers import AutoModelForCausalLM
 
     from wattlife.config import workload_spec
-    from wattlife.workloads.causal_lm import _with_lora, model_config
+    from wattlife.workloads.causal_lm import model_config, with_lora
 
     spec = workload_spec("l", {"kind": "causal_lm", "dataset": "d", "steps": 1, "batch_size": 1,
                                "task": "lora", "lora_rank": 4})
-    m, info = _with_lora(AutoModelForCausalLM.from_config(model_config(model)), spec)
+    m, info = with_lora(AutoModelForCausalLM.from_config(model_config(model)), spec)
     before = {k: v.detach().clone() for k, v in m.named_parameters()}
     opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-2)
     x = torch.randint(0, 2048, (2, 16))

@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from http.client import IncompleteRead
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,16 @@ def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: i
         lock.release()
 
 
+@dataclass
+class _Transfer:
+    """What the attempts of one download have done so far (kept across retries)."""
+
+    transferred: int = 0  # bytes received, over every attempt
+    attempts: int = 0
+    resumed: bool = False  # an attempt continued the partial file (HTTP 206)
+    delimited: bool = False  # the body's end is known: a Content-Length or chunked encoding
+
+
 def _fetch_http(url: str, dest: Path, sha256: str | None, retries: int, backoff_s: float,
                 force: bool, timeout_s: float, progress: bool) -> dict[str, Any]:
     """`fetch_http` once the destination's lock is held."""
@@ -94,37 +105,30 @@ def _fetch_http(url: str, dest: Path, sha256: str | None, retries: int, backoff_
     if force and part.exists():
         part.unlink()
     t0 = time.monotonic()
-    transferred, attempts, resumed, delimited = 0, 0, False, False
+    state = _Transfer()
+    _download_with_retries(url, dest, part, state, retries, backoff_s, timeout_s, progress)
+    _check_whole(url, part, sha256, state.delimited)
+    os.replace(part, dest)
+    return {"url": url, "dest": str(dest), "skipped": False, "bytes": state.transferred,
+            "seconds": time.monotonic() - t0, "attempts": state.attempts,
+            "resumed": state.resumed, "size_bytes": dest.stat().st_size,
+            "verified": sha256 is not None}
+
+
+def _download_with_retries(url: str, dest: Path, part: Path, state: _Transfer, retries: int,
+                           backoff_s: float, timeout_s: float, progress: bool) -> None:
+    """Attempts until `part` holds the whole body: a client error or a permanent write error is
+    final, anything else is retried with exponential backoff up to `retries` times."""
     while True:
-        attempts += 1
+        state.attempts += 1
         have = part.stat().st_size if part.exists() else 0
-        req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                if have and resp.status == 206:
-                    mode, resumed = "ab", True
-                else:
-                    mode, have = "wb", 0
-                total = resp.headers.get("Content-Length")
-                total = int(total) + have if total is not None else None
-                delimited = total is not None or getattr(resp, "chunked", False)
-                with open(part, mode) as fh, tqdm(total=total, initial=have, unit="B",
-                                                  unit_scale=True, desc=dest.name,
-                                                  disable=not progress, leave=False) as bar:
-                    while True:
-                        block = resp.read(CHUNK)
-                        if not block:
-                            break
-                        fh.write(block)
-                        transferred += len(block)
-                        bar.update(len(block))
-                if total is not None and part.stat().st_size < total:
-                    raise IncompleteRead(b"", total - part.stat().st_size)
-            break
+            _attempt(url, dest, part, have, state, timeout_s, progress)
+            return
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and have:  # asked past the end: the part is already complete
-                delimited = True
-                break
+                state.delimited = True
+                return
             if 400 <= exc.code < 500:
                 raise FetchError(f"{url}: HTTP {exc.code} {exc.reason} (not retried)") from exc
             err: Exception = exc
@@ -137,9 +141,43 @@ def _fetch_http(url: str, dest: Path, sha256: str | None, retries: int, backoff_
                 raise FetchError(f"{url}: {what} writing {part} ({why}); {_kept(part)}, nothing "
                                  "promoted, not retried") from exc
             err = exc
-        if attempts > retries:
-            raise FetchError(f"{url}: gave up after {attempts} attempts: {err} ({_kept(part)})")
-        time.sleep(backoff_s * 2 ** (attempts - 1))
+        if state.attempts > retries:
+            raise FetchError(f"{url}: gave up after {state.attempts} attempts: {err} "
+                             f"({_kept(part)})")
+        time.sleep(backoff_s * 2 ** (state.attempts - 1))
+
+
+def _attempt(url: str, dest: Path, part: Path, have: int, state: _Transfer, timeout_s: float,
+             progress: bool) -> None:
+    """One request: from byte `have` of `part` (HTTP Range) when there is a partial file, the
+    body streamed onto it (or over it when the server sends the whole file); IncompleteRead
+    when the body ends before its Content-Length."""
+    req = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        if have and resp.status == 206:
+            mode, state.resumed = "ab", True
+        else:
+            mode, have = "wb", 0
+        total = resp.headers.get("Content-Length")
+        total = int(total) + have if total is not None else None
+        state.delimited = total is not None or getattr(resp, "chunked", False)
+        with open(part, mode) as fh, tqdm(total=total, initial=have, unit="B", unit_scale=True,
+                                          desc=dest.name, disable=not progress,
+                                          leave=False) as bar:
+            while True:
+                block = resp.read(CHUNK)
+                if not block:
+                    break
+                fh.write(block)
+                state.transferred += len(block)
+                bar.update(len(block))
+        if total is not None and part.stat().st_size < total:
+            raise IncompleteRead(b"", total - part.stat().st_size)
+
+
+def _check_whole(url: str, part: Path, sha256: str | None, delimited: bool) -> None:
+    """Refuse to promote a body not known to be whole: neither delimited nor checked by a sha256
+    (kept for resume), or one whose sha256 differs (removed)."""
     if sha256 is None and not delimited:
         raise FetchError(f"{url}: the server sent neither a Content-Length nor a chunked body, so "
                          f"a cut-short download cannot be told from a whole one; nothing promoted "
@@ -148,10 +186,6 @@ def _fetch_http(url: str, dest: Path, sha256: str | None, retries: int, backoff_
         part.unlink()
         raise FetchError(f"{url}: sha256 mismatch (expected {sha256}); partial file removed, "
                          "nothing promoted")
-    os.replace(part, dest)
-    return {"url": url, "dest": str(dest), "skipped": False, "bytes": transferred,
-            "seconds": time.monotonic() - t0, "attempts": attempts, "resumed": resumed,
-            "size_bytes": dest.stat().st_size, "verified": sha256 is not None}
 
 
 def _kept(part: Path) -> str:

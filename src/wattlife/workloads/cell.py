@@ -1,40 +1,20 @@
-"""Setting up one matrix cell of a workload: the process group, the device, the dataset staged
-where the cell says, the checkpoint folder."""
+"""Setting up one matrix cell of a workload: the process group (`workloads.dist`), the device,
+the dataset staged where the cell says, the checkpoint folder."""
 
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import WorkloadSpec
 from ..markers import ENV_RUN_ID, phase
+from .dist import Dist, barrier, init_distributed
 from .summary import Summary
 
-
-@dataclass
-class Dist:
-    rank: int = 0
-    local_rank: int = 0
-    world: int = 1
-
-
-def init_distributed() -> Dist:
-    """Join the torchrun process group when WORLD_SIZE > 1 (NCCL on GPU, Gloo on CPU)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    dist = Dist(int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")), world)
-    if world > 1:
-        import torch
-        import torch.distributed as td
-
-        if not td.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            if backend == "nccl":
-                torch.cuda.set_device(dist.local_rank)
-            td.init_process_group(backend)
-    return dist
+__all__ = ["Dist", "barrier", "checkpoint_dir", "init_distributed", "resolve_device",
+           "stage_dataset", "start_cell"]
 
 
 def resolve_device(name: str, dist: Dist):
@@ -47,13 +27,6 @@ def resolve_device(name: str, dist: Dist):
             raise RuntimeError("workload asks for device 'cuda' but no GPU is visible")
         return torch.device("cuda", dist.local_rank)
     return torch.device(name)
-
-
-def barrier(dist: Dist) -> None:
-    if dist.world > 1:
-        import torch.distributed as td
-
-        td.barrier()
 
 
 def stage_dataset(data_root: Path, storage: str, local_root: Path, dist: Dist) -> Path:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..markers import concurrent, phase
-from .cell import Dist, barrier
+from .dist import Dist, barrier
 
 CHECKPOINT_MODES = ("off", "sync", "async")
 #: what a config or `wattlife train --checkpoint` may say: the modes, and `on` (= `sync`)

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..config import ImageClassificationSpec
 from ..markers import phase
-from .cell import Dist, checkpoint_dir, start_cell
-from .checkpointing import dcp_state, make_checkpointer, save_atomically
+from .cell import checkpoint_dir, start_cell
+from .checkpointing import Checkpointer, dcp_state, make_checkpointer, save_atomically
+from .dist import Dist
 from .gpu_decode import MEAN, STD, GpuDecodeLoader, choose_decode, split_workers
+from .summary import Summary
 from .training_loop import Batches, Schedule, backward_and_step, run_training_loop
 
 
@@ -77,9 +79,6 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
                 checkpoint: str, ckpt_root: Path, workdir: Path) -> int:
     """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell (`checkpoint`: a
     `checkpointing.CHECKPOINT_MODES` mode); writes work/summary.json."""
-    import torch
-    import torch.nn.functional as F
-
     if spec.image_size is None:
         raise ValueError(f"workloads.{spec.name}.image_size: required for kind "
                          "image_classification (pixels, e.g. 224)")
@@ -94,30 +93,9 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
     amp = spec.precision == "bf16"
     explicit_sync = dist.world > 1 and spec.grad_sync == "explicit"
     ckpt_dir = checkpoint_dir(ckpt_root, workdir)
-
-    def train_step() -> tuple[float, Any] | None:
-        x, y, skipped = batches.next()
-        summary.skipped += skipped
-        if x is None:  # every image of the batch was corrupt
-            return None
-        with phase("h2d"):
-            x = x.to(device, non_blocking=True, memory_format=torch.channels_last)
-            y = y.to(device, non_blocking=True)
-        with phase("forward"):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                loss = F.cross_entropy(model(x), y)
-        backward_and_step(model, loss, opt, explicit_sync, dist.world)
-        return len(y), loss
-
-    def save(step_no: int) -> Path:
-        state = {"model": (model.module if dist.world > 1 else model).state_dict(),
-                 "optimizer": opt.state_dict(), "step": step_no}
-        return save_atomically(state, ckpt_dir / "model.pt")
-
-    # rank 0 holds the whole model and saves alone (sync: model.pt; async: model.dcp)
-    ckpt = make_checkpointer(
-        checkpoint, save, lambda: dcp_state(model.module if dist.world > 1 else model, opt),
-        ckpt_dir, dist, device, {"adapters_only": False}, collective=False)
+    train_step = _step_function(model, opt, batches, summary, device, amp, explicit_sync,
+                                dist.world)
+    ckpt = _checkpointer(model, opt, checkpoint, ckpt_dir, dist, device)
 
     schedule = Schedule(steps=spec.steps, val_every=spec.val_every, ckpt_every=spec.ckpt_every)
     try:
@@ -135,6 +113,47 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
         "decode_requested": spec.decode, "decode_fallback": decode_fallback,
         "decode_batches": getattr(batches.loader, "decoded", None)})
     return 0
+
+
+def _step_function(model: Any, opt: Any, batches: Batches, summary: Summary, device: Any,
+                   amp: bool, explicit_sync: bool,
+                   world: int) -> Callable[[], tuple[float, Any] | None]:
+    """One training step: batch (`data_load`; its corrupt images counted as skipped), `h2d`,
+    `forward` (bf16 autocast when `amp`), then the marked backward / grad_sync / optimizer tail;
+    None when every image of the batch was corrupt."""
+    import torch
+    import torch.nn.functional as F
+
+    def train_step() -> tuple[float, Any] | None:
+        x, y, skipped = batches.next()
+        summary.skipped += skipped
+        if x is None:  # every image of the batch was corrupt
+            return None
+        with phase("h2d"):
+            x = x.to(device, non_blocking=True, memory_format=torch.channels_last)
+            y = y.to(device, non_blocking=True)
+        with phase("forward"):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                loss = F.cross_entropy(model(x), y)
+        backward_and_step(model, loss, opt, explicit_sync, world)
+        return len(y), loss
+
+    return train_step
+
+
+def _checkpointer(model: Any, opt: Any, checkpoint: str, ckpt_dir: Path, dist: Dist,
+                  device: Any) -> Checkpointer | None:
+    """The cell's checkpointer: rank 0 holds the whole model and saves alone (sync: model.pt;
+    async: model.dcp)."""
+
+    def save(step_no: int) -> Path:
+        state = {"model": (model.module if dist.world > 1 else model).state_dict(),
+                 "optimizer": opt.state_dict(), "step": step_no}
+        return save_atomically(state, ckpt_dir / "model.pt")
+
+    return make_checkpointer(
+        checkpoint, save, lambda: dcp_state(model.module if dist.world > 1 else model, opt),
+        ckpt_dir, dist, device, {"adapters_only": False}, collective=False)
 
 
 def _build(spec: ImageClassificationSpec, root: Path, dist: Dist, device: Any):

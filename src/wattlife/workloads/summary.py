@@ -8,13 +8,11 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..contracts import warmup_count
 from ..markers import step_spans
-
-if TYPE_CHECKING:
-    from .cell import Dist
+from .dist import Dist
 
 
 class Summary:

@@ -21,8 +21,8 @@ from ..contracts import COMPILE
 from ..markers import phase, step
 
 if TYPE_CHECKING:
-    from .cell import Dist
     from .checkpointing import Checkpointer
+    from .dist import Dist
     from .summary import Summary
 
 
@@ -152,29 +152,51 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
             items, last_loss = outcome
             summary.add_step(items)
             bar.update(1)
-        trained = outcome is not None
-        do_eval = trained and ((elapsed >= eval_at) if eval_at is not None
-                               else bool(schedule.val_every and done % schedule.val_every == 0))
-        do_ckpt = trained and checkpointer is not None and (
-            (elapsed >= ckpt_at) if ckpt_at is not None
-            else bool(schedule.ckpt_every and done % schedule.ckpt_every == 0))
-        stop = done >= schedule.steps or (bool(schedule.duration_s)
-                                          and elapsed >= schedule.duration_s)
-        if schedule.timed and dist.world > 1:  # ranks' clocks differ: all act on the same decision
-            stop, do_eval, do_ckpt = agree_across_ranks((stop, do_eval, do_ckpt), device)
+        stop, do_eval, do_ckpt = _decide(schedule, done, elapsed, outcome is not None, eval_at,
+                                         ckpt_at, checkpointer is not None, dist, device)
         if do_eval and validate is not None:
             eval_at = float("inf") if eval_at is not None else None
-            with phase("validation"):
-                summary.val_acc = validate()
-            model.train()
-            summary.end_pause()
+            _validation_pause(model, summary, validate)
         if do_ckpt and checkpointer is not None:
             ckpt_at = float("inf") if ckpt_at is not None else None
-            path = checkpointer.save(done)
-            if path is not None:
-                summary.checkpoints.append(str(path))
-            summary.end_pause()
+            _checkpoint_pause(summary, checkpointer, done)
     if checkpointer is not None:
         checkpointer.finish()  # the run never ends before its last checkpoint is written
     bar.close()
     return LoopResult(steps=done, epochs_started=batches.epoch + 1, last_loss=last_loss)
+
+
+def _decide(schedule: Schedule, done: int, elapsed: float, trained: bool, eval_at: float | None,
+            ckpt_at: float | None, can_checkpoint: bool, dist: Dist,
+            device: Any) -> tuple[bool, bool, bool]:
+    """After step `done` (`elapsed` seconds on the schedule's clock): whether to stop, validate
+    and checkpoint. A step that trained nothing neither validates nor checkpoints; timed
+    decisions are agreed across ranks (their clocks differ)."""
+    do_eval = trained and ((elapsed >= eval_at) if eval_at is not None
+                           else bool(schedule.val_every and done % schedule.val_every == 0))
+    do_ckpt = trained and can_checkpoint and (
+        (elapsed >= ckpt_at) if ckpt_at is not None
+        else bool(schedule.ckpt_every and done % schedule.ckpt_every == 0))
+    stop = done >= schedule.steps or (bool(schedule.duration_s)
+                                      and elapsed >= schedule.duration_s)
+    if schedule.timed and dist.world > 1:  # ranks' clocks differ: all act on the same decision
+        stop, do_eval, do_ckpt = agree_across_ranks((stop, do_eval, do_ckpt), device)
+    return stop, do_eval, do_ckpt
+
+
+def _validation_pause(model: Any, summary: Summary, validate: Callable[[], float]) -> None:
+    """The `validation` phase; training mode again after it, and the pause left out of the
+    `step` basis."""
+    with phase("validation"):
+        summary.val_acc = validate()
+    model.train()
+    summary.end_pause()
+
+
+def _checkpoint_pause(summary: Summary, checkpointer: Checkpointer, done: int) -> None:
+    """A checkpoint after step `done` (its phases marked by the checkpointer), listed in the
+    summary when this rank has one; the pause left out of the `step` basis."""
+    path = checkpointer.save(done)
+    if path is not None:
+        summary.checkpoints.append(str(path))
+    summary.end_pause()

@@ -1,0 +1,90 @@
+"""The causal-LM workload's data: the tokenizer (the pretrained folder's, or a byte-level BPE
+trained on the corpus and cached), the corpus tokenised and packed into `seq_len` blocks (EOS
+after each line), and the shuffled training loader (a DistributedSampler under torchrun)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config import CausalLMSpec
+from .dist import Dist
+
+
+def load_tokenizer(pretrained: Path | None, train_file: Path, vocab_size: int, cache_dir: Path):
+    """The pretrained folder's tokenizer, or a byte-level BPE trained on the corpus (cached)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if pretrained is not None and (pretrained / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(str(pretrained))
+    cached = cache_dir / "tokenizer.json"
+    if not cached.exists():
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train([str(train_file)], trainer)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tok.save(str(cached))
+    return PreTrainedTokenizerFast(tokenizer_file=str(cached), eos_token="<|endoftext|>")
+
+
+def pack(tokenizer, text_file: Path, seq_len: int):
+    """Token ids of the whole file, EOS after each line, packed as (n_blocks, seq_len)."""
+    import torch
+
+    lines = [ln for ln in text_file.read_text().splitlines() if ln.strip()]
+    ids: list[int] = []
+    eos = tokenizer.eos_token_id
+    for chunk in range(0, len(lines), 1000):
+        for row in tokenizer(lines[chunk:chunk + 1000], add_special_tokens=False)["input_ids"]:
+            ids.extend(row)
+            ids.append(eos)
+    n = len(ids) // seq_len
+    if n == 0:
+        raise ValueError(f"{text_file}: {len(ids)} tokens, fewer than one block of {seq_len}")
+    return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
+
+
+def corpus_files(root: Path) -> tuple[Path, Path]:
+    """The staged WikiText-style folder's training and validation text (the first must exist)."""
+    train_file, val_file = root / "train.txt", root / "validation.txt"
+    if not train_file.exists():
+        raise FileNotFoundError(f"{train_file} does not exist (a WikiText-style folder has "
+                                "train.txt and validation.txt; `wattlife gen-text` makes one)")
+    return train_file, val_file
+
+
+def tokenize_corpus(spec: CausalLMSpec, cfg: Any, pretrained: Path | None, train_file: Path,
+                    val_file: Path, workdir: Path) -> tuple[Any, Any, Any]:
+    """The `tokenize` phase's work: load (or train) the tokenizer, then tokenise and pack the
+    training split and the validation split (the first two training blocks without one)."""
+    tok = load_tokenizer(pretrained if pretrained and pretrained.exists() else None, train_file,
+                         min(cfg.vocab_size, spec.tokenizer_vocab),
+                         Path(workdir) / "tokenizer")
+    blocks = pack(tok, train_file, spec.seq_len)
+    val_blocks = pack(tok, val_file, spec.seq_len) if val_file.exists() else blocks[:2]
+    return tok, blocks, val_blocks
+
+
+def make_loader(blocks, spec: CausalLMSpec, dist: Dist, device) -> tuple[Any, Any]:
+    """The training batches: shuffled packed blocks (a DistributedSampler under torchrun)."""
+    import torch
+
+    bs = spec.batch_size
+    if len(blocks) < bs * dist.world:
+        raise ValueError(f"only {len(blocks)} packed blocks of {blocks.shape[1]} tokens for batch "
+                         f"size {bs} x {dist.world} ranks: use more data or a shorter seq_len")
+    sampler: Any = None
+    if dist.world > 1:
+        from torch.utils.data.distributed import DistributedSampler
+
+        sampler = DistributedSampler(blocks, dist.world, dist.rank, shuffle=True)
+    loader = torch.utils.data.DataLoader(blocks, batch_size=bs, shuffle=sampler is None,
+                                         sampler=sampler, drop_last=True,
+                                         pin_memory=device.type == "cuda",
+                                         num_workers=spec.workers)
+    return loader, sampler
