@@ -1,5 +1,6 @@
 """The Snakemake scripts are one call each to the functions `wattlife aggregate` / `wattlife
-figures` run; figures are drawn from tables, the reference tables made in `analysis.reference`."""
+figures` run; figures are drawn from tables (the reference tables made in `analysis.reference`),
+never by running an analysis."""
 
 import runpy
 from pathlib import Path
@@ -53,3 +54,48 @@ def test_reference_tables_are_made_in_analysis(tmp_path):
     assert all(p.exists() for p in written.values())
     allocation = pd.read_csv(written[f"{A100_TABLES}/allocation_summary.csv"])
     assert set(allocation["curves_source"]) == {"measured"}
+
+
+def test_figures_import_no_analysis_or_attribution():
+    """A figure is drawn from a table, never by running an analysis: no module of the figures
+    package imports `analysis` or `attribution` (any scope, relative imports resolved)."""
+    import ast
+
+    pkg = REPO / "src" / "wattlife" / "figures"
+    bad = {}
+    for path in sorted(pkg.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                mod = ("." * node.level) + (node.module or "")
+                names = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            hit = [n for n in names if n.lstrip(".").split(".")[0] in ("analysis", "attribution")
+                   or n.startswith(("wattlife.analysis", "wattlife.attribution"))]
+            if hit:
+                bad.setdefault(path.name, []).extend(hit)
+    assert bad == {}
+
+
+def test_the_figures_phase_lists_are_the_analysis_ones():
+    """Figs. 1 and 9 keep their own copy of the phase lists the analysis computes with (figures
+    import no analysis): the copies must not drift."""
+    from wattlife.analysis.repeats import PER_STEP_PHASES
+    from wattlife.analysis.waiting import WAITING_PHASES
+    from wattlife.figures import lifecycle, waiting
+
+    assert lifecycle.PER_STEP_PHASES == PER_STEP_PHASES
+    assert waiting.WAITING_PHASES == WAITING_PHASES
+
+
+def test_reference_figures_are_drawn_only_from_written_tables(tmp_path):
+    """`draw_reference` computes nothing: with no committed CSVs and no tables written under
+    `out`, it draws nothing and writes no table (`write_reference_tables` makes them first)."""
+    from wattlife.contracts import A100_TABLES, H200_EXECUTION_TABLES
+    from wattlife.figures import draw_reference
+
+    out = tmp_path / "out"
+    assert draw_reference(tmp_path / "empty", out) == []
+    assert not (out / A100_TABLES).exists() and not (out / H200_EXECUTION_TABLES).exists()

@@ -232,7 +232,7 @@ def test_committed_sensitivity_and_headline_tables_say_the_throughput_is_assumed
 
 def test_the_allocation_figure_says_flagged_and_assumed(monkeypatch, tmp_path):
     """The caption names a flagged curve's point and every panel on assumed tokens/s says so."""
-    import wattlife.figures as figs
+    import wattlife.figures.allocation as figs
 
     texts: list[str] = []
 

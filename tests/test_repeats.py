@@ -138,7 +138,7 @@ def test_tokens_are_counted_per_thousand():
 
 
 def test_figures_say_what_their_intervals_are(tmp_path):
-    from wattlife.figures_lifecycle import effect_caption, fig_phase_energy, fig_storage_checkpoint
+    from wattlife.figures.lifecycle import effect_caption, fig_phase_energy, fig_storage_checkpoint
 
     one = storage_checkpoint_deltas(_phases(60.0, 5.0, 1))
     assert effect_caption(one).startswith("n = 1: no interval")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -107,8 +108,6 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
     a `flags` column naming the job's first such point, `monotone_flag`) with a warning: PFI and
     allocation assume more power never means less work, and carry the flag into every row they
     derive from it."""
-    import warnings
-
     from ..contracts import ContractError
 
     df = df.reset_index(drop=True)
@@ -116,23 +115,47 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
         raise ContractError(f"{where}: header only, no data rows")
     pos = np.arange(len(df))  # each kept row's position in the file, for line numbers
     if "status" in df.columns:  # an assembled curve: failed or missing caps carry no numbers
-        st = df["status"].fillna("ok").astype(str)
-        skip = st.ne("ok").to_numpy()
-        if skip.any():
-            left = df.loc[skip, ["job", "cap_w"]].assign(status=st[skip])
-            listed = "; ".join(f"{j} {c:g} W ({s})"
-                               for j, c, s in left.itertuples(index=False))
-            warnings.warn(f"{where}: {int(skip.sum())} cap(s) not measured, left out: {listed}",
-                          stacklevel=2)
-            pos = pos[~skip]
-            df = df.loc[~skip].reset_index(drop=True)
-            if not len(df):
-                raise ContractError(f"{where}: no measured cap (every row's status is not ok)")
+        df, pos = _drop_unmeasured(df, pos, where)
 
     def line(i: int) -> str:
         if first_line is None:
             return f"{where} row {pos[i]}"
         return f"{where}:{pos[i] + first_line}"
+    _check_numbers(df, line)
+    key = ["job", "gpu_model"]
+    _check_caps(df, line, key)
+    _flag_monotone(df, key, where)
+    return df
+
+
+def _drop_unmeasured(df: pd.DataFrame, pos: np.ndarray, where: str
+                     ) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rows whose status is ok (and their positions in the file), with a warning listing the
+    caps left out; an error when none is."""
+    import warnings
+
+    from ..contracts import ContractError
+
+    st = df["status"].fillna("ok").astype(str)
+    skip = st.ne("ok").to_numpy()
+    if skip.any():
+        left = df.loc[skip, ["job", "cap_w"]].assign(status=st[skip])
+        listed = "; ".join(f"{j} {c:g} W ({s})"
+                           for j, c, s in left.itertuples(index=False))
+        warnings.warn(f"{where}: {int(skip.sum())} cap(s) not measured, left out: {listed}",
+                      stacklevel=3)
+        pos = pos[~skip]
+        df = df.loc[~skip].reset_index(drop=True)
+        if not len(df):
+            raise ContractError(f"{where}: no measured cap (every row's status is not ok)")
+    return df, pos
+
+
+def _check_numbers(df: pd.DataFrame, line: Callable[[int], str]) -> None:
+    """Cap, throughput and power as finite floats (in place) in their ranges, else an error
+    naming the first bad row's line and job."""
+    from ..contracts import ContractError
+
     for col in ("cap_w", "throughput", "power_w"):
         vals = pd.to_numeric(df[col], errors="coerce")
         bad = ~np.isfinite(vals.to_numpy(np.float64))
@@ -149,7 +172,13 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise ContractError(f"{line(i)}: column {col} expects {want}, got {df[col].iat[i]:g} "
                                 f"(job {df['job'].iat[i]})")
-    key = ["job", "gpu_model"]
+
+
+def _check_caps(df: pd.DataFrame, line: Callable[[int], str], key: list[str]) -> None:
+    """One row per cap of a job, and throughput > 0 at every cap, else an error naming the
+    first bad row's line and job."""
+    from ..contracts import ContractError
+
     dup = df.duplicated(key + ["cap_w"], keep="first")
     if dup.any():
         i = int(np.flatnonzero(dup.to_numpy())[0])
@@ -169,6 +198,13 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
                             f"{df['throughput'].iat[i]:g} at cap {df['cap_w'].iat[i]:g} W; "
                             "expected > 0 (a run that did no work is a failed point: give it "
                             "a status other than ok)")
+
+
+def _flag_monotone(df: pd.DataFrame, key: list[str], where: str) -> None:
+    """Add `monotone` and `flags` (in place): each job's `monotone_flag`, with a warning naming
+    the non-monotone jobs."""
+    import warnings
+
     order = df.sort_values(key + ["cap_w"], kind="stable")
     flags = order.groupby(key, sort=False)[["cap_w", "throughput", "power_w"]].apply(
         monotone_flag)
@@ -180,8 +216,7 @@ def validate_curves(df: pd.DataFrame, where: str = "curves", first_line: int | N
         warnings.warn(f"{where}: throughput or power falls as the cap rises (by more than "
                       f"{MONOTONE_TOL:.0%}) for {len(bad_jobs)} job(s): {', '.join(bad_jobs[:5])}"
                       f"{' ...' if len(bad_jobs) > 5 else ''}; column monotone is False for them",
-                      stacklevel=2)
-    return df
+                      stacklevel=3)
 
 
 def load_curves(path: str | Path) -> pd.DataFrame:

@@ -81,6 +81,66 @@ def calibration_note(pfi: pd.DataFrame, tol: float = CALIBRATION_TOL) -> pd.Seri
                      index=pfi.index)
 
 
+def _study_summary(curves: pd.DataFrame, weights: pd.DataFrame, cuts: list[float],
+                   n_workloads: int, n_jobs: int, seed: int, mixes: tuple[str, ...],
+                   objectives: tuple[str, ...]) -> pd.DataFrame:
+    """The allocation summary of every (mix, objective) on the calibrated curves, with its
+    sources."""
+    summaries = []
+    for mix in mixes:
+        for obj in objectives:
+            _, s = simulate_allocation(curves, cuts, n_workloads, n_jobs, seed=seed, mix=mix,
+                                       pfi=weights, objective=obj)
+            summaries.append(s)
+    summ = pd.concat(summaries, ignore_index=True)
+    summ["curves_source"] = CALIBRATED_SOURCE
+    summ["throughput_source"] = np.where(summ["objective"] == "absolute", throughput_source(),
+                                         "relative to each job's own uncapped run (none assumed)")
+    return summ
+
+
+def _a100_summary(a100: str | Path, out: Path, cuts: list[float], n_workloads: int,
+                  n_jobs: int, seed: int) -> pd.DataFrame:
+    """The allocation summary on the public A100 sweeps (measured curves), written to `out`."""
+    from .curves import load_curves
+
+    _, a100_summ = simulate_allocation(load_curves(a100), cuts, n_workloads, n_jobs, seed=seed)
+    a100_summ["curves_source"] = "measured"
+    a100_summ["throughput_source"] = "relative to each job's own uncapped run (measured)"
+    a100_summ.to_csv(out / "allocation_a100_summary.csv", index=False, float_format="%.6g")
+    return a100_summ
+
+
+def _study_figures(out: Path, pfi: pd.DataFrame, summ: pd.DataFrame, grid: pd.DataFrame | None,
+                   a100_summ: pd.DataFrame | None, mixes: tuple[str, ...],
+                   objectives: tuple[str, ...]) -> dict[str, Path]:
+    """The study's figures from its tables, and `worse_than_equal.json` (each (mix, objective)'s
+    cuts where a heuristic does worse than the equal split). Returns the written paths."""
+    from ..figures import fig_allocation, fig_pfi_published, fig_sensitivity, worse_than_equal_note
+
+    written: dict[str, Path] = {}
+    fig_pfi_published(pfi, out / "fig_pfi_vs_published")
+    fig_allocation(summ, out / "fig_allocation_calibrated",
+                   title="Allocation on the study's 25 jobs (curves SIMULATED, calibrated to "
+                         "the published PFIs; absolute tokens/s ASSUMED)")
+    written["fig_pfi_vs_published.png"] = out / "fig_pfi_vs_published.png"
+    written["fig_allocation_calibrated.png"] = out / "fig_allocation_calibrated.png"
+    if grid is not None:
+        fig_sensitivity(grid, out / "fig_sensitivity", PAPER_GAP_RECOVERED["gap_recovered"])
+        written["fig_sensitivity.png"] = out / "fig_sensitivity.png"
+    notes = {f"{m}/{o}": worse_than_equal_note(
+                 summ[(summ["mix"] == m) & (summ["objective"] == o)])
+             for m in mixes for o in objectives}
+    if a100_summ is not None:
+        fig_allocation(a100_summ, out / "fig_allocation_a100",
+                       title="Allocation on the public A100 sweeps (measured curves)")
+        written["fig_allocation_a100.png"] = out / "fig_allocation_a100.png"
+        notes["a100/random/relative"] = worse_than_equal_note(a100_summ)
+    (out / "worse_than_equal.json").write_text(json.dumps(notes, indent=1) + "\n")
+    written["worse_than_equal.json"] = out / "worse_than_equal.json"
+    return written
+
+
 def run_pfi_study(out: str | Path, n_workloads: int = 500, n_jobs: int = 100,
                   cuts: list[float] | None = None, seed: int = 0,
                   mixes: tuple[str, ...] = ("random", "production"),
@@ -100,16 +160,7 @@ def run_pfi_study(out: str | Path, n_workloads: int = 500, n_jobs: int = 100,
     pfi = with_published(pfi_table(curves, n_mc=0), curves)
     pfi["calibration"] = calibration_note(pfi)
     weights = pfi.assign(pfi=pfi["pfi_eq1"])  # PFI-aware weights by the published formula
-    summaries = []
-    for mix in mixes:
-        for obj in objectives:
-            _, s = simulate_allocation(curves, cuts, n_workloads, n_jobs, seed=seed, mix=mix,
-                                       pfi=weights, objective=obj)
-            summaries.append(s)
-    summ = pd.concat(summaries, ignore_index=True)
-    summ["curves_source"] = CALIBRATED_SOURCE
-    summ["throughput_source"] = np.where(summ["objective"] == "absolute", throughput_source(),
-                                         "relative to each job's own uncapped run (none assumed)")
+    summ = _study_summary(curves, weights, cuts, n_workloads, n_jobs, seed, mixes, objectives)
     gaps = gap_table(summ)
     from .predictor import job_features, predictor_table
 
@@ -131,35 +182,8 @@ def run_pfi_study(out: str | Path, n_workloads: int = 500, n_jobs: int = 100,
         written[name] = out / name
     a100_summ = None
     if a100 is not None and Path(a100).exists():
-        from .curves import load_curves
-
-        _, a100_summ = simulate_allocation(load_curves(a100), cuts, n_workloads, n_jobs, seed=seed)
-        a100_summ["curves_source"] = "measured"
-        a100_summ["throughput_source"] = "relative to each job's own uncapped run (measured)"
-        a100_summ.to_csv(out / "allocation_a100_summary.csv", index=False, float_format="%.6g")
+        a100_summ = _a100_summary(a100, out, cuts, n_workloads, n_jobs, seed)
         written["allocation_a100_summary.csv"] = out / "allocation_a100_summary.csv"
     if figures:
-        from ..figures import fig_allocation, fig_pfi_published, worse_than_equal_note
-
-        fig_pfi_published(pfi, out / "fig_pfi_vs_published")
-        fig_allocation(summ, out / "fig_allocation_calibrated",
-                       title="Allocation on the study's 25 jobs (curves SIMULATED, calibrated to "
-                             "the published PFIs; absolute tokens/s ASSUMED)")
-        written["fig_pfi_vs_published.png"] = out / "fig_pfi_vs_published.png"
-        written["fig_allocation_calibrated.png"] = out / "fig_allocation_calibrated.png"
-        if grid is not None:
-            from ..figures_pfi import fig_sensitivity
-
-            fig_sensitivity(grid, out / "fig_sensitivity", PAPER_GAP_RECOVERED["gap_recovered"])
-            written["fig_sensitivity.png"] = out / "fig_sensitivity.png"
-        notes = {f"{m}/{o}": worse_than_equal_note(
-                     summ[(summ["mix"] == m) & (summ["objective"] == o)])
-                 for m in mixes for o in objectives}
-        if a100_summ is not None:
-            fig_allocation(a100_summ, out / "fig_allocation_a100",
-                           title="Allocation on the public A100 sweeps (measured curves)")
-            written["fig_allocation_a100.png"] = out / "fig_allocation_a100.png"
-            notes["a100/random/relative"] = worse_than_equal_note(a100_summ)
-        (out / "worse_than_equal.json").write_text(json.dumps(notes, indent=1) + "\n")
-        written["worse_than_equal.json"] = out / "worse_than_equal.json"
+        written.update(_study_figures(out, pfi, summ, grid, a100_summ, mixes, objectives))
     return written

@@ -2,9 +2,9 @@
 
 The H200 execution cells' `phases.csv` become the run-level phase tables (`aggregate`); the
 public A100 DVFS sweep (`a100-emerald/dvfs_sweep.csv`, measured) becomes curves, PFI and the
-allocation summary. `wattlife figures --reference` draws from these tables
-(`figures.draw_reference`); the other reference CSVs (sampler, attribution comparison,
-pfi-study) are tables already.
+allocation summary. `wattlife figures --reference` writes these tables first, then draws from
+them (`figures.draw_reference` reads them and computes nothing); the other reference CSVs
+(sampler, attribution comparison, pfi-study) are tables already.
 """
 
 from __future__ import annotations

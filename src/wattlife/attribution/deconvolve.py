@@ -113,6 +113,53 @@ def _name_times(series: DeviceSeries, tree: PhaseTree, bounds: np.ndarray,
     return times, np.array([int(count_by.get(nm, 0)) for nm in names])
 
 
+def _fit_with_bootstrap(series: DeviceSeries, g_blocks: np.ndarray, h_blocks: np.ndarray,
+                        p: np.ndarray, n_boot: int, seed: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(powers, bootstrap replicates, names some reading saw, replicates that held each name,
+    A'A) of all readings; a name no reading saw keeps the device's mean power, in the fit and in
+    every replicate."""
+    g_all, h_all = g_blocks.sum(0), h_blocks.sum(0)
+    used = np.diag(g_all) > 0
+    mean_w = float(np.mean(p))
+    beta = np.zeros(h_blocks.shape[1])
+    floor, cap = series.floor_w, series.max_power_w
+    beta[used] = _nnls_normal(g_all[np.ix_(used, used)], h_all[used], mean_w, cap, floor)
+    boots = _block_bootstrap(g_blocks, h_blocks, used, mean_w, cap, floor, n_boot, seed)
+    # a name no reading saw keeps the device's mean power; the bootstrap says nothing about it
+    beta[~used] = np.clip(mean_w, floor, cap)
+    seen_boot = np.isfinite(boots).sum(axis=0)
+    boots[:, seen_boot == 0] = beta[seen_boot == 0]
+    return beta, boots, used, seen_boot, g_all
+
+
+def _name_intervals(series: DeviceSeries, g_all: np.ndarray, beta: np.ndarray,
+                    boots: np.ndarray, used: np.ndarray, seen_boot: np.ndarray, n_boot: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, identifiability, identified) of each name's power: the bootstrap's 95 % where
+    the name is identified, else the floor to the device's upper bound."""
+    k = len(beta)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = np.nanpercentile(boots, [2.5, 97.5], axis=0)
+    # how well the readings see each name: its share of the mean diagonal of A'A
+    seen = np.diag(g_all) / max(np.trace(g_all) / k, 1e-300)
+    # Identified: the readings see the name (identifiability >= MIN_IDENTIFIABILITY) and its
+    # bootstrap interval has not collapsed (a zero-width interval means every replicate hit the
+    # same bound: the data pushed the estimate against a physical limit). Otherwise the interval
+    # is everything physically possible, the device's floor to its upper bound.
+    # A device that read one value throughout (e.g. a utilisation estimate saturated at its
+    # maximum) has floor == upper: every phase drew that power, and a point is all there is.
+    floor, upper = series.floor_w, series.upper_w
+    constant = not floor < upper
+    collapsed = ((hi - lo) <= 1e-6 * np.maximum(np.abs(hi), 1.0)) & (not constant)
+    # a name absent from most replicates (one long phase in one block) is barely resampled
+    identified = used & (seen >= MIN_IDENTIFIABILITY) & ~collapsed & (seen_boot >= n_boot / 2)
+    lo = np.where(identified, lo, floor)
+    hi = np.where(identified, hi, np.maximum(upper, beta) if np.isfinite(upper) else np.inf)
+    return lo, hi, seen, identified
+
+
 def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = None,
                n_boot: int = 200, n_blocks: int = 100, seed: int = 0,
                chunk: int = 500_000, response: SensorResponse | None = None) -> pd.DataFrame:
@@ -128,38 +175,12 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
     w_ns = response.span_s * 1e9
     t = series.rel(series.t_ns[1:])  # the first reading has no defined window start
     p = series.power_w[1:]
-    k = len(names)
     n_blocks = max(1, min(n_blocks, len(t) // 10))
     g_blocks, h_blocks = _normal_blocks(response, index, t, p, n_blocks, chunk)
-    g_all, h_all = g_blocks.sum(0), h_blocks.sum(0)
-    used = np.diag(g_all) > 0
-    mean_w = float(np.mean(p))
-    beta = np.zeros(k)
-    floor, cap = series.floor_w, series.max_power_w
-    beta[used] = _nnls_normal(g_all[np.ix_(used, used)], h_all[used], mean_w, cap, floor)
-    boots = _block_bootstrap(g_blocks, h_blocks, used, mean_w, cap, floor, n_boot, seed)
-    # a name no reading saw keeps the device's mean power; the bootstrap says nothing about it
-    beta[~used] = np.clip(mean_w, floor, cap)
-    seen_boot = np.isfinite(boots).sum(axis=0)
-    boots[:, seen_boot == 0] = beta[seen_boot == 0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lo, hi = np.nanpercentile(boots, [2.5, 97.5], axis=0)
-    # how well the readings see each name: its share of the mean diagonal of A'A
-    seen = np.diag(g_all) / max(np.trace(g_all) / k, 1e-300)
-    # Identified: the readings see the name (identifiability >= MIN_IDENTIFIABILITY) and its
-    # bootstrap interval has not collapsed (a zero-width interval means every replicate hit the
-    # same bound: the data pushed the estimate against a physical limit). Otherwise the interval
-    # is everything physically possible, the device's floor to its upper bound.
-    # A device that read one value throughout (e.g. a utilisation estimate saturated at its
-    # maximum) has floor == upper: every phase drew that power, and a point is all there is.
-    upper = series.upper_w
-    constant = not floor < upper
-    collapsed = ((hi - lo) <= 1e-6 * np.maximum(np.abs(hi), 1.0)) & (not constant)
-    # a name absent from most replicates (one long phase in one block) is barely resampled
-    identified = used & (seen >= MIN_IDENTIFIABILITY) & ~collapsed & (seen_boot >= n_boot / 2)
-    lo = np.where(identified, lo, floor)
-    hi = np.where(identified, hi, np.maximum(upper, beta) if np.isfinite(upper) else np.inf)
+    beta, boots, used, seen_boot, g_all = _fit_with_bootstrap(series, g_blocks, h_blocks, p,
+                                                              n_boot, seed)
+    lo, hi, seen, identified = _name_intervals(series, g_all, beta, boots, used, seen_boot,
+                                               n_boot)
     ts, counts = _name_times(series, tree, bounds, seg_name, names)
     common = {"method": "deconvolve", "window_ms": w_ns / 1e6,
               "sensor_response": response.describe()}

@@ -204,6 +204,76 @@ def _label_device(df: pd.DataFrame, s: DeviceSeries, frac: pd.Series,
     return df
 
 
+def _warn_busy(s: DeviceSeries, floors: dict, strict: bool, where: str) -> None:
+    """A GPU no rank claimed whose mean power is well above its idle floor: a warning (an error
+    with `strict`), never silently idle."""
+    busy = _unclaimed_busy(s, floors.get((s.host, s.device), np.nan))
+    if busy is not None:
+        if strict:
+            raise ContractError(f"{where + ': ' if where else ''}{busy}")
+        # stacklevel: attribute_energy's caller (through _attribute_devices)
+        warnings.warn(f"{where + ': ' if where else ''}{busy}", stacklevel=4)
+
+
+def _attribute_devices(series: list[DeviceSeries], pmap: dict, events: pd.DataFrame,
+                       floors: dict, method: str, window_s: float | None,
+                       response: SensorResponse | str | None, n_boot: int,
+                       idle_window: tuple[int, int] | None, strict: bool, where: str
+                       ) -> tuple[list[pd.DataFrame], dict[tuple[str, str], SensorResponse],
+                                  list[str]]:
+    """Each device's phases table, the sensor responses used ({(host, device): response}) and
+    the devices whose phases lie partly outside the trace's span ('host/device share (s)')."""
+    frames = []
+    used: dict[tuple[str, str], SensorResponse] = {}
+    uncovered: list[str] = []
+    bar = _progress(len(series), sum(len(x.t_ns) for x in series), "attribute")
+    for s in series:
+        ev = _events_for(s, pmap, events)
+        if len(ev) and (ev["phase"] == IDLE).all():
+            _warn_busy(s, floors, strict, where)
+        tree = phase_tree(ev, where=f"events of {s.host}/{s.device}")
+        frac, overall, outside_s = _coverage(s, tree)
+        # within a reading spacing of the trace's ends is what any sampler leaves (it starts
+        # and stops around the command): only more is worth a warning
+        if overall < 1.0 - 1e-9 and not outside_s <= 2 * np.nan_to_num(s.spacing_s):
+            uncovered.append(f"{s.host}/{s.device} {1 - overall:.1%} ({outside_s:.3f} s)")
+        df, r = _estimate_device(s, tree, method, window_s, response, n_boot)
+        if r is not None:
+            used[(s.host, s.device)] = r
+        frames.append(_label_device(df, s, frac, idle_window))
+        bar.update(1)
+    bar.close()
+    return frames, used, uncovered
+
+
+def _warn_uncovered(uncovered: list[str], strict: bool, where: str) -> None:
+    """Phases' time outside the trace's span: a warning naming each device's uncovered share (an
+    error with `strict`)."""
+    if uncovered:
+        msg = (f"{where + ': ' if where else ''}part of the phases' time lies outside the trace's "
+               f"span and is not attributed (uncovered share: {', '.join(uncovered)}); "
+               "column covered_fraction gives each phase's covered share")
+        if strict:
+            raise ContractError(msg)
+        warnings.warn(msg, stacklevel=3)
+
+
+def _short_devices(trace: pd.DataFrame, series: list[DeviceSeries], where: str
+                   ) -> list[pd.DataFrame]:
+    """Devices with fewer than 2 readings: kept, flagged (one `unattributed` row, energy NaN,
+    not 0 J, covered_fraction 0), with a warning naming them."""
+    short = too_few_readings(trace, series)
+    if not len(short):
+        return []
+    warnings.warn(f"{where + ': ' if where else ''}{len(short)} device(s) with fewer than 2 "
+                  "readings, no energy can be integrated: "
+                  f"{', '.join(f'{r.host}/{r.device}' for r in short.itertuples())}; each has "
+                  "one `unattributed` row with energy NaN and covered_fraction 0", stacklevel=3)
+    return [short.assign(phase=UNATTRIBUTED, device_kind=short["device"].map(device_kind),
+                         energy_j=np.nan, energy_lo_j=np.nan, energy_hi_j=np.nan,
+                         time_s=0.0, method="integrate", covered_fraction=0.0)]
+
+
 def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "auto",
                      window_s: float | None = None, run_id: str | None = None,
                      idle_window: tuple[int, int] | None = None,
@@ -237,51 +307,15 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
     check_time_units(trace, events)
     events = clamp_events(timeline(events), where=where or "events")
     pmap = _phase_map(events, cuda_to_nvml, rank_devices)
-    frames = []
-    used: dict[tuple[str, str], SensorResponse] = {}
-    uncovered: list[str] = []
     series = device_series(trace)
     floors = _idle_floors(series, floor_window or idle_window)
-    bar = _progress(len(series), sum(len(x.t_ns) for x in series), "attribute")
-    for s in series:
-        ev = _events_for(s, pmap, events)
-        if len(ev) and (ev["phase"] == IDLE).all():
-            busy = _unclaimed_busy(s, floors.get((s.host, s.device), np.nan))
-            if busy is not None:
-                if strict:
-                    raise ContractError(f"{where + ': ' if where else ''}{busy}")
-                warnings.warn(f"{where + ': ' if where else ''}{busy}", stacklevel=2)
-        tree = phase_tree(ev, where=f"events of {s.host}/{s.device}")
-        frac, overall, outside_s = _coverage(s, tree)
-        # within a reading spacing of the trace's ends is what any sampler leaves (it starts
-        # and stops around the command): only more is worth a warning
-        if overall < 1.0 - 1e-9 and not outside_s <= 2 * np.nan_to_num(s.spacing_s):
-            uncovered.append(f"{s.host}/{s.device} {1 - overall:.1%} ({outside_s:.3f} s)")
-        df, r = _estimate_device(s, tree, method, window_s, response, n_boot)
-        if r is not None:
-            used[(s.host, s.device)] = r
-        frames.append(_label_device(df, s, frac, idle_window))
-        bar.update(1)
-    bar.close()
+    frames, used, uncovered = _attribute_devices(series, pmap, events, floors, method, window_s,
+                                                 response, n_boot, idle_window, strict, where)
     if not frames:
         raise ContractError(f"{where or 'trace'}: no GPU, CPU or DRAM power/energy readings to "
                             "attribute")
-    if uncovered:
-        msg = (f"{where + ': ' if where else ''}part of the phases' time lies outside the trace's "
-               f"span and is not attributed (uncovered share: {', '.join(uncovered)}); "
-               "column covered_fraction gives each phase's covered share")
-        if strict:
-            raise ContractError(msg)
-        warnings.warn(msg, stacklevel=2)
-    short = too_few_readings(trace, series)
-    if len(short):  # kept, flagged: energy NaN (unknown, not 0 J), covered_fraction 0
-        warnings.warn(f"{where + ': ' if where else ''}{len(short)} device(s) with fewer than 2 "
-                      "readings, no energy can be integrated: "
-                      f"{', '.join(f'{r.host}/{r.device}' for r in short.itertuples())}; each has "
-                      "one `unattributed` row with energy NaN and covered_fraction 0", stacklevel=2)
-        frames.append(short.assign(phase=UNATTRIBUTED, device_kind=short["device"].map(device_kind),
-                                   energy_j=np.nan, energy_lo_j=np.nan, energy_hi_j=np.nan,
-                                   time_s=0.0, method="integrate", covered_fraction=0.0))
+    _warn_uncovered(uncovered, strict, where)
+    frames += _short_devices(trace, series, where)
     out = pd.concat(frames, ignore_index=True)
     out["run_id"] = run_id
     with np.errstate(divide="ignore", invalid="ignore"):

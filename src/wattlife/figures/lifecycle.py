@@ -1,6 +1,7 @@
 """The lifecycle study's figures of the execution matrix, each from one run-level table, each
-saying what its intervals are: fig. 1 (energy, energy per item and time per phase) and fig. 3
-(storage and checkpoint effects, Welch intervals across repeats, noise drawn apart).
+saying what its intervals are: fig. 1 (energy, energy per item and time per phase), fig. 2 (the
+CPU / GPU share of the energy) and fig. 3 (storage and checkpoint effects, Welch intervals across
+repeats, noise drawn apart).
 
 With n >= 2 repeats an interval is the 95 % t interval across repeats; with one repeat there is
 none, and the figures say so ("n = 1: no interval") instead of drawing run-to-run spread that was
@@ -17,9 +18,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from .analysis.repeats import PER_STEP_PHASES
-from .figures import _PALETTE, _phase_sort, _save, source_note, source_tag, source_words, style
+from .common import _PALETTE, _phase_sort, _save, source_note, source_tag, source_words, style
 
+#: the phases marked inside every training step, whose energy per item fig. 1 draws: the same
+#: tuple as `analysis.repeats.PER_STEP_PHASES`, which computes the column (a figure imports no
+#: analysis; tests/test_figures.py asserts the two agree)
+PER_STEP_PHASES = ("data_load", "h2d", "forward", "backward", "optimizer", "grad_sync")
 KIND_COLORS = (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f"))
 CELL_COLORS = ("#2a7ab9", "#e08a2c", "#3a9a4a", "#9467bd")
 NOISE = "within run-to-run noise"
@@ -59,17 +63,61 @@ def _energy_interval(rows: pd.DataFrame, n: int) -> tuple[str, str, str]:
             f"n = {n}: no interval across repeats")
 
 
-def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
-    """Fig. 1: per phase, the energy of one run (per device kind), the energy per item of the
-    per-step phases (J/image, J/1k tokens) and the time, per workload; error bars say what they
-    are (across-repeat t95 with n >= 2, else the per-run attribution interval)."""
-    style()
+def _picked_cells(summary: pd.DataFrame) -> pd.DataFrame:
+    """One cell per workload for fig. 1: shared storage with checkpoints on, else the first."""
     cells = summary.drop_duplicates(["workload", "storage", "checkpoint"])
     pick = []
     for _, g in cells.groupby("workload"):
         pref = g[(g["storage"] == "shared") & g["checkpoint"].isin(["on", "sync"])]
         pick.append((pref if len(pref) else g).iloc[0][["workload", "storage", "checkpoint"]])
-    picked = pd.DataFrame(pick)
+    return pd.DataFrame(pick)
+
+
+def _per_item_panel(ax: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
+    """Fig. 1's middle panel: energy per item of the per-step phases, or a note without items."""
+    step = rows[rows["phase"].isin(PER_STEP_PHASES)]
+    unit = (step["item_unit"].dropna().iloc[0]
+            if "item_unit" in step.columns and step["item_unit"].notna().any() else "")
+    if unit and "energy_per_item_j" in step.columns:
+        s_order = [p for p in order if p in set(step["phase"])]
+        step = step.copy()
+        if n >= 2:
+            plo, phi = "energy_per_item_repeat_lo_j", "energy_per_item_repeat_hi_j"
+        else:  # the per-run attribution interval, per item
+            k = step["energy_per_item_j"] / step["energy_j"].where(step["energy_j"] != 0)
+            step["plo"], step["phi"] = step["energy_lo_j"] * k, step["energy_hi_j"] * k
+            plo, phi = "plo", "phi"
+        _bars(ax, step, s_order, "energy_per_item_j", plo, phi)
+        ax.set_xlabel(f"energy per item ({unit}), per-step phases")
+    else:
+        ax.text(0.5, 0.5, "no item count recorded", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_title("per item (per-step phases)")
+
+
+def _time_panel(ax2: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
+    """Fig. 1's right panel: time per phase, with the t95 across repeats where n >= 2."""
+    t = rows.groupby("phase")["time_s"].max().reindex(order).fillna(0)
+    terr = None
+    if n >= 2 and "time_repeat_lo_s" in rows.columns:
+        tl = rows.groupby("phase")["time_repeat_lo_s"].max().reindex(order).fillna(t)
+        th = rows.groupby("phase")["time_repeat_hi_s"].max().reindex(order).fillna(t)
+        terr = np.vstack([np.clip(t - tl, 0, None), np.clip(th - t, 0, None)])
+    ax2.barh(order, t, color=[_PALETTE.get(p, "#999999") for p in order], xerr=terr,
+             error_kw={"lw": 0.8, "capsize": 2})
+    ax2.invert_yaxis()
+    ax2.set_xlabel("time per run (s)")
+    ax2.set_title("time per phase" + (" (t95 across repeats)" if terr is not None else
+                                      f" (n = {n}: no interval)"))
+    ax2.set_yticklabels([])
+
+
+def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
+    """Fig. 1: per phase, the energy of one run (per device kind), the energy per item of the
+    per-step phases (J/image, J/1k tokens) and the time, per workload; error bars say what they
+    are (across-repeat t95 with n >= 2, else the per-run attribution interval)."""
+    style()
+    picked = _picked_cells(summary)
     fig, axes = plt.subplots(len(picked), 3, figsize=(17, 1.2 + 0.42 * 14 * len(picked)),
                              squeeze=False, gridspec_kw={"width_ratios": [3, 2, 2]})
     notes = []
@@ -87,45 +135,40 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
         ax.set_title(f"{cell['workload']} — storage {cell['storage']}, checkpoint "
                      f"{cell['checkpoint']} (n = {n})")
         ax.legend(loc="best", title="device")
-        ax = axes[row, 1]
-        step = rows[rows["phase"].isin(PER_STEP_PHASES)]
-        unit = (step["item_unit"].dropna().iloc[0]
-                if "item_unit" in step.columns and step["item_unit"].notna().any() else "")
-        if unit and "energy_per_item_j" in step.columns:
-            s_order = [p for p in order if p in set(step["phase"])]
-            step = step.copy()
-            if n >= 2:
-                plo, phi = "energy_per_item_repeat_lo_j", "energy_per_item_repeat_hi_j"
-            else:  # the per-run attribution interval, per item
-                k = step["energy_per_item_j"] / step["energy_j"].where(step["energy_j"] != 0)
-                step["plo"], step["phi"] = step["energy_lo_j"] * k, step["energy_hi_j"] * k
-                plo, phi = "plo", "phi"
-            _bars(ax, step, s_order, "energy_per_item_j", plo, phi)
-            ax.set_xlabel(f"energy per item ({unit}), per-step phases")
-        else:
-            ax.text(0.5, 0.5, "no item count recorded", ha="center", va="center",
-                    transform=ax.transAxes)
-        ax.set_title("per item (per-step phases)")
-        t = rows.groupby("phase")["time_s"].max().reindex(order).fillna(0)
-        ax2 = axes[row, 2]
-        terr = None
-        if n >= 2 and "time_repeat_lo_s" in rows.columns:
-            tl = rows.groupby("phase")["time_repeat_lo_s"].max().reindex(order).fillna(t)
-            th = rows.groupby("phase")["time_repeat_hi_s"].max().reindex(order).fillna(t)
-            terr = np.vstack([np.clip(t - tl, 0, None), np.clip(th - t, 0, None)])
-        ax2.barh(order, t, color=[_PALETTE.get(p, "#999999") for p in order], xerr=terr,
-                 error_kw={"lw": 0.8, "capsize": 2})
-        ax2.invert_yaxis()
-        ax2.set_xlabel("time per run (s)")
-        ax2.set_title("time per phase" + (" (t95 across repeats)" if terr is not None else
-                                          f" (n = {n}: no interval)"))
-        ax2.set_yticklabels([])
+        _per_item_panel(axes[row, 1], rows, order, n)
+        _time_panel(axes[row, 2], rows, order, n)
     fig.suptitle("Energy and time per lifecycle phase (per run; per item for per-step phases)",
                  y=1.0)
     fig.text(0.01, -0.01, "\n".join(notes) + "\nSources — " + source_note(summary), fontsize=8,
              ha="left", va="top")
     fig.tight_layout()
     return _save(fig, out)
+
+
+def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
+    """Fig. 2: CPU/GPU share of the energy per workload and cell."""
+    style()
+    share = share.copy()
+    share["cell"] = (share["workload"] + "\n" + share["storage"] + "\nckpt "
+                     + share["checkpoint"].astype(str))
+    pv = share.pivot_table(index="cell", columns="device_kind", values="share").fillna(0) * 100
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(pv)), 4.5))
+    bottom = np.zeros(len(pv))
+    for kind, color in (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f")):
+        if kind in pv.columns:
+            ax.bar(pv.index, pv[kind], bottom=bottom, color=color, label=kind.upper())
+            for x, (b, v) in enumerate(zip(bottom, pv[kind], strict=True)):
+                if v > 4:
+                    ax.text(x, b + v / 2, f"{v:.0f}%", ha="center", va="center", color="white",
+                            fontsize=9)
+            bottom += pv[kind].to_numpy()
+    ax.set_ylabel(f"share of energy (%)\n{source_words(share)}")
+    ax.set_ylim(0, 100)
+    ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
+    ax.set_title("CPU / GPU share of energy")
+    fig.text(0.01, -0.1, "Sources — " + source_note(share), fontsize=8, ha="left", va="top")
+    return _save(fig, out)
+
 
 
 def effect_caption(deltas: pd.DataFrame) -> str:
