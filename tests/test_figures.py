@@ -79,17 +79,6 @@ def test_figures_import_no_analysis_or_attribution():
     assert bad == {}
 
 
-def test_the_figures_phase_lists_are_the_analysis_ones():
-    """Figs. 1 and 9 keep their own copy of the phase lists the analysis computes with (figures
-    import no analysis): the copies must not drift."""
-    from wattlife.analysis.repeats import PER_STEP_PHASES
-    from wattlife.analysis.waiting import WAITING_PHASES
-    from wattlife.figures import lifecycle, waiting
-
-    assert lifecycle.PER_STEP_PHASES == PER_STEP_PHASES
-    assert waiting.WAITING_PHASES == WAITING_PHASES
-
-
 def test_reference_figures_are_drawn_only_from_written_tables(tmp_path):
     """`draw_reference` computes nothing: with no committed CSVs and no tables written under
     `out`, it draws nothing and writes no table (`write_reference_tables` makes them first)."""

@@ -63,8 +63,10 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path, fin
 
 @pytest.mark.slow
 def test_reference_figures_regenerate_from_committed_csvs(tmp_path):
+    from wattlife.analysis.reference import write_reference_tables
     from wattlife.figures import draw_reference
 
+    write_reference_tables(REPO / "results/reference", tmp_path)
     made = draw_reference(REPO / "results/reference", tmp_path)
     names = {m.name for m in made}
     assert {"h200_sampler.png", "h200_attribution.png", "h200_fig1_phase_energy_time.png",

@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..contracts import (
     META_FILE,
+    PER_STEP_PHASES,
     PHASES_COLUMNS,
     RESIDUAL,
     SUMMARY_FILE,
@@ -24,7 +25,6 @@ from ..contracts import (
 from .repeats import (
     EFFECT_INTERVAL,
     INTERVAL,
-    PER_STEP_PHASES,
     interval_columns,
     item_unit,
     significant,

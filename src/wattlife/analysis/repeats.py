@@ -24,7 +24,6 @@ INTERVAL = "t95 across repeats"
 #: the interval of a difference of two cells' means (`effect_interval` column)
 EFFECT_INTERVAL = "Welch t95 across repeats"
 #: phases marked inside every training step: their energy is also given per item trained
-PER_STEP_PHASES = ("data_load", "h2d", "forward", "backward", "optimizer", "grad_sync")
 #: the unit of per-item energy by the throughput's item (`images/s`, `tokens/s`): (label, items)
 ITEM_UNITS = {"images": ("J/image", 1.0), "tokens": ("J/1k tokens", 1000.0)}
 

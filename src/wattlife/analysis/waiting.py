@@ -17,14 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..contracts import COMPILE, IDLE, SOURCES_MEASURED, UNATTRIBUTED
+from ..contracts import SOURCES_MEASURED, WAITING_PHASES
 
-#: phases during which the GPU waits (for data, the disk, the interpreter, the compiler, the
-#: network, or nothing; `idle`: a GPU no rank drove): the whole phase is waiting. `grad_sync` is
-#: waiting only on the ranks that wait for the slowest one (see `grad_sync_waits`).
-WAITING_PHASES = ("process_startup", "setup", "tokenize", "model_load", "stage_copy",
-                  "data_load", "checkpoint", COMPILE, "finalize", "process_exit", UNATTRIBUTED,
-                  IDLE)
 GRAD_SYNC = "grad_sync"
 IDLE_BASELINE = "idle_baseline"  # the idle window before the command: no part of the run
 #: phases before the process can hold a CUDA context (their floor is the bare idle power)

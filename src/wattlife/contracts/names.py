@@ -74,6 +74,15 @@ COMPILE = "compile"  # first-call compilation (torch.compile) inside a step's fo
 WARMUP = "warmup"  # what the warm-up steps did (attribution's name for their rows)
 #: the first steps of each rank that the `step` throughput and the steady window leave out
 WARMUP_STEPS = 3
+#: the phases marked inside every training step (per-item energy: `analysis.repeats`, fig. 1)
+PER_STEP_PHASES = ("data_load", "h2d", "forward", "backward", "optimizer", "grad_sync")
+#: phases during which the GPU waits (for data, the disk, the interpreter, the compiler, the
+#: network, or nothing; `idle`: a GPU no rank drove): the whole phase is waiting
+#: (`analysis.waiting`, fig. 9). `grad_sync` is waiting only on the ranks that wait for the
+#: slowest one (`analysis.waiting.grad_sync_waits`).
+WAITING_PHASES = ("process_startup", "setup", "tokenize", "model_load", "stage_copy",
+                  "data_load", "checkpoint", COMPILE, "finalize", "process_exit", UNATTRIBUTED,
+                  IDLE)
 
 
 def warmup_count(n_steps: int) -> int:

@@ -18,12 +18,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
+from ..contracts import PER_STEP_PHASES
 from .common import _PALETTE, _phase_sort, _save, source_note, source_tag, source_words, style
 
-#: the phases marked inside every training step, whose energy per item fig. 1 draws: the same
-#: tuple as `analysis.repeats.PER_STEP_PHASES`, which computes the column (a figure imports no
-#: analysis; tests/test_figures.py asserts the two agree)
-PER_STEP_PHASES = ("data_load", "h2d", "forward", "backward", "optimizer", "grad_sync")
 KIND_COLORS = (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f"))
 CELL_COLORS = ("#2a7ab9", "#e08a2c", "#3a9a4a", "#9467bd")
 NOISE = "within run-to-run noise"

@@ -10,15 +10,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from ..contracts import COMPILE, IDLE, UNATTRIBUTED
+from ..contracts import WAITING_PHASES
 from .common import _save, source_tag, style
 
-#: the phases whose energy fig. 9 stacks by phase, in order: the same tuple as
-#: `analysis.waiting.WAITING_PHASES`, which computes `waiting.csv` (a figure imports no analysis;
-#: tests/test_figures.py asserts the two agree)
-WAITING_PHASES = ("process_startup", "setup", "tokenize", "model_load", "stage_copy",
-                  "data_load", "checkpoint", COMPILE, "finalize", "process_exit", UNATTRIBUTED,
-                  IDLE)
 PARTS = (("work_j", "work", "#4c72b0"), ("at_floor_j", "waiting at idle floor", "#c7c7c7"),
          ("above_floor_j", "waiting above idle floor", "#dd8452"))
 ORDER = list(WAITING_PHASES) + ["grad_sync (idle rank)"]
