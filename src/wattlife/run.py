@@ -196,10 +196,12 @@ def _write_meta(meta: Path, doc: RunMeta) -> str:
 
 
 def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
-                      meta: str | Path | None = None, sampler_cfg: dict[str, Any] | None = None,
+                      meta: str | Path | None = None, *, settings: SamplerSettings,
                       run_id: str | None = None, cell: dict[str, Any] | None = None,
                       reraise_signals: bool = False) -> int:
     """Run `cmd` under the sampler; return its exit status. See the module docstring.
+    `settings`: the typed `sampler` settings, built at the edge (the CLI, a sweep's caller);
+    meta.json records them (`SamplerSettings.as_dict`).
 
     Raises RuntimeError/ValueError (one line, naming the option) only before CMD is started:
     an unwritable trace or events folder, an events file in use, a bad sampler setting.
@@ -208,7 +210,6 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
     the handler that was installed before (e.g. PowerCapController's, which restores the caps),
     or raises KeyboardInterrupt / SystemExit(128 + N), so the caller stops instead of going on.
     """
-    sampler_cfg = sampler_cfg or {}
     trace, events = Path(trace), Path(events)
     meta = Path(meta) if meta else trace.with_name(META_FILE)
     run_id = run_id or trace.parent.name
@@ -217,7 +218,6 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
     except OSError as exc:
         raise RuntimeError(f"--events {events}: cannot create its folder: {exc.strerror}") from exc
     # everything that can refuse comes before the previous run's events are removed
-    settings = SamplerSettings.from_dict(sampler_cfg)  # absent keys: the schema's defaults
     backends, notes = build_backends(settings, log=lambda msg: print(msg, file=sys.stderr))
     lock = trace_lock = None
     sampler = Sampler(backends, trace)
@@ -244,7 +244,7 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
                 held.release()
         raise
     try:
-        return _run_started(cmd, sampler, backends, notes, events, meta, sampler_cfg,
+        return _run_started(cmd, sampler, backends, notes, events, meta, settings,
                             float(settings.idle_baseline_s), run_id, cell, reraise_signals)
     finally:
         lock.release()
@@ -252,10 +252,10 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
 
 
 def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[str],
-                 events: Path, meta: Path, sampler_cfg: dict[str, Any], idle_s: float,
+                 events: Path, meta: Path, settings: SamplerSettings, idle_s: float,
                  run_id: str, cell: dict[str, Any] | None, reraise_signals: bool = False) -> int:
-    """CMD under the started sampler, after `idle_s` of idle baseline; `sampler_cfg` (the
-    section as given) is recorded in meta.json."""
+    """CMD under the started sampler, after `idle_s` of idle baseline; `settings` are recorded
+    in meta.json."""
     status = StatusListener()
     if status.address is None:
         notes.append("markers' write errors cannot be reported to wattlife here (no abstract "
@@ -402,7 +402,7 @@ def _run_started(cmd: list[str], sampler: Sampler, backends: list, notes: list[s
             gpu_model=gpu_info.get("gpu_model"), driver=gpu_info.get("driver"),
             gpus=single_process_gpus(list(cmd), gpu_info.get("gpus", [])),
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-            sampler={"settings": sampler_cfg, "backends": info, "sensors": sampler.sensors(),
+            sampler={"settings": settings.as_dict(), "backends": info, "sensors": sampler.sensors(),
                      "rows": sampler.rows_written, "cpu_time_s": sampler.cpu_time_s,
                      "errors": sampler.errors},
             recording=recording,

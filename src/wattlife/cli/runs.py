@@ -7,9 +7,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .options import _nonnegative_s, _positive_ms
+
+if TYPE_CHECKING:
+    from ..config import SamplerSettings
 
 
 def _load_sampler_cfg(path: str | None, **given: Any) -> dict[str, Any]:
@@ -25,6 +28,15 @@ def _load_sampler_cfg(path: str | None, **given: Any) -> dict[str, Any]:
     return {**section, **{k: v for k, v in given.items() if v is not None}}
 
 
+def _sampler_settings(path: str | None, **given: Any) -> SamplerSettings:
+    """The typed settings a run's sampler uses: `_load_sampler_cfg`'s section read as
+    `SamplerSettings` (absent keys: the schema's defaults), here at the edge, once; everything
+    below the CLI receives this object, never a mapping."""
+    from ..config import SamplerSettings
+
+    return SamplerSettings.from_dict(_load_sampler_cfg(path, **given))
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     from ..run import run_under_sampler
 
@@ -32,8 +44,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     if not cmd:
         print("wattlife run: give the command after --", file=sys.stderr)
         return 2
-    cfg = _load_sampler_cfg(a.config, interval_ms=a.interval_ms, gpu=a.gpu, cpu=a.cpu,
-                            idle_baseline_s=a.idle_s)
+    settings = _sampler_settings(a.config, interval_ms=a.interval_ms, gpu=a.gpu, cpu=a.cpu,
+                                 idle_baseline_s=a.idle_s)
     try:
         cell = json.loads(a.cell) if a.cell else None
     except ValueError as exc:
@@ -45,7 +57,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     check_step(short_host())  # in a Slurm job: what the step holds (log); a 1-CPU step refused
     try:
         with run_folder_lock(Path(a.trace).parent):  # one job per run folder (orphans)
-            return run_under_sampler(cmd, a.trace, a.events, a.meta, cfg, a.run_id, cell)
+            return run_under_sampler(cmd, a.trace, a.events, a.meta, settings=settings,
+                                     run_id=a.run_id, cell=cell)
     except KeyboardInterrupt:  # before the sampler took over the signals: nothing was started
         print("wattlife run: interrupted before CMD started", file=sys.stderr)
         return 130
@@ -92,7 +105,7 @@ def cmd_launch_node(a: argparse.Namespace) -> int:
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
     if not cmd:
         raise ValueError("launch-node: give the command after --")
-    return run_node(cmd, sampler_cfg=_load_sampler_cfg(a.config), run_id=a.run_id,
+    return run_node(cmd, settings=_sampler_settings(a.config), run_id=a.run_id,
                     cell=json.loads(a.cell) if a.cell else {}, trace=a.trace, events=a.events,
                     meta=a.meta, node_dir=a.node_dir, cap_w=a.cap, backend=a.powercap_backend,
                     allow_real=a.allow_real, state_dir=a.state_dir)
