@@ -14,6 +14,10 @@ def cmd_figures(a: argparse.Namespace) -> int:
     if not tables.is_dir():
         raise FileNotFoundError(2, "No such folder of tables (expected a run's tables/ folder, or "
                                    "results/reference with --reference)", str(tables))
+    if a.reference:  # the analysis makes the reference tables; the figures only read them
+        from ..analysis.reference import write_reference_tables
+
+        write_reference_tables(a.tables, a.output)
     paths = draw_reference(a.tables, a.output) if a.reference else draw_all(a.tables, a.output)
     if not paths:
         refs = " or the reference folders" if a.reference else ""
