@@ -2,6 +2,7 @@ import os
 
 import pytest
 
+from wattlife.config import SamplerSettings
 from wattlife.devices.base import SensorUnavailable
 from wattlife.devices.cpu_estimate import CpuEstimateBackend
 from wattlife.devices.rapl import RaplBackend
@@ -87,8 +88,9 @@ def test_sim_model_compute_bound_job_draws_tdp_and_caps_bind():
 
 
 def test_auto_backends_without_gpu_or_rapl_fall_back_and_say_so(tmp_path):
-    backends, notes = build_backends({"gpu": "auto", "cpu": "auto", "rapl_root": str(tmp_path)},
-                                     log=lambda m: None)
+    settings = SamplerSettings.from_dict({"gpu": "auto", "cpu": "auto",
+                                          "rapl_root": str(tmp_path)})
+    backends, notes = build_backends(settings, log=lambda m: None)
     names = [b.name for b in backends]
     assert "cpu-estimate" in names
     assert any("falls back to 'estimate'" in n for n in notes)

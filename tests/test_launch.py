@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from wattlife import jobs as J
-from wattlife.config import load_config, validate_config
+from wattlife.config import SamplerSettings, load_config, validate_config
 from wattlife.launch import (
     LaunchSpec,
     build_command,
@@ -125,8 +125,9 @@ def test_multi_node_command_caps_and_samples_every_node():
 
 def test_run_node_caps_the_simulated_gpu_and_restores_it(tmp_path):
     code = "import os; print(os.environ['WATTLIFE_EVENTS'])"
-    sampler = {"gpu": "sim", "cpu": "none", "interval_ms": 20, "idle_baseline_s": 0}
-    rc = run_node([sys.executable, "-c", code], sampler_cfg=sampler,
+    sampler = SamplerSettings.from_dict({"gpu": "sim", "cpu": "none", "interval_ms": 20,
+                                         "idle_baseline_s": 0})
+    rc = run_node([sys.executable, "-c", code], settings=sampler,
                   run_id="n", cell={"c": 1}, node_dir=str(tmp_path / "nodes"), cap_w=300)
     assert rc == 0
     (host,) = [p for p in (tmp_path / "nodes").iterdir()]

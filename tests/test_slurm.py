@@ -34,26 +34,53 @@ def _slurm_up() -> bool:
     return ping.stdout.count("UP") > 0
 
 
-@pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")
-def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
-    conf_text = subprocess.run(["scontrol", "show", "config"], capture_output=True,
-                               text=True).stdout
-    # the cluster binds tasks to their CPUs (as GPU clusters do): a 1-CPU step shows as one CPU
-    assert re.search(r"TaskPlugin\s*=.*(affinity|cgroup)", conf_text), "run .ci/slurm-up.sh"
+def _tiny_config(tmp_path: Path, gres: bool) -> Path:
+    """The shipped config, made tiny: one ResNet cell on local storage through the multi-node
+    launch path on this one node (srun -> a sampler per node -> torchrun -> merge)."""
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
     cfg["results_dir"] = str(tmp_path / "res")
     cfg["storage"] = {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")}
     cfg["data"]["images"].update(classes=2, train_per_class=6, val_per_class=2)
     cfg["workloads"]["resnet"].update(steps=2, val_every=0, ckpt_every=1, image_size=32,
                                       batch_size=4)
-    # the multi-node launch path on this one node: srun -> a sampler per node -> torchrun -> merge
     cfg["execution"].update(storage=["local"], checkpoint=["on"], per_node_sampler=True)
     cfg["sampler"]["idle_baseline_s"] = 0.2
-    gres = re.search(r"Gres=gpu", _node_gres()) is not None
     if gres:  # no simulated GPU: the cell asks for execution.gpus_per_node (1) real GPU per node
         cfg["sampler"]["gpu"] = "none"
     conf = tmp_path / "config.yaml"
     conf.write_text(yaml.safe_dump(cfg))
+    return conf
+
+
+def _rerun_then_nothing_to_do(conf: Path, site: list[str], cell: Path, tmp_path: Path,
+                              env_path: dict[str, str], first_id: str) -> None:
+    """Rerun the one cell through Slurm (the README's form): measured again, in a new Slurm job;
+    then, the run finished and the config unchanged, nothing to do."""
+    before = (cell / "trace.csv").read_bytes()
+    rerun = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                            "--configfile", str(conf), *site, "--forcerun",
+                            str(cell / "trace.csv"), "--", str(cell / "phases.csv"),
+                            str(tmp_path / "res/tables/pfi.csv")], cwd=REPO,
+                           env=env_path, capture_output=True, text=True, timeout=1200)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    new_ids = re.findall(r"SLURM jobid (\d+)", rerun.stdout + rerun.stderr)
+    assert len(new_ids) == 1 and new_ids[0] != first_id
+    assert (cell / "trace.csv").read_bytes() != before
+    again = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm",
+                            "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),
+                            str(tmp_path / "res/tables/pfi.csv")], cwd=REPO, env=env_path,
+                           capture_output=True, text=True, timeout=300)
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
+
+
+@pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")
+def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
+    conf_text = subprocess.run(["scontrol", "show", "config"], capture_output=True,
+                               text=True).stdout
+    # the cluster binds tasks to their CPUs (as GPU clusters do): a 1-CPU step shows as one CPU
+    assert re.search(r"TaskPlugin\s*=.*(affinity|cgroup)", conf_text), "run .ci/slurm-up.sh"
+    gres = re.search(r"Gres=gpu", _node_gres()) is not None
+    conf = _tiny_config(tmp_path, gres)
     # the documented command (`--profile profiles/slurm`, as shipped), with only this cluster's
     # site values: its partition, and the status command of a cluster without accounting
     site = ["--config", "slurm={gpu_partition: debug}", "--slurm-status-command", "squeue"]
@@ -88,23 +115,7 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     ph = pd.read_csv(cell / "phases.csv")
     assert {"stage_copy", "forward", "checkpoint"} <= set(ph["phase"])
     assert pd.read_csv(tmp_path / "res/tables/pfi.csv")["pfi"].notna().all()
-    # rerun the one cell through Slurm (the README's form): measured again, in a new Slurm job
-    before = (cell / "trace.csv").read_bytes()
-    rerun = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
-                            "--configfile", str(conf), *site, "--forcerun",
-                            str(cell / "trace.csv"), "--", str(cell / "phases.csv"),
-                            str(tmp_path / "res/tables/pfi.csv")], cwd=REPO,
-                           env=env_path, capture_output=True, text=True, timeout=1200)
-    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    new_ids = re.findall(r"SLURM jobid (\d+)", rerun.stdout + rerun.stderr)
-    assert len(new_ids) == 1 and new_ids[0] != ids[0]
-    assert (cell / "trace.csv").read_bytes() != before
-    # the finished run, config unchanged: nothing to do
-    again = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm",
-                            "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),
-                            str(tmp_path / "res/tables/pfi.csv")], cwd=REPO, env=env_path,
-                           capture_output=True, text=True, timeout=300)
-    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
+    _rerun_then_nothing_to_do(conf, site, cell, tmp_path, env_path, ids[0])
 
 
 @pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from wattlife.analysis.curves import steady_state_se
+from wattlife.config import SamplerSettings
 from wattlife.devices.powercap import PowerCapController
 from wattlife.simgpu_model import SimGpuModel, SimJob
 from wattlife.sweeps import real
@@ -21,7 +22,8 @@ STEPS = ("import sys, time\nfrom wattlife.markers import phase, step\n"
 @pytest.mark.slow
 def test_sweep_runs_each_cap_under_the_sampler_and_records_failures(tmp_path, monkeypatch):
     ctl = PowerCapController("simulated", state_file=tmp_path / "state.json")
-    cfg = {"gpu": "sim", "cpu": "estimate", "idle_baseline_s": 0.0, "sim_gpu": {"mem_share": 0.1}}
+    cfg = SamplerSettings.from_dict({"gpu": "sim", "cpu": "estimate", "idle_baseline_s": 0.0,
+                                     "sim_gpu": {"mem_share": 0.1}})
     df = sweep_command("cpu-job", [sys.executable, "-c", STEPS], [250, 450, 700], ctl,
                        tmp_path / "sweep", cfg, warmup_frac=0.2, unit="images/s")
     assert list(df["cap_w"]) == [700, 450, 250]

@@ -1,6 +1,6 @@
 """No process started by `wattlife run` outlives it, however deep CMD's process tree (Linux).
 
-Two parts (`run.py` uses both):
+Two parts (`wattlife.run` uses both):
 - While wattlife lives, it is a child subreaper (`PR_SET_CHILD_SUBREAPER`): a descendant whose
   parent dies (a wrapper's child, a daemon that forked twice) is re-parented to wattlife, not to
   PID 1, so when CMD has ended `end_leftovers` finds every descendant still alive by its parent

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import Execution
+from .config import Execution, SamplerSettings
 
 RDZV_PORT = 29500
 
@@ -143,13 +143,14 @@ def short_host() -> str:
     return socket.gethostname().split(".")[0]
 
 
-def run_node(cmd: list[str], *, sampler_cfg: dict[str, Any], run_id: str, cell: dict[str, Any],
+def run_node(cmd: list[str], *, settings: SamplerSettings, run_id: str, cell: dict[str, Any],
              trace: str | None = None, events: str | None = None, meta: str | None = None,
              node_dir: str | None = None, cap_w: float | None = None, backend: str = "simulated",
              allow_real: bool = False, state_dir: str | None = None) -> int:
     """This node's part of a job: set the cap on its GPUs (restored whatever happens), run `cmd`
     under its own sampler, return `cmd`'s exit code. With `node_dir`, files go to
-    node_dir/<host>/ (one folder per node of a multi-node job)."""
+    node_dir/<host>/ (one folder per node of a multi-node job). `settings`: the typed `sampler`
+    settings (the CLI builds them from the job's --config)."""
     from .devices.powercap import PowerCapController
     from .run import run_under_sampler
     from .runlock import run_folder_lock
@@ -163,18 +164,19 @@ def run_node(cmd: list[str], *, sampler_cfg: dict[str, Any], run_id: str, cell: 
         trace, events, meta = str(d / "trace.csv"), str(d / "events.csv"), str(d / "meta.json")
     if not (trace and events):
         raise ValueError("launch-node: give --trace and --events, or --node-dir")
-    cfg = dict(sampler_cfg)
     folder = Path(node_dir).parent if node_dir else Path(trace).parent
     if cap_w is None:
         with run_folder_lock(folder):  # one job per run folder (orphans of a killed controller)
-            return run_under_sampler(cmd, trace, events, meta, cfg, run_id, cell)
+            return run_under_sampler(cmd, trace, events, meta, settings=settings, run_id=run_id,
+                                     cell=cell)
     state = Path(state_dir or Path(trace).parent) / f"powercap-state-{host}.json"
     with run_folder_lock(folder), \
             PowerCapController(backend, state_file=state, allow_real=allow_real) as ctl:
         ctl.set_cap(cap_w)
         if backend == "simulated":  # the simulated GPU's power follows the cap
-            cfg = with_sim_gpu_cap(cfg, ctl.dev.get(0))
-        return run_under_sampler(cmd, trace, events, meta, cfg, run_id, {**cell, "cap_w": cap_w})
+            settings = with_sim_gpu_cap(settings, ctl.dev.get(0))
+        return run_under_sampler(cmd, trace, events, meta, settings=settings, run_id=run_id,
+                                 cell={**cell, "cap_w": cap_w})
 
 
 def merge_meta(node_dir: str | Path, out: str | Path) -> dict[str, Any]:

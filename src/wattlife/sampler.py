@@ -11,12 +11,13 @@ reported in meta.json.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,21 +174,21 @@ def positive_seconds(value: Any, key: str) -> float:
     return ms / 1000.0
 
 
-def with_sim_gpu_cap(section: Mapping[str, Any], cap_w: float | None) -> dict[str, Any]:
-    """The `sampler` section (as meta.json records it) with the simulated GPU's cap set, so its
-    power follows the cap a sweep set."""
-    return {**section, "sim_gpu": {**(section.get("sim_gpu") or {}), "cap_w": cap_w}}
+def with_sim_gpu_cap(settings: SamplerSettings, cap_w: float | None) -> SamplerSettings:
+    """The sampler settings with the simulated GPU's cap set, so its power follows the cap a
+    sweep set."""
+    return dataclasses.replace(settings, sim_gpu=dataclasses.replace(settings.sim_gpu,
+                                                                     cap_w=cap_w))
 
 
-def build_backends(cfg: SamplerSettings | Mapping[str, Any], log=print
+def build_backends(s: SamplerSettings, log: Callable[[str], Any] = print
                    ) -> tuple[list[SensorBackend], list[str]]:
-    """Backends from the `sampler` settings (a `sampler` mapping is read as `SamplerSettings`,
-    absent keys taking the schema's defaults); returns them and the notes on missing sensors.
+    """Backends from the typed `sampler` settings (built at the edge, by the CLI: nothing here
+    reads a configuration mapping); returns them and the notes on missing sensors.
 
     gpu: auto (NVML if a GPU answers, else none) | nvml | sim | none
     cpu: auto (RAPL if readable, else the configured fallback) | rapl | estimate | none
     """
-    s = cfg if isinstance(cfg, SamplerSettings) else SamplerSettings.from_dict(cfg)
     interval = positive_seconds(s.interval_ms, "sampler.interval_ms")
     backends: list[SensorBackend] = []
     notes: list[str] = []

@@ -21,7 +21,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..analysis.curves import steady_state, steady_state_se
-from ..config import schema_default, settings
+from ..config import SamplerSettings, schema_default, settings
 from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_csv, write_table
 from ..devices.powercap import PowerCapController
 from ..sampler import with_sim_gpu_cap
@@ -57,7 +57,7 @@ def _steps_from_run(trace_path: Path, events_path: Path) -> pd.DataFrame:
 
 
 def sweep_command(job: str, cmd: list[str], caps: list[float], controller: PowerCapController,
-                  out_dir: str | Path, sampler_cfg: dict[str, Any] | None = None,
+                  out_dir: str | Path, sampler_settings: SamplerSettings,
                   rule: str = schema_default("powercap", "steady_rule"),
                   warmup_frac: float = schema_default("powercap", "warmup_frac"),
                   unit: str = "items/s", gpu_model: str | None = None) -> pd.DataFrame:
@@ -65,8 +65,9 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
     creates its CUDA context), and extract steady-state throughput and aggregate GPU power of
     its training steps (validation and checkpoint are not steps, so they are excluded).
     A failed cap is recorded (`status`) and the sweep goes on; the limits are restored at the end
-    whatever happens. `rule`, `warmup_frac`: the schema's `powercap.steady_rule`, `warmup_frac`
-    unless given."""
+    whatever happens. `sampler_settings`: the typed `sampler` settings of every run (under the
+    simulated backend, the simulated GPU's cap follows each cap). `rule`, `warmup_frac`: the
+    schema's `powercap.steady_rule`, `warmup_frac` unless given."""
     from ..run import run_under_sampler
 
     out_dir = Path(out_dir)
@@ -77,11 +78,11 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
             row: dict[str, Any] = {"job": job, "cap_w": cap, "throughput_unit": unit}
             try:
                 controller.set_cap(cap)
-                cfg = dict(sampler_cfg or {})
+                run_settings = sampler_settings
                 if controller.backend == "simulated":
-                    cfg = with_sim_gpu_cap(cfg, controller.dev.get(0))
+                    run_settings = with_sim_gpu_cap(sampler_settings, controller.dev.get(0))
                 rc = run_under_sampler(cmd, run_dir / "trace.csv", run_dir / "events.csv",
-                                       sampler_cfg=cfg, run_id=run_dir.name,
+                                       settings=run_settings, run_id=run_dir.name,
                                        cell={"job": job, "cap_w": cap}, reraise_signals=True)
                 if rc != 0:
                     raise RuntimeError(f"command exited with {rc}")

@@ -9,7 +9,7 @@ from typing import Any
 def cmd_slurm_orphans(a: argparse.Namespace) -> int:
     """List the run's jobs still pending or running; cancel them or wait for them. Exit 0 when
     none is left (a rerun cannot measure a cell twice), 3 while some are listed only."""
-    from .slurm_site import cancel_jobs, run_jobs, wait_jobs
+    from ..slurm_site import cancel_jobs, run_jobs, wait_jobs
 
     jobs = run_jobs(a.name)
     what = f"run {a.name}" if a.name else "the suite's runs (job names wattlife_*)"

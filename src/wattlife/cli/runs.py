@@ -1,0 +1,259 @@
+"""`wattlife` commands of a measuring run: run, attribute, aggregate, merge-nodes, launch-node,
+check."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .options import _nonnegative_s, _positive_ms
+
+if TYPE_CHECKING:
+    from ..config import SamplerSettings
+
+
+def _load_sampler_cfg(path: str | None, **given: Any) -> dict[str, Any]:
+    """The `sampler` section a run uses and records in meta.json: the config's (its absent keys
+    are the schema's defaults, filled by the sampler), or without --config the CLI's documented
+    default (no idle baseline); the options `given` (None = not given) on top."""
+    if path:
+        from ..config import load_config
+
+        section = dict(load_config(path).get("sampler") or {})
+    else:
+        section = {"idle_baseline_s": 0.0}  # `wattlife run --idle-s`'s documented default
+    return {**section, **{k: v for k, v in given.items() if v is not None}}
+
+
+def _sampler_settings(path: str | None, **given: Any) -> SamplerSettings:
+    """The typed settings a run's sampler uses: `_load_sampler_cfg`'s section read as
+    `SamplerSettings` (absent keys: the schema's defaults), here at the edge, once; everything
+    below the CLI receives this object, never a mapping."""
+    from ..config import SamplerSettings
+
+    return SamplerSettings.from_dict(_load_sampler_cfg(path, **given))
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from ..run import run_under_sampler
+
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    if not cmd:
+        print("wattlife run: give the command after --", file=sys.stderr)
+        return 2
+    settings = _sampler_settings(a.config, interval_ms=a.interval_ms, gpu=a.gpu, cpu=a.cpu,
+                                 idle_baseline_s=a.idle_s)
+    try:
+        cell = json.loads(a.cell) if a.cell else None
+    except ValueError as exc:
+        raise ValueError(f"--cell: expected JSON, got {a.cell!r} ({exc})") from None
+    from ..launch import short_host
+    from ..runlock import run_folder_lock
+    from ..slurm_site import check_step
+
+    check_step(short_host())  # in a Slurm job: what the step holds (log); a 1-CPU step refused
+    try:
+        with run_folder_lock(Path(a.trace).parent):  # one job per run folder (orphans)
+            return run_under_sampler(cmd, a.trace, a.events, a.meta, settings=settings,
+                                     run_id=a.run_id, cell=cell)
+    except KeyboardInterrupt:  # before the sampler took over the signals: nothing was started
+        print("wattlife run: interrupted before CMD started", file=sys.stderr)
+        return 130
+
+
+def cmd_attribute(a: argparse.Namespace) -> int:
+    from ..attribution import attribute_files
+
+    df = attribute_files(a.trace, a.events, a.output, a.method, a.sensor_window_ms, a.idle_split,
+                         a.bootstrap, a.sensor_response, strict=a.strict,
+                         steady=not a.raw_phases)
+    show = df.groupby(["device_kind", "phase", "method", "source"], as_index=False)[
+        ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"],
+                                                  ascending=[True, False])
+    print(show.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def cmd_aggregate(a: argparse.Namespace) -> int:
+    from ..analysis.aggregate import write_phase_tables
+
+    for p in write_phase_tables(a.phases, a.output):
+        print(p)
+    return 0
+
+
+def cmd_merge_nodes(a: argparse.Namespace) -> int:
+    from ..merge_nodes import merge_node_runs
+
+    check = merge_node_runs(a.traces, a.events, a.trace, a.events_out, warn_ms=a.warn_ms)
+    print(check.to_string(index=False, float_format=lambda v: f"{v:.3f}") if len(check)
+          else "one host: no clock check")
+    return 0
+
+
+def cmd_launch_node(a: argparse.Namespace) -> int:
+    from ..launch import merge_meta, run_node
+
+    if a.merge_meta:
+        if not a.meta:
+            raise ValueError("launch-node --merge-meta DIR needs --meta OUT")
+        merge_meta(a.merge_meta, a.meta)
+        return 0
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    if not cmd:
+        raise ValueError("launch-node: give the command after --")
+    return run_node(cmd, settings=_sampler_settings(a.config), run_id=a.run_id,
+                    cell=json.loads(a.cell) if a.cell else {}, trace=a.trace, events=a.events,
+                    meta=a.meta, node_dir=a.node_dir, cap_w=a.cap, backend=a.powercap_backend,
+                    allow_real=a.allow_real, state_dir=a.state_dir)
+
+
+def cmd_check(a: argparse.Namespace) -> int:
+    from ..check import check_runs
+
+    rc, report = check_runs(a.run_dirs, kind=a.kind, as_json=a.json, max_rows=a.max_rows)
+    print(report)
+    return rc
+
+
+def _add_run(sub: Any) -> None:
+    """The `run` command's parser."""
+    r = sub.add_parser("run", help="run a command under the energy sampler",
+                       description="Start the sampler, run CMD with WATTLIFE_EVENTS set, stop the "
+                                   "sampler when CMD ends, write meta.json; exit with CMD's code.")
+    r.add_argument("--trace", required=True, help="trace CSV to write")
+    r.add_argument("--events", required=True, help="events CSV the workload's markers write")
+    r.add_argument("--meta", help="meta.json path (default: beside the trace)")
+    r.add_argument("--config", help="config YAML whose `sampler` section to use (default: none, "
+                                    "the built-in sampler defaults)")
+    r.add_argument("--interval-ms", type=_positive_ms,
+                   help="sampler interval in ms, > 0 (default: the config's, else 50)")
+    r.add_argument("--gpu", choices=["auto", "nvml", "sim", "none"],
+                   help="GPU backend (default: the config's, else auto)")
+    r.add_argument("--cpu", choices=["auto", "rapl", "estimate", "none"],
+                   help="CPU backend (default: the config's, else auto)")
+    r.add_argument("--idle-s", type=_nonnegative_s,
+                   help="seconds of idle baseline before CMD starts, >= 0 (default: the config's "
+                        "idle_baseline_s, else 0)")
+    r.add_argument("--run-id", help="run id (default: the trace's folder name)")
+    r.add_argument("--cell", help="JSON of the matrix cell, recorded in meta.json (default: none)")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    r.set_defaults(fn=cmd_run)
+
+
+def _add_attribute(sub: Any) -> None:
+    """The `attribute` command's parser."""
+    t = sub.add_parser("attribute", help="trace x events -> per-phase energy (phases.csv)")
+    t.add_argument("--trace", required=True, help="trace CSV/Parquet of the run (meta.json beside "
+                                                  "it is read if present)")
+    t.add_argument("--events", required=True, help="events CSV of the run (per-rank siblings "
+                                                   "<stem>.rank<N>.csv are read too)")
+    t.add_argument("-o", "--output", required=True, help="phases.csv to write (not an input)")
+    t.add_argument("--method", default="auto", choices=["auto", "integrate", "deconvolve"],
+                   help="auto (default): deconvolve where phases are shorter than two sensor "
+                        "periods, else integrate")
+    t.add_argument("--strict", action="store_true",
+                   help="phases' time outside the trace's span, or a busy GPU no rank claims, "
+                        "is an error, not a warning")
+    t.add_argument("--raw-phases", action="store_true",
+                   help="the phase names as recorded (default: compile and warm-up steps as "
+                        "rows `compile` and `warmup`, the other phases over the steady steps)")
+    t.add_argument("--sensor-window-ms", type=float,
+                   help="boxcar window of power readings for deconvolution (default: estimated "
+                        "per device, the best fit among 0.5-2x the reading spacing)")
+    t.add_argument("--sensor-response", default="boxcar", metavar="boxcar|estimate|CSV",
+                   help="shape of a reading's window for deconvolution: a boxcar (default), lag "
+                        "weights estimated from this run (written beside the output), or a CSV of "
+                        "lag_lo_ms,lag_hi_ms,weight (the GPU sensor's, e.g. estimated earlier)")
+    t.add_argument("--idle-split", action="store_true",
+                   help="split energy into static (idle baseline) and dynamic parts")
+    t.add_argument("--bootstrap", type=int, default=200,
+                   help="bootstrap replicates for deconvolution's interval (default 200)")
+    t.set_defaults(fn=cmd_attribute)
+
+
+def _add_aggregate(sub: Any) -> None:
+    """The `aggregate` command's parser."""
+    ag = sub.add_parser("aggregate", help="collect cells' phases.csv into run-level tables")
+    ag.add_argument("phases", nargs="+", help="phases.csv files (meta.json beside each)")
+    ag.add_argument("-o", "--output", required=True, help="tables folder")
+    ag.set_defaults(fn=cmd_aggregate)
+
+
+def _add_merge_nodes(sub: Any) -> None:
+    """The `merge-nodes` command's parser."""
+    mn = sub.add_parser("merge-nodes", help="merge per-node traces and events of a multi-node run, "
+                                            "checking that the nodes' clocks agree")
+    mn.add_argument("--traces", nargs="+", required=True, help="each node's trace.csv")
+    mn.add_argument("--events", nargs="+", required=True, help="each node's events.csv")
+    mn.add_argument("--trace", required=True, help="merged trace to write")
+    mn.add_argument("--events-out", required=True, help="merged events to write")
+    mn.add_argument("--warn-ms", type=float, default=5.0,
+                    help="warn above this clock offset between nodes (default 5 ms)")
+    mn.set_defaults(fn=cmd_merge_nodes)
+
+
+def _add_launch_node(sub: Any) -> None:
+    """The `launch-node` command's parser."""
+    ln = sub.add_parser("launch-node",
+                        help="one node's part of a measured job: set the power cap on this node's "
+                             "GPUs, run CMD under this node's sampler",
+                        description="Used by the launch builder (wattlife.launch) under srun, one "
+                                    "per node; the caps are restored whatever happens.")
+    ln.add_argument("--config", help="config (or job slice) whose `sampler` section to use "
+                                     "(default: none, the built-in sampler defaults)")
+    ln.add_argument("--trace", help="trace CSV (one-node jobs; default: none)")
+    ln.add_argument("--events", help="events CSV (one-node jobs; default: none)")
+    ln.add_argument("--meta", help="meta.json (default beside the trace); with --merge-meta the "
+                                   "merged one")
+    ln.add_argument("--node-dir", help="write <node-dir>/<host>/{trace,events,meta} (multi-node "
+                                       "jobs; default: none)")
+    ln.add_argument("--run-id", help="run id recorded in events and meta (default: the folder "
+                                     "name)")
+    ln.add_argument("--cell", help="JSON of the job's cell, recorded in meta.json (default: none)")
+    ln.add_argument("--cap", type=float, help="per-GPU power cap (W) for this node's GPUs "
+                                              "(default: none)")
+    ln.add_argument("--powercap-backend", default="simulated",
+                    choices=["simulated", "nvml", "nvidia-smi"],
+                    help="how caps are set (default simulated)")
+    ln.add_argument("--allow-real", action="store_true", help="allow real GPU power-limit changes "
+                                                              "(default: off)")
+    ln.add_argument("--state-dir", help="folder of the powercap-state-<host>.json restore file "
+                                        "(default: beside the trace)")
+    ln.add_argument("--merge-meta", metavar="NODE_DIR",
+                    help="instead: merge NODE_DIR/*/meta.json into --meta (default: none)")
+    ln.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    ln.set_defaults(fn=cmd_launch_node)
+
+
+def _add_check(sub: Any) -> None:
+    """The `check` command's parser."""
+    ck = sub.add_parser("check", help="validate run directories against the file contracts",
+                        description="Check trace, events, meta.json, phases.csv and "
+                                    "work/summary.json of each RUN_DIR; every finding names file "
+                                    "and line. Exit 1 if any error, 0 otherwise (warnings "
+                                    "allowed).")
+    ck.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories to check")
+    ck.add_argument("--kind", choices=["auto", "none", "image_classification", "causal_lm"],
+                    default="auto", help="workload kind whose required phases are checked; auto: "
+                    "from meta.json's cell, else work/summary.json, else the phases; none: skip "
+                    "(default: auto)")
+    ck.add_argument("--json", action="store_true",
+                    help="print the findings as a JSON list instead of text (default: text)")
+    ck.add_argument("--max-rows", type=int, default=5,
+                    help="findings listed per check and file before a count of the rest "
+                         "(default: 5)")
+    ck.set_defaults(fn=cmd_check)
+
+
+def add_parsers(sub: Any) -> None:
+    """Add this group's parsers, in the order of `wattlife --help` (the module docstring's)."""
+    _add_run(sub)
+    _add_attribute(sub)
+    _add_aggregate(sub)
+    _add_merge_nodes(sub)
+    _add_launch_node(sub)
+    _add_check(sub)

@@ -1,0 +1,123 @@
+"""meta.json of a run: what ran, where, with which libraries and sensors, how it ended and how
+its recording went; written atomically, and to a fallback file if its own path fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import socket
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ..contracts import ContractError, RunMeta, meta_text
+from .state import RunState
+
+LIBRARIES = ["wattlife", "torch", "torchvision", "transformers", "nvidia-ml-py", "numpy", "pandas",
+             "snakemake", "psutil"]
+
+#: commands that start several ranks (one GPU each); any other command is one process
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate",
+             "deepspeed", "mpirun", "mpiexec", "srun")
+
+
+def library_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def single_process_gpus(cmd: list[str], gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """meta.json's `gpus`: a command that is one process (no launcher among its words) drives
+    every GPU it can see, so each visible GPU's entry gets `local_rank` 0; a launcher's ranks
+    keep one GPU each (local rank = CUDA ordinal)."""
+    words = {t for w in cmd for tok in w.split() for t in (tok, Path(tok).name)}
+    if words & set(LAUNCHERS):
+        return gpus
+    return [{**g, "local_rank": 0} for g in gpus]
+
+
+def _backend_infos(st: RunState) -> list[dict[str, Any]]:
+    info = []
+    for b in st.backends:
+        try:
+            info.append(b.info())
+        except Exception as exc:
+            info.append({"backend": b.name, "error": f"{type(exc).__name__}: {exc}"})
+    return info
+
+
+def run_meta(st: RunState, markers_reports: list[dict[str, Any]]) -> RunMeta:
+    """The run's record, once CMD has ended and the sampler has stopped."""
+    sampler, proc = st.sampler, st.relay.proc
+    info = _backend_infos(st)
+    gpu_info: dict[str, Any] = next((i for i in info if "gpu_model" in i), {})
+    trace_rec = sampler.write_summary()
+    recording = {
+        "trace": trace_rec,
+        "events": markers_reports,
+        "complete": (not trace_rec.get("write_errors") and not markers_reports
+                     and not sampler.errors),
+    }
+    return RunMeta(
+        run_id=st.run_id, host=socket.gethostname(), cmd=list(st.cmd),
+        cell=st.cell or {}, start_ns=sampler.start_ns, end_ns=sampler.end_ns,
+        workload_start_ns=st.t_start, workload_end_ns=st.t_end,
+        idle_baseline={"start_ns": sampler.start_ns, "end_ns": st.idle_end},
+        exit_code=st.rc,
+        exit_signal=(signal.Signals(-proc.returncode).name
+                     if proc is not None and proc.returncode < 0 else None),
+        start_error=st.start_error,
+        signals={"received": st.relay.received, "forwarded_to_cmd_group": st.relay.forwarded,
+                 "leftover_processes_ended": st.leftovers},
+        gpu_model=gpu_info.get("gpu_model"), driver=gpu_info.get("driver"),
+        gpus=single_process_gpus(list(st.cmd), gpu_info.get("gpus", [])),
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        sampler={"settings": st.settings.as_dict(), "backends": info,
+                 "sensors": sampler.sensors(), "rows": sampler.rows_written,
+                 "cpu_time_s": sampler.cpu_time_s, "errors": sampler.errors},
+        recording=recording,
+        sensor_notes=st.notes, platform=platform.platform(),
+        python=sys.version.split()[0], libraries=library_versions(),
+    )
+
+
+def write_meta(meta: Path, doc: RunMeta) -> str:
+    """Write meta.json atomically (`contracts.meta_text`: validated, with its schema version);
+    if its path fails, to the temporary folder. Returns the path."""
+    try:
+        text = meta_text(doc)
+    except ContractError as exc:  # a bug here must not lose the record: write it as it is
+        print(f"wattlife run: {exc}; written anyway", file=sys.stderr)
+        text = json.dumps(doc.to_dict(), indent=2, default=str)
+    try:
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        tmp = meta.with_name(f".{meta.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(meta)
+        return str(meta)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except (OSError, UnboundLocalError):
+            pass
+        try:
+            fd, name = tempfile.mkstemp(prefix="wattlife-meta-", suffix=".json")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+        except OSError as exc2:
+            print(f"wattlife run: cannot write {meta} ({exc.strerror or exc}) nor a fallback "
+                  f"({exc2.strerror or exc2}); meta.json follows on stderr", file=sys.stderr)
+            print(text, file=sys.stderr)
+            return "<stderr>"
+        print(f"wattlife run: cannot write {meta} ({exc.strerror or exc}); meta.json is in {name}",
+              file=sys.stderr)
+        return name
