@@ -126,5 +126,5 @@ def test_the_samplers_own_defaults_equal_the_schemas():
                  getattr(b, "interval_s", None), len(b.devices()) if hasattr(b, "devices") else 0)
                 for b in backends]
 
-    bare = {"gpu": "sim", "cpu": "estimate"}
-    assert built(bare) == built(SamplerSettings.from_dict(bare).as_dict())
+    bare = SamplerSettings.from_dict({"gpu": "sim", "cpu": "estimate"})
+    assert built(bare) == built(SamplerSettings.from_dict(bare.as_dict()))

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from fake_nvml import FakeNvml, NVMLError_GpuIsLost, NVMLError_NotSupported, NVMLError_Unknown
+from wattlife.config import SamplerSettings
 from wattlife.devices.base import SensorUnavailable
 from wattlife.devices.nvml import NvmlBackend, resolve_visible_devices
 from wattlife.devices.powercap import PowerCapController, PowerCapError, restore_from_state
@@ -152,8 +153,9 @@ def test_run_records_the_gpu_mapping_in_meta(fake, tmp_path, monkeypatch):
     fake.fail("nvmlDeviceGetTemperature", 2)
     rc = run_under_sampler([sys.executable, "-c", "import time; time.sleep(0.3)"],
                            tmp_path / "trace.csv", tmp_path / "events.csv",
-                           sampler_cfg={"gpu": "nvml", "cpu": "none",
-                                        "nvml": {"telemetry_ms": 50, "gpm": False}})
+                           settings=SamplerSettings.from_dict(
+                               {"gpu": "nvml", "cpu": "none",
+                                "nvml": {"telemetry_ms": 50, "gpm": False}}))
     assert rc == 0
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["cuda_visible_devices"] == "2"

@@ -13,7 +13,7 @@ import yaml
 
 from synth import T0, events_frame, trace_frame
 from wattlife.cli import build_parser, main
-from wattlife.cli_checks import RANGES, check_options, numeric_actions
+from wattlife.cli.checks import RANGES, check_options, numeric_actions
 
 MS = 1_000_000
 PARSER = build_parser()
@@ -48,7 +48,7 @@ def _parse(command, option, value):
 
 def test_every_numeric_option_has_a_declared_range():
     missing = [(c, a.dest) for c, a in NUMERIC if (c, a.dest) not in RANGES]
-    assert not missing, f"numeric options without a range in cli_checks.RANGES: {missing}"
+    assert not missing, f"numeric options without a range in cli.checks.RANGES: {missing}"
     assert len(NUMERIC) >= 38
 
 

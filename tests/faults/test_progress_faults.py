@@ -88,12 +88,14 @@ def test_the_real_sweep_shows_each_cap(tmp_path, capsys, monkeypatch, every_upda
     """The bar of `sweep_command` over its caps (each run is replaced by one that exits 1 at
     once: the bar, not the sampler, is under test; a failed cap still counts)."""
     from wattlife import run
+    from wattlife.config import SamplerSettings
     from wattlife.devices.powercap import PowerCapController
     from wattlife.sweeps.real import sweep_command
 
     monkeypatch.setattr(run, "run_under_sampler", lambda *a, **kw: 1)
     ctl = PowerCapController("simulated", state_file=tmp_path / "state.json")
-    df = sweep_command("job", ["true"], [300, 500, 700], ctl, tmp_path / "sweep")
+    df = sweep_command("job", ["true"], [300, 500, 700], ctl, tmp_path / "sweep",
+                       SamplerSettings.from_dict({}))
     assert df["status"].str.startswith("failed").all()
     err = capsys.readouterr().err
     assert "sweep job:" in err and "3/3" in err and "100%" in err, err

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import gone
+from wattlife.config import SamplerSettings
 from wattlife.contracts import read_events
 
 LOOP = ("import os, sys, time\nfrom pathlib import Path\nfrom wattlife.markers import phase, step\n"
@@ -200,7 +201,8 @@ def test_config_interval_ms_must_be_positive():
     from wattlife.sampler import build_backends
 
     with pytest.raises(ValueError, match=r"sampler.interval_ms must be .* > 0, got -50"):
-        build_backends({"interval_ms": -50, "gpu": "none", "cpu": "estimate"})
+        build_backends(SamplerSettings.from_dict({"interval_ms": -50, "gpu": "none",
+                                                  "cpu": "estimate"}))
 
 
 def test_missing_command_gives_127_and_meta(tmp_path, env):
@@ -353,7 +355,8 @@ def test_a_sweep_stops_when_wattlife_is_signalled(tmp_path):
             "time.sleep(30)\n")  # ended by the forwarded SIGTERM
     with pytest.raises(SystemExit) as exc:
         run_under_sampler([sys.executable, "-c", code], tmp_path / "trace.csv",
-                          tmp_path / "events.csv", sampler_cfg={"gpu": "sim", "cpu": "none"},
+                          tmp_path / "events.csv",
+                          settings=SamplerSettings.from_dict({"gpu": "sim", "cpu": "none"}),
                           reraise_signals=True)
     assert exc.value.code == 143
     meta = json.loads((tmp_path / "meta.json").read_text())
