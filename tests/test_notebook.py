@@ -13,13 +13,13 @@ def test_notebook_runs_on_cached_tables(tmp_path, monkeypatch):
     from nbclient import NotebookClient
 
     from wattlife.analysis.pfi import pfi_table
-    from wattlife.config import load_config
-    from wattlife.sweeps.simulated import jobs_from_config, sweep_simulated
+    from wattlife.config import load_config, settings
+    from wattlife.sweeps.simulated import simulated_jobs, sweep_simulated
 
     tables = tmp_path / "run" / "tables"
     tables.mkdir(parents=True)
     cfg = load_config(REPO / "config/config.yaml")
-    curves = sweep_simulated(jobs_from_config(cfg), cfg["powercap"]["grid_w"])
+    curves = sweep_simulated(simulated_jobs(settings(cfg).powercap), cfg["powercap"]["grid_w"])
     pfi_table(curves, n_mc=50).to_csv(tables / "pfi.csv", index=False)
     import pandas as pd
 

@@ -77,13 +77,13 @@ def test_steady_state_rules():
 
 def test_simulated_gpu_is_calibrated_on_the_a100_sweeps_and_spans_the_h200_range():
     from wattlife.analysis.calibration import calibrate
-    from wattlife.config import load_config
-    from wattlife.sweeps.simulated import jobs_from_config, sweep_simulated
+    from wattlife.config import load_config, settings
+    from wattlife.sweeps.simulated import simulated_jobs, sweep_simulated
 
     model, per_job, fit = calibrate(load_curves(A100), 400)
     assert fit["rmse_t_rel"] < 0.02 and len(per_job) == 8
     cfg = load_config(REPO / "config/config.yaml")
-    jobs = jobs_from_config(cfg)
+    jobs = simulated_jobs(settings(cfg).powercap)
     for j in jobs:
         j.noise = 0.0
     pfi = pfi_table(sweep_simulated(jobs, cfg["powercap"]["grid_w"],

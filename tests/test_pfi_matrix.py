@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wattlife.config import hardware_profile, load_config
+from wattlife.config import hardware_profile, load_config, settings
 from wattlife.jobs import cell_caps
 from wattlife.sweeps.pfi_matrix import matrix_cell_workload
 
@@ -33,7 +33,7 @@ def test_a_profile_with_caps_outside_its_range_is_refused(tmp_path):
 
 def test_cells_become_causal_lm_workloads_with_the_protocol():
     cfg = load_config(REPO / "config/pfi.yaml")
-    w, c, prof = matrix_cell_workload(cfg, "moe-ft-qwen3-30b-a3b-8g")
+    w, c, prof = matrix_cell_workload(settings(cfg), "moe-ft-qwen3-30b-a3b-8g")
     assert w["task"] == "lora" and w["compile"] is True and w["fsdp"] is True
     assert (w["duration_s"], w["eval_at_s"], w["ckpt_at_s"]) == (1800, 900, 1200)
     assert w["peak_tflops"] == prof.peak_tflops_bf16 == 989 and "gpus" not in w and c.gpus == 8
@@ -41,7 +41,7 @@ def test_cells_become_causal_lm_workloads_with_the_protocol():
     gpus = {c["gpus"] for c in cfg["pfi_matrix"]["cells"].values()}
     assert tasks == {"pretrain", "lora"} and gpus == {8, 16, 32}
     with pytest.raises(ValueError, match="no such cell"):
-        matrix_cell_workload(cfg, "nope")
+        matrix_cell_workload(settings(cfg), "nope")
 
 
 @pytest.mark.slow

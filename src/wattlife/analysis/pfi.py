@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..config import resource_path
+from ..config import Settings, resource_path
 from ..contracts import PFI_COLUMNS, write_table
 
 MIN_DELTA = 0.01
@@ -135,29 +135,30 @@ def compare_gpus(pfi: pd.DataFrame, gpu_a: str, gpu_b: str) -> dict[str, float]:
     return {"spearman_rho": float(rho), "p_value": float(p), "n_jobs": int(len(common))}
 
 
-def study_labels(config_path: str | Path) -> pd.DataFrame:
-    """job (a pfi_matrix cell name) -> paper_job, hardware, set, from a config's cells."""
-    from ..config import load_config
-
-    cfg = load_config(config_path)
-    hw = cfg.get("powercap", {}).get("hardware", "h200")
-    rows = [{"job": k, "paper_job": c.get("paper_job"), "hardware": c.get("hardware", hw),
-             "set": c.get("set", "main")}
-            for k, c in cfg.get("pfi_matrix", {}).get("cells", {}).items()]
+def study_labels(s: Settings) -> pd.DataFrame:
+    """job (a pfi_matrix cell name) -> paper_job, hardware, set, from the cells of the typed
+    config `s` (a cell without `hardware` has `powercap.hardware`, without `set` main)."""
+    hw = s.powercap.hardware
+    cells = s.pfi_matrix.cells if s.pfi_matrix is not None else {}
+    rows = [{"job": k, "paper_job": c.paper_job,
+             "hardware": hw if c.hardware is None else c.hardware,
+             "set": "main" if c.set is None else c.set}
+            for k, c in cells.items()]
     return pd.DataFrame(rows, columns=["job", "paper_job", "hardware", "set"])
 
 
 def pfi_files(curves_path: str | Path, out: str | Path, grid: list[float] | None = None,
-              n_mc: int = 2000, seed: int = 0, config: str | Path | None = None) -> pd.DataFrame:
+              n_mc: int = 2000, seed: int = 0, labels: pd.DataFrame | None = None
+              ) -> pd.DataFrame:
     """PFI table of a curves file; with the study's labels (a `paper_job` column in the curves,
-    or the cells of `config`) the published values and the 4-cap sub-grid PFI go beside it."""
+    or `labels`, `study_labels` of a config's cells) the published values and the 4-cap sub-grid
+    PFI go beside it."""
     from .curves import load_curves
 
     curves = load_curves(curves_path)
-    if config is not None and "paper_job" not in curves.columns:
-        lab = study_labels(config)
+    if labels is not None and "paper_job" not in curves.columns:
         given = [c for c in ("hardware", "set") if c in curves.columns]
-        curves = curves.merge(lab.drop(columns=given),
+        curves = curves.merge(labels.drop(columns=given),
                               on="job", how="left")
     df = pfi_table(curves, grid=grid, n_mc=n_mc, seed=seed)
     if "paper_job" in curves.columns and curves["paper_job"].notna().any():

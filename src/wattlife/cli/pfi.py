@@ -12,9 +12,16 @@ from .options import _floats
 
 
 def cmd_pfi(a: argparse.Namespace) -> int:
-    from ..analysis.pfi import compare_gpus, grid_sensitivity_files, pfi_files
+    """With --config, the config read and typed here, once: the PFI table receives the study's
+    labels of its cells (`study_labels`), never the file."""
+    from ..analysis.pfi import compare_gpus, grid_sensitivity_files, pfi_files, study_labels
 
-    df = pfi_files(a.curves, a.output, grid=a.grid, n_mc=a.mc, seed=a.seed, config=a.config)
+    labels = None
+    if a.config is not None:
+        from ..config import load_config, settings
+
+        labels = study_labels(settings(load_config(a.config)))
+    df = pfi_files(a.curves, a.output, grid=a.grid, n_mc=a.mc, seed=a.seed, labels=labels)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if a.subgrid:
         out = Path(a.output)

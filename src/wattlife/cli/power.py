@@ -12,17 +12,23 @@ from .options import _floats
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from ..sweeps.simulated import sweep_from_config
+    """The config read and typed here, once; the sweep receives its `powercap` section."""
+    from ..config import load_config, settings
+    from ..sweeps.simulated import sweep_jobs
 
-    df = sweep_from_config(a.config, a.output, job=a.job)
+    df = sweep_jobs(settings(load_config(a.config)).powercap, a.output, job=a.job)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 
 
 def cmd_pfi_sweep(a: argparse.Namespace) -> int:
+    """The config (or the job's slice) read and typed here, once; the sweep receives `Settings`
+    (and the file's path, which the launched command reads its sampler from)."""
+    from ..config import load_config, settings
     from ..sweeps.real import sweep_matrix_cap
 
-    df = sweep_matrix_cap(a.config, a.cell, a.cap, a.output, backend=a.backend)
+    s = settings(load_config(a.config))
+    df = sweep_matrix_cap(s, a.config, a.cell, a.cap, a.output, backend=a.backend)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 

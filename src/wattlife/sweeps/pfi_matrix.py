@@ -1,16 +1,15 @@
 """The PFI study's matrix: a `pfi_matrix` cell of the config → the causal-LM workload it trains,
 with the GPU's hardware profile (`config.hardware_profile`: cap range, cap grids, GPUs per
-node, peak TFLOPS). Config in; the workload's dict, the typed cell and its profile out; nothing
-runs here (the run: `sweeps.real`).
+node, peak TFLOPS). The typed config (`Settings`, built by the CLI) in; the workload's dict, the
+typed cell and its profile out; nothing runs here (the run: `sweeps.real`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
-from ..config import HardwareProfile, PfiCell, schema, settings
+from ..config import HardwareProfile, PfiCell, Settings, schema
 
 # fields of a pfi_matrix cell that describe the cell (its name, study label, set, grid, hardware)
 # and are not settings of the causal_lm workload
@@ -22,11 +21,10 @@ def _workload_keys() -> set[str]:
     return set(schema()["properties"]["workloads"]["additionalProperties"]["properties"])
 
 
-def matrix_cell_workload(cfg: Mapping[str, Any], cell: str
+def matrix_cell_workload(s: Settings, cell: str
                          ) -> tuple[dict[str, Any], PfiCell, HardwareProfile]:
-    """The causal-LM workload of one `pfi_matrix` cell, the cell itself and its hardware profile
-    (the cell's `hardware`, else `powercap.hardware`)."""
-    s = settings(cfg)
+    """The causal-LM workload of one `pfi_matrix` cell of the typed config `s`, the cell itself
+    and its hardware profile (the cell's `hardware`, else `powercap.hardware`)."""
     m = s.pfi_matrix
     if m is None or not m.cells:
         raise ValueError("pfi_matrix.cells: missing from the config; pfi-sweep needs a config "

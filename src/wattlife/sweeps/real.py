@@ -21,7 +21,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..analysis.curves import steady_state, steady_state_se
-from ..config import SamplerSettings, schema_default, settings
+from ..config import SamplerSettings, Settings, schema_default
 from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_csv, write_table
 from ..devices.powercap import PowerCapController
 from ..sampler import with_sim_gpu_cap
@@ -142,30 +142,30 @@ def device_label(device: str | None, profile_gpu: str, simulated: bool, cell: st
     return profile_gpu
 
 
-def sweep_matrix_cap(config_path: str | Path, cell: str, cap_w: float, out: str | Path,
-                     backend: str | None = None) -> pd.DataFrame:
-    """One `pfi_matrix` cell trained at one per-GPU cap: the cap set on every GPU of every node of
-    the job, the run under a sampler per node (wattlife.launch), its steady state written as one
-    curve point (`status` ok, or failed with the reason: the job itself succeeds so the cell's
-    curve shows the failed cap, and `snakemake --forcerun <that point>` reruns it alone).
-    Writes beside `out`: workload.json (the training config), trace.csv, events.csv, meta.json,
-    work/ (and nodes/<host>/, clock_offsets.csv across nodes)."""
+def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: float,
+                     out: str | Path, backend: str | None = None) -> pd.DataFrame:
+    """One `pfi_matrix` cell of the typed config `s` trained at one per-GPU cap: the cap set on
+    every GPU of every node of the job, the run under a sampler per node (wattlife.launch), its
+    steady state written as one curve point (`status` ok, or failed with the reason: the job
+    itself succeeds so the cell's curve shows the failed cap, and `snakemake --forcerun <that
+    point>` reruns it alone). `config_path`: the file `s` was read from, named to the launched
+    command (`launch-node --config`). Writes beside `out`: workload.json (the training config),
+    trace.csv, events.csv, meta.json, work/ (and nodes/<host>/, clock_offsets.csv across
+    nodes)."""
     import json
     import subprocess
 
-    from ..config import load_config
     from ..jobs import nodes_for
     from ..launch import LaunchSpec, build_command, train_args
     from ..runlock import run_folder_lock
 
-    cfg = load_config(config_path)
-    w, c, prof = matrix_cell_workload(cfg, cell)
-    pc = settings(cfg).powercap
+    w, c, prof = matrix_cell_workload(s, cell)
+    pc = s.powercap
     out = Path(out)
     d = out.parent
     d.mkdir(parents=True, exist_ok=True)
     wl = d / "workload.json"
-    wl.write_text(json.dumps({"slice": f"pfi/{cell}/cap-{cap_w:g}/train", "storage": cfg["storage"],
+    wl.write_text(json.dumps({"slice": f"pfi/{cell}/cap-{cap_w:g}/train", "storage": s.storage,
                               "workloads": {cell: w}}, indent=1, sort_keys=True))
     nodes, per_node = nodes_for(c.gpus, prof.gpus_per_node)
     spec = LaunchSpec(nodes=nodes, gpus_per_node=per_node, per_node=nodes > 1, cap_w=float(cap_w),

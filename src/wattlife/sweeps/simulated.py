@@ -11,12 +11,12 @@ The power limit is a ceiling: the noise on the per-step power (the job's demand 
 relative sd `SimJob.noise`) is clipped at the cap by the limiter, so every sample, and with it the
 steady-state power per GPU, is at most the cap (no allowance for noise). Throughput noise is left
 as it is.
-`sweep_from_config` is the file-level entry (`wattlife sweep`): config in, curves CSV out.
+`sweep_jobs` is the file-level entry (`wattlife sweep`): the typed `powercap` section in (the
+CLI reads the config), curves CSV out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..analysis.curves import steady_state, steady_state_se
-from ..config import schema_default, settings
+from ..config import PowerCapSettings, schema_default
 from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_table
 from ..simgpu_model import CapRefused, SimGpuModel, SimJob
 
@@ -93,31 +93,27 @@ def sweep_simulated(jobs: list[SimJob], grid: list[float], model: SimGpuModel | 
     return df[CURVES_COLUMNS + [c for c in df.columns if c not in CURVES_COLUMNS]]
 
 
-def jobs_from_config(cfg: Mapping[str, Any]) -> list[SimJob]:
+def simulated_jobs(powercap: PowerCapSettings) -> list[SimJob]:
     """The simulated jobs of `powercap.jobs` (name → SimJob settings)."""
-    jobs = settings(cfg).powercap.jobs
-    if not jobs:
+    if not powercap.jobs:
         raise ValueError("powercap.jobs: no jobs to sweep in the config")
-    return [SimJob(name, **spec) for name, spec in jobs.items()]
+    return [SimJob(name, **spec) for name, spec in powercap.jobs.items()]
 
 
-def sweep_from_config(config_path: str | Path, out: str | Path, job: str | None = None
-                      ) -> pd.DataFrame:
-    """`wattlife sweep`: the config's simulated jobs (`powercap.jobs`) swept on its grids, the
-    curves written to `out`."""
-    from ..config import load_config
-
-    cfg = load_config(config_path)
-    pc = settings(cfg).powercap
-    if pc.backend != "simulated":
+def sweep_jobs(powercap: PowerCapSettings, out: str | Path, job: str | None = None
+               ) -> pd.DataFrame:
+    """`wattlife sweep`: the simulated jobs of `powercap.jobs` (or only `job`) swept on the
+    section's grids, the curves written to `out`."""
+    if powercap.backend != "simulated":
         raise ValueError("sweep from config runs the simulated backend; real sweeps run through "
                          "the Snakemake rule `powercap_real` on a GPU node")
-    jobs = jobs_from_config(cfg)
+    jobs = simulated_jobs(powercap)
     if job:
         jobs = [j for j in jobs if j.name == job]
         if not jobs:
             raise ValueError(f"powercap.jobs.{job}: no such job")
-    df = sweep_simulated(jobs, list(pc.grid_w), large_grid=list(pc.grid_large_w),
-                         n_steps=pc.window_steps, rule=pc.steady_rule, warmup_frac=pc.warmup_frac)
+    df = sweep_simulated(jobs, list(powercap.grid_w), large_grid=list(powercap.grid_large_w),
+                         n_steps=powercap.window_steps, rule=powercap.steady_rule,
+                         warmup_frac=powercap.warmup_frac)
     write_table(df, out, CURVES_COLUMNS)
     return df
