@@ -93,3 +93,23 @@ def test_simulated_gpu_is_calibrated_on_the_a100_sweeps_and_spans_the_h200_range
     assert grids["dense-pretrain-8b"] == "200,300,400,500,600,700"
     assert pfi["pfi"].min() >= 1.05 and pfi["pfi"].max() <= 2.8
     assert (pfi["source"] == "sim").all()
+
+
+def test_study_labels_read_the_typed_cells_with_their_defaults():
+    """`wattlife pfi --config`: the CLI types the config once; the labels come from the typed
+    cells, a cell without `hardware` taking `powercap.hardware` and without `set` main."""
+    import copy
+
+    from wattlife.analysis.pfi import study_labels
+    from wattlife.config import load_config, settings
+
+    cfg = copy.deepcopy(load_config(REPO / "config/pfi.yaml"))
+    name, cell = next(iter(cfg["pfi_matrix"]["cells"].items()))
+    cell.pop("hardware", None)
+    cell.pop("set", None)
+    cfg["powercap"]["hardware"] = "h100"
+    lab = study_labels(settings(cfg)).set_index("job")
+    assert list(lab.index) == list(cfg["pfi_matrix"]["cells"])
+    assert (lab.loc[name, "hardware"], lab.loc[name, "set"]) == ("h100", "main")
+    assert lab.loc[name, "paper_job"] == cell["paper_job"]
+    assert study_labels(settings(load_config(REPO / "config/config.yaml"))).empty
