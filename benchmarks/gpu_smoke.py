@@ -20,8 +20,10 @@ cfg = {"storage": {"shared": str(work / "shared"), "local": str(work / "local")}
                              "device": "cuda", "precision": "bf16", "image_size": 128,
                              "batch_size": 64, "steps": 60, "workers": 8, "val_every": 30,
                              "val_steps": 2, "ckpt_every": 30, "lr": 0.1}}}
-code = ("import json,sys; from wattlife.workloads import train_from_config; "
-        f"sys.exit(train_from_config(json.loads({json.dumps(json.dumps(cfg))}), 'r50', 'local', True, "
+code = ("import json,sys; from wattlife.config import settings; "
+        "from wattlife.workloads import train_cell; "
+        f"sys.exit(train_cell(settings(json.loads({json.dumps(json.dumps(cfg))})), "
+        "'r50', 'local', True, "
         f"{str(work / 'cell' / 'work')!r}))")
 rc = subprocess.run([py, "-m", "wattlife.cli", "run", "--trace", str(work / "cell/trace.csv"),
                      "--events", str(work / "cell/events.csv"), "--gpu", "nvml", "--idle-s", "2",

@@ -36,8 +36,9 @@ def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, ou
     """One cell under `wattlife run`, attributed; `prelude`: Python run first in the cell's
     process (a benchmark's setting of a module constant)."""
     d = work / name
-    code = (prelude + "import json,sys; from wattlife.workloads import train_from_config; "
-            f"sys.exit(train_from_config(json.loads({json.dumps(json.dumps(cfg))}), {wl!r}, "
+    code = (prelude + "import json,sys; from wattlife.config import settings; "
+            "from wattlife.workloads import train_cell; "
+            f"sys.exit(train_cell(settings(json.loads({json.dumps(json.dumps(cfg))})), {wl!r}, "
             f"{storage!r}, {ckpt!r}, {str(d / 'work')!r}))")
     t = time.time()
     r = subprocess.run([PY, "-m", "wattlife.cli", "run", "--trace", str(d / "trace.csv"),

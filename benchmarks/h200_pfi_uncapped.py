@@ -110,8 +110,10 @@ def run_cell(work: Path, name: str, over: dict, duration: float, compile_: bool)
         w["compile"] = False  # the CPU rehearsal skips inductor's C++ build
     cfg = {"storage": {"shared": str(work / "shared"), "local": str(work / "local")},
            "workloads": {"q": w}}
-    code = ("import json,sys; from wattlife.workloads import train_from_config; "
-            f"sys.exit(train_from_config(json.loads({json.dumps(json.dumps(cfg))}), 'q', 'shared', True, "
+    code = ("import json,sys; from wattlife.config import settings; "
+            "from wattlife.workloads import train_cell; "
+            f"sys.exit(train_cell(settings(json.loads({json.dumps(json.dumps(cfg))})), "
+            "'q', 'shared', True, "
             f"{str(d / 'work')!r}))")
     t = time.time()
     r = subprocess.run([PY, "-m", "wattlife.cli", "run", "--trace", str(d / "trace.csv"),

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import gone
-from wattlife.config import ConfigError, validate_config, workload_spec
-from wattlife.workloads import train_from_config
+from wattlife.config import ConfigError, settings, validate_config, workload_spec
+from wattlife.workloads import train_cell
 from wattlife.workloads.datagen import make_image_tree
 from wattlife.workloads.gpu_decode import (
     GpuDecodeLoader,
@@ -189,7 +189,7 @@ def test_a_cpu_cell_with_decode_gpu_trains_on_the_cpu_path_and_says_so(tmp_path,
          "lr": 0.05, "decode": "gpu"}
     cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
            "workloads": {"r": w}}
-    assert train_from_config(cfg, "r", "shared", False, tmp_path / "work") == 0
+    assert train_cell(settings(cfg), "r", "shared", False, tmp_path / "work") == 0
     s = json.loads((tmp_path / "work" / "summary.json").read_text())
     assert (s["decode"], s["decode_requested"], s["steps"]) == ("cpu", "gpu", 2)
     assert "not a CUDA GPU" in s["decode_fallback"]
@@ -222,7 +222,7 @@ def test_the_workloads_gpu_path_trains_and_records_both_sides(tmp_path, monkeypa
          "lr": 0.05, "decode": "gpu", "val_every": 3, "val_steps": 1}
     cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
            "workloads": {"r": w}}
-    assert train_from_config(cfg, "r", "shared", False, tmp_path / "work") == 0
+    assert train_cell(settings(cfg), "r", "shared", False, tmp_path / "work") == 0
     s = json.loads((tmp_path / "work" / "summary.json").read_text())
     assert (s["decode"], s["decode_fallback"], s["steps"], s["skipped_items"]) == ("gpu", None,
                                                                                   6, 0)

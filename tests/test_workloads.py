@@ -4,8 +4,9 @@ from pathlib import Path
 import pytest
 
 from wattlife import markers
+from wattlife.config import settings
 from wattlife.contracts import read_events
-from wattlife.workloads import train_from_config
+from wattlife.workloads import train_cell
 from wattlife.workloads.datagen import make_image_tree, make_text_corpus
 
 
@@ -31,7 +32,7 @@ def test_image_workload_marks_every_phase_and_checkpoints_reload(tmp_path, image
     import torchvision
 
     markers.configure(tmp_path / "events.csv", run_id="cell")
-    rc = train_from_config(_cfg(tmp_path), "r", "local", True, tmp_path / "work")
+    rc = train_cell(settings(_cfg(tmp_path)), "r", "local", True, tmp_path / "work")
     markers.reset()
     assert rc == 0
     ev = read_events(tmp_path / "events.csv")
@@ -56,8 +57,8 @@ def test_corrupt_jpeg_is_skipped_and_counted(tmp_path, images):
     bad = next((images / "train").rglob("*.JPEG"))
     bad.write_bytes(b"not a jpeg at all")
     markers.configure(tmp_path / "events.csv", run_id="cell")
-    rc = train_from_config(_cfg(tmp_path, steps=8, batch_size=6, val_every=0), "r", "shared", False,
-                           tmp_path / "work")
+    rc = train_cell(settings(_cfg(tmp_path, steps=8, batch_size=6, val_every=0)), "r", "shared",
+                    False, tmp_path / "work")
     markers.reset()
     assert rc == 0
     summary = json.loads((tmp_path / "work" / "summary.json").read_text())
@@ -70,12 +71,12 @@ def test_corrupt_jpeg_is_skipped_and_counted(tmp_path, images):
 
 def test_missing_dataset_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        train_from_config(_cfg(tmp_path), "r", "shared", False, tmp_path / "work")
+        train_cell(settings(_cfg(tmp_path)), "r", "shared", False, tmp_path / "work")
 
 
 def test_unknown_workload_names_the_key(tmp_path):
     with pytest.raises(ValueError, match="workloads.nope"):
-        train_from_config(_cfg(tmp_path), "nope", "shared", False, tmp_path / "work")
+        train_cell(settings(_cfg(tmp_path)), "nope", "shared", False, tmp_path / "work")
 
 
 def test_text_corpus_generator(tmp_path):
@@ -97,7 +98,7 @@ def test_causal_lm_trains_tiny_qwen3_with_a_local_tokenizer_and_checkpoints(tmp_
                                "val_steps": 1, "ckpt_every": 3,
                                "tokenizer_vocab": 512}}}
     markers.configure(tmp_path / "events.csv", run_id="q")
-    assert train_from_config(cfg, "q", "local", True, tmp_path / "work") == 0
+    assert train_cell(settings(cfg), "q", "local", True, tmp_path / "work") == 0
     markers.reset()
     ev = read_events(tmp_path / "events.csv")
     want = {"stage_copy", "setup", "model_load", "tokenize", "data_load", "h2d", "forward",
@@ -136,7 +137,7 @@ def test_dense_and_moe_models_train_with_both_tasks(tmp_path, model, task):
     cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
            "workloads": {"q": w}}
     torch.manual_seed(0)
-    assert train_from_config(cfg, "q", "shared", True, tmp_path / "work") == 0
+    assert train_cell(settings(cfg), "q", "shared", True, tmp_path / "work") == 0
     s = json.loads((tmp_path / "work" / "summary.json").read_text())
     state = torch.load(s["checkpoints"][0], map_location="cpu")
     if model == "qwen3-moe-tiny":
@@ -215,7 +216,8 @@ def test_causal_lm_config_errors_are_clear(tmp_path):
 
 def test_fewer_images_than_one_batch_is_a_clear_error(tmp_path, images):
     with pytest.raises(ValueError, match="fewer than one batch of 64"):
-        train_from_config(_cfg(tmp_path, batch_size=64), "r", "shared", False, tmp_path / "work")
+        train_cell(settings(_cfg(tmp_path, batch_size=64)), "r", "shared", False,
+                   tmp_path / "work")
 
 
 def test_experts_backend_vocab_and_lora_plan_from_config():
@@ -270,7 +272,7 @@ def test_causal_lm_summary_names_backend_compile_vocab_and_basis(tmp_path, monke
     cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
            "workloads": {"q": w}}
     markers.configure(tmp_path / "events.csv", run_id="q")
-    assert train_from_config(cfg, "q", "shared", False, tmp_path / "work") == 0
+    assert train_cell(settings(cfg), "q", "shared", False, tmp_path / "work") == 0
     markers.reset()
     s = json.loads((tmp_path / "work" / "summary.json").read_text())
     assert compiled == [{"mode": "max-autotune-no-cudagraphs"}] and s["compile"] is True
@@ -337,4 +339,4 @@ def test_an_image_workload_without_image_size_is_named(tmp_path):
     cfg = _cfg(tmp_path)
     del cfg["workloads"]["r"]["image_size"]
     with pytest.raises(ValueError, match=r"workloads\.r\.image_size: required"):
-        train_from_config(cfg, "r", "shared", False, tmp_path / "work")
+        train_cell(settings(cfg), "r", "shared", False, tmp_path / "work")

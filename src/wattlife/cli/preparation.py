@@ -49,19 +49,23 @@ def cmd_upload(a: argparse.Namespace) -> int:
 
 
 def cmd_gen_catalogue(a: argparse.Namespace) -> int:
-    from ..prepare.catalogue import generate_artefacts, prepare_settings
+    from ..config import load_config, settings
+    from ..prepare.catalogue import checked_catalogue, generate_artefacts
 
-    m = generate_artefacts(prepare_settings(a.config)["catalogue"], a.output)
+    m = generate_artefacts(checked_catalogue(settings(load_config(a.config)).prepare), a.output)
     print(json.dumps({k: v["size_bytes"] for k, v in m.items()}))
     return 0
 
 
 def cmd_prepare_tables(a: argparse.Namespace) -> int:
     from ..analysis.downloads import prepare_tables_files
-    from ..prepare.catalogue import prepare_settings
+    from ..config import load_config, settings
+    from ..prepare.catalogue import checked_catalogue
 
-    prep = prepare_settings(a.config)
-    for path in prepare_tables_files(prep["catalogue"], prep["facility"], a.records, a.output,
+    prep = settings(load_config(a.config)).prepare
+    facility = {"users_per_artefact": prep.users_per_artefact,
+                "downloads_per_user_per_month": prep.downloads_per_user_per_month}
+    for path in prepare_tables_files(checked_catalogue(prep), facility, a.records, a.output,
                                      phases=a.phases, phase_summary=a.phase_summary,
                                      cell_summaries=a.cell_summaries, cell_metas=a.cell_metas):
         print(path)

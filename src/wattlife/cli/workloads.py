@@ -25,14 +25,14 @@ def cmd_gen_text(a: argparse.Namespace) -> int:
 
 
 def cmd_train(a: argparse.Namespace) -> int:
-    from ..config import load_config
-    from ..workloads import train_from_config
+    from ..config import load_config, settings
+    from ..workloads import train_cell
 
-    cfg = load_config(a.config)
-    if a.workload not in (cfg.get("workloads") or {}):
+    s = settings(load_config(a.config))
+    if a.workload not in s.workloads:
         raise ValueError(f"--workload {a.workload}: not a key of {a.config}'s workloads "
-                         f"(defined: {sorted(cfg.get('workloads') or {})})")
-    return train_from_config(cfg, a.workload, a.storage, a.checkpoint, a.workdir)
+                         f"(defined: {sorted(s.workloads)})")
+    return train_cell(s, a.workload, a.storage, a.checkpoint, a.workdir)
 
 
 def _add_train(sub: Any) -> None:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..config import Prepare
 from ..contracts import write_text
 
 SOURCES = ("hf", "kaggle", "http", "path", "generated")
@@ -70,11 +71,7 @@ def generate_artefacts(entries: list[dict[str, Any]], out: str | Path, seed: int
     return manifest
 
 
-def prepare_settings(config_path: str | Path) -> dict[str, Any]:
-    """The config's `prepare` section with its catalogue checked (`check_catalogue`) and the
-    facility settings (`{}` when absent)."""
-    from ..config import load_config
-
-    prep = load_config(config_path).get("prepare", {})
-    return {"catalogue": check_catalogue(prep.get("catalogue", [])),
-            "facility": prep.get("facility", {})}
+def checked_catalogue(prepare: Prepare) -> list[dict[str, Any]]:
+    """The typed `prepare` section's catalogue as a list of entries, checked (`check_catalogue`);
+    `[]` when the config has none."""
+    return check_catalogue(list(prepare.catalogue or ()))

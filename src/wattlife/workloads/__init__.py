@@ -1,27 +1,27 @@
-"""Training workloads of the lifecycle study. They use the markers only, never the sampler."""
+"""Training workloads of the lifecycle study. They use the markers only, never the sampler.
+
+`train_cell` takes the typed `Settings` the command built at the edge (`wattlife train`:
+`settings(load_config(path))`); no module here reads or converts a configuration mapping."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from ..config import CausalLMSpec, ImageClassificationSpec, workload_spec
+from ..config import CausalLMSpec, ImageClassificationSpec, Settings
 
 
-def train_from_config(cfg: Mapping[str, Any], workload: str, storage: str,
-                      checkpoint: str | bool, workdir: str | Path) -> int:
-    """Run workload `workload` of a validated config in one matrix cell; `checkpoint`: `off`,
+def train_cell(s: Settings, workload: str, storage: str, checkpoint: str | bool,
+               workdir: str | Path) -> int:
+    """Run workload `workload` of the typed settings `s` in one matrix cell; `checkpoint`: `off`,
     `sync` (`on`, True), `async` (workloads.checkpointing)."""
     from .checkpointing import checkpoint_mode
 
     checkpoint = checkpoint_mode(checkpoint)
-    workloads = cfg.get("workloads") or {}
-    if workload not in workloads:
-        raise ValueError(f"workloads.{workload}: not in the config (have: {sorted(workloads)})")
-    spec = workload_spec(workload, workloads[workload])
-    shared_root = Path(cfg["storage"]["shared"])
-    local_root = Path(cfg["storage"]["local"])
+    if workload not in s.workloads:
+        raise ValueError(f"workloads.{workload}: not in the config (have: {sorted(s.workloads)})")
+    spec = s.workloads[workload]
+    shared_root = Path(s.storage["shared"])
+    local_root = Path(s.storage["local"])
     data_root = shared_root / spec.dataset
     ckpt_to = spec.checkpoint_to or storage
     ckpt_root = (shared_root if ckpt_to == "shared" else local_root) / "checkpoints"
