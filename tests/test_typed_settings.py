@@ -135,3 +135,38 @@ def test_a_sweeps_cap_reaches_the_simulated_gpu_typed():
     assert capped.sim_gpu.cap_w == 250.0 and capped.sim_gpu.mem_share == 0.1
     assert capped.as_dict()["sim_gpu"]["cap_w"] == 250.0  # what meta.json records
     assert s.sim_gpu.cap_w is None  # frozen: the caller's settings are unchanged
+
+
+#: the edges that read a configuration: the CLI, the config package itself, and `jobs` (the
+#: Snakefile's helper: it cuts each job's slice from the config mapping, serialised as the config
+#: has it, so that a changed slice reruns its job; docs/ARCHITECTURE.md, "Configuration")
+EDGES = ("cli/", "config/", "jobs.py")
+#: calls that load or type a configuration
+CONFIG_READERS = {"load_config", "settings", "workload_spec", "hardware_profile"}
+
+
+def _config_reads(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        # `RunMeta.from_dict` reads a meta.json, not a configuration
+        owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+        if name in CONFIG_READERS or (name == "from_dict" and owner != "RunMeta"):
+            out.append(f"{path.relative_to(PKG).as_posix()}:{node.lineno} {name}")
+    return out
+
+
+def test_no_module_below_the_edges_loads_or_types_a_configuration():
+    """Every module but the CLI, `config` and `jobs` receives typed settings: none calls
+    `load_config`, `settings`, `workload_spec`, `hardware_profile` or a settings `from_dict`."""
+    reads = [r for p in sorted(PKG.rglob("*.py"))
+             if not p.relative_to(PKG).as_posix().startswith(EDGES) for r in _config_reads(p)]
+    assert reads == []
+
+
+def test_the_config_read_scan_finds_a_read():
+    probe = PKG / "cli" / "workloads.py"
+    assert any(r.endswith(("load_config", "settings")) for r in _config_reads(probe))

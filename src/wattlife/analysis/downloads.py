@@ -191,7 +191,8 @@ def read_records(paths: list[str | Path]) -> list[dict[str, Any]]:
     return recs
 
 
-def prepare_tables_files(catalogue: list[dict[str, Any]], facility: dict[str, Any],
+def prepare_tables_files(catalogue: list[dict[str, Any]], users_per_artefact: float,
+                         downloads_per_user_per_month: float,
                          records: list[str | Path], out: str | Path,
                          phases: list[str | Path] | None = None,
                          phase_summary: str | Path | None = None,
@@ -220,9 +221,8 @@ def prepare_tables_files(catalogue: list[dict[str, Any]], facility: dict[str, An
         cells = [read_meta(m).cell or {} for m in metas]
         summaries = [json.loads(Path(f).read_text()) for f in cell_summaries]
     tables = prepare_tables(recs, [read_table(Path(p), PHASES_COLUMNS) for p in phase_files],
-                            pd.DataFrame(catalogue), facility.get("users_per_artefact", 100),
-                            facility.get("downloads_per_user_per_month", 1), summary,
-                            summaries, cells)
+                            pd.DataFrame(catalogue), users_per_artefact,
+                            downloads_per_user_per_month, summary, summaries, cells)
     paths = []
     for name, df in tables.items():
         write_csv(df, out / name)

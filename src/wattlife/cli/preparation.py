@@ -63,9 +63,8 @@ def cmd_prepare_tables(a: argparse.Namespace) -> int:
     from ..prepare.catalogue import checked_catalogue
 
     prep = settings(load_config(a.config)).prepare
-    facility = {"users_per_artefact": prep.users_per_artefact,
-                "downloads_per_user_per_month": prep.downloads_per_user_per_month}
-    for path in prepare_tables_files(checked_catalogue(prep), facility, a.records, a.output,
+    for path in prepare_tables_files(checked_catalogue(prep), prep.users_per_artefact,
+                                     prep.downloads_per_user_per_month, a.records, a.output,
                                      phases=a.phases, phase_summary=a.phase_summary,
                                      cell_summaries=a.cell_summaries, cell_metas=a.cell_metas):
         print(path)
