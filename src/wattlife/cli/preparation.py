@@ -101,12 +101,18 @@ def _add_fetch(sub: Any) -> None:
     fe.add_argument("--serve-dir", help="demo/offline: serve this folder on a loopback HTTP server "
                                         "and fetch --url from it (the server's CPU time is "
                                         "measured too) (default: none, fetch from the URL)")
-    fe.add_argument("--rate-mbps", type=float,
-                    help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
-    fe.add_argument("--transfers-at-once", type=int,
-                    help="how many transfers the workflow lets run at once (0: no limit), written "
-                         "in the record (default: not recorded)")
+    _add_transfer_options(fe)
     fe.set_defaults(fn=cmd_fetch)
+
+
+def _add_transfer_options(p: Any) -> None:
+    """The options `fetch` and `upload` share: the loopback server's rate and the workflow's
+    transfers-at-once (written in the record)."""
+    p.add_argument("--rate-mbps", type=float,
+                   help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
+    p.add_argument("--transfers-at-once", type=int,
+                   help="how many transfers the workflow lets run at once (0: no limit), written "
+                        "in the record (default: not recorded)")
 
 
 def _add_upload(sub: Any) -> None:
@@ -126,11 +132,7 @@ def _add_upload(sub: Any) -> None:
     up.add_argument("--record", help="write the transfer's JSON record here (default: print only)")
     up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this "
                                         "folder (default: none, PUT to the URL)")
-    up.add_argument("--rate-mbps", type=float,
-                    help="rate limit of the loopback server (Mbit/s) (default: unlimited)")
-    up.add_argument("--transfers-at-once", type=int,
-                    help="how many transfers the workflow lets run at once (0: no limit), written "
-                         "in the record (default: not recorded)")
+    _add_transfer_options(up)
     up.set_defaults(fn=cmd_upload)
 
 
