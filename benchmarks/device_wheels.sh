@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The wheels the GPU host needs and cannot download (it reaches no package registry): snakemake
+# 9.14.8 with its dependencies (benchmarks/h200_workflow.sh) and nvImageCodec + nvJPEG for
+# `decode: gpu` (benchmarks/h200_gpu_decode.py), for the host's Python (3.12, manylinux x86_64).
+#   bash benchmarks/device_wheels.sh [DIR (default .whl)]
+# then pass DIR in the device tool's `carry`. Pure-Python wheels are built or fetched here
+# (`pip wheel`, some dependencies are sdists only); every wheel with compiled code is replaced by
+# the cp312 manylinux build of the same version (`pip download --only-binary`).
+set -euo pipefail
+DIR=${1:-.whl}
+PY=${PY:-python3}
+PLAT=(--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64
+      --platform manylinux_2_28_x86_64 --python-version 3.12 --implementation cp)
+mkdir -p "$DIR"
+"$PY" -m pip wheel -q -w "$DIR" snakemake==9.14.8
+for whl in "$DIR"/*.whl; do
+  name=$(basename "$whl")
+  case "$name" in *-py3-none-any.whl|*-py2.py3-none-any.whl) continue ;; esac
+  IFS=- read -r dist version _ <<< "$name"
+  rm "$whl"
+  "$PY" -m pip download -q --no-deps --only-binary=:all: "${PLAT[@]}" -d "$DIR" "$dist==$version"
+done
+"$PY" -m pip download -q --no-deps --only-binary=:all: "${PLAT[@]}" -d "$DIR" \
+  nvidia-nvimgcodec-cu13 nvidia-nvjpeg
+echo "$(ls "$DIR" | wc -l) wheels in $DIR ($(du -sh "$DIR" | cut -f1))"
