@@ -43,17 +43,15 @@ from .allocation_library import (
     PRODUCTION_MIXES,
     JobLibrary,
     _eval_curves,
-    _task_of,
-    _upper_hull,
     build_library,
     parse_mix,
     sample_workloads,
 )
-from .allocation_oracle import _oracle_milp, oracle
+from .allocation_oracle import oracle
 
-__all__ = ["PRODUCTION_MIXES", "STRATEGIES", "JobLibrary", "_eval_curves", "_oracle_milp",
-           "_task_of", "_upper_hull", "allocate_files", "build_library", "oracle", "parse_mix",
-           "sample_workloads", "simulate_allocation", "weighted_cut"]
+__all__ = ["PRODUCTION_MIXES", "STRATEGIES", "JobLibrary", "_eval_curves", "allocate_files",
+           "build_library", "oracle", "parse_mix", "sample_workloads", "simulate_allocation",
+           "weighted_cut"]
 
 STRATEGIES = ["equal", "pfi_measured", "pfi_predicted", "power_per_throughput", "category",
               "moe_ft_weighted", "telemetry", "oracle"]

@@ -17,32 +17,29 @@ reported here as warnings); what passes here attributes.
 Modules, one per contract: `findings` (`Finding`, capping, the clock), `reading` (a contract CSV
 with its line numbers), `trace`, `events`, `kinds` (the phases a workload kind marks), `outputs`
 (meta.json, phases.csv, work/summary.json), `steady` (warm-up, compilation, the `step`
-throughput), `run_dir` (one run directory: `check_run`; several: `check_runs`). Every name is
-re-exported here: `from wattlife.check import X`.
+throughput), `run_dir` (one run directory: `check_run`; several: `check_runs`). Every public
+name is re-exported here: `from wattlife.check import X`.
 """
 
-from .events import _concurrent_unfinished, check_events, nesting
+from .events import check_events, nesting
 from .findings import (
     ERROR,
     FUTURE_SLACK_NS,
     MIN_EPOCH_NS,
     WARNING,
     Finding,
-    _capped,
-    _unit_guess,
     check_clock,
 )
 from .kinds import KIND_PHASES, KIND_STEP_CHILDREN, KINDS, check_kind_phases, infer_kind
 from .outputs import check_meta, check_phases_table, check_summary
 from .reading import check_columns, read_csv_lines, to_numbers
-from .run_dir import _first, _load_json, check_run, check_runs, format_json, format_text
+from .run_dir import check_run, check_runs, format_json, format_text
 from .steady import STEP_THROUGHPUT_RTOL, steady_findings
 from .trace import DEVICE_RE, check_span, check_trace
 
 __all__ = [
     "DEVICE_RE", "ERROR", "FUTURE_SLACK_NS", "KINDS", "KIND_PHASES", "KIND_STEP_CHILDREN",
-    "MIN_EPOCH_NS", "STEP_THROUGHPUT_RTOL", "WARNING", "Finding", "_capped",
-    "_concurrent_unfinished", "_first", "_load_json", "_unit_guess", "check_clock", "check_columns",
+    "MIN_EPOCH_NS", "STEP_THROUGHPUT_RTOL", "WARNING", "Finding", "check_clock", "check_columns",
     "check_events", "check_kind_phases", "check_meta", "check_phases_table", "check_run",
     "check_runs", "check_span", "check_summary", "check_trace", "format_json", "format_text",
     "infer_kind", "nesting", "read_csv_lines", "steady_findings", "to_numbers",

@@ -15,9 +15,9 @@ import sys
 
 from . import outputs, pfi, power, preparation, runs, slurm, workloads
 from .options import GUARDS, _guard
-from .runs import _load_sampler_cfg, _sampler_settings
+from .runs import _load_sampler_cfg
 
-__all__ = ["GUARDS", "_guard", "_load_sampler_cfg", "_sampler_settings", "build_parser", "main"]
+__all__ = ["GUARDS", "_guard", "_load_sampler_cfg", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 
 
 def _load_sampler_cfg(path: str | None, **given: Any) -> dict[str, Any]:
-    """The `sampler` section a run uses and records in meta.json: the config's (its absent keys
-    are the schema's defaults, filled by the sampler), or without --config the CLI's documented
-    default (no idle baseline); the options `given` (None = not given) on top."""
+    """The `sampler` section a run uses: the config's, or without --config the CLI's documented
+    default (no idle baseline); the options `given` (None = not given) on top. Its absent keys
+    take the schema's defaults in `_sampler_settings`, whose filled object meta.json records."""
     if path:
         from ..config import load_config
 

@@ -15,16 +15,12 @@ the schema: code and rules read those, never a dict with a local default.
 
 Modules: `loading` (YAML, schema, validation, defaults, package data), `build` (a typed object
 from its section), `sections`, `workloads`, `matrix`, `hardware` (the typed objects), `typed`
-(`Settings`, `settings`). Every name is re-exported here: `from wattlife.config import X`.
+(`Settings`, `settings`). Every public name is re-exported here: `from wattlife.config import X`.
 """
 
-from .build import _at, _build, _default_at, _frozen
 from .hardware import HardwareProfile, hardware_profile
 from .loading import (
     ConfigError,
-    _defaults,
-    _describe,
-    _node,
     check_references,
     load_config,
     resource_path,
@@ -47,7 +43,6 @@ from .sections import (
     SamplerSettings,
     SimGpuSettings,
     Slurm,
-    _SamplerTop,
 )
 from .typed import Settings, settings
 from .workloads import (
@@ -62,8 +57,7 @@ __all__ = [
     "WORKLOAD_SPECS", "Analysis", "Attribution", "CausalLMSpec", "Cell", "ConfigError",
     "CpuEstimateSettings", "DataSets", "Execution", "HardwareProfile", "ImageClassificationSpec",
     "NvmlSettings", "PfiCell", "PfiMatrix", "PowerCapSettings", "Prepare", "SamplerSettings",
-    "Settings", "SimGpuSettings", "Slurm", "WorkloadSpec", "_SamplerTop", "_at", "_build",
-    "_default_at", "_defaults", "_describe", "_frozen", "_node", "check_references",
-    "hardware_profile", "load_config", "resource_path", "schema", "schema_default", "schema_path",
-    "settings", "validate_config", "workload_spec",
+    "Settings", "SimGpuSettings", "Slurm", "WorkloadSpec", "check_references", "hardware_profile",
+    "load_config", "resource_path", "schema", "schema_default", "schema_path", "settings",
+    "validate_config", "workload_spec",
 ]

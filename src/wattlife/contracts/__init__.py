@@ -13,17 +13,12 @@ sampler stay light.
 
 Modules: `names` (file, column, metric, phase and source names, headers, `ContractError`),
 `reading` (the table readers), `writing` (atomic writers), `meta` (meta.json: `RunMeta`,
-`read_meta`, `write_meta`). Every name is re-exported here: `from wattlife.contracts import X`.
+`read_meta`, `write_meta`). Every public name is re-exported here:
+`from wattlife.contracts import X`.
 The package imports nothing else of wattlife.
 """
 
 from .meta import (
-    _DICT,
-    _INT,
-    _LIST,
-    _OPT,
-    _STR,
-    _TYPE_NAMES,
     META_KEY_TYPES,
     META_REQUIRED_KEYS,
     META_SAMPLER_KEYS,
@@ -82,8 +77,6 @@ from .names import (
 )
 from .reading import (
     MAX_PLAUSIBLE_W,
-    _read_csv,
-    _read_text_tolerant,
     check_readings,
     read_contract_bytes,
     read_curves,
@@ -97,16 +90,13 @@ __all__ = [
     "A100_TABLES", "COMPILE", "CONCURRENT_PHASES", "CURVES_COLUMNS", "CURVES_TELEMETRY_COLUMNS",
     "ContractError", "ENERGY_J", "EVENTS_COLUMNS", "EVENTS_EXTRA_COLUMNS", "EVENTS_FILE",
     "EVENTS_HEADER", "EVENTS_TYPES", "H200_EXECUTION_TABLES", "IDLE", "LIFECYCLE_PHASES",
-    "MAX_PLAUSIBLE_W", "PER_STEP_PHASES", "WAITING_PHASES",
-    "META_FILE", "META_KEY_TYPES", "META_REQUIRED_KEYS", "META_SAMPLER_KEYS",
-    "META_SCHEMA_VERSION", "META_SCHEMA_VERSIONS", "PFI_COLUMNS", "PHASES_COLUMNS",
-    "PHASES_FILE", "PHASES_METHODS", "POWER_LIMIT_W", "POWER_W", "RESIDUAL", "RunMeta",
-    "SOURCES_MEASURED", "SOURCES_NOT_MEASURED", "STEP", "SUMMARY_FILE", "TABLE_FILES",
-    "TELEMETRY_METRICS", "TRACE_COLUMNS", "TRACE_FILE", "TRACE_FILES", "TRACE_HEADER",
-    "TRACE_TYPES", "UNATTRIBUTED", "WARMUP", "WARMUP_STEPS", "WRAPPER_PHASES", "_DICT", "_INT",
-    "_LIST", "_OPT", "_STR", "_TYPE_NAMES", "_read_csv", "_read_text_tolerant", "atomic_path",
-    "check_readings", "csv_header", "device_kind", "meta_problems", "meta_text",
-    "read_contract_bytes", "read_curves", "read_events", "read_meta", "read_table",
-    "read_trace", "refuse_overwrite", "warmup_count", "write_csv", "write_meta", "write_table",
-    "write_text",
+    "MAX_PLAUSIBLE_W", "PER_STEP_PHASES", "WAITING_PHASES", "META_FILE", "META_KEY_TYPES",
+    "META_REQUIRED_KEYS", "META_SAMPLER_KEYS", "META_SCHEMA_VERSION", "META_SCHEMA_VERSIONS",
+    "PFI_COLUMNS", "PHASES_COLUMNS", "PHASES_FILE", "PHASES_METHODS", "POWER_LIMIT_W", "POWER_W",
+    "RESIDUAL", "RunMeta", "SOURCES_MEASURED", "SOURCES_NOT_MEASURED", "STEP", "SUMMARY_FILE",
+    "TABLE_FILES", "TELEMETRY_METRICS", "TRACE_COLUMNS", "TRACE_FILE", "TRACE_FILES",
+    "TRACE_HEADER", "TRACE_TYPES", "UNATTRIBUTED", "WARMUP", "WARMUP_STEPS", "WRAPPER_PHASES",
+    "atomic_path", "check_readings", "csv_header", "device_kind", "meta_problems", "meta_text",
+    "read_contract_bytes", "read_curves", "read_events", "read_meta", "read_table", "read_trace",
+    "refuse_overwrite", "warmup_count", "write_csv", "write_meta", "write_table", "write_text",
 ]

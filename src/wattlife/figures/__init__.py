@@ -16,11 +16,8 @@ matplotlib.use("Agg")  # before any submodule imports pyplot: figures are files,
 
 from .allocation import fig_allocation, fig_sensitivity, worse_than_equal_note  # noqa: E402
 from .common import (  # noqa: E402
-    _PALETTE,
     PHASE_ORDER,
     SOURCE_WORDS,
-    _phase_sort,
-    _save,
     source_note,
     source_tag,
     source_words,
@@ -33,9 +30,9 @@ from .preparation import fig_downloads, fig_staging  # noqa: E402
 from .reference import draw_reference, fig_h200_attribution, fig_h200_sampler  # noqa: E402
 from .waiting import fig_waiting  # noqa: E402
 
-__all__ = ["PHASE_ORDER", "SOURCE_WORDS", "_PALETTE", "_phase_sort", "_save", "draw_all",
-           "draw_reference", "effect_caption", "fig_allocation", "fig_curves", "fig_device_share",
-           "fig_downloads", "fig_h200_attribution", "fig_h200_sampler", "fig_phase_energy",
-           "fig_pfi", "fig_pfi_published", "fig_sensitivity", "fig_staging",
-           "fig_storage_checkpoint", "fig_waiting", "source_note", "source_tag", "source_words",
-           "style", "worse_than_equal_note"]
+__all__ = ["PHASE_ORDER", "SOURCE_WORDS", "draw_all", "draw_reference", "effect_caption",
+           "fig_allocation", "fig_curves", "fig_device_share", "fig_downloads",
+           "fig_h200_attribution", "fig_h200_sampler", "fig_phase_energy", "fig_pfi",
+           "fig_pfi_published", "fig_sensitivity", "fig_staging", "fig_storage_checkpoint",
+           "fig_waiting", "source_note", "source_tag", "source_words", "style",
+           "worse_than_equal_note"]
