@@ -22,4 +22,22 @@ for whl in "$DIR"/*.whl; do
 done
 "$PY" -m pip download -q --no-deps --only-binary=:all: "${PLAT[@]}" -d "$DIR" \
   nvidia-nvimgcodec-cu13 nvidia-nvjpeg
+# pulp bundles CBC for six platforms (16 MB); the host needs only linux/i64: the device tool carries
+# at most 64 MiB with the working tree. The other binaries and their RECORD lines are dropped.
+"$PY" - "$DIR"/pulp-*.whl <<'PYEOF'
+import sys, zipfile, os
+path = sys.argv[1]
+keep = lambda n: "/solverdir/cbc/" not in n or "/cbc/linux/i64/" in n
+tmp = path + ".tmp"
+with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+    for info in src.infolist():
+        if not keep(info.filename):
+            continue
+        data = src.read(info)
+        if info.filename.endswith(".dist-info/RECORD"):
+            lines = data.decode().splitlines(keepends=True)
+            data = "".join(line for line in lines if keep(line.split(",")[0])).encode()
+        dst.writestr(info, data)
+os.replace(tmp, path)
+PYEOF
 echo "$(ls "$DIR" | wc -l) wheels in $DIR ($(du -sh "$DIR" | cut -f1))"

@@ -71,16 +71,19 @@ def make_tree(root: Path, classes: int, per_class: int, w: int, h: int) -> dict:
             / 1e3, "generation_s": time.time() - t}
 
 
-def _rate(dec, items: list, stream, size: int, augment: bool, batches: int) -> float:
-    """Images/s of `dec` (+ resize and normalise when `augment`) over 128-image batches."""
+def _rate(dec, items: list, stream, size: int, augment: str, batches: int) -> float:
+    """Images/s of `dec` over 128-image batches, with no augment (`""`), the loader's
+    (`"batch"`: `augment_batch`) or image by image (`"per-image"`: `resize_crop`, `normalise`)."""
     import torch
 
-    from wattlife.workloads.gpu_decode import normalise, resize_crop
+    from wattlife.workloads.gpu_decode import augment_batch, normalise, resize_crop
 
     def one(b: list) -> None:
         with torch.cuda.stream(stream):
             imgs = dec([r[0] for r in b], [r[1] for r in b], stream)
-            if augment:
+            if augment == "batch":
+                augment_batch(imgs, [r[1] for r in b], [r[2] for r in b], size, dec.roi)
+            elif augment == "per-image":
                 normalise(torch.cat([resize_crop(im, r[1], size, dec.roi)
                                      for im, r in zip(imgs, b, strict=True)]))
 
@@ -109,7 +112,8 @@ def decoder_probe(root: Path, batches: int = 12, size: int = 224) -> dict:
     stream = torch.cuda.Stream(dev)
     for name, roi in (("region", True), ("full", False)):
         dec = NvDecode(dev, roi=roi)
-        for mode, aug in (("decode", False), ("decode+augment", True)):
+        for mode, aug in (("decode", ""), ("decode+augment", "batch"),
+                          ("decode+augment_per_image", "per-image")):
             res[f"{name}_{mode}_images_per_s"] = _rate(dec, items, stream, size, aug, batches)
     few = items[:8]
     for kind in ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU"):
@@ -157,11 +161,18 @@ def phase_row(out: Path, name: str, r: dict, synthetic: float | None) -> dict:
     return row
 
 
-GPU_ONLY = "import wattlife.workloads.gpu_decode as g; g.split_workers = lambda w: (4, 0); "
-FULL = "import wattlife.workloads.gpu_decode as g; g.ROI = False; "
+G = "import wattlife.workloads.gpu_decode as g; "
+GPU_ONLY = G + "g.split_workers = lambda w: (4, 0); "
+READERS6 = G + "g.split_workers = lambda w: (6, w - 6); "
+FULL = G + "g.ROI = False; "
+# the augment of the first H200 run (a1be292): F.interpolate image by image
+PER_IMAGE = G + ("import torch; g.augment_batch = lambda imgs, boxes, flips, size, cropped: "
+                 "torch.stack([g.augment(*a, size, cropped) for a in zip(imgs, boxes, flips)])"
+                 ".contiguous(memory_format=torch.channels_last); ")
 # name: (decode, workers offset from --workers, prelude)
-CELLS = {"cpu": ("cpu", 0, ""), "gpu": ("gpu", 0, ""), "gpu-full-image": ("gpu", 0, FULL),
-         "gpu-no-helpers": ("gpu", 0, GPU_ONLY), "gpu-more-helpers": ("gpu", 2, "")}
+CELLS = {"cpu": ("cpu", 0, ""), "gpu": ("gpu", 0, ""), "gpu-per-image": ("gpu", 0, PER_IMAGE),
+         "gpu-full-image": ("gpu", 0, FULL), "gpu-no-helpers": ("gpu", 0, GPU_ONLY),
+         "gpu-readers-6": ("gpu", 0, READERS6), "gpu-more-helpers": ("gpu", 2, "")}
 
 
 def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict, synthetic: float | None,

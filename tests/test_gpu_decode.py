@@ -16,6 +16,7 @@ from wattlife.workloads.gpu_decode import (
     GpuDecodeLoader,
     RawJpegs,
     augment,
+    augment_batch,
     choose_decode,
     split_workers,
     unavailable_reason,
@@ -89,6 +90,26 @@ def test_gpu_path_gives_the_cpu_paths_crop_flip_and_normalisation(tree):
         region = img[top:top + h, left:left + w]
         assert torch.equal(augment(region, box, flip, 32, cropped=True), got)
     assert flips == {True, False}  # both sides of the flip were compared
+
+
+def test_the_batched_augment_is_the_per_image_one_stacked(tree):
+    """`augment_batch` (the loader's) against `augment` image by image: whole images with their
+    crop boxes, and region-decoded ones, of different sizes, both flips."""
+    import torch
+
+    raw = RawJpegs(_dataset(tree, True, 24).samples)
+    torch.manual_seed(3)
+    items = [raw[i % len(raw)] for i in range(10)]
+    imgs = _pil_decode([r[0] for r in items], None, None)
+    boxes, flips = [r[1] for r in items], [i % 3 == 0 for i in range(10)]
+    want = torch.stack([augment(im, b, f, 24) for im, b, f in zip(imgs, boxes, flips, strict=True)])
+    got = augment_batch(imgs, boxes, flips, 24)
+    assert got.shape == (10, 3, 24, 24) and got.is_contiguous(memory_format=torch.channels_last)
+    assert len({b[2:] for b in boxes}) > 1  # crops of different sizes in one batch
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    regions = [im[t:t + h, left:left + w] for im, (t, left, h, w) in zip(imgs, boxes, strict=True)]
+    torch.testing.assert_close(augment_batch(regions, boxes, flips, 24, cropped=True), want,
+                               rtol=0, atol=1e-4)
 
 
 def test_the_pipeline_trains_each_image_once_per_epoch_and_ends_its_workers(tree):

@@ -121,6 +121,44 @@ def augment(img: Any, box: Box, flip: bool, size: int, cropped: bool = False) ->
     return normalise(x.flip(-1) if flip else x)
 
 
+def augment_batch(imgs: Sequence[Any], boxes: Sequence[Box], flips: Sequence[bool], size: int,
+                  cropped: bool = False) -> Any:
+    """`augment` of every image of a batch, stacked (N x 3 x `size` x `size`, channels_last).
+
+    The same arithmetic as `augment` with fewer interpreter calls an image: one cast of the whole
+    batch to float and torch's antialiased bilinear kernel called without `F.interpolate`'s
+    Python-level checks."""
+    import torch
+
+    if not cropped:
+        imgs = [im[t:t + h, left:left + w] for im, (t, left, h, w) in zip(imgs, boxes, strict=True)]
+    shapes = [tuple(im.shape) for im in imgs]
+    flat = torch.cat([im.reshape(-1) for im in imgs]).float()
+    parts = flat.split([h * w * c for h, w, c in shapes])
+    resize = _resize_aa()
+    x = torch.cat([resize(p.view(1, *s).permute(0, 3, 1, 2), [size, size], False, None)
+                   for p, s in zip(parts, shapes, strict=True)])
+    sel = [i for i, f in enumerate(flips) if f]
+    if sel:
+        idx = torch.tensor(sel, device=x.device)
+        x[idx] = x[idx].flip(-1)
+    return normalise(x).contiguous(memory_format=torch.channels_last)
+
+
+def _resize_aa() -> Callable[..., Any]:
+    """torch's antialiased bilinear resize as `F.interpolate(size=..., mode="bilinear",
+    antialias=True, align_corners=False)` calls it, without its checks."""
+    import torch
+
+    direct = getattr(getattr(torch._C, "_nn", None), "_upsample_bilinear2d_aa", None)
+    if direct is not None:
+        return direct
+    import torch.nn.functional as F
+
+    return lambda x, out, align, _scales: F.interpolate(x, size=out, mode="bilinear",
+                                                        antialias=True, align_corners=align)
+
+
 class RawJpegs:
     """The training split as (file bytes, crop box, flip, label); None bytes for a file whose
     header is unreadable (counted as skipped, like the CPU path's corrupt images)."""
@@ -299,11 +337,11 @@ class GpuDecodeLoader:
                 continue
 
     def _produce(self, kind: str, batches: Iterator[Any]) -> None:
-        if self.stream is not None:
-            import torch
+        try:  # any failure, this one's included, reaches the training thread (it would wait)
+            if self.stream is not None:
+                import torch
 
-            torch.cuda.set_device(self.device)
-        try:
+                torch.cuda.set_device(self.device)
             for batch in batches:
                 if self._stop.is_set():
                     return
@@ -324,24 +362,13 @@ class GpuDecodeLoader:
         ctx = torch.cuda.stream(self.stream) if self.stream is not None else _nullcontext()
         with ctx:
             imgs = self.decode([r[0] for r in kept], [r[1] for r in kept], self.stream)
-            outs: list[Any] = []
-            labels: list[int] = []
-            flips: list[int] = []
-            for (_, box, flip, label), img in zip(kept, imgs, strict=True):
-                if img is None:  # the header was readable, the data not
-                    skipped += 1
-                    continue
-                if flip:
-                    flips.append(len(outs))
-                outs.append(resize_crop(img, box, self.size, self.cropped))
-                labels.append(label)
-            if not outs:
+            done = [(r, im) for r, im in zip(kept, imgs, strict=True) if im is not None]
+            skipped += len(kept) - len(done)  # the header was readable, the data not
+            if not done:
                 return None, None, skipped, None
-            x = torch.cat(outs)
-            if flips:
-                sel = torch.tensor(flips, device=x.device)
-                x[sel] = x[sel].flip(-1)
-            x = normalise(x).contiguous(memory_format=torch.channels_last)
+            x = augment_batch([im for _, im in done], [r[1] for r, _ in done],
+                              [r[2] for r, _ in done], self.size, self.cropped)
+            labels = [r[3] for r, _ in done]
             event = None
             if self.stream is not None:
                 event = torch.cuda.Event()
