@@ -169,6 +169,9 @@ def test_an_async_causal_lm_run_on_two_gloo_ranks_marks_stage_and_write_and_pass
     for r in (0, 1):
         names = ev.loc[ev["rank"] == r, "phase"].value_counts()
         assert names.get("checkpoint_stage") == 2 and names.get("checkpoint_write") == 2, names
+        # each checkpoint is completed (waited for, published) inside a phase: the second save
+        # completes the first, the loop's end the second
+        assert names.get("checkpoint_wait") == 2, names
         assert "checkpoint" not in names
     s = json.loads((tmp_path / "work" / "summary.json").read_text())
     assert Path(s["checkpoints"][0]).name == "model.dcp"
