@@ -137,15 +137,24 @@ WORKFLOW_CELLS = sorted(p.parent for p in (WORKFLOW / "runs").glob("*/*/*/r1/pha
 # config/gpu1.yaml + config/gpu1-repeats.yaml: ResNet-50, 4 cells x 3 repeats (issue 27)
 REPEATS = H200 / "workflow-repeats"
 REPEATS_CELLS = sorted(p.parent for p in (REPEATS / "runs").glob("*/*/*/r*/phases.csv"))
-WORKFLOWS = [(WORKFLOW, WORKFLOW_CELLS, 8), (REPEATS, REPEATS_CELLS, 12)]
+# config/gpu1.yaml + config/gpu1-waiting.yaml: checkpoint off/sync/async x decode cpu/gpu for
+# ResNet-50, off/sync/async for Qwen3-1.7B (issue 30)
+WAITING = H200 / "workflow-waiting"
+WAITING_CELLS = sorted(p.parent for p in (WAITING / "runs").glob("*/*/*/r1/phases.csv"))
+WORKFLOWS = [(WORKFLOW, WORKFLOW_CELLS, 8), (REPEATS, REPEATS_CELLS, 12),
+             (WAITING, WAITING_CELLS, 9)]
+WORKFLOW_IDS = ["workflow", "workflow-repeats", "workflow-waiting"]
+# workflow-waiting ran before an async checkpoint's publication (3.2 s for Qwen3-1.7B) and the GPU
+# decoder's loading (1.1 s) were phases (README): up to 4.6 % of a run's time is unattributed there
+MAX_UNATTRIBUTED = {WORKFLOW: 0.02, REPEATS: 0.02, WAITING: 0.047}
 
 
-@pytest.mark.parametrize("folder, cells, n", WORKFLOWS, ids=["workflow", "workflow-repeats"])
+@pytest.mark.parametrize("folder, cells, n", WORKFLOWS, ids=WORKFLOW_IDS)
 def test_gpu1_workflow_cells_pass_the_check_and_stay_under_2_percent_unattributed(folder, cells,
                                                                                    n):
-    """config/gpu1.yaml on the H200 (committed): 8 cells (12 with 3 repeats), each valid against
-    the contracts, GPU power measured by NVML, and at most 2 % of each run's time outside a named
-    phase."""
+    """config/gpu1.yaml on the H200 (committed): 8 cells (12 with 3 repeats, 9 in the waiting
+    matrix), each valid against the contracts, GPU power measured by NVML, and at most 2 % of each
+    run's time outside a named phase (4.7 % in the waiting matrix, README)."""
     from wattlife.check import ERROR, check_run
 
     assert len(cells) == n
@@ -157,10 +166,11 @@ def test_gpu1_workflow_cells_pass_the_check_and_stay_under_2_percent_unattribute
         assert set(gpu["source"]) == {"nvml-samples"}
         meta = json.loads((cell / "meta.json").read_text())
         span_s = (meta["end_ns"] - meta["start_ns"]) / 1e9
-        assert gpu.loc[gpu["phase"] == "unattributed", "time_s"].sum() <= 0.02 * span_s
+        unattributed = gpu.loc[gpu["phase"] == "unattributed", "time_s"].sum()
+        assert unattributed <= MAX_UNATTRIBUTED[folder] * span_s, (cell, unattributed / span_s)
 
 
-@pytest.mark.parametrize("folder, cells, n", WORKFLOWS, ids=["workflow", "workflow-repeats"])
+@pytest.mark.parametrize("folder, cells, n", WORKFLOWS, ids=WORKFLOW_IDS)
 def test_gpu1_workflow_tables_are_recomputed_from_the_committed_cells(tmp_path, folder, cells, n):
     """The workflow's phase tables are what `aggregate` makes of the committed cells' files."""
     from wattlife.analysis.aggregate import write_phase_tables
@@ -222,12 +232,30 @@ def test_every_committed_run_leaves_at_most_the_readme_s_unattributed_share():
     readme = (REPO / "README.md").read_text()
     assert "`unattributed` is 0.04–1.4 % of a run's time" in readme
     assert "loopback transfers, runs of a few seconds: 1.0–3.4 %" in readme
+    assert "`results/reference/h200/workflow-waiting/` (0.2–4.6 %)" in readme
     runs = _committed_phases()
     assert len(runs) >= 25
     for name, ph in runs:
         gpu = ph[(ph["device_kind"] == "gpu") & (ph["phase"] != "deconvolution_residual")]
         share = gpu.loc[gpu["phase"] == "unattributed", "time_s"].sum() / gpu["time_s"].sum()
-        assert share <= (0.0345 if "/transfers/" in name else 0.014), (name, share)
+        limit = 0.0345 if "/transfers/" in name else 0.014
+        assert share <= (0.0465 if name.startswith("workflow-waiting/") else limit), (name, share)
+
+
+def test_decode_profile_shows_the_step_s_kernels_unchanged_and_launched_late():
+    """results/reference/h200/gpu-decode-batched/profile-*: beside decoding the training stream's
+    kernel time per step stays within 1 % of synthetic, while the step (128 images / the timed
+    rate) idles over ten times as long beyond it, and every decoding mode stays below 70 % of
+    synthetic (README there)."""
+    for run in ("profile-1", "profile-2"):
+        p = pd.read_csv(H200 / "gpu-decode-batched" / run / "profile.csv")
+        idle = 128e3 / p["images_per_s"] - p["train_kernel_ms_per_step"]
+        synth = p["mode"] == "synthetic"
+        kernels = p["train_kernel_ms_per_step"]
+        assert (~synth).sum() >= 3
+        assert (kernels[~synth] / kernels[synth].iloc[0] - 1).abs().max() < 0.01
+        assert (idle[~synth] > 10 * idle[synth].iloc[0]).all()
+        assert (p.loc[~synth, "images_per_s"] < 0.7 * p.loc[synth, "images_per_s"].iloc[0]).all()
 
 
 ISSUE26_RUNS = {  # folder -> the compiled 60 s runs it holds
@@ -267,14 +295,15 @@ def test_issue26_pfi_window_is_within_5_percent_of_the_steady_steps(tmp_path, fo
         assert steady > 600 and (ev["phase"] == "compile").sum() == 2
 
 
-def test_gpu_decode_rates_are_what_the_committed_events_give(tmp_path):
-    """The H200 decode comparison (issue 30): each cell's images/s on the step basis is the
-    committed events' GPU-timed steps (within 0.1 %), its share is over the synthetic rate of the
-    same call, and `decode: gpu` did not fall back."""
+@pytest.mark.parametrize("folder", ["gpu-decode", "gpu-decode-batched"])
+def test_gpu_decode_rates_are_what_the_committed_events_give(tmp_path, folder):
+    """The H200 decode comparisons (issue 30, two calls): each cell's images/s on the step basis
+    is the committed events' GPU-timed steps (within 0.1 %), its share is over the synthetic rate
+    of the same call, and `decode: gpu` did not fall back."""
     from wattlife.analysis.performance import step_throughput_from_events
     from wattlife.contracts import read_events
 
-    base = H200 / "gpu-decode"
+    base = H200 / folder
     with tarfile.open(base / "gpu-decode.tgz") as tar:
         tar.extractall(tmp_path, filter="data")
     table = pd.read_csv(base / "gpu_decode.csv").set_index("cell")

@@ -235,7 +235,7 @@ def test_waiting_rule_writes_the_tables_from_a_tiny_input(tmp_path, env_path):
 H200 = Path(__file__).resolve().parents[1] / "results/reference/h200"
 
 
-@pytest.mark.parametrize("folder", ["workflow", "workflow-repeats"])
+@pytest.mark.parametrize("folder", ["workflow", "workflow-repeats", "workflow-waiting"])
 def test_committed_h200_waiting_tables_are_recomputed_from_the_committed_cells(tmp_path, folder):
     """results/reference/h200/<folder>/tables/waiting*.csv are what `write_waiting_tables` makes
     of the committed phases table and cells (the command in README.md)."""
@@ -259,6 +259,25 @@ def test_h200_qwen_checkpoint_wait_by_hand():
     assert ck["energy_j"] / ck["time_s"] == pytest.approx(123.7, abs=0.1)
     assert ck["floor_w"] == pytest.approx(122.4, abs=0.1)
     assert ck["at_floor_j"] == pytest.approx(ck["floor_w"] * ck["time_s"])
+
+
+def test_h200_async_checkpoint_pauses_are_waiting_by_hand():
+    """Qwen3-1.7B, checkpoint async (workflow-waiting): the staging copy (10.7 s) and the wait for
+    the write (22.3 s) are waiting; the run's GPU waiting is the sum of its waiting phases in the
+    cell's own phases.csv, and those two are most of it."""
+    from wattlife.contracts import WAITING_PHASES
+
+    root = H200 / "workflow-waiting"
+    ph = pd.read_csv(root / "runs/qwen/local/ckpt-async/r1/phases.csv")
+    gpu = ph[ph["device_kind"] == "gpu"].set_index("phase")
+    runs = pd.read_csv(root / "tables/waiting_runs.csv")
+    r = runs[(runs["run_id"] == "qwen-local-ckptasync-r1") & (runs["device_kind"] == "gpu")]
+    waiting = float(r["waiting_j"].iloc[0])
+    assert waiting == pytest.approx(gpu.loc[gpu.index.isin(WAITING_PHASES), "energy_j"].sum())
+    assert gpu.loc["checkpoint_stage", "time_s"] == pytest.approx(10.72, abs=0.01)
+    assert gpu.loc["checkpoint_wait", "time_s"] == pytest.approx(22.34, abs=0.01)
+    pauses = gpu.loc[["checkpoint_stage", "checkpoint_wait"], "energy_j"].sum()
+    assert pauses == pytest.approx(3907.8, abs=0.1) and pauses / waiting > 0.5
 
 
 def test_fig9_is_drawn_from_the_waiting_tables(tmp_path):

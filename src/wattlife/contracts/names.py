@@ -81,8 +81,8 @@ PER_STEP_PHASES = ("data_load", "h2d", "forward", "backward", "optimizer", "grad
 #: (`analysis.waiting`, fig. 9). `grad_sync` is waiting only on the ranks that wait for the
 #: slowest one (`analysis.waiting.grad_sync_waits`).
 WAITING_PHASES = ("process_startup", "setup", "tokenize", "model_load", "stage_copy",
-                  "data_load", "checkpoint", COMPILE, "finalize", "process_exit", UNATTRIBUTED,
-                  IDLE)
+                  "data_load", "checkpoint", "checkpoint_stage", "checkpoint_wait", COMPILE,
+                  "finalize", "process_exit", UNATTRIBUTED, IDLE)
 
 
 def warmup_count(n_steps: int) -> int:
