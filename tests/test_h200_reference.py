@@ -295,7 +295,8 @@ def test_issue26_pfi_window_is_within_5_percent_of_the_steady_steps(tmp_path, fo
         assert steady > 600 and (ev["phase"] == "compile").sum() == 2
 
 
-@pytest.mark.parametrize("folder", ["gpu-decode", "gpu-decode-batched"])
+@pytest.mark.parametrize("folder", ["gpu-decode", "gpu-decode-batched",
+                                    "gpu-decode-batched/process"])
 def test_gpu_decode_rates_are_what_the_committed_events_give(tmp_path, folder):
     """The H200 decode comparisons (issue 30, two calls): each cell's images/s on the step basis
     is the committed events' GPU-timed steps (within 0.1 %), its share is over the synthetic rate
