@@ -165,7 +165,6 @@ G = "import wattlife.workloads.gpu_decode as g; "
 GPU_ONLY = G + "g.split_workers = lambda w: (4, 0); "
 READERS6 = G + "g.split_workers = lambda w: (6, w - 6); "
 FULL = G + "g.ROI = False; "
-IN_PROCESS = G + "g.IN_PROCESS = True; "
 # the augment of the first H200 run (a1be292): F.interpolate image by image
 PER_IMAGE = G + ("import torch; g.augment_batch = lambda imgs, boxes, flips, size, cropped: "
                  "torch.stack([g.augment(*a, size, cropped) for a in zip(imgs, boxes, flips)])"
@@ -173,8 +172,9 @@ PER_IMAGE = G + ("import torch; g.augment_batch = lambda imgs, boxes, flips, siz
 # name: (decode, workers offset from --workers, prelude)
 CELLS = {"cpu": ("cpu", 0, ""), "gpu": ("gpu", 0, ""), "gpu-per-image": ("gpu", 0, PER_IMAGE),
          "gpu-full-image": ("gpu", 0, FULL), "gpu-no-helpers": ("gpu", 0, GPU_ONLY),
-         "gpu-readers-6": ("gpu", 0, READERS6), "gpu-more-helpers": ("gpu", 2, ""),
-         "gpu-process": ("gpu", 0, IN_PROCESS)}
+         "gpu-readers-6": ("gpu", 0, READERS6), "gpu-more-helpers": ("gpu", 2, "")}
+# "gpu-process" (decoding in a process of its own) ran at 61ac38a, whose workloads/gpu_decode_process.py
+# was removed after it measured slower (results/reference/h200/gpu-decode-batched/README.md)
 
 
 def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict, synthetic: float | None,

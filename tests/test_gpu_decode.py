@@ -143,47 +143,6 @@ def test_the_pipeline_trains_each_image_once_per_epoch_and_ends_its_workers(tree
     assert not any(t.is_alive() for t in loader._threads)
 
 
-def _broken_decode(datas, boxes, stream):
-    raise OSError("decoder broke")
-
-
-def test_the_decode_process_trains_each_image_once_per_epoch_and_ends(tree):
-    """`ProcessDecodeLoader` on the CPU (PIL in nvImageCodec's place): the batches of three
-    epochs from a spawned process, each image once per epoch drawn, and the process (with its
-    reader worker) gone after `close`."""
-    from wattlife.workloads.gpu_decode_process import ProcessDecodeLoader
-
-    ds = _dataset(tree, True, 16)
-    loader = ProcessDecodeLoader(ds, 2, 16, "cpu", readers=1, ahead=2, decode=_pil_decode)
-    labels, batches = [], []
-    try:
-        for _ in range(3):
-            batches.append(0)
-            for x, y, s in loader:
-                batches[-1] += 1
-                assert s == 0 and x.shape == (2, 3, 16, 16)
-                labels += y.tolist()
-        pid = loader._proc.pid
-    finally:
-        loader.close()
-    assert batches == [4, 4, 4] and loader.decoded["gpu"] == 12
-    assert sorted(set(labels)) == [0, 1] and len(labels) == 24
-    assert gone(pid)
-
-
-def test_an_error_in_the_decode_process_reaches_the_training_loop(tree):
-    from wattlife.workloads.gpu_decode_process import ProcessDecodeLoader
-
-    loader = ProcessDecodeLoader(_dataset(tree, True, 16), 2, 16, "cpu", readers=0,
-                                 decode=_broken_decode)
-    try:
-        with pytest.raises(OSError, match="decoder broke"):
-            next(iter(loader))
-    finally:
-        loader.close()
-    assert gone(loader._proc.pid)
-
-
 def test_the_batches_both_sides_claim_cover_each_epoch_once():
     from wattlife.workloads.gpu_decode import _Claims
 

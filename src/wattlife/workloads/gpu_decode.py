@@ -33,7 +33,6 @@ SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, which the CPU path uses
 RATIO = (3 / 4, 4 / 3)
 ROI = True  # decode only each crop's region (benchmarks/h200_gpu_decode.py measures both)
 AHEAD = 3  # batches decoded ahead of the training step
-IN_PROCESS = False  # decode in a process of its own (gpu_decode_process; being measured)
 INSTALL_HINT = "pip install 'wattlife[gpu-decode]' (nvidia-nvimgcodec-cu13, nvidia-nvjpeg)"
 
 Box = tuple[int, int, int, int]  # top, left, height, width

@@ -20,12 +20,10 @@ from typing import Any, Callable
 
 from ..config import ImageClassificationSpec
 from ..markers import phase
-from . import gpu_decode
 from .cell import checkpoint_dir, start_cell
 from .checkpointing import Checkpointer, dcp_state, make_checkpointer, save_atomically
 from .dist import Dist
 from .gpu_decode import MEAN, STD, GpuDecodeLoader, choose_decode, split_workers
-from .gpu_decode_process import ProcessDecodeLoader
 from .summary import Summary
 from .training_loop import Batches, Schedule, backward_and_step, run_training_loop
 
@@ -108,7 +106,7 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
             validate=lambda: _validate(model, val_loader, device, amp, spec.val_steps),
             checkpointer=ckpt)
     finally:
-        if isinstance(batches.loader, (GpuDecodeLoader, ProcessDecodeLoader)):
+        if isinstance(batches.loader, GpuDecodeLoader):
             batches.loader.close()
     summary.last_loss = float(result.last_loss.detach()) if result.last_loss is not None else None
     summary.write(unit="images", extra={
@@ -196,13 +194,9 @@ def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device
     if decode == "gpu":
         assert spec.image_size is not None  # checked by train_image
         readers, helpers = split_workers(workers)
-        if gpu_decode.IN_PROCESS:
-            loader = ProcessDecodeLoader(train_ds, spec.batch_size, spec.image_size, device,
-                                         sampler=sampler, readers=readers)
-        else:
-            loader = GpuDecodeLoader(train_ds, spec.batch_size, spec.image_size, device,
-                                     collate=_collate, sampler=sampler, readers=readers,
-                                     helpers=helpers)
+        loader = GpuDecodeLoader(train_ds, spec.batch_size, spec.image_size, device,
+                                 collate=_collate, sampler=sampler, readers=readers,
+                                 helpers=helpers)
     else:
         loader = torch.utils.data.DataLoader(
             train_ds, batch_size=spec.batch_size, shuffle=sampler is None, sampler=sampler,
