@@ -173,16 +173,21 @@ PER_IMAGE = G + ("import torch; g.augment_batch = lambda imgs, boxes, flips, siz
 CELLS = {"cpu": ("cpu", 0, ""), "gpu": ("gpu", 0, ""), "gpu-per-image": ("gpu", 0, PER_IMAGE),
          "gpu-full-image": ("gpu", 0, FULL), "gpu-no-helpers": ("gpu", 0, GPU_ONLY),
          "gpu-readers-6": ("gpu", 0, READERS6), "gpu-more-helpers": ("gpu", 2, "")}
-# "gpu-process" (decoding in a process of its own) ran at 61ac38a, whose workloads/gpu_decode_process.py
-# was removed after it measured slower (results/reference/h200/gpu-decode-batched/README.md)
+# "gpu-process" (decoding in a process of its own) ran at 61ac38a, whose
+# workloads/gpu_decode_process.py was removed after it measured slower
+# (results/reference/h200/gpu-decode-batched/README.md)
 
 
 def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict, synthetic: float | None,
-              save) -> list[dict]:
-    """The workload's cells (and the decoder probe after the shipped `gpu` cell); table rows."""
+              save, round_no: int = 1) -> list[dict]:
+    """One round of the workload's cells (and the decoder probe after the shipped `gpu` cell of
+    the first round); table rows. With repeats each round starts one cell later in the list, so
+    no cell always runs first; cell folders are then `<cell>-r<round>`."""
     shared = work / "shared"
     rows = []
-    for name in a.cells.split(","):
+    names = a.cells.split(",")
+    k = (round_no - 1) % len(names)
+    for name in names[k:] + names[:k]:
         decode, more, prelude = CELLS[name]
         cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
                "workloads": {"r50": {
@@ -191,11 +196,12 @@ def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict, synthetic
                    "image_size": 32 if DRY else 224, "batch_size": 4 if DRY else 128,
                    "steps": 6 if DRY else a.steps, "workers": 1 if DRY else a.workers + more,
                    "prefetch": 4, "val_every": 0, "lr": 0.1, "decode": decode}}}
-        res[name] = cell(work, name, cfg, "r50", "shared", False, out, prelude=prelude)
-        rows.append(phase_row(out, name, res[name], synthetic))
-        pd.DataFrame(rows).to_csv(out / "gpu_decode.csv", index=False)
+        run = name if a.repeats == 1 else f"{name}-r{round_no}"
+        res[run] = cell(work, run, cfg, "r50", "shared", False, out, prelude=prelude)
+        rows.append({"setting": name, "repeat": round_no, "synthetic_images_per_s": synthetic,
+                     **phase_row(out, run, res[run], synthetic)})
         save()
-        if name == "gpu" and not DRY:  # the decoder alone, once the shipped cell has run
+        if name == "gpu" and round_no == 1 and not DRY:  # the decoder alone, once
             r = subprocess.run([PY, __file__, "--out", str(out), "--decoder-probe",
                                 str(shared / "jpeg500")], capture_output=True, text=True)
             res["decoder_probe"] = json.loads(r.stdout.strip().splitlines()[-1]) \
@@ -205,16 +211,58 @@ def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict, synthetic
     return rows
 
 
+def synthetic_rate(res: dict, key: str) -> float | None:
+    """ResNet-50 on synthetic on-GPU data (`train_loop.py`), images/s; recorded in res[key]."""
+    if DRY:
+        return None
+    r = subprocess.run([PY, str(HERE / "train_loop.py"), "--batch", "128", "--steps", "150",
+                        "--warmup", "30", "--markers", "on"], capture_output=True, text=True)
+    res[key] = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 \
+        else r.stderr[-2000:]
+    return res[key].get("images_per_s") if r.returncode == 0 else None
+
+
+def settings_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per setting over its repeats: n, the mean step rate and share of synthetic (each run over
+    its own round's synthetic rate) with 95 % t intervals, and each `decode: gpu` setting's
+    difference from `cpu` (Welch's 95 % interval; `within noise` where it spans zero)."""
+    from wattlife.analysis.repeats import significant, t_interval, welch_interval
+
+    rows = []
+    for name, g in table.groupby("setting", sort=False):
+        n, rate, _, lo, hi = t_interval(g["images_per_s_step"])
+        _, share, _, s_lo, s_hi = t_interval(g["share_of_synthetic"].astype(float))
+        row = {"setting": name, "n": n, "images_per_s_step": rate, "rate_lo": lo, "rate_hi": hi,
+               "share_of_synthetic": share, "share_lo": s_lo, "share_hi": s_hi,
+               "gpu_data_load_j": float(g["gpu_data_load_j"].mean())}
+        if name != "cpu" and "cpu" in set(table["setting"]):
+            base = table.loc[table["setting"] == "cpu", "images_per_s_step"]
+            d, d_lo, d_hi = welch_interval(g["images_per_s_step"], base)
+            sig = significant(d_lo, d_hi)
+            row.update(vs_cpu=d, vs_cpu_lo=d_lo, vs_cpu_hi=d_hi,
+                       vs_cpu_reading="n = 1" if sig is None else
+                       ("differs" if sig else "within noise"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--classes", type=int, default=10)
-    ap.add_argument("--per-class", type=int, default=600)
-    ap.add_argument("--workers", type=int, default=12, help="loader workers of each cell")
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--cells", default=",".join(CELLS), help=f"of {','.join(CELLS)}")
-    ap.add_argument("--work", default="/tmp/wl-gpu-decode", help="data and scratch folder")
+    ap.add_argument("--out", required=True, help="output folder (created)")
+    ap.add_argument("--classes", type=int, default=10, help="JPEG classes (default 10)")
+    ap.add_argument("--per-class", type=int, default=600,
+                    help="training JPEGs a class (default 600)")
+    ap.add_argument("--workers", type=int, default=12,
+                    help="loader workers of each cell (default 12)")
+    ap.add_argument("--steps", type=int, default=200, help="training steps a cell (default 200)")
+    ap.add_argument("--cells", default=",".join(CELLS),
+                    help=f"which cells, comma-separated (default all: {','.join(CELLS)})")
+    ap.add_argument("--work", default="/tmp/wl-gpu-decode",
+                    help="data and scratch folder (default /tmp/wl-gpu-decode)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds of (synthetic, then every cell in a rotated order); above 1 "
+                         "also DIR/gpu_decode_summary.csv with 95 %% intervals (default 1)")
     ap.add_argument("--decoder-probe", metavar="ROOT", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.decoder_probe:
@@ -230,21 +278,23 @@ def main() -> None:
     res["data"] = make_tree(shared / "jpeg500", *(2, 6) if DRY else (a.classes, a.per_class),
                             *(64, 48) if DRY else (500, 375))
     save()
-    synthetic = None
-    if not DRY:
-        r = subprocess.run([PY, str(HERE / "train_loop.py"), "--batch", "128", "--steps", "150",
-                            "--warmup", "30", "--markers", "on"], capture_output=True, text=True)
-        res["synthetic"] = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 \
-            else r.stderr[-2000:]
-        synthetic = res["synthetic"].get("images_per_s") if r.returncode == 0 else None
+    rows: list[dict] = []
+    for round_no in range(1, a.repeats + 1):
+        key = "synthetic" if a.repeats == 1 else f"synthetic-r{round_no}"
+        synthetic = synthetic_rate(res, key)
         save()
-    rows = run_cells(a, out, work, res, synthetic, save)
+        rows += run_cells(a, out, work, res, synthetic, save, round_no)
+        pd.DataFrame(rows).to_csv(out / "gpu_decode.csv", index=False)
+    if a.repeats > 1:
+        summary = settings_summary(pd.DataFrame(rows))
+        summary.to_csv(out / "gpu_decode_summary.csv", index=False)
+        print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     table = pd.DataFrame(rows)
     cols = [c for c in ("cell", "decode", "images_per_s_step", "images_per_s_wall",
                         "share_of_synthetic", "data_load_share_of_step_time", "gpu_data_load_j",
                         "cpu_data_load_j", "gpu_training_j_per_image", "decode_batches")
             if c in table]
-    print(f"synthetic (on-GPU data, markers on): {synthetic} images/s")
+    print(f"synthetic (on-GPU data, the last round): {synthetic} images/s")
     print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     print(json.dumps(res.get("decoder_probe"), indent=None))
 
