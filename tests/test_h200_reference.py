@@ -143,7 +143,7 @@ WAITING = H200 / "workflow-waiting"
 WAITING_CELLS = sorted(p.parent for p in (WAITING / "runs").glob("*/*/*/r1/phases.csv"))
 WORKFLOWS = [(WORKFLOW, WORKFLOW_CELLS, 8), (REPEATS, REPEATS_CELLS, 12),
              (WAITING, WAITING_CELLS, 9)]
-WORKFLOW_IDS = ["workflow", "workflow-repeats", "workflow-waiting"]
+WORKFLOW_IDS = [folder.name for folder, _, _ in WORKFLOWS]
 # workflow-waiting ran before an async checkpoint's publication (3.2 s for Qwen3-1.7B) and the GPU
 # decoder's loading (1.1 s) were phases (README): up to 4.6 % of a run's time is unattributed there
 MAX_UNATTRIBUTED = {WORKFLOW: 0.02, REPEATS: 0.02, WAITING: 0.047}
