@@ -22,6 +22,8 @@ for whl in "$DIR"/*.whl; do
 done
 "$PY" -m pip download -q --no-deps --only-binary=:all: "${PLAT[@]}" -d "$DIR" \
   nvidia-nvimgcodec-cu13 nvidia-nvjpeg
+# pytest for the GPU-marked tests (python3 -m pytest -m gpu tests/...)
+"$PY" -m pip download -q --no-deps --only-binary=:all: -d "$DIR" pytest pluggy iniconfig
 # pulp bundles CBC for six platforms (16 MB); the host needs only linux/i64: the device tool carries
 # at most 64 MiB with the working tree. The other binaries and their RECORD lines are dropped.
 "$PY" - "$DIR"/pulp-*.whl <<'PYEOF'

@@ -143,7 +143,9 @@ def phase_row(out: Path, name: str, r: dict, synthetic: float | None) -> dict:
     gpu = by.loc["gpu"] if "gpu" in by.index.get_level_values(0) else pd.DataFrame()
     t_step = float(gpu.reindex(steps)["time_s"].fillna(0).sum()) if len(gpu) else float("nan")
     items = float(s["steps"] * s.get("batch_size", 128) - s.get("skipped_items", 0))
-    row = {"cell": name, "decode": s.get("decode"), "images_per_s_step": r["throughput"],
+    row = {"cell": name, "decode": s.get("decode"), "cuda_graphs_ran": s.get("cuda_graphs"),
+           "cuda_graphs_fallback": s.get("cuda_graphs_fallback"),
+           "images_per_s_step": r["throughput"],
            "images_per_s_wall": r["throughput_wall"],
            "share_of_synthetic": r["throughput"] / synthetic if synthetic else None,
            "step_clock": r.get("step_clock"), "steps": s["steps"],
@@ -169,37 +171,49 @@ FULL = G + "g.ROI = False; "
 PER_IMAGE = G + ("import torch; g.augment_batch = lambda imgs, boxes, flips, size, cropped: "
                  "torch.stack([g.augment(*a, size, cropped) for a in zip(imgs, boxes, flips)])"
                  ".contiguous(memory_format=torch.channels_last); ")
-# name: (decode, workers offset from --workers, prelude)
-CELLS = {"cpu": ("cpu", 0, ""), "gpu": ("gpu", 0, ""), "gpu-per-image": ("gpu", 0, PER_IMAGE),
-         "gpu-full-image": ("gpu", 0, FULL), "gpu-no-helpers": ("gpu", 0, GPU_ONLY),
-         "gpu-readers-6": ("gpu", 0, READERS6), "gpu-more-helpers": ("gpu", 2, "")}
+# name: (decode, workers offset from --workers, prelude, cuda_graphs)
+CELLS = {"cpu": ("cpu", 0, "", False), "gpu": ("gpu", 0, "", False),
+         "gpu-per-image": ("gpu", 0, PER_IMAGE, False), "gpu-full-image": ("gpu", 0, FULL, False),
+         "gpu-no-helpers": ("gpu", 0, GPU_ONLY, False), "gpu-readers-6": ("gpu", 0, READERS6, False),
+         "gpu-more-helpers": ("gpu", 2, "", False),
+         # the model's forward + backward replayed from CUDA graphs (`cuda_graphs: true`), against
+         # the synthetic rate with graphs too
+         "cpu-graphs": ("cpu", 0, "", True), "gpu-graphs": ("gpu", 0, "", True),
+         "gpu-no-helpers-graphs": ("gpu", 0, GPU_ONLY, True)}
 # "gpu-process" (decoding in a process of its own) ran at 61ac38a, whose
 # workloads/gpu_decode_process.py was removed after it measured slower
 # (results/reference/h200/gpu-decode-batched/README.md)
 
 
-def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict, synthetic: float | None,
-              save, round_no: int = 1) -> list[dict]:
+def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict,
+              synthetic: dict[bool, float | None], save, round_no: int = 1) -> list[dict]:
     """One round of the workload's cells (and the decoder probe after the shipped `gpu` cell of
-    the first round); table rows. With repeats each round starts one cell later in the list, so
+    the first round); table rows, each cell's share against the round's synthetic rate of the
+    same kind (`synthetic[cuda_graphs]`: eager, or with CUDA graphs) and the eager one. With
+    repeats each round starts one cell later in the list, so
     no cell always runs first; cell folders are then `<cell>-r<round>`."""
     shared = work / "shared"
     rows = []
     names = a.cells.split(",")
     k = (round_no - 1) % len(names)
     for name in names[k:] + names[:k]:
-        decode, more, prelude = CELLS[name]
+        decode, more, prelude, graphs = CELLS[name]
         cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
                "workloads": {"r50": {
                    "kind": "image_classification", "dataset": "jpeg500", "model": "resnet50",
                    "device": "cpu" if DRY else "cuda", "precision": "bf16",
                    "image_size": 32 if DRY else 224, "batch_size": 4 if DRY else 128,
                    "steps": 6 if DRY else a.steps, "workers": 1 if DRY else a.workers + more,
-                   "prefetch": 4, "val_every": 0, "lr": 0.1, "decode": decode}}}
+                   "prefetch": 4, "val_every": 0, "lr": 0.1, "decode": decode,
+                   "cuda_graphs": graphs}}}
         run = name if a.repeats == 1 else f"{name}-r{round_no}"
         res[run] = cell(work, run, cfg, "r50", "shared", False, out, prelude=prelude)
-        rows.append({"setting": name, "repeat": round_no, "synthetic_images_per_s": synthetic,
-                     **phase_row(out, run, res[run], synthetic)})
+        rows.append({"setting": name, "repeat": round_no, "cuda_graphs": graphs,
+                     "synthetic_images_per_s": synthetic[graphs],
+                     "synthetic_eager_images_per_s": synthetic[False],
+                     **phase_row(out, run, res[run], synthetic[graphs])})
+        if synthetic[False] and "images_per_s_step" in rows[-1]:
+            rows[-1]["share_of_eager_synthetic"] = rows[-1]["images_per_s_step"] / synthetic[False]
         save()
         if name == "gpu" and round_no == 1 and not DRY:  # the decoder alone, once
             r = subprocess.run([PY, __file__, "--out", str(out), "--decoder-probe",
@@ -211,12 +225,14 @@ def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict, synthetic
     return rows
 
 
-def synthetic_rate(res: dict, key: str) -> float | None:
-    """ResNet-50 on synthetic on-GPU data (`train_loop.py`), images/s; recorded in res[key]."""
+def synthetic_rate(res: dict, key: str, graphs: bool = False) -> float | None:
+    """ResNet-50 on synthetic on-GPU data (`train_loop.py`; `graphs`: with CUDA graphs),
+    images/s; recorded in res[key]."""
     if DRY:
         return None
     r = subprocess.run([PY, str(HERE / "train_loop.py"), "--batch", "128", "--steps", "150",
-                        "--warmup", "30", "--markers", "on"], capture_output=True, text=True)
+                        "--warmup", "30", "--markers", "on", *(["--graphs"] if graphs else [])],
+                       capture_output=True, text=True)
     res[key] = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 \
         else r.stderr[-2000:]
     return res[key].get("images_per_s") if r.returncode == 0 else None
@@ -235,6 +251,9 @@ def settings_summary(table: pd.DataFrame) -> pd.DataFrame:
         row = {"setting": name, "n": n, "images_per_s_step": rate, "rate_lo": lo, "rate_hi": hi,
                "share_of_synthetic": share, "share_lo": s_lo, "share_hi": s_hi,
                "gpu_data_load_j": float(g["gpu_data_load_j"].mean())}
+        if "share_of_eager_synthetic" in g:  # a CUDA-graph cell against the eager ceiling
+            _, e_share, _, e_lo, e_hi = t_interval(g["share_of_eager_synthetic"].astype(float))
+            row.update(share_of_eager_synthetic=e_share, eager_share_lo=e_lo, eager_share_hi=e_hi)
         if name != "cpu" and "cpu" in set(table["setting"]):
             base = table.loc[table["setting"] == "cpu", "images_per_s_step"]
             d, d_lo, d_hi = welch_interval(g["images_per_s_step"], base)
@@ -281,7 +300,9 @@ def main() -> None:
     rows: list[dict] = []
     for round_no in range(1, a.repeats + 1):
         key = "synthetic" if a.repeats == 1 else f"synthetic-r{round_no}"
-        synthetic = synthetic_rate(res, key)
+        synthetic = {False: synthetic_rate(res, key)}
+        synthetic[True] = synthetic_rate(res, f"{key}-graphs", True) \
+            if any(CELLS[c][3] for c in a.cells.split(",")) else None
         save()
         rows += run_cells(a, out, work, res, synthetic, save, round_no)
         pd.DataFrame(rows).to_csv(out / "gpu_decode.csv", index=False)
@@ -294,7 +315,8 @@ def main() -> None:
                         "share_of_synthetic", "data_load_share_of_step_time", "gpu_data_load_j",
                         "cpu_data_load_j", "gpu_training_j_per_image", "decode_batches")
             if c in table]
-    print(f"synthetic (on-GPU data, the last round): {synthetic} images/s")
+    print(f"synthetic (on-GPU data, the last round; eager, CUDA graphs): {synthetic[False]}, "
+          f"{synthetic[True]} images/s")
     print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     print(json.dumps(res.get("decoder_probe"), indent=None))
 

@@ -1,5 +1,7 @@
 """ResNet-50 training loop on synthetic on-GPU data (batch 128, bf16 autocast, channels_last, SGD),
-optionally marking every phase of every step, or measuring with Zeus windows (`--zeus step`: a
+optionally with the forward and backward replayed from CUDA graphs (`--graphs`, the image
+workload's `cuda_graphs: true`), optionally marking every phase of every step, or measuring with
+Zeus windows (`--zeus step`: a
 window around every step; `--zeus phase`: around every forward, backward and optimizer, each
 window's energy written to `--zeus-csv`). Prints one JSON line with the throughput.
 
@@ -26,6 +28,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--markers", choices=["on", "off"], default="off")
+    ap.add_argument("--graphs", action="store_true",
+                    help="forward + backward replayed from CUDA graphs captured before the "
+                         "warm-up (wattlife.workloads.cuda_graphs; default off: eager)")
     ap.add_argument("--zeus", choices=["off", "step", "phase"], default="off",
                     help="Zeus windows around every step or every phase (default off)")
     ap.add_argument("--zeus-csv", help="CSV of every Zeus window (phase, step, time_s, energy_j)")
@@ -38,11 +43,16 @@ def main() -> None:
           for _ in range(4)]
     ys = [torch.randint(0, 1000, (a.batch,), device=dev) for _ in range(4)]
     marked = a.markers == "on" and markers.configure(gpu_timeline=True) is not None
+    fwd = model
+    if a.graphs:
+        from wattlife.workloads.cuda_graphs import GraphedModel
+
+        fwd = GraphedModel(model, tuple(xs[0].shape), dev, amp=True)
 
     def plain(i: int) -> None:
         x, y = xs[i % 4], ys[i % 4]
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x), y)
+            loss = F.cross_entropy(fwd(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -53,7 +63,7 @@ def main() -> None:
                 x, y = xs[i % 4], ys[i % 4]
             with phase("forward"):
                 with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = F.cross_entropy(model(x), y)
+                    loss = F.cross_entropy(fwd(x), y)
             with phase("backward"):
                 loss.backward()
             with phase("optimizer"):
@@ -79,11 +89,11 @@ def main() -> None:
     def zeus_phase(i: int) -> None:
         x, y = xs[i % 4], ys[i % 4]
 
-        def fwd():
+        def forward_loss():
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                return F.cross_entropy(model(x), y)
+                return F.cross_entropy(fwd(x), y)
 
-        loss = win("forward", i, fwd)
+        loss = win("forward", i, forward_loss)
         win("backward", i, loss.backward)
 
         def optim():
@@ -107,6 +117,7 @@ def main() -> None:
         w["measured"] = w["step"] >= a.warmup
         w.to_csv(a.zeus_csv, index=False)
     print(json.dumps({"images_per_s": a.steps * a.batch / dt, "markers": marked, "zeus": a.zeus,
+                      "graphs": a.graphs,
                       "step_ms": dt / a.steps * 1e3}), flush=True)
 
 

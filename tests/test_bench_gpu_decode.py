@@ -17,7 +17,8 @@ def _table(rates: dict[str, list[float]]) -> pd.DataFrame:
     for setting, values in rates.items():
         for r, v in enumerate(values, 1):
             rows.append({"setting": setting, "repeat": r, "images_per_s_step": v,
-                         "share_of_synthetic": v / 400.0, "gpu_data_load_j": 1.0})
+                         "share_of_synthetic": v / 400.0, "gpu_data_load_j": 1.0,
+                         "share_of_eager_synthetic": v / 500.0})
     return pd.DataFrame(rows)
 
 
@@ -30,6 +31,8 @@ def test_settings_summary_intervals_and_readings():
     assert s.loc["cpu", "n"] == 3 and s.loc["cpu", "images_per_s_step"] == pytest.approx(100)
     assert s.loc["cpu", "rate_lo"] == pytest.approx(100 - half)
     assert s.loc["gpu", "share_of_synthetic"] == pytest.approx(0.5)
+    assert s.loc["gpu", "share_of_eager_synthetic"] == pytest.approx(0.4)
+    assert s.loc["gpu", "eager_share_hi"] - 0.4 == pytest.approx(half / 500)
     assert s.loc["gpu", "vs_cpu"] == pytest.approx(100)
     assert s.loc["gpu", "vs_cpu_reading"] == "differs"
     assert s.loc["gpu-b", "vs_cpu_reading"] == "within noise"

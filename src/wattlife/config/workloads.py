@@ -48,11 +48,13 @@ class ImageClassificationSpec(WorkloadSpec):
 
     KIND_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         **WorkloadSpec.KIND_DEFAULTS, "model": "resnet50", "lr": 0.1, "workers": 2,
-        "prefetch": 2, "val_steps": 0, "decode": "cpu"})
+        "prefetch": 2, "val_steps": 0, "decode": "cpu",
+        "cuda_graphs": False})
 
     model: str
     image_size: int | None  # required by the workload (no default)
     decode: str  # cpu (PIL in the loader workers) | gpu (workloads/gpu_decode.py)
+    cuda_graphs: bool  # forward + backward replayed from CUDA graphs (workloads/cuda_graphs.py)
 
 
 @dataclass(frozen=True)

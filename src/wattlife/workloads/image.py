@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import ImageClassificationSpec
+from ..contracts import COMPILE
 from ..markers import phase
 from .cell import checkpoint_dir, start_cell
 from .checkpointing import Checkpointer, dcp_state, make_checkpointer, save_atomically
+from .cuda_graphs import GraphedModel, choose_graphs
 from .dist import Dist
 from .gpu_decode import MEAN, STD, GpuDecodeLoader, choose_decode, split_workers
 from .summary import Summary
@@ -85,6 +87,7 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
     dist, device, summary, root = start_cell(spec, data_root, storage, local_root, workdir)
     with phase("setup"):  # loading the GPU decoder's libraries took 1.1 s on the H200
         decode, decode_fallback = choose_decode(spec.name, spec.decode, device)
+        graphs, graphs_fallback = choose_graphs(spec.name, spec.cuda_graphs, device, dist.world)
     with phase("model_load"):
         train_ds, val_ds, model, opt = _build(spec, root, dist, device)
         n_classes = len(train_ds.classes)
@@ -92,10 +95,15 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
 
     batches, val_loader = _loaders(train_ds, val_ds, spec, dist, device, root, decode)
     amp = spec.precision == "bf16"
+    forward: Callable[[Any], Any] = model
+    if graphs:
+        with phase(COMPILE):  # the capture: a top-level phase before the loop
+            forward = GraphedModel(model, (spec.batch_size, 3, spec.image_size, spec.image_size),
+                                   device, amp)
     explicit_sync = dist.world > 1 and spec.grad_sync == "explicit"
     ckpt_dir = checkpoint_dir(ckpt_root, workdir)
-    train_step = _step_function(model, opt, batches, summary, device, amp, explicit_sync,
-                                dist.world)
+    train_step = _step_function(model, forward, opt, batches, summary, device, amp,
+                                explicit_sync, dist.world)
     ckpt = _checkpointer(model, opt, checkpoint, ckpt_dir, dist, device)
 
     schedule = Schedule(steps=spec.steps, val_every=spec.val_every, ckpt_every=spec.ckpt_every)
@@ -112,16 +120,17 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
     summary.write(unit="images", extra={
         "epochs_started": result.epochs_started, "classes": n_classes, "decode": decode,
         "decode_requested": spec.decode, "decode_fallback": decode_fallback,
-        "decode_batches": getattr(batches.loader, "decoded", None)})
+        "decode_batches": getattr(batches.loader, "decoded", None), "cuda_graphs": graphs,
+        "cuda_graphs_requested": spec.cuda_graphs, "cuda_graphs_fallback": graphs_fallback})
     return 0
 
 
-def _step_function(model: Any, opt: Any, batches: Batches, summary: Summary, device: Any,
-                   amp: bool, explicit_sync: bool,
+def _step_function(model: Any, forward: Callable[[Any], Any], opt: Any, batches: Batches,
+                   summary: Summary, device: Any, amp: bool, explicit_sync: bool,
                    world: int) -> Callable[[], tuple[float, Any] | None]:
     """One training step: batch (`data_load`; its corrupt images counted as skipped), `h2d`,
-    `forward` (bf16 autocast when `amp`), then the marked backward / grad_sync / optimizer tail;
-    None when every image of the batch was corrupt."""
+    `forward` (`forward(x)`: the model, or its CUDA graphs; bf16 autocast when `amp`), then the
+    marked backward / grad_sync / optimizer tail; None when every image of the batch was corrupt."""
     import torch
     import torch.nn.functional as F
 
@@ -135,7 +144,7 @@ def _step_function(model: Any, opt: Any, batches: Batches, summary: Summary, dev
             y = y.to(device, non_blocking=True)
         with phase("forward"):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                loss = F.cross_entropy(model(x), y)
+                loss = F.cross_entropy(forward(x), y)
         backward_and_step(model, loss, opt, explicit_sync, world)
         return len(y), loss
 
