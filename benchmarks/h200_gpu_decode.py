@@ -179,7 +179,14 @@ CELLS = {"cpu": ("cpu", 0, "", False), "gpu": ("gpu", 0, "", False),
          # the model's forward + backward replayed from CUDA graphs (`cuda_graphs: true`), against
          # the synthetic rate with graphs too
          "cpu-graphs": ("cpu", 0, "", True), "gpu-graphs": ("gpu", 0, "", True),
-         "gpu-no-helpers-graphs": ("gpu", 0, GPU_ONLY, True)}
+         "gpu-no-helpers-graphs": ("gpu", 0, GPU_ONLY, True),
+         # the decode stream at the highest priority; batches left in flight (not waited for)
+         "gpu-graphs-priority": ("gpu", 0, G + "g.PRIORITY = -5; ", True),
+         "gpu-graphs-in-flight": ("gpu", 0, G + "g.IN_FLIGHT = 2; ", True),
+         "gpu-graphs-priority-in-flight": ("gpu", 0, G + "g.PRIORITY = -5; g.IN_FLIGHT = 2; ",
+                                           True),
+         "gpu-no-helpers-graphs-priority-in-flight": (
+             "gpu", 0, GPU_ONLY + "g.PRIORITY = -5; g.IN_FLIGHT = 2; ", True)}
 # "gpu-process" (decoding in a process of its own) ran at 61ac38a, whose
 # workloads/gpu_decode_process.py was removed after it measured slower
 # (results/reference/h200/gpu-decode-batched/README.md)

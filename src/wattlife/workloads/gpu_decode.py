@@ -20,6 +20,7 @@ and the workload falls back to the CPU path (workloads/image.py logs and records
 
 from __future__ import annotations
 
+import collections
 import io
 import queue
 import sys
@@ -33,6 +34,12 @@ SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, which the CPU path uses
 RATIO = (3 / 4, 4 / 3)
 ROI = True  # decode only each crop's region (benchmarks/h200_gpu_decode.py measures both)
 AHEAD = 3  # batches decoded ahead of the training step
+# the decode stream's priority (torch's: lower is higher; 0 = the training stream's): a decode
+# kernel waits for free SMs behind the training step's kernels
+PRIORITY = 0
+# batches whose GPU work may still run when the decode thread starts the next one (0: it waits
+# for each batch's decode and augment to finish); the decoder's image buffers are kept until then
+IN_FLIGHT = 0
 INSTALL_HINT = "pip install 'wattlife[gpu-decode]' (nvidia-nvimgcodec-cu13, nvidia-nvjpeg)"
 
 Box = tuple[int, int, int, int]  # top, left, height, width
@@ -266,7 +273,9 @@ class GpuDecodeLoader:
         self.claims = _Claims(n_items, batch_size, sampler)
         self.decode: Decode = decode if decode is not None else NvDecode(device)
         self.cropped = bool(getattr(self.decode, "roi", False))
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.stream = torch.cuda.Stream(device, priority=PRIORITY) \
+            if device.type == "cuda" else None
+        self._in_flight: collections.deque[tuple[Any, Any]] = collections.deque()
         raw: Any = RawJpegs(dataset.samples)  # a map-style dataset (len + getitem)
         # 2 batches a worker ahead (the least): the batches go to whichever side is faster
         self.loaders: list[tuple[str, Any]] = [("gpu", DataLoader(
@@ -353,8 +362,10 @@ class GpuDecodeLoader:
             if self.stream is not None:
                 event = torch.cuda.Event()
                 event.record(self.stream)
-        if event is not None:
-            event.synchronize()  # the decoder's buffers may be freed once its work is done
+        if event is not None:  # the decoder's buffers may be freed once its work is done
+            self._in_flight.append((event, imgs))
+            while len(self._in_flight) > IN_FLIGHT:
+                self._in_flight.popleft()[0].synchronize()
         return x, torch.tensor(labels), skipped, event
 
     def close(self) -> None:
