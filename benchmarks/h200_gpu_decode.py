@@ -5,16 +5,21 @@ in one call on one GPU:
 
 1. JPEGs as ImageNet's: 500 x 375 px, ~74 KB (quality 90), `--classes` x `--per-class`, written
    to local disk (the page cache holds them after the first epoch, as on a node with RAM to spare).
-2. ResNet-50 (bf16, batch 128, channels_last) on synthetic on-GPU data (`train_loop.py --markers
-   on`): the ceiling, measured in the same call.
+2. ResNet-50 (bf16, batch 128, channels_last) on synthetic on-GPU data (`train_loop.py`, no
+   phase markers: wall time over 150 steps after 30 warm-up steps), eagerly and, when a cell
+   uses them, with CUDA graphs (`--graphs`): the ceilings, measured in each round. (Calls before
+   this flag read `--markers on`, which without `wattlife run` marked nothing either.)
 3. The decoder alone (`--decoder-probe`, its own process): nvImageCodec's batch decode + resize +
    normalise of 128-image batches, full image vs the crop's region only, and which backends decode.
 4. The image workload as cells under `wattlife run` (NVML GPU power, attributed per phase):
    `decode: cpu` (PIL in `--workers` loader workers) and `decode: gpu` (the shipped defaults, the
-   same `workers`), plus `decode: gpu` variants (full-image decode; more CPU helpers).
+   same `workers`), plus `decode: gpu` variants (full-image decode; more CPU helpers; `-graphs`:
+   the model's forward and backward replayed from CUDA graphs, `cuda_graphs: true`; the decode
+   stream's priority; batches left in flight).
 Writes DIR/gpu_decode.csv (one row a cell: images/s on the `step` basis, GPU-timed as the
 workloads report it, and on the `wall` basis; the share of synthetic; the data_load phase's time
-share and its GPU and CPU energy; J per image), DIR/decoder_probe.json, DIR/summary.json and the
+share and its GPU and CPU energy; J per image; a cell's share is over the synthetic rate of its
+kind, eager or graphs, and `share_of_eager_synthetic` over the eager one), DIR/decoder_probe.json, DIR/summary.json and the
 cells' raw files (DIR/cells/<cell>/); prints a short table. Changes no GPU setting.
 """
 
@@ -238,7 +243,7 @@ def synthetic_rate(res: dict, key: str, graphs: bool = False) -> float | None:
     if DRY:
         return None
     r = subprocess.run([PY, str(HERE / "train_loop.py"), "--batch", "128", "--steps", "150",
-                        "--warmup", "30", "--markers", "on", *(["--graphs"] if graphs else [])],
+                        "--warmup", "30", "--markers", "off", *(["--graphs"] if graphs else [])],
                        capture_output=True, text=True)
     res[key] = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 \
         else r.stderr[-2000:]

@@ -315,3 +315,40 @@ def test_gpu_decode_rates_are_what_the_committed_events_give(tmp_path, folder):
         assert row["share_of_synthetic"] == pytest.approx(row["images_per_s_step"] / synthetic)
         assert row["decode"] == ("cpu" if cell == "cpu" else "gpu")
         assert pd.isna(row["decode_fallback"])
+
+
+def test_cuda_graph_decode_rates_are_what_the_committed_files_give(tmp_path):
+    """results/reference/h200/gpu-decode-graphs/call-1 (two rounds): each cell's step rate is its
+    events' GPU-timed steps (within 0.1 %), its share is over its round's synthetic rate of the
+    same kind (with graphs for a graph cell) and the eager one; the graph cells ran graphs,
+    captured in one `compile` phase before the loop; the summary is the table's; and the claim of
+    the README there: graphs raised `decode: gpu` in both rounds, below 85 % in both."""
+    from wattlife.analysis.performance import step_throughput_from_events
+    from wattlife.contracts import read_events
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from h200_gpu_decode import settings_summary
+
+    base = H200 / "gpu-decode-graphs" / "call-1"
+    with tarfile.open(base / "gpu-decode.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    res = json.loads((base / "summary.json").read_text())
+    table = pd.read_csv(base / "gpu_decode.csv")
+    for _, row in table.iterrows():
+        ev = read_events(tmp_path / "gd" / "cells" / row["cell"] / "events.csv")
+        assert step_throughput_from_events(ev) == pytest.approx(row["images_per_s_step"], rel=1e-3)
+        key = f"synthetic-r{row['repeat']}"
+        eager = res[key]["images_per_s"]
+        own = res[f"{key}-graphs"]["images_per_s"] if row["cuda_graphs"] else eager
+        assert res[f"{key}-graphs"]["graphs"] and not res[key]["graphs"]
+        assert row["share_of_synthetic"] == pytest.approx(row["images_per_s_step"] / own)
+        assert row["share_of_eager_synthetic"] == pytest.approx(row["images_per_s_step"] / eager)
+        assert row["cuda_graphs_ran"] == row["cuda_graphs"] and pd.isna(row["decode_fallback"])
+        compiles = ev[ev["phase"] == "compile"]
+        assert len(compiles) == (1 if row["cuda_graphs"] else 0)
+        assert (compiles["depth"] == 0).all()
+    summary = pd.read_csv(base / "gpu_decode_summary.csv")
+    pd.testing.assert_frame_equal(settings_summary(table), summary, check_dtype=False)
+    by = table.set_index(["setting", "repeat"])["share_of_synthetic"]
+    for r in (1, 2):
+        assert by[("gpu", r)] < by[("gpu-graphs", r)] < 0.85
