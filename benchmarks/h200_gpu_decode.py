@@ -107,7 +107,8 @@ def decoder_probe(root: Path, batches: int = 12, size: int = 224) -> dict:
     import torch
     from nvidia import nvimgcodec as nv
 
-    from wattlife.workloads.gpu_decode import NvDecode, RawJpegs
+    from wattlife.workloads.gpu_decode import NvDecode
+    from wattlife.workloads.raw_jpegs import RawJpegs
     from wattlife.workloads.image import _dataset
 
     dev = torch.device("cuda", 0)

@@ -14,7 +14,6 @@ from wattlife.workloads import train_cell
 from wattlife.workloads.datagen import make_image_tree
 from wattlife.workloads.gpu_decode import (
     GpuDecodeLoader,
-    RawJpegs,
     augment,
     augment_batch,
     choose_decode,
@@ -22,6 +21,7 @@ from wattlife.workloads.gpu_decode import (
     unavailable_reason,
 )
 from wattlife.workloads.image import _collate, _dataset
+from wattlife.workloads.raw_jpegs import RawJpegs
 
 # The GPU path's resize (torch, bilinear, antialiased) against the CPU path's (PIL, bilinear,
 # antialiased), on normalised inputs (one 8-bit level = 1/255/0.224 ~ 0.0175): PIL rounds its

@@ -5,7 +5,8 @@ augments there (RandomResizedCrop + horizontal flip + normalise). Here:
 
 - reader workers open each file's header only (PIL reads no pixels for it), draw the crop box and
   the flip with torchvision's own `RandomResizedCrop.get_params` and `torch.rand(1) < 0.5` (the
-  same draws, in the same order, as the CPU path's transforms) and return the file's bytes;
+  same draws, in the same order, as the CPU path's transforms) and return the files' bytes, a
+  batch packed in one shared-memory tensor (workloads/raw_jpegs.py);
 - a decode thread decodes the batch with nvImageCodec (the GPU's hardware JPEG decoder where it has
   one; only the crop's region when `roi`), on its own CUDA stream, `ahead` batches ahead, and
   resizes (bilinear, antialiased), flips and normalises each crop there (`augment`);
@@ -21,17 +22,16 @@ and the workload falls back to the CPU path (workloads/image.py logs and records
 from __future__ import annotations
 
 import collections
-import io
 import queue
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .raw_jpegs import Box, RawJpegs, collate_raw, pack_raw, unpack_raw
+
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
-SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, which the CPU path uses
-RATIO = (3 / 4, 4 / 3)
 ROI = True  # decode only each crop's region (benchmarks/h200_gpu_decode.py measures both)
 AHEAD = 3  # batches decoded ahead of the training step
 # the decode stream's priority (torch's: lower is higher; 0 = the training stream's): a decode
@@ -40,9 +40,9 @@ PRIORITY = 0
 # batches whose GPU work may still run when the decode thread starts the next one (0: it waits
 # for each batch's decode and augment to finish); the decoder's image buffers are kept until then
 IN_FLIGHT = 0
+# readers hand each batch over as one shared-memory tensor (raw_jpegs.pack_raw), not pickled bytes
+PACK = True
 INSTALL_HINT = "pip install 'wattlife[gpu-decode]' (nvidia-nvimgcodec-cu13, nvidia-nvjpeg)"
-
-Box = tuple[int, int, int, int]  # top, left, height, width
 
 
 def unavailable_reason(device: Any) -> str | None:
@@ -84,18 +84,6 @@ def _decoder(device: Any) -> Any:
     from nvidia import nvimgcodec
 
     return nvimgcodec.Decoder(device_id=device.index or 0)
-
-
-def draw_crop(img: Any) -> tuple[Box, bool]:
-    """The crop box and flip of one training image (a PIL image; only its size is read, so a
-    lazily opened file is not decoded): torchvision's RandomResizedCrop parameters, then
-    RandomHorizontalFlip's draw, in the CPU path's order."""
-    import torch
-    from torchvision.transforms import RandomResizedCrop
-
-    top, left, h, w = RandomResizedCrop.get_params(img, list(SCALE), list(RATIO))
-    flip = bool(torch.rand(1) < 0.5)
-    return (int(top), int(left), int(h), int(w)), flip
 
 
 def resize_crop(img: Any, box: Box, size: int, cropped: bool) -> Any:
@@ -144,35 +132,6 @@ def augment_batch(imgs: Sequence[Any], boxes: Sequence[Box], flips: Sequence[boo
         idx = torch.tensor(sel, device=x.device)
         x[idx] = x[idx].flip(-1)
     return normalise(x).contiguous(memory_format=torch.channels_last)
-
-
-class RawJpegs:
-    """The training split as (file bytes, crop box, flip, label); None bytes for a file whose
-    header is unreadable (counted as skipped, like the CPU path's corrupt images)."""
-
-    def __init__(self, samples: Sequence[tuple[str, int]]) -> None:
-        self.samples = list(samples)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, i: int) -> tuple[bytes | None, Box, bool, int]:
-        from PIL import Image, UnidentifiedImageError
-
-        path, label = self.samples[i]
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-            with Image.open(io.BytesIO(data)) as img:
-                box, flip = draw_crop(img)
-        except (UnidentifiedImageError, OSError):
-            return None, (0, 0, 0, 0), False, label
-        return data, box, flip, label
-
-
-def collate_raw(batch: list[Any]) -> list[Any]:
-    """Raw batches stay lists (the bytes differ in length)."""
-    return batch
 
 
 class _Claims:
@@ -279,7 +238,8 @@ class GpuDecodeLoader:
         raw: Any = RawJpegs(dataset.samples)  # a map-style dataset (len + getitem)
         # 2 batches a worker ahead (the least): the batches go to whichever side is faster
         self.loaders: list[tuple[str, Any]] = [("gpu", DataLoader(
-            raw, batch_sampler=self.claims, num_workers=readers, collate_fn=collate_raw,
+            raw, batch_sampler=self.claims, num_workers=readers,
+            collate_fn=pack_raw if PACK else collate_raw,
             prefetch_factor=2 if readers else None))]
         if helpers:
             self.loaders.append(("cpu", DataLoader(
@@ -339,11 +299,12 @@ class GpuDecodeLoader:
         except BaseException as exc:  # noqa: BLE001 (handed to the training thread)
             self._put(exc)
 
-    def _on_gpu(self, raw: list[Any]) -> tuple[Any, Any, int, Any]:
-        """Decode and augment one raw batch on the decode stream; (images, labels, skipped,
-        the stream's event after them)."""
+    def _on_gpu(self, batch: Any) -> tuple[Any, Any, int, Any]:
+        """Decode and augment one raw batch (packed or a list) on the decode stream; (images,
+        labels, skipped, the stream's event after them)."""
         import torch
 
+        raw = unpack_raw(batch)
         kept = [r for r in raw if r[0] is not None]
         skipped = len(raw) - len(kept)
         if not kept:
@@ -363,7 +324,7 @@ class GpuDecodeLoader:
                 event = torch.cuda.Event()
                 event.record(self.stream)
         if event is not None:  # the decoder's buffers may be freed once its work is done
-            self._in_flight.append((event, imgs))
+            self._in_flight.append((event, (imgs, batch)))  # the file bytes too
             while len(self._in_flight) > IN_FLIGHT:
                 self._in_flight.popleft()[0].synchronize()
         return x, torch.tensor(labels), skipped, event

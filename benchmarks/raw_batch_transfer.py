@@ -1,0 +1,80 @@
+"""How long the decode thread of `decode: gpu` waits to receive one ready raw batch from a reader
+worker, handed over as a list of `bytes` (pickled through a pipe; `raw_jpegs.collate_raw`) or
+packed in one uint8 tensor (shared memory; `raw_jpegs.pack_raw`, the default). CPU only:
+
+    PYTHONPATH=src:benchmarks python3 benchmarks/raw_batch_transfer.py [--batches 8]
+
+Writes `--images` JPEGs as the GPU-decode benchmark's (500 x 375, ~75 KB) under `--work`, starts
+a DataLoader over `RawJpegs` with `--readers` workers for each hand-over, lets the workers fill
+the queue (`--fill-s`), then times `--batches` calls of next() (the queue stays full, so each
+call is the hand-over alone) and, for packed batches, `unpack_raw`. Prints one line a hand-over:
+the median and range in ms, and the batch's MB.
+"""
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from h200_gpu_decode import make_tree
+
+
+def receive_ms(raw, collate, batch: int, readers: int, batches: int,
+               fill_s: float) -> list[tuple[float, object]]:
+    """(ms, batch) per next() of a full DataLoader queue of raw batches collated by `collate`."""
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    sampler = BatchSampler(RandomSampler(raw), batch, drop_last=True)
+    loader = DataLoader(raw, batch_sampler=sampler, num_workers=readers, collate_fn=collate,
+                        prefetch_factor=max(2, -(-batches // readers) + 1))
+    it = iter(loader)
+    try:
+        next(it)
+        time.sleep(fill_s)
+        out = []
+        for _ in range(batches):
+            t = time.perf_counter()
+            b = next(it)
+            out.append(((time.perf_counter() - t) * 1e3, b))
+        return out
+    finally:
+        it._shutdown_workers()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", default="/tmp/wl-raw-transfer",
+                    help="folder for the JPEGs (default /tmp/wl-raw-transfer)")
+    ap.add_argument("--images", type=int, default=2048,
+                    help="JPEGs to write, in 2 classes (default 2048)")
+    ap.add_argument("--batch", type=int, default=128, help="images a batch (default 128)")
+    ap.add_argument("--readers", type=int, default=2, help="reader workers (default 2)")
+    ap.add_argument("--batches", type=int, default=8,
+                    help="batches timed per hand-over (default 8)")
+    ap.add_argument("--fill-s", type=float, default=8.0,
+                    help="seconds the workers get to fill the queue (default 8)")
+    a = ap.parse_args()
+    from wattlife.workloads.image import _dataset
+    from wattlife.workloads.raw_jpegs import RawJpegs, collate_raw, pack_raw, unpack_raw
+
+    root = Path(a.work) / "jpeg500"
+    make_tree(root, 2, a.images // 2, 500, 375)
+    raw = RawJpegs(_dataset(root, True, 224).samples)
+    for name, collate in (("bytes through a pipe (collate_raw)", collate_raw),
+                          ("one shared-memory tensor (pack_raw)", pack_raw)):
+        got = receive_ms(raw, collate, a.batch, a.readers, a.batches, a.fill_s)
+        ms = [m for m, _ in got]
+        unpack = []
+        for _, b in got:
+            t = time.perf_counter()
+            items = unpack_raw(b)
+            unpack.append((time.perf_counter() - t) * 1e3)
+        mb = sum(len(r[0]) for r in items if r[0] is not None) / 1e6
+        print(f"{name:38s} next(): median {statistics.median(ms):6.2f} ms, range "
+              f"{min(ms):.2f}-{max(ms):.2f} ms; unpack median {statistics.median(unpack):.2f} "
+              f"ms; {mb:.1f} MB a batch")
+
+
+if __name__ == "__main__":
+    main()
