@@ -192,7 +192,9 @@ CELLS = {"cpu": ("cpu", 0, "", False), "gpu": ("gpu", 0, "", False),
          "gpu-graphs-priority-in-flight": ("gpu", 0, G + "g.PRIORITY = -5; g.IN_FLIGHT = 2; ",
                                            True),
          "gpu-no-helpers-graphs-priority-in-flight": (
-             "gpu", 0, GPU_ONLY + "g.PRIORITY = -5; g.IN_FLIGHT = 2; ", True)}
+             "gpu", 0, GPU_ONLY + "g.PRIORITY = -5; g.IN_FLIGHT = 2; ", True),
+         # raw batches as pickled bytes (the hand-over before raw_jpegs.pack_raw)
+         "gpu-graphs-bytes": ("gpu", 0, G + "g.PACK = False; ", True)}
 # "gpu-process" (decoding in a process of its own) ran at 61ac38a, whose
 # workloads/gpu_decode_process.py was removed after it measured slower
 # (results/reference/h200/gpu-decode-batched/README.md)
