@@ -77,17 +77,21 @@ def make_tree(root: Path, classes: int, per_class: int, w: int, h: int) -> dict:
 
 
 def _rate(dec, items: list, stream, size: int, augment: str, batches: int) -> float:
-    """Images/s of `dec` over 128-image batches, with no augment (`""`), the loader's
-    (`"batch"`: `augment_batch`) or image by image (`"per-image"`: `resize_crop`, `normalise`)."""
+    """Images/s of `dec` over 128-image batches, with no augment (`""`), image by image
+    (`"per-image"`: `resize_crop`, `normalise`) or batched (`"batched"`: `augment_batch` with
+    `gpu_augment.BATCHED`)."""
     import torch
 
-    from wattlife.workloads.gpu_decode import augment_batch, normalise, resize_crop
+    from wattlife.workloads import gpu_augment
+    from wattlife.workloads.gpu_augment import normalise, resize_crop
 
     def one(b: list) -> None:
         with torch.cuda.stream(stream):
             imgs = dec([r[0] for r in b], [r[1] for r in b], stream)
-            if augment == "batch":
-                augment_batch(imgs, [r[1] for r in b], [r[2] for r in b], size, dec.roi)
+            if augment == "batched":
+                gpu_augment.BATCHED = True
+                gpu_augment.augment_batch(imgs, [r[1] for r in b], [r[2] for r in b], size,
+                                          dec.roi)
             elif augment == "per-image":
                 normalise(torch.cat([resize_crop(im, r[1], size, dec.roi)
                                      for im, r in zip(imgs, b, strict=True)]))
@@ -118,7 +122,7 @@ def decoder_probe(root: Path, batches: int = 12, size: int = 224) -> dict:
     stream = torch.cuda.Stream(dev)
     for name, roi in (("region", True), ("full", False)):
         dec = NvDecode(dev, roi=roi)
-        for mode, aug in (("decode", ""), ("decode+augment", "batch"),
+        for mode, aug in (("decode", ""), ("decode+augment_batched", "batched"),
                           ("decode+augment_per_image", "per-image")):
             res[f"{name}_{mode}_images_per_s"] = _rate(dec, items, stream, size, aug, batches)
     few = items[:8]
@@ -174,8 +178,9 @@ GPU_ONLY = G + "g.split_workers = lambda w: (4, 0); "
 READERS6 = G + "g.split_workers = lambda w: (6, w - 6); "
 FULL = G + "g.ROI = False; "
 # the augment of the first H200 run (a1be292): F.interpolate image by image
-PER_IMAGE = G + ("import torch; g.augment_batch = lambda imgs, boxes, flips, size, cropped: "
-                 "torch.stack([g.augment(*a, size, cropped) for a in zip(imgs, boxes, flips)])"
+A = "import wattlife.workloads.gpu_augment as a; "
+PER_IMAGE = G + A + ("import torch; g.augment_batch = lambda imgs, boxes, flips, size, cropped: "
+                 "torch.stack([a.augment(*x, size, cropped) for x in zip(imgs, boxes, flips)])"
                  ".contiguous(memory_format=torch.channels_last); ")
 # name: (decode, workers offset from --workers, prelude, cuda_graphs)
 CELLS = {"cpu": ("cpu", 0, "", False), "gpu": ("gpu", 0, "", False),
@@ -194,7 +199,11 @@ CELLS = {"cpu": ("cpu", 0, "", False), "gpu": ("gpu", 0, "", False),
          "gpu-no-helpers-graphs-priority-in-flight": (
              "gpu", 0, GPU_ONLY + "g.PRIORITY = -5; g.IN_FLIGHT = 2; ", True),
          # raw batches as pickled bytes (the hand-over before raw_jpegs.pack_raw)
-         "gpu-graphs-bytes": ("gpu", 0, G + "g.PACK = False; ", True)}
+         "gpu-graphs-bytes": ("gpu", 0, G + "g.PACK = False; ", True),
+         # the batched resize (gpu_augment.BATCHED), alone and with the priority and in-flight
+         "gpu-graphs-batched": ("gpu", 0, A + "a.BATCHED = True; ", True),
+         "gpu-graphs-batched-priority-in-flight": (
+             "gpu", 0, G + A + "a.BATCHED = True; g.PRIORITY = -5; g.IN_FLIGHT = 2; ", True)}
 # "gpu-process" (decoding in a process of its own) ran at 61ac38a, whose
 # workloads/gpu_decode_process.py was removed after it measured slower
 # (results/reference/h200/gpu-decode-batched/README.md)

@@ -12,10 +12,9 @@ from conftest import gone
 from wattlife.config import ConfigError, settings, validate_config, workload_spec
 from wattlife.workloads import train_cell
 from wattlife.workloads.datagen import make_image_tree
+from wattlife.workloads.gpu_augment import augment, augment_batch
 from wattlife.workloads.gpu_decode import (
     GpuDecodeLoader,
-    augment,
-    augment_batch,
     choose_decode,
     split_workers,
     unavailable_reason,

@@ -28,10 +28,9 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .gpu_augment import augment_batch
 from .raw_jpegs import Box, RawJpegs, collate_raw, pack_raw, unpack_raw
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 ROI = True  # decode only each crop's region (benchmarks/h200_gpu_decode.py measures both)
 AHEAD = 3  # batches decoded ahead of the training step
 # the decode stream's priority (torch's: lower is higher; 0 = the training stream's): a decode
@@ -84,54 +83,6 @@ def _decoder(device: Any) -> Any:
     from nvidia import nvimgcodec
 
     return nvimgcodec.Decoder(device_id=device.index or 0)
-
-
-def resize_crop(img: Any, box: Box, size: int, cropped: bool) -> Any:
-    """One decoded image (uint8 HxWx3 tensor, any device) to a float 1 x 3 x `size` x `size`
-    tensor in [0, 255]: the crop `box` (already applied by a region decode when `cropped`),
-    resized bilinear with antialiasing (torchvision's tensor resize, which follows PIL's)."""
-    import torch.nn.functional as F
-
-    top, left, h, w = box
-    x = img.permute(2, 0, 1)
-    if not cropped:
-        x = x[:, top:top + h, left:left + w]
-    return F.interpolate(x[None].float(), size=(size, size), mode="bilinear", antialias=True,
-                         align_corners=False)
-
-
-def normalise(x: Any) -> Any:
-    """[0, 255] images (..., 3, H, W) to the network's input: ToTensor's scaling, then Normalize
-    with the ImageNet mean and standard deviation (the CPU path's)."""
-    import torch
-
-    mean = torch.tensor(MEAN, device=x.device).view(3, 1, 1) * 255
-    std = torch.tensor(STD, device=x.device).view(3, 1, 1) * 255
-    return (x - mean) / std
-
-
-def augment(img: Any, box: Box, flip: bool, size: int, cropped: bool = False) -> Any:
-    """`resize_crop`, the flip, `normalise`: one image as the CPU path's transform gives it."""
-    x = resize_crop(img, box, size, cropped)[0]
-    return normalise(x.flip(-1) if flip else x)
-
-
-def augment_batch(imgs: Sequence[Any], boxes: Sequence[Box], flips: Sequence[bool], size: int,
-                  cropped: bool = False) -> Any:
-    """`augment` of every image of a batch, stacked (N x 3 x `size` x `size`, channels_last):
-    the resize image by image, the flips and the normalisation once for the batch. (A variant
-    with one cast for the batch and torch's resize kernel called directly measured the same on
-    the H200, 7,763 against 7,888 images/s decoded and augmented: the time is not in these
-    calls; results/reference/h200/gpu-decode-batched/.)"""
-    import torch
-
-    x = torch.cat([resize_crop(im, box, size, cropped)
-                   for im, box in zip(imgs, boxes, strict=True)])
-    sel = [i for i, f in enumerate(flips) if f]
-    if sel:
-        idx = torch.tensor(sel, device=x.device)
-        x[idx] = x[idx].flip(-1)
-    return normalise(x).contiguous(memory_format=torch.channels_last)
 
 
 class _Claims:

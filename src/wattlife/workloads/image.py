@@ -25,7 +25,8 @@ from .cell import checkpoint_dir, start_cell
 from .checkpointing import Checkpointer, dcp_state, make_checkpointer, save_atomically
 from .cuda_graphs import GraphedModel, choose_graphs
 from .dist import Dist
-from .gpu_decode import MEAN, STD, GpuDecodeLoader, choose_decode, split_workers
+from .gpu_augment import MEAN, STD
+from .gpu_decode import GpuDecodeLoader, choose_decode, split_workers
 from .summary import Summary
 from .training_loop import Batches, Schedule, backward_and_step, run_training_loop
 
