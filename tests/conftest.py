@@ -215,3 +215,23 @@ def finished_demo(tmp_path_factory):
                          text=True, timeout=1700)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return {"tmp": tmp, "cfg": cfg, "conf": conf, "env": env, "res": tmp / "res"}
+
+
+def train_tiny_image_cell(tmp_path: Path, **keys) -> dict:
+    """Train a ResNet-18 image cell on the CPU (2 classes of 4 tiny JPEGs, 16 px, batch 4, 2
+    steps, workload keys overridden by `keys`) in `tmp_path`; its summary.json."""
+    import json
+
+    from wattlife.config import settings
+    from wattlife.workloads import train_cell
+    from wattlife.workloads.datagen import make_image_tree
+
+    make_image_tree(tmp_path / "shared" / "imgs", n_classes=2, train_per_class=4,
+                    val_per_class=1, size=24)
+    w = {"kind": "image_classification", "dataset": "imgs", "model": "resnet18", "device": "cpu",
+         "precision": "fp32", "image_size": 16, "batch_size": 4, "steps": 2, "workers": 0,
+         "lr": 0.05, **keys}
+    cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
+           "workloads": {"r": w}}
+    assert train_cell(settings(cfg), "r", "shared", False, tmp_path / "work") == 0
+    return json.loads((tmp_path / "work" / "summary.json").read_text())

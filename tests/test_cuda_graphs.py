@@ -3,14 +3,12 @@ cannot run, the config key, and (on a GPU) that the replayed step computes the e
 and gradients and leaves the model as the capture found it."""
 
 import copy
-import json
 
 import pytest
 
-from wattlife.config import ConfigError, settings, validate_config, workload_spec
-from wattlife.workloads import train_cell
+from conftest import train_tiny_image_cell
+from wattlife.config import ConfigError, validate_config, workload_spec
 from wattlife.workloads.cuda_graphs import choose_graphs, unavailable_reason
-from wattlife.workloads.datagen import make_image_tree
 
 
 def test_cuda_graphs_fall_back_with_one_line_on_a_cpu_or_under_several_ranks(capsys):
@@ -38,15 +36,7 @@ def test_cuda_graphs_is_a_validated_boolean_defaulting_to_false():
 
 @pytest.mark.slow
 def test_a_cpu_cell_with_cuda_graphs_trains_eagerly_and_says_so(tmp_path, capfd):
-    make_image_tree(tmp_path / "shared" / "imgs", n_classes=2, train_per_class=4,
-                    val_per_class=1, size=24)
-    w = {"kind": "image_classification", "dataset": "imgs", "model": "resnet18", "device": "cpu",
-         "precision": "fp32", "image_size": 16, "batch_size": 4, "steps": 2, "workers": 0,
-         "lr": 0.05, "cuda_graphs": True}
-    cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
-           "workloads": {"r": w}}
-    assert train_cell(settings(cfg), "r", "shared", False, tmp_path / "work") == 0
-    s = json.loads((tmp_path / "work" / "summary.json").read_text())
+    s = train_tiny_image_cell(tmp_path, cuda_graphs=True)
     assert (s["cuda_graphs"], s["cuda_graphs_requested"], s["steps"]) == (False, True, 2)
     assert "not a CUDA GPU" in s["cuda_graphs_fallback"]
     assert "workloads.r.cuda_graphs: not available" in capfd.readouterr().err

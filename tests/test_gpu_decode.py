@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import gone
+from conftest import gone, train_tiny_image_cell
 from wattlife.config import ConfigError, settings, validate_config, workload_spec
 from wattlife.workloads import train_cell
 from wattlife.workloads.datagen import make_image_tree
@@ -202,15 +202,7 @@ def test_decode_gpu_falls_back_with_one_line_where_no_decoder_is_usable(monkeypa
 
 @pytest.mark.slow
 def test_a_cpu_cell_with_decode_gpu_trains_on_the_cpu_path_and_says_so(tmp_path, capfd):
-    make_image_tree(tmp_path / "shared" / "imgs", n_classes=2, train_per_class=4,
-                    val_per_class=1, size=24)
-    w = {"kind": "image_classification", "dataset": "imgs", "model": "resnet18", "device": "cpu",
-         "precision": "fp32", "image_size": 16, "batch_size": 4, "steps": 2, "workers": 0,
-         "lr": 0.05, "decode": "gpu"}
-    cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
-           "workloads": {"r": w}}
-    assert train_cell(settings(cfg), "r", "shared", False, tmp_path / "work") == 0
-    s = json.loads((tmp_path / "work" / "summary.json").read_text())
+    s = train_tiny_image_cell(tmp_path, decode="gpu")
     assert (s["decode"], s["decode_requested"], s["steps"]) == ("cpu", "gpu", 2)
     assert "not a CUDA GPU" in s["decode_fallback"]
     assert "workloads.r.decode: gpu is not available" in capfd.readouterr().err
