@@ -174,36 +174,50 @@ def phase_row(out: Path, name: str, r: dict, synthetic: float | None) -> dict:
 
 
 G = "import wattlife.workloads.gpu_decode as g; "
-GPU_ONLY = G + "g.split_workers = lambda w: (4, 0); "
-READERS6 = G + "g.split_workers = lambda w: (6, w - 6); "
-FULL = G + "g.ROI = False; "
-# the augment of the first H200 run (a1be292): F.interpolate image by image
 A = "import wattlife.workloads.gpu_augment as a; "
-PER_IMAGE = G + A + ("import torch; g.augment_batch = lambda imgs, boxes, flips, size, cropped: "
-                 "torch.stack([a.augment(*x, size, cropped) for x in zip(imgs, boxes, flips)])"
-                 ".contiguous(memory_format=torch.channels_last); ")
-# name: (decode, workers offset from --workers, prelude, cuda_graphs)
-CELLS = {"cpu": ("cpu", 0, "", False), "gpu": ("gpu", 0, "", False),
-         "gpu-per-image": ("gpu", 0, PER_IMAGE, False), "gpu-full-image": ("gpu", 0, FULL, False),
-         "gpu-no-helpers": ("gpu", 0, GPU_ONLY, False), "gpu-readers-6": ("gpu", 0, READERS6, False),
-         "gpu-more-helpers": ("gpu", 2, "", False),
-         # the model's forward + backward replayed from CUDA graphs (`cuda_graphs: true`), against
-         # the synthetic rate with graphs too
-         "cpu-graphs": ("cpu", 0, "", True), "gpu-graphs": ("gpu", 0, "", True),
-         "gpu-no-helpers-graphs": ("gpu", 0, GPU_ONLY, True),
-         # the decode stream at the highest priority; batches left in flight (not waited for)
-         "gpu-graphs-priority": ("gpu", 0, G + "g.PRIORITY = -5; ", True),
-         "gpu-graphs-in-flight": ("gpu", 0, G + "g.IN_FLIGHT = 2; ", True),
-         "gpu-graphs-priority-in-flight": ("gpu", 0, G + "g.PRIORITY = -5; g.IN_FLIGHT = 2; ",
-                                           True),
-         "gpu-no-helpers-graphs-priority-in-flight": (
-             "gpu", 0, GPU_ONLY + "g.PRIORITY = -5; g.IN_FLIGHT = 2; ", True),
-         # raw batches as pickled bytes (the hand-over before raw_jpegs.pack_raw)
-         "gpu-graphs-bytes": ("gpu", 0, G + "g.PACK = False; ", True),
-         # the batched resize (gpu_augment.BATCHED), alone and with the priority and in-flight
-         "gpu-graphs-batched": ("gpu", 0, A + "a.BATCHED = True; ", True),
-         "gpu-graphs-batched-priority-in-flight": (
-             "gpu", 0, G + A + "a.BATCHED = True; g.PRIORITY = -5; g.IN_FLIGHT = 2; ", True)}
+# a cell is `cpu` or `gpu` (the workload's `decode`) followed by any of these settings, each
+# `-<token>`: (workers added to --workers, Python run first in the cell's process, cuda_graphs)
+TOKENS = {
+    # the model's forward + backward replayed from CUDA graphs (`cuda_graphs: true`); the cell
+    # is then shared against the synthetic rate with graphs too
+    "graphs": (0, "", True),
+    "no-helpers": (0, G + "g.split_workers = lambda w: (4, 0); ", False),  # 4 readers only
+    "readers-6": (0, G + "g.split_workers = lambda w: (6, w - 6); ", False),
+    "more-helpers": (2, "", False),
+    "full-image": (0, G + "g.ROI = False; ", False),  # decode whole images, crop after
+    # the augment of the first H200 run (a1be292): augment() image by image, stacked
+    "per-image": (0, G + A + "import torch; g.augment_batch = lambda imgs, boxes, flips, size, "
+                  "cropped: torch.stack([a.augment(*x, size, cropped) for x in zip(imgs, boxes, "
+                  "flips)]).contiguous(memory_format=torch.channels_last); ", False),
+    "batched": (0, A + "a.BATCHED = True; ", False),  # the batched resize
+    "priority": (0, G + "g.PRIORITY = -5; ", False),  # the decode stream at the highest priority
+    "in-flight": (0, G + "g.IN_FLIGHT = 2; ", False),  # 2 batches not waited for
+    "bytes": (0, G + "g.PACK = False; ", False),  # raw batches as pickled bytes, not packed
+    "threads-4": (0, G + "g.DECODER_THREADS = 4; ", False),  # nvImageCodec's CPU threads
+}
+CELLS = ("cpu", "gpu", "gpu-per-image", "gpu-full-image", "gpu-no-helpers", "gpu-readers-6",
+         "gpu-more-helpers", "cpu-graphs", "gpu-graphs", "gpu-no-helpers-graphs")  # the default
+
+
+def cell_settings(name: str) -> tuple[str, int, str, bool]:
+    """(decode, workers added, prelude, cuda_graphs) of cell `name`: `cpu` or `gpu`, then
+    `TOKENS` joined by `-` in any order (e.g. `gpu-graphs-priority-in-flight`)."""
+    decode, _, rest = name.partition("-")
+    if decode not in ("cpu", "gpu"):
+        raise ValueError(f"cell {name!r}: starts with cpu or gpu (the decode path)")
+    more, prelude, graphs = 0, "", False
+    while rest:
+        token = max((t for t in TOKENS if rest == t or rest.startswith(t + "-")), key=len,
+                    default=None)
+        if token is None:
+            raise ValueError(f"cell {name!r}: {rest!r} does not start with a setting; "
+                             f"settings: {', '.join(TOKENS)}")
+        dm, dp, dg = TOKENS[token]
+        more, prelude, graphs = more + dm, prelude + dp, graphs or dg
+        rest = rest[len(token) + 1:]
+    return decode, more, prelude, graphs
+
+
 # "gpu-process" (decoding in a process of its own) ran at 61ac38a, whose
 # workloads/gpu_decode_process.py was removed after it measured slower
 # (results/reference/h200/gpu-decode-batched/README.md)
@@ -211,7 +225,7 @@ CELLS = {"cpu": ("cpu", 0, "", False), "gpu": ("gpu", 0, "", False),
 
 def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict,
               synthetic: dict[bool, float | None], save, round_no: int = 1) -> list[dict]:
-    """One round of the workload's cells (and the decoder probe after the shipped `gpu` cell of
+    """One round of the workload's cells (and the decoder probe after the first `gpu` cell of
     the first round); table rows, each cell's share against the round's synthetic rate of the
     same kind (`synthetic[cuda_graphs]`: eager, or with CUDA graphs) and the eager one. With
     repeats each round starts one cell later in the list, so
@@ -221,7 +235,7 @@ def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict,
     names = a.cells.split(",")
     k = (round_no - 1) % len(names)
     for name in names[k:] + names[:k]:
-        decode, more, prelude, graphs = CELLS[name]
+        decode, more, prelude, graphs = cell_settings(name)
         cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
                "workloads": {"r50": {
                    "kind": "image_classification", "dataset": "jpeg500", "model": "resnet50",
@@ -239,7 +253,7 @@ def run_cells(a: argparse.Namespace, out: Path, work: Path, res: dict,
         if synthetic[False] and "images_per_s_step" in rows[-1]:
             rows[-1]["share_of_eager_synthetic"] = rows[-1]["images_per_s_step"] / synthetic[False]
         save()
-        if name == "gpu" and round_no == 1 and not DRY:  # the decoder alone, once
+        if decode == "gpu" and "decoder_probe" not in res and not DRY:  # the decoder alone, once
             r = subprocess.run([PY, __file__, "--out", str(out), "--decoder-probe",
                                 str(shared / "jpeg500")], capture_output=True, text=True)
             res["decoder_probe"] = json.loads(r.stdout.strip().splitlines()[-1]) \
@@ -300,7 +314,8 @@ def main() -> None:
                     help="loader workers of each cell (default 12)")
     ap.add_argument("--steps", type=int, default=200, help="training steps a cell (default 200)")
     ap.add_argument("--cells", default=",".join(CELLS),
-                    help=f"which cells, comma-separated (default all: {','.join(CELLS)})")
+                    help="which cells, comma-separated: cpu or gpu, each followed by any of "
+                         f"the settings -{', -'.join(TOKENS)} (default {','.join(CELLS)})")
     ap.add_argument("--work", default="/tmp/wl-gpu-decode",
                     help="data and scratch folder (default /tmp/wl-gpu-decode)")
     ap.add_argument("--repeats", type=int, default=1,
@@ -308,6 +323,11 @@ def main() -> None:
                          "also DIR/gpu_decode_summary.csv with 95 %% intervals (default 1)")
     ap.add_argument("--decoder-probe", metavar="ROOT", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    for name in a.cells.split(","):  # a misspelt cell stops here, before any GPU work
+        try:
+            cell_settings(name)
+        except ValueError as exc:
+            ap.error(str(exc))
     if a.decoder_probe:
         print(json.dumps(decoder_probe(Path(a.decoder_probe))))
         return
@@ -326,7 +346,7 @@ def main() -> None:
         key = "synthetic" if a.repeats == 1 else f"synthetic-r{round_no}"
         synthetic = {False: synthetic_rate(res, key)}
         synthetic[True] = synthetic_rate(res, f"{key}-graphs", True) \
-            if any(CELLS[c][3] for c in a.cells.split(",")) else None
+            if any(cell_settings(c)[3] for c in a.cells.split(",")) else None
         save()
         rows += run_cells(a, out, work, res, synthetic, save, round_no)
         pd.DataFrame(rows).to_csv(out / "gpu_decode.csv", index=False)

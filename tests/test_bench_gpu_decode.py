@@ -38,3 +38,21 @@ def test_settings_summary_intervals_and_readings():
     assert s.loc["gpu-b", "vs_cpu_reading"] == "within noise"
     assert s.loc["gpu-one", "vs_cpu_reading"] == "n = 1" and s.loc["gpu-one", "n"] == 1
     assert pd.isna(s.loc["cpu", "vs_cpu"])  # the baseline is not compared with itself
+
+
+def test_cell_names_compose_their_settings():
+    from h200_gpu_decode import TOKENS, cell_settings
+
+    assert cell_settings("cpu") == ("cpu", 0, "", False)
+    decode, more, prelude, graphs = cell_settings("gpu-no-helpers-graphs-priority-in-flight")
+    assert (decode, more, graphs) == ("gpu", 0, True)
+    assert prelude == (TOKENS["no-helpers"][1] + TOKENS["priority"][1]
+                       + TOKENS["in-flight"][1])
+    assert cell_settings("gpu-more-helpers-batched")[1:] == (2, TOKENS["batched"][1], False)
+    # the committed calls' names still read as they ran
+    assert "g.PACK = False" in cell_settings("gpu-graphs-bytes")[2]
+    assert "a.augment(" in cell_settings("gpu-per-image")[2]
+    with pytest.raises(ValueError, match="'turbo' does not start with a setting"):
+        cell_settings("gpu-graphs-turbo")
+    with pytest.raises(ValueError, match="starts with cpu or gpu"):
+        cell_settings("tpu-graphs")

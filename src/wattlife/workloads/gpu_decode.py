@@ -41,6 +41,8 @@ PRIORITY = 0
 IN_FLIGHT = 0
 # readers hand each batch over as one shared-memory tensor (raw_jpegs.pack_raw), not pickled bytes
 PACK = True
+# nvImageCodec's CPU threads (0: its default, one a core; they share the cores with the loaders)
+DECODER_THREADS = 0
 INSTALL_HINT = "pip install 'wattlife[gpu-decode]' (nvidia-nvimgcodec-cu13, nvidia-nvjpeg)"
 
 
@@ -82,7 +84,7 @@ def split_workers(workers: int) -> tuple[int, int]:
 def _decoder(device: Any) -> Any:
     from nvidia import nvimgcodec
 
-    return nvimgcodec.Decoder(device_id=device.index or 0)
+    return nvimgcodec.Decoder(device_id=device.index or 0, max_num_cpu_threads=DECODER_THREADS)
 
 
 class _Claims:
