@@ -194,6 +194,8 @@ TOKENS = {
     "in-flight": (0, G + "g.IN_FLIGHT = 2; ", False),  # 2 batches not waited for
     "bytes": (0, G + "g.PACK = False; ", False),  # raw batches as pickled bytes, not packed
     "threads-4": (0, G + "g.DECODER_THREADS = 4; ", False),  # nvImageCodec's CPU threads
+    # the helpers' batches as float from their workers (before gpu_decode.HELPERS_UINT8)
+    "float-helpers": (0, G + "g.HELPERS_UINT8 = False; ", False),
 }
 CELLS = ("cpu", "gpu", "gpu-per-image", "gpu-full-image", "gpu-no-helpers", "gpu-readers-6",
          "gpu-more-helpers", "cpu-graphs", "gpu-graphs", "gpu-no-helpers-graphs")  # the default

@@ -8,7 +8,10 @@ Writes `--images` JPEGs as the GPU-decode benchmark's (500 x 375, ~75 KB) under 
 a DataLoader over `RawJpegs` with `--readers` workers for each hand-over, lets the workers fill
 the queue (`--fill-s`), then times `--batches` calls of next() (the queue stays full, so each
 call is the hand-over alone) and, for packed batches, `unpack_raw`. Prints one line a hand-over:
-the median and range in ms, and the batch's MB.
+the median and range in ms, and the batch's MB. Then the CPU helpers' side: ms an image (one
+process, one thread, `--images` up to 400) for the CPU path's training transform ending in float
+(ToTensor + Normalize, `decode: cpu`) or in uint8 (PILToTensor, `decode: gpu`'s helpers, which
+leave the scaling and normalising to the GPU), and the MB of a batch of each.
 """
 
 import argparse
@@ -74,6 +77,24 @@ def main() -> None:
         print(f"{name:38s} next(): median {statistics.median(ms):6.2f} ms, range "
               f"{min(ms):.2f}-{max(ms):.2f} ms; unpack median {statistics.median(unpack):.2f} "
               f"ms; {mb:.1f} MB a batch")
+    helper_transforms(root, a.batch, min(a.images, 400))
+
+
+def helper_transforms(root: Path, batch: int, n: int) -> None:
+    """ms an image of the helpers' transform, float against uint8, and a batch's MB."""
+    import torch
+
+    from wattlife.workloads.image import _dataset
+
+    torch.set_num_threads(1)  # as in a DataLoader worker
+    for name, uint8 in (("helpers' crops as float (decode: cpu)", False),
+                        ("helpers' crops as uint8 (decode: gpu)", True)):
+        ds = _dataset(root, True, 224, uint8=uint8)
+        t = time.perf_counter()
+        x = [ds[i][0] for i in range(n)]
+        per = (time.perf_counter() - t) / n * 1e3
+        print(f"{name:38s} {per:6.2f} ms an image (decode, crop, resize, flip, to tensor); "
+              f"{x[0].element_size() * x[0].numel() * batch / 1e6:.1f} MB a batch of {batch}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ shutdown, the fallback where no GPU decoder is usable, and the config key."""
 
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -140,6 +141,40 @@ def test_the_pipeline_trains_each_image_once_per_epoch_and_ends_its_workers(tree
     assert labels.count(0) <= 3 * drawn and labels.count(1) <= 4 * drawn
     assert len(pids) == 2 and all(gone(p) for p in pids)
     assert not any(t.is_alive() for t in loader._threads)
+
+
+def test_uint8_helpers_give_the_cpu_paths_normalised_crops(tree):
+    """`decode: gpu`'s CPU helpers hand over uint8 crops (the CPU path's transform up to
+    PILToTensor) that the loader scales and normalises: the same tensors as the CPU path's
+    float ones for the same draws; through the loader, float channels_last batches."""
+    import torch
+
+    from wattlife.workloads.gpu_augment import normalise
+
+    ds, ds8 = _dataset(tree, True, 16), _dataset(tree, True, 16, uint8=True)
+    for i in range(len(ds)):
+        torch.manual_seed(i)
+        want, label = ds[i]
+        torch.manual_seed(i)
+        crop, label8 = ds8[i]
+        assert crop.dtype == torch.uint8 and label8 == label
+        torch.testing.assert_close(normalise(crop.float()), want, rtol=0, atol=1e-5)
+    def after_a_helper(datas, boxes, stream):  # the GPU side waits for a helper's batch
+        deadline = time.monotonic() + 120
+        while loader.decoded["cpu"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return _pil_decode(datas, boxes, stream)
+
+    loader = GpuDecodeLoader(ds, 2, 16, torch.device("cpu"), collate=_collate, readers=0,
+                             helpers=1, decode=after_a_helper, helper_dataset=ds8)
+    try:
+        got = [b for _, b in zip(range(6), loader)]
+    finally:
+        loader.close()
+    assert loader.decoded["cpu"] >= 1
+    for x, _, _ in got:
+        assert x.dtype == torch.float32 and x.is_contiguous(memory_format=torch.channels_last)
+        assert -2.2 < float(x.min()) and float(x.max()) < 2.7  # normalised, not 0-255
 
 
 def test_the_batches_both_sides_claim_cover_each_epoch_once():

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .gpu_augment import augment_batch
+from .gpu_augment import augment_batch, normalise
 from .raw_jpegs import Box, RawJpegs, collate_raw, pack_raw, unpack_raw
 
 ROI = True  # decode only each crop's region (benchmarks/h200_gpu_decode.py measures both)
@@ -43,6 +43,9 @@ IN_FLIGHT = 0
 PACK = True
 # nvImageCodec's CPU threads (0: its default, one a core; they share the cores with the loaders)
 DECODER_THREADS = 0
+# the CPU helpers hand over uint8 crops (normalised on the GPU, copied on a stream of their own)
+# where the loader is given such a dataset; False: the CPU path's float batches, normalised there
+HELPERS_UINT8 = True
 INSTALL_HINT = "pip install 'wattlife[gpu-decode]' (nvidia-nvimgcodec-cu13, nvidia-nvjpeg)"
 
 
@@ -170,13 +173,15 @@ Decode = Callable[[Sequence[bytes], Sequence[Box], Any], list[Any]]
 class GpuDecodeLoader:
     """The training batches of `decode: gpu` (see the module's docstring): iterate it once per
     epoch, as a DataLoader (`len` batches each time); each item is (images, labels, skipped), the
-    images on the GPU (channels_last) when decoded there, in pinned host memory when a CPU helper
-    decoded them. The decoding runs on between iterations: consecutive epochs overlap by the
+    images normalised, channels_last, on the GPU when decoded there or handed over as uint8 by a
+    CPU helper (`helper_dataset`: the CPU path's transform up to uint8 pixels), in pinned host
+    memory when a helper normalised them itself (no `helper_dataset`, or `HELPERS_UINT8` off). The decoding runs on between iterations: consecutive epochs overlap by the
     batches in flight (at most `ahead` plus 2 a worker). `close()` at the end."""
 
     def __init__(self, dataset: Any, batch_size: int, size: int, device: Any, *,
                  collate: Callable[[list[Any]], Any], sampler: Any = None, readers: int = 4,
-                 helpers: int = 0, ahead: int = AHEAD, decode: Decode | None = None) -> None:
+                 helpers: int = 0, ahead: int = AHEAD, decode: Decode | None = None,
+                 helper_dataset: Any = None) -> None:
         import torch
         from torch.utils.data import DataLoader
 
@@ -185,8 +190,9 @@ class GpuDecodeLoader:
         self.claims = _Claims(n_items, batch_size, sampler)
         self.decode: Decode = decode if decode is not None else NvDecode(device)
         self.cropped = bool(getattr(self.decode, "roi", False))
-        self.stream = torch.cuda.Stream(device, priority=PRIORITY) \
-            if device.type == "cuda" else None
+        cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device, priority=PRIORITY) if cuda else None
+        self.helper_stream = torch.cuda.Stream(device, priority=PRIORITY) if cuda else None
         self._in_flight: collections.deque[tuple[Any, Any]] = collections.deque()
         raw: Any = RawJpegs(dataset.samples)  # a map-style dataset (len + getitem)
         # 2 batches a worker ahead (the least): the batches go to whichever side is faster
@@ -195,9 +201,10 @@ class GpuDecodeLoader:
             collate_fn=pack_raw if PACK else collate_raw,
             prefetch_factor=2 if readers else None))]
         if helpers:
+            uint8 = HELPERS_UINT8 and helper_dataset is not None
             self.loaders.append(("cpu", DataLoader(
-                dataset, batch_sampler=self.claims, num_workers=helpers, collate_fn=collate,
-                pin_memory=device.type == "cuda", prefetch_factor=2)))
+                helper_dataset if uint8 else dataset, batch_sampler=self.claims,
+                num_workers=helpers, collate_fn=collate, pin_memory=cuda, prefetch_factor=2)))
         self._q: queue.Queue[Any] = queue.Queue(maxsize=ahead)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -247,10 +254,29 @@ class GpuDecodeLoader:
             for batch in batches:
                 if self._stop.is_set():
                     return
-                self._put(self._on_gpu(batch) if kind == "gpu" else (*batch, None))
+                self._put(self._on_gpu(batch) if kind == "gpu" else self._helped(batch))
                 self.decoded[kind] += 1
         except BaseException as exc:  # noqa: BLE001 (handed to the training thread)
             self._put(exc)
+
+    def _helped(self, batch: Any) -> tuple[Any, Any, int, Any]:
+        """A CPU helper's batch (images, labels, skipped): uint8 crops are copied to the device
+        on the helpers' stream and normalised there (images, labels, skipped, the stream's event
+        after them); float ones pass as the CPU path made them."""
+        import torch
+
+        x, y, skipped = batch
+        if x is None or x.dtype != torch.uint8:
+            return x, y, skipped, None
+        if self.helper_stream is None:
+            return normalise(x.float()).contiguous(memory_format=torch.channels_last), y, \
+                skipped, None
+        with torch.cuda.stream(self.helper_stream):
+            x = x.to(self.device, non_blocking=True)  # pinned: the copy overlaps the training
+            x = normalise(x.float()).contiguous(memory_format=torch.channels_last)
+            event = torch.cuda.Event()
+            event.record(self.helper_stream)
+        return x, y, skipped, event
 
     def _on_gpu(self, batch: Any) -> tuple[Any, Any, int, Any]:
         """Decode and augment one raw batch (packed or a list) on the decode stream; (images,

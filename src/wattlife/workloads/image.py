@@ -46,11 +46,16 @@ class _SkipCorrupt:
             return None
 
 
-def _dataset(root: Path, train: bool, size: int):
+def _dataset(root: Path, train: bool, size: int, uint8: bool = False):
+    """The ImageFolder of a split with the reference recipe's transform; `uint8`: the training
+    crops as uint8 tensors, left for the GPU to scale and normalise (`decode: gpu`'s helpers)."""
     from torchvision import datasets, transforms
 
     norm = transforms.Normalize(list(MEAN), list(STD))
-    if train:
+    if train and uint8:
+        tf = transforms.Compose([transforms.RandomResizedCrop(size),
+                                 transforms.RandomHorizontalFlip(), transforms.PILToTensor()])
+    elif train:
         tf = transforms.Compose([transforms.RandomResizedCrop(size),
                                  transforms.RandomHorizontalFlip(), transforms.ToTensor(), norm])
     else:
@@ -206,7 +211,8 @@ def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device
         readers, helpers = split_workers(workers)
         loader = GpuDecodeLoader(train_ds, spec.batch_size, spec.image_size, device,
                                  collate=_collate, sampler=sampler, readers=readers,
-                                 helpers=helpers)
+                                 helpers=helpers,
+                                 helper_dataset=_dataset(root, True, spec.image_size, uint8=True))
     else:
         loader = torch.utils.data.DataLoader(
             train_ds, batch_size=spec.batch_size, shuffle=sampler is None, sampler=sampler,

@@ -5,8 +5,8 @@ worker to the decode thread.
 A batch is handed over packed (`pack_raw`): every file's bytes in one uint8 tensor, which the
 DataLoader passes through shared memory, instead of a list of `bytes` pickled through a pipe. On
 the 2-core development machine (2 readers, the queue full) receiving a ready 128-image batch
-(9.6 MB) took a median of 9.9-16.5 ms as bytes and 0.4-5.1 ms packed, unpacking 0.04-0.06 ms,
-in three runs of `benchmarks/raw_batch_transfer.py` (wide ranges: the readers share the two
+(9.6 MB) took a median of 6.1-16.5 ms as bytes and 0.4-5.1 ms packed, unpacking 0.03-0.06 ms,
+in five runs of `benchmarks/raw_batch_transfer.py` (wide ranges: the readers share the two
 cores). That time is spent in the thread that feeds the GPU decoder; on the H200 the packed
 hand-over is not measured yet.
 """
