@@ -168,7 +168,7 @@ def test_uint8_helpers_give_the_cpu_paths_normalised_crops(tree):
     loader = GpuDecodeLoader(ds, 2, 16, torch.device("cpu"), collate=_collate, readers=0,
                              helpers=1, decode=after_a_helper, helper_dataset=ds8)
     try:
-        got = [b for _, b in zip(range(6), loader)]
+        got = [b for _, b in zip(range(6), loader, strict=False)]
     finally:
         loader.close()
     assert loader.decoded["cpu"] >= 1

@@ -175,8 +175,9 @@ class GpuDecodeLoader:
     epoch, as a DataLoader (`len` batches each time); each item is (images, labels, skipped), the
     images normalised, channels_last, on the GPU when decoded there or handed over as uint8 by a
     CPU helper (`helper_dataset`: the CPU path's transform up to uint8 pixels), in pinned host
-    memory when a helper normalised them itself (no `helper_dataset`, or `HELPERS_UINT8` off). The decoding runs on between iterations: consecutive epochs overlap by the
-    batches in flight (at most `ahead` plus 2 a worker). `close()` at the end."""
+    memory when a helper normalised them itself (no `helper_dataset`, or `HELPERS_UINT8` off).
+    The decoding runs on between iterations: consecutive epochs overlap by the batches in flight
+    (at most `ahead` plus 2 a worker). `close()` at the end."""
 
     def __init__(self, dataset: Any, batch_size: int, size: int, device: Any, *,
                  collate: Callable[[list[Any]], Any], sampler: Any = None, readers: int = 4,
