@@ -48,14 +48,31 @@ def resize_crop(img: Any, box: Box, size: int, cropped: bool) -> Any:
                          align_corners=False)
 
 
+_SCALED: dict[Any, tuple[Any, Any]] = {}  # device -> (mean, std) x 255, made once a device
+
+
 def normalise(x: Any) -> Any:
     """[0, 255] images (..., 3, H, W) to the network's input: ToTensor's scaling, then Normalize
     with the ImageNet mean and standard deviation (the CPU path's)."""
     import torch
 
-    mean = torch.tensor(MEAN, device=x.device).view(3, 1, 1) * 255
-    std = torch.tensor(STD, device=x.device).view(3, 1, 1) * 255
+    if x.device not in _SCALED:  # one blocking copy each, once: any stream may use them after
+        mean, std = (torch.tensor([v * 255 for v in vs], device=x.device).view(3, 1, 1)
+                     for vs in (MEAN, STD))
+        _SCALED[x.device] = (mean, std)
+    mean, std = _SCALED[x.device]
     return (x - mean) / std
+
+
+def small_tensor(values: Any, device: Any, dtype: Any = None) -> Any:
+    """Host values as a tensor on `device` without waiting for its current stream: a copy from
+    pageable memory synchronises the stream first (CUDA), one from pinned memory does not."""
+    import torch
+
+    t = torch.tensor(values, dtype=dtype)
+    if getattr(device, "type", None) != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def augment(img: Any, box: Box, flip: bool, size: int, cropped: bool = False) -> Any:
@@ -93,14 +110,14 @@ def augment_batch(imgs: Sequence[Any], boxes: Sequence[Box], flips: Sequence[boo
                        for im, box in zip(imgs, boxes, strict=True)])
         sel = [i for i, f in enumerate(flips) if f]
         if sel:
-            idx = torch.tensor(sel, device=x.device)
+            idx = small_tensor(sel, x.device)
             x[idx] = x[idx].flip(-1)
         return normalise(x).contiguous(memory_format=torch.channels_last)
     dev = imgs[0].device
     # per image: decoded height, width, and the crop inside it (a region decode is the crop)
     rows = [(im.shape[0], im.shape[1], *((0, 0, im.shape[0], im.shape[1]) if cropped else b))
             for im, b in zip(imgs, boxes, strict=True)]
-    geo = torch.tensor(rows, device=dev, dtype=torch.int64)
+    geo = small_tensor(rows, dev, torch.int64)
     H, W, top, left, h, w = geo.unbind(1)
     hm, wm = max(r[4] for r in rows), max(r[5] for r in rows)
     pixels = torch.cat([im.reshape(-1, 3) for im in imgs])  # every image's pixels, in order
@@ -116,6 +133,6 @@ def augment_batch(imgs: Sequence[Any], boxes: Sequence[Box], flips: Sequence[boo
     crops = crops.view(len(imgs), hm, wm, 3).permute(0, 3, 1, 2).to(dtype)
     wy = aa_weights(h, size, hm).to(dtype)
     wx = aa_weights(w, size, wm)
-    wx = torch.where(torch.tensor(flips, device=dev)[:, None, None], wx.flip(1), wx).to(dtype)
+    wx = torch.where(small_tensor(flips, dev)[:, None, None], wx.flip(1), wx).to(dtype)
     x = wy[:, None] @ (crops @ wx.transpose(1, 2)[:, None])  # width first: fewer products
     return normalise(x.float()).contiguous(memory_format=torch.channels_last)
