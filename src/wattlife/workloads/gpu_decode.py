@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .gpu_augment import augment_batch, normalise
+from .gpu_augment import augment_batch, normalise, small_tensor
 from .raw_jpegs import Box, RawJpegs, collate_raw, pack_raw, unpack_raw
 
 ROI = True  # decode only each crop's region (benchmarks/h200_gpu_decode.py measures both)
@@ -234,8 +234,10 @@ class GpuDecodeLoader:
                 raise item
             x, y, skipped, event = item
             if event is not None and x is not None:
-                torch.cuda.current_stream(self.device).wait_event(event)
-                x.record_stream(torch.cuda.current_stream(self.device))
+                current = torch.cuda.current_stream(self.device)
+                current.wait_event(event)
+                x.record_stream(current)  # made on another stream, freed after this one's use
+                y.record_stream(current)
             yield x, y, skipped
 
     def _put(self, item: Any) -> None:
@@ -274,6 +276,7 @@ class GpuDecodeLoader:
                 skipped, None
         with torch.cuda.stream(self.helper_stream):
             x = x.to(self.device, non_blocking=True)  # pinned: the copy overlaps the training
+            y = y.to(self.device, non_blocking=True)
             x = normalise(x.float()).contiguous(memory_format=torch.channels_last)
             event = torch.cuda.Event()
             event.record(self.helper_stream)
@@ -298,7 +301,8 @@ class GpuDecodeLoader:
                 return None, None, skipped, None
             x = augment_batch([im for _, im in done], [r[1] for r, _ in done],
                               [r[2] for r, _ in done], self.size, self.cropped)
-            labels = [r[3] for r, _ in done]
+            # on the device here: a copy from pageable memory may synchronise the training stream
+            labels = small_tensor([r[3] for r, _ in done], self.device)
             event = None
             if self.stream is not None:
                 event = torch.cuda.Event()
@@ -307,7 +311,7 @@ class GpuDecodeLoader:
             self._in_flight.append((event, (imgs, batch)))  # the file bytes too
             while len(self._in_flight) > IN_FLIGHT:
                 self._in_flight.popleft()[0].synchronize()
-        return x, torch.tensor(labels), skipped, event
+        return x, labels, skipped, event
 
     def close(self) -> None:
         """Stop the decode threads and the loaders' worker processes."""
