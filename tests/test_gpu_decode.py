@@ -330,3 +330,35 @@ def test_nvimagecodec_decodes_on_the_gpu_as_pil_does(tree):
     img = NvDecode(dev, roi=False)([raw[0]], [raw[1]], torch.cuda.current_stream())[0]
     ref = _pil_decode([raw[0]], [raw[1]], None)[0]
     assert (img.cpu().int() - ref.int()).abs().float().mean() < 2  # nvJPEG vs libjpeg IDCT
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("settings", [{}, {"PRIORITY": -5, "IN_FLIGHT": 2, "BATCHED": True,
+                                           "DECODER_THREADS": 2, "PACK": False}])
+def test_the_loader_on_a_gpu_gives_normalised_batches_from_both_sides(tree, monkeypatch,
+                                                                      settings):
+    """On a CUDA GPU with nvImageCodec: the loader (1 reader, 1 uint8 helper) under its default
+    settings and under every setting the benchmark varies gives normalised channels_last
+    batches and their labels on the device, from both sides, for three epochs."""
+    import torch
+
+    pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec not installed")
+    from wattlife.workloads import gpu_augment, gpu_decode
+
+    for name, value in settings.items():
+        monkeypatch.setattr(gpu_augment if name == "BATCHED" else gpu_decode, name, value)
+    dev = torch.device("cuda", 0)
+    ds, ds8 = _dataset(tree, True, 32), _dataset(tree, True, 32, uint8=True)
+    loader = GpuDecodeLoader(ds, 2, 32, dev, collate=_collate, readers=1, helpers=1,
+                             helper_dataset=ds8)
+    got = []
+    try:
+        for _ in range(3):
+            got += [(x.clone(), y.clone(), s) for x, y, s in loader]
+    finally:
+        loader.close()
+    assert len(got) == 12 and sum(loader.decoded.values()) >= 12
+    for x, y, s in got:
+        assert x.is_cuda and y.is_cuda and x.shape == (2, 3, 32, 32) and s == 0
+        assert x.is_contiguous(memory_format=torch.channels_last)
+        assert -2.2 < float(x.min()) and float(x.max()) < 2.7 and set(y.tolist()) <= {0, 1}
