@@ -7,7 +7,8 @@ packed in one uint8 tensor (shared memory; `raw_jpegs.pack_raw`, the default). C
 Writes `--images` JPEGs as the GPU-decode benchmark's (500 x 375, ~75 KB) under `--work`, starts
 a DataLoader over `RawJpegs` with `--readers` workers for each hand-over, lets the workers fill
 the queue (`--fill-s`), then times `--batches` calls of next() (the queue stays full, so each
-call is the hand-over alone) and, for packed batches, `unpack_raw`. Prints one line a hand-over:
+call is the hand-over alone), `unpack_raw`, and the first read of every byte of the batch (the
+decoder's, in the decode thread: for a packed batch the first touch of its shared memory). Prints one line a hand-over:
 the median and range in ms, and the batch's MB. Then the CPU helpers' side: ms an image (one
 process, one thread, `--images` up to 400) for the CPU path's training transform ending in float
 (ToTensor + Normalize, `decode: cpu`) or in uint8 (PILToTensor, `decode: gpu`'s helpers, which
@@ -18,6 +19,8 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+
+import numpy as np
 
 from h200_gpu_decode import make_tree
 
@@ -68,15 +71,19 @@ def main() -> None:
                           ("one shared-memory tensor (pack_raw)", pack_raw)):
         got = receive_ms(raw, collate, a.batch, a.readers, a.batches, a.fill_s)
         ms = [m for m, _ in got]
-        unpack = []
+        unpack, touch = [], []
         for _, b in got:
             t = time.perf_counter()
             items = unpack_raw(b)
             unpack.append((time.perf_counter() - t) * 1e3)
+            t = time.perf_counter()  # the first read of every byte, as the decoder's
+            sum(int(np.frombuffer(r[0], dtype=np.uint8).sum()) for r in items if r[0] is not None)
+            touch.append((time.perf_counter() - t) * 1e3)
         mb = sum(len(r[0]) for r in items if r[0] is not None) / 1e6
         print(f"{name:38s} next(): median {statistics.median(ms):6.2f} ms, range "
               f"{min(ms):.2f}-{max(ms):.2f} ms; unpack median {statistics.median(unpack):.2f} "
-              f"ms; {mb:.1f} MB a batch")
+              f"ms; first read of the bytes median {statistics.median(touch):.2f} ms; "
+              f"{mb:.1f} MB a batch")
     helper_transforms(root, a.batch, min(a.images, 400))
 
 

@@ -81,6 +81,19 @@ def test_the_replayed_step_computes_the_eager_steps_loss_and_gradients():
         assert cos > 0.999, k
     torch.testing.assert_close(model.bn1.running_mean, twin.bn1.running_mean)
 
+    # three SGD steps each way (the graphs' gradient buffers are reused from step to step)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, twin)]
+    for _ in range(3):
+        xs = torch.randn(8, 3, 64, 64, device=dev).contiguous(memory_format=torch.channels_last)
+        for fwd, opt in ((graphed, opts[0]), (twin, opts[1])):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                F.cross_entropy(fwd(xs), y).backward()
+            opt.step()
+    for (k, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        assert F.cosine_similarity((p - before[k]).flatten(), (q - before[k]).flatten(),
+                                   dim=0) > 0.99, k
+
     model.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         short = graphed(x[:5])  # another shape: the eager forward

@@ -57,6 +57,20 @@ def test_the_batched_augment_equals_the_per_image_one(seed, monkeypatch):
     torch.testing.assert_close(got_regions, want, rtol=0, atol=2e-4)
 
 
+def test_a_batch_too_large_to_pad_is_resized_image_by_image(monkeypatch):
+    monkeypatch.setattr(gpu_augment, "BATCHED", True)
+    imgs, boxes, flips = _batch(5, 6)
+    want = augment_batch(imgs, boxes, flips, 24)
+    calls = []
+    per_image = gpu_augment.resize_crop
+    monkeypatch.setattr(gpu_augment, "resize_crop", lambda *a: calls.append(1) or per_image(*a))
+    assert augment_batch(imgs, boxes, flips, 24) is not None and calls == []  # batched
+    monkeypatch.setattr(gpu_augment, "MAX_PADDED_PIXELS", 6 * 8 * 8)
+    got = augment_batch(imgs, boxes, flips, 24)
+    assert len(calls) == 6  # one resize an image
+    torch.testing.assert_close(got, want, rtol=0, atol=2e-4)
+
+
 @pytest.mark.gpu
 def test_the_batched_augment_in_float16_on_a_gpu_is_within_half_a_level(monkeypatch):
     """On a CUDA GPU the batched resize multiplies in float16: against the per-image float32
@@ -64,6 +78,13 @@ def test_the_batched_augment_in_float16_on_a_gpu_is_within_half_a_level(monkeypa
     from float16's spacing and the weights' rounding ~0.3) and 0.05 of a level on average."""
     monkeypatch.setattr(gpu_augment, "BATCHED", True)
     imgs, boxes, flips = _batch(7, 32)
+    # and the real case, downscaled: 500 x 375 images, crops up to the whole image
+    g = torch.Generator().manual_seed(8)
+    for k in range(16):
+        imgs.append(torch.randint(0, 256, (375, 500, 3), dtype=torch.uint8, generator=g))
+        h, w = 375 - 20 * k, 500 - 25 * k
+        boxes.append((375 - h, 0, h, w))
+        flips.append(k % 2 == 0)
     imgs = [im.cuda() for im in imgs]
     got = augment_batch(imgs, boxes, flips, 224)
     monkeypatch.setattr(gpu_augment, "BATCHED", False)

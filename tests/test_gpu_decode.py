@@ -349,15 +349,26 @@ def test_the_loader_on_a_gpu_gives_normalised_batches_from_both_sides(tree, monk
         monkeypatch.setattr(gpu_augment if name == "BATCHED" else gpu_decode, name, value)
     dev = torch.device("cuda", 0)
     ds, ds8 = _dataset(tree, True, 32), _dataset(tree, True, 32, uint8=True)
+    nv = gpu_decode.NvDecode(dev)
+
+    class AfterAHelper:  # the GPU side waits for a helper's batch, so both sides deliver
+        roi = nv.roi
+
+        def __call__(self, datas, boxes, stream):
+            deadline = time.monotonic() + 120
+            while loader.decoded["cpu"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return nv(datas, boxes, stream)
+
     loader = GpuDecodeLoader(ds, 2, 32, dev, collate=_collate, readers=1, helpers=1,
-                             helper_dataset=ds8)
+                             helper_dataset=ds8, decode=AfterAHelper())
     got = []
     try:
         for _ in range(3):
             got += [(x.clone(), y.clone(), s) for x, y, s in loader]
     finally:
         loader.close()
-    assert len(got) == 12 and sum(loader.decoded.values()) >= 12
+    assert len(got) == 12 and loader.decoded["gpu"] >= 1 and loader.decoded["cpu"] >= 1
     for x, y, s in got:
         assert x.is_cuda and y.is_cuda and x.shape == (2, 3, 32, 32) and s == 0
         assert x.is_contiguous(memory_format=torch.channels_last)

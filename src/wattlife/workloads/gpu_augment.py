@@ -10,14 +10,15 @@ Two ways to the same arithmetic:
   one padded tensor by one index computed for the batch, the resize as two batched matrix products
   with the antialiased bilinear weights (`aa_weights`: torch's and PIL's triangle filter, widened by
   the downscale factor, each output pixel's weights summing to 1), the flip as the horizontal
-  weights reversed, then the normalisation: 79 operator calls that are not views a batch whatever
-  its size, one view call an image besides (246 calls in all for 128 images, against 535 of which
-  274 not views image by image; `benchmarks/augment_batch.py`, torch.profiler). The products run in
+  weights reversed, then the normalisation: 72 aten calls that are not views a batch whatever its
+  size, one view call an image besides (235 in all for 128 images, against 524 of which 267 not
+  views image by image; counted on the CPU by `benchmarks/augment_batch.py` with torch.profiler; a
+  few non-view calls launch no kernel, and on a GPU the pinned copies add some). The products run in
   float16 on a GPU (tensor cores; 128 crops of up to 375 x 500 padded are ~47 GFLOP a batch) and in
-  float32 elsewhere (where they are slower than the per-image resize: 1.1-1.5 s against 0.17 s a
-  batch on 2 cores; the CPU never runs this path outside the tests). It equals the per-image path to
-  float rounding on the CPU, within half a level on a GPU (tests/test_gpu_augment.py). On the H200
-  neither its speed nor its effect on the step is measured yet.
+  float32 elsewhere (where they are slower than the per-image resize: 1.0-1.5 s against 0.14-0.17 s
+  a batch on 2 cores; the CPU never runs this path outside the tests). It equals the per-image path
+  to float rounding on the CPU, within half a level on a GPU (tests/test_gpu_augment.py). On the
+  H200 neither its speed nor its effect on the step is measured yet.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ STD = (0.229, 0.224, 0.225)
 # augment_batch: the batched resize (True) or image by image (False, the way measured on the H200;
 # the default until the batched one is measured there: benchmarks/h200_gpu_decode.py's cells)
 BATCHED = False
+# a batch whose crops padded to the largest take more pixels is resized image by image (64 M:
+# 128 crops of up to 375 x 500 take 24 M; one 2000 x 3000 crop would take 768 M)
+MAX_PADDED_PIXELS = 64 * 2**20
 
 
 def resize_crop(img: Any, box: Box, size: int, cropped: bool) -> Any:
@@ -105,7 +109,11 @@ def augment_batch(imgs: Sequence[Any], boxes: Sequence[Box], flips: Sequence[boo
     (N x 3 x `size` x `size`, channels_last); batched unless `BATCHED` is False (module doc)."""
     import torch
 
-    if not BATCHED:
+    # per image: decoded height, width, and the crop inside it (a region decode is the crop)
+    rows = [(im.shape[0], im.shape[1], *((0, 0, im.shape[0], im.shape[1]) if cropped else b))
+            for im, b in zip(imgs, boxes, strict=True)]
+    hm, wm = max(r[4] for r in rows), max(r[5] for r in rows)
+    if not BATCHED or len(imgs) * hm * wm > MAX_PADDED_PIXELS:
         x = torch.cat([resize_crop(im, box, size, cropped)
                        for im, box in zip(imgs, boxes, strict=True)])
         sel = [i for i, f in enumerate(flips) if f]
@@ -114,22 +122,21 @@ def augment_batch(imgs: Sequence[Any], boxes: Sequence[Box], flips: Sequence[boo
             x[idx] = x[idx].flip(-1)
         return normalise(x).contiguous(memory_format=torch.channels_last)
     dev = imgs[0].device
-    # per image: decoded height, width, and the crop inside it (a region decode is the crop)
-    rows = [(im.shape[0], im.shape[1], *((0, 0, im.shape[0], im.shape[1]) if cropped else b))
-            for im, b in zip(imgs, boxes, strict=True)]
-    geo = small_tensor(rows, dev, torch.int64)
+    geo = small_tensor(rows, dev, torch.int32)
     H, W, top, left, h, w = geo.unbind(1)
-    hm, wm = max(r[4] for r in rows), max(r[5] for r in rows)
     pixels = torch.cat([im.reshape(-1, 3) for im in imgs])  # every image's pixels, in order
-    base = torch.cumsum(H * W, 0) - H * W
+    i32 = torch.int32
+    base = torch.cumsum(H * W, 0, dtype=i32) - H * W
     # rows and columns past a crop's edge repeat its last one (their weights are zero)
-    yy = torch.minimum(torch.arange(hm, device=dev)[None, :], (h - 1)[:, None]) + top[:, None]
-    xx = torch.minimum(torch.arange(wm, device=dev)[None, :], (w - 1)[:, None]) + left[:, None]
-    idx = base[:, None, None] + yy[:, :, None] * W[:, None, None] + xx[:, None, :]
+    yy = torch.minimum(torch.arange(hm, device=dev, dtype=i32)[None, :], (h - 1)[:, None]) \
+        + top[:, None]
+    xx = torch.minimum(torch.arange(wm, device=dev, dtype=i32)[None, :], (w - 1)[:, None]) \
+        + left[:, None]
+    idx = base[:, None, None] + yy[:, :, None] * W[:, None, None] + xx[:, None, :]  # int32
     # float16 on a GPU (tensor cores): pixel values are exact in it, the weights within 0.05 %,
     # the products within 1/16 of a level; float32 elsewhere
     dtype = torch.float16 if dev.type == "cuda" else torch.float32
-    crops = pixels.index_select(0, idx.reshape(-1).to(torch.int32))
+    crops = pixels.index_select(0, idx.reshape(-1))
     crops = crops.view(len(imgs), hm, wm, 3).permute(0, 3, 1, 2).to(dtype)
     wy = aa_weights(h, size, hm).to(dtype)
     wx = aa_weights(w, size, wm)

@@ -99,13 +99,13 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
         n_classes = len(train_ds.classes)
         summary.train_items = len(train_ds)
 
-    batches, val_loader = _loaders(train_ds, val_ds, spec, dist, device, root, decode)
     amp = spec.precision == "bf16"
     forward: Callable[[Any], Any] = model
-    if graphs:
+    if graphs:  # before the loaders' threads start: a capture allows no CUDA calls beside it
         with phase(COMPILE):  # the capture: a top-level phase before the loop
             forward = GraphedModel(model, (spec.batch_size, 3, spec.image_size, spec.image_size),
                                    device, amp)
+    batches, val_loader = _loaders(train_ds, val_ds, spec, dist, device, root, decode)
     explicit_sync = dist.world > 1 and spec.grad_sync == "explicit"
     ckpt_dir = checkpoint_dir(ckpt_root, workdir)
     train_step = _step_function(model, forward, opt, batches, summary, device, amp,

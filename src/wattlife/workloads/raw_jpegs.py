@@ -3,12 +3,13 @@ crop box and flip, drawn as the CPU path draws them, and how a batch of them cro
 worker to the decode thread.
 
 A batch is handed over packed (`pack_raw`): every file's bytes in one uint8 tensor, which the
-DataLoader passes through shared memory, instead of a list of `bytes` pickled through a pipe. On
-the 2-core development machine (2 readers, the queue full) receiving a ready 128-image batch
-(9.6 MB) took a median of 6.1-16.5 ms as bytes and 0.4-5.1 ms packed, unpacking 0.03-0.06 ms,
-in five runs of `benchmarks/raw_batch_transfer.py` (wide ranges: the readers share the two
-cores). That time is spent in the thread that feeds the GPU decoder; on the H200 the packed
-hand-over is not measured yet.
+DataLoader passes through shared memory, instead of a list of `bytes` pickled through a pipe. On the
+2-core development machine (2 readers, the queue full) receiving a ready 128-image batch (9.6 MB)
+took a median of 6.1-16.5 ms as bytes and 0.4-5.1 ms packed, unpacking 0.03-0.08 ms, in eight runs
+of `benchmarks/raw_batch_transfer.py` (wide ranges: the readers share the two cores); the first read
+of a packed batch's shared memory then cost ~0.7 ms more than that of pickled bytes (3.7-3.9 against
+3.0-3.2 ms for a numpy sum of every byte, three runs). That time is spent in the thread that feeds
+the GPU decoder; on the H200 the packed hand-over is not measured yet.
 """
 
 from __future__ import annotations

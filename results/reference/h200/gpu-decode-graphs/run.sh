@@ -14,7 +14,9 @@ nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader; np
 python3 -c "import torch, torchvision; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'torchvision', torchvision.__version__, torch.cuda.get_device_name())"
 timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_cuda_graphs.py \
   tests/test_gpu_decode.py tests/test_gpu_augment.py > "$OUT/tests.log" 2>&1
-echo "tests rc=$?"; tail -3 "$OUT/tests.log"
+rc=$?; echo "tests rc=$rc"; tail -3 "$OUT/tests.log"
+# a failing GPU test stops the call here, before the benchmark spends its time on failing cells
+[ $rc -eq 0 ] || { tail -40 "$OUT/tests.log"; exit 1; }
 timeout ${BUDGET:-420} python3 benchmarks/h200_gpu_decode.py --out /tmp/gd \
   --cells ${CELLS:-cpu,gpu,gpu-graphs,gpu-no-helpers-graphs} \
   --repeats ${REPEATS:-2} > /tmp/gd.log 2>&1
