@@ -91,12 +91,13 @@ def helper_transforms(root: Path, batch: int, n: int) -> None:
     """ms an image of the helpers' transform, float against uint8, and a batch's MB."""
     import torch
 
-    from wattlife.workloads.image import _dataset
+    from wattlife.workloads.image import _dataset, _uint8_crops
 
     torch.set_num_threads(1)  # as in a DataLoader worker
     for name, uint8 in (("helpers' crops as float (decode: cpu)", False),
                         ("helpers' crops as uint8 (decode: gpu)", True)):
-        ds = _dataset(root, True, 224, uint8=uint8)
+        ds = _dataset(root, True, 224)
+        ds = _uint8_crops(ds, 224) if uint8 else ds
         t = time.perf_counter()
         x = [ds[i][0] for i in range(n)]
         per = (time.perf_counter() - t) / n * 1e3

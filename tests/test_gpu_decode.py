@@ -20,7 +20,7 @@ from wattlife.workloads.gpu_decode import (
     split_workers,
     unavailable_reason,
 )
-from wattlife.workloads.image import _collate, _dataset
+from wattlife.workloads.image import _collate, _dataset, _uint8_crops
 from wattlife.workloads.raw_jpegs import RawJpegs
 
 # The GPU path's resize (torch, bilinear, antialiased) against the CPU path's (PIL, bilinear,
@@ -151,7 +151,8 @@ def test_uint8_helpers_give_the_cpu_paths_normalised_crops(tree):
 
     from wattlife.workloads.gpu_augment import normalise
 
-    ds, ds8 = _dataset(tree, True, 16), _dataset(tree, True, 16, uint8=True)
+    ds = _dataset(tree, True, 16)
+    ds8 = _uint8_crops(ds, 16)
     for i in range(len(ds)):
         torch.manual_seed(i)
         want, label = ds[i]
@@ -348,7 +349,8 @@ def test_the_loader_on_a_gpu_gives_normalised_batches_from_both_sides(tree, monk
     for name, value in settings.items():
         monkeypatch.setattr(gpu_augment if name == "BATCHED" else gpu_decode, name, value)
     dev = torch.device("cuda", 0)
-    ds, ds8 = _dataset(tree, True, 32), _dataset(tree, True, 32, uint8=True)
+    ds = _dataset(tree, True, 32)
+    ds8 = _uint8_crops(ds, 32)
     nv = gpu_decode.NvDecode(dev)
 
     class AfterAHelper:  # the GPU side waits for a helper's batch, so both sides deliver

@@ -14,6 +14,7 @@ A corrupt JPEG is skipped and counted (reported in the summary), never silently 
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -46,30 +47,44 @@ class _SkipCorrupt:
             return None
 
 
-def _dataset(root: Path, train: bool, size: int, uint8: bool = False):
-    """The ImageFolder of a split with the reference recipe's transform; `uint8`: the training
-    crops as uint8 tensors, left for the GPU to scale and normalise (`decode: gpu`'s helpers)."""
-    from torchvision import datasets, transforms
+def _transform(train: bool, size: int, uint8: bool = False) -> Callable[[Any], Any]:
+    """The reference recipe's transform of a split (a corrupt image's None passes through);
+    `uint8`: the training crops as uint8 tensors, left for the GPU to scale and normalise
+    (`decode: gpu`'s helpers)."""
+    from torchvision import transforms
 
-    norm = transforms.Normalize(list(MEAN), list(STD))
-    if train and uint8:
-        tf = transforms.Compose([transforms.RandomResizedCrop(size),
-                                 transforms.RandomHorizontalFlip(), transforms.PILToTensor()])
-    elif train:
-        tf = transforms.Compose([transforms.RandomResizedCrop(size),
-                                 transforms.RandomHorizontalFlip(), transforms.ToTensor(), norm])
+    if train:
+        steps = [transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip()]
+        steps += [transforms.PILToTensor()] if uint8 else [
+            transforms.ToTensor(), transforms.Normalize(list(MEAN), list(STD))]
     else:
-        tf = transforms.Compose([transforms.Resize(int(size * 256 / 224)),
-                                 transforms.CenterCrop(size), transforms.ToTensor(), norm])
-    split = root / ("train" if train else "val")
-    if not split.is_dir():
-        raise FileNotFoundError(f"dataset split {split} does not exist (expected an "
-                                "ImageNet-layout tree: train/<class>/*.JPEG, val/<class>/*.JPEG)")
+        steps = [transforms.Resize(int(size * 256 / 224)), transforms.CenterCrop(size),
+                 transforms.ToTensor(), transforms.Normalize(list(MEAN), list(STD))]
+    tf = transforms.Compose(steps)
 
     def guarded(img):
         return None if img is None else tf(img)
 
-    return datasets.ImageFolder(str(split), transform=guarded, loader=_SkipCorrupt())
+    return guarded
+
+
+def _dataset(root: Path, train: bool, size: int):
+    from torchvision import datasets
+
+    split = root / ("train" if train else "val")
+    if not split.is_dir():
+        raise FileNotFoundError(f"dataset split {split} does not exist (expected an "
+                                "ImageNet-layout tree: train/<class>/*.JPEG, val/<class>/*.JPEG)")
+    return datasets.ImageFolder(str(split), transform=_transform(train, size),
+                                loader=_SkipCorrupt())
+
+
+def _uint8_crops(train_ds: Any, size: int) -> Any:
+    """The training split `train_ds` with its crops left as uint8 tensors (`decode: gpu`'s CPU
+    helpers): the same files in the same order, not listed again."""
+    ds = copy.copy(train_ds)
+    ds.transform = _transform(True, size, uint8=True)
+    return ds
 
 
 def _collate(batch):
@@ -212,7 +227,7 @@ def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device
         loader = GpuDecodeLoader(train_ds, spec.batch_size, spec.image_size, device,
                                  collate=_collate, sampler=sampler, readers=readers,
                                  helpers=helpers,
-                                 helper_dataset=_dataset(root, True, spec.image_size, uint8=True))
+                                 helper_dataset=_uint8_crops(train_ds, spec.image_size))
     else:
         loader = torch.utils.data.DataLoader(
             train_ds, batch_size=spec.batch_size, shuffle=sampler is None, sampler=sampler,
