@@ -1,0 +1,31 @@
+#!/bin/bash
+# One device call of benchmarks/h200_gpu_decode.py (issue 30), from the repository root with .whl/
+# carried (bash benchmarks/device_wheels.sh): installs the carried wheels, prints the GPU and the
+# library versions, runs the GPU-marked tests of TESTS (pytest files, optional; their output in
+# $OUT/tests.log; a failure stops the call before the benchmark), then the benchmark's CELLS in
+# REPEATS rounds under BUDGET seconds, and copies its tables, run.log and every cell's raw files
+# (gpu-decode.tgz) to $OUT. The results folders' run.sh set these, e.g.
+#   CELLS=cpu,gpu-graphs REPEATS=2 BUDGET=420 TESTS=tests/test_cuda_graphs.py \
+#     bash benchmarks/h200_gpu_decode.sh
+set -o pipefail
+: "${CELLS:?CELLS: the cells of the benchmark, comma-separated}" "${REPEATS:=1}" "${BUDGET:=300}"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=$PWD/src:$PWD/benchmarks:/tmp/site PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader; nproc
+python3 -c "import torch, torchvision; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'torchvision', torchvision.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
+if [ -n "${TESTS:-}" ]; then
+  # shellcheck disable=SC2086  # TESTS: several files
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS > "$OUT/tests.log" 2>&1
+  rc=$?; echo "tests rc=$rc"; tail -3 "$OUT/tests.log"
+  [ $rc -eq 0 ] || { tail -40 "$OUT/tests.log"; exit 1; }
+fi
+timeout "$BUDGET" python3 benchmarks/h200_gpu_decode.py --out /tmp/gd --cells "$CELLS" \
+  --repeats "$REPEATS" > /tmp/gd.log 2>&1
+echo "rc=$?"
+cp /tmp/gd.log "$OUT/run.log"
+for f in gpu_decode.csv gpu_decode_summary.csv summary.json decoder_probe.json; do
+  [ -f /tmp/gd/$f ] && cp /tmp/gd/$f "$OUT/"
+done
+tar czf "$OUT/gpu-decode.tgz" -C /tmp gd
+tail -c 5000 /tmp/gd.log
