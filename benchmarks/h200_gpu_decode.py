@@ -19,8 +19,9 @@ in one call on one GPU:
 Writes DIR/gpu_decode.csv (one row a cell: images/s on the `step` basis, GPU-timed as the
 workloads report it, and on the `wall` basis; the share of synthetic; the data_load phase's time
 share and its GPU and CPU energy; J per image; a cell's share is over the synthetic rate of its
-kind, eager or graphs, and `share_of_eager_synthetic` over the eager one), DIR/decoder_probe.json, DIR/summary.json and the
-cells' raw files (DIR/cells/<cell>/); prints a short table. Changes no GPU setting.
+kind, eager or graphs, and `share_of_eager_synthetic` over the eager one),
+DIR/decoder_probe.json, DIR/summary.json and the cells' raw files (DIR/cells/<cell>/); prints a
+short table. Changes no GPU setting.
 """
 
 import argparse
@@ -108,8 +109,8 @@ def decoder_probe(root: Path, batches: int = 12, size: int = 224) -> dict:
     from nvidia import nvimgcodec as nv
 
     from wattlife.workloads.gpu_decode import NvDecode
-    from wattlife.workloads.raw_jpegs import RawJpegs
     from wattlife.workloads.image import _dataset
+    from wattlife.workloads.raw_jpegs import RawJpegs
 
     dev = torch.device("cuda", 0)
     raw = RawJpegs(_dataset(root, True, size).samples)

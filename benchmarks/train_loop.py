@@ -2,7 +2,8 @@
 optionally with the forward and backward replayed from CUDA graphs (`--graphs`, the image
 workload's `cuda_graphs: true`), optionally marking every phase of every step, or measuring with
 Zeus windows (`--zeus step`: a window around every step; `--zeus phase`: around every forward,
-backward and optimizer, each window's energy written to `--zeus-csv`). Prints one JSON line with the throughput.
+backward and optimizer, each window's energy written to `--zeus-csv`). Prints one JSON line with
+the throughput.
 
 Used by h200_checks.py and peers_zeus.py to measure the cost of measuring on real training.
 """
