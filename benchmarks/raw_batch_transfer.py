@@ -4,15 +4,15 @@ packed in one uint8 tensor (shared memory; `raw_jpegs.pack_raw`, the default). C
 
     PYTHONPATH=src:benchmarks python3 benchmarks/raw_batch_transfer.py [--batches 8]
 
-Writes `--images` JPEGs as the GPU-decode benchmark's (500 x 375, ~75 KB) under `--work`, starts
-a DataLoader over `RawJpegs` with `--readers` workers for each hand-over, lets the workers fill
-the queue (`--fill-s`), then times `--batches` calls of next() (the queue stays full, so each
-call is the hand-over alone), `unpack_raw`, and the first read of every byte of the batch (the
-decoder's, in the decode thread: for a packed batch the first touch of its shared memory). Prints
-one line a hand-over: the median and range in ms, and the batch's MB. Then the CPU helpers' side: ms an image (one
+Writes `--images` JPEGs as the GPU-decode benchmark's (500 x 375, ~75 KB) under `--work`, starts a
+DataLoader over `RawJpegs` with `--readers` workers for each hand-over, lets the workers fill the
+queue (`--fill-s`), then times `--batches` calls of next() (the queue stays full, so each call is
+the hand-over alone), `unpack_raw`, and the first read of every byte of the batch (the decoder's, in
+the decode thread: for a packed batch the first touch of its shared memory). Prints one line a hand-
+over: the median and range in ms, and the batch's MB. Then the CPU helpers' side: ms an image (one
 process, one thread, `--images` up to 400) for the CPU path's training transform ending in float
-(ToTensor + Normalize, `decode: cpu`) or in uint8 (PILToTensor, `decode: gpu`'s helpers, which
-leave the scaling and normalising to the GPU), and the MB of a batch of each.
+(ToTensor + Normalize, `decode: cpu`) or in uint8 (PILToTensor, `decode: gpu`'s helpers, which leave
+the scaling and normalising to the GPU), and the MB of a batch of each.
 """
 
 import argparse
