@@ -159,6 +159,7 @@ def phase_row(out: Path, name: str, r: dict, synthetic: float | None) -> dict:
            "data_load_share_of_step_time": float(gpu["time_s"].get("data_load", 0)) / t_step
            if t_step else None,
            "decode_batches": json.dumps(s.get("decode_batches")),
+           "decode_stage_ms": json.dumps(s.get("decode_stage_ms")),
            "decode_fallback": s.get("decode_fallback")}
     for kind in ("gpu", "cpu"):
         if kind in by.index.get_level_values(0):
@@ -361,6 +362,9 @@ def main() -> None:
     print(f"synthetic (on-GPU data, the last round; eager, CUDA graphs): {synthetic[False]}, "
           f"{synthetic[True]} images/s")
     print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    if "decode_stage_ms" in table:  # where each decode side's thread spent a batch's time
+        for cell, stages in zip(table["cell"], table["decode_stage_ms"], strict=True):
+            print(f"  {cell}: ms a batch {stages}")
     print(json.dumps(res.get("decoder_probe"), indent=None))
 
 

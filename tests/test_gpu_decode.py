@@ -141,6 +141,14 @@ def test_the_pipeline_trains_each_image_once_per_epoch_and_ends_its_workers(tree
     assert labels.count(0) <= 3 * drawn and labels.count(1) <= 4 * drawn
     assert len(pids) == 2 and all(gone(p) for p in pids)
     assert not any(t.is_alive() for t in loader._threads)
+    # each side's stages, a mean over its delivered batches (the GPU side's decode here is PIL's)
+    stages = loader.stage_ms()
+    assert {"receive", "decode", "augment", "queue"} <= set(stages["gpu"])
+    assert {"receive", "queue"} <= set(stages["cpu"]) and "decode" not in stages["cpu"]
+    assert all(v >= 0 for side in stages.values() for v in side.values())
+    loader.stage_s, loader.decoded = {"gpu": {"decode": 0.5, "queue": 0.25}, "cpu": {}}, \
+        {"gpu": 4, "cpu": 0}
+    assert loader.stage_ms() == {"gpu": {"decode": 125.0, "queue": 62.5}}
 
 
 def test_uint8_helpers_give_the_cpu_paths_normalised_crops(tree):
@@ -275,6 +283,7 @@ def test_the_workloads_gpu_path_trains_and_records_both_sides(tmp_path, monkeypa
     assert (s["decode"], s["decode_fallback"], s["steps"], s["skipped_items"]) == ("gpu", None,
                                                                                   6, 0)
     assert sum(s["decode_batches"].values()) >= 6 and s["epochs_started"] >= 2
+    assert set(s["decode_stage_ms"]) <= {"gpu", "cpu"} and s["decode_stage_ms"]
 
 
 def test_decode_is_a_validated_workload_key_defaulting_to_cpu():

@@ -25,6 +25,7 @@ import collections
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -211,6 +212,8 @@ class GpuDecodeLoader:
         self._threads: list[threading.Thread] = []
         self._iters: list[Any] = []
         self.decoded = {"gpu": 0, "cpu": 0}  # batches each side delivered
+        # each side's thread's wall seconds by stage (stage_ms): where the decoding side waits
+        self.stage_s: dict[str, dict[str, float]] = {"gpu": {}, "cpu": {}}
 
     def __len__(self) -> int:
         return len(self.claims)
@@ -254,13 +257,37 @@ class GpuDecodeLoader:
                 import torch
 
                 torch.cuda.set_device(self.device)
-            for batch in batches:
-                if self._stop.is_set():
+            it, end = iter(batches), object()
+            while not self._stop.is_set():
+                t0 = time.perf_counter()
+                batch = next(it, end)
+                if batch is end:
                     return
-                self._put(self._on_gpu(batch) if kind == "gpu" else self._helped(batch))
+                self._clock(kind, "receive", t0)
+                item = self._on_gpu(batch) if kind == "gpu" else self._helped(batch)
+                t0 = time.perf_counter()
+                self._put(item)
+                self._clock(kind, "queue", t0)
                 self.decoded[kind] += 1
         except BaseException as exc:  # noqa: BLE001 (handed to the training thread)
             self._put(exc)
+
+    def _clock(self, kind: str, stage: str, since: float) -> float:
+        """Add the time since `since` to `kind`'s `stage`; the time now."""
+        now = time.perf_counter()
+        stages = self.stage_s[kind]
+        stages[stage] = stages.get(stage, 0.0) + now - since
+        return now
+
+    def stage_ms(self) -> dict[str, dict[str, float]]:
+        """Each side's mean wall milliseconds a delivered batch in each of its thread's stages:
+        `receive` (waiting for the loader's next batch), `decode` (the nvImageCodec call),
+        `augment` (launching crop, resize, flip, normalise), `wait_gpu` (for a batch's GPU work,
+        beyond `IN_FLIGHT`), `copy` (launching a helper batch's copy), `queue` (waiting for room:
+        the training step is the slower side). Host-side times; the GPU work itself is async."""
+        return {kind: {stage: round(1e3 * s / self.decoded[kind], 3)
+                       for stage, s in stages.items()}
+                for kind, stages in self.stage_s.items() if self.decoded[kind]}
 
     def _helped(self, batch: Any) -> tuple[Any, Any, int, Any]:
         """A CPU helper's batch (images, labels, skipped): uint8 crops are copied to the device
@@ -274,12 +301,14 @@ class GpuDecodeLoader:
         if self.helper_stream is None:
             return normalise(x.float()).contiguous(memory_format=torch.channels_last), y, \
                 skipped, None
+        t0 = time.perf_counter()
         with torch.cuda.stream(self.helper_stream):
             x = x.to(self.device, non_blocking=True)  # pinned: the copy overlaps the training
             y = y.to(self.device, non_blocking=True)
             x = normalise(x.float()).contiguous(memory_format=torch.channels_last)
             event = torch.cuda.Event()
             event.record(self.helper_stream)
+        self._clock("cpu", "copy", t0)
         return x, y, skipped, event
 
     def _on_gpu(self, batch: Any) -> tuple[Any, Any, int, Any]:
@@ -294,7 +323,9 @@ class GpuDecodeLoader:
             return None, None, skipped, None
         ctx = torch.cuda.stream(self.stream) if self.stream is not None else _nullcontext()
         with ctx:
+            t0 = time.perf_counter()
             imgs = self.decode([r[0] for r in kept], [r[1] for r in kept], self.stream)
+            t0 = self._clock("gpu", "decode", t0)
             done = [(r, im) for r, im in zip(kept, imgs, strict=True) if im is not None]
             skipped += len(kept) - len(done)  # the header was readable, the data not
             if not done:
@@ -307,10 +338,12 @@ class GpuDecodeLoader:
             if self.stream is not None:
                 event = torch.cuda.Event()
                 event.record(self.stream)
+            t0 = self._clock("gpu", "augment", t0)
         if event is not None:  # the decoder's buffers may be freed once its work is done
             self._in_flight.append((event, (imgs, batch)))  # the file bytes too
             while len(self._in_flight) > IN_FLIGHT:
                 self._in_flight.popleft()[0].synchronize()
+            self._clock("gpu", "wait_gpu", t0)
         return x, labels, skipped, event
 
     def close(self) -> None:

@@ -141,7 +141,9 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
     summary.write(unit="images", extra={
         "epochs_started": result.epochs_started, "classes": n_classes, "decode": decode,
         "decode_requested": spec.decode, "decode_fallback": decode_fallback,
-        "decode_batches": getattr(batches.loader, "decoded", None), "cuda_graphs": graphs,
+        "decode_batches": getattr(batches.loader, "decoded", None),
+        "decode_stage_ms": batches.loader.stage_ms()
+        if isinstance(batches.loader, GpuDecodeLoader) else None, "cuda_graphs": graphs,
         "cuda_graphs_requested": spec.cuda_graphs, "cuda_graphs_fallback": graphs_fallback})
     return 0
 
