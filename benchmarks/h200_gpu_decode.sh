@@ -2,7 +2,9 @@
 # One device call of benchmarks/h200_gpu_decode.py (issue 30), from the repository root with .whl/
 # carried (bash benchmarks/device_wheels.sh): installs the carried wheels, prints the GPU and the
 # library versions, runs the GPU-marked tests of TESTS (pytest files, optional; their output in
-# $OUT/tests.log; a failure stops the call before the benchmark), then the benchmark's CELLS in
+# $OUT/tests.log; a failure stops the call before the benchmark), with HOST_PROBE=1
+# benchmarks/raw_batch_transfer.py (the CPU side alone: a raw batch's hand-over, the helpers'
+# transform's ms an image; $OUT/host_probe.log, at most 60 s), then the benchmark's CELLS in
 # REPEATS rounds under BUDGET seconds, and copies its tables, run.log and every cell's raw files
 # (gpu-decode.tgz) to $OUT. The results folders' run.sh set these, e.g.
 #   CELLS=cpu,gpu-graphs REPEATS=2 BUDGET=420 TESTS=tests/test_cuda_graphs.py \
@@ -19,6 +21,11 @@ if [ -n "${TESTS:-}" ]; then
   timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS > "$OUT/tests.log" 2>&1
   rc=$?; echo "tests rc=$rc"; tail -3 "$OUT/tests.log"
   [ $rc -eq 0 ] || { tail -40 "$OUT/tests.log"; exit 1; }
+fi
+if [ "${HOST_PROBE:-0}" = 1 ]; then  # the host's CPU side alone: hand-over, helpers' ms an image
+  timeout 60 python3 benchmarks/raw_batch_transfer.py --work /tmp/wl-raw --images 768 \
+    --batches 4 --fill-s 3 > "$OUT/host_probe.log" 2>&1
+  echo "host probe rc=$?"; cat "$OUT/host_probe.log"
 fi
 timeout "$BUDGET" python3 benchmarks/h200_gpu_decode.py --out /tmp/gd --cells "$CELLS" \
   --repeats "$REPEATS" > /tmp/gd.log 2>&1

@@ -60,6 +60,9 @@ def main() -> None:
     ap.add_argument("--fill-s", type=float, default=8.0,
                     help="seconds the workers get to fill the queue (default 8)")
     a = ap.parse_args()
+    if a.images < a.batch * (a.batches + 1):  # one batch to start the workers, then the timed
+        ap.error(f"--images {a.images} is fewer than --batch x (--batches + 1) = "
+                 f"{a.batch * (a.batches + 1)}: one epoch must hold every batch timed")
     from wattlife.workloads.image import _dataset
     from wattlife.workloads.raw_jpegs import RawJpegs, collate_raw, pack_raw, unpack_raw
 
