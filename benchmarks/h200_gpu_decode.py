@@ -190,6 +190,7 @@ TOKENS = {
     "batched": (0, A + "a.BATCHED = True; ", False),  # the batched resize
     "priority": (0, G + "g.PRIORITY = -5; ", False),  # the decode stream at the highest priority
     "in-flight": (0, G + "g.IN_FLIGHT = 2; ", False),  # 2 batches not waited for
+    "ahead-6": (0, G + "g.AHEAD = 6; ", False),  # 6 decoded batches queued for the step, not 3
     "bytes": (0, G + "g.PACK = False; ", False),  # raw batches as pickled bytes, not packed
     "threads-4": (0, G + "g.DECODER_THREADS = 4; ", False),  # nvImageCodec's CPU threads
     # the helpers' batches as float from their workers (before gpu_decode.HELPERS_UINT8)

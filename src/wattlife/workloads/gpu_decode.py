@@ -178,11 +178,11 @@ class GpuDecodeLoader:
     CPU helper (`helper_dataset`: the CPU path's transform up to uint8 pixels), in pinned host
     memory when a helper normalised them itself (no `helper_dataset`, or `HELPERS_UINT8` off).
     The decoding runs on between iterations: consecutive epochs overlap by the batches in flight
-    (at most `ahead` plus 2 a worker). `close()` at the end."""
+    (at most `ahead`, default `AHEAD`, plus 2 a worker). `close()` at the end."""
 
     def __init__(self, dataset: Any, batch_size: int, size: int, device: Any, *,
                  collate: Callable[[list[Any]], Any], sampler: Any = None, readers: int = 4,
-                 helpers: int = 0, ahead: int = AHEAD, decode: Decode | None = None,
+                 helpers: int = 0, ahead: int | None = None, decode: Decode | None = None,
                  helper_dataset: Any = None) -> None:
         import torch
         from torch.utils.data import DataLoader
@@ -207,7 +207,7 @@ class GpuDecodeLoader:
             self.loaders.append(("cpu", DataLoader(
                 helper_dataset if uint8 else dataset, batch_sampler=self.claims,
                 num_workers=helpers, collate_fn=collate, pin_memory=cuda, prefetch_factor=2)))
-        self._q: queue.Queue[Any] = queue.Queue(maxsize=ahead)
+        self._q: queue.Queue[Any] = queue.Queue(maxsize=AHEAD if ahead is None else ahead)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._iters: list[Any] = []
