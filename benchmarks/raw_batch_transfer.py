@@ -12,7 +12,9 @@ the decode thread: for a packed batch the first touch of its shared memory). Pri
 over: the median and range in ms, and the batch's MB. Then the CPU helpers' side: ms an image (one
 process, one thread, `--images` up to 400) for the CPU path's training transform ending in float
 (ToTensor + Normalize, `decode: cpu`) or in uint8 (PILToTensor, `decode: gpu`'s helpers, which leave
-the scaling and normalising to the GPU), and the MB of a batch of each.
+the scaling and normalising to the GPU), and the MB of a batch of each; and the hand-over of such
+batches from `--readers` workers as the first, and the pin-memory thread's copy of each (clone()
+where CUDA is not there).
 """
 
 import argparse
@@ -25,13 +27,14 @@ from h200_gpu_decode import make_tree
 
 
 def receive_ms(raw, collate, batch: int, readers: int, batches: int,
-               fill_s: float) -> list[tuple[float, object]]:
-    """(ms, batch) per next() of a full DataLoader queue of raw batches collated by `collate`."""
+               fill_s: float, pin: bool = False) -> list[tuple[float, object]]:
+    """(ms, batch) per next() of a full DataLoader queue of batches of `raw` collated by
+    `collate` (`pin`: through the DataLoader's pin-memory thread, as the helpers' batches)."""
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
     sampler = BatchSampler(RandomSampler(raw), batch, drop_last=True)
     loader = DataLoader(raw, batch_sampler=sampler, num_workers=readers, collate_fn=collate,
-                        prefetch_factor=max(2, -(-batches // readers) + 1))
+                        prefetch_factor=max(2, -(-batches // readers) + 1), pin_memory=pin)
     it = iter(loader)
     try:
         next(it)
@@ -87,6 +90,7 @@ def main() -> None:
               f"ms; first read of the bytes median {statistics.median(touch):.2f} ms; "
               f"{mb:.1f} MB a batch")
     helper_transforms(root, a.batch, min(a.images, 400))
+    helper_hand_over(root, a)
 
 
 def helper_transforms(root: Path, batch: int, n: int) -> None:
@@ -106,6 +110,29 @@ def helper_transforms(root: Path, batch: int, n: int) -> None:
         print(f"{name:38s} {per:6.2f} ms an image (decode, crop, resize, flip, to tensor); "
               f"{x[0].element_size() * x[0].numel() * batch / 1e6:.1f} MB a batch of {batch}")
 
+
+def helper_hand_over(root: Path, a: argparse.Namespace) -> None:
+    """The helpers' hand-over, float against uint8: ms a next() of a full queue of transformed
+    batches, then ms to copy each received batch as the loaders' pin-memory thread does (its first
+    touch of the shared memory; `pin_memory()` where CUDA is available, else `clone()`)."""
+    import torch
+
+    from wattlife.workloads.image import _collate, _dataset, _uint8_crops
+
+    pin = torch.cuda.is_available()
+    for name, uint8 in (("helpers' float batches", False), ("helpers' uint8 batches", True)):
+        ds = _dataset(root, True, 224)
+        ds = _uint8_crops(ds, 224) if uint8 else ds
+        got = receive_ms(ds, _collate, a.batch, a.readers, a.batches, a.fill_s)
+        copy = []
+        for _, (x, _, _) in got:
+            t = time.perf_counter()
+            x.pin_memory() if pin else x.clone()
+            copy.append((time.perf_counter() - t) * 1e3)
+        ms = [m for m, _ in got]
+        print(f"{name:38s} next(): median {statistics.median(ms):6.2f} ms, range "
+              f"{min(ms):.2f}-{max(ms):.2f} ms; {'pin_memory()' if pin else 'clone()'} median "
+              f"{statistics.median(copy):.2f} ms, range {min(copy):.2f}-{max(copy):.2f} ms")
 
 if __name__ == "__main__":
     main()
