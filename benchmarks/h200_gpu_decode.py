@@ -137,6 +137,25 @@ def decoder_probe(root: Path, batches: int = 12, size: int = 224) -> dict:
     return res
 
 
+def steady_busy(cell_dir: Path) -> dict:
+    """Median and 90th percentile over a cell's steady steps (rank 0's steps after warm-up, the
+    step basis's) of the host's busy share, % of all its cores (`util_cpu`: psutil's, the CPU
+    estimate's input), and the GPU's `sm_active` (NVML GPM, a fraction); None where not traced."""
+    from wattlife.attribution.steady import steady_steps
+    from wattlife.contracts import read_events, read_trace
+
+    ev = read_events(cell_dir / "events.csv")
+    steps = steady_steps(ev[ev["rank"] == ev["rank"].min()])
+    trace = read_trace(cell_dir / "trace.csv.gz")
+    win = trace[trace["t_ns"].between(steps["start_ns"].min(), steps["end_ns"].max())]
+    row: dict = {}
+    for metric, name in (("util_cpu", "host_busy_pct"), ("sm_active", "sm_active")):
+        v = win.loc[win["metric"] == metric, "value"]
+        row[f"{name}_median"] = float(v.median()) if len(v) else None
+        row[f"{name}_p90"] = float(v.quantile(0.9)) if len(v) else None
+    return row
+
+
 def phase_row(out: Path, name: str, r: dict, synthetic: float | None) -> dict:
     """The table row of one cell from its attributed phases and summary."""
     c = out / "cells" / name
@@ -159,7 +178,7 @@ def phase_row(out: Path, name: str, r: dict, synthetic: float | None) -> dict:
            "data_load_share_of_step_time": float(gpu["time_s"].get("data_load", 0)) / t_step
            if t_step else None,
            "decode_batches": json.dumps(s.get("decode_batches")),
-           "decode_stage_ms": json.dumps(s.get("decode_stage_ms")),
+           "decode_stage_ms": json.dumps(s.get("decode_stage_ms")), **steady_busy(c),
            "decode_fallback": s.get("decode_fallback")}
     for kind in ("gpu", "cpu"):
         if kind in by.index.get_level_values(0):
@@ -181,6 +200,7 @@ TOKENS = {
     "graphs": (0, "", True),
     "no-helpers": (0, G + "g.split_workers = lambda w: (4, 0); ", False),  # 4 readers only
     "readers-6": (0, G + "g.split_workers = lambda w: (6, w - 6); ", False),
+    "helpers-12": (0, G + "g.split_workers = lambda w: (4, 12); ", False),  # 4 readers, 12 PIL
     "more-helpers": (2, "", False),
     "full-image": (0, G + "g.ROI = False; ", False),  # decode whole images, crop after
     # the augment of the first H200 run (a1be292): augment() image by image, stacked
@@ -358,7 +378,8 @@ def main() -> None:
     table = pd.DataFrame(rows)
     cols = [c for c in ("cell", "decode", "images_per_s_step", "images_per_s_wall",
                         "share_of_synthetic", "data_load_share_of_step_time", "gpu_data_load_j",
-                        "cpu_data_load_j", "gpu_training_j_per_image", "decode_batches")
+                        "cpu_data_load_j", "gpu_training_j_per_image", "host_busy_pct_median",
+                        "decode_batches")
             if c in table]
     print(f"synthetic (on-GPU data, the last round; eager, CUDA graphs): {synthetic[False]}, "
           f"{synthetic[True]} images/s")

@@ -327,7 +327,7 @@ def test_cuda_graph_decode_rates_are_what_the_committed_files_give(tmp_path):
     from wattlife.contracts import read_events
 
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from h200_gpu_decode import settings_summary
+    from h200_gpu_decode import settings_summary, steady_busy
 
     base = H200 / "gpu-decode-graphs" / "call-1"
     with tarfile.open(base / "gpu-decode.tgz") as tar:
@@ -352,3 +352,12 @@ def test_cuda_graph_decode_rates_are_what_the_committed_files_give(tmp_path):
     by = table.set_index(["setting", "repeat"])["share_of_synthetic"]
     for r in (1, 2):
         assert by[("gpu", r)] < by[("gpu-graphs", r)] < 0.85
+    # the README's reading of the traces (steady_busy, recomputed after the call): the CPU path's
+    # 12 workers keep 76-78 % of the 16 cores busy; with helpers ~63-65 %, without them ~11 %
+    busy = {c: steady_busy(tmp_path / "gd" / "cells" / c) for c in table["cell"]}
+    med = {c: round(b["host_busy_pct_median"]) for c, b in busy.items()}
+    assert (med["cpu-r1"], med["cpu-r2"]) == (78, 76)
+    assert (med["gpu-graphs-r1"], med["gpu-graphs-r2"], med["gpu-r1"], med["gpu-r2"]) == \
+        (65, 63, 63, 64)
+    assert (med["gpu-no-helpers-graphs-r1"], med["gpu-no-helpers-graphs-r2"]) == (11, 12)
+    assert all(0.3 < b["sm_active_median"] < 0.7 for b in busy.values())
