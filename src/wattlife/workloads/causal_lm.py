@@ -118,7 +118,7 @@ def train_causal_lm(spec: CausalLMSpec, data_root: Path, storage: str, local_roo
         cfg, experts = model_config_for(spec, device)
     with phase("tokenize"):  # load (or train) the tokenizer, then tokenise and pack the corpus
         tok, blocks, val_blocks = tokenize_corpus(spec, cfg, pretrained, train_file, val_file,
-                                                  workdir)
+                                                  workdir, dist)
     with phase("model_load"):
         built = build_model(spec, cfg, experts, tok, pretrained, device, dist)
         opt = torch.optim.AdamW([p for p in built.model.parameters() if p.requires_grad],

@@ -8,28 +8,42 @@ from pathlib import Path
 from typing import Any
 
 from ..config import CausalLMSpec
-from .dist import Dist
+from ..contracts import atomic_path
+from .dist import Dist, barrier
 
 
-def load_tokenizer(pretrained: Path | None, train_file: Path, vocab_size: int, cache_dir: Path):
-    """The pretrained folder's tokenizer, or a byte-level BPE trained on the corpus (cached)."""
+def load_tokenizer(pretrained: Path | None, train_file: Path, vocab_size: int, cache_dir: Path,
+                   dist: Dist | None = None):
+    """The pretrained folder's tokenizer, or a byte-level BPE trained on the corpus (cached in
+    `cache_dir`). Under several ranks rank 0 trains it and the others wait, then load its file; a
+    rank that does not share rank 0's folder trains its own (the same corpus gives the same BPE)."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if pretrained is not None and (pretrained / "tokenizer.json").exists():
         return AutoTokenizer.from_pretrained(str(pretrained))
     cached = cache_dir / "tokenizer.json"
+    dist = dist or Dist()
+    if dist.rank == 0 and not cached.exists():
+        _train_bpe(train_file, vocab_size, cached)
+    barrier(dist)  # every rank, whatever it found: a barrier only some entered would hang
     if not cached.exists():
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tok.train([str(train_file)], trainer)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        tok.save(str(cached))
+        _train_bpe(train_file, vocab_size, cached)
     return PreTrainedTokenizerFast(tokenizer_file=str(cached), eos_token="<|endoftext|>")
+
+
+def _train_bpe(train_file: Path, vocab_size: int, path: Path) -> None:
+    """Train a byte-level BPE of `vocab_size` on `train_file` and save it to `path` in one rename
+    (a rank never reads a file another is still writing)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train([str(train_file)], trainer)
+    with atomic_path(path) as tmp:
+        tok.save(str(tmp))
 
 
 def pack(tokenizer, text_file: Path, seq_len: int):
@@ -59,12 +73,13 @@ def corpus_files(root: Path) -> tuple[Path, Path]:
 
 
 def tokenize_corpus(spec: CausalLMSpec, cfg: Any, pretrained: Path | None, train_file: Path,
-                    val_file: Path, workdir: Path) -> tuple[Any, Any, Any]:
+                    val_file: Path, workdir: Path, dist: Dist | None = None
+                    ) -> tuple[Any, Any, Any]:
     """The `tokenize` phase's work: load (or train) the tokenizer, then tokenise and pack the
     training split and the validation split (the first two training blocks without one)."""
     tok = load_tokenizer(pretrained if pretrained and pretrained.exists() else None, train_file,
                          min(cfg.vocab_size, spec.tokenizer_vocab),
-                         Path(workdir) / "tokenizer")
+                         Path(workdir) / "tokenizer", dist)
     blocks = pack(tok, train_file, spec.seq_len)
     val_blocks = pack(tok, val_file, spec.seq_len) if val_file.exists() else blocks[:2]
     return tok, blocks, val_blocks
