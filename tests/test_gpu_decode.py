@@ -142,12 +142,15 @@ def test_the_pipeline_trains_each_image_once_per_epoch_and_ends_its_workers(tree
     assert len(pids) == 2 and all(gone(p) for p in pids)
     assert not any(t.is_alive() for t in loader._threads)
     # each side's stages, a mean over its delivered batches (the GPU side's decode here is PIL's)
+    # (a side appears once it delivered two batches; which side is faster here is not fixed)
     stages = loader.stage_ms()
-    assert {"receive", "decode", "augment", "queue"} <= set(stages["gpu"])
-    assert {"receive", "queue"} <= set(stages["cpu"]) and "decode" not in stages["cpu"]
+    want = {"gpu": {"receive", "decode", "augment", "queue"}, "cpu": {"receive", "queue"}}
+    assert stages and all(want[side] <= set(got) for side, got in stages.items())
+    assert "decode" not in stages.get("cpu", {})
     assert all(v >= 0 for side in stages.values() for v in side.values())
+    # a mean over the batches after the first (its workers' and decoder's start left out)
     loader.stage_s, loader.decoded = {"gpu": {"decode": 0.5, "queue": 0.25}, "cpu": {}}, \
-        {"gpu": 4, "cpu": 0}
+        {"gpu": 5, "cpu": 1}
     assert loader.stage_ms() == {"gpu": {"decode": 125.0, "queue": 62.5}}
 
 

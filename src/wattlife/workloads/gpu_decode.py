@@ -273,21 +273,24 @@ class GpuDecodeLoader:
             self._put(exc)
 
     def _clock(self, kind: str, stage: str, since: float) -> float:
-        """Add the time since `since` to `kind`'s `stage`; the time now."""
+        """Add the time since `since` to `kind`'s `stage` (not during a side's first batch: its
+        workers' and decoder's start); the time now."""
         now = time.perf_counter()
-        stages = self.stage_s[kind]
-        stages[stage] = stages.get(stage, 0.0) + now - since
+        if self.decoded[kind]:
+            stages = self.stage_s[kind]
+            stages[stage] = stages.get(stage, 0.0) + now - since
         return now
 
     def stage_ms(self) -> dict[str, dict[str, float]]:
-        """Each side's mean wall milliseconds a delivered batch in each of its thread's stages:
-        `receive` (waiting for the loader's next batch), `decode` (the nvImageCodec call),
+        """Each side's mean wall milliseconds a batch after its first in each of its thread's
+        stages: `receive` (waiting for the loader's next batch), `decode` (the nvImageCodec call),
         `augment` (launching crop, resize, flip, normalise), `wait_gpu` (for a batch's GPU work,
         beyond `IN_FLIGHT`), `copy` (launching a helper batch's copy), `queue` (waiting for room:
-        the training step is the slower side). Host-side times; the GPU work itself is async."""
-        return {kind: {stage: round(1e3 * s / self.decoded[kind], 3)
+        the training step is the slower side, or paused for validation or a checkpoint).
+        Host-side times; the GPU work itself is asynchronous."""
+        return {kind: {stage: round(1e3 * s / (self.decoded[kind] - 1), 3)
                        for stage, s in stages.items()}
-                for kind, stages in self.stage_s.items() if self.decoded[kind]}
+                for kind, stages in self.stage_s.items() if self.decoded[kind] > 1}
 
     def _helped(self, batch: Any) -> tuple[Any, Any, int, Any]:
         """A CPU helper's batch (images, labels, skipped): uint8 crops are copied to the device
