@@ -66,12 +66,13 @@ def main() -> None:
     if a.images < a.batch * (a.batches + 1):  # one batch to start the workers, then the timed
         ap.error(f"--images {a.images} is fewer than --batch x (--batches + 1) = "
                  f"{a.batch * (a.batches + 1)}: one epoch must hold every batch timed")
-    from wattlife.workloads.image import _dataset
+    from wattlife.workloads.image import _dataset, _uint8_crops
     from wattlife.workloads.raw_jpegs import RawJpegs, collate_raw, pack_raw, unpack_raw
 
     root = Path(a.work) / "jpeg500"
     make_tree(root, 2, a.images // 2, 500, 375)
-    raw = RawJpegs(_dataset(root, True, 224).samples)
+    train = _dataset(root, True, 224)  # the split listed once, for every measurement below
+    raw = RawJpegs(train.samples)
     for name, collate in (("bytes through a pipe (collate_raw)", collate_raw),
                           ("one shared-memory tensor (pack_raw)", pack_raw)):
         got = receive_ms(raw, collate, a.batch, a.readers, a.batches, a.fill_s)
@@ -89,21 +90,20 @@ def main() -> None:
               f"{min(ms):.2f}-{max(ms):.2f} ms; unpack median {statistics.median(unpack):.2f} "
               f"ms; first read of the bytes median {statistics.median(touch):.2f} ms; "
               f"{mb:.1f} MB a batch")
-    helper_transforms(root, a.batch, min(a.images, 400))
-    helper_hand_over(root, a)
+    helpers = {"float": train, "uint8": _uint8_crops(train, 224)}
+    helper_transforms(helpers, a.batch, min(a.images, 400))
+    helper_hand_over(helpers, a)
 
 
-def helper_transforms(root: Path, batch: int, n: int) -> None:
-    """ms an image of the helpers' transform, float against uint8, and a batch's MB."""
+def helper_transforms(helpers: dict, batch: int, n: int) -> None:
+    """ms an image of the helpers' transform (`helpers`: the float and the uint8 training
+    split), and a batch's MB."""
     import torch
 
-    from wattlife.workloads.image import _dataset, _uint8_crops
-
     torch.set_num_threads(1)  # as in a DataLoader worker
-    for name, uint8 in (("helpers' crops as float (decode: cpu)", False),
-                        ("helpers' crops as uint8 (decode: gpu)", True)):
-        ds = _dataset(root, True, 224)
-        ds = _uint8_crops(ds, 224) if uint8 else ds
+    for name, kind in (("helpers' crops as float (decode: cpu)", "float"),
+                       ("helpers' crops as uint8 (decode: gpu)", "uint8")):
+        ds = helpers[kind]
         t = time.perf_counter()
         x = [ds[i][0] for i in range(n)]
         per = (time.perf_counter() - t) / n * 1e3
@@ -111,19 +111,18 @@ def helper_transforms(root: Path, batch: int, n: int) -> None:
               f"{x[0].element_size() * x[0].numel() * batch / 1e6:.1f} MB a batch of {batch}")
 
 
-def helper_hand_over(root: Path, a: argparse.Namespace) -> None:
+def helper_hand_over(helpers: dict, a: argparse.Namespace) -> None:
     """The helpers' hand-over, float against uint8: ms a next() of a full queue of transformed
     batches, then ms to copy each received batch as the loaders' pin-memory thread does (its first
     touch of the shared memory; `pin_memory()` where CUDA is available, else `clone()`)."""
     import torch
 
-    from wattlife.workloads.image import _collate, _dataset, _uint8_crops
+    from wattlife.workloads.image import _collate
 
     pin = torch.cuda.is_available()
-    for name, uint8 in (("helpers' float batches", False), ("helpers' uint8 batches", True)):
-        ds = _dataset(root, True, 224)
-        ds = _uint8_crops(ds, 224) if uint8 else ds
-        got = receive_ms(ds, _collate, a.batch, a.readers, a.batches, a.fill_s)
+    for kind in ("float", "uint8"):
+        name = f"helpers' {kind} batches"
+        got = receive_ms(helpers[kind], _collate, a.batch, a.readers, a.batches, a.fill_s)
         copy = []
         for _, (x, _, _) in got:
             t = time.perf_counter()
@@ -133,6 +132,7 @@ def helper_hand_over(root: Path, a: argparse.Namespace) -> None:
         print(f"{name:38s} next(): median {statistics.median(ms):6.2f} ms, range "
               f"{min(ms):.2f}-{max(ms):.2f} ms; {'pin_memory()' if pin else 'clone()'} median "
               f"{statistics.median(copy):.2f} ms, range {min(copy):.2f}-{max(copy):.2f} ms")
+
 
 if __name__ == "__main__":
     main()
