@@ -4,7 +4,8 @@
 # library versions, runs the GPU-marked tests of TESTS (pytest files, optional; their output in
 # $OUT/tests.log; a failure stops the call before the benchmark), with HOST_PROBE=1
 # benchmarks/raw_batch_transfer.py (the CPU side alone: a raw batch's hand-over, the helpers'
-# transform's ms an image; $OUT/host_probe.log, at most 60 s), then the benchmark's CELLS in
+# transform's ms an image, their batches' hand-over and pin-memory copy; $OUT/host_probe.log, at
+# most 60 s), then the benchmark's CELLS in
 # REPEATS rounds under BUDGET seconds, and copies its tables, run.log and every cell's raw files
 # (gpu-decode.tgz) to $OUT. The results folders' run.sh set these, e.g.
 #   CELLS=cpu,gpu-graphs REPEATS=2 BUDGET=420 TESTS=tests/test_cuda_graphs.py \

@@ -2,7 +2,6 @@
 path's transform against the CPU path's for the same random draws, the pipeline's epochs and
 shutdown, the fallback where no GPU decoder is usable, and the config key."""
 
-import json
 import sys
 import time
 
@@ -10,9 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import gone, train_tiny_image_cell
-from wattlife.config import ConfigError, settings, validate_config, workload_spec
-from wattlife.workloads import train_cell
-from wattlife.workloads.datagen import make_image_tree
+from wattlife.config import ConfigError, validate_config, workload_spec
 from wattlife.workloads.gpu_augment import augment, augment_batch
 from wattlife.workloads.gpu_decode import (
     GpuDecodeLoader,
@@ -141,8 +138,8 @@ def test_the_pipeline_trains_each_image_once_per_epoch_and_ends_its_workers(tree
     assert labels.count(0) <= 3 * drawn and labels.count(1) <= 4 * drawn
     assert len(pids) == 2 and all(gone(p) for p in pids)
     assert not any(t.is_alive() for t in loader._threads)
-    # each side's stages, a mean over its delivered batches (the GPU side's decode here is PIL's)
-    # (a side appears once it delivered two batches; which side is faster here is not fixed)
+    # each side's stages (the GPU side's decode here is PIL's); a side appears once it delivered
+    # two batches, and which side is faster here is not fixed
     stages = loader.stage_ms()
     want = {"gpu": {"receive", "decode", "augment", "queue"}, "cpu": {"receive", "queue"}}
     assert stages and all(want[side] <= set(got) for side, got in stages.items())
@@ -171,6 +168,7 @@ def test_uint8_helpers_give_the_cpu_paths_normalised_crops(tree):
         crop, label8 = ds8[i]
         assert crop.dtype == torch.uint8 and label8 == label
         torch.testing.assert_close(normalise(crop.float()), want, rtol=0, atol=1e-5)
+
     def after_a_helper(datas, boxes, stream):  # the GPU side waits for a helper's batch
         deadline = time.monotonic() + 120
         while loader.decoded["cpu"] < 1 and time.monotonic() < deadline:
@@ -272,17 +270,10 @@ class _PilDecode:
 def test_the_workloads_gpu_path_trains_and_records_both_sides(tmp_path, monkeypatch):
     from wattlife.workloads import gpu_decode, image
 
-    make_image_tree(tmp_path / "shared" / "imgs", n_classes=2, train_per_class=4,
-                    val_per_class=1, size=24)
     monkeypatch.setattr(image, "choose_decode", lambda name, requested, device: ("gpu", None))
     monkeypatch.setattr(gpu_decode, "NvDecode", _PilDecode)
-    w = {"kind": "image_classification", "dataset": "imgs", "model": "resnet18", "device": "cpu",
-         "precision": "fp32", "image_size": 16, "batch_size": 2, "steps": 6, "workers": 2,
-         "lr": 0.05, "decode": "gpu", "val_every": 3, "val_steps": 1}
-    cfg = {"storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
-           "workloads": {"r": w}}
-    assert train_cell(settings(cfg), "r", "shared", False, tmp_path / "work") == 0
-    s = json.loads((tmp_path / "work" / "summary.json").read_text())
+    s = train_tiny_image_cell(tmp_path, batch_size=2, steps=6, workers=2, decode="gpu",
+                              val_every=3, val_steps=1)
     assert (s["decode"], s["decode_fallback"], s["steps"], s["skipped_items"]) == ("gpu", None,
                                                                                   6, 0)
     assert sum(s["decode_batches"].values()) >= 6 and s["epochs_started"] >= 2

@@ -3,23 +3,34 @@ the byte-level BPE while the others wait at a barrier, every rank enters that ba
 cache held, the file appears in one rename, and a rank that does not share rank 0's folder trains
 the same tokenizer itself."""
 
+import pytest
+
 from wattlife.workloads import lm_data
 from wattlife.workloads.datagen import make_text_corpus
 from wattlife.workloads.dist import Dist
 
+REAL_TRAIN = lm_data._train_bpe
 
-def test_rank_0_trains_the_tokenizer_and_the_others_load_its_file(tmp_path, monkeypatch):
+
+@pytest.fixture
+def trained(monkeypatch) -> list:
+    """The paths `_train_bpe` trained a tokenizer into (it still trains)."""
+    paths: list = []
+    monkeypatch.setattr(lm_data, "_train_bpe",
+                        lambda f, v, p: (paths.append(p), REAL_TRAIN(f, v, p))[1])
+    return paths
+
+
+def test_rank_0_trains_the_tokenizer_and_the_others_load_its_file(tmp_path, monkeypatch,
+                                                                  trained):
     make_text_corpus(tmp_path / "text", n_words=3_000)
     train, cache = tmp_path / "text" / "train.txt", tmp_path / "tok"
-    real = lm_data._train_bpe
-    trained, barriers = [], []
-    monkeypatch.setattr(lm_data, "_train_bpe",
-                        lambda f, v, p: (trained.append(p), real(f, v, p))[1])
+    barriers = []
 
     def rank_0_meanwhile(d):  # rank 0 trains and saves while rank 1 waits here
         barriers.append(d.rank)
         if d.rank == 1:
-            real(train, 300, cache / "tokenizer.json")
+            REAL_TRAIN(train, 300, cache / "tokenizer.json")
 
     monkeypatch.setattr(lm_data, "barrier", rank_0_meanwhile)
     tok1 = lm_data.load_tokenizer(None, train, 300, cache, Dist(1, 1, 2))
@@ -36,12 +47,9 @@ def test_rank_0_trains_the_tokenizer_and_the_others_load_its_file(tmp_path, monk
     assert [p.name for p in other.iterdir()] == ["tokenizer.json"]  # no temporary file left
 
 
-def test_a_single_process_trains_once_and_then_reads_its_cache(tmp_path, monkeypatch):
+def test_a_single_process_trains_once_and_then_reads_its_cache(tmp_path, trained):
     make_text_corpus(tmp_path / "text", n_words=3_000)
     train, cache = tmp_path / "text" / "train.txt", tmp_path / "tok"
-    real, trained = lm_data._train_bpe, []
-    monkeypatch.setattr(lm_data, "_train_bpe",
-                        lambda f, v, p: (trained.append(p), real(f, v, p))[1])
     first = lm_data.load_tokenizer(None, train, 300, cache)
     second = lm_data.load_tokenizer(None, train, 300, cache)
     assert trained == [cache / "tokenizer.json"] and first.get_vocab() == second.get_vocab()
