@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 import torchvision
-from h200_gpu_decode import make_tree
+from jpeg_tree import make_tree
 from outdir import out_dir
 
 import wattlife.workloads.gpu_decode as gd

@@ -6,8 +6,12 @@
 # benchmarks/raw_batch_transfer.py (the CPU side alone: a raw batch's hand-over, the helpers'
 # transform's ms an image, their batches' hand-over and pin-memory copy; $OUT/host_probe.log, at
 # most 60 s), then the benchmark's CELLS in
-# REPEATS rounds under BUDGET seconds, and copies its tables, run.log and every cell's raw files
-# (gpu-decode.tgz) to $OUT. The results folders' run.sh set these, e.g.
+# REPEATS rounds (with CONFIRM=K: screening rounds, then K rounds of the best `gpu` cell beside
+# CONFIRM_WITH) under BUDGET seconds (the benchmark starts no cell that would end later than 15 s
+# before it: --budget-s; `timeout` stops it at BUDGET; with DEADLINE=S instead, BUDGET is what is
+# left of S seconds from this script's start, minus 10 for the copies), and copies its tables,
+# run.log and every cell's raw files (gpu-decode.tgz) to $OUT. The results folders' run.sh set
+# these, e.g.
 #   CELLS=cpu,gpu-graphs REPEATS=2 BUDGET=420 TESTS=tests/test_cuda_graphs.py \
 #     bash benchmarks/h200_gpu_decode.sh
 set -o pipefail
@@ -28,8 +32,11 @@ if [ "${HOST_PROBE:-0}" = 1 ]; then  # the host's CPU side alone: hand-over, hel
     --batches 4 --fill-s 3 > "$OUT/host_probe.log" 2>&1
   echo "host probe rc=$?"; cat "$OUT/host_probe.log"
 fi
+[ -n "${DEADLINE:-}" ] && BUDGET=$((DEADLINE - SECONDS - 10))
+echo "benchmark budget ${BUDGET} s"
 timeout "$BUDGET" python3 benchmarks/h200_gpu_decode.py --out /tmp/gd --cells "$CELLS" \
-  --repeats "$REPEATS" > /tmp/gd.log 2>&1
+  --repeats "$REPEATS" --confirm "${CONFIRM:-0}" --confirm-with "${CONFIRM_WITH:-}" \
+  --budget-s $((BUDGET - 15)) > /tmp/gd.log 2>&1
 echo "rc=$?"
 cp /tmp/gd.log "$OUT/run.log"
 for f in gpu_decode.csv gpu_decode_summary.csv summary.json decoder_probe.json; do

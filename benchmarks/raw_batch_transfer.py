@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from h200_gpu_decode import make_tree
+from jpeg_tree import make_tree
 
 
 def receive_ms(raw, collate, batch: int, readers: int, batches: int,

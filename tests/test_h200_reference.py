@@ -327,7 +327,7 @@ def test_cuda_graph_decode_rates_are_what_the_committed_files_give(tmp_path):
     from wattlife.contracts import read_events
 
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from h200_gpu_decode import settings_summary, steady_busy
+    from gpu_decode_table import settings_summary, steady_busy
 
     base = H200 / "gpu-decode-graphs" / "call-1"
     with tarfile.open(base / "gpu-decode.tgz") as tar:
