@@ -73,6 +73,7 @@ TOKENS = {
     "ahead-6": (0, G + "g.AHEAD = 6; ", False),  # 6 decoded batches queued for the step, not 3
     "bytes": (0, G + "g.PACK = False; ", False),  # raw batches as pickled bytes, not packed
     "threads-4": (0, G + "g.DECODER_THREADS = 4; ", False),  # nvImageCodec's CPU threads
+    "nice": (0, G + "g.HELPERS_NICE = 5; ", False),  # the PIL helpers at niceness +5
     # the helpers' batches as float from their workers (before gpu_decode.HELPERS_UINT8)
     "float-helpers": (0, G + "g.HELPERS_UINT8 = False; ", False),
 }
@@ -220,6 +221,29 @@ def run_round(call: Call, names: list[str], round_no: int, stage: str,
     return [{**r, "stage": stage} for r in rows], synthetic
 
 
+def ladder(call: Call, rows: list[dict], synthetic: dict[bool, float | None]) -> list[dict]:
+    """`--ladder`: after the screening rounds, each step runs the `gpu` cell of the highest share
+    so far (`select_best` over every screening row) with the step's settings added, in the last
+    screening round (its synthetic rates; one measured now where a step needs another kind): a
+    greedy search, n = 1 a step. Stops where the budget does."""
+    added: list[dict] = []
+    for step in [s for s in call.a.ladder.split(",") if s]:
+        choice = select_best(pd.DataFrame(rows + added))
+        if choice is None:
+            break
+        name = f"{choice['setting']}-{step}"
+        graphs = cell_settings(name)[3]
+        if synthetic.get(graphs) is None and not DRY:
+            key = f"synthetic-r{call.a.repeats}" if call.multi else "synthetic"
+            synthetic[graphs] = synthetic_rate(call, key + ("-graphs" if graphs else ""), graphs)
+        new = run_cells(call, [name], synthetic, call.a.repeats)
+        if not new:
+            break
+        added += [{**r, "stage": "screen", "ladder_step": step} for r in new]
+        pd.DataFrame(rows + added).to_csv(call.out / "gpu_decode.csv", index=False)
+    return added
+
+
 def confirm_reserve(a: argparse.Namespace) -> dict[str, int]:
     """The runs the `--confirm` rounds take at most, by kind, before the screening has chosen
     their `gpu` cell: it, the `--confirm-with` cells, and the synthetic rates they need (with
@@ -227,8 +251,10 @@ def confirm_reserve(a: argparse.Namespace) -> dict[str, int]:
     with_ = [c for c in a.confirm_with.split(",") if c]
     runs = Counter(cell_settings(n)[0] for n in with_ + ["gpu"])
     kinds = {cell_settings(n)[3] for n in with_}
-    synthetic = max((len(kinds | {cell_settings(n)[3]}) for n in a.cells.split(",")
-                     if n.startswith("gpu")), default=0)
+    chosen = {cell_settings(n)[3] for n in a.cells.split(",") if n.startswith("gpu")}
+    if any(cell_settings(f"gpu-{s}")[3] for s in a.ladder.split(",") if s):
+        chosen.add(True)  # a ladder step adds graphs
+    synthetic = max((len(kinds | {k}) for k in chosen), default=0)
     return {k: a.confirm * v for k, v in (*runs.items(), ("synthetic", synthetic))}
 
 
@@ -311,6 +337,11 @@ def parse_args() -> argparse.Namespace:
                          "of the gpu cell that screened best (highest mean share of synthetic) "
                          "and --confirm-with; the summary's intervals are then over these "
                          "rounds only (default 0: none)")
+    ap.add_argument("--ladder", default="",
+                    help="screening steps after the --repeats rounds, comma-separated settings "
+                         "(each one or more of the cell settings joined by -, e.g. "
+                         "priority-in-flight,batched,nice): each runs the gpu cell of the "
+                         "highest share so far with the step added (default: none)")
     ap.add_argument("--confirm-with", default="",
                     help="cells run beside the selected one in each confirming round, "
                          "comma-separated, e.g. cpu (default: none)")
@@ -320,7 +351,8 @@ def parse_args() -> argparse.Namespace:
                          "with room kept for the --confirm rounds) is not started, and the "
                          "tables are written (default 0: no limit)")
     a = ap.parse_args()
-    for name in a.cells.split(",") + [c for c in a.confirm_with.split(",") if c]:
+    steps = [f"gpu-{s}" for s in a.ladder.split(",") if s]
+    for name in a.cells.split(",") + [c for c in a.confirm_with.split(",") if c] + steps:
         try:  # a misspelt cell stops here, before any GPU work
             cell_settings(name)
         except ValueError as exc:
@@ -339,11 +371,14 @@ def main() -> None:
         call.reserve = confirm_reserve(a)
     rows: list[dict] = []
     for round_no in range(1, a.repeats + 1):
-        rows += run_round(call, a.cells.split(","), round_no,
-                          "screen" if a.confirm else "round")[0]
+        new, synthetic = run_round(call, a.cells.split(","), round_no,
+                                   "screen" if a.confirm or a.ladder else "round")
+        rows += new
         pd.DataFrame(rows).to_csv(call.out / "gpu_decode.csv", index=False)
         if "stopped" in call.res:
             break
+    if a.ladder and "stopped" not in call.res:
+        rows += ladder(call, rows, synthetic)
     confirmed = confirm_rounds(call, rows) if a.confirm else []
     report(call, rows + confirmed, confirmed)
 

@@ -6,8 +6,8 @@
 # benchmarks/raw_batch_transfer.py (the CPU side alone: a raw batch's hand-over, the helpers'
 # transform's ms an image, their batches' hand-over and pin-memory copy; $OUT/host_probe.log, at
 # most 60 s), then the benchmark's CELLS in
-# REPEATS rounds (with CONFIRM=K: screening rounds, then K rounds of the best `gpu` cell beside
-# CONFIRM_WITH) under BUDGET seconds (the benchmark starts no cell that would end later than 15 s
+# REPEATS rounds (with LADDER=steps: then each step added to the best `gpu` cell so far; with
+# CONFIRM=K: then K rounds of the best `gpu` cell beside CONFIRM_WITH) under BUDGET seconds (the benchmark starts no cell that would end later than 15 s
 # before it: --budget-s; `timeout` stops it at BUDGET; with DEADLINE=S instead, BUDGET is what is
 # left of S seconds from this script's start, minus 10 for the copies), and copies its tables,
 # run.log and every cell's raw files (gpu-decode.tgz) to $OUT. The results folders' run.sh set
@@ -35,7 +35,8 @@ fi
 [ -n "${DEADLINE:-}" ] && BUDGET=$((DEADLINE - SECONDS - 10))
 echo "benchmark budget ${BUDGET} s"
 timeout "$BUDGET" python3 benchmarks/h200_gpu_decode.py --out /tmp/gd --cells "$CELLS" \
-  --repeats "$REPEATS" --confirm "${CONFIRM:-0}" --confirm-with "${CONFIRM_WITH:-}" \
+  --repeats "$REPEATS" --ladder "${LADDER:-}" --confirm "${CONFIRM:-0}" \
+  --confirm-with "${CONFIRM_WITH:-}" \
   --budget-s $((BUDGET - 15)) > /tmp/gd.log 2>&1
 echo "rc=$?"
 cp /tmp/gd.log "$OUT/run.log"

@@ -137,7 +137,8 @@ def test_screening_keeps_room_for_the_confirming_rounds(monkeypatch, tmp_path):
     import h200_gpu_decode as bench
 
     a = bench.argparse.Namespace(work=str(tmp_path), repeats=1, confirm=2, budget_s=150.0,
-                                 cells="cpu,gpu-graphs,gpu-graphs-batched", confirm_with="")
+                                 cells="cpu,gpu-graphs,gpu-graphs-batched", confirm_with="",
+                                 ladder="")
     call = bench.Call(a, tmp_path)
     call.t0 -= 100  # 100 s used
     call.longest = {"gpu": 20.0, "cpu": 40.0, "synthetic": 5.0}
@@ -159,7 +160,7 @@ def test_a_cell_kind_not_run_yet_is_estimated_as_the_longest_cell_and_reserves_c
     import h200_gpu_decode as bench
 
     a = bench.argparse.Namespace(work="/nonexistent", repeats=1, confirm=3, budget_s=0.0,
-                                 cells="cpu,gpu,gpu-graphs", confirm_with="cpu")
+                                 cells="cpu,gpu,gpu-graphs", confirm_with="cpu", ladder="")
     call = bench.Call(a, tmp_path)
     assert call.estimate("gpu") == 0.0  # nothing run yet
     call.longest = {"cpu": 40.0, "synthetic": 25.0}
@@ -168,3 +169,23 @@ def test_a_cell_kind_not_run_yet_is_estimated_as_the_longest_cell_and_reserves_c
     assert bench.confirm_reserve(a) == {"cpu": 3, "gpu": 3, "synthetic": 6}
     a.cells = "cpu,gpu"  # no graph candidate: the eager rate serves both
     assert bench.confirm_reserve(a) == {"cpu": 3, "gpu": 3, "synthetic": 3}
+    a.ladder = "batched,graphs"  # unless a ladder step adds graphs
+    assert bench.confirm_reserve(a)["synthetic"] == 6
+
+
+def test_the_ladder_adds_each_step_to_the_best_cell_so_far(monkeypatch, tmp_path):
+    rates = {"cpu": [200], "gpu": [300], "gpu-priority": [320], "gpu-priority-batched": [310],
+             "gpu-priority-nice": [340, 330, 350]}
+    table, summary, res = _fake_call(
+        monkeypatch, tmp_path, rates, ["--cells", "cpu,gpu", "--ladder", "priority,batched,nice",
+                                       "--confirm", "2"])
+    screen = table[table["stage"] == "screen"]
+    # batched did not beat gpu-priority, so nice was added to gpu-priority
+    assert list(screen["setting"]) == ["cpu", "gpu", "gpu-priority", "gpu-priority-batched",
+                                       "gpu-priority-nice"]
+    assert (screen["repeat"] == 1).all() and screen["cell"].str.endswith("-r1").all()
+    assert list(screen["ladder_step"].fillna("")) == ["", "", "priority", "batched", "nice"]
+    assert res["selection"]["setting"] == "gpu-priority-nice"
+    assert list(table.loc[table["stage"] == "confirm", "cell"]) == [
+        "gpu-priority-nice-r2", "gpu-priority-nice-r3"]
+    assert summary.set_index("setting").loc["gpu-priority-nice", "n"] == 2

@@ -378,3 +378,44 @@ def test_the_loader_on_a_gpu_gives_normalised_batches_from_both_sides(tree, monk
         assert x.is_cuda and y.is_cuda and x.shape == (2, 3, 32, 32) and s == 0
         assert x.is_contiguous(memory_format=torch.channels_last)
         assert -2.2 < float(x.min()) and float(x.max()) < 2.7 and set(y.tolist()) <= {0, 1}
+
+
+def test_nice_helpers_start_with_their_niceness_raised(tree, monkeypatch):
+    """`HELPERS_NICE`: the CPU helpers' DataLoader starts each worker with `lower_priority`,
+    which raises that process's niceness (checked in a real child process) and not the
+    parent's; 0 (the default) leaves the workers as they are."""
+    import functools
+    import multiprocessing
+    import os
+
+    import torch
+
+    from wattlife.workloads import gpu_decode
+
+    def built() -> GpuDecodeLoader:
+        return GpuDecodeLoader(_dataset(tree, True, 16), 2, 16, torch.device("cpu"),
+                               collate=_collate, readers=1, helpers=1, decode=_pil_decode)
+
+    assert dict(built().loaders)["cpu"].worker_init_fn is None  # not started: nothing to close
+    monkeypatch.setattr(gpu_decode, "HELPERS_NICE", 3)
+    init = dict(built().loaders)["cpu"].worker_init_fn
+    assert isinstance(init, functools.partial) and init.func is gpu_decode.lower_priority
+    ctx = multiprocessing.get_context("fork")
+    got = ctx.Queue()
+    child = ctx.Process(target=_niceness_after, args=(init, got))
+    child.start()
+    try:
+        assert got.get(timeout=60) == min(19, os.nice(0) + 3)
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+            child.join()
+    assert child.exitcode == 0
+
+
+def _niceness_after(init, got) -> None:
+    import os
+
+    init(0)
+    got.put(os.nice(0))

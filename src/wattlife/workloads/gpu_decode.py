@@ -22,6 +22,8 @@ and the workload falls back to the CPU path (workloads/image.py logs and records
 from __future__ import annotations
 
 import collections
+import functools
+import os
 import queue
 import sys
 import threading
@@ -47,6 +49,9 @@ DECODER_THREADS = 0
 # the CPU helpers hand over uint8 crops (normalised on the GPU, copied on a stream of their own)
 # where the loader is given such a dataset; False: the CPU path's float batches, normalised there
 HELPERS_UINT8 = True
+# the CPU helpers' niceness raised by this much (0: as the training process's), so that where
+# they share the cores the decode thread, nvImageCodec's threads and the training thread win them
+HELPERS_NICE = 0
 INSTALL_HINT = "pip install 'wattlife[gpu-decode]' (nvidia-nvimgcodec-cu13, nvidia-nvjpeg)"
 
 
@@ -83,6 +88,12 @@ def split_workers(workers: int) -> tuple[int, int]:
     helpers decoding with PIL): a third read (1 to 4), the rest help; 0: read in the thread."""
     readers = min(4, max(1, workers // 3)) if workers else 0
     return readers, workers - readers
+
+
+def lower_priority(nice: int, worker_id: int = 0) -> None:
+    """A helper worker's start (DataLoader's `worker_init_fn`): its niceness raised by `nice`
+    (a process setting of the worker alone; the GPU's settings are not touched)."""
+    os.nice(nice)
 
 
 def _decoder(device: Any) -> Any:
@@ -206,7 +217,9 @@ class GpuDecodeLoader:
             uint8 = HELPERS_UINT8 and helper_dataset is not None
             self.loaders.append(("cpu", DataLoader(
                 helper_dataset if uint8 else dataset, batch_sampler=self.claims,
-                num_workers=helpers, collate_fn=collate, pin_memory=cuda, prefetch_factor=2)))
+                num_workers=helpers, collate_fn=collate, pin_memory=cuda, prefetch_factor=2,
+                worker_init_fn=functools.partial(lower_priority, HELPERS_NICE)
+                if HELPERS_NICE else None)))
         self._q: queue.Queue[Any] = queue.Queue(maxsize=AHEAD if ahead is None else ahead)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
