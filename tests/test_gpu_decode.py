@@ -338,7 +338,8 @@ def test_nvimagecodec_decodes_on_the_gpu_as_pil_does(tree):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("settings", [{}, {"PRIORITY": -5, "IN_FLIGHT": 2, "BATCHED": True,
-                                           "DECODER_THREADS": 2, "PACK": False}])
+                                           "DECODER_THREADS": 2, "PACK": False,
+                                           "HELPERS_NICE": 5}])
 def test_the_loader_on_a_gpu_gives_normalised_batches_from_both_sides(tree, monkeypatch,
                                                                       settings):
     """On a CUDA GPU with nvImageCodec: the loader (1 reader, 1 uint8 helper) under its default
