@@ -81,6 +81,11 @@ CELLS = ("cpu", "gpu", "gpu-per-image", "gpu-full-image", "gpu-no-helpers", "gpu
          "gpu-more-helpers", "cpu-graphs", "gpu-graphs", "gpu-no-helpers-graphs")  # the default
 
 
+def listed(names: str) -> list[str]:
+    """A comma-separated option's names (none for an empty string)."""
+    return [n for n in names.split(",") if n]
+
+
 def cell_settings(name: str) -> tuple[str, int, str, bool]:
     """(decode, workers added, prelude, cuda_graphs) of cell `name`: `cpu` or `gpu`, then
     `TOKENS` joined by `-` in any order (e.g. `gpu-graphs-priority-in-flight`)."""
@@ -227,7 +232,7 @@ def ladder(call: Call, rows: list[dict], synthetic: dict[bool, float | None]) ->
     screening round (its synthetic rates; one measured now where a step needs another kind): a
     greedy search, n = 1 a step. Stops where the budget does."""
     added: list[dict] = []
-    for step in [s for s in call.a.ladder.split(",") if s]:
+    for step in listed(call.a.ladder):
         choice = select_best(pd.DataFrame(rows + added))
         if choice is None:
             break
@@ -248,11 +253,11 @@ def confirm_reserve(a: argparse.Namespace) -> dict[str, int]:
     """The runs the `--confirm` rounds take at most, by kind, before the screening has chosen
     their `gpu` cell: it, the `--confirm-with` cells, and the synthetic rates they need (with
     the chosen cell's kind, eager or graphs, the one that adds most)."""
-    with_ = [c for c in a.confirm_with.split(",") if c]
+    with_ = listed(a.confirm_with)
     runs = Counter(cell_settings(n)[0] for n in with_ + ["gpu"])
     kinds = {cell_settings(n)[3] for n in with_}
-    chosen = {cell_settings(n)[3] for n in a.cells.split(",") if n.startswith("gpu")}
-    if any(cell_settings(f"gpu-{s}")[3] for s in a.ladder.split(",") if s):
+    chosen = {cell_settings(n)[3] for n in listed(a.cells) if n.startswith("gpu")}
+    if any(cell_settings(f"gpu-{s}")[3] for s in listed(a.ladder)):
         chosen.add(True)  # a ladder step adds graphs
     synthetic = max((len(kinds | {k}) for k in chosen), default=0)
     return {k: a.confirm * v for k, v in (*runs.items(), ("synthetic", synthetic))}
@@ -270,7 +275,7 @@ def confirm_rounds(call: Call, screen: list[dict]) -> list[dict]:
         return []
     print(f"confirm: {choice['setting']} ({choice['basis']} {choice['value']:.4g} in screening; "
           f"all: {json.dumps(choice['by_setting'])})", flush=True)
-    names = [choice["setting"]] + [c for c in call.a.confirm_with.split(",") if c]
+    names = [choice["setting"]] + listed(call.a.confirm_with)
     runs = Counter(cell_settings(n)[0] for n in names)
     synthetic = len({cell_settings(n)[3] for n in names})  # eager and/or with graphs
     rows: list[dict] = []
@@ -351,8 +356,10 @@ def parse_args() -> argparse.Namespace:
                          "with room kept for the --confirm rounds) is not started, and the "
                          "tables are written (default 0: no limit)")
     a = ap.parse_args()
-    steps = [f"gpu-{s}" for s in a.ladder.split(",") if s]
-    for name in a.cells.split(",") + [c for c in a.confirm_with.split(",") if c] + steps:
+    if not listed(a.cells):
+        ap.error("--cells: at least one cell, e.g. cpu,gpu-graphs")
+    steps = [f"gpu-{s}" for s in listed(a.ladder)]
+    for name in listed(a.cells) + listed(a.confirm_with) + steps:
         try:  # a misspelt cell stops here, before any GPU work
             cell_settings(name)
         except ValueError as exc:
@@ -371,7 +378,7 @@ def main() -> None:
         call.reserve = confirm_reserve(a)
     rows: list[dict] = []
     for round_no in range(1, a.repeats + 1):
-        new, synthetic = run_round(call, a.cells.split(","), round_no,
+        new, synthetic = run_round(call, listed(a.cells), round_no,
                                    "screen" if a.confirm or a.ladder else "round")
         rows += new
         pd.DataFrame(rows).to_csv(call.out / "gpu_decode.csv", index=False)
