@@ -358,12 +358,14 @@ def parse_args() -> argparse.Namespace:
     a = ap.parse_args()
     if not listed(a.cells):
         ap.error("--cells: at least one cell, e.g. cpu,gpu-graphs")
-    steps = [f"gpu-{s}" for s in listed(a.ladder)]
-    for name in listed(a.cells) + listed(a.confirm_with) + steps:
+    named = [("--cells", n, n) for n in listed(a.cells)] \
+        + [("--confirm-with", n, n) for n in listed(a.confirm_with)] \
+        + [("--ladder", s, f"gpu-{s}") for s in listed(a.ladder)]
+    for option, given, name in named:
         try:  # a misspelt cell stops here, before any GPU work
             cell_settings(name)
         except ValueError as exc:
-            ap.error(str(exc))
+            ap.error(f"{option} {given!r}: {exc}")
     return a
 
 
