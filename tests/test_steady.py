@@ -153,6 +153,7 @@ def test_a_compiled_runs_fixed_length_counts_from_the_end_of_its_compiling_step(
 
     monkeypatch.setattr(tl.time, "monotonic", lambda: clock["t"])
     summary = SimpleNamespace(restart_clock=lambda: None, add_step=lambda items: None,
+                              stop_clock=lambda: None,
                               end_pause=lambda: None, val_acc=None, checkpoints=[])
     for after, want in ((True, 11), (False, 1)):
         clock.update(t=0.0, steps=0)
@@ -162,3 +163,32 @@ def test_a_compiled_runs_fixed_length_counts_from_the_end_of_its_compiling_step(
             batches=SimpleNamespace(epoch=0), items_per_step=1.0, summary=summary,
             dist=SimpleNamespace(rank=0, world=1), device="cpu")
         assert got.steps == want
+
+
+def test_the_wall_basis_ends_with_the_training_loop(monkeypatch, tmp_path):
+    """`throughput_wall` spans the loop only: what follows it (a loader's shut-down, the final
+    synchronisation, writing the summary) is not training time. Clock faked: 4 steps of 1 s,
+    then 100 s after the loop."""
+    from types import SimpleNamespace
+
+    from wattlife.workloads import summary as summary_mod
+    from wattlife.workloads import training_loop as tl
+
+    now = {"t": 0.0}
+    monkeypatch.setattr(summary_mod, "time", SimpleNamespace(perf_counter=lambda: now["t"]))
+    summary = summary_mod.Summary(tmp_path, SimpleNamespace(rank=0, world=1))
+
+    def train_step():
+        now["t"] += 1.0
+        return 8.0, None
+
+    tl.run_training_loop(
+        train_step, model=SimpleNamespace(train=lambda: None), schedule=tl.Schedule(steps=4),
+        batches=SimpleNamespace(epoch=0), items_per_step=8.0, summary=summary,
+        dist=SimpleNamespace(rank=0, world=1), device="cpu")
+    now["t"] += 100.0  # e.g. the GPU decode loader's shut-down
+    assert summary.throughput_wall() == pytest.approx(32 / 4)
+    summary.restart_clock()  # a new loop runs the clock again
+    now["t"] += 2.0
+    summary.add_step(8.0)
+    assert summary.throughput_wall() == pytest.approx(5 * 8 / 2)

@@ -29,6 +29,7 @@ class Summary:
         self.dataset_bytes: int | None = None
         self.train_items: int | None = None  # items in one epoch of the training split
         self._t = self._loop_t0 = time.perf_counter()
+        self._loop_t1: float | None = None  # the loop's end (stop_clock); None: still running
 
     def add_step(self, items: float) -> None:
         now = time.perf_counter()
@@ -39,6 +40,13 @@ class Summary:
     def restart_clock(self) -> None:
         """Start of the training loop (and of the `wall` throughput)."""
         self._t = self._loop_t0 = time.perf_counter()
+        self._loop_t1 = None
+
+    def stop_clock(self) -> None:
+        """End of the training loop (its last checkpoint written): the `wall` throughput's span
+        ends here, so what follows (a loader's shut-down, the final synchronisation, writing
+        the summary) is not counted as training time."""
+        self._loop_t1 = time.perf_counter()
 
     def end_pause(self) -> None:
         """After a validation or checkpoint: the next step's time starts now, so per-step
@@ -69,8 +77,10 @@ class Summary:
 
     def throughput_wall(self) -> float | None:
         """Basis `wall`: all items over the training loop's wall time, evaluation and checkpoint
-        pauses (and warm-up steps) included."""
-        dt = time.perf_counter() - self._loop_t0
+        pauses (and warm-up steps) included: from `restart_clock` to `stop_clock` (to now where
+        the loop has not stopped it)."""
+        end = self._loop_t1 if self._loop_t1 is not None else time.perf_counter()
+        dt = end - self._loop_t0
         return sum(self.items) * self.dist.world / dt if self.items and dt > 0 else None
 
     def write(self, unit: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -162,6 +162,7 @@ def run_training_loop(train_step: Callable[[], tuple[float, Any] | None], *, mod
             _checkpoint_pause(summary, checkpointer, done)
     if checkpointer is not None:
         checkpointer.finish()  # the run never ends before its last checkpoint is written
+    summary.stop_clock()  # the wall basis ends with the loop
     bar.close()
     return LoopResult(steps=done, epochs_started=batches.epoch + 1, last_loss=last_loss)
 
