@@ -137,6 +137,14 @@ def test_production_mix_samples_pretraining_at_hu_et_al_share():
     assert share == pytest.approx(PRODUCTION_MIXES["production"]["pretrain"], abs=0.003)
     with pytest.raises(ValueError, match="production"):
         sample_workloads(lib, 2, 2, "productoin", np.random.default_rng(0))
+    # a mix naming a category or task no job has lists those there are, as plain names
+    with pytest.raises(ValueError, match=r"names category \['foo'\] that no job has \(have "
+                                         r"dense, moe_ft, moe_pt\)"):
+        sample_workloads(lib, 2, 2, "foo=1", np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"names task \['pt'\] .*\(have finetune, pretrain\)"):
+        sample_workloads(lib, 2, 2, "task:pt=1", np.random.default_rng(0))
+    with pytest.raises(ValueError, match="category weights like 'dense=0.5"):
+        sample_workloads(lib, 2, 2, "dense:0.5", np.random.default_rng(0))
 
 
 def test_study_allocation_small(tmp_path):

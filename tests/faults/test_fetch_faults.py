@@ -55,6 +55,27 @@ def test_fetch_of_a_file_path_onto_a_directory_fails(tmp_path, capsys):
     assert "dl: is a directory and" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("how", ["path", "upload"])
+def test_a_destination_written_as_a_folder_is_one_even_before_it_exists(tmp_path, capsys, how):
+    """`out/` (trailing separator, no such folder yet) means a folder: refused with the file
+    path to give, as an existing folder is, never written as a file named `out`."""
+    (tmp_path / "src.bin").write_bytes(BODY)
+    dest = str(tmp_path / "out") + "/"
+    args = (["fetch", "--path", str(tmp_path / "src.bin"), "-o", dest] if how == "path" else
+            ["upload", str(tmp_path / "src.bin"), "--copy", dest])
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "out: is a directory and" in err and str(tmp_path / "out" / "src.bin") in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_url_fetch_to_a_path_written_as_a_folder_fails(tmp_path, server, capsys):
+    dest = str(tmp_path / "dl") + "/"
+    assert main(["fetch", "--url", server.url + "/a.bin", "-o", dest]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"{tmp_path / 'dl' / 'a.bin'}")
+    assert server.requests == [] and not (tmp_path / "dl").exists()
+
+
 def test_a_skipped_fetch_says_so(tmp_path, server, capsys):
     args = ["fetch", "--url", server.url + "/a.bin", "--sha256", SHA, "-o", str(tmp_path / "a")]
     assert main(args) == 0

@@ -202,7 +202,8 @@ def parse_mix(mix: str) -> tuple[str, dict[str, float]] | None:
             wanted[k.strip()] = float(v)
         except ValueError:
             raise ValueError(f"mix {mix!r}: expected 'random', one of {sorted(PRODUCTION_MIXES)}, "
-                             "or category weights like 'pretrain=0.3,finetune=0.7'") from None
+                             "category weights like 'dense=0.5,moe_pt=0.2,moe_ft=0.3' or task "
+                             "weights like 'task:pretrain=0.3,finetune=0.7'") from None
     return col, wanted
 
 
@@ -216,11 +217,11 @@ def sample_workloads(lib: JobLibrary, n: int, m: int, mix: str,
     else:
         col, wanted = spec
         labels = lib.task if col == "task" else lib.category
-        have = set(labels)
+        have = {str(x) for x in labels}  # numpy strings print as np.str_(...) otherwise
         unknown = {k for k, v in wanted.items() if v > 0} - have
         if unknown:
             raise ValueError(f"mix {mix!r} names {col} {sorted(unknown)} that no job has "
-                             f"(have {sorted(have)})")
+                             f"(have {', '.join(sorted(have))})")
         per = pd.Series(labels).value_counts()
         prob = np.array([wanted.get(c, 0.0) / per[c] for c in labels])
         if prob.sum() <= 0:

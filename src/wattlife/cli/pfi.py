@@ -127,8 +127,9 @@ def _add_allocate(sub: Any) -> None:
     al.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     al.add_argument("--mix", default="random",
                     help="'random' (default); 'production' (Hu et al. NSDI '24: 3.2%% pretraining "
-                         "jobs, the rest fine-tuning; also production-seren, 0.9%%); or category "
-                         "weights like 'pretrain=0.3,finetune=0.7'")
+                         "jobs, the rest fine-tuning; also production-seren, 0.9%%); category "
+                         "weights like 'dense=0.5,moe_pt=0.2,moe_ft=0.3'; or task weights like "
+                         "'task:pretrain=0.3,finetune=0.7'")
     al.add_argument("--objective", choices=["relative", "absolute"], default="relative",
                     help="throughput summed as each job's share of its uncapped throughput "
                          "(relative, default) or in the curves' units, e.g. tokens/s (absolute)")

@@ -66,18 +66,24 @@ def destination_lock(dest: Path) -> PathLock:
                          "retried") from exc
 
 
+def _folder(dest: str | Path) -> bool:
+    """Whether `dest` names a folder: one that exists, or a path written with a trailing
+    separator (`out/`: the user means a folder, though none exists yet)."""
+    return Path(dest).is_dir() or str(dest).endswith(("/", os.sep))
+
+
 def fetch_http(url: str, dest: str | Path, sha256: str | None = None, retries: int = 5,
                backoff_s: float = 0.5, force: bool = False, timeout_s: float = 60.0,
                progress: bool = True) -> dict[str, Any]:
     """Download `url` to `dest`; returns bytes transferred, seconds, attempts, resumed."""
-    dest = Path(dest)
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme not in ("http", "https"):
         raise FetchError(f"{url}: scheme {scheme + '://' if scheme else '(none)'} is not "
                          "supported; --url takes http:// or https:// (not retried)")
-    if dest.is_dir():
-        raise FetchError(f"{dest}: is a directory; give the file's path, e.g. "
-                         f"{dest / Path(url).name}")
+    if _folder(dest):
+        raise FetchError(f"{Path(dest)}: is a directory; give the file's path, e.g. "
+                         f"{Path(dest) / Path(url).name}")
+    dest = Path(dest)
     lock = destination_lock(dest)
     try:
         return _fetch_http(url, dest, sha256, retries, backoff_s, force, timeout_s, progress)
@@ -201,10 +207,11 @@ def fetch_path(src: str | Path, dest: str | Path, force: bool = False,
                progress: bool | None = None) -> dict[str, Any]:
     """Copy a file or folder from a local/shared path, into a temporary name, then rename (a
     progress bar on stderr when it is a terminal, or with `progress=True`)."""
+    folder = _folder(dest)
     src, dest = Path(src), Path(dest)
     if not src.exists():
         raise FetchError(f"{src}: no such file or folder")
-    if src.is_file() and dest.is_dir():
+    if src.is_file() and folder:
         raise FetchError(f"{dest}: is a directory and {src} a file; give the file's path, e.g. "
                          f"{dest / src.name}")
     lock = destination_lock(dest)
