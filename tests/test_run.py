@@ -8,7 +8,7 @@ import pytest
 
 from conftest import wait_rows
 from wattlife.attribution import attribute_files
-from wattlife.contracts import read_events, read_trace
+from wattlife.contracts import EVENTS_HEADER, PHASES_COLUMNS, read_events, read_table, read_trace
 
 WORK = ("import time\nfrom wattlife.markers import phase, step\n"
         "for i in range({n}):\n"
@@ -104,3 +104,29 @@ def test_wrapper_phases_cover_idle_startup_and_exit(tmp_path, env_path, children
     t = t.loc[t["device"] == "gpu0", "t_ns"]
     outside = (ib["start_ns"] - t.min()) + max(0, w0 - ib["end_ns"]) + (t.max() - w1)
     assert gpu.loc["unattributed", "time_s"] <= (outside + 0.1 * (w1 - w0)) / 1e9
+
+
+def test_an_unmarked_command_leaves_an_events_file_that_attribute_and_check_read(
+        tmp_path, env_path, children):
+    """A command with no markers still gets its events file (the header, no rows), fresh even
+    where a previous run's rows were: `wattlife attribute` and `wattlife check` then work on it
+    (its time `unattributed`, the GPU `idle`)."""
+    (tmp_path / "events.csv").write_text(EVENTS_HEADER + "old,h,0,forward,1,2,0,,0,0,host,0\n")
+    (tmp_path / "events.rank1.csv").write_text(EVENTS_HEADER)
+    out = _run(tmp_path, env_path, "import time; time.sleep(0.3)", children=children)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "events.csv").read_text() == EVENTS_HEADER  # the previous rows gone
+    assert not (tmp_path / "events.rank1.csv").exists()
+    wl = [sys.executable, "-m", "wattlife.cli"]
+    att = children.run([*wl, "attribute", "--trace", str(tmp_path / "trace.csv"), "--events",
+                        str(tmp_path / "events.csv"), "-o", str(tmp_path / "phases.csv")],
+                       env=env_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=120)
+    assert att.returncode == 0, att.stderr
+    phases = read_table(tmp_path / "phases.csv", PHASES_COLUMNS)
+    assert set(phases["phase"]) <= {"unattributed", "idle"}
+    assert {"cpu", "gpu"} == set(phases["device_kind"])
+    chk = children.run([*wl, "check", str(tmp_path)], env=env_path, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    assert chk.returncode == 0, chk.stdout + chk.stderr
+    assert "file.missing" not in chk.stdout

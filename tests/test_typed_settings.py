@@ -116,7 +116,7 @@ def test_a_sweeps_cap_reaches_the_simulated_gpu_typed():
 #: has it, so that a changed slice reruns its job; docs/ARCHITECTURE.md, "Configuration")
 EDGES = ("cli/", "config/", "jobs.py")
 #: calls that load or type a configuration
-CONFIG_READERS = {"load_config", "settings", "workload_spec", "hardware_profile"}
+CONFIG_READERS = {"load_config", "load_section", "settings", "workload_spec", "hardware_profile"}
 
 
 def _config_reads(path: Path) -> list[str]:
@@ -135,7 +135,8 @@ def _config_reads(path: Path) -> list[str]:
 
 def test_no_module_below_the_edges_loads_or_types_a_configuration():
     """Every module but the CLI, `config` and `jobs` receives typed settings: none calls
-    `load_config`, `settings`, `workload_spec`, `hardware_profile` or a settings `from_dict`."""
+    `load_config`, `load_section`, `settings`, `workload_spec`, `hardware_profile` or a settings
+    `from_dict`."""
     reads = [r for p in sorted(PKG.rglob("*.py"))
              if not p.relative_to(PKG).as_posix().startswith(EDGES) for r in _config_reads(p)]
     assert reads == []

@@ -17,12 +17,14 @@ if TYPE_CHECKING:
 
 def _load_sampler_cfg(path: str | None, **given: Any) -> dict[str, Any]:
     """The `sampler` section a run uses: the config's, or without --config the CLI's documented
-    default (no idle baseline); the options `given` (None = not given) on top. Its absent keys
-    take the schema's defaults in `_sampler_settings`, whose filled object meta.json records."""
+    default (no idle baseline); the options `given` (None = not given) on top. Only that section
+    of the file is read and validated (`load_section`): a file holding it alone is a config here,
+    and its errors are the section's, named with the file. Its absent keys take the schema's
+    defaults in `_sampler_settings`, whose filled object meta.json records."""
     if path:
-        from ..config import load_config
+        from ..config import load_section
 
-        section = dict(load_config(path).get("sampler") or {})
+        section = load_section(path, "sampler")
     else:
         section = {"idle_baseline_s": 0.0}  # `wattlife run --idle-s`'s documented default
     return {**section, **{k: v for k, v in given.items() if v is not None}}
@@ -122,13 +124,17 @@ def cmd_check(a: argparse.Namespace) -> int:
 def _add_run(sub: Any) -> None:
     """The `run` command's parser."""
     r = sub.add_parser("run", help="run a command under the energy sampler",
-                       description="Start the sampler, run CMD with WATTLIFE_EVENTS set, stop the "
-                                   "sampler when CMD ends, write meta.json; exit with CMD's code.")
-    r.add_argument("--trace", required=True, help="trace CSV to write")
-    r.add_argument("--events", required=True, help="events CSV the workload's markers write")
+                       description="Start the sampler, write the events file's header, run CMD "
+                                   "with WATTLIFE_EVENTS set, stop the sampler when CMD ends, "
+                                   "write meta.json; exit with CMD's code.")
+    r.add_argument("--trace", required=True, help="trace CSV to write (required; no default)")
+    r.add_argument("--events", required=True,
+                   help="events CSV to write: its header, then the phases the workload's markers "
+                        "append (none for an unmarked command) (required; no default)")
     r.add_argument("--meta", help="meta.json path (default: beside the trace)")
-    r.add_argument("--config", help="config YAML whose `sampler` section to use (default: none, "
-                                    "the built-in sampler defaults)")
+    r.add_argument("--config", help="config YAML whose `sampler` section to use; only that "
+                                    "section is read and checked, the file may hold it alone "
+                                    "(default: none, the built-in sampler defaults)")
     r.add_argument("--interval-ms", type=_positive_ms,
                    help="sampler interval in ms, > 0 (default: the config's, else 50)")
     r.add_argument("--gpu", choices=["auto", "nvml", "sim", "none"],
@@ -140,7 +146,8 @@ def _add_run(sub: Any) -> None:
                         "idle_baseline_s, else 0)")
     r.add_argument("--run-id", help="run id (default: the trace's folder name)")
     r.add_argument("--cell", help="JSON of the matrix cell, recorded in meta.json (default: none)")
-    r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    r.add_argument("cmd", nargs=argparse.REMAINDER,
+                   help="-- CMD [ARGS...]: the command to run (required; no default)")
     r.set_defaults(fn=cmd_run)
 
 

@@ -23,6 +23,7 @@ from .loading import (
     ConfigError,
     check_references,
     load_config,
+    load_section,
     resource_path,
     schema,
     schema_default,
@@ -58,6 +59,6 @@ __all__ = [
     "CpuEstimateSettings", "DataSets", "Execution", "HardwareProfile", "ImageClassificationSpec",
     "NvmlSettings", "PfiCell", "PfiMatrix", "PowerCapSettings", "Prepare", "SamplerSettings",
     "Settings", "SimGpuSettings", "Slurm", "WorkloadSpec", "check_references", "hardware_profile",
-    "load_config", "resource_path", "schema", "schema_default", "schema_path", "settings",
-    "validate_config", "workload_spec",
+    "load_config", "load_section", "resource_path", "schema", "schema_default", "schema_path",
+    "settings", "validate_config", "workload_spec",
 ]

@@ -98,18 +98,42 @@ def _defaults(schema: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def load_config(path: str | Path) -> dict[str, Any]:
-    """Read, validate and fill defaults."""
-    path = Path(path)
+def _read_yaml(path: Path) -> Any:
+    """The YAML document of a config file ({} when empty); a missing file or bad YAML named."""
     if not path.exists():
         raise FileNotFoundError(f"config {path} does not exist")
     with open(path) as fh:
         try:
-            cfg = yaml.safe_load(fh) or {}
+            return yaml.safe_load(fh) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read, validate and fill defaults."""
+    cfg = _read_yaml(Path(path))
     validate_config(cfg)
     return _defaults(schema(), cfg)
+
+
+def load_section(path: str | Path, section: str) -> dict[str, Any]:
+    """One top-level section of a config file, validated alone, its defaults filled: for
+    commands that read only that section (`wattlife run --config`: `sampler`). The file may
+    hold the section alone, a whole config or a job slice; its other sections are neither
+    required nor checked (their names must still be the schema's). ConfigError names the file,
+    each offending key (dotted) and what was expected."""
+    path = Path(path)
+    cfg = _read_yaml(path)
+    full = schema()
+    only = {**full, "required": [section],
+            "properties": {k: (v if k == section else {}) for k, v in full["properties"].items()}}
+    validator = jsonschema.Draft202012Validator(only)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: (-len(e.absolute_path), e.message))
+    if errors:
+        lines = dict.fromkeys(_describe(e) for e in errors)
+        raise ConfigError(f"invalid config {path} (its `{section}` section is read): "
+                          + "; ".join(lines))
+    return _defaults(full["properties"][section], dict(cfg[section]))
 
 def _node(*path: str) -> dict[str, Any]:
     """The schema node at `path` (property names; "*" = additionalProperties)."""

@@ -1,8 +1,9 @@
 """`wattlife run -- CMD`: the sampler around a command.
 
-Starts the sampler, records an idle baseline, runs CMD with the events path in its environment
-(`WATTLIFE_EVENTS`), stops the sampler when it ends, writes meta.json, and returns CMD's exit
-status in the shell's convention (128 + N when a signal N ended it).
+Starts the sampler, creates the events file (its header; the markers append CMD's phases, so
+an unmarked command's run has one too), records an idle baseline, runs CMD with the events path
+in its environment (`WATTLIFE_EVENTS`), stops the sampler when it ends, writes meta.json, and
+returns CMD's exit status in the shell's convention (128 + N when a signal N ended it).
 
 Process handling (what a user at a terminal or a batch system sees):
 - CMD runs in its own process group, so a terminal's Ctrl-C (SIGINT to the foreground group) or a
@@ -32,12 +33,13 @@ started sampler), `meta` (meta.json).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..config import SamplerSettings
-from ..contracts import META_FILE
+from ..contracts import EVENTS_HEADER, META_FILE
 from ..devices.base import SensorBackend
 from ..sampler import Sampler, build_backends
 from .meta import LAUNCHERS, LIBRARIES, library_versions, single_process_gpus, write_meta
@@ -88,22 +90,15 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
 
 def _start_sampler(backends: list[SensorBackend], trace: Path, events: Path, run_id: str
                    ) -> tuple[Sampler, EventsLock, EventsLock]:
-    """Lock the events and the trace, start the sampler, remove the previous run's events; on
-    any failure, undo what was done (backends closed, locks released) and raise."""
+    """Lock the events and the trace, start the sampler, start a fresh events file; on any
+    failure, undo what was done (backends closed, locks released) and raise."""
     lock = trace_lock = None
     sampler = Sampler(backends, trace)
     try:
         lock = EventsLock(events, run_id)
         trace_lock = EventsLock(trace, run_id, "--trace")
         sampler.start()
-        try:  # a rerun of the cell starts a fresh events file (a device or fifo is left alone)
-            if events.is_file():
-                events.unlink()
-            for old in events.parent.glob(f"{events.stem}.rank*{events.suffix}"):
-                old.unlink()
-        except OSError as exc:
-            raise RuntimeError(f"--events {events}: cannot remove the previous run's events: "
-                               f"{exc.strerror}") from exc
+        _fresh_events(events)
     except BaseException:
         if sampler.start_ns:
             sampler.stop()  # closes the backends too
@@ -115,3 +110,30 @@ def _start_sampler(backends: list[SensorBackend], trace: Path, events: Path, run
                 held.release()
         raise
     return sampler, lock, trace_lock
+
+
+def _fresh_events(events: Path) -> None:
+    """A rerun of the cell starts a fresh events file: the previous run's (its ranks' too)
+    removed, then the file created holding its header alone, so that every run leaves one
+    whatever CMD marks (an unmarked command's has no rows); the markers append to it. A device
+    or fifo in its place (or a link to one) is left alone."""
+    try:
+        if events.is_file():
+            events.unlink()
+        for old in events.parent.glob(f"{events.stem}.rank*{events.suffix}"):
+            old.unlink()
+    except OSError as exc:
+        raise RuntimeError(f"--events {events}: cannot remove the previous run's events: "
+                           f"{exc.strerror}") from exc
+    try:
+        fd = os.open(events, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return  # not a regular file: left alone
+    except OSError as exc:
+        raise RuntimeError(f"--events {events}: cannot create it: {exc.strerror}") from exc
+    try:
+        os.write(fd, EVENTS_HEADER.encode())
+    except OSError as exc:
+        raise RuntimeError(f"--events {events}: cannot write its header: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
