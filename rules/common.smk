@@ -219,7 +219,10 @@ def pfi_run():
 def figure_targets():
     if pfi_run():
         return [f"{RES}/figures/{f}.png" for f in ("fig6_power_throughput", "fig7_pfi", "fig8_allocation")]
-    figs = ["fig1_phase_energy_time", "fig2_device_share", "fig3_storage_checkpoint"]
+    figs = ["fig1_phase_energy_time", "fig2_device_share"]
+    if "shared" in EXE.storage and "off" in EXE.checkpoint \
+            and len(EXE.storage) * len(EXE.checkpoint) > 1:
+        figs += ["fig3_storage_checkpoint"]  # a cell beside the shared / checkpoint-off baseline
     figs += ["fig9_waiting"]
     if PREP.catalogue:
         figs += ["fig4_download_size", "fig5_staging_breakeven"]

@@ -63,7 +63,7 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
         if not cell and named:
             cell = {**named.groupdict(), "repeat": 1}
         if not cell:  # never merged with another run: its own run, named by its path
-            unnamed.append(str(meta_p))
+            unnamed.append(_unnamed_line(f, meta_p))
             cell = {"workload": str(f), "repeat": 1}
         key = tuple(str(cell.get(k, "")) for k in CELL_KEYS)
         if key in runs:
@@ -90,10 +90,18 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
     if not frames:
         raise ValueError("no phases.csv to aggregate")
     if unnamed:
-        warnings.warn(f"no meta.json (and no <workload>-<storage>-ckpt<mode> folder) for "
-                      f"{len(unnamed)} phases file(s): {', '.join(unnamed)} missing; each is kept "
-                      "as its own run, its workload named by its path", stacklevel=2)
+        warnings.warn(f"no cell for {len(unnamed)} phases file(s) (neither meta.json's `cell` nor "
+                      f"a <workload>-<storage>-ckpt<mode> folder): {'; '.join(unnamed)}; each is "
+                      "kept as its own run, storage and checkpoint empty (record a cell with "
+                      "`wattlife run --cell '{\"workload\": \"W\", \"storage\": \"shared\", "
+                      "\"checkpoint\": \"off\", \"repeat\": 1}'`)", stacklevel=2)
     return pd.concat(frames, ignore_index=True)
+
+
+def _unnamed_line(phases: Path, meta: Path) -> str:
+    """What names no cell for `phases`: its meta.json missing, or present without a `cell`."""
+    lack = f"{meta} has no `cell` key, or an empty one" if meta.exists() else f"{meta} missing"
+    return f"{phases} ({lack}): its workload is named '{phases}'"
 
 
 def per_run(phases: pd.DataFrame) -> pd.DataFrame:

@@ -1,12 +1,17 @@
 """What every figure shares: one style, the words for a table's sources (a label says when a value
 is simulated (`sim`) or estimated (`estimate`), never letting them pass for measurements), the
-lifecycle phases' order and colours, and saving as PNG and PDF."""
+lifecycle phases' order and colours, reading a table (`read_figure_table`), seeded jitter, the
+`NothingToDraw` a figure raises for a table with nothing it can show, and saving as PNG and PDF
+(byte-stable: the same tables give the same files)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -20,6 +25,40 @@ SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measur
 PHASE_ORDER = (["idle_baseline", "process_startup"] + LIFECYCLE_PHASES[:3] + ["tokenize"]
                + LIFECYCLE_PHASES[3:] + [COMPILE, WARMUP, "step", "process_exit", UNATTRIBUTED])
 _PALETTE = dict(zip(PHASE_ORDER, sns.color_palette("tab20", len(PHASE_ORDER)), strict=True))
+#: text columns of the run-level tables that may be empty (a run without a cell: no storage, no
+#: checkpoint); read as text, empty as "", never as a float NaN column
+TEXT_COLUMNS = ("workload", "storage", "checkpoint", "phase", "device_kind")
+#: the seed of every random jitter of points: redrawing the same tables gives the same figure
+JITTER_SEED = 0
+
+
+class NothingToDraw(ValueError):
+    """A figure's table holds nothing the figure can show (the message says what is lacking);
+    `draw_all` skips that figure with one line naming it and the table."""
+
+
+def read_figure_table(path: Path) -> pd.DataFrame:
+    """A table as the figures read it: `TEXT_COLUMNS` as text with "" where empty (pandas would
+    read a column that is empty in every row as float NaN, and `+` of text and NaN fails)."""
+    text = {c: str for c in TEXT_COLUMNS}
+    df = pd.read_csv(path, dtype=text)
+    for col in TEXT_COLUMNS:
+        if col in df.columns:
+            df[col] = df[col].fillna("")
+    return df
+
+
+@contextmanager
+def seeded_jitter(seed: int = JITTER_SEED) -> Iterator[None]:
+    """numpy's global random state seeded for the block, the caller's state restored after:
+    seaborn's strip plots jitter their points with `np.random`, so a figure drawn inside this
+    block is the same on every redraw."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
 
 
 def style() -> None:
@@ -63,10 +102,12 @@ def source_tag(df: pd.DataFrame) -> str:
 
 
 def _save(fig: plt.Figure, out: Path) -> list[Path]:
+    """The figure as `out`.png and `out`.pdf; the PDF without its creation date, so that the same
+    tables give byte-identical files (the PNG carries no date)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     paths = [out.with_suffix(".png"), out.with_suffix(".pdf")]
     for p in paths:
-        fig.savefig(p)
+        fig.savefig(p, metadata={"CreationDate": None} if p.suffix == ".pdf" else None)
     plt.close(fig)
     return paths
 

@@ -19,7 +19,16 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from ..contracts import PER_STEP_PHASES
-from .common import _PALETTE, _phase_sort, _save, source_note, source_tag, source_words, style
+from .common import (
+    _PALETTE,
+    NothingToDraw,
+    _phase_sort,
+    _save,
+    source_note,
+    source_tag,
+    source_words,
+    style,
+)
 
 KIND_COLORS = (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f"))
 CELL_COLORS = ("#2a7ab9", "#e08a2c", "#3a9a4a", "#9467bd")
@@ -58,6 +67,16 @@ def _energy_interval(rows: pd.DataFrame, n: int) -> tuple[str, str, str]:
     return ("energy_lo_j", "energy_hi_j",
             "error bars: the per-run attribution interval (deconvolution / integration, 95 %); "
             f"n = {n}: no interval across repeats")
+
+
+def _cell_label(workload: str, storage: str, checkpoint: str, sep: str = "\n") -> str:
+    """'w<sep>storage s<sep>checkpoint c' ("\n": 'w\ns\nckpt c'); a run without a cell (storage
+    and checkpoint empty) is its workload and 'no cell recorded'."""
+    if not storage and not checkpoint:
+        return f"{workload}{sep}no cell recorded"
+    if sep == "\n":
+        return f"{workload}\n{storage}\nckpt {checkpoint}"
+    return f"{workload}{sep}storage {storage}, checkpoint {checkpoint}"
 
 
 def _picked_cells(summary: pd.DataFrame) -> pd.DataFrame:
@@ -113,6 +132,8 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
     """Fig. 1: per phase, the energy of one run (per device kind), the energy per item of the
     per-step phases (J/image, J/1k tokens) and the time, per workload; error bars say what they
     are (across-repeat t95 with n >= 2, else the per-run attribution interval)."""
+    if not len(summary):
+        raise NothingToDraw("no phase rows")
     style()
     picked = _picked_cells(summary)
     fig, axes = plt.subplots(len(picked), 3, figsize=(17, 1.2 + 0.42 * 14 * len(picked)),
@@ -129,8 +150,8 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
         ax = axes[row, 0]
         _bars(ax, rows, order, "energy_j", lo, hi, scale=1000.0)
         ax.set_xlabel(f"energy per run (kJ) — {source_words(rows)}")
-        ax.set_title(f"{cell['workload']} — storage {cell['storage']}, checkpoint "
-                     f"{cell['checkpoint']} (n = {n})")
+        ax.set_title(_cell_label(cell["workload"], cell["storage"], cell["checkpoint"], " — ")
+                     + f" (n = {n})")
         ax.legend(loc="best", title="device")
         _per_item_panel(axes[row, 1], rows, order, n)
         _time_panel(axes[row, 2], rows, order, n)
@@ -144,10 +165,12 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
 
 def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
     """Fig. 2: CPU/GPU share of the energy per workload and cell."""
+    if not len(share):
+        raise NothingToDraw("no device share rows")
     style()
     share = share.copy()
-    share["cell"] = (share["workload"] + "\n" + share["storage"] + "\nckpt "
-                     + share["checkpoint"].astype(str))
+    share["cell"] = [_cell_label(w, st, ck) for w, st, ck in
+                     zip(share["workload"], share["storage"], share["checkpoint"], strict=True)]
     pv = share.pivot_table(index="cell", columns="device_kind", values="share").fillna(0) * 100
     fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(pv)), 4.5))
     bottom = np.zeros(len(pv))
@@ -167,7 +190,6 @@ def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
     return _save(fig, out)
 
 
-
 def effect_caption(deltas: pd.DataFrame) -> str:
     """What fig. 3's bars and error bars are, from the table's n."""
     n = _n(deltas)
@@ -179,12 +201,26 @@ def effect_caption(deltas: pd.DataFrame) -> str:
             "excludes 0")
 
 
+def compared_cells(deltas: pd.DataFrame) -> pd.DataFrame:
+    """The rows fig. 3 draws: every cell but the shared / checkpoint-off baseline, of workloads
+    that have that baseline (`n_base` > 0; tables without `n_base` keep every workload)."""
+    base = (deltas["storage"] == "shared") & (deltas["checkpoint"] == "off")
+    d = deltas[~base].copy()
+    if "n_base" in d.columns:
+        d = d[d["n_base"].fillna(0) > 0]
+    return d
+
+
 def fig_storage_checkpoint(deltas: pd.DataFrame, out: Path) -> list[Path]:
     """Fig. 3: per phase, the effect of each cell against the shared / checkpoint-off baseline,
     energy and time, with Welch intervals; effects within run-to-run noise (or without an
-    interval) are hatched and unfilled."""
+    interval) are hatched and unfilled. A table without a cell beside its workload's baseline (a
+    single run, or no shared / checkpoint-off cell) raises `NothingToDraw`."""
+    d = compared_cells(deltas)
+    if not len(d):
+        raise NothingToDraw("no storage/checkpoint pair (a cell beside its workload's shared / "
+                            "checkpoint-off baseline)")
     style()
-    d = deltas[~((deltas["storage"] == "shared") & (deltas["checkpoint"] == "off"))].copy()
     d["cell"] = d["storage"] + ", ckpt " + d["checkpoint"]
     cells = sorted(d["cell"].unique())
     workloads = sorted(d["workload"].unique())

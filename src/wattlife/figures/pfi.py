@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .common import SOURCE_WORDS, _save, source_note, source_tag, style
+from .common import SOURCE_WORDS, _save, seeded_jitter, source_note, source_tag, style
 
 
 def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
@@ -55,7 +55,9 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
     p = pfi.dropna(subset=["pfi"]).copy()
     if "category" not in p.columns:
         p["category"] = "all"
-    sns.stripplot(data=p, x="category", y="pfi", hue="gpu_model", ax=ax, size=7, jitter=0.15)
+    with seeded_jitter():  # the same points on every redraw
+        sns.stripplot(data=p, x="category", y="pfi", hue="gpu_model", ax=ax, size=7,
+                      jitter=0.15)
     for i, (_, g) in enumerate(p.groupby("category", sort=False)):
         ax.hlines(g["pfi"].median(), i - 0.3, i + 0.3, color="black", lw=2)
     ax.axhline(1, color="grey", ls="--", lw=1)
@@ -82,7 +84,6 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
              va="top")
     fig.tight_layout()
     return _save(fig, out)
-
 
 
 def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:

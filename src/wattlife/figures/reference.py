@@ -13,7 +13,7 @@ import seaborn as sns
 
 from ..contracts import A100_TABLES, H200_EXECUTION_TABLES
 from .allocation import fig_allocation
-from .common import _save, style
+from .common import _save, read_figure_table, seeded_jitter, style
 from .lifecycle import fig_device_share, fig_phase_energy
 from .pfi import fig_curves, fig_pfi, fig_pfi_published
 
@@ -42,8 +42,9 @@ def fig_h200_sampler(ref: Path, out: Path) -> list[Path]:
     ax.set_ylabel("samples")
     ax.set_title("resolution: 40 ms on / 40 ms off")
     ax = axes[2]
-    sns.stripplot(data=ovh, x="mode", y="images_per_s", ax=ax, size=7,
-                  order=["bare", "sampler", "markers"])
+    with seeded_jitter():  # the same points on every redraw
+        sns.stripplot(data=ovh, x="mode", y="images_per_s", ax=ax, size=7,
+                      order=["bare", "sampler", "markers"])
     med = ovh.groupby("mode")["images_per_s"].median()
     for i, m in enumerate(["bare", "sampler", "markers"]):
         ax.hlines(med[m], i - 0.3, i + 0.3, color="black")
@@ -104,9 +105,9 @@ def draw_reference(ref_root: str | Path, out: str | Path) -> list[Path]:
         made += fig_h200_attribution(h200 / "attribution", out / "h200_attribution")
     execution, a100 = out / H200_EXECUTION_TABLES, out / A100_TABLES
     if (execution / "phase_summary.csv").exists():
-        made += fig_phase_energy(pd.read_csv(execution / "phase_summary.csv"),
+        made += fig_phase_energy(read_figure_table(execution / "phase_summary.csv"),
                                  out / "h200_fig1_phase_energy_time")
-        made += fig_device_share(pd.read_csv(execution / "device_share.csv"),
+        made += fig_device_share(read_figure_table(execution / "device_share.csv"),
                                  out / "h200_fig2_device_share")
     if (a100 / "curves.csv").exists():
         made += fig_curves(pd.read_csv(a100 / "curves.csv"), out / "a100_fig6_power_throughput")
