@@ -1,5 +1,5 @@
-"""Every option of every command has --help text that gives its default (or is a flag, or is
-required); every positional argument is described."""
+"""Every option of every command has --help text that gives its default (flags too: "default:
+off"), unless it is required; every positional argument is described."""
 
 import argparse
 
@@ -26,11 +26,9 @@ def _problems() -> list[str]:
                 continue
             if not a.option_strings:
                 continue  # positional: described is enough
-            flag = isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction,
-                                  argparse._StoreConstAction))
             group_required = any(a in g._group_actions and g.required
                                  for g in p._mutually_exclusive_groups)
-            if not (flag or a.required or group_required or "default" in text.lower()):
+            if not (a.required or group_required or "default" in text.lower()):
                 out.append(f"{name} {opt}: help does not give the default")
     return out
 

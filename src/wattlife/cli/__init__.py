@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="wattlife", description=(
         "Where the energy of AI training goes, and how flexible its power is."))
     p.add_argument("--debug", action="store_true",
-                   help="show the full traceback of an error (also WATTLIFE_DEBUG=1)")
+                   help="show the full traceback of an error (also WATTLIFE_DEBUG=1; default: off)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (runs, workloads, preparation, power, pfi, outputs, slurm):
         group.add_parsers(sub)

@@ -40,7 +40,8 @@ def _add_figures(sub: Any) -> None:
                                         "references)")
     fg.add_argument("tables", help="a run's tables folder, or with --reference results/reference")
     fg.add_argument("--reference", action="store_true",
-                    help="draw the committed reference results (H200, A100) from their CSVs")
+                    help="draw the committed reference results (H200, A100) from their CSVs "
+                         "(default: off: TABLES is a folder of tables)")
     fg.add_argument("-o", "--output", required=True, help="folder for the PNG and PDF figures")
     fg.set_defaults(fn=cmd_figures)
 

@@ -94,7 +94,8 @@ def _add_fetch(sub: Any) -> None:
                     help="what is fetched: names the phase download_<kind> (default dataset)")
     fe.add_argument("--retries", type=int, default=5,
                     help="retries of a broken HTTP transfer, resumed (default 5)")
-    fe.add_argument("--force", action="store_true", help="fetch even if present and verified")
+    fe.add_argument("--force", action="store_true",
+                    help="fetch even if present and verified (default: off)")
     fe.add_argument("--name", help="artefact name for the record (default: the output's name)")
     fe.add_argument("--record", help="write the transfer's JSON record here (bytes, seconds, "
                                      "network bytes) (default: print only)")

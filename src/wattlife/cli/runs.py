@@ -164,7 +164,7 @@ def _add_attribute(sub: Any) -> None:
                         "periods, else integrate")
     t.add_argument("--strict", action="store_true",
                    help="phases' time outside the trace's span, or a busy GPU no rank claims, "
-                        "is an error, not a warning")
+                        "is an error, not a warning (default: off: a warning)")
     t.add_argument("--raw-phases", action="store_true",
                    help="the phase names as recorded (default: compile and warm-up steps as "
                         "rows `compile` and `warmup`, the other phases over the steady steps)")
@@ -176,7 +176,8 @@ def _add_attribute(sub: Any) -> None:
                         "weights estimated from this run (written beside the output), or a CSV of "
                         "lag_lo_ms,lag_hi_ms,weight (the GPU sensor's, e.g. estimated earlier)")
     t.add_argument("--idle-split", action="store_true",
-                   help="split energy into static (idle baseline) and dynamic parts")
+                   help="split energy into static (idle baseline) and dynamic parts "
+                        "(default: off)")
     t.add_argument("--bootstrap", type=int, default=200,
                    help="bootstrap replicates for deconvolution's interval (default 200)")
     t.set_defaults(fn=cmd_attribute)

@@ -40,8 +40,10 @@ def add_parsers(sub: Any) -> None:
     so.add_argument("--name", help="the run's Slurm run ID (its log: 'SLURM run ID: ...'); "
                                    "default: every job named wattlife_*")
     act = so.add_mutually_exclusive_group()
-    act.add_argument("--cancel", action="store_true", help="scancel them, then wait until gone")
-    act.add_argument("--wait", action="store_true", help="wait until none is left")
+    act.add_argument("--cancel", action="store_true",
+                     help="scancel them, then wait until gone (default: off: list only)")
+    act.add_argument("--wait", action="store_true",
+                     help="wait until none is left (default: off: list only)")
     so.add_argument("--poll-s", type=float, default=30,
                     help="seconds between checks (default: %(default)s)")
     so.set_defaults(fn=cmd_slurm_orphans)
