@@ -11,7 +11,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from ..contracts import ContractError, read_contract_bytes
+from ..contracts import ContractError, exact_ints, int_form, read_contract_bytes
 from .findings import ERROR, WARNING, Finding, _capped
 
 
@@ -103,15 +103,23 @@ def _parse_typed(text: bytes, rows_line: np.ndarray, kinds: dict[str, str], name
     """Parse with the `kinds` columns typed (fast); on a cell that does not parse, or an empty
     one not allowed, parse as strings and report every bad cell (`to_numbers`)."""
     header = pd.read_csv(io.BytesIO(text), nrows=0).columns
-    typed = {c: ("int64" if kinds[c] == "int" else "float64") for c in kinds if c in header}
+    # int columns as text, parsed exactly (`exact_ints`): an int64 dtype would let pandas read a
+    # column holding one float cell as float64 and cast it back, changing the other timestamps
+    ints = [c for c in kinds if c in header and kinds[c] == "int"]
+    typed = {c: "float64" for c in kinds if c in header and kinds[c] != "int"}
     empty_ok = set(allow_empty)
     try:
         df = pd.read_csv(io.BytesIO(text), keep_default_na=False,
                          na_values={c: [""] for c in typed},
-                         dtype={**{c: "category" for c in header if c not in typed}, **typed})
+                         dtype={**{c: "category" for c in header if c not in typed},
+                                **typed, **{c: str for c in ints}})
         holes = [c for c in typed if c not in empty_ok and df[c].isna().any()]
         if holes:
             raise ValueError(f"empty cells in {holes}")
+        for c in ints:
+            df[c], bad = exact_ints(df[c])
+            if bad.any():
+                raise ValueError(f"a cell of {c} is not an integer")
     except ValueError:  # a cell that does not parse: find them all on the strings
         df = pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False)
         df["line_no"] = rows_line[:len(df)]
@@ -131,8 +139,9 @@ def check_columns(df: pd.DataFrame, required: list[str], file: str) -> list[Find
 
 def to_numbers(df: pd.DataFrame, kinds: dict[str, str], file: str, max_rows: int = 5,
                allow_empty: Iterable[str] = ()) -> tuple[pd.DataFrame, list[Finding]]:
-    """Convert string columns to int64 ('int') / float64 ('float'); bad cells are findings and
-    become NaN. Columns in `allow_empty` may be empty (NaN)."""
+    """Convert string columns to int64 ('int', parsed exactly: `contracts.exact_ints`) / float64
+    ('float'); bad cells are findings and become missing (an int column then nullable Int64).
+    Columns in `allow_empty` may be empty."""
     out = df.copy()
     findings: list[Finding] = []
     empty_ok = set(allow_empty)
@@ -141,25 +150,20 @@ def to_numbers(df: pd.DataFrame, kinds: dict[str, str], file: str, max_rows: int
             continue
         raw = out[col].astype(str).str.strip()
         empty = (raw == "").to_numpy()
-        if kind == "int":
-            # parsed from the digits (float64 would lose nanoseconds above 2**53); "12.0" passes
-            ok = raw.str.fullmatch(r"-?\d+(?:\.0*)?").fillna(False).to_numpy(bool)
-            vals = pd.Series(np.nan, index=raw.index, dtype="float64")
-            whole = raw[ok].str.replace(r"\.0*$", "", regex=True).astype(np.int64)
-            if ok.all():
-                vals = whole
-            elif ok.any():
-                vals = vals.astype(object)
-                vals[ok] = whole
+        if kind == "int":  # exactly, never through float64; bad cells missing (Int64)
+            whole, not_int = exact_ints(raw)
+            ok = ~not_int
+            vals = whole if ok.all() else pd.Series(
+                pd.arrays.IntegerArray(whole.to_numpy(np.int64), not_int), index=raw.index)
         else:
             vals = pd.to_numeric(raw.where(~empty, None), errors="coerce").astype("float64")
             ok = vals.notna().to_numpy()
         bad = ~ok & ~(empty & (col in empty_ok))
         if bad.any():
-            what = "an integer" if kind == "int" else "a number"
+            what = int_form(col) if kind == "int" else "a number"
             findings += _capped(ERROR, "value.type", file, out["line_no"][bad],
                                 [f"column '{col}' expects {what}, got {v!r}"
                                  for v in raw[bad].head(max_rows)], max_rows)
-        out[col] = vals if vals.dtype == np.int64 else pd.to_numeric(vals, errors="coerce")
+        out[col] = vals if kind == "int" else pd.to_numeric(vals, errors="coerce")
     return out, findings
 
