@@ -3,7 +3,7 @@ import warnings
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from wattlife.contracts import ContractError, read_events, read_trace
@@ -237,12 +237,26 @@ def _events_text(spans: list[tuple[int, int]]) -> str:
 
 @settings(max_examples=80, deadline=None)
 @given(spans=st.lists(st.tuples(INT64, INT64).map(sorted), min_size=1, max_size=30))
+@example(spans=[[-(2**63), 2**63 - 1], [NS, NS]])
 def test_any_int64_timestamps_survive_read_events_exactly(tmp_path_factory, spans):
     p = tmp_path_factory.mktemp("e") / "events.csv"
     p.write_text(_events_text(spans))
     df = read_events(p)
     assert str(df["start_ns"].dtype) == "int64" and str(df["end_ns"].dtype) == "int64"
     assert list(zip(df["start_ns"], df["end_ns"], strict=True)) == [tuple(s) for s in spans]
+
+
+@pytest.mark.parametrize("cell,value", [
+    ("1796434645354875338", NS), (" +12 ", 12), ("-9223372036854775808", -(2**63)),
+    ("9223372036854775807", 2**63 - 1), ("9223372036854775808", None), ("12.0", None),
+    ("1.7964346455e18", None), ("", None), ("0x10", None), ("\u0661\u0662", None),
+    ("123456789012345678901", None)])
+def test_exact_ints_takes_digits_within_int64_only(cell, value):
+    from wattlife.contracts import exact_ints
+
+    vals, bad = exact_ints(pd.Series([cell, "7"], dtype=str))
+    assert bad.tolist() == [value is None, False]
+    assert vals.tolist() == [0 if value is None else value, 7]
 
 
 FLOAT_FORMS = [lambda v: f"{float(v)!r}", lambda v: f"{v}.0", lambda v: f"{v:.10e}",

@@ -62,16 +62,21 @@ _INT64_MAX = str(2**63 - 1)
 def exact_ints(raw: pd.Series) -> tuple[pd.Series, np.ndarray]:
     """Integer cells (strings) parsed exactly to int64, never through float64: (values, bad),
     `bad` marking the cells that are not `INT_CELL` within int64 (a float or exponent form, an
-    empty cell, text), whose values are 0. Vectorised: one regex pass, one conversion."""
+    empty cell, text), whose values are 0. Vectorised: a regex pass, then one conversion."""
     import numpy as np
 
     text = raw.astype(str)
-    ok = text.str.fullmatch(INT_CELL).fillna(False).to_numpy(bool)
+    ok = text.str.fullmatch(INT_CELL.replace(r"\s*", "")).fillna(False).to_numpy(bool, copy=True)
+    if not ok.all():  # spaces around the digits: a slower pattern, on the other cells only
+        ok[~ok] = text[~ok].str.fullmatch(INT_CELL).fillna(False).to_numpy(bool)
     try:
         vals = text.where(ok, "0").astype(np.int64)
     except OverflowError:  # 19 digits above int64's range: rare, so looked for only then
-        digits = text.str.strip().str.lstrip("+-")
-        ok = ok & ~((digits.str.len() == 19) & (digits > _INT64_MAX)).to_numpy(bool)
+        cell = text.str.strip()
+        digits = cell.str.lstrip("+-")
+        over = (digits.str.len() == 19) & (digits > _INT64_MAX)
+        over &= ~(cell.str.startswith("-") & (digits == _INT64_MAX[:-1] + "8"))  # -2**63 fits
+        ok = ok & ~over.to_numpy(bool)
         vals = text.where(ok, "0").astype(np.int64)
     return vals, ~ok
 
