@@ -351,3 +351,28 @@ def test_a_float_timestamp_is_a_value_error_and_the_other_rows_stay_exact(tmp_pa
     assert "'start_ns' expects integer nanoseconds" in found[0].message
     assert df["start_ns"].iloc[0] == ns and pd.isna(df["start_ns"].iloc[1])
     assert df["end_ns"].tolist() == [ns + 150_123_552, ns + 250_287_115]
+
+
+@settings(max_examples=60, deadline=None)
+@given(spans=st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 2**62)).map(sorted),
+                      min_size=1, max_size=20), data=st.data())
+def test_check_reads_int64_times_exactly_and_reports_a_float_one(tmp_path_factory, spans, data):
+    """Every int64 cell read exactly; a cell in float form (exponent, decimal point) is a
+    `value.type` error at its line, whatever the column's other values."""
+    text = "run_id,host,rank,phase,start_ns,end_ns,step,items\n" + "".join(
+        f"r,h,0,p,{a},{b},0,\n" for a, b in spans)
+    p = tmp_path_factory.mktemp("e") / "events.csv"
+    kinds = {"start_ns": "int", "end_ns": "int", "rank": "int"}
+    p.write_text(text)
+    df, found = read_csv_lines(p, 5, kinds)
+    assert not found and [list(r) for r in zip(df["start_ns"], df["end_ns"], strict=True)] == spans
+    k = data.draw(st.integers(0, len(spans) - 1))
+    form = data.draw(st.sampled_from(["{:.12e}", "{}.0", "{:.3E}"]))
+    lines = text.splitlines(keepends=True)
+    cells = lines[k + 1].split(",")
+    cells[4] = form.format(int(cells[4]))
+    lines[k + 1] = ",".join(cells)
+    p.write_text("".join(lines))
+    df, found = read_csv_lines(p, 5, kinds)
+    assert [(f.code, f.line) for f in found] == [("value.type", k + 2)]
+    assert df["end_ns"].tolist() == [b for _, b in spans]
