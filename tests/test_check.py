@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from synth import T0, events_frame
 from wattlife.attribution import phase_tree
-from wattlife.check import ERROR, WARNING, check_run, check_runs, nesting
+from wattlife.check import ERROR, WARNING, check_run, check_runs, nesting, read_csv_lines
 from wattlife.contracts import ContractError
 
 # a tiny image-classification-like workload: the phases src/wattlife/workloads/image.py marks
@@ -121,7 +121,9 @@ def test_overlapping_siblings(run):
     ev.write_text("".join(lines))
     found = _find(check_run(run), "events.overlap")
     assert [(f.severity, f.file, f.line) for f in found] == [(ERROR, str(ev), bwd)]
-    assert f"events.csv:{fwd}" in found[0].message
+    # the phases as recorded, the lines as integers
+    assert found[0].message.startswith("phase 'backward' [")
+    assert f"overlaps 'forward' ({ev}:{fwd}, [" in found[0].message
 
 
 def test_sub_ms_cross_clock_overlap_is_a_warning_as_attribution_clamps_it(run):
@@ -334,3 +336,43 @@ def test_per_rank_events_files_are_checked_together(run):
     n = _set_step_items(run / "events.rank1.csv", 2, "-1")
     found = _find(check_run(run), "events.step-items")
     assert [(f.file, f.line) for f in found] == [(str(run / "events.rank1.csv"), n)]
+
+
+def test_a_float_timestamp_is_a_value_error_and_the_other_rows_stay_exact(tmp_path):
+    """An int column is parsed from its digits: a float cell is reported at its line, and the
+    other rows keep every nanosecond (pandas once read the column as float64: ...338 -> ...392)."""
+    p = tmp_path / "events.csv"
+    ns = 1_796_434_645_354_875_338
+    p.write_text("run_id,host,rank,phase,start_ns,end_ns,step,items\n"
+                 f"r,h,0,forward,{ns},{ns + 150_123_552},0,\n"
+                 f"r,h,0,backward,1.7964346455e18,{ns + 250_287_115},0,\n")
+    df, found = read_csv_lines(p, 5, {"start_ns": "int", "end_ns": "int", "rank": "int"})
+    assert [(f.code, f.line) for f in found] == [("value.type", 3)]
+    assert "'start_ns' expects integer nanoseconds" in found[0].message
+    assert df["start_ns"].iloc[0] == ns and pd.isna(df["start_ns"].iloc[1])
+    assert df["end_ns"].tolist() == [ns + 150_123_552, ns + 250_287_115]
+
+
+@settings(max_examples=60, deadline=None)
+@given(spans=st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 2**62)).map(sorted),
+                      min_size=1, max_size=20), data=st.data())
+def test_check_reads_int64_times_exactly_and_reports_a_float_one(tmp_path_factory, spans, data):
+    """Every int64 cell read exactly; a cell in float form (exponent, decimal point) is a
+    `value.type` error at its line, whatever the column's other values."""
+    text = "run_id,host,rank,phase,start_ns,end_ns,step,items\n" + "".join(
+        f"r,h,0,p,{a},{b},0,\n" for a, b in spans)
+    p = tmp_path_factory.mktemp("e") / "events.csv"
+    kinds = {"start_ns": "int", "end_ns": "int", "rank": "int"}
+    p.write_text(text)
+    df, found = read_csv_lines(p, 5, kinds)
+    assert not found and [list(r) for r in zip(df["start_ns"], df["end_ns"], strict=True)] == spans
+    k = data.draw(st.integers(0, len(spans) - 1))
+    form = data.draw(st.sampled_from(["{:.12e}", "{}.0", "{:.3E}"]))
+    lines = text.splitlines(keepends=True)
+    cells = lines[k + 1].split(",")
+    cells[4] = form.format(int(cells[4]))
+    lines[k + 1] = ",".join(cells)
+    p.write_text("".join(lines))
+    df, found = read_csv_lines(p, 5, kinds)
+    assert [(f.code, f.line) for f in found] == [("value.type", k + 2)]
+    assert df["end_ns"].tolist() == [b for _, b in spans]

@@ -3,7 +3,7 @@ import warnings
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from wattlife.contracts import ContractError, read_events, read_trace
@@ -194,3 +194,90 @@ def test_curves_without_source_is_an_error_naming_the_file(tmp_path):
                  "a,H200,1,700,10,img/s,600\n")
     with pytest.raises(ContractError, match=r"curves.csv: missing column 'source'"):
         read_curves(p)
+
+
+# ---------------------------------------------------------------- integer timestamps, exactly
+
+EV_HEADER = "run_id,host,rank,phase,start_ns,end_ns,step,items\n"
+NS = 1_796_434_645_354_875_338  # a real run's forward start: 19 digits, above 2**53
+
+
+def test_a_float_timestamp_is_refused_naming_file_line_and_column(tmp_path):
+    """One start_ns in exponent form once made pandas read the whole column as float64: the
+    unchanged row's ...338 came back as ...392, silently. Now: an error, nothing read."""
+    p = tmp_path / "events.csv"
+    p.write_text(EV_HEADER + f"r,h,0,forward,{NS},{NS + 150_123_552},0,\n"
+                 f"r,h,0,backward,1.7964346455e18,{NS + 250_287_115},0,\n")
+    with pytest.raises(ContractError, match=r"events.csv:3: column 'start_ns' expects integer "
+                                            r"nanoseconds .*got '1.7964346455e18'"):
+        read_events(p)
+    p.write_text(EV_HEADER + f"r,h,0,forward,{NS},{NS + 150_123_552},0,\n")
+    assert read_events(p)["start_ns"].tolist() == [NS]
+
+
+def test_a_float_trace_time_is_refused_in_csv_and_parquet(tmp_path):
+    p = tmp_path / "trace.csv"
+    p.write_text(HEADER + f"{NS},h,gpu0,power_w,100,x\n{NS + 10**7}.0,h,gpu0,power_w,100,x\n")
+    with pytest.raises(ContractError, match=r"trace.csv:3: column 't_ns' expects integer "
+                                            r"nanoseconds.*\(device gpu0\)"):
+        read_trace(p)
+    df = pd.DataFrame({"t_ns": [float(NS)], "host": "h", "device": "gpu0", "metric": "power_w",
+                       "value": [1.0], "source": "sim"})
+    df.to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(ContractError, match=r"t.parquet: column 't_ns' is stored as float64"):
+        read_trace(tmp_path / "t.parquet")
+
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+def _events_text(spans: list[tuple[int, int]]) -> str:
+    return EV_HEADER + "".join(f"r,h,0,p{k},{a},{b},{k},\n" for k, (a, b) in enumerate(spans))
+
+
+@settings(max_examples=80, deadline=None)
+@given(spans=st.lists(st.tuples(INT64, INT64).map(sorted), min_size=1, max_size=30))
+@example(spans=[[-(2**63), 2**63 - 1], [NS, NS]])
+def test_any_int64_timestamps_survive_read_events_exactly(tmp_path_factory, spans):
+    p = tmp_path_factory.mktemp("e") / "events.csv"
+    p.write_text(_events_text(spans))
+    df = read_events(p)
+    assert str(df["start_ns"].dtype) == "int64" and str(df["end_ns"].dtype) == "int64"
+    assert list(zip(df["start_ns"], df["end_ns"], strict=True)) == [tuple(s) for s in spans]
+
+
+@pytest.mark.parametrize("cell,value", [
+    ("1796434645354875338", NS), (" +12 ", 12), ("-9223372036854775808", -(2**63)),
+    ("9223372036854775807", 2**63 - 1), ("9223372036854775808", None), ("12.0", None),
+    ("1.7964346455e18", None), ("", None), ("0x10", None), ("\u0661\u0662", None),
+    ("123456789012345678901", None)])
+def test_exact_ints_takes_digits_within_int64_only(cell, value):
+    from wattlife.contracts import exact_ints
+
+    vals, bad = exact_ints(pd.Series([cell, "7"], dtype=str))
+    assert bad.tolist() == [value is None, False]
+    assert vals.tolist() == [0 if value is None else value, 7]
+
+
+FLOAT_FORMS = [lambda v: f"{float(v)!r}", lambda v: f"{v}.0", lambda v: f"{v:.10e}",
+               lambda v: f"{v / 1e9:.9f}", lambda v: f"{float(v):E}"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(spans=st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 2**62)).map(sorted),
+                      min_size=1, max_size=30),
+       data=st.data())
+def test_a_row_with_a_float_timestamp_is_refused_with_its_line(tmp_path_factory, spans, data):
+    k = data.draw(st.integers(0, len(spans) - 1))
+    col = data.draw(st.sampled_from([4, 5]))  # start_ns, end_ns
+    form = data.draw(st.sampled_from(FLOAT_FORMS))
+    lines = _events_text(spans).splitlines(keepends=True)
+    cells = lines[k + 1].split(",")
+    cells[col] = form(int(cells[col]))
+    lines[k + 1] = ",".join(cells)
+    p = tmp_path_factory.mktemp("e") / "events.csv"
+    p.write_text("".join(lines))
+    name = EV_HEADER.split(",")[col]
+    with pytest.raises(ContractError, match=rf"events.csv:{k + 2}: column '{name}' expects "
+                                            "integer nanoseconds"):
+        read_events(p)

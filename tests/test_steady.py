@@ -2,6 +2,7 @@
 known answers on hand-made traces and events, attributed through `attribute_files`."""
 
 import json
+import re
 import warnings
 
 import numpy as np
@@ -112,6 +113,24 @@ def test_a_busy_gpu_no_rank_claims_warns_with_its_mean_power_and_strict_refuses(
     assert set(ph.loc[ph["device"] == "gpu1", "phase"]) <= {"idle", "unattributed"}
     with pytest.raises(ContractError, match="gpu1"):
         attribute_files(trace, events, tmp_path / "strict.csv", method="integrate", strict=True)
+
+
+def test_an_overlap_names_the_phases_and_lines_the_file_records(tmp_path):
+    """Step 0 is warm-up (its rows relabelled `warmup`, its forward and backward copied as
+    `compile`) and meta.json adds wrapper rows without a line (the line column turns float):
+    the overlap error still names `backward` and `forward` at the file's integer lines."""
+    trace, events = _write(tmp_path, meta=_busy_meta([0]))
+    lines = events.read_text().splitlines(keepends=True)
+    assert lines[2].split(",")[3] == "forward" and lines[3].split(",")[3] == "backward"
+    cells = lines[3].split(",")
+    cells[4] = str(int(lines[2].split(",")[4]) + S // 10)  # backward starts in forward (0.3 s)
+    lines[3] = ",".join(cells)
+    events.write_text("".join(lines))
+    with pytest.raises(ContractError) as err:
+        attribute_files(trace, events, tmp_path / "phases.csv", method="integrate")
+    assert re.search(rf"phase 'backward' \({re.escape(str(events))}:4\) .* overlaps 'forward' "
+                     rf"\({re.escape(str(events))}:3\) .* by 300.000 ms", str(err.value))
+    assert "warmup" not in str(err.value) and ".0)" not in str(err.value)
 
 
 def test_wattlife_run_gives_a_single_process_every_visible_gpu():

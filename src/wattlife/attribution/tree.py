@@ -148,17 +148,29 @@ def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
     if over.any():
         i = int(np.flatnonzero(over)[0])
         j = int(parent[i])
-
-        def at(k: int) -> str:
-            if "file_name" not in events.columns or "line_no" not in events.columns:
-                return ""
-            r = events.iloc[order[k]]
-            return f" ({r['file_name']}:{r['line_no']})" if pd.notna(r["line_no"]) else ""
+        rows = events.iloc[order[[i, j]]]
+        a, b = (f"'{_recorded_name(r)}'{_file_line(r)}" for _, r in rows.iterrows())
         raise ContractError(
-            f"{where}: phase '{name[i]}'{at(i)} [{start[i]}, {end[i]}] overlaps '{name[j]}'{at(j)} "
-            f"[{start[j]}, {end[j]}] by {(end[j] - start[i]) / 1e6:.3f} ms without nesting inside "
-            "it; phases of one rank must nest")
+            f"{where}: phase {a} [{start[i]}, {end[i]}] overlaps {b} [{start[j]}, {end[j]}] by "
+            f"{(end[j] - start[i]) / 1e6:.3f} ms without nesting inside it; phases of one rank "
+            "must nest")
     return PhaseTree(name, start, end, depth, parent)
+
+
+def _recorded_name(row: pd.Series) -> str:
+    """A row's phase as its file records it (`recorded_phase`, kept by `read_events` when the
+    steady-state labelling renames the warm-up steps' rows `warmup`), else its `phase`."""
+    rec = row.get("recorded_phase")
+    return str(rec) if isinstance(rec, str) else str(row["phase"])
+
+
+def _file_line(row: pd.Series) -> str:
+    """' (file:line)' of a row read with `read_events(lines=True)`, the line an integer (rows
+    added by attribution, without a line, turn the column to float); '' when unknown."""
+    line, file = row.get("line_no"), row.get("file_name")
+    if line is None or file is None or pd.isna(line) or pd.isna(file):
+        return ""
+    return f" ({file}:{int(line)})"
 
 
 def exclusive(tree: PhaseTree, inclusive: np.ndarray) -> np.ndarray:

@@ -3,6 +3,8 @@ attribution's nesting rule per (host, rank), concurrent phases finished, steps c
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -65,7 +67,7 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
             p = ok.loc[tree.loc[g.index, "parent"]]
             f += _capped(ERROR, "events.overlap", str(file), g["line_no"],
                          [f"phase '{r.phase}' [{r.start_ns}, {r.end_ns}] overlaps '{q.phase}' "
-                          f"({q.file_name}:{q.line_no}, [{q.start_ns}, {q.end_ns}]) without "
+                          f"({_file_line(q)}[{q.start_ns}, {q.end_ns}]) without "
                           f"nesting inside it (host {r.host}, rank {r.rank})"
                           for r, q in zip(g.head(max_rows).itertuples(),
                                           p.head(max_rows).itertuples(), strict=True)], max_rows)
@@ -83,6 +85,15 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
                       "corrupt): its time counts in throughput, its items do not"
                       for r in g.head(max_rows).itertuples()], max_rows)
     return f
+
+
+def _file_line(row: Any) -> str:
+    """'file:line, ' of a row (an itertuples tuple), the line an integer even where the column
+    turned float (rows without a line beside it); '' without a file or line."""
+    line, file = getattr(row, "line_no", None), getattr(row, "file_name", None)
+    if line is None or file is None or pd.isna(line) or pd.isna(file):
+        return ""
+    return f"{file}:{int(line)}, "
 
 
 def _concurrent_unfinished(ev: pd.DataFrame, max_rows: int) -> list[Finding]:

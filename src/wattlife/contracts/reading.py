@@ -22,6 +22,7 @@ from .names import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 
@@ -51,6 +52,73 @@ def _read_text_tolerant(path: Path) -> tuple[str, int | None]:
     return text[: cut + 1], line_no
 
 
+#: an integer cell as the contracts write it: an optional sign and ASCII digits, nothing else (a
+#: decimal point or an exponent means the writer went through floating point, which keeps only
+#: 53 bits: an epoch-ns timestamp loses its last ~3 digits). 19 digits at most: int64.
+INT_CELL = r"\s*[+-]?[0-9]{1,19}\s*"
+_INT64_MAX = str(2**63 - 1)
+
+
+def exact_ints(raw: pd.Series) -> tuple[pd.Series, np.ndarray]:
+    """Integer cells (strings) parsed exactly to int64, never through float64: (values, bad),
+    `bad` marking the cells that are not `INT_CELL` within int64 (a float or exponent form, an
+    empty cell, text), whose values are 0. Vectorised: a regex pass, then one conversion."""
+    import numpy as np
+
+    text = raw.astype(str)
+    ok = text.str.fullmatch(INT_CELL.replace(r"\s*", "")).fillna(False).to_numpy(bool, copy=True)
+    if not ok.all():  # spaces around the digits: a slower pattern, on the other cells only
+        ok[~ok] = text[~ok].str.fullmatch(INT_CELL).fillna(False).to_numpy(bool)
+    try:
+        vals = text.where(ok, "0").astype(np.int64)
+    except OverflowError:  # 19 digits above int64's range: rare, so looked for only then
+        cell = text.str.strip()
+        digits = cell.str.lstrip("+-")
+        over = (digits.str.len() == 19) & (digits > _INT64_MAX)
+        over &= ~(cell.str.startswith("-") & (digits == _INT64_MAX[:-1] + "8"))  # -2**63 fits
+        ok = ok & ~over.to_numpy(bool)
+        vals = text.where(ok, "0").astype(np.int64)
+    return vals, ~ok
+
+
+def int_form(col: str) -> str:
+    """What an integer column of the contracts holds, for messages."""
+    if col.endswith("_ns"):
+        return ("integer nanoseconds (digits only, e.g. 1796434645354875338; a decimal point or "
+                "an exponent is a float, which has lost the last nanoseconds)")
+    return "an integer"
+
+
+def _where(path: Path, i: int, first_data_line: int | None) -> str:
+    return f"{path}:{i + first_data_line}" if first_data_line else f"{path} row {i}"
+
+
+def _device_of(df: pd.DataFrame, i: int) -> str:
+    return f" (device {df['device'].iloc[i]})" if "device" in df.columns else ""
+
+
+def _int_column(df: pd.DataFrame, col: str, path: Path, first_data_line: int | None
+                ) -> pd.Series:
+    """An int column as int64, parsed exactly (`exact_ints`); the first bad cell is an error
+    naming file, line, column and the form expected. A Parquet column must be an integer one."""
+    import numpy as np
+    import pandas as pd
+
+    raw = df[col]
+    if pd.api.types.is_integer_dtype(raw.dtype):
+        return raw.astype(np.int64)
+    if pd.api.types.is_float_dtype(raw.dtype) or pd.api.types.is_bool_dtype(raw.dtype):
+        raise ContractError(f"{path}: column '{col}' is stored as {raw.dtype}; it holds "
+                            f"{int_form(col)}: store it as int64")
+    vals, bad = exact_ints(raw)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        more = f" ({int(bad.sum()):,} such cells in the column)" if bad.sum() > 1 else ""
+        raise ContractError(f"{_where(path, i, first_data_line)}: column '{col}' expects "
+                            f"{int_form(col)}, got {raw.iloc[i]!r}{_device_of(df, i)}{more}")
+    return vals
+
+
 def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) -> pd.DataFrame:
     import numpy as np
     import pandas as pd
@@ -77,22 +145,18 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
     for col, kind in numeric.items():
         if col not in df.columns:
             continue
-        raw = df[col]
         if kind == "int":
-            vals = pd.to_numeric(raw, errors="coerce")
-            bad = vals.isna() | (vals != np.floor(vals))
-        else:
-            vals = pd.to_numeric(raw.replace("", np.nan) if raw.dtype == object else raw,
-                                 errors="coerce")
-            bad = vals.isna() & (raw.astype(str) != "")
+            df[col] = _int_column(df, col, path, first_data_line)
+            continue
+        raw = df[col]
+        vals = pd.to_numeric(raw.replace("", np.nan) if raw.dtype == object else raw,
+                             errors="coerce")
+        bad = vals.isna() & (raw.astype(str) != "")
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            where = f"{path}:{i + first_data_line}" if first_data_line else f"{path} row {i}"
-            dev = f" (device {df['device'].iloc[i]})" if "device" in df.columns else ""
-            want = "an integer" if kind == "int" else "a number"
-            raise ContractError(f"{where}: column '{col}' expects {want},"
-                                f" got {raw.iloc[i]!r}{dev}")
-        df[col] = vals.astype("int64") if kind == "int" else vals.astype("float64")
+            raise ContractError(f"{_where(path, i, first_data_line)}: column '{col}' expects a "
+                                f"number, got {raw.iloc[i]!r}{_device_of(df, i)}")
+        df[col] = vals.astype("float64")
     return df
 
 
@@ -142,7 +206,8 @@ def read_trace(path: str | Path) -> pd.DataFrame:
 
 def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
     """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present.
-    `lines`: add each row's `file_name` and CSV `line_no` (header = 1), for messages."""
+    `lines`: add each row's `file_name`, CSV `line_no` (header = 1) and `recorded_phase` (the
+    phase name as the file records it, kept when attribution relabels `phase`), for messages."""
     import numpy as np
     import pandas as pd
 
@@ -159,7 +224,8 @@ def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
             raise ContractError(f"{p}:{i + 2}: end_ns before start_ns in phase "
                                 f"'{df['phase'].iloc[i]}'")
         if lines:
-            df = df.assign(file_name=str(p), line_no=np.arange(2, len(df) + 2))
+            df = df.assign(file_name=str(p), line_no=np.arange(2, len(df) + 2),
+                           recorded_phase=df["phase"].astype(str))
         frames.append(df)
     if not frames:
         raise FileNotFoundError(f"{path}: no such file")
