@@ -88,3 +88,11 @@ def test_reference_figures_are_drawn_only_from_written_tables(tmp_path):
     out = tmp_path / "out"
     assert draw_reference(tmp_path / "empty", out) == []
     assert not (out / A100_TABLES).exists() and not (out / H200_EXECUTION_TABLES).exists()
+
+
+def test_every_phase_has_a_colour_of_its_own():
+    """Fig. 1's bars: no two phases share a colour (tab20 alone repeats after 20)."""
+    from wattlife.figures.common import _PALETTE, PHASE_ORDER
+
+    assert set(_PALETTE) == set(PHASE_ORDER)
+    assert len({tuple(round(c, 6) for c in rgb) for rgb in _PALETTE.values()}) == len(PHASE_ORDER)

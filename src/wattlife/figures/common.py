@@ -22,9 +22,14 @@ SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measur
                 "nvml-samples": "measured (NVML samples)",
                 "nvml-counter": "measured (NVML counter)",
                 "nvml-poll": "measured (NVML)", "rapl": "measured (RAPL)"}
-PHASE_ORDER = (["idle_baseline", "process_startup"] + LIFECYCLE_PHASES[:3] + ["tokenize"]
-               + LIFECYCLE_PHASES[3:] + [COMPILE, WARMUP, "step", "process_exit", UNATTRIBUTED])
-_PALETTE = dict(zip(PHASE_ORDER, sns.color_palette("tab20", len(PHASE_ORDER)), strict=True))
+PHASE_ORDER = (["idle_baseline", "process_startup", "setup"] + LIFECYCLE_PHASES[:3] + ["tokenize"]
+               + LIFECYCLE_PHASES[3:] + [COMPILE, WARMUP, "step", "finalize", "process_exit",
+                                         UNATTRIBUTED])
+# tab20's 20 colours, then dark ones of tab20b: one colour a phase (tab20 alone would repeat its
+# first colours for the last phases)
+_COLOURS = sns.color_palette("tab20", 20) + [sns.color_palette("tab20b", 20)[i]
+                                             for i in (0, 4, 8, 12, 16)]
+_PALETTE = dict(zip(PHASE_ORDER, _COLOURS[:len(PHASE_ORDER)], strict=True))
 #: text columns of the run-level tables that may be empty (a run without a cell: no storage, no
 #: checkpoint); read as text, empty as "", never as a float NaN column
 TEXT_COLUMNS = ("workload", "storage", "checkpoint", "phase", "device_kind")
