@@ -187,8 +187,8 @@ def test_aggregate_never_sums_two_runs_it_cannot_tell_apart(tmp_path, capsys):
     assert main(["aggregate", str(a / "phases.csv"), str(b / "phases.csv"), "-o",
                  str(tmp_path / "tables")]) == 0
     err = capsys.readouterr().err
-    assert "warning: no meta.json" in err and str(a / "meta.json") in err \
-        and str(b / "meta.json") in err
+    assert "warning: no cell for 2 phases file(s)" in err
+    assert f"{a / 'meta.json'} missing" in err and f"{b / 'meta.json'} missing" in err
     s = pd.read_csv(tmp_path / "tables" / "phase_summary.csv")
     assert sorted(s["energy_j"]) == [25.4, 29.3] and set(s["n"]) == {1}
     # the same run twice (same cell and repeat in meta.json): refused
