@@ -8,7 +8,14 @@ import pytest
 
 from conftest import wait_rows
 from wattlife.attribution import attribute_files
-from wattlife.contracts import EVENTS_HEADER, PHASES_COLUMNS, read_events, read_table, read_trace
+from wattlife.contracts import (
+    EVENTS_HEADER,
+    PHASES_COLUMNS,
+    read_events,
+    read_meta,
+    read_table,
+    read_trace,
+)
 
 WORK = ("import time\nfrom wattlife.markers import phase, step\n"
         "for i in range({n}):\n"
@@ -110,7 +117,7 @@ def test_an_unmarked_command_leaves_an_events_file_that_attribute_and_check_read
         tmp_path, env_path, children):
     """A command with no markers still gets its events file (the header, no rows), fresh even
     where a previous run's rows were: `wattlife attribute` and `wattlife check` then work on it
-    (its time `unattributed`, the GPU `idle`)."""
+    (its time `unattributed`, the idle baseline from meta.json its own row)."""
     (tmp_path / "events.csv").write_text(EVENTS_HEADER + "old,h,0,forward,1,2,0,,0,0,host,0\n")
     (tmp_path / "events.rank1.csv").write_text(EVENTS_HEADER)
     out = _run(tmp_path, env_path, "import time; time.sleep(0.3)", children=children)
@@ -124,8 +131,14 @@ def test_an_unmarked_command_leaves_an_events_file_that_attribute_and_check_read
                        timeout=120)
     assert att.returncode == 0, att.stderr
     phases = read_table(tmp_path / "phases.csv", PHASES_COLUMNS)
-    assert set(phases["phase"]) <= {"unattributed", "idle"}
+    assert set(phases["phase"]) <= {"unattributed", "idle", "idle_baseline"}
     assert {"cpu", "gpu"} == set(phases["device_kind"])
+    # the 0.3 s idle baseline the run measured (meta.json) is its own row on each device
+    ib = read_meta(tmp_path / "meta.json").idle_baseline
+    base = phases[phases["phase"] == "idle_baseline"].set_index("device_kind")
+    assert set(base.index) == {"cpu", "gpu"}
+    assert base["time_s"].to_numpy() == pytest.approx((ib["end_ns"] - ib["start_ns"]) / 1e9,
+                                                      abs=0.06)
     chk = children.run([*wl, "check", str(tmp_path)], env=env_path, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=120)
     assert chk.returncode == 0, chk.stdout + chk.stderr

@@ -92,17 +92,26 @@ def run_compiled(trace: str | Path) -> bool:
 def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
     """Intervals `wattlife run` itself knows, per (host, rank): the idle baseline before the
     command, the command's start-up until its first marked phase (interpreter, imports, CUDA
-    context) and its exit after its last one. Without them that time is `unattributed`."""
+    context) and its exit after its last one. Without them that time is `unattributed`. An
+    unmarked command (no events) gets the idle baseline alone, on rank 0 of meta.json's host."""
     rows = []
     ib = meta.idle_baseline or {}
     w0, w1 = meta.workload_start_ns, meta.workload_end_ns
+    has_baseline = bool(ib) and ib.get("end_ns", 0) > ib.get("start_ns", 0)
+    if not len(events):  # an unmarked command: only the idle baseline is known (rank 0's host)
+        if meta.host and has_baseline:
+            rows.append({"run_id": meta.run_id, "host": meta.host, "rank": 0, "local_rank": 0,
+                         "step": np.nan, "items": np.nan, "phase": "idle_baseline",
+                         "start_ns": ib["start_ns"], "end_ns": min(ib["end_ns"],
+                                                                   w0 or ib["end_ns"])})
+        return pd.DataFrame(rows)
     for (host, rank), g in events.groupby(["host", "rank"]):
         first, last = int(g["start_ns"].min()), int(g["end_ns"].max())
         base = {"run_id": g["run_id"].iloc[0], "host": host, "rank": rank, "step": np.nan,
                 "items": np.nan}
         if "local_rank" in g.columns:
             base["local_rank"] = g["local_rank"].iloc[0]
-        if ib and ib.get("end_ns", 0) > ib.get("start_ns", 0) and ib["end_ns"] <= first:
+        if has_baseline and ib["end_ns"] <= first:
             rows.append({**base, "phase": "idle_baseline", "start_ns": ib["start_ns"],
                          "end_ns": min(ib["end_ns"], w0 or ib["end_ns"])})
         if w0 and w0 < first:
@@ -148,10 +157,11 @@ def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, met
         response = SensorResponse.from_csv(sensor_response)
     trace_df = read_trace(trace)
     events_df = read_events(events, lines=True)
-    if not len(events_df):
-        warnings.warn(f"{events}: no phases (header only): the whole trace is `unattributed` "
-                      "(GPUs: `idle`)", stacklevel=2)
     has_meta = meta_path.exists()
+    if not len(events_df):
+        warnings.warn(f"{events}: no phases (header only): the command's time is `unattributed` "
+                      "(the idle baseline of meta.json, where there is one, its own row; "
+                      "without meta.json the GPUs' time is `idle`)", stacklevel=2)
     meta = read_meta(meta_path) if has_meta else RunMeta()
     check_time_units(trace_df, events_df, str(trace), str(events))
     idle = None
@@ -163,7 +173,7 @@ def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, met
     window_s = window_ms / 1000.0 if window_ms else None  # None: estimated per device
     if steady and len(events_df):
         events_df = label_steady(events_df, compiled=run_compiled(trace))
-    if has_meta and len(events_df):
+    if has_meta:
         extra = wrapper_events(events_df, meta)
         if len(extra):
             extra = extra.astype({"start_ns": "int64", "end_ns": "int64"})
