@@ -38,8 +38,10 @@ def test_demo_config_is_valid_and_gets_defaults():
      r"attribution\.sensor_response: expected boxcar, estimate, or the path of a CSV"),
 ])
 def test_bad_config_names_the_key(tmp_path, mutate, message):
-    with pytest.raises(ConfigError, match=message):
-        load_config(_write(tmp_path, mutate))
+    path = _write(tmp_path, mutate)
+    with pytest.raises(ConfigError, match=message) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"invalid config {path}: ")  # the file, then the keys
 
 
 @pytest.mark.slow

@@ -110,9 +110,13 @@ def _read_yaml(path: Path) -> Any:
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """Read, validate and fill defaults."""
+    """Read, validate and fill defaults; a ConfigError names the file besides each key."""
     cfg = _read_yaml(Path(path))
-    validate_config(cfg)
+    try:
+        validate_config(cfg)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("invalid config:", f"invalid config {path}:", 1)) \
+            from None
     return _defaults(schema(), cfg)
 
 
