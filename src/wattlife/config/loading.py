@@ -66,12 +66,17 @@ def validate_config(cfg: dict[str, Any], schema_file: str | Path | None = None) 
     sch = yaml.safe_load(Path(schema_file).read_text()) if schema_file else schema()
     if isinstance(cfg, dict) and "slice" in cfg:
         sch = {k: v for k, v in sch.items() if k != "required"}
+    if lines := _problems(cfg, sch):
+        raise ConfigError("invalid config: " + "; ".join(lines))
+    check_references(cfg)
+
+
+def _problems(cfg: Any, sch: dict[str, Any]) -> list[str]:
+    """Every offending key of `cfg` against schema `sch`, described once each, the most specific
+    first."""
     validator = jsonschema.Draft202012Validator(sch)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (-len(e.absolute_path), e.message))
-    if errors:
-        lines = [_describe(e) for e in errors]
-        raise ConfigError("invalid config: " + "; ".join(dict.fromkeys(lines)))
-    check_references(cfg)
+    return list(dict.fromkeys(_describe(e) for e in errors))
 
 
 def check_references(cfg: dict[str, Any]) -> None:
@@ -131,13 +136,11 @@ def load_section(path: str | Path, section: str) -> dict[str, Any]:
     full = schema()
     only = {**full, "required": [section],
             "properties": {k: (v if k == section else {}) for k, v in full["properties"].items()}}
-    validator = jsonschema.Draft202012Validator(only)
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: (-len(e.absolute_path), e.message))
-    if errors:
-        lines = dict.fromkeys(_describe(e) for e in errors)
+    if lines := _problems(cfg, only):
         raise ConfigError(f"invalid config {path} (its `{section}` section is read): "
                           + "; ".join(lines))
     return _defaults(full["properties"][section], dict(cfg[section]))
+
 
 def _node(*path: str) -> dict[str, Any]:
     """The schema node at `path` (property names; "*" = additionalProperties)."""
