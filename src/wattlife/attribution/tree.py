@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..contracts import CONCURRENT_PHASES, UNATTRIBUTED, ContractError
+from ..contracts import CONCURRENT_PHASES, UNATTRIBUTED, ContractError, file_line
 from .series import DeviceSeries
 
 
@@ -149,7 +149,7 @@ def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
         i = int(np.flatnonzero(over)[0])
         j = int(parent[i])
         rows = events.iloc[order[[i, j]]]
-        a, b = (f"'{_recorded_name(r)}'{_file_line(r)}" for _, r in rows.iterrows())
+        a, b = (f"'{_recorded_name(r)}'{_in_file(r)}" for _, r in rows.iterrows())
         raise ContractError(
             f"{where}: phase {a} [{start[i]}, {end[i]}] overlaps {b} [{start[j]}, {end[j]}] by "
             f"{(end[j] - start[i]) / 1e6:.3f} ms without nesting inside it; phases of one rank "
@@ -164,13 +164,10 @@ def _recorded_name(row: pd.Series) -> str:
     return str(rec) if isinstance(rec, str) else str(row["phase"])
 
 
-def _file_line(row: pd.Series) -> str:
-    """' (file:line)' of a row read with `read_events(lines=True)`, the line an integer (rows
-    added by attribution, without a line, turn the column to float); '' when unknown."""
-    line, file = row.get("line_no"), row.get("file_name")
-    if line is None or file is None or pd.isna(line) or pd.isna(file):
-        return ""
-    return f" ({file}:{int(line)})"
+def _in_file(row: pd.Series) -> str:
+    """' (file:line)' of a row, '' when unknown (`contracts.file_line`)."""
+    loc = file_line(row.get("file_name"), row.get("line_no"))
+    return f" ({loc})" if loc else ""
 
 
 def exclusive(tree: PhaseTree, inclusive: np.ndarray) -> np.ndarray:

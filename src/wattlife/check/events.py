@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..attribution import OVERLAP_TOL_NS, nest, resolve_overlaps, timeline
-from ..contracts import CONCURRENT_PHASES
+from ..contracts import CONCURRENT_PHASES, file_line
 from .findings import ERROR, WARNING, Finding, _capped, check_clock
 
 
@@ -67,7 +67,7 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
             p = ok.loc[tree.loc[g.index, "parent"]]
             f += _capped(ERROR, "events.overlap", str(file), g["line_no"],
                          [f"phase '{r.phase}' [{r.start_ns}, {r.end_ns}] overlaps '{q.phase}' "
-                          f"({_file_line(q)}[{q.start_ns}, {q.end_ns}]) without "
+                          f"({_in_file(q)}[{q.start_ns}, {q.end_ns}]) without "
                           f"nesting inside it (host {r.host}, rank {r.rank})"
                           for r, q in zip(g.head(max_rows).itertuples(),
                                           p.head(max_rows).itertuples(), strict=True)], max_rows)
@@ -87,13 +87,10 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
     return f
 
 
-def _file_line(row: Any) -> str:
-    """'file:line, ' of a row (an itertuples tuple), the line an integer even where the column
-    turned float (rows without a line beside it); '' without a file or line."""
-    line, file = getattr(row, "line_no", None), getattr(row, "file_name", None)
-    if line is None or file is None or pd.isna(line) or pd.isna(file):
-        return ""
-    return f"{file}:{int(line)}, "
+def _in_file(row: Any) -> str:
+    """'file:line, ' of a row (an itertuples tuple), '' when unknown (`contracts.file_line`)."""
+    loc = file_line(getattr(row, "file_name", None), getattr(row, "line_no", None))
+    return f"{loc}, " if loc else ""
 
 
 def _concurrent_unfinished(ev: pd.DataFrame, max_rows: int) -> list[Finding]:

@@ -79,6 +79,7 @@ from .reading import (
     MAX_PLAUSIBLE_W,
     check_readings,
     exact_ints,
+    file_line,
     int_form,
     read_contract_bytes,
     read_curves,
@@ -98,8 +99,8 @@ __all__ = [
     "RESIDUAL", "RunMeta", "SOURCES_MEASURED", "SOURCES_NOT_MEASURED", "STEP", "SUMMARY_FILE",
     "TABLE_FILES", "TELEMETRY_METRICS", "TRACE_COLUMNS", "TRACE_FILE", "TRACE_FILES",
     "TRACE_HEADER", "TRACE_TYPES", "UNATTRIBUTED", "WARMUP", "WARMUP_STEPS", "WRAPPER_PHASES",
-    "atomic_path", "check_readings", "csv_header", "device_kind", "exact_ints", "int_form",
-    "meta_problems", "meta_text",
+    "atomic_path", "check_readings", "csv_header", "device_kind", "exact_ints", "file_line",
+    "int_form", "meta_problems", "meta_text",
     "read_contract_bytes", "read_curves", "read_events", "read_meta", "read_table", "read_trace",
     "refuse_overwrite", "warmup_count", "write_csv", "write_meta", "write_table", "write_text",
 ]

@@ -9,7 +9,7 @@ import gzip
 import io
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .names import (
     CURVES_COLUMNS,
@@ -87,6 +87,17 @@ def int_form(col: str) -> str:
         return ("integer nanoseconds (digits only, e.g. 1796434645354875338; a decimal point or "
                 "an exponent is a float, which has lost the last nanoseconds)")
     return "an integer"
+
+
+def file_line(file: Any, line: Any) -> str:
+    """'file:line' of an events row read with `read_events(lines=True)`, the line an integer (the
+    column turns float where rows without a line, added by attribution, sit beside it); '' when
+    either is unknown."""
+    import pandas as pd
+
+    if file is None or line is None or pd.isna(file) or pd.isna(line):
+        return ""
+    return f"{file}:{int(line)}"
 
 
 def _where(path: Path, i: int, first_data_line: int | None) -> str:
