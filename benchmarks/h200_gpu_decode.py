@@ -124,6 +124,11 @@ class Call:
         self.reserve: dict[str, int] = {}
         self.multi = a.repeats > 1 or a.confirm > 0  # runs named `<name>-r<round>`
 
+    def synthetic_key(self, round_no: int, graphs: bool) -> str:
+        """Where a round's synthetic rate (eager, or with CUDA graphs) is recorded."""
+        return (f"synthetic-r{round_no}" if self.multi else "synthetic") \
+            + ("-graphs" if graphs else "")
+
     def save(self) -> None:
         (self.out / "summary.json").write_text(json.dumps(self.res, indent=1, default=str))
 
@@ -217,10 +222,9 @@ def run_round(call: Call, names: list[str], round_no: int, stage: str,
               eager: bool = True) -> tuple[list[dict], dict[bool, float | None]]:
     """A round: the synthetic rates it needs (with graphs where a cell runs graphs; eagerly
     where `eager` or a cell runs eagerly), then its cells; rows marked with `stage`."""
-    key = f"synthetic-r{round_no}" if call.multi else "synthetic"
     kinds = {cell_settings(n)[3] for n in names}
-    synthetic = {False: synthetic_rate(call, key) if eager or False in kinds else None}
-    synthetic[True] = synthetic_rate(call, f"{key}-graphs", True) if True in kinds else None
+    synthetic = {g: synthetic_rate(call, call.synthetic_key(round_no, g), g)
+                 if g in kinds or (eager and not g) else None for g in (False, True)}
     call.save()
     rows = run_cells(call, names, synthetic, round_no)
     return [{**r, "stage": stage} for r in rows], synthetic
@@ -239,8 +243,8 @@ def ladder(call: Call, rows: list[dict], synthetic: dict[bool, float | None]) ->
         name = f"{choice['setting']}-{step}"
         graphs = cell_settings(name)[3]
         if synthetic.get(graphs) is None and not DRY:
-            key = f"synthetic-r{call.a.repeats}" if call.multi else "synthetic"
-            synthetic[graphs] = synthetic_rate(call, key + ("-graphs" if graphs else ""), graphs)
+            synthetic[graphs] = synthetic_rate(call, call.synthetic_key(call.a.repeats, graphs),
+                                               graphs)
         new = run_cells(call, [name], synthetic, call.a.repeats)
         if not new:
             break
