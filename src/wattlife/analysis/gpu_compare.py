@@ -11,6 +11,9 @@ Per run (`run_row`), from its events, trace, phases and summary:
 - `idle_w`: the GPU's mean power over the run's idle baseline, before the workload starts (no
   CUDA context of the run); `context_idle_w`: its idle floor while the run holds a CUDA context
   (`waiting.context_floor`), NaN where the trace shows no steady stretch;
+- the PFI predictor's telemetry features over the training window (`trace_segments`'
+  `partition_trace` by the steps, `training_aggregates`): `util_gpu`, `util_mem`, `dram_active`,
+  `sm_active`, `tensor_active`, `sm_clock_mhz` means and the `dram_copy_product`;
 - one `share:<phase>` column per phase: the phase's share of the run's GPU energy (its
   `idle_baseline` left out), from `phases.csv`.
 
@@ -29,14 +32,18 @@ import pandas as pd
 
 from .performance import step_clock, step_throughput_from_events
 from .repeats import significant, t_interval, welch_interval
-from .trace_segments import steady_steps_power
+from .trace_segments import partition_trace, steady_steps_power, training_aggregates
 from .waiting import context_floor
 
 CELL_KEYS = ["workload", "storage", "checkpoint"]
 #: the per-run metrics compared, with their units (the table's `unit` column)
 METRICS = {"throughput": "items/s", "mfu": "fraction", "mfu_causal": "fraction",
            "steady_power_w": "W", "j_per_item": "J/item", "idle_w": "W",
-           "context_idle_w": "W"}
+           "context_idle_w": "W", "util_gpu": "%", "util_mem": "%",
+           "dram_active": "fraction", "sm_active": "fraction", "tensor_active": "fraction",
+           "sm_clock_mhz": "MHz", "dram_copy_product": "fraction"}
+TELEMETRY_FEATURES = ["util_gpu", "util_mem", "dram_active", "sm_active", "tensor_active",
+                      "sm_clock_mhz", "dram_copy_product"]
 SHARE_PREFIX = "share:"
 
 
@@ -102,8 +109,17 @@ def run_row(meta: dict[str, Any], summary: dict[str, Any], events: pd.DataFrame,
         "context_idle_w": (float(floor["context_idle_w"].iloc[0]) if len(floor)
                            else float("nan")),
         "gpu_source": _gpu_source(phases)}
+    row.update(telemetry_features(trace, events))
     row.update(phase_shares(phases))
     return row
+
+
+def telemetry_features(trace: pd.DataFrame, events: pd.DataFrame) -> dict[str, float]:
+    """The first GPU's telemetry means over its training window (NaN where not recorded)."""
+    agg = training_aggregates(trace, partition_trace(trace, events))
+    first = agg.iloc[0] if len(agg) else None
+    return {m: float(first[m]) if first is not None and m in first else float("nan")
+            for m in TELEMETRY_FEATURES}
 
 
 def _steady_items(events: pd.DataFrame) -> float:
