@@ -77,7 +77,8 @@ def settings_summary(table: pd.DataFrame) -> pd.DataFrame:
         row = {"setting": name, "n": n, "images_per_s_step": rate, "rate_lo": lo, "rate_hi": hi,
                "share_of_synthetic": share, "share_lo": s_lo, "share_hi": s_hi,
                "gpu_data_load_j": float(g["gpu_data_load_j"].mean())}
-        if "share_of_eager_synthetic" in g:  # a CUDA-graph cell against the eager ceiling
+        eager = g.get("share_of_eager_synthetic")
+        if eager is not None and eager.notna().any():  # against the eager ceiling, where measured
             _, e_share, _, e_lo, e_hi = t_interval(g["share_of_eager_synthetic"].astype(float))
             row.update(share_of_eager_synthetic=e_share, eager_share_lo=e_lo, eager_share_hi=e_hi)
         if name != "cpu" and "cpu" in set(table["setting"]):

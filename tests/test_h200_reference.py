@@ -138,15 +138,13 @@ WORKFLOW_CELLS = sorted(p.parent for p in (WORKFLOW / "runs").glob("*/*/*/r1/pha
 REPEATS = H200 / "workflow-repeats"
 REPEATS_CELLS = sorted(p.parent for p in (REPEATS / "runs").glob("*/*/*/r*/phases.csv"))
 # config/gpu1.yaml + config/gpu1-waiting.yaml: checkpoint off/sync/async x decode cpu/gpu for
-# ResNet-50, off/sync/async for Qwen3-1.7B (issue 30)
+# ResNet-50, off/sync/async for Qwen3-1.7B (issue 30; rerun at 5672872 for issue 46)
 WAITING = H200 / "workflow-waiting"
 WAITING_CELLS = sorted(p.parent for p in (WAITING / "runs").glob("*/*/*/r1/phases.csv"))
 WORKFLOWS = [(WORKFLOW, WORKFLOW_CELLS, 8), (REPEATS, REPEATS_CELLS, 12),
              (WAITING, WAITING_CELLS, 9)]
 WORKFLOW_IDS = [folder.name for folder, _, _ in WORKFLOWS]
-# workflow-waiting ran before an async checkpoint's publication (3.2 s for Qwen3-1.7B) and the GPU
-# decoder's loading (1.1 s) were phases (README): up to 4.6 % of a run's time is unattributed there
-MAX_UNATTRIBUTED = {WORKFLOW: 0.02, REPEATS: 0.02, WAITING: 0.047}
+MAX_UNATTRIBUTED = {WORKFLOW: 0.02, REPEATS: 0.02, WAITING: 0.02}
 
 
 @pytest.mark.parametrize("folder, cells, n", WORKFLOWS, ids=WORKFLOW_IDS)
@@ -154,7 +152,7 @@ def test_gpu1_workflow_cells_pass_the_check_and_stay_under_2_percent_unattribute
                                                                                    n):
     """config/gpu1.yaml on the H200 (committed): 8 cells (12 with 3 repeats, 9 in the waiting
     matrix), each valid against the contracts, GPU power measured by NVML, and at most 2 % of each
-    run's time outside a named phase (4.7 % in the waiting matrix, README)."""
+    run's time outside a named phase."""
     from wattlife.check import ERROR, check_run
 
     assert len(cells) == n
@@ -215,31 +213,45 @@ def test_execution_cells_re_attribute_to_their_committed_table(tmp_path, cell):
 
 def _committed_phases():
     """(name, phases table) of every committed H200 run: phases.csv files (not the aggregated
-    tables/) and those inside the committed tarballs."""
+    tables/) and those inside the committed archives (`.tar.gz` and the decode calls' `.tgz`)."""
     out = [(str(p.relative_to(H200)), pd.read_csv(p)) for p in sorted(H200.rglob("phases.csv"))
            if p.parent.name != "tables"]
-    for t in sorted(H200.rglob("*.tar.gz")):
+    for t in sorted([*H200.rglob("*.tar.gz"), *H200.rglob("*.tgz")]):
         with tarfile.open(t) as tar:
             out += [(f"{t.relative_to(H200)}:{m.name}", pd.read_csv(tar.extractfile(m)))
                     for m in tar.getmembers() if m.name.endswith("phases.csv")]
     return out
 
 
-def test_every_committed_run_leaves_at_most_the_readme_s_unattributed_share():
-    """README: `unattributed` is 0.04-1.4 % of a training run's time, 1.0-3.4 % for the
-    workflows' few-second transfers (2.3 % before the repeats workflow's were committed; before
-    that: two cells at 13.2 % and 20.6 % under a stated 0.05-1.1 %)."""
-    readme = (REPO / "README.md").read_text()
-    assert "`unattributed` is 0.04–1.4 % of a run's time" in readme
-    assert "loopback transfers, runs of a few seconds: 1.0–3.4 %" in readme
-    assert "`results/reference/h200/workflow-waiting/` (0.2–4.6 %)" in readme
-    runs = _committed_phases()
-    assert len(runs) >= 25
-    for name, ph in runs:
+def unattributed_shares() -> pd.DataFrame:
+    """Per committed H200 run: `unattributed` GPU time over the GPU's phases' time (the
+    deconvolution residual left out), and whether it is a workflow transfer."""
+    rows = []
+    for name, ph in _committed_phases():
         gpu = ph[(ph["device_kind"] == "gpu") & (ph["phase"] != "deconvolution_residual")]
         share = gpu.loc[gpu["phase"] == "unattributed", "time_s"].sum() / gpu["time_s"].sum()
-        limit = 0.0345 if "/transfers/" in name else 0.014
-        assert share <= (0.0465 if name.startswith("workflow-waiting/") else limit), (name, share)
+        rows.append({"run": name, "share": share, "transfer": "/transfers/" in name})
+    return pd.DataFrame(rows)
+
+
+def test_every_committed_run_leaves_the_readme_s_unattributed_share():
+    """README: `unattributed` is 0.03-1.5 % of a training run's time (48 runs in folders and
+    tarballs, 30 decode cells in the decode calls' .tgz archives), 1.0-3.4 % for the workflows'
+    few-second transfers (12): both ends of both ranges, as the README rounds them."""
+    readme = (REPO / "README.md").read_text()
+    assert "`unattributed` is 0.03–1.5 % of a run's time" in readme
+    assert "loopback transfers, runs of a few seconds: 1.0–3.4 %" in readme
+    df = unattributed_shares()
+    train, transfer = df[~df["transfer"]], df[df["transfer"]]
+    assert len(train) >= 78 and len(transfer) == 12
+    assert train["run"].str.contains(r"\.tgz:").sum() >= 30  # every decode cell
+    assert (round(100 * train["share"].min(), 2), round(100 * train["share"].max(), 1)) == \
+        (0.03, 1.5)
+    assert (round(100 * transfer["share"].min(), 1), round(100 * transfer["share"].max(), 1)) == \
+        (1.0, 3.4)
+    waiting = df[df["run"].str.startswith("workflow-waiting/")]["share"]
+    assert len(waiting) == 9 and (round(100 * waiting.min(), 2), round(100 * waiting.max(), 2)) \
+        == (0.14, 1.49)  # workflow-waiting/README.md, rerun for issue 46
 
 
 def test_decode_profile_shows_the_step_s_kernels_unchanged_and_launched_late():
@@ -336,6 +348,11 @@ def _graph_call(base, tmp_path) -> tuple[pd.DataFrame, dict]:
         tar.extractall(tmp_path, filter="data")
     res = json.loads((base / "summary.json").read_text())
     table = pd.read_csv(base / "gpu_decode.csv")
+    # the synthetic runs record no events (train_loop.py: one wall interval over its timed steps,
+    # README "What the shares rest on"): each stored rate is at least its own step time's
+    for key, syn in res.items():
+        if key.startswith("synthetic-"):
+            assert syn["images_per_s"] == pytest.approx(128e3 / syn["step_ms"], rel=1e-9), key
     for _, row in table.iterrows():
         ev = read_events(tmp_path / "gd" / "cells" / row["cell"] / "events.csv")
         assert step_throughput_from_events(ev) == pytest.approx(row["images_per_s_step"], rel=1e-3)
@@ -386,3 +403,51 @@ def test_cuda_graph_decode_rates_are_what_the_committed_files_give(tmp_path):
         (65, 63, 63, 64)
     assert (med["gpu-no-helpers-graphs-r1"], med["gpu-no-helpers-graphs-r2"]) == (11, 12)
     assert all(0.3 < b["sm_active_median"] < 0.7 for b in busy.values())
+
+
+def test_confirmed_graph_decode_misses_the_85_percent_target(tmp_path):
+    """gpu-decode-graphs/call-2 (issue 46): the confirming rounds of `gpu-graphs-batched`, each
+    cell's rate recomputed from its events and shared over its round's graphs synthetic rate,
+    give 83.6 % [79.5, 87.7] of synthetic (n = 3, t95): the 85 % target is not shown (README)."""
+    from wattlife.analysis.performance import step_throughput_from_events
+    from wattlife.analysis.repeats import t_interval
+    from wattlife.contracts import read_events
+
+    base = H200 / "gpu-decode-graphs" / "call-2"
+    table, res = _graph_call(base, tmp_path)
+    conf = table[table["stage"] == "confirm"]
+    assert set(conf["setting"]) == {"gpu-graphs-batched"} and len(conf) == 3
+    shares = [step_throughput_from_events(read_events(tmp_path / "gd" / "cells" / c
+                                                      / "events.csv"))
+              / res[f"synthetic-r{r}-graphs"]["images_per_s"]
+              for c, r in zip(conf["cell"], conf["repeat"], strict=True)]
+    n, mean, _, lo, hi = t_interval(pd.Series(shares))
+    assert n == 3 and (round(100 * mean, 1), round(100 * lo, 1), round(100 * hi, 1)) == \
+        (83.6, 79.5, 87.7)
+    assert lo < 0.85 < hi
+    readme = (H200 / "gpu-decode-graphs" / "README.md").read_text()
+    assert "**83.6 % [79.5, 87.7]**" in readme and "the 85 % target is not shown" in readme
+    screen = table[table["stage"] == "screen"].set_index("setting")["share_of_synthetic"]
+    assert round(100 * screen["gpu-graphs-batched"], 1) == 87.6  # the screening's maximum
+    assert screen.idxmax() == res["selection"]["setting"] == "gpu-graphs-batched"
+
+
+def test_waiting_readme_throughputs_are_the_events(tmp_path):
+    """workflow-waiting/README.md's per-cell throughputs (step / wall) are each cell's events'
+    (`analysis.performance`), not a summary's clock (issue 46, finding 7)."""
+    from wattlife.analysis.performance import (
+        step_throughput_from_events,
+        wall_throughput_from_events,
+    )
+    from wattlife.contracts import read_events
+
+    readme = (WAITING / "README.md").read_text()
+    names = {"resnet": "ResNet-50, decode cpu", "resnet-gpudecode": "ResNet-50, decode gpu",
+             "qwen": "Qwen3-1.7B"}
+    for cell in WAITING_CELLS:
+        workload, ckpt = cell.parts[-4], cell.parts[-2].removeprefix("ckpt-")
+        ev = read_events(cell / "events.csv")
+        step, wall = step_throughput_from_events(ev), wall_throughput_from_events(ev)
+        row = next(line for line in readme.splitlines()
+                   if line.startswith(f"| {names[workload]}, ckpt {ckpt} |"))
+        assert f"| {step:,.0f} / {wall:,.0f} " in row, (cell, step, wall)
