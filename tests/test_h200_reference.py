@@ -63,42 +63,75 @@ def test_the_clock_limited_matmul_draws_more_in_short_bursts(tmp_path):
 H200 = REPO / "results/reference/h200"
 
 
+PERFORMANCE_RUNS = {  # committed workload runs per folder (issue 46: every one of them)
+    "execution": 8, "workflow": 8, "workflow-repeats": 12, "workflow-waiting": 9,
+    "pfi-uncapped": 11, "gpu-decode": 5, "gpu-decode-batched": 8, "gpu-decode-graphs": 17,
+}
+
+
 def test_performance_table_is_rebuilt_from_the_committed_events():
     """performance.csv is what the committed runs' events give (GPU-timed steady steps; the
-    loop's span), within 0.1 %; every row names its basis and clock, MFU on both attention
-    conventions; the issue-19 runs reach their MFU floors on the step basis."""
-    from h200_performance import RUNS, load
+    loop's span), within 0.1 %, for every committed workload run (78: folders and archives, the
+    decode cells in their .tgz included); every row names its files, basis and clock, MFU on both
+    attention conventions; the issue-19 runs reach their MFU floors on the step basis."""
+    from h200_performance import build, committed_runs
 
-    from wattlife.analysis.performance import performance_table
-
-    loaded = [(run, model, *load(H200, p, m, model)) for run, model, p, m in RUNS]
-    df = performance_table(loaded)
+    df = build([H200])
     committed = pd.read_csv(H200 / "performance.csv")
     assert list(committed["run"]) == list(df["run"])
     assert list(committed["basis"]) == list(df["basis"])
     assert committed["throughput"].to_numpy() == pytest.approx(df["throughput"].to_numpy(),
                                                                rel=1e-3)
     assert set(committed["basis"]) == {"step", "wall"} and set(committed["clock"]) == {"cuda"}
+    assert set(committed["gpu_model"]) == {"NVIDIA H200"}
     lm = committed[committed["mfu"].notna()]
     assert (lm["mfu_causal"] < lm["mfu"]).all()
+    runs = {label: summary for label, summary, _ev, _meta in committed_runs(H200)}
+    folders = pd.Series([r.split("/")[0].split(":")[0] for r in runs]).value_counts()
+    assert folders.to_dict() == PERFORMANCE_RUNS and len(runs) == 78
+    assert committed["run"].nunique() == 78 and set(committed["run"]) == set(runs)
+    # every workload summary committed (folders and archives) is one of these runs
+    n_summaries = sum(1 for p in H200.rglob("summary.json")
+                      if "throughput_unit" in json.loads(p.read_text()))
+    for arc in [*H200.rglob("*.tar.gz"), *H200.rglob("*.tgz")]:
+        with tarfile.open(arc) as tar:
+            n_summaries += sum(1 for m in tar.getmembers() if m.name.endswith("summary.json")
+                               and "throughput_unit" in json.loads(tar.extractfile(m).read()))
+    assert n_summaries == 78
     # a summary written by today's workloads times its `step` basis on the events' own rows
-    for run, _, summary, _ev, _ in loaded:
+    for run, summary in runs.items():
         if "step_clock" in summary:
             got = df[(df["run"] == run) & (df["basis"] == "step")]["throughput"].iloc[0]
             assert summary["throughput"] == pytest.approx(got, rel=1e-3), run
     step = committed[committed["basis"] == "step"].set_index("run")
-    moe = step.loc["pfi-uncapped/issue19 qwen3-30b-a3b-8l-pretrain"]
+    moe = step.loc["pfi-uncapped/issue19/pretrain_compiled_runs.tar.gz:qwen3-30b-a3b-8l-pretrain"]
     assert moe["experts_impl"] == "grouped_mm" and moe["compile"] and moe["mfu"] >= 0.30
-    dense = step.loc["pfi-uncapped/issue19 qwen3-1.7b-pretrain"]
+    dense = step.loc["pfi-uncapped/issue19/pretrain_compiled_runs.tar.gz:qwen3-1.7b-pretrain"]
     assert dense["compile"] and dense["mfu"] >= 0.48
-    cell = step.loc["execution/issue19-compile qwen3-1.7b-local-ckpton"]
+    cell = step.loc["execution/issue19-compile/cells/qwen3-1.7b-local-ckpton"]
     assert cell["compile"] and cell["mfu"] >= 0.48
-    assert len([r for r in step.index if r.startswith("workflow ")]) == 8  # config/gpu1.yaml
+    assert len([r for r in step.index if r.startswith("workflow/")]) == 8  # config/gpu1.yaml
     # the issue's figures, recomputed from the events (the summaries said 84,688 and 49,811)
     assert moe["throughput"] == pytest.approx(84_012, rel=1e-4)
     assert cell["throughput"] == pytest.approx(48_857, rel=1e-4)
-    old = committed[committed["run"] == "execution resnet50-local-ckpton"].set_index("basis")
+    old = committed[committed["run"] == "execution/cells/resnet50-local-ckpton"].set_index("basis")
     assert old.loc["step", "throughput"] > old.loc["wall", "throughput"]
+
+
+def test_performance_builder_takes_several_roots(tmp_path):
+    """More reference folders (the H100's beside the H200's) make one table, each run's label
+    prefixed with its root's name."""
+    import shutil
+
+    from h200_performance import build
+
+    for name in ("h200", "h100"):
+        d = tmp_path / name / "execution/cells/resnet50-local-ckpton"
+        shutil.copytree(H200 / "execution/cells/resnet50-local-ckpton", d)
+    df = build([tmp_path / "h200", tmp_path / "h100"])
+    assert list(df["run"].unique()) == ["h200/execution/cells/resnet50-local-ckpton",
+                                        "h100/execution/cells/resnet50-local-ckpton"]
+    assert len(df) == 4
 
 
 def test_peers_long_phases_agree_with_zeus_within_1_5_percent():
