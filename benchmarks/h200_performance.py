@@ -27,6 +27,7 @@ make one table.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import tarfile
 from collections.abc import Iterator
@@ -100,18 +101,26 @@ def committed_runs(root: Path) -> Iterator[tuple[str, dict, pd.DataFrame, dict]]
             yield from archive_runs(arc, str(arc.relative_to(root)))
 
 
+def member(tar: tarfile.TarFile, name: str) -> bytes:
+    """The bytes of a regular file `name` in `tar`."""
+    f = tar.extractfile(name)
+    if f is None:
+        raise ValueError(f"{tar.name}: {name} is not a regular file")
+    return f.read()
+
+
 def archive_runs(arc: Path, label: str) -> Iterator[tuple[str, dict, pd.DataFrame, dict]]:
     """`committed_runs` of one archive."""
     with tarfile.open(arc) as tar:
         names = {m.name for m in tar.getmembers() if m.isfile()}
         for s in sorted(n for n in names if n.endswith("summary.json")):
-            summary, ev = json.loads(tar.extractfile(s).read()), events_beside(names, s)
+            summary, ev = json.loads(member(tar, s)), events_beside(names, s)
             if "throughput_unit" not in summary or not ev:
                 continue
             folder = str(PurePosixPath(ev).parent)
             meta = f"{folder}/meta.json"
-            yield (f"{label}:{folder}", summary, pd.read_csv(tar.extractfile(ev)),
-                   json.loads(tar.extractfile(meta).read()) if meta in names else {})
+            yield (f"{label}:{folder}", summary, pd.read_csv(io.BytesIO(member(tar, ev))),
+                   json.loads(member(tar, meta)) if meta in names else {})
 
 
 def build(roots: list[Path]) -> pd.DataFrame:
