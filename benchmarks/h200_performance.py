@@ -105,7 +105,7 @@ def member(tar: tarfile.TarFile, name: str) -> bytes:
     """The bytes of a regular file `name` in `tar`."""
     f = tar.extractfile(name)
     if f is None:
-        raise ValueError(f"{tar.name}: {name} is not a regular file")
+        raise ValueError(f"{tar.name!r}: {name} is not a regular file")
     return f.read()
 
 
