@@ -1,8 +1,9 @@
 """The tables of benchmarks/h200_gpu_decode.py (issue 30), apart from its runs: a cell's row from
 its attributed phases and summary (`phase_row`), how busy the host and the GPU were over its steady
 steps (`steady_busy`), the per-setting summary over repeats with 95 % intervals
-(`settings_summary`), and which `decode: gpu` setting a screening round picks for the confirming
-rounds (`select_best`). Pure functions of tables and a cell's files, tested on hand-made tables.
+(`settings_summary`), which `decode: gpu` setting a screening round picks for the confirming
+rounds (`select_best`), and a synthetic run's rate from its per-step record (`steps_rate`). Pure
+functions of tables and a cell's files, tested on hand-made tables.
 """
 
 import json
@@ -28,6 +29,13 @@ def steady_busy(cell_dir: Path) -> dict:
         row[f"{name}_median"] = float(v.median()) if len(v) else None
         row[f"{name}_p90"] = float(v.quantile(0.9)) if len(v) else None
     return row
+
+
+def steps_rate(steps_csv: Path, batch: int = 128) -> float:
+    """images/s of a synthetic run from its steps file (`train_loop.py --steps-csv`: each timed
+    step's GPU ms): the batch times the steps over their summed time."""
+    ms = pd.read_csv(steps_csv)["gpu_ms"]
+    return batch * len(ms) / (float(ms.sum()) / 1e3)
 
 
 def phase_row(out: Path, name: str, r: dict, synthetic: float | None) -> dict:

@@ -189,3 +189,11 @@ def test_the_ladder_adds_each_step_to_the_best_cell_so_far(monkeypatch, tmp_path
     assert list(table.loc[table["stage"] == "confirm", "cell"]) == [
         "gpu-priority-nice-r2", "gpu-priority-nice-r3"]
     assert summary.set_index("setting").loc["gpu-priority-nice", "n"] == 2
+
+
+def test_steps_rate_is_the_batch_over_the_summed_step_times(tmp_path):
+    """A synthetic run's rate from its per-step record (train_loop.py --steps-csv)."""
+    from gpu_decode_table import steps_rate
+
+    (tmp_path / "s.csv").write_text("step,gpu_ms\n0,30.0\n1,28.0\n2,26.0\n")
+    assert steps_rate(tmp_path / "s.csv") == pytest.approx(3 * 128 / 0.084)

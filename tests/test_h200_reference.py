@@ -447,7 +447,7 @@ def _graph_call(base, tmp_path) -> tuple[pd.DataFrame, dict]:
     the eager one where measured; graph cells ran graphs, captured in one `compile` phase before
     the loop; decode did not fall back; the summary is the table's (with `--confirm`: over the
     confirming rounds only, whose cell is the screening rounds' best). (table, summary.json)"""
-    from gpu_decode_table import select_best, settings_summary
+    from gpu_decode_table import select_best, settings_summary, steps_rate
 
     from wattlife.analysis.performance import step_throughput_from_events
     from wattlife.contracts import read_events
@@ -456,11 +456,15 @@ def _graph_call(base, tmp_path) -> tuple[pd.DataFrame, dict]:
         tar.extractall(tmp_path, filter="data")
     res = json.loads((base / "summary.json").read_text())
     table = pd.read_csv(base / "gpu_decode.csv")
-    # the synthetic runs record no events (train_loop.py: one wall interval over its timed steps,
-    # README "What the shares rest on"): each stored rate is at least its own step time's
+    # calls 1-2's synthetic runs recorded no per-step file (train_loop.py: one wall interval over
+    # its timed steps, README "What the shares rest on"): each stored rate is at least its own
+    # step time's; a later call packs each run's steps (gd/synthetic/KEY.csv) and is recomputed
     for key, syn in res.items():
         if key.startswith("synthetic-"):
             assert syn["images_per_s"] == pytest.approx(128e3 / syn["step_ms"], rel=1e-9), key
+            steps = tmp_path / "gd" / "synthetic" / f"{key}.csv"
+            if steps.exists():
+                assert syn["images_per_s_steps"] == pytest.approx(steps_rate(steps), rel=1e-9)
     for _, row in table.iterrows():
         ev = read_events(tmp_path / "gd" / "cells" / row["cell"] / "events.csv")
         assert step_throughput_from_events(ev) == pytest.approx(row["images_per_s_step"], rel=1e-3)
