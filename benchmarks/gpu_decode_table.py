@@ -1,4 +1,4 @@
-"""The tables of benchmarks/h200_gpu_decode.py (issue 30), apart from its runs: a cell's row from
+"""The tables of benchmarks/decode_rates.py (issue 30), apart from its runs: a cell's row from
 its attributed phases and summary (`phase_row`), how busy the host and the GPU were over its steady
 steps (`steady_busy`), the per-setting summary over repeats with 95 % intervals
 (`settings_summary`), which `decode: gpu` setting a screening round picks for the confirming

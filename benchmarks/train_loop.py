@@ -8,7 +8,7 @@ GPU time (a CUDA event before and after it on the training stream; no synchronis
 end) as `step,gpu_ms`, the raw record a rate can be recomputed from
 (`gpu_decode_table.steps_rate`), and adds that rate to the JSON line as `images_per_s_steps`.
 
-Used by h200_checks.py and peers_zeus.py to measure the cost of measuring on real training.
+Used by attribution_checks.py and peers_zeus.py to measure the cost of measuring on real training.
 """
 
 from __future__ import annotations

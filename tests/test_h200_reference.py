@@ -15,7 +15,7 @@ from conftest import REPO
 REF = REPO / "results/reference/h200/attribution"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-# H200 execution cells, attributed by `benchmarks/h200_execution.py` (--idle-split)
+# H200 execution cells, attributed by `benchmarks/execution_stage.py` (--idle-split)
 EXECUTION = REPO / "results/reference/h200/execution"
 EXECUTION_CELLS = [
     EXECUTION / "issue19/cells/resnet50-local-ckpton",
@@ -33,7 +33,7 @@ def _runs(tmp_path, run: str):
 
 
 def test_uncapped_kinds_deconvolve_within_5_percent_of_their_long_phases(tmp_path):
-    from h200_checks import KIND_SETS, analyse_attribution
+    from attribution_checks import KIND_SETS, analyse_attribution
 
     work = _runs(tmp_path, "run3")
     cmp, summary = analyse_attribution(work, KIND_SETS["quarter_sm"], "quarter_sm")
@@ -50,7 +50,7 @@ def test_uncapped_kinds_deconvolve_within_5_percent_of_their_long_phases(tmp_pat
 
 
 def test_the_clock_limited_matmul_draws_more_in_short_bursts(tmp_path):
-    from h200_checks import KIND_SETS, analyse_attribution
+    from attribution_checks import KIND_SETS, analyse_attribution
 
     work = _runs(tmp_path, "run1")
     cmp, _ = analyse_attribution(work, KIND_SETS["at_limit"], "at_limit")
@@ -74,7 +74,7 @@ def test_performance_table_is_rebuilt_from_the_committed_events():
     loop's span), within 0.1 %, for every committed workload run (78: folders and archives, the
     decode cells in their .tgz included); every row names its files, basis and clock, MFU on both
     attention conventions; the issue-19 runs reach their MFU floors on the step basis."""
-    from h200_performance import build, committed_runs
+    from performance_csv import build, committed_runs
 
     df = build([H200])
     committed = pd.read_csv(H200 / "performance.csv")
@@ -123,7 +123,7 @@ def test_performance_builder_takes_several_roots(tmp_path):
     prefixed with its root's name."""
     import shutil
 
-    from h200_performance import build
+    from performance_csv import build
 
     for name in ("h200", "h100"):
         d = tmp_path / name / "execution/cells/resnet50-local-ckpton"
@@ -375,7 +375,7 @@ def test_issue26_pfi_window_is_within_5_percent_of_the_steady_steps(tmp_path, fo
     committed files give. The former window (utilisation >= 50 %), recomputed from the same
     files, reads 532 W on the MoE pretrain (README: "532 W ... 686 W"; the 217 W issue 26
     reported came from an uncommitted earlier run)."""
-    from h200_pfi_uncapped import util50_window_power
+    from pfi_uncapped import util50_window_power
 
     from wattlife.analysis.trace_segments import (
         partition_trace,

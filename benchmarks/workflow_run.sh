@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # config/gpu1.yaml through Snakemake on one GPU host without registry access (issue 19):
-#   bash benchmarks/h200_workflow.sh OUT [TIMEOUT_S [CONFIGFILE...]]
+#   bash benchmarks/workflow_run.sh OUT [TIMEOUT_S [CONFIGFILE...]]
 #   (issue 27's repeats: ... OUT 540 config/gpu1.yaml config/gpu1-repeats.yaml)
 # Installs the carried wheels (.whl/: snakemake and its dependencies, made with `pip download`)
 # into /tmp/site, runs the whole pipeline, then copies the run's results folder (the last config
@@ -10,7 +10,7 @@
 # with the served artefacts inside, the issue-27 run's archive was 50 MB and did not come back).
 # Changes no GPU setting.
 set -uo pipefail
-OUT=${1:?usage: h200_workflow.sh OUT [TIMEOUT_S [CONFIGFILE...]]}
+OUT=${1:?usage: workflow_run.sh OUT [TIMEOUT_S [CONFIGFILE...]]}
 LIMIT=${2:-500}
 shift $(( $# < 2 ? $# : 2 ))
 CONFIGS=("${@:-config/gpu1.yaml}")

@@ -1,6 +1,6 @@
 """Uncapped runs of the PFI study's job kinds on one GPU (issue 11), in one call.
 
-    PYTHONPATH=src python3 benchmarks/h200_pfi_uncapped.py --out DIR [--duration-s 60] \
+    PYTHONPATH=src python3 benchmarks/pfi_uncapped.py --out DIR [--duration-s 60] \
         [--compile on]
 
 A dense model (Qwen3-1.7B) and an MoE model (Qwen3-30B-A3B reduced to 8 layers: 128 experts,
@@ -20,7 +20,7 @@ events, meta, phases, segments and summary. The output folder is made first (a f
 cannot be written stops the script before any GPU work). Each run's checkpoint is deleted after
 it (disk). Changes no GPU setting.
 
-    PYTHONPATH=src python3 benchmarks/h200_pfi_uncapped.py --rederive TARBALL CSV
+    PYTHONPATH=src python3 benchmarks/pfi_uncapped.py --rederive TARBALL CSV
 
 (no GPU) re-derives a committed call's files with today's code (issue 46): each run's phases.csv
 in TARBALL re-attributed (`--idle-split`: `compile` and `warmup` rows of their own), its

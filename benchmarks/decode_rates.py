@@ -1,7 +1,7 @@
 """GPU-side image decoding (`decode: gpu`) against the CPU path and synthetic data (issue 30),
 in one call on one GPU:
 
-    PYTHONPATH=src python3 benchmarks/h200_gpu_decode.py --out DIR
+    PYTHONPATH=src python3 benchmarks/decode_rates.py --out DIR
 
 1. JPEGs as ImageNet's: 500 x 375 px, ~74 KB (quality 90), `--classes` x `--per-class`, written
    to local disk (the page cache holds them after the first epoch, as on a node with RAM to spare).
@@ -40,8 +40,8 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
+from execution_stage import cell
 from gpu_decode_table import phase_row, select_best, settings_summary
-from h200_execution import cell
 from jpeg_tree import make_tree
 from outdir import out_dir
 

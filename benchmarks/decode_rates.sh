@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call of benchmarks/h200_gpu_decode.py (issue 30), from the repository root with .whl/
+# One device call of benchmarks/decode_rates.py (issue 30), from the repository root with .whl/
 # carried (bash benchmarks/device_wheels.sh): installs the carried wheels, prints the GPU and the
 # library versions, runs the GPU-marked tests of TESTS (pytest files, optional; their output in
 # $OUT/tests.log; a failure stops the call before the benchmark), with HOST_PROBE=1
@@ -13,7 +13,7 @@
 # run.log and every cell's raw files (gpu-decode.tgz) to $OUT. The results folders' run.sh set
 # these, e.g.
 #   CELLS=cpu,gpu-graphs REPEATS=2 BUDGET=420 TESTS=tests/test_cuda_graphs.py \
-#     bash benchmarks/h200_gpu_decode.sh
+#     bash benchmarks/decode_rates.sh
 set -o pipefail
 : "${CELLS:?CELLS: the cells of the benchmark, comma-separated}" "${REPEATS:=1}" "${BUDGET:=300}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -34,7 +34,7 @@ if [ "${HOST_PROBE:-0}" = 1 ]; then  # the host's CPU side alone: hand-over, hel
 fi
 [ -n "${DEADLINE:-}" ] && BUDGET=$((DEADLINE - SECONDS - 10))
 echo "benchmark budget ${BUDGET} s"
-timeout "$BUDGET" python3 benchmarks/h200_gpu_decode.py --out /tmp/gd --cells "$CELLS" \
+timeout "$BUDGET" python3 benchmarks/decode_rates.py --out /tmp/gd --cells "$CELLS" \
   --repeats "$REPEATS" --ladder "${LADDER:-}" --confirm "${CONFIRM:-0}" \
   --confirm-with "${CONFIRM_WITH:-}" \
   --budget-s $((BUDGET - 15)) > /tmp/gd.log 2>&1

@@ -1,6 +1,6 @@
 """Sampler and attribution checks on a real GPU, in one call (issues 3 and 4).
 
-    PYTHONPATH=src python3 benchmarks/h200_checks.py --out DIR [--pairs 5]
+    PYTHONPATH=src python3 benchmarks/attribution_checks.py --out DIR [--pairs 5]
 
 1. accuracy   : >= 60 s of varying load; energy integrated from the driver's ~20 ms power samples
                 vs the total-energy counter over the same span (target: within 1%).

@@ -1,8 +1,8 @@
 """Where the MoE pretrain's step time goes on one GPU (issue 30): a torch-profiler summary.
 
-    PYTHONPATH=src python3 benchmarks/h200_moe_profile.py --out DIR [--steps 20] [--profile-steps 3]
+    PYTHONPATH=src python3 benchmarks/moe_profile.py --out DIR [--steps 20] [--profile-steps 3]
 
-The PFI kind `qwen3-30b-a3b-8l-pretrain` as `h200_pfi_uncapped.py` builds it (Qwen3-30B-A3B reduced
+The PFI kind `qwen3-30b-a3b-8l-pretrain` as `pfi_uncapped.py` builds it (Qwen3-30B-A3B reduced
 to 8 layers: 128 experts, top-8; sequence 2048, batch 8, bf16, random init, transformers'
 `grouped_mm` experts, sdpa attention, fused AdamW, `torch.compile` default mode, vocabulary 3008
 as the tokenizer-sized runs), on random tokens already on the GPU (no data loading). After

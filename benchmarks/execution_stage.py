@@ -1,6 +1,6 @@
 """Execution stage at realistic scale on one GPU (issue 5), in one call.
 
-    PYTHONPATH=src python3 benchmarks/h200_execution.py --out DIR
+    PYTHONPATH=src python3 benchmarks/execution_stage.py --out DIR
 
 - ResNet-50, 224 px, batch 256, generated JPEGs from disk, 12 loader workers, storage local
   (stage_copy), checkpointing on and off; plus the GPU-only ceiling on synthetic on-GPU tensors;

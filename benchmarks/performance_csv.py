@@ -1,7 +1,7 @@
 """performance.csv rebuilt from the committed runs' events (no GPU), every committed GPU run of
 the given reference folders.
 
-    PYTHONPATH=src python3 benchmarks/h200_performance.py [--ref results/reference/h200 ...]
+    PYTHONPATH=src python3 benchmarks/performance_csv.py [--ref results/reference/h200 ...]
         [--out results/reference/h200/performance.csv]
 
 A run is every workload summary (`summary.json` with a `throughput_unit`) that has its run's
@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 import pandas as pd
+from outdir import out_dir
 
 from wattlife.analysis.performance import performance_table
 
@@ -146,8 +147,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="default: performance.csv in the first --ref")
     a = ap.parse_args()
     roots = a.ref or [Path("results/reference/h200")]
+    out = a.out or roots[0] / "performance.csv"
+    out_dir(out.parent)  # a folder that cannot be written stops it before the reading
     df = build(roots)
-    df.to_csv(a.out or roots[0] / "performance.csv", index=False, float_format="%.6g")
+    df.to_csv(out, index=False, float_format="%.6g")
     print(df.to_string(index=False))
 
 
