@@ -25,6 +25,29 @@ from wattlife import markers
 from wattlife.markers import phase, step
 
 
+def timed(body, steps: int, batch: int, steps_csv: str | None) -> tuple[float, dict]:
+    """Wall seconds of `steps` calls of `body` (synchronised before and after); with `steps_csv`,
+    each step's GPU ms (CUDA events on the current stream) written there as `step,gpu_ms` and
+    their rate returned as `images_per_s_steps`."""
+    torch.cuda.synchronize()
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(2 * steps)] if steps_csv else []
+    t = time.perf_counter()
+    for i in range(steps):
+        if marks:
+            marks[2 * i].record()
+        body(i)
+        if marks:
+            marks[2 * i + 1].record()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    if not marks:
+        return dt, {}
+    ms = [marks[2 * i].elapsed_time(marks[2 * i + 1]) for i in range(steps)]
+    with open(steps_csv, "w") as f:  # type: ignore[arg-type]
+        f.write("step,gpu_ms\n" + "".join(f"{i},{m!r}\n" for i, m in enumerate(ms)))
+    return dt, {"images_per_s_steps": steps * batch / (sum(ms) / 1e3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=100)
@@ -109,24 +132,7 @@ def main() -> None:
             or (with_markers if marked else plain))
     for i in range(a.warmup):
         body(i)
-    torch.cuda.synchronize()
-    marks = [torch.cuda.Event(enable_timing=True) for _ in range(2 * a.steps)] \
-        if a.steps_csv else []
-    t = time.perf_counter()
-    for i in range(a.steps):
-        if marks:
-            marks[2 * i].record()
-        body(i)
-        if marks:
-            marks[2 * i + 1].record()
-    torch.cuda.synchronize()
-    dt = time.perf_counter() - t
-    extra: dict = {}
-    if marks:
-        ms = [marks[2 * i].elapsed_time(marks[2 * i + 1]) for i in range(a.steps)]
-        with open(a.steps_csv, "w") as f:
-            f.write("step,gpu_ms\n" + "".join(f"{i},{m!r}\n" for i, m in enumerate(ms)))
-        extra["images_per_s_steps"] = a.steps * a.batch / (sum(ms) / 1e3)
+    dt, extra = timed(body, a.steps, a.batch, a.steps_csv)
     if a.zeus_csv and windows:
         import pandas as pd
 
