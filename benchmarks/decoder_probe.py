@@ -1,4 +1,4 @@
-"""The GPU decoder alone (benchmarks/h200_gpu_decode.py runs it once a call, in a process of its
+"""The GPU decoder alone (benchmarks/decode_rates.py runs it once a call, in a process of its
 own): nvImageCodec's batch decode of 128-image batches of a JPEG tree's training split, with no
 augment, with the loader's batched augment and with its per-image one, of the crops' regions and
 of whole images, in images/s; and which of nvImageCodec's backends decode full images and regions.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The wheels the GPU host needs and cannot download (it reaches no package registry): snakemake
-# 9.14.8 with its dependencies (benchmarks/h200_workflow.sh) and nvImageCodec + nvJPEG for
-# `decode: gpu` (benchmarks/h200_gpu_decode.py), for the host's Python (3.12, manylinux x86_64).
+# 9.14.8 with its dependencies (benchmarks/workflow_run.sh) and nvImageCodec + nvJPEG for
+# `decode: gpu` (benchmarks/decode_rates.py), for the host's Python (3.12, manylinux x86_64).
 #   bash benchmarks/device_wheels.sh [DIR (default .whl)]
 # then pass DIR in the device tool's `carry`. Pure-Python wheels are built or fetched here
 # (`pip wheel`, some dependencies are sdists only); every wheel with compiled code is replaced by

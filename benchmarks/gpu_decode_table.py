@@ -1,8 +1,9 @@
-"""The tables of benchmarks/h200_gpu_decode.py (issue 30), apart from its runs: a cell's row from
+"""The tables of benchmarks/decode_rates.py (issue 30), apart from its runs: a cell's row from
 its attributed phases and summary (`phase_row`), how busy the host and the GPU were over its steady
 steps (`steady_busy`), the per-setting summary over repeats with 95 % intervals
-(`settings_summary`), and which `decode: gpu` setting a screening round picks for the confirming
-rounds (`select_best`). Pure functions of tables and a cell's files, tested on hand-made tables.
+(`settings_summary`), which `decode: gpu` setting a screening round picks for the confirming
+rounds (`select_best`), and a synthetic run's rate from its per-step record (`steps_rate`). Pure
+functions of tables and a cell's files, tested on hand-made tables.
 """
 
 import json
@@ -28,6 +29,13 @@ def steady_busy(cell_dir: Path) -> dict:
         row[f"{name}_median"] = float(v.median()) if len(v) else None
         row[f"{name}_p90"] = float(v.quantile(0.9)) if len(v) else None
     return row
+
+
+def steps_rate(steps_csv: Path, batch: int = 128) -> float:
+    """images/s of a synthetic run from its steps file (`train_loop.py --steps-csv`: each timed
+    step's GPU ms): the batch times the steps over their summed time."""
+    ms = pd.read_csv(steps_csv)["gpu_ms"]
+    return batch * len(ms) / (float(ms.sum()) / 1e3)
 
 
 def phase_row(out: Path, name: str, r: dict, synthetic: float | None) -> dict:
@@ -77,7 +85,8 @@ def settings_summary(table: pd.DataFrame) -> pd.DataFrame:
         row = {"setting": name, "n": n, "images_per_s_step": rate, "rate_lo": lo, "rate_hi": hi,
                "share_of_synthetic": share, "share_lo": s_lo, "share_hi": s_hi,
                "gpu_data_load_j": float(g["gpu_data_load_j"].mean())}
-        if "share_of_eager_synthetic" in g:  # a CUDA-graph cell against the eager ceiling
+        eager = g.get("share_of_eager_synthetic")
+        if eager is not None and eager.notna().any():  # against the eager ceiling, where measured
             _, e_share, _, e_lo, e_hi = t_interval(g["share_of_eager_synthetic"].astype(float))
             row.update(share_of_eager_synthetic=e_share, eager_share_lo=e_lo, eager_share_hi=e_hi)
         if name != "cpu" and "cpu" in set(table["setting"]):

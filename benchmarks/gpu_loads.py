@@ -5,15 +5,16 @@
 --mode long     : phase kinds (--kinds), each >= 1 s, in a new random order every round
                   (ground truth; no kind always follows the same one)
 --mode short    : the same kinds interleaved in random 5-20 ms phases (deconvolution check),
-                  in 2 s `block` phases whose mix of kinds differs, so block-level energies (where the
-                  sensor window does not matter) give a second, window-free estimate per kind
+                  in 2 s `block` phases whose mix of kinds differs, so block-level energies
+                  (where the sensor window does not matter) give a second, window-free estimate
+                  per kind
 --mode step     : per kind, 1.5 s of GPU idle then 3 s of the kind (step response: does the
                   kind's power depend on how long it has run?)
 Kinds: `matmul` (bf16 8192^3, random data: at the power limit in steady state), `matmul_low` (the
 same matmul on constant data: fewer bit toggles, below the limit), `matmul_narrow` (bf16, random
 data, 256 x 8192 x 8192), `matmul_half` / `matmul_quarter` (bf16 8192^3, random data, through
-cuBLASLt told to use 1/2 or 1/4 of the SMs: PyTorch's SM carve-out, a library setting of this process,
-not a GPU setting), `copy_quarter` (1 GiB copied by a Triton kernel of 1/4 as many thread
+cuBLASLt told to use 1/2 or 1/4 of the SMs: PyTorch's SM carve-out, a library setting of this
+process, not a GPU setting), `copy_quarter` (1 GiB copied by a Triton kernel of 1/4 as many thread
 blocks as SMs: memory-bound on part of the GPU), `copy` (1 GiB device
 copies), `wait` (GPU idle, host sleeping), `wait_spin` (the GPU waits inside a spinning kernel, as
 a collective waits for its peers: the GPU stays in its active state).
@@ -32,7 +33,6 @@ import torch
 
 from wattlife import markers
 from wattlife.markers import phase
-
 
 KINDS = ["matmul", "matmul_low", "matmul_narrow", "matmul_half", "matmul_quarter", "copy",
          "copy_quarter", "wait", "wait_spin"]
@@ -189,15 +189,18 @@ def main() -> None:
     ap.add_argument("--on-ms", type=float, default=40)
     ap.add_argument("--off-ms", type=float, default=40)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--phase-ms", type=float, default=1500, help="long phases' length (default 1500)")
-    ap.add_argument("--zeus-csv", help="long mode: a Zeus window around each phase too, written here")
+    ap.add_argument("--phase-ms", type=float, default=1500,
+                    help="long phases' length (default 1500)")
+    ap.add_argument("--zeus-csv",
+                    help="long mode: a Zeus window around each phase too, written here")
     a = ap.parse_args()
     kinds = a.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
         ap.error(f"--kinds: unknown {sorted(unknown)}; expected some of {KINDS}")
     markers.configure(gpu_timeline=True)
     k = Kinds()
-    print(f"matmul {k.mm_ms:.3f} ms (1/2 SMs {k.part_ms[2]:.3f}, 1/4 SMs {k.part_ms[4]:.3f}), narrow "
+    print(f"matmul {k.mm_ms:.3f} ms (1/2 SMs {k.part_ms[2]:.3f}, "
+          f"1/4 SMs {k.part_ms[4]:.3f}), narrow "
           f"matmul {k.nar_ms:.3f} ms, 1 GiB copy {k.cp_ms:.3f} ms (1/4 SMs {k.cpq_ms:.3f}), "
           f"spin {k.spin_cycles_per_ms:.0f} cycles/ms", flush=True)
     poller = ClockPoller(a.clocks) if a.clocks else None
@@ -237,7 +240,8 @@ def main() -> None:
         if mon:
             import pandas as pd
 
-            pd.DataFrame(windows, columns=["phase", "time_s", "energy_j"]).to_csv(a.zeus_csv, index=False)
+            pd.DataFrame(windows, columns=["phase", "time_s", "energy_j"]).to_csv(a.zeus_csv,
+                                                                                  index=False)
     elif a.mode == "step":
         for kind in kinds:
             with phase(f"idle_before_{kind}"):

@@ -13,7 +13,8 @@ from outdir import out_dir
 out = out_dir(sys.argv[1], "OUTDIR")
 work = Path("/tmp/wl-smoke")
 py = sys.executable
-subprocess.run([py, "-m", "wattlife.cli", "gen-images", str(work / "shared" / "imgs"), "--classes", "10",
+subprocess.run([py, "-m", "wattlife.cli", "gen-images", str(work / "shared" / "imgs"), "--classes",
+                "10",
                 "--train-per-class", "100", "--val-per-class", "10", "--size", "160"], check=True)
 cfg = {"storage": {"shared": str(work / "shared"), "local": str(work / "local")},
        "workloads": {"r50": {"kind": "image_classification", "dataset": "imgs", "model": "resnet50",

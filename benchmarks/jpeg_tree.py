@@ -1,5 +1,5 @@
-"""JPEGs as ImageNet's for the decode benchmarks (issue 30: h200_gpu_decode.py,
-h200_decode_profile.py, raw_batch_transfer.py): 500 x 375 px, ~74 KB at quality 90, a class folder
+"""JPEGs as ImageNet's for the decode benchmarks (issue 30: decode_rates.py,
+decode_profile.py, raw_batch_transfer.py): 500 x 375 px, ~74 KB at quality 90, a class folder
 each, training and validation splits, written in parallel and kept where they exist.
 """
 

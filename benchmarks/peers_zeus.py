@@ -119,7 +119,8 @@ def short_table(suite: pd.DataFrame, zeus: pd.DataFrame) -> pd.DataFrame:
         e = g["energy_j"].to_numpy(float)
         s = suite.set_index("phase").loc[p] if p in set(suite["phase"]) else None
         n = float(s["count"]) if s is not None else np.nan
-        rows.append({"phase": p, "zeus_windows": len(e), "zeus_ms_median": float(g["time_s"].median() * 1e3),
+        rows.append({"phase": p, "zeus_windows": len(e),
+                     "zeus_ms_median": float(g["time_s"].median() * 1e3),
                      "zeus_zero_share": float((e == 0).mean()), "zeus_j_mean": float(e.mean()),
                      "zeus_j_p5": float(np.percentile(e, 5)), "zeus_j_p50": float(np.median(e)),
                      "zeus_j_p95": float(np.percentile(e, 95)),
@@ -135,21 +136,28 @@ def short_table(suite: pd.DataFrame, zeus: pd.DataFrame) -> pd.DataFrame:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="folder for the tables and runs.tar.gz")
-    ap.add_argument("--work", default="/tmp/wl-peers", help="scratch folder (default /tmp/wl-peers)")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds of the four modes (default 3)")
+    ap.add_argument("--work", default="/tmp/wl-peers",
+                    help="scratch folder (default /tmp/wl-peers)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="interleaved rounds of the four modes (default 3)")
     ap.add_argument("--steps", type=int, default=150, help="measured steps per run (default 150)")
     ap.add_argument("--warmup", type=int, default=30, help="warm-up steps per run (default 30)")
-    ap.add_argument("--long-phase-s", type=float, default=8.0, help="long phases' length (default 8)")
-    ap.add_argument("--long-rounds", type=int, default=2, help="rounds of the three long kinds (default 2)")
+    ap.add_argument("--long-phase-s", type=float, default=8.0,
+                    help="long phases' length (default 8)")
+    ap.add_argument("--long-rounds", type=int, default=2,
+                    help="rounds of the three long kinds (default 2)")
     ap.add_argument("--zeus-wheel", nargs="*", default=[],
-                    help="Zeus wheel(s) to install under --work (default: Zeus from the environment)")
+                    help="Zeus wheel(s) to install under --work "
+                         "(default: Zeus from the environment)")
     a = ap.parse_args()
     out, work = out_dir(a.out), Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     env = zeus_env(work, a.zeus_wheel)
-    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "zeus_version": env["ZEUS_VERSION"]}
+    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                     "zeus_version": env["ZEUS_VERSION"]}
     loop = [PY, str(HERE / "train_loop.py"), "--steps", str(a.steps), "--warmup", str(a.warmup)]
 
     runs, zeus_windows = [], []
@@ -205,10 +213,12 @@ def main() -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     pd.set_option("display.width", 200)
     print(ovh.round(4).to_string(index=False))
-    print(long[["phase", "windows", "zeus_energy_j", "suite_energy_j", "rel_diff", "method"]].round(4)
+    print(long[["phase", "windows", "zeus_energy_j", "suite_energy_j", "rel_diff",
+                "method"]].round(4)
           .to_string(index=False))
     print(short[["phase", "zeus_ms_median", "zeus_zero_share", "zeus_j_p50", "zeus_cv",
-                 "suite_j_per_instance", "suite_j_lo", "suite_j_hi"]].round(3).to_string(index=False))
+                 "suite_j_per_instance", "suite_j_lo", "suite_j_hi"]].round(3)
+          .to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@ optionally with the forward and backward replayed from CUDA graphs (`--graphs`, 
 workload's `cuda_graphs: true`), optionally marking every phase of every step, or measuring with
 Zeus windows (`--zeus step`: a window around every step; `--zeus phase`: around every forward,
 backward and optimizer, each window's energy written to `--zeus-csv`). Prints one JSON line with
-the throughput.
+the throughput (wall time over the timed steps). `--steps-csv F` also writes each timed step's
+GPU time (a CUDA event before and after it on the training stream; no synchronisation until the
+end) as `step,gpu_ms`, the raw record a rate can be recomputed from
+(`gpu_decode_table.steps_rate`), and adds that rate to the JSON line as `images_per_s_steps`.
 
-Used by h200_checks.py and peers_zeus.py to measure the cost of measuring on real training.
+Used by attribution_checks.py and peers_zeus.py to measure the cost of measuring on real training.
 """
 
 from __future__ import annotations
@@ -22,6 +25,29 @@ from wattlife import markers
 from wattlife.markers import phase, step
 
 
+def timed(body, steps: int, batch: int, steps_csv: str | None) -> tuple[float, dict]:
+    """Wall seconds of `steps` calls of `body` (synchronised before and after); with `steps_csv`,
+    each step's GPU ms (CUDA events on the current stream) written there as `step,gpu_ms` and
+    their rate returned as `images_per_s_steps`."""
+    torch.cuda.synchronize()
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(2 * steps)] if steps_csv else []
+    t = time.perf_counter()
+    for i in range(steps):
+        if marks:
+            marks[2 * i].record()
+        body(i)
+        if marks:
+            marks[2 * i + 1].record()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    if not marks:
+        return dt, {}
+    ms = [marks[2 * i].elapsed_time(marks[2 * i + 1]) for i in range(steps)]
+    with open(steps_csv, "w") as f:  # type: ignore[arg-type]
+        f.write("step,gpu_ms\n" + "".join(f"{i},{m!r}\n" for i, m in enumerate(ms)))
+    return dt, {"images_per_s_steps": steps * batch / (sum(ms) / 1e3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=100)
@@ -34,6 +60,7 @@ def main() -> None:
     ap.add_argument("--zeus", choices=["off", "step", "phase"], default="off",
                     help="Zeus windows around every step or every phase (default off)")
     ap.add_argument("--zeus-csv", help="CSV of every Zeus window (phase, step, time_s, energy_j)")
+    ap.add_argument("--steps-csv", help="CSV of every timed step's GPU ms (step, gpu_ms)")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda")
@@ -101,15 +128,11 @@ def main() -> None:
             opt.zero_grad(set_to_none=True)
         win("optimizer", i, optim)
 
-    body = {"step": zeus_step, "phase": zeus_phase}.get(a.zeus) or (with_markers if marked else plain)
+    body = ({"step": zeus_step, "phase": zeus_phase}.get(a.zeus)
+            or (with_markers if marked else plain))
     for i in range(a.warmup):
         body(i)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for i in range(a.steps):
-        body(i)
-    torch.cuda.synchronize()
-    dt = time.perf_counter() - t
+    dt, extra = timed(body, a.steps, a.batch, a.steps_csv)
     if a.zeus_csv and windows:
         import pandas as pd
 
@@ -117,8 +140,7 @@ def main() -> None:
         w["measured"] = w["step"] >= a.warmup
         w.to_csv(a.zeus_csv, index=False)
     print(json.dumps({"images_per_s": a.steps * a.batch / dt, "markers": marked, "zeus": a.zeus,
-                      "graphs": a.graphs,
-                      "step_ms": dt / a.steps * 1e3}), flush=True)
+                      "graphs": a.graphs, "step_ms": dt / a.steps * 1e3, **extra}), flush=True)
 
 
 if __name__ == "__main__":

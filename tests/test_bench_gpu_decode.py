@@ -1,4 +1,4 @@
-"""benchmarks/h200_gpu_decode.py's summary over repeats (`--repeats`): intervals per setting and
+"""benchmarks/decode_rates.py's summary over repeats (`--repeats`): intervals per setting and
 each GPU setting against `cpu`, from a hand-made table with a known answer."""
 
 import sys
@@ -41,7 +41,7 @@ def test_settings_summary_intervals_and_readings():
 
 
 def test_cell_names_compose_their_settings():
-    from h200_gpu_decode import TOKENS, cell_settings
+    from decode_rates import TOKENS, cell_settings
 
     assert cell_settings("cpu") == ("cpu", 0, "", False)
     decode, more, prelude, graphs = cell_settings("gpu-no-helpers-graphs-priority-in-flight")
@@ -75,11 +75,11 @@ def test_select_best_takes_the_highest_mean_share_of_a_gpu_setting():
 
 
 def _fake_call(monkeypatch, tmp_path, rates: dict[str, list[float]], argv: list[str]):
-    """Run h200_gpu_decode.main with its runs replaced by hand-made rates (a cell's n-th run
+    """Run decode_rates.main with its runs replaced by hand-made rates (a cell's n-th run
     gives rates[setting][n]; synthetic 400 eager, 500 with graphs); returns (table, summary)."""
     import json
 
-    import h200_gpu_decode as bench
+    import decode_rates as bench
 
     runs: dict[str, int] = {}
 
@@ -101,7 +101,7 @@ def _fake_call(monkeypatch, tmp_path, rates: dict[str, list[float]], argv: list[
     monkeypatch.setattr(bench, "synthetic_rate", fake_synthetic)
     monkeypatch.setattr(bench, "make_tree", lambda *a: {"images": 0})
     monkeypatch.setattr(bench, "DRY", True)  # no decoder probe
-    monkeypatch.setattr(sys, "argv", ["h200_gpu_decode.py", "--out", str(tmp_path / "o"),
+    monkeypatch.setattr(sys, "argv", ["decode_rates.py", "--out", str(tmp_path / "o"),
                                       "--work", str(tmp_path / "w"), *argv])
     bench.main()
     out = tmp_path / "o"
@@ -134,7 +134,7 @@ def test_confirming_rounds_run_the_best_screened_gpu_cell_and_only_they_are_summ
 
 
 def test_screening_keeps_room_for_the_confirming_rounds(monkeypatch, tmp_path):
-    import h200_gpu_decode as bench
+    import decode_rates as bench
 
     a = bench.argparse.Namespace(work=str(tmp_path), repeats=1, confirm=2, budget_s=150.0,
                                  cells="cpu,gpu-graphs,gpu-graphs-batched", confirm_with="",
@@ -157,7 +157,7 @@ def test_screening_keeps_room_for_the_confirming_rounds(monkeypatch, tmp_path):
 
 def test_a_cell_kind_not_run_yet_is_estimated_as_the_longest_cell_and_reserves_count_kinds(
         tmp_path):
-    import h200_gpu_decode as bench
+    import decode_rates as bench
 
     a = bench.argparse.Namespace(work="/nonexistent", repeats=1, confirm=3, budget_s=0.0,
                                  cells="cpu,gpu,gpu-graphs", confirm_with="cpu", ladder="")
@@ -189,3 +189,11 @@ def test_the_ladder_adds_each_step_to_the_best_cell_so_far(monkeypatch, tmp_path
     assert list(table.loc[table["stage"] == "confirm", "cell"]) == [
         "gpu-priority-nice-r2", "gpu-priority-nice-r3"]
     assert summary.set_index("setting").loc["gpu-priority-nice", "n"] == 2
+
+
+def test_steps_rate_is_the_batch_over_the_summed_step_times(tmp_path):
+    """A synthetic run's rate from its per-step record (train_loop.py --steps-csv)."""
+    from gpu_decode_table import steps_rate
+
+    (tmp_path / "s.csv").write_text("step,gpu_ms\n0,30.0\n1,28.0\n2,26.0\n")
+    assert steps_rate(tmp_path / "s.csv") == pytest.approx(3 * 128 / 0.084)

@@ -262,8 +262,8 @@ def test_h200_qwen_checkpoint_wait_by_hand():
 
 
 def test_h200_async_checkpoint_pauses_are_waiting_by_hand():
-    """Qwen3-1.7B, checkpoint async (workflow-waiting): the staging copy (10.7 s) and the wait for
-    the write (22.3 s) are waiting; the run's GPU waiting is the sum of its waiting phases in the
+    """Qwen3-1.7B, checkpoint async (workflow-waiting): the staging copy (6.6 s) and the wait for
+    the write (19.8 s) are waiting; the run's GPU waiting is the sum of its waiting phases in the
     cell's own phases.csv, and those two are most of it."""
     from wattlife.contracts import WAITING_PHASES
 
@@ -274,10 +274,10 @@ def test_h200_async_checkpoint_pauses_are_waiting_by_hand():
     r = runs[(runs["run_id"] == "qwen-local-ckptasync-r1") & (runs["device_kind"] == "gpu")]
     waiting = float(r["waiting_j"].iloc[0])
     assert waiting == pytest.approx(gpu.loc[gpu.index.isin(WAITING_PHASES), "energy_j"].sum())
-    assert gpu.loc["checkpoint_stage", "time_s"] == pytest.approx(10.72, abs=0.01)
-    assert gpu.loc["checkpoint_wait", "time_s"] == pytest.approx(22.34, abs=0.01)
+    assert gpu.loc["checkpoint_stage", "time_s"] == pytest.approx(6.56, abs=0.01)
+    assert gpu.loc["checkpoint_wait", "time_s"] == pytest.approx(19.79, abs=0.01)
     pauses = gpu.loc[["checkpoint_stage", "checkpoint_wait"], "energy_j"].sum()
-    assert pauses == pytest.approx(3907.8, abs=0.1) and pauses / waiting > 0.5
+    assert pauses == pytest.approx(3378.9, abs=0.1) and pauses / waiting > 0.5
 
 
 def test_fig9_is_drawn_from_the_waiting_tables(tmp_path):

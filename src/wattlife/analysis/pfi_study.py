@@ -73,12 +73,26 @@ CALIBRATION_TOL = 0.01  # |calibrated - published| PFI counted as met
 
 
 def calibration_note(pfi: pd.DataFrame, tol: float = CALIBRATION_TOL) -> pd.Series:
-    """Per row of the PFI table: how the calibrated PFI (Eq. 1) stands against the published one
-    ('met' within `tol`, else the miss of the closest curve that obeys the caps)."""
+    """Per row of the PFI table: how the calibrated PFI (Eq. 1) stands against the published one.
+    'met' only within `tol` of the published PFI *and* inside its published 95 % interval
+    (`pfi_published_lo`/`_hi`, where given); within `tol` but outside the interval says by how
+    much (and whether the published PFI, rounded as printed, lies outside its own interval);
+    else the miss of the closest curve that obeys the caps."""
     d = pfi["pfi_eq1"] - pfi["pfi_published"]
-    return pd.Series(np.where(d.abs() <= tol, f"met (within {tol:g})",
-                              [f"closest physical curve misses by {v:+.3f}" for v in d]),
-                     index=pfi.index)
+    lo = pfi.get("pfi_published_lo", pd.Series(np.nan, index=pfi.index))
+    hi = pfi.get("pfi_published_hi", pd.Series(np.nan, index=pfi.index))
+    notes = []
+    for v, x, p, a, b in zip(d, pfi["pfi_eq1"], pfi["pfi_published"], lo, hi, strict=True):
+        if abs(v) > tol:
+            notes.append(f"closest physical curve misses by {v:+.3f}")
+        elif pd.isna(a) or pd.isna(b) or a <= x <= b:
+            notes.append(f"met (within {tol:g})")
+        else:
+            out = x - a if x < a else x - b
+            own = "; the published PFI lies outside it too" if not a <= p <= b else ""
+            notes.append(f"within {tol:g} of the published PFI ({v:+.2g}) but outside its 95 % "
+                         f"interval [{a:g}, {b:g}] by {out:+.1e}{own}")
+    return pd.Series(notes, index=pfi.index, dtype=object)
 
 
 def _study_summary(curves: pd.DataFrame, weights: pd.DataFrame, cuts: list[float],

@@ -31,7 +31,7 @@ from .raw_jpegs import Box
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 # augment_batch: the batched resize (True) or image by image (False, the way measured on the H200;
-# the default until the batched one is measured there: benchmarks/h200_gpu_decode.py's cells)
+# the default until the batched one is measured there: benchmarks/decode_rates.py's cells)
 BATCHED = False
 # a batch whose crops padded to the largest take more pixels is resized image by image (64 M:
 # 128 crops of up to 375 x 500 take 24 M; one 2000 x 3000 crop would take 768 M)

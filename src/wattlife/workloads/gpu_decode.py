@@ -34,7 +34,7 @@ from typing import Any
 from .gpu_augment import augment_batch, normalise, small_tensor
 from .raw_jpegs import Box, RawJpegs, collate_raw, pack_raw, unpack_raw
 
-ROI = True  # decode only each crop's region (benchmarks/h200_gpu_decode.py measures both)
+ROI = True  # decode only each crop's region (benchmarks/decode_rates.py measures both)
 AHEAD = 3  # batches decoded ahead of the training step
 # the decode stream's priority (torch's: lower is higher; 0 = the training stream's): a decode
 # kernel waits for free SMs behind the training step's kernels

@@ -3,6 +3,6 @@
 # call from the repository root with .whl/ carried (bash benchmarks/device_wheels.sh: nvImageCodec,
 # nvJPEG, jsonschema):
 #   bash results/reference/h200/gpu-decode-batched/run.sh    (device tool: carry [".whl"])
-# The call itself: benchmarks/h200_gpu_decode.sh (no tests first).
+# The call itself: benchmarks/decode_rates.sh (no tests first).
 CELLS=${CELLS:-cpu,gpu,gpu-per-image,gpu-no-helpers,gpu-readers-6} REPEATS=${REPEATS:-1} \
-  BUDGET=${BUDGET:-300} TESTS= exec bash benchmarks/h200_gpu_decode.sh
+  BUDGET=${BUDGET:-300} TESTS= exec bash benchmarks/decode_rates.sh

@@ -6,8 +6,8 @@
 #   REPEATS=2 bash results/reference/h200/gpu-decode-graphs/run.sh    (device tool: carry [".whl"])
 # First the GPU-marked tests of the CUDA-graph, decode and augment paths (their output in
 # tests.log; call-1, at 3390912, ran those of the first two files). The call itself:
-# benchmarks/h200_gpu_decode.sh.
+# benchmarks/decode_rates.sh.
 CELLS=${CELLS:-cpu,gpu,gpu-graphs,gpu-no-helpers-graphs} REPEATS=${REPEATS:-2} \
   BUDGET=${BUDGET:-420} \
   TESTS=${TESTS-tests/test_cuda_graphs.py tests/test_gpu_decode.py tests/test_gpu_augment.py} \
-  exec bash benchmarks/h200_gpu_decode.sh
+  exec bash benchmarks/decode_rates.sh

@@ -1,6 +1,6 @@
 """Where `decode: gpu` loses to synthetic data (issue 30), in one process on one GPU:
 
-    PYTHONPATH=src:benchmarks python3 benchmarks/h200_decode_profile.py --out DIR
+    PYTHONPATH=src:benchmarks python3 benchmarks/decode_profile.py --out DIR
 
 ResNet-50 as `train_loop.py` trains it (bf16 autocast, channels_last, SGD with momentum, batch
 128), `--steps` steps after `--warmup`, in four modes:

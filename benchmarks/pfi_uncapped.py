@@ -1,6 +1,7 @@
 """Uncapped runs of the PFI study's job kinds on one GPU (issue 11), in one call.
 
-    PYTHONPATH=src python3 benchmarks/h200_pfi_uncapped.py --out DIR [--duration-s 60] [--compile on]
+    PYTHONPATH=src python3 benchmarks/pfi_uncapped.py --out DIR [--duration-s 60] \
+        [--compile on]
 
 A dense model (Qwen3-1.7B) and an MoE model (Qwen3-30B-A3B reduced to 8 layers: 128 experts,
 top-8, ~5.6 B parameters), each with task `pretrain` and `lora` (rank 32), sequence 2048, batch 8,
@@ -18,6 +19,13 @@ first reading with utilisation >= 50 % — for comparison) and a tarball of ever
 events, meta, phases, segments and summary. The output folder is made first (a folder that
 cannot be written stops the script before any GPU work). Each run's checkpoint is deleted after
 it (disk). Changes no GPU setting.
+
+    PYTHONPATH=src python3 benchmarks/pfi_uncapped.py --rederive TARBALL CSV
+
+(no GPU) re-derives a committed call's files with today's code (issue 46): each run's phases.csv
+in TARBALL re-attributed (`--idle-split`: `compile` and `warmup` rows of their own), its
+segments.csv and CSV's window columns recomputed (`window_columns`); trace, events, meta and
+summary unchanged, TARBALL repacked in its member order.
 """
 
 import argparse
@@ -27,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -146,9 +155,42 @@ def run_cell(work: Path, name: str, over: dict, duration: float, compile_: bool)
     return row
 
 
+def rederive(tarball: Path, csv: Path) -> pd.DataFrame:
+    """`--rederive` (module docstring): the CSV's rows of the runs in `tarball` get the window
+    columns today's code gives from their trace and events (`train_method` says which window);
+    the tarball's phases.csv and segments.csv are re-derived, its raw files kept as they are."""
+    from wattlife.attribution import attribute_files
+    from wattlife.contracts import read_events, read_trace
+
+    table = pd.read_csv(csv)
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(tarball) as tar:
+        members = [m.name for m in tar.getmembers() if m.isfile()]
+        tar.extractall(tmp, filter="data")
+        for run in sorted({m.split("/")[0] for m in members}):
+            d = Path(tmp) / run
+            if (d / "phases.csv").exists():
+                attribute_files(d / "trace.csv", d / "events.csv", d / "phases.new.csv",
+                                idle_split=True)
+                (d / "phases.new.csv").replace(d / "phases.csv")
+            cols = window_columns(read_trace(d / "trace.csv"), read_events(d / "events.csv"), d)
+            for k, v in cols.items():
+                if k not in table:
+                    table[k] = pd.Series(dtype=type(v) if isinstance(v, str) else float)
+                table.loc[table["run"] == run, k] = v
+        with tarfile.open(tarball, "w:gz") as out:
+            for m in members:
+                out.add(Path(tmp) / m, arcname=m)
+    table.to_csv(csv, index=False)
+    return table
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", help="output folder of the runs (required unless --rederive)")
+    ap.add_argument("--rederive", nargs=2, metavar=("TARBALL", "CSV"),
+                    help="no GPU: re-derive a committed call's phases, segments and window "
+                         "columns with today's code (module docstring)")
     ap.add_argument("--duration-s", type=float, default=60.0,
                     help="each run's length, default 60 (compiled: counted from the end of the "
                          "first, compiling step)")
@@ -156,12 +198,18 @@ def main() -> None:
                     help="torch.compile the model (default on)")
     ap.add_argument("--only", default=",".join(CELLS))
     ap.add_argument("--budget-s", type=float, default=0,
-                    help="skip the runs that would end after this many seconds (default 0: no limit)")
+                    help="skip the runs that would end after this many seconds "
+                         "(default 0: no limit)")
     ap.add_argument("--overhead-s", type=float, default=45.0,
                     help="a run's time beyond --duration-s, for --budget-s: start-up, compilation "
                          "(the schedule's clock starts after a compiled model's first step), "
                          "checkpoint, exit (default 45)")
     a = ap.parse_args()
+    if a.rederive:
+        rederive(Path(a.rederive[0]), Path(a.rederive[1]))
+        return
+    if not a.out:
+        ap.error("--out is required (or --rederive TARBALL CSV)")
     out, work = out_dir(a.out), Path("/tmp/wl-pfi")
     from wattlife.workloads.datagen import make_text_corpus
 

@@ -1,7 +1,7 @@
 """GPU-side image decoding (`decode: gpu`) against the CPU path and synthetic data (issue 30),
 in one call on one GPU:
 
-    PYTHONPATH=src python3 benchmarks/h200_gpu_decode.py --out DIR
+    PYTHONPATH=src python3 benchmarks/decode_rates.py --out DIR
 
 1. JPEGs as ImageNet's: 500 x 375 px, ~74 KB (quality 90), `--classes` x `--per-class`, written
    to local disk (the page cache holds them after the first epoch, as on a node with RAM to spare).
@@ -40,8 +40,8 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
+from execution_stage import cell
 from gpu_decode_table import phase_row, select_best, settings_summary
-from h200_execution import cell
 from jpeg_tree import make_tree
 from outdir import out_dir
 
@@ -105,9 +105,8 @@ def cell_settings(name: str) -> tuple[str, int, str, bool]:
     return decode, more, prelude, graphs
 
 
-# "gpu-process" (decoding in a process of its own) ran at 61ac38a, whose
-# workloads/gpu_decode_process.py was removed after it measured slower
-# (results/reference/h200/gpu-decode-batched/README.md)
+# "gpu-process" (decoding in a process of its own) ran at 61ac38a, whose workloads/
+# gpu_decode_process.py was removed after it measured slower (gpu-decode-batched/README.md)
 
 
 class Call:
@@ -208,10 +207,11 @@ def synthetic_rate(call: Call, key: str, graphs: bool = False) -> float | None:
     images/s; recorded in the call's results under `key`."""
     if DRY:
         return None
-    t = time.time()
+    t, steps = time.time(), call.out / "synthetic" / f"{key}.csv"  # its raw record, packed
+    steps.parent.mkdir(exist_ok=True)
     r = subprocess.run([PY, str(HERE / "train_loop.py"), "--batch", "128", "--steps", "150",
-                        "--warmup", "30", "--markers", "off", *(["--graphs"] if graphs else [])],
-                       capture_output=True, text=True)
+                        "--warmup", "30", "--markers", "off", "--steps-csv", str(steps),
+                        *(["--graphs"] if graphs else [])], capture_output=True, text=True)
     call.took("synthetic", t)
     call.res[key] = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 \
         else r.stderr[-2000:]

@@ -1,6 +1,6 @@
 """Sampler and attribution checks on a real GPU, in one call (issues 3 and 4).
 
-    PYTHONPATH=src python3 benchmarks/h200_checks.py --out DIR [--pairs 5]
+    PYTHONPATH=src python3 benchmarks/attribution_checks.py --out DIR [--pairs 5]
 
 1. accuracy   : >= 60 s of varying load; energy integrated from the driver's ~20 ms power samples
                 vs the total-energy counter over the same span (target: within 1%).
@@ -53,7 +53,8 @@ KIND_SETS = {  # attribution runs: phase kinds run long (ground truth) and short
 }
 
 
-def under_sampler(run_dir: Path, cmd: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+def under_sampler(run_dir: Path, cmd: list[str],
+                  env: dict | None = None) -> subprocess.CompletedProcess:
     run_dir.mkdir(parents=True, exist_ok=True)
     full = [PY, "-m", "wattlife.cli", "run", "--trace", str(run_dir / "trace.csv"),
             "--events", str(run_dir / "events.csv"), "--gpu", "nvml", "--cpu", "auto",
@@ -158,7 +159,8 @@ def check_overhead(work: Path, pairs: int, steps: int) -> tuple[pd.DataFrame, di
     return df, {"pairs": pairs, "bare_img_s_median": float(piv["bare"].median()),
                 "sampler_slowdown_median": float(slow_s.median()),
                 "markers_slowdown_median": float(slow_m.median()),
-                "sampler_cpu_share_of_core": float((s["sampler_cpu_s"] / s["sampler_wall_s"]).median())}
+                "sampler_cpu_share_of_core": float((s["sampler_cpu_s"]
+                                                    / s["sampler_wall_s"]).median())}
 
 
 def phase_clocks(ck: pd.DataFrame, ev: pd.DataFrame, names: list[str]) -> pd.DataFrame:
@@ -308,7 +310,7 @@ def block_regression(gpu: pd.DataFrame, ev: pd.DataFrame, out_csv: Path) -> dict
     beta = nnls(a, e)[0]
     pd.DataFrame(np.column_stack([a, e]), columns=names + ["gap", "energy_j"]).to_csv(
         out_csv, index=False)
-    return dict(zip(names + ["gap"], beta))
+    return dict(zip(names + ["gap"], beta, strict=False))
 
 
 def main() -> None:

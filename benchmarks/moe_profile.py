@@ -1,8 +1,8 @@
 """Where the MoE pretrain's step time goes on one GPU (issue 30): a torch-profiler summary.
 
-    PYTHONPATH=src python3 benchmarks/h200_moe_profile.py --out DIR [--steps 20] [--profile-steps 3]
+    PYTHONPATH=src python3 benchmarks/moe_profile.py --out DIR [--steps 20] [--profile-steps 3]
 
-The PFI kind `qwen3-30b-a3b-8l-pretrain` as `h200_pfi_uncapped.py` builds it (Qwen3-30B-A3B reduced
+The PFI kind `qwen3-30b-a3b-8l-pretrain` as `pfi_uncapped.py` builds it (Qwen3-30B-A3B reduced
 to 8 layers: 128 experts, top-8; sequence 2048, batch 8, bf16, random init, transformers'
 `grouped_mm` experts, sdpa attention, fused AdamW, `torch.compile` default mode, vocabulary 3008
 as the tokenizer-sized runs), on random tokens already on the GPU (no data loading). After
@@ -12,7 +12,8 @@ own convention (`workloads.causal_lm.flops_per_token`: 6 x active parameters + a
 `mfu_causal` halves attention; peak 989 TFLOPS bf16 dense for the H200). Then `--profile-steps`
 steps run under `torch.profiler` (CPU + CUDA) and every CUDA kernel's time is summed into
 categories by kernel name. Writes `moe_step.csv` (throughput, MFU, the profiled steps' GPU-busy
-share), `moe_kernels.csv` (every kernel by name), `moe_categories.csv` (time, share of step, and for the
+share), `moe_steps.csv` (each timed step's seconds: the raw record of the step basis),
+`moe_kernels.csv` (every kernel by name), `moe_categories.csv` (time, share of step, and for the
 matmul categories the FLOPs they carry and their achieved TFLOPS). Changes no GPU setting.
 """
 
@@ -152,6 +153,9 @@ def main() -> None:
         e.record()
     torch.cuda.synchronize()
     step_s = [s.elapsed_time(e) / 1e3 for s, e in ev]
+    # the raw record the step basis is recomputed from (before issue 46 only its mean was kept)
+    pd.DataFrame({"step": range(len(step_s)), "step_s": step_s}).to_csv(out / "moe_steps.csv",
+                                                                        index=False)
     tokens = a.batch * a.seq
     fpt = flops_per_token(cfg, counts, a.seq)
     attn = attention_flops_per_token(cfg, a.seq)

@@ -1,6 +1,6 @@
 """Execution stage at realistic scale on one GPU (issue 5), in one call.
 
-    PYTHONPATH=src python3 benchmarks/h200_execution.py --out DIR
+    PYTHONPATH=src python3 benchmarks/execution_stage.py --out DIR
 
 - ResNet-50, 224 px, batch 256, generated JPEGs from disk, 12 loader workers, storage local
   (stage_copy), checkpointing on and off; plus the GPU-only ceiling on synthetic on-GPU tensors;
@@ -42,7 +42,8 @@ def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, ou
             f"{storage!r}, {ckpt!r}, {str(d / 'work')!r}))")
     t = time.time()
     r = subprocess.run([PY, "-m", "wattlife.cli", "run", "--trace", str(d / "trace.csv"),
-                        "--events", str(d / "events.csv"), "--gpu", "sim" if DRY else "nvml", "--idle-s", "2",
+                        "--events", str(d / "events.csv"), "--gpu", "sim" if DRY else "nvml",
+                        "--idle-s", "2",
                         "--run-id", name, "--", PY, "-c", code], capture_output=True, text=True)
     shutil.rmtree(work / "local" / "checkpoints", ignore_errors=True)  # disk
     if r.returncode:
@@ -97,8 +98,10 @@ def main() -> None:
         (out / "execution_summary.json").write_text(json.dumps(res, indent=1, default=str))
 
     parts = a.only.split(",")
-    n = (lambda big, small: small if DRY else big)
-    q = (lambda full, quick: quick if a.quick else full)
+    def n(big, small):
+        return (small if DRY else big)
+    def q(full, quick):
+        return (quick if a.quick else full)
     ckpts = (True,) if a.quick else (True, False)
     dev = "cpu" if DRY else "cuda"
     if "synthetic" in parts and not DRY:
@@ -110,8 +113,10 @@ def main() -> None:
     if "resnet" in parts:
         t = time.time()
         subprocess.run([PY, "-m", "wattlife.cli", "gen-images", str(shared / "imagenet-gen"),
-                        "--classes", "10", "--train-per-class", str(n(q(1100, 500), 8)), "--val-per-class",
-                        str(n(60, 2)), "--size", str(n(256, 64)), "--workers", "14"], check=True, capture_output=True)
+                        "--classes", "10", "--train-per-class", str(n(q(1100, 500), 8)),
+                        "--val-per-class",
+                        str(n(60, 2)), "--size", str(n(256, 64)), "--workers", "14"],
+                       check=True, capture_output=True)
         res["jpeg_generation_s"] = time.time() - t
         cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
                "workloads": {"r50": {"kind": "image_classification", "dataset": "imagenet-gen",
