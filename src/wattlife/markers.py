@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .contracts import EVENTS_HEADER
+from .contracts import EVENTS_HEADER, csv_cell, phase_name_problem
 
 ENV_EVENTS = "WATTLIFE_EVENTS"
 ENV_RUN_ID = "WATTLIFE_RUN_ID"
@@ -100,7 +100,8 @@ class Recorder:
         self.path = rank_events_path(path, self.rank, world)
         self.host = socket.gethostname()
         self.run_id = run_id or os.environ.get(ENV_RUN_ID) or self.path.parent.name
-        self._prefix = f"{self.run_id},{self.host},{self.rank},"
+        self._prefix = f"{csv_cell(self.run_id)},{csv_cell(self.host)},{self.rank},"
+        self._cells: dict[str, str] = {}  # phase name -> its CSV cell, checked once per name
         self._stack: list[_Open] = []
         self._rows: list[str] = []
         self._pending: list[tuple] = []  # GPU-timeline rows whose events are not resolved yet
@@ -133,7 +134,19 @@ class Recorder:
         if self.cuda is None:
             self.cuda = _CudaClock()
 
+    def cell(self, name: str) -> str:
+        """`name` as its events cell; a name no file can hold back is refused at once, one line
+        (`contracts.phase_name_problem`)."""
+        out = self._cells.get(name) if isinstance(name, str) else None
+        if out is None:
+            problem = phase_name_problem(name)
+            if problem:
+                raise ValueError(f"markers: {problem}")
+            out = self._cells[name] = csv_cell(name)
+        return out
+
     def begin(self, name: str, items: float | None = None) -> "_Open":
+        self.cell(name)
         if self.cuda is not None:
             start: Any = self.cuda.event()
         else:
@@ -163,7 +176,7 @@ class Recorder:
         """Write a finished host-clock interval that ran beside this process's phases (a
         background write): outside the nesting and its clamping (contracts.CONCURRENT_PHASES)."""
         with self._lock:
-            self._rows.append(f"{self._prefix}{name},{int(start_ns)},{int(end_ns)},"
+            self._rows.append(f"{self._prefix}{self.cell(name)},{int(start_ns)},{int(end_ns)},"
                               f"{self.step_index},,{self.local_rank},0,host,0\n")
 
     def _emit(self, op: "_Open", t0: int, t1: int, items_s: str, clock: str) -> None:
@@ -179,7 +192,7 @@ class Recorder:
         self._last_end[d] = s1
         if op.name == "step":
             self.step_spans.append((s0, s1, float(items_s or 0.0), clock))
-        self._rows.append(f"{self._prefix}{op.name},{s0},{s1},{op.step},{items_s},"
+        self._rows.append(f"{self._prefix}{self._cells[op.name]},{s0},{s1},{op.step},{items_s},"
                           f"{self.local_rank},{d},{clock},{clamp}\n")
 
     def _resolve_pending(self, wait: bool) -> None:
