@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .contracts import EVENTS_HEADER, csv_cell, phase_name_problem
+from .contracts.clock import now_ns  # the one clock (re-exported: workloads stamp with it)
 
 ENV_EVENTS = "WATTLIFE_EVENTS"
 ENV_RUN_ID = "WATTLIFE_RUN_ID"
@@ -73,7 +74,7 @@ class _CudaClock:
         ev = self.torch.cuda.Event(enable_timing=True)
         ev.record()
         ev.synchronize()
-        self.anchors.append((ev, time.time_ns()))
+        self.anchors.append((ev, now_ns()))
         self.anchored_at = time.monotonic()
 
     def event(self) -> tuple[Any, int]:
@@ -150,7 +151,7 @@ class Recorder:
         if self.cuda is not None:
             start: Any = self.cuda.event()
         else:
-            start = time.time_ns()
+            start = now_ns()
         op = _Open(name, start, items, len(self._stack), self.step_index)
         self._stack.append(op)
         return op
@@ -166,9 +167,9 @@ class Recorder:
         if self.cuda is not None and not isinstance(op.start, int):
             self._pending.append((op, self.cuda.event(), items_s))
         elif self._pending:  # host-timed (opened before the GPU timeline): keep the end order
-            self._pending.append((op, time.time_ns(), items_s))
+            self._pending.append((op, now_ns(), items_s))
         else:
-            self._emit(op, op.start, time.time_ns(), items_s, "host")
+            self._emit(op, op.start, now_ns(), items_s, "host")
         if time.monotonic() - self._last_flush > FLUSH_EVERY_S:
             self.flush()
 
@@ -341,8 +342,8 @@ def end(token: Any, items: float | None = None) -> None:
 
 
 def concurrent(name: str, start_ns: int, end_ns: int) -> None:
-    """Record `name` over [start_ns, end_ns] (epoch ns, host clock), an interval that overlapped
-    this process's phases (e.g. `checkpoint_write`); a no-op without a recorder."""
+    """Record `name` over [start_ns, end_ns] (epoch ns of `now_ns`, the host clock), an interval
+    that overlapped this process's phases (e.g. `checkpoint_write`); a no-op without a recorder."""
     rec = get_recorder()
     if rec is not None:
         rec.concurrent(name, start_ns, end_ns)
