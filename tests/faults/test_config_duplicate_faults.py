@@ -67,7 +67,8 @@ def test_a_duplicated_key_anywhere_is_named_with_its_file_and_line(tmp_path, k):
 def test_the_issue_sampler_key_in_run_and_sweep(tmp_path, capsys):
     p = tmp_path / "c.yaml"
     p.write_text(SAMPLER)
-    with pytest.raises(ConfigError, match=rf"{p}:5: duplicate key 'interval_ms' \(first at line 4\)"):
+    want = rf"{p}:5: duplicate key 'interval_ms' \(first at line 4\)"
+    with pytest.raises(ConfigError, match=want):
         load_section(p, "sampler")
     rc = main(["run", "--config", str(p), "--trace", str(tmp_path / "t.csv"), "--events",
                str(tmp_path / "e.csv"), "--", "true"])
