@@ -331,6 +331,12 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
         series, pmap, events, floors, method, window_s, response, n_boot, idle_window, strict,
         where)
     if not frames:
+        short = too_few_readings(trace, series)
+        if len(short):
+            raise ContractError(
+                f"{where or 'trace'}: no device has the 2 readings an energy needs ("
+                + ", ".join(f"{r.host}/{r.device}: {r.count} reading(s)"
+                            for r in short.itertuples()) + ")")
         raise ContractError(f"{where or 'trace'}: no GPU, CPU or DRAM power/energy readings to "
                             "attribute")
     _warn_uncovered(uncovered, strict, where)
