@@ -6,6 +6,7 @@ Before: `phase("eval, split=val")` wrote an unquoted row, the reader failed with
 'start_ns' expects integer nanoseconds" and the run could not be attributed."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -108,3 +109,20 @@ def test_rows_after_a_multi_line_name_are_named_by_their_own_line(tmp_path):
     checked, _ = read_csv_lines(path, 5, {c: k for c, k in EVENTS_TYPES.items()},
                                 allow_empty=("items",))
     assert list(ev["line_no"]) == [2, 5] == list(checked["line_no"])
+
+
+@pytest.mark.parametrize("name", ["NA", "null", "nan", "eval, split=val", "two\nlines", 'q"t'])
+def test_a_phase_name_survives_phases_csv(tmp_path, name):
+    """phases.csv (pandas' writer) and its readers (aggregate, waiting, downloads: read_table)
+    give the name back, never a missing value."""
+    from wattlife.contracts import PHASES_COLUMNS, read_table, write_table
+
+    t = T0 + np.arange(0, 101) * 10 * MS
+    ev = pd.DataFrame({"run_id": "r", "host": "h", "rank": 0, "phase": [name],
+                       "start_ns": [T0 + 100 * MS], "end_ns": [T0 + 600 * MS], "step": 0,
+                       "items": np.nan})
+    out = attribute_energy(trace_frame(t, np.full(len(t), 100.0), "gpu0"), ev,
+                           method="integrate")
+    write_table(out, tmp_path / "phases.csv", PHASES_COLUMNS)
+    back = read_table(tmp_path / "phases.csv", PHASES_COLUMNS)
+    assert name in set(back["phase"]) and back["phase"].notna().all()

@@ -272,16 +272,26 @@ def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
     return df
 
 
+#: the cells pandas reads as missing by default (its `na_values` list)
+_NA_CELLS = ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
+             "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"]
+#: columns read as the text written, never as missing: a phase may be named "NA" or "null"
+TEXT_COLUMNS = ("phase",)
+
+
 def read_table(path: str | Path, required: list[str], allow_empty: bool = False) -> pd.DataFrame:
     """Read any contract table (phases, curves, pfi) checking its required columns; a file with a
-    header and no rows is an error unless `allow_empty`."""
+    header and no rows is an error unless `allow_empty`. `TEXT_COLUMNS` keep their text."""
     import pandas as pd
 
     path = Path(path)
     if path.is_dir():
         raise ContractError(f"{path}: is a directory, expected a CSV file")
     try:
-        df = pd.read_csv(path)
+        head = pd.read_csv(path, nrows=0).columns
+        df = pd.read_csv(path, keep_default_na=False, dtype={c: str for c in TEXT_COLUMNS
+                                                             if c in head},
+                         na_values={c: _NA_CELLS for c in head if c not in TEXT_COLUMNS})
     except pd.errors.EmptyDataError:
         raise ContractError(f"{path}: empty file (no header); expected columns "
                             f"{required}") from None
