@@ -1,7 +1,7 @@
 """`wattlife run` killed together with everything that names wattlife on its command line (what
-`pkill -9 -f wattlife` does, emulated here by pid on this test's own processes only): no workload
-process outlives it. The guardian's command line does not name wattlife (`python -S /dev/fd/N`),
-so it survives such a kill and ends CMD's tree.
+a SIGKILL by the pattern 'wattlife' does; emulated by pid, on this test's own processes only): no
+workload process outlives it. The guardian's command line does not name wattlife
+(`python -S /dev/fd/N`), so it survives such a kill and ends CMD's tree.
 
 Before: the guardian died with wattlife and the workload went on appending to events.csv."""
 
@@ -61,7 +61,7 @@ def test_killing_all_named_processes_at_once_leaves_no_workload(workload, env_pa
     pids = _pids(d)
     named = [q for q in _tree(p.pid) if "wattlife" in _cmdline(q)]
     assert p.pid in named and not set(named) & set(pids)
-    for q in named:  # all at once, as pkill -9 -f wattlife
+    for q in named:  # all at once, as a kill by pattern would
         os.kill(q, signal.SIGKILL)
     p.wait(timeout=60)
     left = [pid for pid in pids if not gone(pid, timeout=15)]
