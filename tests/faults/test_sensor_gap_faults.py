@@ -132,3 +132,16 @@ def test_check_fails_a_run_with_too_much_bridged_energy(backend):
     assert ("error", "trace.gap-energy") in _check_gaps(_sample(backend((3.0, 8.0))))
     assert _check_gaps(_sample(backend((99.0, 99.0)))) == []
     assert _check_gaps(_sample(backend((0.2, 0.85)))) == [("warning", "trace.gap")]
+
+
+@pytest.mark.parametrize("backend", [FailingSimGpu, FailingCpuEstimate])
+def test_wattlife_check_on_the_run_folder_fails_it(tmp_path, capsys, backend):
+    """The issue's case through `wattlife check RUN_DIR` (its trace and events as written)."""
+    from wattlife.cli import main
+
+    cols = ["t_ns", "host", "device", "metric", "value", "source"]
+    _sample(backend((3.0, 8.0)))[cols].to_csv(tmp_path / "trace.csv", index=False)
+    _events().to_csv(tmp_path / "events.csv", index=False)
+    assert main(["check", str(tmp_path), "--kind", "none"]) == 1
+    out = capsys.readouterr().out
+    assert "[trace.gap-energy]" in out and "FAIL" in out
