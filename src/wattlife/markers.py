@@ -25,6 +25,11 @@ to the latest end already written at its depth or above (its preceding sibling's
 preceding sibling's), its end to no earlier than its start; the amount moved is the row's
 `clamp_ns` (0 for almost every row). The same holds where the clock changes from host to GPU.
 
+Host timestamps are the one clock's (`now_ns`: a steady clock mapped to epoch ns once, inherited
+from `wattlife run`; a wall-clock step changes no phase). A phase name is written as one CSV cell
+(quoted when it holds a comma, a quote or a line break) and read back unchanged; a name no file
+can hold (empty, NUL, a lone surrogate) is refused when the phase begins (`Recorder.cell`).
+
 `concurrent(name, start_ns, end_ns)` records an interval that ran beside the process's phases (a
 background checkpoint write): written as it is, outside the nesting and its clamping
 (`contracts.CONCURRENT_PHASES`).

@@ -6,7 +6,8 @@ either process loses at most that much. A failing write (full disk) never stops 
 reported once, the rows wait in memory and are retried, else go to a fallback file at the end
 (`wattlife.safewrite`); `write_summary()` says what happened, for meta.json. Each (device,
 metric) series' update period is measured as it runs (mean time between changes of value) and
-reported in meta.json.
+reported in meta.json. Readings are stamped by the one clock (`contracts.clock.now_ns`), and at
+every flush the wall clock is compared with its mapping (`WallSteps`: meta.json's `clock`).
 """
 
 from __future__ import annotations
