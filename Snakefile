@@ -6,7 +6,7 @@
 #          snakemake --profile profiles/local --forcerun results/demo/runs/resnet/local/ckpt-on/r1/trace.csv
 from snakemake.utils import min_version, validate
 
-from wattlife.config import validate_config
+from wattlife.config import check_config_files, validate_config
 
 min_version("9.0")
 
@@ -17,6 +17,7 @@ report: "report/workflow.rst"
 configfile: "config/config.yaml"
 
 
+check_config_files(workflow.configfiles)  # a duplicated key: its file, line and key
 validate_config(config)  # names the offending key and what was expected
 validate(config, "config/schema.yaml")  # Snakemake's own check; fills the schema's defaults
 

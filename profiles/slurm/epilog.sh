@@ -4,5 +4,5 @@
 # Slurm drains the node instead of giving it, capped, to the next user.
 set -euo pipefail
 dir=${WATTLIFE_POWERCAP_DIR:-/var/lib/wattlife/powercap}
-exec "${WATTLIFE:-wattlife}" powercap restore \
+exec "${WATTLIFE:-wattlife}" powercap restore --missing-ok \
      --state "$dir/job-${SLURM_JOB_ID:?Slurm sets SLURM_JOB_ID in an epilog}.json"

@@ -14,7 +14,12 @@ Two parts (`wattlife.run` uses both):
   died: the guardian stops (SIGSTOP) every recorded process still alive with the same start time,
   every process in a group or session that one of them leads (CMD's group included, so children
   started after the last scan are caught) and their descendants, until no new one appears, then
-  SIGKILLs them all.
+  SIGKILLs them all. Its command line (`python -S /dev/fd/N PID KEEP`: the script read through an
+  inherited descriptor) does not name wattlife, so a `pkill -9 -f wattlife` that kills wattlife
+  leaves it to act. The limit: a guardian killed by its own pid at the same time as wattlife
+  leaves CMD's tree running (the kernel's PR_SET_PDEATHSIG ends CMD alone, and only where the
+  guardian could not start: set while the guardian runs, it would kill CMD before the guardian
+  walks its tree).
 """
 
 from __future__ import annotations
@@ -135,12 +140,22 @@ class Guardian:
         """`keep`: this process's children that are not CMD's (the guardian leaves them alone)."""
         self.proc: subprocess.Popen | None = None
         try:
+            # the script is read through an inherited descriptor, so the guardian's command line
+            # (`python -S /dev/fd/N PID KEEP`) does not name wattlife: a `pkill -f wattlife`
+            # that kills wattlife leaves the guardian to end CMD's tree
+            fd = os.open(Path(__file__).resolve(), os.O_RDONLY)
+        except OSError:
+            return
+        try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-S", str(Path(__file__).resolve()), str(os.getpid()),
+                [sys.executable, "-S", f"/dev/fd/{fd}", str(os.getpid()),
                  ",".join(map(str, sorted(keep)))],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, process_group=0)
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, process_group=0,
+                pass_fds=(fd,))
         except OSError:
             self.proc = None
+        finally:
+            os.close(fd)
 
     @property
     def pid(self) -> int | None:

@@ -25,6 +25,11 @@ to the latest end already written at its depth or above (its preceding sibling's
 preceding sibling's), its end to no earlier than its start; the amount moved is the row's
 `clamp_ns` (0 for almost every row). The same holds where the clock changes from host to GPU.
 
+Host timestamps are the one clock's (`now_ns`: a steady clock mapped to epoch ns once, inherited
+from `wattlife run`; a wall-clock step changes no phase). A phase name is written as one CSV cell
+(quoted when it holds a comma, a quote or a line break) and read back unchanged; a name no file
+can hold (empty, NUL, a lone surrogate) is refused when the phase begins (`Recorder.cell`).
+
 `concurrent(name, start_ns, end_ns)` records an interval that ran beside the process's phases (a
 background checkpoint write): written as it is, outside the nesting and its clamping
 (`contracts.CONCURRENT_PHASES`).
@@ -42,7 +47,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .contracts import EVENTS_HEADER
+from .contracts import EVENTS_HEADER, csv_cell, phase_name_problem
+from .contracts.clock import now_ns  # the one clock (re-exported: workloads stamp with it)
 
 ENV_EVENTS = "WATTLIFE_EVENTS"
 ENV_RUN_ID = "WATTLIFE_RUN_ID"
@@ -73,7 +79,7 @@ class _CudaClock:
         ev = self.torch.cuda.Event(enable_timing=True)
         ev.record()
         ev.synchronize()
-        self.anchors.append((ev, time.time_ns()))
+        self.anchors.append((ev, now_ns()))
         self.anchored_at = time.monotonic()
 
     def event(self) -> tuple[Any, int]:
@@ -100,7 +106,8 @@ class Recorder:
         self.path = rank_events_path(path, self.rank, world)
         self.host = socket.gethostname()
         self.run_id = run_id or os.environ.get(ENV_RUN_ID) or self.path.parent.name
-        self._prefix = f"{self.run_id},{self.host},{self.rank},"
+        self._prefix = f"{csv_cell(self.run_id)},{csv_cell(self.host)},{self.rank},"
+        self._cells: dict[str, str] = {}  # phase name -> its CSV cell, checked once per name
         self._stack: list[_Open] = []
         self._rows: list[str] = []
         self._pending: list[tuple] = []  # GPU-timeline rows whose events are not resolved yet
@@ -133,11 +140,23 @@ class Recorder:
         if self.cuda is None:
             self.cuda = _CudaClock()
 
+    def cell(self, name: str) -> str:
+        """`name` as its events cell; a name no file can hold back is refused at once, one line
+        (`contracts.phase_name_problem`)."""
+        out = self._cells.get(name) if isinstance(name, str) else None
+        if out is None:
+            problem = phase_name_problem(name)
+            if problem:
+                raise ValueError(f"markers: {problem}")
+            out = self._cells[name] = csv_cell(name)
+        return out
+
     def begin(self, name: str, items: float | None = None) -> "_Open":
+        self.cell(name)
         if self.cuda is not None:
             start: Any = self.cuda.event()
         else:
-            start = time.time_ns()
+            start = now_ns()
         op = _Open(name, start, items, len(self._stack), self.step_index)
         self._stack.append(op)
         return op
@@ -153,9 +172,9 @@ class Recorder:
         if self.cuda is not None and not isinstance(op.start, int):
             self._pending.append((op, self.cuda.event(), items_s))
         elif self._pending:  # host-timed (opened before the GPU timeline): keep the end order
-            self._pending.append((op, time.time_ns(), items_s))
+            self._pending.append((op, now_ns(), items_s))
         else:
-            self._emit(op, op.start, time.time_ns(), items_s, "host")
+            self._emit(op, op.start, now_ns(), items_s, "host")
         if time.monotonic() - self._last_flush > FLUSH_EVERY_S:
             self.flush()
 
@@ -163,7 +182,7 @@ class Recorder:
         """Write a finished host-clock interval that ran beside this process's phases (a
         background write): outside the nesting and its clamping (contracts.CONCURRENT_PHASES)."""
         with self._lock:
-            self._rows.append(f"{self._prefix}{name},{int(start_ns)},{int(end_ns)},"
+            self._rows.append(f"{self._prefix}{self.cell(name)},{int(start_ns)},{int(end_ns)},"
                               f"{self.step_index},,{self.local_rank},0,host,0\n")
 
     def _emit(self, op: "_Open", t0: int, t1: int, items_s: str, clock: str) -> None:
@@ -179,7 +198,7 @@ class Recorder:
         self._last_end[d] = s1
         if op.name == "step":
             self.step_spans.append((s0, s1, float(items_s or 0.0), clock))
-        self._rows.append(f"{self._prefix}{op.name},{s0},{s1},{op.step},{items_s},"
+        self._rows.append(f"{self._prefix}{self._cells[op.name]},{s0},{s1},{op.step},{items_s},"
                           f"{self.local_rank},{d},{clock},{clamp}\n")
 
     def _resolve_pending(self, wait: bool) -> None:
@@ -328,8 +347,8 @@ def end(token: Any, items: float | None = None) -> None:
 
 
 def concurrent(name: str, start_ns: int, end_ns: int) -> None:
-    """Record `name` over [start_ns, end_ns] (epoch ns, host clock), an interval that overlapped
-    this process's phases (e.g. `checkpoint_write`); a no-op without a recorder."""
+    """Record `name` over [start_ns, end_ns] (epoch ns of `now_ns`, the host clock), an interval
+    that overlapped this process's phases (e.g. `checkpoint_write`); a no-op without a recorder."""
     rec = get_recorder()
     if rec is not None:
         rec.concurrent(name, start_ns, end_ns)

@@ -117,10 +117,11 @@ def run_folder_lock(folder: str | Path,
             yield lock
             return
         if holder_alive(doc, me, job_alive):
+            stop = ("cancel it (wattlife slurm-orphans --cancel)" if doc.get("job_id") else
+                    f"stop it (kill {doc.get('pid')} on {doc.get('host')})")
             raise RuntimeError(
                 f"{folder}: {_describe(doc)} is measuring this run already ({lock}); wait for "
-                "it or cancel it (wattlife slurm-orphans --cancel), or remove the lock if that "
-                "job is gone")
+                f"it or {stop}, or remove the lock if it is gone")
         lock.unlink(missing_ok=True)
     else:
         raise RuntimeError(f"{lock}: cannot take the run lock (another job took it meanwhile)")

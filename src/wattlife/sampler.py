@@ -6,7 +6,8 @@ either process loses at most that much. A failing write (full disk) never stops 
 reported once, the rows wait in memory and are retried, else go to a fallback file at the end
 (`wattlife.safewrite`); `write_summary()` says what happened, for meta.json. Each (device,
 metric) series' update period is measured as it runs (mean time between changes of value) and
-reported in meta.json.
+reported in meta.json. Readings are stamped by the one clock (`contracts.clock.now_ns`), and at
+every flush the wall clock is compared with its mapping (`WallSteps`: meta.json's `clock`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from .config import SamplerSettings
 from .contracts import TRACE_HEADER
+from .contracts.clock import WallSteps, now_ns
 from .devices.base import SensorBackend, SensorUnavailable
 from .safewrite import SafeAppender
 
@@ -57,6 +59,7 @@ class Sampler:
         self.start_ns = self.end_ns = 0
         self._out: SafeAppender | None = None
         self._summary: dict[str, Any] | None = None
+        self.wall_steps: WallSteps | None = None
 
     def start(self) -> None:
         """Open the trace (an unopenable path raises RuntimeError: nothing was started yet) and
@@ -68,7 +71,8 @@ class Sampler:
             raise RuntimeError(f"--trace {self.trace_path}: cannot open it: "
                                f"{exc.strerror or exc}") from None
         self._out.flush()
-        self.start_ns = time.time_ns()
+        self.wall_steps = WallSteps()
+        self.start_ns = now_ns()
         self._thread = threading.Thread(target=self._loop, name="wattlife-sampler", daemon=True)
         self._thread.start()
 
@@ -102,7 +106,7 @@ class Sampler:
         tick = min(b.interval_s for b in self.backends) if self.backends else 0.05
         while True:
             stopping = self._stop.is_set()
-            now = time.time_ns()
+            now = now_ns()
             for i, b in enumerate(self.backends):
                 if now >= next_due[i] or stopping:
                     next_due[i] = now + int(b.interval_s * 1e9)
@@ -121,6 +125,8 @@ class Sampler:
                     self._out.flush()  # retry what a failed write left queued
                 self.rows_written = self._out.rows_written
                 last_flush = time.monotonic()
+                assert self.wall_steps is not None
+                self.wall_steps.see()
             if stopping:
                 break
             self._stop.wait(tick)
@@ -132,7 +138,7 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.end_ns = time.time_ns()
+        self.end_ns = now_ns()
         if self._out is not None:
             self._summary = self._out.close()
             self.rows_written = self._out.rows_written

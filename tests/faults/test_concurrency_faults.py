@@ -69,7 +69,7 @@ def test_two_fetches_to_one_destination_one_is_refused(tmp_path, children, env_p
         srv.server_close()
     assert out.returncode == 2
     err = out.stderr.strip()
-    assert len(err.splitlines()) == 1 and "another fetch is writing it" in err and "pid" in err
+    assert len(err.splitlines()) == 1 and "another transfer is writing it" in err and "pid" in err
     assert dest.read_bytes() == BODY
     assert not (tmp_path / "a.bin.lock").exists() and not part.exists()
 

@@ -152,7 +152,7 @@ def test_header_only_curves_give_one_line(tmp_path, capsys, cmd):
 
 def test_header_only_pfi_table_for_predict(tmp_path, capsys):
     pfi = tmp_path / "pfi.csv"
-    pfi.write_text("job,pfi\n")
+    pfi.write_text("job,gpu_model,pfi\n")  # the pfi contract names gpu_model
     assert main(["predict", _write(tmp_path, _curves()), "--pfi", str(pfi), "-o",
                  str(tmp_path / "o.csv")]) == 2
     assert "pfi.csv: header only" in _one_error_line(capsys)

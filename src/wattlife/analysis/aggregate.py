@@ -109,15 +109,16 @@ def per_run(phases: pd.DataFrame) -> pd.DataFrame:
     longest device's), with the run's `items` and `throughput_unit`. A phase that some repeats of
     a cell have and others lack counts 0 J and 0 s in those (so every cell's n is its repeats)."""
     p = phases[phases["phase"] != RESIDUAL].copy()
-    for col in ("items", "throughput_unit", "covered_fraction"):
+    for col in ("items", "throughput_unit", "covered_fraction", "gap_s"):
         if col not in p.columns:
             p[col] = np.nan
-    # covered_fraction: the least covered device (a phase partly outside the trace, or a device
-    # with too few readings, is flagged with its share instead of counting as 0 J)
+    # covered_fraction: the least covered device (a phase partly outside the trace, in a sensor
+    # gap, or a device with too few readings, is flagged with its share instead of counting as
+    # 0 J); gap_s: the most seconds any device of the kind did not read during the phase
     rows = p.groupby(CELL_KEYS + ["phase", "device_kind"], as_index=False, dropna=False).agg(
         energy_j=("energy_j", "sum"), energy_lo_j=("energy_lo_j", "sum"),
         energy_hi_j=("energy_hi_j", "sum"), time_s=("time_s", "max"),
-        covered_fraction=("covered_fraction", "min"),
+        covered_fraction=("covered_fraction", "min"), gap_s=("gap_s", "max"),
         method=("method", lambda s: ",".join(sorted(set(s)))),
         source=("source", lambda s: ",".join(sorted(set(s)))))
     runs = p.groupby(CELL_KEYS, as_index=False, dropna=False).agg(
@@ -165,7 +166,7 @@ def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
     rest = runs.groupby(keys, as_index=False, sort=True).agg(
         energy_lo_j=("energy_lo_j", "mean"), energy_hi_j=("energy_hi_j", "mean"),
         items=("items", "mean"), item_unit=("item_unit", "first"),
-        covered_fraction=("covered_fraction", "min"),
+        covered_fraction=("covered_fraction", "min"), gap_s=("gap_s", "max"),
         method=("method", "first"), source=("source", "first"))
     out = stats_.merge(rest, on=keys)
     out["interval"] = INTERVAL

@@ -60,11 +60,23 @@ def pfi_elastic(power: np.ndarray, throughput: np.ndarray) -> float:
     return float(1.0 / eps) if eps != 0 else float("nan")
 
 
+def _grid_missing(g: pd.DataFrame, grid: list[float], option: str, job: str, gpu: str) -> None:
+    """A cap of `option`'s grid without a valid point of the job: a ValueError naming it (a PFI
+    on fewer caps than asked for would pass as the grid's)."""
+    have = np.round(g["cap_w"].to_numpy(float), 3)
+    missing = [c for c in grid if round(float(c), 3) not in have]
+    if missing:
+        raise ValueError(f"{option} {','.join(f'{c:g}' for c in grid)}: job {job} ({gpu}) has no "
+                         f"valid point at {','.join(f'{c:g}' for c in missing)} W (its caps: "
+                         f"{','.join(f'{c:g}' for c in sorted(set(have)))}); give caps it has")
+
+
 def pfi_table(curves: pd.DataFrame, grid: list[float] | None = None, n_mc: int = 2000,
-              seed: int = 0) -> pd.DataFrame:
+              seed: int = 0, grid_option: str | None = None) -> pd.DataFrame:
     """One row per (job, gpu_model): PFI under the noise rule (`pfi`, with its interval) and
     under Eq. 1 as published (`pfi_eq1`), the alternatives and the grid used (and `monotone` /
-    `flags`, when the curves carry validate_curves' flags)."""
+    `flags`, when the curves carry validate_curves' flags). With `grid_option` (the option that
+    gave `grid`), a cap of the grid a job lacks is an error naming it, not dropped."""
     rng = np.random.default_rng(seed)
     rows = []
     for (job, gpu), g in curves.groupby(["job", "gpu_model"], sort=True):
@@ -76,6 +88,8 @@ def pfi_table(curves: pd.DataFrame, grid: list[float] | None = None, n_mc: int =
         if "status" in g.columns:
             g = g[g["status"].fillna("ok") == "ok"]
         if grid:
+            if grid_option:
+                _grid_missing(g, grid, grid_option, job, gpu)
             g = g[np.isin(g["cap_w"].round(3), np.round(grid, 3))]
         g = g.sort_values("cap_w")
         caps = g["cap_w"].to_numpy(float)
@@ -118,7 +132,8 @@ def pfi_table(curves: pd.DataFrame, grid: list[float] | None = None, n_mc: int =
 def grid_sensitivity(curves: pd.DataFrame, subgrid: list[float]) -> pd.DataFrame:
     """PFI on the full grid next to PFI on a sub-grid (the paper's 4-point grid, say)."""
     full = pfi_table(curves, n_mc=0)[["job", "gpu_model", "pfi"]]
-    sub = pfi_table(curves, grid=subgrid, n_mc=0)[["job", "gpu_model", "pfi", "grid"]]
+    sub = pfi_table(curves, grid=subgrid, n_mc=0, grid_option="--subgrid")[
+        ["job", "gpu_model", "pfi", "grid"]]
     out = full.merge(sub, on=["job", "gpu_model"], suffixes=("", "_subgrid"))
     out["delta"] = out["pfi_subgrid"] - out["pfi"]
     return out
@@ -160,7 +175,7 @@ def pfi_files(curves_path: str | Path, out: str | Path, grid: list[float] | None
         given = [c for c in ("hardware", "set") if c in curves.columns]
         curves = curves.merge(labels.drop(columns=given),
                               on="job", how="left")
-    df = pfi_table(curves, grid=grid, n_mc=n_mc, seed=seed)
+    df = pfi_table(curves, grid=grid, n_mc=n_mc, seed=seed, grid_option="--grid")
     if "paper_job" in curves.columns and curves["paper_job"].notna().any():
         df = with_published(df, curves)
     write_table(df, out, PFI_COLUMNS)

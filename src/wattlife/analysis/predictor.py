@@ -91,7 +91,13 @@ def predictor_files(curves_path: str | Path, pfi_path: str | Path, out: str | Pa
     from .curves import load_curves
 
     curves = load_curves(curves_path)
-    pfi = read_table(pfi_path, ["job", "pfi"])
+    pfi = read_table(pfi_path, ["job", "gpu_model", "pfi"])
+    neg = pfi["pfi"] < 0
+    if neg.any():
+        i = int(np.flatnonzero(neg.to_numpy())[0])
+        raise ValueError(f"{pfi_path}:{i + 2}: job {pfi['job'].iloc[i]} has PFI "
+                         f"{pfi['pfi'].iloc[i]:g} < 0 (its power and throughput moved apart: a "
+                         f"curve to check, not a training target); {int(neg.sum())} such job(s)")
     feats = job_features(curves, pfi)
     _enough_jobs(feats, pfi, pfi_path, curves_path)
     df = predictor_table(feats)

@@ -5,6 +5,7 @@ One job per module, pure functions on tables except `files`:
 - `series`: each device's readings as a cumulative-energy series (`device_series`);
 - `tree`: one rank's phase tree, the nesting rule (`nest`, shared with `wattlife check`),
   overlap clamping, exclusive time and segments;
+- `gaps`: a device's sensor gaps, never bridged silently (coverage, widened interval);
 - `integrate`: per-phase energy by integration (the package's one energy integration);
 - `response`: the sensor response (lag weights) and its CSV;
 - `deconvolve`: per-phase mean power by deconvolution, with its estimators (window, response,
@@ -20,6 +21,7 @@ from ..contracts import IDLE, RESIDUAL, WRAPPER_PHASES
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
 from .energy import attribute_energy, check_time_units, time_unit
 from .files import attribute_files, gpu_mapping, wrapper_events
+from .gaps import GAP_PERIODS, MAX_INVENTED_SHARE, Gaps, sensor_gaps
 from .integrate import integrate, interval_energy
 from .response import SensorResponse
 from .series import ATTRIBUTED_KINDS, DeviceSeries, device_series, idle_power
@@ -34,9 +36,10 @@ from .tree import (
 )
 
 __all__ = [
-    "ATTRIBUTED_KINDS", "IDLE", "OVERLAP_TOL_NS", "RESIDUAL", "WRAPPER_PHASES", "DeviceSeries",
+    "ATTRIBUTED_KINDS", "GAP_PERIODS", "IDLE", "MAX_INVENTED_SHARE", "Gaps",
+    "OVERLAP_TOL_NS", "RESIDUAL", "WRAPPER_PHASES", "DeviceSeries",
     "PhaseTree", "SensorResponse", "attribute_energy", "attribute_files", "check_time_units",
     "choose_method", "clamp_events", "deconvolve", "device_series", "estimate_response",
     "estimate_window", "gpu_mapping", "idle_power", "integrate", "interval_energy", "nest",
-    "phase_tree", "resolve_overlaps", "time_unit", "timeline", "wrapper_events",
+    "phase_tree", "resolve_overlaps", "sensor_gaps", "time_unit", "timeline", "wrapper_events",
 ]

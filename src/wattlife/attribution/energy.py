@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..contracts import IDLE, PHASES_COLUMNS, RESIDUAL, UNATTRIBUTED, ContractError, device_kind
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
+from .gaps import GAP_PERIODS, Gaps, add_gap_columns, sensor_gaps
 from .integrate import integrate
 from .response import SensorResponse
 from .series import DeviceSeries, device_series, idle_power, too_few_readings
@@ -113,13 +114,16 @@ def _idle_floors(series: list[DeviceSeries], window: tuple[int, int] | None) -> 
     return out
 
 
-def _coverage(series: DeviceSeries, tree: PhaseTree) -> tuple[pd.Series, float, float]:
-    """Per phase name, the share of its (exclusive) time inside the trace's span; the share of
-    all phases' time inside it; the seconds outside it."""
+def _coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
+              ) -> tuple[pd.Series, float, float]:
+    """Per phase name, the share of its (exclusive) time read by the device (inside the trace's
+    span, outside its sensor gaps); the share of all phases' time inside the span; the seconds
+    outside it."""
     t0, t1 = series.t_ns[0], series.t_ns[-1]
     full = (tree.end - tree.start) / 1e9
-    inside = (np.clip(tree.end, t0, t1) - np.clip(tree.start, t0, t1)) / 1e9
-    ex_full, ex_in = exclusive(tree, full), exclusive(tree, inside)
+    a, b = np.clip(tree.start, t0, t1), np.clip(tree.end, t0, t1)
+    inside = (b - a) / 1e9
+    ex_full, ex_in = exclusive(tree, full), exclusive(tree, inside - gaps.within(a, b)[0])
     by = pd.DataFrame({"phase": tree.name, "full": ex_full, "inside": ex_in}).groupby("phase").sum()
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = pd.Series(np.where(by["full"] > 0, by["inside"] / by["full"], 1.0), index=by.index)
@@ -220,19 +224,24 @@ def _attribute_devices(series: list[DeviceSeries], pmap: dict, events: pd.DataFr
                        response: SensorResponse | str | None, n_boot: int,
                        idle_window: tuple[int, int] | None, strict: bool, where: str
                        ) -> tuple[list[pd.DataFrame], dict[tuple[str, str], SensorResponse],
-                                  list[str]]:
-    """Each device's phases table, the sensor responses used ({(host, device): response}) and
-    the devices whose phases lie partly outside the trace's span ('host/device share (s)')."""
+                                  list[str], list[str]]:
+    """Each device's phases table, the sensor responses used ({(host, device): response}),
+    the devices whose phases lie partly outside the trace's span ('host/device share (s)') and
+    the devices with sensor gaps (`Gaps.describe`)."""
     frames = []
     used: dict[tuple[str, str], SensorResponse] = {}
     uncovered: list[str] = []
+    gapped: list[str] = []
     bar = _progress(len(series), sum(len(x.t_ns) for x in series), "attribute")
     for s in series:
         ev = _events_for(s, pmap, events)
         if len(ev) and (ev["phase"] == IDLE).all():
             _warn_busy(s, floors, strict, where)
         tree = phase_tree(ev, where=f"events of {s.host}/{s.device}")
-        frac, overall, outside_s = _coverage(s, tree)
+        gaps = sensor_gaps(s)
+        if gaps.total_s > 0:
+            gapped.append(gaps.describe())
+        frac, overall, outside_s = _coverage(s, tree, gaps)
         # within a reading spacing of the trace's ends is what any sampler leaves (it starts
         # and stops around the command): only more is worth a warning
         if overall < 1.0 - 1e-9 and not outside_s <= 2 * np.nan_to_num(s.spacing_s):
@@ -240,10 +249,10 @@ def _attribute_devices(series: list[DeviceSeries], pmap: dict, events: pd.DataFr
         df, r = _estimate_device(s, tree, method, window_s, response, n_boot)
         if r is not None:
             used[(s.host, s.device)] = r
-        frames.append(_label_device(df, s, frac, idle_window))
+        frames.append(add_gap_columns(_label_device(df, s, frac, idle_window), gaps, tree))
         bar.update(1)
     bar.close()
-    return frames, used, uncovered
+    return frames, used, uncovered, gapped
 
 
 def _warn_uncovered(uncovered: list[str], strict: bool, where: str) -> None:
@@ -256,6 +265,15 @@ def _warn_uncovered(uncovered: list[str], strict: bool, where: str) -> None:
         if strict:
             raise ContractError(msg)
         warnings.warn(msg, stacklevel=3)
+
+
+def _warn_gaps(gapped: list[str], where: str) -> None:
+    """Sensor gaps: a warning naming each device's gaps, never bridged silently (`gaps`)."""
+    if gapped:
+        warnings.warn(f"{where + ': ' if where else ''}the readings stop for longer than "
+                      f"{GAP_PERIODS} reading periods ({'; '.join(gapped)}); the energy there is "
+                      "bridged, not read: the phases it touches carry gap_s, gap_energy_j, a "
+                      "covered_fraction below 1 and a widened interval", stacklevel=3)
 
 
 def _short_devices(trace: pd.DataFrame, series: list[DeviceSeries], where: str
@@ -309,12 +327,20 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
     pmap = _phase_map(events, cuda_to_nvml, rank_devices)
     series = device_series(trace)
     floors = _idle_floors(series, floor_window or idle_window)
-    frames, used, uncovered = _attribute_devices(series, pmap, events, floors, method, window_s,
-                                                 response, n_boot, idle_window, strict, where)
+    frames, used, uncovered, gapped = _attribute_devices(
+        series, pmap, events, floors, method, window_s, response, n_boot, idle_window, strict,
+        where)
     if not frames:
+        short = too_few_readings(trace, series)
+        if len(short):
+            raise ContractError(
+                f"{where or 'trace'}: no device has the 2 readings an energy needs ("
+                + ", ".join(f"{r.host}/{r.device}: {r.count} reading(s)"
+                            for r in short.itertuples()) + ")")
         raise ContractError(f"{where or 'trace'}: no GPU, CPU or DRAM power/energy readings to "
                             "attribute")
     _warn_uncovered(uncovered, strict, where)
+    _warn_gaps(gapped, where)
     frames += _short_devices(trace, series, where)
     out = pd.concat(frames, ignore_index=True)
     out["run_id"] = run_id

@@ -45,12 +45,28 @@ def check_meta(meta: dict[str, Any], file: str, now_ns: int) -> list[Finding]:
                              f"{k}={v} is before 2000-01-01{_unit_guess(float(v))}"))
         elif v > now_ns + FUTURE_SLACK_NS:
             f.append(Finding(ERROR, "clock.future", file, None, f"{k}={v} is in the future"))
+    f += _wall_steps(meta.get("clock"), file)
     vals = [v for v in times.values() if isinstance(v, int) and not isinstance(v, bool)]
     if len(vals) == 4 and vals != sorted(vals):
         f.append(Finding(ERROR, "meta.clock-order", file, None,
                          "expected start_ns <= workload_start_ns <= workload_end_ns <= end_ns, "
                          f"got {times}"))
     return f
+
+
+def _wall_steps(clock: Any, file: str) -> list[Finding]:
+    """meta.json's `clock.wall_steps`: a wall-clock step during the run (NTP, a VM resumed) is
+    reported; the run's timestamps are immune to it (contracts.clock), other tools' may not be."""
+    steps = clock.get("wall_steps") if isinstance(clock, dict) else None
+    if not steps or not isinstance(steps, list):
+        return []
+    sizes = [s.get("step_ns") for s in steps if isinstance(s, dict)]
+    shown = ", ".join(f"{v / 1e9:+.3f} s" for v in sizes[:5] if isinstance(v, int))
+    return [Finding(WARNING, "clock.wall-step", file, None,
+                    f"the wall clock stepped {len(sizes)} time(s) during the run ({shown}); the "
+                    f"run's timestamps come from {clock.get('clock', 'a steady clock')} mapped "
+                    "once, so phases and energy are unaffected, but wall times logged by other "
+                    "tools during the run are shifted by the step")]
 
 
 def check_phases_table(ph: pd.DataFrame, file: str, max_rows: int = 5) -> list[Finding]:

@@ -11,7 +11,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from ..contracts import ContractError, exact_ints, int_form, read_contract_bytes
+from ..contracts import ContractError, exact_ints, int_form, read_contract_bytes, record_lines
 from .findings import ERROR, WARNING, Finding, _capped
 
 
@@ -41,7 +41,7 @@ def read_csv_lines(path: Path, max_rows: int = 5, kinds: dict[str, str] | None =
             df = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
         except pd.errors.ParserError as exc:
             return None, findings + [Finding(ERROR, "csv.parse", name, None, str(exc))]
-        df["line_no"] = np.arange(2, len(df) + 2)
+        df["line_no"] = record_lines(data.decode("utf-8", "replace"))[:len(df)]
         df, ff = to_numbers(df, kinds, name, max_rows, allow_empty)
         return df, findings + ff
     text, rows_line, ff = _drop_bad_field_counts(data, name, max_rows)
@@ -108,7 +108,10 @@ def _parse_typed(text: bytes, rows_line: np.ndarray, kinds: dict[str, str], name
     try:
         df = pd.read_csv(io.BytesIO(text), keep_default_na=False,
                          na_values={c: [""] for c in typed},
-                         dtype={**{c: "category" for c in header if c not in typed}, **typed})
+                         dtype={**{c: str for c in header if c not in typed}, **typed})
+        for c in header:  # text as written ("00" stays "00": a category dtype infers numbers)
+            if c not in typed:
+                df[c] = df[c].astype("category")
         holes = [c for c in typed if c not in empty_ok and df[c].isna().any()]
         if holes:
             raise ValueError(f"empty cells in {holes}")

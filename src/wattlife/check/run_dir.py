@@ -30,7 +30,7 @@ from .kinds import check_kind_phases, infer_kind
 from .outputs import check_meta, check_phases_table, check_summary
 from .reading import check_columns, read_csv_lines
 from .steady import steady_findings
-from .trace import check_span, check_trace
+from .trace import check_gaps, check_span, check_trace
 
 
 def _first(run: Path, names: list[str]) -> Path | None:
@@ -81,6 +81,7 @@ def _trace_file(run: Path, meta: dict[str, Any] | None, now_ns: int, max_rows: i
             tr = raw[raw["t_ns"].notna()]
             tr["t_ns"] = tr["t_ns"].astype(np.int64)
             f += check_trace(tr, str(tr_path), now_ns, max_rows)
+            f += check_gaps(tr, str(tr_path))
             rows = ((meta or {}).get("sampler") or {}).get("rows")
             if isinstance(rows, int) and tr_path.suffix == ".csv" and rows != len(raw):
                 f.append(Finding(WARNING, "trace.rows", str(tr_path), None,

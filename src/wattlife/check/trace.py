@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..attribution import GAP_PERIODS, MAX_INVENTED_SHARE, device_series, sensor_gaps
 from ..contracts import SOURCES_MEASURED, SOURCES_NOT_MEASURED
 from .findings import ERROR, WARNING, Finding, _capped, check_clock
 
@@ -56,6 +57,34 @@ def check_trace(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5) -> 
             f += _capped(WARNING, "trace.energy-falls", file, en["line_no"][fall],
                          [f"cumulative energy_j of {r.host}/{r.device} falls to {r.value}"
                           for r in en[fall].head(max_rows).itertuples()], max_rows)
+    return f
+
+
+def check_gaps(tr: pd.DataFrame, file: str) -> list[Finding]:
+    """Sensor gaps (`attribution.gaps`): a warning for each device whose readings stop for
+    longer than `GAP_PERIODS` reading periods (and `GAP_MIN_S`); an error when the energy bridged
+    across them exceeds `MAX_INVENTED_SHARE` of the device's energy."""
+    f: list[Finding] = []
+    cols = ["t_ns", "host", "device", "metric", "value", "source"]
+    ok = np.isfinite(tr["value"].to_numpy(float))
+    plain = tr.loc[ok, cols].astype({c: str for c in ("host", "device", "metric", "source")})
+    for s in device_series(plain):
+        gaps = sensor_gaps(s)
+        if gaps.total_s <= 0:
+            continue
+        total = float(s.energy_j[-1] - s.energy_j[0])
+        share = gaps.total_j / total if total > 0 else 1.0
+        src = (f"source {s.source}: its next reading may average the gap, if the sensor kept "
+               "counting" if gaps.averaging else f"source {s.source}: point readings")
+        if share > MAX_INVENTED_SHARE:
+            f.append(Finding(ERROR, "trace.gap-energy", file, None,
+                             f"{gaps.describe()}: {share:.1%} of the device's energy lies in "
+                             f"gaps, not read ({src}; limit {MAX_INVENTED_SHARE:.0%})"))
+        else:
+            f.append(Finding(WARNING, "trace.gap", file, None,
+                             f"{gaps.describe()}: {share:.1%} of the device's energy lies in "
+                             f"gaps (readings > {GAP_PERIODS} periods apart; {src}); the phases "
+                             "touched carry gap_s and a widened interval"))
     return f
 
 

@@ -52,7 +52,10 @@ def cmd_powercap(a: argparse.Namespace) -> int:
             raise ValueError("powercap restore: give --state, the powercap-state-<host>.json that "
                              "launch-node wrote beside the run's trace (or in its --state-dir)")
         if not Path(a.state).exists():
-            print(f"no state file {a.state}: no power limit was changed, none to restore")
+            if not a.missing_ok:
+                raise ValueError(f"--state {a.state}: no such file, nothing restored (a misspelt "
+                                 "path? if no limit was ever saved there, give --missing-ok)")
+            print(f"no state file {a.state}: no power limit was saved there, none to restore")
             return 0
         restored = restore_from_state(a.state)
         print(f"restored {len(restored)} GPU power limit(s) from {a.state}: {restored}")
@@ -125,6 +128,10 @@ def _add_powercap(sub: Any) -> None:
                                     "`restore` after a killed sweep, the "
                                     "powercap-state-<host>.json that launch-node wrote beside the "
                                     "trace (default: none)")
+    pc.add_argument("--missing-ok", action="store_true",
+                    help="for `restore`: a missing state file means nothing was saved, exit 0 "
+                         "(a Slurm epilog after a job the prolog did not record) (default: a "
+                         "missing file is an error)")
     pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
                     help="for `show` and `save`: where to read the limits (default: "
                          "%(default)s)")

@@ -41,7 +41,7 @@ def cmd_upload(a: argparse.Namespace) -> int:
         record = measure_transfer(
             "upload",
             lambda: upload_artefact(src, put=a.put, hf=a.hf, copy=a.copy, endpoint=a.endpoint,
-                                    server_url=srv.url if srv else None),
+                                    server_url=srv.url if srv else None, force=a.force),
             name=a.name or Path(src).name, kind="model", loopback=bool(a.serve_put),
             transfers_at_once=a.transfers_at_once)
     report_transfer(record, a.record)
@@ -129,6 +129,9 @@ def _add_upload(sub: Any) -> None:
     dst.add_argument("--hf", metavar="REPO_ID", help="Hugging Face model repository")
     dst.add_argument("--copy", metavar="PATH", help="copy to a target path")
     up.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
+    up.add_argument("--force", action="store_true",
+                    help="replace an existing --copy destination that differs (default: kept, "
+                         "an error)")
     up.add_argument("--name", help="name for the record (default: the source's name)")
     up.add_argument("--record", help="write the transfer's JSON record here (default: print only)")
     up.add_argument("--serve-put", help="demo/offline: a loopback server storing PUTs in this "

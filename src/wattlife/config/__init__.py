@@ -21,6 +21,7 @@ from its section), `sections`, `workloads`, `matrix`, `hardware` (the typed obje
 from .hardware import HardwareProfile, hardware_profile
 from .loading import (
     ConfigError,
+    check_config_files,
     check_references,
     load_config,
     load_section,
@@ -28,6 +29,7 @@ from .loading import (
     schema,
     schema_default,
     schema_path,
+    strict_yaml,
     validate_config,
 )
 from .matrix import Cell, Execution
@@ -58,7 +60,8 @@ __all__ = [
     "WORKLOAD_SPECS", "Analysis", "Attribution", "CausalLMSpec", "Cell", "ConfigError",
     "CpuEstimateSettings", "DataSets", "Execution", "HardwareProfile", "ImageClassificationSpec",
     "NvmlSettings", "PfiCell", "PfiMatrix", "PowerCapSettings", "Prepare", "SamplerSettings",
-    "Settings", "SimGpuSettings", "Slurm", "WorkloadSpec", "check_references", "hardware_profile",
+    "Settings", "SimGpuSettings", "Slurm", "WorkloadSpec", "check_config_files",
+    "check_references", "hardware_profile",
     "load_config", "load_section", "resource_path", "schema", "schema_default", "schema_path",
-    "settings", "validate_config", "workload_spec",
+    "settings", "strict_yaml", "validate_config", "workload_spec",
 ]

@@ -6,10 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .build import _frozen
-from .loading import ConfigError, resource_path
+from .loading import ConfigError, resource_path, strict_yaml
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,7 @@ def hardware_profile(name_or_path: str | Path) -> HardwareProfile:
         names = sorted(x.stem for x in resource_path("hardware").glob("*.yaml"))
         raise FileNotFoundError(f"hardware profile {str(name_or_path)!r} not found (a path, or one "
                                 f"of {names})")
-    d = yaml.safe_load(p.read_text()) or {}
+    d = strict_yaml(p.read_text(), p) or {}
     names = [f.name for f in dataclasses.fields(HardwareProfile)]
     missing = [k for k in names if k not in d]
     if missing:

@@ -2,6 +2,9 @@
 (`resources/schema.yaml`), its defaults filled; the package data found with `resource_path`.
 
 A malformed config stops with a message naming the key (as a dotted path) and what was expected.
+Every YAML file of the package is read strictly (`strict_yaml`): a key given twice in one mapping
+is an error naming the file, the line and the key (PyYAML, and so Snakemake, keep the last one
+silently).
 """
 
 from __future__ import annotations
@@ -103,15 +106,60 @@ def _defaults(schema: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int, first: int) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.line, self.first = key, line, first
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader refusing a key given twice in one mapping (a merge `<<` may still
+    be overridden: that is what it is for)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base class says so
+                break
+            if first is not None:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1, first)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def strict_yaml(text: str, where: str | Path) -> Any:
+    """The YAML (or JSON) document of `text`; a key given twice in one mapping is a ConfigError
+    naming `where`, the line and the key; bad YAML a ConfigError naming `where`."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as exc:
+        raise ConfigError(f"{where}:{exc.line}: duplicate key '{exc.key}' (first at line "
+                          f"{exc.first}); a key may appear once in a mapping (YAML keeps the last "
+                          "one silently)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+
+
 def _read_yaml(path: Path) -> Any:
-    """The YAML document of a config file ({} when empty); a missing file or bad YAML named."""
+    """The YAML document of a config file ({} when empty); a missing file, bad YAML or a
+    duplicated key named (`strict_yaml`)."""
     if not path.exists():
         raise FileNotFoundError(f"config {path} does not exist")
-    with open(path) as fh:
-        try:
-            return yaml.safe_load(fh) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    return strict_yaml(path.read_text(), path) or {}
+
+
+def check_config_files(paths: list[str | Path]) -> None:
+    """Each config file the workflow was given (`workflow.configfiles`: the Snakefile's own and
+    every `--configfile`) read strictly: a duplicated key is a ConfigError naming file, line and
+    key (Snakemake keeps the last one silently)."""
+    for p in paths:
+        if Path(p).exists():
+            _read_yaml(Path(p))
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

@@ -71,8 +71,10 @@ from .names import (
     WARMUP_STEPS,
     WRAPPER_PHASES,
     ContractError,
+    csv_cell,
     csv_header,
     device_kind,
+    phase_name_problem,
     warmup_count,
 )
 from .reading import (
@@ -86,6 +88,7 @@ from .reading import (
     read_events,
     read_table,
     read_trace,
+    record_lines,
 )
 from .writing import atomic_path, refuse_overwrite, write_csv, write_table, write_text
 
@@ -99,8 +102,10 @@ __all__ = [
     "RESIDUAL", "RunMeta", "SOURCES_MEASURED", "SOURCES_NOT_MEASURED", "STEP", "SUMMARY_FILE",
     "TABLE_FILES", "TELEMETRY_METRICS", "TRACE_COLUMNS", "TRACE_FILE", "TRACE_FILES",
     "TRACE_HEADER", "TRACE_TYPES", "UNATTRIBUTED", "WARMUP", "WARMUP_STEPS", "WRAPPER_PHASES",
-    "atomic_path", "check_readings", "csv_header", "device_kind", "exact_ints", "file_line",
-    "int_form", "meta_problems", "meta_text",
+    "atomic_path", "check_readings", "csv_cell", "csv_header", "device_kind", "exact_ints",
+    "file_line",
+    "int_form", "meta_problems", "meta_text", "phase_name_problem",
     "read_contract_bytes", "read_curves", "read_events", "read_meta", "read_table", "read_trace",
+    "record_lines",
     "refuse_overwrite", "warmup_count", "write_csv", "write_meta", "write_table", "write_text",
 ]

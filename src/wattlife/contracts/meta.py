@@ -30,7 +30,7 @@ META_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "gpu_model": _STR + _OPT, "driver": _STR + _OPT, "gpus": _LIST,
     "cuda_visible_devices": _STR + _OPT,
     "sampler": _DICT, "recording": _DICT, "sensor_notes": _LIST,
-    "platform": _STR, "python": _STR, "libraries": _DICT,
+    "platform": _STR, "python": _STR, "libraries": _DICT, "clock": _DICT,
 }
 #: keys every complete run's meta.json has (`wattlife check` reports a missing one); written by
 #: every version, so files of version 1 have them too
@@ -98,6 +98,9 @@ class RunMeta:
     platform: str | None = None
     python: str | None = None
     libraries: dict[str, str | None] | None = None
+    #: the one clock's mapping (contracts.clock: clock, offset_ns, uncertainty_ns, inherited) and
+    #: the wall-clock steps seen during the run (`wall_steps`); absent before issue 41
+    clock: dict[str, Any] | None = None
     schema_version: int = META_SCHEMA_VERSION
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 

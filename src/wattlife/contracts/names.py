@@ -42,6 +42,34 @@ def csv_header(columns: list[str]) -> str:
     return ",".join(columns) + "\n"
 
 
+#: characters that make a CSV cell need quotes (RFC 4180: separator, quote, line breaks)
+_NEEDS_QUOTES = (",", '"', "\n", "\r")
+
+
+def csv_cell(text: str) -> str:
+    """`text` as one CSV cell: as it is, or in double quotes with its quotes doubled when it holds
+    a separator, a quote or a line break (what pandas and the csv module read back unchanged)."""
+    if any(c in text for c in _NEEDS_QUOTES) or text != text.strip(" "):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def phase_name_problem(name: object) -> str | None:
+    """Why `name` cannot be a phase name (None when it can): it must be a non-empty str, without
+    NUL, that UTF-8 can encode (a lone surrogate cannot be written to a file)."""
+    if not isinstance(name, str):
+        return f"phase name {name!r} is a {type(name).__name__}, expected a str"
+    if not name:
+        return "phase name is empty; expected at least one character"
+    if "\0" in name:
+        return f"phase name {name!r} holds a NUL character, which no CSV reader keeps"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"phase name {name!r} is not valid Unicode (a lone surrogate): UTF-8 cannot write it"
+    return None
+
+
 #: what the sampler writes first in a trace, and the markers in an events file
 TRACE_HEADER = csv_header(TRACE_COLUMNS)
 EVENTS_HEADER = csv_header(EVENTS_COLUMNS + EVENTS_EXTRA_COLUMNS)

@@ -100,16 +100,39 @@ def file_line(file: Any, line: Any) -> str:
     return f"{file}:{int(line)}"
 
 
-def _where(path: Path, i: int, first_data_line: int | None) -> str:
-    return f"{path}:{i + first_data_line}" if first_data_line else f"{path} row {i}"
+def record_lines(text: str) -> np.ndarray:
+    """The CSV line (header = 1, lines ended by '\\n') on which each data row of `text` begins:
+    a quoted cell may hold line breaks (a phase name), so rows and lines can differ. Blank lines
+    hold no row (as pandas reads them)."""
+    import csv
+
+    import numpy as np
+
+    reader = csv.reader(ln + "\n" for ln in text.split("\n")[:-1])
+    next(reader, None)
+    starts, prev = [], reader.line_num
+    for row in reader:
+        if row:
+            starts.append(prev + 1)
+        prev = reader.line_num
+    return np.asarray(starts, dtype=np.int64)
+
+
+def _where(path: Path, i: int, first_data_line: int | np.ndarray | None) -> str:
+    """'file:line' of data row i (`first_data_line`: the first row's line, or each row's)."""
+    if first_data_line is None:
+        return f"{path} row {i}"
+    if isinstance(first_data_line, int):
+        return f"{path}:{i + first_data_line}"
+    return f"{path}:{int(first_data_line[i])}"
 
 
 def _device_of(df: pd.DataFrame, i: int) -> str:
     return f" (device {df['device'].iloc[i]})" if "device" in df.columns else ""
 
 
-def _int_column(df: pd.DataFrame, col: str, path: Path, first_data_line: int | None
-                ) -> pd.Series:
+def _int_column(df: pd.DataFrame, col: str, path: Path,
+                first_data_line: int | np.ndarray | None) -> pd.Series:
     """An int column as int64, parsed exactly (`exact_ints`); the first bad cell is an error
     naming file, line, column and the form expected. A Parquet column must be an integer one."""
     import numpy as np
@@ -137,9 +160,9 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
+    first_data_line: int | np.ndarray | None = None
     if path.suffix == ".parquet":
         df = pd.read_parquet(path)
-        first_data_line = None
     else:
         text, cut_line = _read_text_tolerant(path)
         if cut_line is not None:
@@ -149,7 +172,8 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
             df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
         except pd.errors.ParserError as exc:
             raise ContractError(f"{path}: {exc}") from exc
-        first_data_line = 2
+        first_data_line = record_lines(text) if '"' in text else 2
+    df.attrs["lines"] = first_data_line
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ContractError(f"{path}: missing column(s) {missing}; expected at least {required}")
@@ -230,12 +254,14 @@ def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
             continue
         df = _read_csv(p, EVENTS_COLUMNS, EVENTS_TYPES)
         bad = df["end_ns"] < df["start_ns"]
+        at = df.attrs["lines"]
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ContractError(f"{p}:{i + 2}: end_ns before start_ns in phase "
+            raise ContractError(f"{_where(p, i, at)}: end_ns before start_ns in phase "
                                 f"'{df['phase'].iloc[i]}'")
         if lines:
-            df = df.assign(file_name=str(p), line_no=np.arange(2, len(df) + 2),
+            line_no = at if not isinstance(at, int) else np.arange(at, len(df) + at)
+            df = df.assign(file_name=str(p), line_no=line_no,
                            recorded_phase=df["phase"].astype(str))
         frames.append(df)
     if not frames:
@@ -246,16 +272,26 @@ def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
     return df
 
 
+#: the cells pandas reads as missing by default (its `na_values` list)
+_NA_CELLS = ["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
+             "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"]
+#: columns read as the text written, never as missing: a phase may be named "NA" or "null"
+TEXT_COLUMNS = ("phase",)
+
+
 def read_table(path: str | Path, required: list[str], allow_empty: bool = False) -> pd.DataFrame:
     """Read any contract table (phases, curves, pfi) checking its required columns; a file with a
-    header and no rows is an error unless `allow_empty`."""
+    header and no rows is an error unless `allow_empty`. `TEXT_COLUMNS` keep their text."""
     import pandas as pd
 
     path = Path(path)
     if path.is_dir():
         raise ContractError(f"{path}: is a directory, expected a CSV file")
     try:
-        df = pd.read_csv(path)
+        head = pd.read_csv(path, nrows=0).columns
+        df = pd.read_csv(path, keep_default_na=False, dtype={c: str for c in TEXT_COLUMNS
+                                                             if c in head},
+                         na_values={c: _NA_CELLS for c in head if c not in TEXT_COLUMNS})
     except pd.errors.EmptyDataError:
         raise ContractError(f"{path}: empty file (no header); expected columns "
                             f"{required}") from None

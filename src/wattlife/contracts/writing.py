@@ -38,7 +38,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             yield tmp
             os.replace(tmp, path)
         except OSError as exc:  # name the path the user gave, not the temporary one
-            if exc.filename in (str(tmp), tmp) and exc.errno is not None:
+            # a write into the open file (a full disk) carries no file name at all
+            if exc.filename in (str(tmp), tmp, None) and exc.errno is not None:
                 raise OSError(exc.errno, exc.strerror, str(path)) from None
             raise
     finally:

@@ -29,6 +29,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from ..contracts.clock import now_ns as now
+from ..contracts.clock import wall_step_ns
 from .base import Row, SensorBackend, SensorUnavailable
 
 GPM_METRICS = {  # trace metric -> pynvml constant name
@@ -229,11 +231,14 @@ class NvmlBackend(SensorBackend):
             return []
         rows = []
         last = g.last_ts_us
+        # the driver stamps samples in wall time: onto the one clock, by the wall clock's step
+        # against the mapping now (a step inside this batch's ~0.5 s misplaces its older samples)
+        shift = wall_step_ns()
         try:
             for s in samples:
                 ts = s.timeStamp
                 if ts > g.last_ts_us:
-                    rows.append((ts * 1000, g.device, "power_w",
+                    rows.append((ts * 1000 - shift, g.device, "power_w",
                                  _sample_value(nv, vtype, s.sampleValue) / 1000.0, "nvml-samples"))
                     last = max(last, ts)
         except KeyError as exc:  # a value type this code does not know
@@ -302,7 +307,7 @@ class NvmlBackend(SensorBackend):
             if counter and g.energy0_mj is not None:
                 try:  # a failure here must not lose the samples drained above
                     mj = self.nv.nvmlDeviceGetTotalEnergyConsumption(g.h)
-                    rows.append((time.time_ns(), g.device, "energy_j",
+                    rows.append((now(), g.device, "energy_j",
                                  (mj - g.energy0_mj) / 1000.0, "nvml-counter"))
                 except self.nv.NVMLError as exc:
                     self._err("energy_counter", g.device, exc)

@@ -153,7 +153,7 @@ class PowerCapController:
             self.state_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.state_file.with_name(self.state_file.name + f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"backend": self.backend, "pid": os.getpid(),
-                                       "limits_w": saved}))
+                                       "n_gpus": self.dev.count(), "limits_w": saved}))
             tmp.replace(self.state_file)
             self._own_state = True
         self._saved = saved
@@ -246,6 +246,19 @@ def read_state(state_file: str | Path) -> tuple[str, dict[int, float]]:
     return backend, limits
 
 
+def _simulated_indices(state_file: Path, limits: dict[int, float]) -> None:
+    """A simulated state names GPUs 0..n_gpus-1 of the controller that wrote it (`n_gpus`, else
+    as many as it lists): another index is a PowerCapError naming it, never "restored"."""
+    try:
+        n = int(json.loads(state_file.read_text()).get("n_gpus", len(limits)))
+    except (OSError, ValueError, TypeError, AttributeError):
+        n = len(limits)
+    bad = sorted(i for i in limits if i >= n)
+    if bad:
+        raise PowerCapError(f"state file {state_file}: simulated GPU index {bad[0]} does not "
+                            f"exist (the controller had {n}: 0..{n - 1}); nothing restored")
+
+
 def restore_from_state(state_file: str | Path) -> dict[int, float]:
     """Restore the limits a killed controller saved (for a Slurm epilog). No file: nothing to do.
     The file is removed only once every limit is set back; on any error it stays, and the error
@@ -254,9 +267,15 @@ def restore_from_state(state_file: str | Path) -> dict[int, float]:
     if not state_file.exists():
         return {}
     backend, limits = read_state(state_file)
-    if backend != "simulated":  # a simulated controller's limits died with its process
+    if backend == "simulated":  # its limits died with its process: check the file, set nothing
+        _simulated_indices(state_file, limits)
+    else:
         try:
             dev = _make(backend)
+            n = dev.count()
+            if any(i >= n for i in limits):
+                raise PowerCapError(f"state file {state_file}: GPU index "
+                                    f"{max(limits)} does not exist here ({n} GPU(s))")
             for i, w in limits.items():
                 dev.set(i, w)
         except PowerCapError as exc:

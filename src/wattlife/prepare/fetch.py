@@ -3,11 +3,14 @@
 HTTP downloads stream to `<dest>.part`, resume from where a broken transfer stopped (HTTP Range),
 retry connection errors with exponential backoff, verify sha256 when one is given, and only then
 rename to `dest` (atomic on one file system). A rerun with `dest` present does nothing unless
-forced (the record's `verified` says whether a sha256 confirmed it). A 404 or any other client
-error, a scheme other than http(s), an unwritable destination or a full disk is final and named
-(not retried); a checksum mismatch removes the partial file and never promotes it. A body is
+forced (the record's `verified` says whether a sha256 confirmed it). An HTTP status other than
+`RETRIED_HTTP` (408, 425, 429, 500, 502-504: a 404, a 501...), a scheme other than http(s), an
+unwritable destination or a full disk is final and named (not retried; `upload --put` follows the
+same rule); a checksum mismatch removes the partial file and never promotes it. A body is
 promoted only when it is known to be whole: its Content-Length, a complete chunked encoding or the
-sha256. One writer per destination: a second fetch to the same `dest` is refused (`pathlock`).
+sha256. One writer per destination: a second transfer to the same `dest` is refused (`pathlock`),
+in the words of the command (`upload --copy` names --copy). A copy interrupted (Ctrl-C) removes
+its temporary copy.
 """
 
 from __future__ import annotations
@@ -46,21 +49,31 @@ def sha256_of(path: Path) -> str:
 
 PERMANENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS,
                     errno.ENOTDIR, errno.EISDIR)
+#: HTTP statuses worth another attempt (a timeout, too many requests, a passing server fault);
+#: every other client or server error is final (501 Not Implemented, 505: never better)
+RETRIED_HTTP = (408, 425, 429, 500, 502, 503, 504)
+
+
+def http_final(code: int) -> bool:
+    """Whether an HTTP error status is permanent (not retried): anything but `RETRIED_HTTP`."""
+    return code not in RETRIED_HTTP
 
 
 def _verified(dest: Path, sha256: str | None) -> bool:
     return dest.exists() and (sha256 is None or sha256_of(dest) == sha256.lower())
 
 
-def destination_lock(dest: Path) -> PathLock:
-    """The lock on `dest` held while it is written (its folder created); FetchError if another
-    fetch or upload holds it or it cannot be created."""
+def destination_lock(dest: Path, verb: str = "fetch", option: str = "-o") -> PathLock:
+    """The lock on `dest` held while it is written (its folder created); FetchError, in the
+    words of the command (`verb`, its destination `option`), if another transfer holds it or it
+    cannot be created."""
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        return PathLock(dest, "fetching it").acquire()
+        return PathLock(dest, f"{verb}ing it").acquire()
     except PathBusy as busy:
-        raise FetchError(f"{dest}: another fetch is writing it ({busy}); two transfers must not "
-                         "share a destination: wait for it to end or give another -o") from None
+        raise FetchError(f"{dest}: another transfer is writing it ({busy}); two transfers must "
+                         f"not share a destination: wait for it to end or give another "
+                         f"{option}") from None
     except OSError as exc:
         raise FetchError(f"{dest}: cannot write there ({exc.strerror or exc}); not "
                          "retried") from exc
@@ -135,8 +148,9 @@ def _download_with_retries(url: str, dest: Path, part: Path, state: _Transfer, r
             if exc.code == 416 and have:  # asked past the end: the part is already complete
                 state.delimited = True
                 return
-            if 400 <= exc.code < 500:
-                raise FetchError(f"{url}: HTTP {exc.code} {exc.reason} (not retried)") from exc
+            if http_final(exc.code):
+                raise FetchError(f"{url}: HTTP {exc.code} {exc.reason} (permanent, not "
+                                 "retried)") from exc
             err: Exception = exc
         except (urllib.error.URLError, ConnectionError, IncompleteRead, TimeoutError,
                 OSError) as exc:
@@ -204,9 +218,11 @@ def _kept(part: Path) -> str:
 
 
 def fetch_path(src: str | Path, dest: str | Path, force: bool = False,
-               progress: bool | None = None) -> dict[str, Any]:
+               progress: bool | None = None, verb: str = "fetch", option: str = "-o",
+               existing: Any = None) -> dict[str, Any]:
     """Copy a file or folder from a local/shared path, into a temporary name, then rename (a
-    progress bar on stderr when it is a terminal, or with `progress=True`)."""
+    progress bar on stderr when it is a terminal, or with `progress=True`). An existing `dest`
+    is kept unless `force`; `existing(src, dest)`, called under the lock, may refuse it (raise)."""
     folder = _folder(dest)
     src, dest = Path(src), Path(dest)
     if not src.exists():
@@ -214,8 +230,10 @@ def fetch_path(src: str | Path, dest: str | Path, force: bool = False,
     if src.is_file() and folder:
         raise FetchError(f"{dest}: is a directory and {src} a file; give the file's path, e.g. "
                          f"{dest / src.name}")
-    lock = destination_lock(dest)
+    lock = destination_lock(dest, verb, option)
     try:
+        if dest.exists() and not force and existing is not None:
+            existing(src, dest)
         return _fetch_path(src, dest, force, progress)
     finally:
         lock.release()
@@ -240,12 +258,17 @@ def _fetch_path(src: Path, dest: Path, force: bool, progress: bool | None) -> di
             bar.update(os.path.getsize(b))
             return out
 
-        if src.is_dir():
-            shutil.copytree(src, tmp, copy_function=copy)
-            size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
-        else:
-            copy(str(src), str(tmp))
-            size = tmp.stat().st_size
+        try:
+            if src.is_dir():
+                shutil.copytree(src, tmp, copy_function=copy)
+                size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
+            else:
+                copy(str(src), str(tmp))
+                size = tmp.stat().st_size
+        except BaseException:  # Ctrl-C, a full disk: nothing half-written is left behind
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink()
+            raise
     if dest.exists():
         shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
     os.replace(tmp, dest)

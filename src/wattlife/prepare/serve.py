@@ -10,6 +10,7 @@ demo says so in its download rows (`server: loopback`)."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -86,16 +87,23 @@ class _Handler(BaseHTTPRequestHandler):
             return
         dest = outer.upload_root / path
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with open(dest, "wb") as fh:
-            left = n
-            while left:
-                chunk = self.rfile.read(min(STEP, left))
-                if not chunk:
-                    break
-                fh.write(chunk)
-                left -= len(chunk)
-                if outer.rate:
-                    time.sleep(len(chunk) / outer.rate)
+        part = dest.with_name(dest.name + ".part")  # renamed into place only when whole
+        left = n
+        try:
+            with open(part, "wb") as fh:
+                while left:
+                    chunk = self.rfile.read(min(STEP, left))
+                    if not chunk:
+                        break
+                    fh.write(chunk)
+                    left -= len(chunk)
+                    if outer.rate:
+                        time.sleep(len(chunk) / outer.rate)
+        finally:
+            if left:
+                part.unlink(missing_ok=True)
+            else:
+                part.replace(dest)
         self.send_response(201 if not left else 400)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -107,6 +115,14 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, artefacts: ArtefactServer) -> None:
         self.artefacts = artefacts
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone mid-transfer (Ctrl-C, a reset) is no server error: quiet; anything else
+        one line on stderr, never socketserver's traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        print(f"wattlife loopback server: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 class ArtefactServer:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..contracts import write_text
+from ..contracts.clock import now_ns
 
 
 def transfer_record(result: dict[str, Any], start_ns: int, end_ns: int,
@@ -43,10 +43,10 @@ def measure_transfer(phase_name: str, do: Callable[[], dict[str, Any]], name: st
     from .fetch import network_bytes
 
     before = network_bytes()
-    t0 = time.time_ns()
+    t0 = now_ns()
     with phase(phase_name):
         result = do()
-    t1 = time.time_ns()
+    t1 = now_ns()
     after = network_bytes()
     return transfer_record(result, t0, t1, before, after, name, kind, loopback, transfers_at_once)
 

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .fetch import FetchError, fetch_path
+from .fetch import FetchError, fetch_path, http_final, sha256_of
 
 
 def _files(src: Path) -> list[Path]:
@@ -42,9 +42,9 @@ def upload_http(src: str | Path, url: str, retries: int = 3, backoff_s: float = 
                             raise FetchError(f"PUT {target}: HTTP {resp.status}")
                 break
             except urllib.error.HTTPError as exc:
-                if 400 <= exc.code < 500:
+                if http_final(exc.code):
                     raise FetchError(f"PUT {target}: HTTP {exc.code} {exc.reason} "
-                                     "(not retried)") from exc
+                                     "(permanent, not retried)") from exc
                 err: Exception = exc
             except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
                 err = exc
@@ -86,12 +86,28 @@ def last_checkpoint(summary_path: str | Path) -> str:
     return str(ckpts[-1])
 
 
+def _digests(root: Path) -> dict[str, str]:
+    """sha256 of every file of a file or folder, by path relative to it."""
+    if root.is_file():
+        return {"": sha256_of(root)}
+    return {p.relative_to(root).as_posix(): sha256_of(p) for p in _files(root)}
+
+
+def refuse_different(src: Path, dest: Path) -> None:
+    """An existing copy destination is kept (as fetch keeps one): the same content is skipped,
+    a different one is an error (the upload did not happen) unless --force."""
+    if dest.is_dir() != src.is_dir() or _digests(dest) != _digests(src):
+        raise FetchError(f"--copy {dest}: exists and differs from {src}; kept (give --force to "
+                         "replace it)")
+
+
 def upload_artefact(src: str | Path, *, put: str | None = None, hf: str | None = None,
                     copy: str | Path | None = None, endpoint: str | None = None,
-                    server_url: str | None = None) -> dict[str, Any]:
+                    server_url: str | None = None, force: bool = False) -> dict[str, Any]:
     """Send `src` out by HTTP PUT (to `put`, relative to `server_url` when a loopback server
-    stores it), to a Hugging Face model repository, or as a copy to a path; the client's result
-    with `client` and `direction`."""
+    stores it), to a Hugging Face model repository, or as a copy to a path (an existing different
+    copy is kept unless `force`: `refuse_different`); the client's result with `client` and
+    `direction`."""
     if put:
         r = upload_http(src, server_url + "/" + put.lstrip("/") if server_url else put)
         r["client"] = "http-put"
@@ -101,7 +117,8 @@ def upload_artefact(src: str | Path, *, put: str | None = None, hf: str | None =
     else:
         if copy is None:
             raise ValueError("upload: give one target (--put, --hf or --copy)")
-        r = fetch_path(src, copy, force=True)
+        r = fetch_path(src, copy, force=force, verb="upload", option="--copy",
+                       existing=refuse_different)
         r["client"] = "copy"
     r["direction"] = "upload"
     return r

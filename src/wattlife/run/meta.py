@@ -87,6 +87,7 @@ def run_meta(st: RunState, markers_reports: list[dict[str, Any]]) -> RunMeta:
         recording=recording,
         sensor_notes=st.notes, platform=platform.platform(),
         python=sys.version.split()[0], libraries=library_versions(),
+        clock=sampler.wall_steps.record() if sampler.wall_steps is not None else None,
     )
 
 

@@ -9,9 +9,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from .. import guardian
+from ..contracts.clock import ENV_CLOCK, env_value, now_ns
 from ..markers import ENV_EVENTS, ENV_RUN_ID, ENV_STATUS
 from .meta import run_meta, write_meta
 from .process import StatusListener, _die_with_parent, shell_status
@@ -28,7 +28,7 @@ def run_started(st: RunState, reraise_signals: bool = False) -> int:
         st.notes.append("markers' write errors cannot be reported to wattlife here (no abstract "
                         "unix sockets); see the workload's stderr")
     st.relay.install()
-    st.t_start = st.t_end = st.idle_end = time.time_ns()
+    st.t_start = st.t_end = st.idle_end = now_ns()
     st.keep = {p for p, row in guardian.proc_table().items() if row[0] == os.getpid()}
     try:
         _idle_then_run(st, status.address)
@@ -50,11 +50,12 @@ def _idle_then_run(st: RunState, status_address: str | None) -> None:
     relay = st.relay
     if st.idle_s > 0:
         relay.stop_idle.wait(st.idle_s)
-    st.idle_end = time.time_ns()
-    env = dict(os.environ, **{ENV_EVENTS: str(st.events.resolve()), ENV_RUN_ID: st.run_id})
+    st.idle_end = now_ns()
+    env = dict(os.environ, **{ENV_EVENTS: str(st.events.resolve()), ENV_RUN_ID: st.run_id,
+                              ENV_CLOCK: env_value()})
     if status_address:
         env[ENV_STATUS] = status_address
-    st.t_start = time.time_ns()
+    st.t_start = now_ns()
     if relay.pending:
         st.rc = 128 + relay.pending[0]
         st.start_error = f"not started: wattlife got {relay.received[0]} before CMD started"
@@ -102,7 +103,7 @@ def _wait_cmd(st: RunState) -> None:
             break
         except InterruptedError:
             continue
-    st.t_end = time.time_ns()
+    st.t_end = now_ns()
     st.leftovers = guardian.end_leftovers(proc.pid, st.keep, LEFTOVER_GRACE_S)
     st.rc = shell_status(proc.wait())
 

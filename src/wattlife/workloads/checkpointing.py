@@ -21,12 +21,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from ..markers import concurrent, phase
+from ..markers import concurrent, now_ns, phase
 from .dist import Dist, barrier
 
 CHECKPOINT_MODES = ("off", "sync", "async")
@@ -127,7 +126,7 @@ class AsyncCheckpointer:
         fut = resp.upload_completion if isinstance(resp, AsyncSaveResponse) else resp
         self._ended_ns = None
         fut.add_done_callback(self._ended)  # the writer thread's own end time
-        self._pending = (fut, step_no, tmp, time.time_ns())
+        self._pending = (fut, step_no, tmp, now_ns())
         return self.folder / DCP_NAME
 
     def finish(self) -> None:
@@ -141,7 +140,7 @@ class AsyncCheckpointer:
         return self.dist.rank == 0 or not self.distributed
 
     def _ended(self, _fut: Any) -> None:
-        self._ended_ns = time.time_ns()
+        self._ended_ns = now_ns()
 
     def _complete(self) -> None:
         """The previous write, in `checkpoint_wait`: wait for it, (rank 0) add wattlife.json and
@@ -162,7 +161,7 @@ class AsyncCheckpointer:
                 if final.exists():
                     shutil.rmtree(final)
                 os.replace(tmp, final)
-        end_ns = self._ended_ns or time.time_ns()
+        end_ns = self._ended_ns or now_ns()
         concurrent("checkpoint_write", start_ns, max(end_ns, start_ns))
 
 

@@ -1,0 +1,117 @@
+"""Sensor gaps: a device whose readings stop for longer than a few reading periods (a sensor
+that stopped answering, NVML_ERROR_GPU_IS_LOST, a failing RAPL read).
+
+The cumulative series E(t) bridges a gap with a straight line, so the energy it gives the time
+inside a gap is assumed, not read: for point readings (NVML samples and polls, the simulated GPU)
+both its amount and its place are invented; for readings that average since the previous one
+(`AVERAGING_SOURCES`: RAPL, the utilisation estimate, NVML's energy counter) the gap's total is
+measured but its split across the phases is not. Nothing inside a gap is filled silently: each
+phase carries the seconds and joules of its time in gaps (`gap_s`, `gap_energy_j`), its
+`covered_fraction` leaves them out, and its interval widens to what the device could have drawn
+there (between its floor and its upper bound). `wattlife check` fails a run where the energy
+bridged across gaps exceeds `MAX_INVENTED_SHARE` of a device's energy, whatever the source: after
+a backend raised, nothing says that its next reading covers the time it was silent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..contracts import RESIDUAL, UNATTRIBUTED
+from .series import DeviceSeries
+from .tree import PhaseTree, exclusive
+
+#: a spacing between two readings above this many times the device's median spacing, and above
+#: `GAP_MIN_S`, is a gap (the floor keeps a sampler thread stalled on a loaded machine, whose
+#: next reading of an averaging source covers the stall, from reading as a dead sensor)
+GAP_PERIODS = 5
+GAP_MIN_S = 0.5
+#: `wattlife check` fails a device whose invented (gap) energy exceeds this share of its energy
+MAX_INVENTED_SHARE = 0.05
+#: sources whose reading averages over the time since the previous one: a gap's total is read
+AVERAGING_SOURCES = ("rapl", "estimate", "nvml-counter")
+
+
+@dataclass
+class Gaps:
+    """A device's gaps: their bounds, and cumulative gap seconds / joules at each reading."""
+
+    series: DeviceSeries
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    seconds: np.ndarray  # cumulative seconds inside gaps at each reading
+    joules: np.ndarray  # cumulative energy (J) the series puts inside gaps at each reading
+
+    @property
+    def total_s(self) -> float:
+        return float(self.seconds[-1]) if len(self.seconds) else 0.0
+
+    @property
+    def total_j(self) -> float:
+        return float(self.joules[-1]) if len(self.joules) else 0.0
+
+    @property
+    def averaging(self) -> bool:
+        """Whether the source's readings average since the previous one (`AVERAGING_SOURCES`)."""
+        return self.series.source in AVERAGING_SOURCES
+
+    def within(self, start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds and joules of each interval [start, end] that lie inside gaps."""
+        s = self.series
+        x = s.rel(s.t_ns)
+        a, b = s.rel(start_ns), s.rel(end_ns)
+        return (np.interp(b, x, self.seconds) - np.interp(a, x, self.seconds),
+                np.interp(b, x, self.joules) - np.interp(a, x, self.joules))
+
+    def describe(self) -> str:
+        """'host/device: N gap(s), S s (longest L s from ... ns)' for messages."""
+        s = self.series
+        longest = int(np.argmax(self.end_ns - self.start_ns))
+        return (f"{s.host}/{s.device}: {len(self.start_ns)} gap(s) in its readings, "
+                f"{self.total_s:.3f} s in all (longest "
+                f"{(self.end_ns[longest] - self.start_ns[longest]) / 1e9:.3f} s from t_ns "
+                f"{int(self.start_ns[longest])}), {self.total_j:.1f} J bridged")
+
+
+def sensor_gaps(s: DeviceSeries) -> Gaps:
+    """The gaps of one device's readings: spacings above `GAP_PERIODS` x its median spacing and
+    above `GAP_MIN_S`."""
+    t = s.t_ns
+    if len(t) < 3:
+        z = np.zeros(len(t))
+        return Gaps(s, t[:0], t[:0], z, z)
+    dt = np.diff(t)
+    gap = dt > max(GAP_PERIODS * float(np.median(dt)), GAP_MIN_S * 1e9)
+    secs = np.concatenate([[0.0], np.cumsum(np.where(gap, dt, 0) / 1e9)])
+    joules = np.concatenate([[0.0], np.cumsum(np.where(gap, np.diff(s.energy_j), 0.0))])
+    idx = np.flatnonzero(gap)
+    return Gaps(s, t[idx], t[idx + 1], secs, joules)
+
+
+def add_gap_columns(df: pd.DataFrame, gaps: Gaps, tree: PhaseTree) -> pd.DataFrame:
+    """One device's phases with `gap_s` and `gap_energy_j` (exclusive, per name; the
+    `unattributed` row gets the gaps outside top-level phases) and the interval widened over the
+    gap time: the phase's energy there lies between the device's floor and upper bound."""
+    s = gaps.series
+    t0, t1 = s.t_ns[0], s.t_ns[-1]
+    g_s, g_j = gaps.within(np.clip(tree.start, t0, t1), np.clip(tree.end, t0, t1))
+    top = tree.parent < 0
+    by = pd.DataFrame({"phase": tree.name, "s": exclusive(tree, g_s),
+                       "j": exclusive(tree, g_j)}).groupby("phase").sum()
+    out_s = gaps.total_s - float(g_s[top].sum())
+    out_j = gaps.total_j - float(g_j[top].sum())
+    df["gap_s"] = df["phase"].map(by["s"]).fillna(0.0)
+    df["gap_energy_j"] = df["phase"].map(by["j"]).fillna(0.0)
+    un = df["phase"] == UNATTRIBUTED
+    df.loc[un, "gap_s"], df.loc[un, "gap_energy_j"] = max(out_s, 0.0), out_j
+    un_t = df.loc[un, "time_s"].clip(lower=1e-12)
+    df.loc[un, "covered_fraction"] = (1.0 - df.loc[un, "gap_s"] / un_t).clip(0.0, 1.0)
+    df.loc[df["phase"] == RESIDUAL, ["gap_s", "gap_energy_j"]] = 0.0
+    if gaps.total_s > 0:
+        sec, joule = df["gap_s"].clip(lower=0.0), df["gap_energy_j"]
+        df["energy_lo_j"] -= (joule - s.floor_w * sec).clip(lower=0.0)
+        df["energy_hi_j"] += (s.upper_w * sec - joule).clip(lower=0.0)
+    return df
