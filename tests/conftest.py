@@ -64,8 +64,9 @@ def slurm_test_partition() -> str:
     return os.environ.get("WATTLIFE_TEST_SLURM_PARTITION", "debug")
 
 
-# What no test may change in the checkout (each Snakemake run works on a copy: `workflow_dir`)
-GUARDED = ("results", "data", ".snakemake")
+# What no test may change in the checkout (each Snakemake run works on a copy: `workflow_dir`;
+# `wattlife run`'s default run folders go under runs/)
+GUARDED = ("results", "data", ".snakemake", "runs")
 # the workflow's files a Snakemake run of the checkout reads, copied for the tests
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "scripts", "profiles", "report", "envs")
 
