@@ -19,7 +19,7 @@ def cmd_figures(a: argparse.Namespace) -> int:
         tables = tables / "tables"
         a.tables = str(tables)
     if not a.output:
-        raise ValueError("wattlife figures: give -o OUT (only a run folder has a default)")
+        raise ValueError("give -o OUT (only a run folder has a default)")
     if not tables.is_dir():
         raise FileNotFoundError(2, "No such folder of tables (expected a run's tables/ folder, or "
                                    "results/reference with --reference)", str(tables))

@@ -44,7 +44,7 @@ def _run_files(a: argparse.Namespace, cmd: list[str]) -> tuple[Path, Path, Path 
     (-o, default `run.naming.default_run_dir`: runs/<script>-<UTC time>/)."""
     if a.trace or a.events:
         if not (a.trace and a.events) or a.output:
-            raise ValueError("wattlife run: give --trace and --events together, or -o RUN_DIR "
+            raise ValueError("give --trace and --events together, or -o RUN_DIR "
                              "(default runs/<script>-<UTC time>), not both")
         return Path(a.trace), Path(a.events), Path(a.meta) if a.meta else None
     from ..contracts import EVENTS_FILE, META_FILE
@@ -77,8 +77,9 @@ def cmd_run(a: argparse.Namespace) -> int:
         with run_folder_lock(trace.parent):  # one job per run folder (orphans)
             rc = run_under_sampler(cmd, trace, events, meta, settings=settings,
                                    run_id=a.run_id, cell=cell)
-        print(f"wattlife run: {trace.parent} (trace, events, meta.json); per-phase energy: "
-              f"wattlife attribute {trace.parent}", file=sys.stderr)
+        if not a.trace:  # a run folder of its own: say where, and what comes next
+            print(f"wattlife run: {trace.parent} (trace, events, meta.json); per-phase energy: "
+                  f"wattlife attribute {trace.parent}", file=sys.stderr)
         return rc
     except KeyboardInterrupt:  # before the sampler took over the signals: nothing was started
         print("wattlife run: interrupted before CMD started", file=sys.stderr)
@@ -95,7 +96,7 @@ def _attribute_files(a: argparse.Namespace) -> tuple[str, str, str]:
         return (a.trace or str(run / "trace.csv"), a.events or str(run / "events.csv"),
                 a.output or str(run / "phases.csv"))
     if not (a.trace and a.events and a.output):
-        raise ValueError("wattlife attribute: give RUN_DIR, or --trace, --events and -o")
+        raise ValueError("give RUN_DIR, or --trace, --events and -o")
     return a.trace, a.events, a.output
 
 
