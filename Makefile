@@ -3,17 +3,39 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install demo test test-fast lint figures-from-cache bench clean
+# Every dependency comes from one lock (requirements/lock.txt: exact versions, torch and Snakemake
+# with its Slurm executor plugin included) that `make install`, CI (.ci/run) and the GPU host's
+# wheel bundle (benchmarks/device_wheels.sh) all install from. `make lock` updates it.
+LOCK := requirements/lock.txt
+GPU_LOCK := requirements/gpu-lock.txt
+UV_VERSION := 0.13.8
+# the lock is resolved for the build machines: CPython 3.11 on manylinux x86_64 (the GPU host's
+# bundle takes the same versions for its Python, benchmarks/device_wheels.sh)
+LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28
+
+.PHONY: install lock demo test test-fast lint figures-from-cache bench clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# pip's own progress bars show each download (torch and its CUDA libraries are ~4 GB of the ~6.5 GB)
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# torch + torchvision: local wheels on the build machines; a CUDA build from PyPI elsewhere
-	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -q -e ".[train,fetch,workflow,dev]"
+	$(PY) -m pip install --progress-bar on "$$(grep '^pip==' $(LOCK))"
+	$(PY) -m pip install --progress-bar on -r $(LOCK)
+	$(PY) -m pip install --no-deps --no-build-isolation -e .
 	touch $@
+
+# Resolve the lock again from pyproject.toml's extras train, fetch, workflow, dev (and gpu-decode
+# for the GPU host's bundle) under requirements/pins.txt, with uv $(UV_VERSION) in its own venv.
+lock:
+	python3 -m venv .lock-venv
+	.lock-venv/bin/python -m pip install -q uv==$(UV_VERSION)
+	.lock-venv/bin/uv pip compile --quiet pyproject.toml requirements/tools.in --extra train \
+	  --extra fetch --extra workflow --extra dev -c requirements/pins.txt $(LOCK_TARGET) \
+	  --custom-compile-command "make lock" -o $(LOCK)
+	.lock-venv/bin/uv pip compile --quiet pyproject.toml --extra gpu-decode --extra dev \
+	  -c $(LOCK) --python-version 3.12 --python-platform x86_64-manylinux_2_28 \
+	  --custom-compile-command "make lock" -o $(GPU_LOCK)
 
 demo: install
 	snakemake --profile profiles/local

@@ -8,7 +8,7 @@ from snakemake.utils import min_version, validate
 
 from wattlife.config import check_config_files, validate_config
 
-min_version("9.0")
+min_version("9.14.8")  # the oldest Snakemake tested: the one of requirements/lock.txt
 
 
 report: "report/workflow.rst"

@@ -52,6 +52,7 @@ rule aggregate_phases:
         phases=cell_files("phases.csv"),
         metas=cell_files("meta.json"),  # each cell's keys
         summaries=cell_files("work/summary.json"),  # each cell's throughput
+        events=cell_files("events.csv"),  # each cell's items (its `step` rows)
     output:
         phases=f"{RES}/tables/phases.csv",
         summary=f"{RES}/tables/phase_summary.csv",

@@ -70,7 +70,14 @@ def _keep_suite_flags():
     internals, which differ between versions) when no measuring rule's slurm_extra is set."""
     from ast import literal_eval
 
-    over = getattr(workflow.resource_settings, "_parsed_overwrite_resources", None) or {}
+    over = getattr(workflow.resource_settings, "_parsed_overwrite_resources", None)
+    if over is None:  # Snakemake 9.14.8 (the lock's): {rule: {name: ParsedResource(orig_arg, value)}}
+        over = workflow.resource_settings.overwrite_resources or {}
+        for name in MEASURING_RULES:
+            parsed = (over.get(name) or {}).get("slurm_extra")
+            if parsed is not None and isinstance(getattr(parsed, "value", None), str):
+                parsed.value = S.merge_extra(parsed.value)
+        return
     todo = [n for n in MEASURING_RULES if "slurm_extra" in (over.get(n) or {})]
     if not todo:
         return

@@ -1,6 +1,6 @@
 """Snakemake entry point of rule `aggregate_phases` (the `wattlife aggregate` command's function):
-every cell's phases.csv -> the run-level tables. Each cell's meta.json and summary.json are inputs
-of the rule, passed by name (not found by path)."""
+every cell's phases.csv -> the run-level tables. Each cell's meta.json, summary.json and
+events.csv are inputs of the rule, passed by name (not found by path)."""
 
 import os
 
@@ -8,4 +8,5 @@ from wattlife.analysis.aggregate import write_phase_tables
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's `script:` directive
 write_phase_tables(list(snakemake.input.phases), os.path.dirname(snakemake.output.phases),
-                   metas=list(snakemake.input.metas), summaries=list(snakemake.input.summaries))
+                   metas=list(snakemake.input.metas), summaries=list(snakemake.input.summaries),
+                   events=list(snakemake.input.events))

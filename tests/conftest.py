@@ -49,6 +49,82 @@ def wait_rows(path: Path, min_rows: int, device: str | None = None,
         time.sleep(0.1)
 
 
+# Tests are guests: the live Slurm tests (marked `slurm`) submit jobs only where the user opted
+# in, as .ci/run does after .ci/slurm-up.sh started its own one-node cluster; an `sbatch` or
+# `sinfo` that merely answers (a login node, a user's cluster) is never used. Their partition is
+# the CI cluster's (`debug` in .ci/slurm-up.sh) unless WATTLIFE_TEST_SLURM_PARTITION names one.
+SLURM_OPT_IN = "WATTLIFE_TEST_SLURM"
+
+
+def slurm_opted_in() -> bool:
+    return os.environ.get(SLURM_OPT_IN) == "1"
+
+
+def slurm_test_partition() -> str:
+    return os.environ.get("WATTLIFE_TEST_SLURM_PARTITION", "debug")
+
+
+# What no test may change in the checkout (each Snakemake run works on a copy: `workflow_dir`;
+# `wattlife run`'s default run folders go under runs/)
+GUARDED = ("results", "data", ".snakemake", "runs")
+# the workflow's files a Snakemake run of the checkout reads, copied for the tests
+WORKFLOW_FILES = ("Snakefile", "rules", "config", "scripts", "profiles", "report", "envs")
+
+
+def checkout_listing(root: Path = REPO) -> dict[str, tuple[int, int]]:
+    """Every file and folder under the checkout's guarded folders: (size, mtime_ns) by path."""
+    out: dict[str, tuple[int, int]] = {}
+    for top in GUARDED:
+        base = root / top
+        if not base.exists():
+            continue
+        for d, dirs, files in os.walk(base):
+            for name in dirs + files:
+                p = Path(d) / name
+                st = p.lstat()
+                out[str(p.relative_to(root))] = (st.st_size if name in files else 0,
+                                                 st.st_mtime_ns)
+        out[top] = (0, base.lstat().st_mtime_ns)
+    return out
+
+
+def listing_changes(before: dict, after: dict) -> list[str]:
+    """The paths added, removed or changed between two `checkout_listing`s (sorted)."""
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _checkout_untouched():
+    """No test writes into the checkout's results/, data/ or .snakemake/: the session fails at its
+    end (an error at the last test's teardown) naming what changed."""
+    before = checkout_listing()
+    yield
+    changed = listing_changes(before, checkout_listing())
+    assert not changed, f"tests changed the checkout's {'/'.join(GUARDED)}: {changed[:20]}"
+
+
+def copy_workflow(dest: Path) -> Path:
+    """A copy of the checkout's workflow (Snakefile, rules, config with its links resolved,
+    scripts, profiles, report, envs) in `dest`, with the committed results/reference linked in
+    read-only use; Snakemake run there writes its .snakemake/ and default outputs there."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW_FILES:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, symlinks=False)
+        else:
+            shutil.copy2(src, dest / name)
+    (dest / "results").mkdir()
+    (dest / "results" / "reference").symlink_to(REPO / "results" / "reference")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def workflow_dir(tmp_path_factory) -> Path:
+    """The workflow's copy the Snakemake-running tests use as their working directory."""
+    return copy_workflow(tmp_path_factory.mktemp("workflow"))
+
+
 def has_gpu() -> bool:
     try:
         import pynvml
@@ -67,8 +143,10 @@ def pytest_collection_modifyitems(config, items):
         for it in items:
             if "gpu" in it.keywords:
                 it.add_marker(skip)
-    if shutil.which("slurmctld") is None:
-        skip = pytest.mark.skip(reason="no Slurm installed here")
+    if not slurm_opted_in():
+        skip = pytest.mark.skip(reason=f"{SLURM_OPT_IN}=1 not set (.ci/run sets it once its "
+                                       "own Slurm is up): the suite submits to no Slurm it did "
+                                       "not start")
         for it in items:
             if "slurm" in it.keywords:
                 it.add_marker(skip)
@@ -196,6 +274,7 @@ def finished_demo(tmp_path_factory):
     import yaml
 
     tmp = tmp_path_factory.mktemp("demo")
+    wf = copy_workflow(tmp / "workflow")
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
     cfg["results_dir"] = str(tmp / "res")
     cfg["storage"] = {"shared": str(tmp / "shared"), "local": str(tmp / "local")}
@@ -211,10 +290,10 @@ def finished_demo(tmp_path_factory):
     conf.write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/local",
-                          "--configfile", str(conf)], cwd=REPO, env=env, capture_output=True,
+                          "--configfile", str(conf)], cwd=wf, env=env, capture_output=True,
                          text=True, timeout=1700)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return {"tmp": tmp, "cfg": cfg, "conf": conf, "env": env, "res": tmp / "res"}
+    return {"tmp": tmp, "cfg": cfg, "conf": conf, "env": env, "res": tmp / "res", "wf": wf}
 
 
 def train_tiny_image_cell(tmp_path: Path, **keys) -> dict:

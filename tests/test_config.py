@@ -45,18 +45,19 @@ def test_bad_config_names_the_key(tmp_path, mutate, message):
 
 
 @pytest.mark.slow
-def test_snakemake_stops_on_bad_config_with_the_key(tmp_path, env_path):
+def test_snakemake_stops_on_bad_config_with_the_key(tmp_path, env_path, workflow_dir):
     bad = _write(tmp_path, lambda c: c["execution"].update(repeats="two"))
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(bad),
-                          "--cores", "1"], cwd=REPO, env=env_path, capture_output=True, text=True)
+                          "--cores", "1"], cwd=workflow_dir, env=env_path, capture_output=True,
+                         text=True)
     assert out.returncode != 0
     assert "execution.repeats: expected integer" in out.stdout + out.stderr
 
 
 @pytest.mark.slow
-def test_dry_run_shows_the_whole_demo_dag(env_path):
+def test_dry_run_shows_the_whole_demo_dag(env_path, workflow_dir):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--cores", "2"],
-                         cwd=REPO,
+                         cwd=workflow_dir,
                          env=env_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
@@ -66,20 +67,21 @@ def test_dry_run_shows_the_whole_demo_dag(env_path):
 
 
 @pytest.mark.slow
-def test_lint_reports_nothing(env_path):
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, env=env_path,
+def test_lint_reports_nothing(env_path, workflow_dir):
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=workflow_dir,
+                         env=env_path,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Lints for" not in out.stdout + out.stderr, out.stdout + out.stderr
 
 
 @pytest.mark.slow
-def test_attribution_options_reach_every_attribute_job(env_path):
+def test_attribution_options_reach_every_attribute_job(env_path, workflow_dir):
     resp = "results/reference/h200/attribution/h200_sensor_response.csv"
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores",
                           "2", "--config",
                           f"attribution={{method: deconvolve, sensor_response: {resp}}}"],
-                         cwd=REPO, env=env_path, capture_output=True, text=True)
+                         cwd=workflow_dir, env=env_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     cmds = [ln for ln in (out.stdout + out.stderr).splitlines() if "wattlife attribute " in ln]
     assert cmds and all(f"--method deconvolve --sensor-response {resp}" in c for c in cmds)

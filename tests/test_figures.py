@@ -24,7 +24,8 @@ def test_aggregate_script_writes_what_the_cli_writes(tmp_path):
     snakemake = SimpleNamespace(
         input=SimpleNamespace(phases=[str(p) for p in CELLS],
                               metas=[str(p.parent / "meta.json") for p in CELLS],
-                              summaries=[str(p.parent / "work" / "summary.json") for p in CELLS]),
+                              summaries=[str(p.parent / "work" / "summary.json") for p in CELLS],
+                              events=[str(p.parent / "events.csv") for p in CELLS]),
         output=SimpleNamespace(**out))
     runpy.run_path(str(REPO / "scripts/aggregate_phases.py"), init_globals={"snakemake": snakemake})
     assert main(["aggregate", *map(str, CELLS), "-o", str(tmp_path / "cli")]) == 0

@@ -46,11 +46,9 @@ def test_one_run_aggregates_and_draws_what_it_can(tmp_path, capsys, cell):
     tables, figs = tmp_path / "tables", tmp_path / "figs"
     assert main(["aggregate", str(run / "phases.csv"), "-o", str(tables)]) == 0
     err = capsys.readouterr().err
-    if cell:
-        assert "warning" not in err
-    else:  # meta.json is there: the warning names its missing `cell`, not a missing file
-        assert f"{run / 'meta.json'} has no `cell` key" in err and "missing" not in err
-        assert f"its workload is named '{run / 'phases.csv'}'" in err
+    assert "warning" not in err  # no cell needed: one's own run is named by its run id
+    workloads = set(pd.read_csv(tables / "phases.csv")["workload"])
+    assert workloads == ({"mine"} if cell else {"r"}), workloads
     assert main(["figures", str(tables), "-o", str(figs)]) == 0
     err = capsys.readouterr().err
     assert "error" not in err
@@ -61,6 +59,17 @@ def test_one_run_aggregates_and_draws_what_it_can(tmp_path, capsys, cell):
     drawn = {p.name for p in figs.iterdir()}
     assert drawn == {f"fig{n}.{ext}" for n in ("1_phase_energy_time", "2_device_share")
                      for ext in ("png", "pdf")}
+
+
+def test_a_meta_json_without_cell_or_run_id_is_named(tmp_path, capsys):
+    """Neither a cell nor a run id: the warning names meta.json's missing `cell`."""
+    run = _run_dir(tmp_path / "r", None)
+    meta = json.loads((run / "meta.json").read_text())
+    del meta["run_id"]
+    (run / "meta.json").write_text(json.dumps(meta))
+    with pytest.warns(UserWarning, match="has no `cell` key") as rec:
+        collect_phases([run / "phases.csv"])
+    assert f"its workload is named '{run / 'phases.csv'}'" in str(rec[0].message)
 
 
 def test_a_missing_meta_json_is_named_as_missing(tmp_path):

@@ -268,7 +268,8 @@ def test_gpu1_workflow_tables_are_recomputed_from_the_committed_cells(tmp_path, 
 
     write_phase_tables([c / "phases.csv" for c in cells], tmp_path,
                        metas=[c / "meta.json" for c in cells],
-                       summaries=[c / "work" / "summary.json" for c in cells])
+                       summaries=[c / "work" / "summary.json" for c in cells],
+                       events=[c / "events.csv" for c in cells])
     for name in ("phase_summary.csv", "device_share.csv", "storage_checkpoint.csv",
                  "throughput.csv"):
         made, committed = pd.read_csv(tmp_path / name), pd.read_csv(folder / "tables" / name)

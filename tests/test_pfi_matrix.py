@@ -45,9 +45,9 @@ def test_cells_become_causal_lm_workloads_with_the_protocol():
 
 
 @pytest.mark.slow
-def test_dry_run_of_the_pfi_matrix_lists_every_cell(env_path):
+def test_dry_run_of_the_pfi_matrix_lists_every_cell(env_path, workflow_dir):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile",
-                          "config/pfi.yaml", "--cores", "8"], cwd=REPO, env=env_path,
+                          "config/pfi.yaml", "--cores", "8"], cwd=workflow_dir, env=env_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     cells = set(load_config(REPO / "config/pfi.yaml")["pfi_matrix"]["cells"])
@@ -65,10 +65,10 @@ def test_dry_run_of_the_pfi_matrix_lists_every_cell(env_path):
 
 
 @pytest.mark.slow
-def test_dry_run_of_the_paper_matrix(env_path):
+def test_dry_run_of_the_paper_matrix(env_path, workflow_dir):
     """config/paper.yaml: 12 downloads, 24 cells launched by torchrun (as a Python module)."""
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile",
-                          "config/paper.yaml", "--cores", "8"], cwd=REPO, env=env_path,
+                          "config/paper.yaml", "--cores", "8"], cwd=workflow_dir, env=env_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out.stdout, re.M))

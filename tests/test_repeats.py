@@ -157,7 +157,7 @@ def test_repeat_priority_runs_earlier_repeats_first():
 
 
 @pytest.mark.slow
-def test_the_workflow_gives_each_repeat_its_rule_and_priority(tmp_path, env_path):
+def test_the_workflow_gives_each_repeat_its_rule_and_priority(tmp_path, env_path, workflow_dir):
     """Repeat r of every cell has priority over repeat r + 1 of any (one rule per repeat index,
     `execute` being repeat 1): the local scheduler runs them interleaved."""
     conf = tmp_path / "c.yaml"
@@ -173,7 +173,7 @@ def test_the_workflow_gives_each_repeat_its_rule_and_priority(tmp_path, env_path
             "    for r in wf._workflow.rules:\n"
             "        if r.name.startswith('execute'):\n"
             "            print('RULE', r.name, r.priority, r.wildcard_constraints.get('repeat'))\n")
-    out = subprocess.run([sys.executable, "-c", code, str(conf)], cwd=REPO, env=env_path,
+    out = subprocess.run([sys.executable, "-c", code, str(conf)], cwd=workflow_dir, env=env_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     rules = {line.split()[1]: line.split()[2:] for line in out.stdout.splitlines()

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import copy_workflow
+
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 SITE = ("slurm={account: acct, gpu_partition: gpuq, partitions: {h100: h100q},"
@@ -40,11 +42,12 @@ def submissions(tmp_path: Path, env: dict, configfile: str, targets: list[str],
     only (and `extra` options); the controller's output must not warn about memory."""
     log = tmp_path / "sbatch.log"
     _fake_slurm(tmp_path / "bin", log)
+    wf = copy_workflow(tmp_path / "workflow")  # its .snakemake/ there, not in the checkout
     env = dict(env, PATH=f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}")
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--nolock",
            "--configfile", configfile, "--config", f"results_dir={tmp_path / 'res'}", SITE, *config,
            *extra, "--", *targets]
-    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    p = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          start_new_session=True)
     try:
         deadline = time.monotonic() + 240

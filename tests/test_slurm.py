@@ -1,8 +1,11 @@
-"""The workflow through a real Slurm (Debian's slurm-wlm, one node; `.ci/slurm-up.sh` starts it)."""
+"""The workflow through a real Slurm (Debian's slurm-wlm, one node; `.ci/slurm-up.sh` starts it).
+
+Only where the user opted in (WATTLIFE_TEST_SLURM=1; .ci/run sets it once its own cluster is up):
+tests/conftest.py skips them otherwise, before anything here asks a Slurm command (nothing runs at
+import). The partition is the CI cluster's, `debug`, or WATTLIFE_TEST_SLURM_PARTITION."""
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+
+from conftest import copy_workflow, slurm_test_partition
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -25,13 +30,6 @@ def _node_shape(partition: str) -> tuple[int, int]:
     out = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%c %m"],
                          capture_output=True, text=True).stdout.split()
     return int(out[0]), int(out[1].rstrip("+"))
-
-
-def _slurm_up() -> bool:
-    if shutil.which("srun") is None:
-        return False
-    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
-    return ping.stdout.count("UP") > 0
 
 
 def _tiny_config(tmp_path: Path, gres: bool) -> Path:
@@ -60,7 +58,7 @@ def _rerun_then_nothing_to_do(conf: Path, site: list[str], cell: Path, tmp_path:
     rerun = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
                             "--configfile", str(conf), *site, "--forcerun",
                             str(cell / "trace.csv"), "--", str(cell / "phases.csv"),
-                            str(tmp_path / "res/tables/pfi.csv")], cwd=REPO,
+                            str(tmp_path / "res/tables/pfi.csv")], cwd=tmp_path / "workflow",
                            env=env_path, capture_output=True, text=True, timeout=1200)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     new_ids = re.findall(r"SLURM jobid (\d+)", rerun.stdout + rerun.stderr)
@@ -68,12 +66,12 @@ def _rerun_then_nothing_to_do(conf: Path, site: list[str], cell: Path, tmp_path:
     assert (cell / "trace.csv").read_bytes() != before
     again = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm",
                             "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),
-                            str(tmp_path / "res/tables/pfi.csv")], cwd=REPO, env=env_path,
+                            str(tmp_path / "res/tables/pfi.csv")], cwd=tmp_path / "workflow",
+                           env=env_path,
                            capture_output=True, text=True, timeout=300)
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
 
 
-@pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")
 def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     conf_text = subprocess.run(["scontrol", "show", "config"], capture_output=True,
                                text=True).stdout
@@ -83,11 +81,13 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     conf = _tiny_config(tmp_path, gres)
     # the documented command (`--profile profiles/slurm`, as shipped), with only this cluster's
     # site values: its partition, and the status command of a cluster without accounting
-    site = ["--config", "slurm={gpu_partition: debug}", "--slurm-status-command", "squeue"]
+    part = slurm_test_partition()
+    site = ["--config", f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue"]
+    wf = copy_workflow(tmp_path / "workflow")
     cell = tmp_path / "res/runs/resnet/local/ckpt-on/r1"
     out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
                           "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),
-                          str(tmp_path / "res/tables/pfi.csv")], cwd=REPO, env=env_path,
+                          str(tmp_path / "res/tables/pfi.csv")], cwd=wf, env=env_path,
                          capture_output=True, text=True, timeout=1200)
     log = out.stdout[-4000:] + out.stderr[-4000:]
     assert out.returncode == 0, log
@@ -96,10 +96,10 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     print("Slurm job ids:", ids)
     shown = subprocess.run(["scontrol", "show", "job", ids[0]], capture_output=True,
                            text=True).stdout
-    assert "execute" in shown and "Partition=debug" in shown, shown
+    assert "execute" in shown and f"Partition={part}" in shown, shown
     assert re.search(r"OverSubscribe=NO|Shared=0|exclusive", shown, re.I), shown
     # the whole node: every CPU and all of its memory, as sinfo lists the partition's node
-    cpus, mem = _node_shape("debug")
+    cpus, mem = _node_shape(part)
     assert re.search(rf"\bNumCPUs={cpus}\b", shown) and f"MinMemoryNode={mem}M" in shown, shown
     # inside the measuring step (and each node's launch-node): every CPU of the job's node
     steps = [json.loads(m) for m in re.findall(r"wattlife: slurm step (\{.*\})",
@@ -118,7 +118,6 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     _rerun_then_nothing_to_do(conf, site, cell, tmp_path, env_path, ids[0])
 
 
-@pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")
 def test_a_cluster_without_accounting_is_named_before_any_job_is_submitted(tmp_path, env_path):
     """Without --slurm-status-command squeue the executor would poll sacct, which never sees a
     job end here (accounting_storage/none): the run stops at once and names the flag."""
@@ -127,29 +126,29 @@ def test_a_cluster_without_accounting_is_named_before_any_job_is_submitted(tmp_p
         pytest.skip("this cluster has accounting")
     out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
                           "--config", f"results_dir={tmp_path / 'res'}",
-                          "slurm={gpu_partition: debug}", "--",
-                          str(tmp_path / "res/tables/pfi.csv")], cwd=REPO, env=env_path,
+                          f"slurm={{gpu_partition: {slurm_test_partition()}}}", "--",
+                          str(tmp_path / "res/tables/pfi.csv")],
+                         cwd=copy_workflow(tmp_path / "workflow"), env=env_path,
                          capture_output=True, text=True, timeout=600)
     log = out.stdout + out.stderr
     assert out.returncode != 0 and "--slurm-status-command squeue" in log, log[-3000:]
     assert "SLURM jobid" not in log, log[-3000:]
 
 
-@pytest.mark.skipif(not _slurm_up(), reason="no Slurm controller answering here")
 def test_the_per_node_srun_gives_each_node_all_of_its_cpus_inside_a_one_cpu_step(tmp_path):
     """The suite's per-node srun (wattlife.launch), run inside a 1-task 1-CPU step of a
     whole-node job as the executor starts one: its task may run on every CPU of the node (it
     inherited the step's one CPU before)."""
     from wattlife.launch import JOB_CPUS, srun_per_node
 
-    cpus, _ = _node_shape("debug")
+    cpus, _ = _node_shape(slurm_test_partition())
     probe = f"{sys.executable} -c 'import os; print(\"cpus\", len(os.sched_getaffinity(0)))'"
     script = tmp_path / "job.sh"
     inner = f"{JOB_CPUS} && {srun_per_node(1)} {probe}"
     script.write_text("#!/bin/bash\nsrun -n1 --cpus-per-task=1 bash -s <<'EOF'\n" + inner
                       + "\nEOF\n")
     out = tmp_path / "job.out"
-    sub = subprocess.run(["sbatch", "--wait", "--exclusive", "-p", "debug", "-o", str(out),
-                          str(script)], capture_output=True, text=True, timeout=300)
+    sub = subprocess.run(["sbatch", "--wait", "--exclusive", "-p", slurm_test_partition(), "-o",
+                          str(out), str(script)], capture_output=True, text=True, timeout=300)
     assert sub.returncode == 0, sub.stderr + (out.read_text() if out.exists() else "")
     assert f"cpus {cpus}" in out.read_text(), out.read_text()

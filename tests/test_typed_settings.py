@@ -66,10 +66,9 @@ CONFIG = REPO / "config" / "config.yaml"
 
 
 @pytest.mark.parametrize("options,config,expected", [
-    # without --config: no idle baseline (the CLI's documented default), the schema's others
-    ([], False, {"idle_baseline_s": 0.0}),
-    (["--cpu", "estimate", "--gpu", "sim"], False,
-     {"idle_baseline_s": 0.0, "cpu": "estimate", "gpu": "sim"}),
+    # without --config: the schema's defaults (a 2 s idle baseline among them)
+    ([], False, {}),
+    (["--cpu", "estimate", "--gpu", "sim"], False, {"cpu": "estimate", "gpu": "sim"}),
     # with --config: the config's section, each option given on top
     ([], True, {}),
     (["--interval-ms", "20", "--idle-s", "0.5", "--gpu", "none", "--cpu", "estimate"], True,
@@ -98,7 +97,7 @@ def test_launch_node_reads_its_config_into_settings(captured, tmp_path):
     assert captured["settings"] == SamplerSettings.from_dict(load_config(CONFIG)["sampler"])
     assert main(["launch-node", "--trace", str(tmp_path / "t.csv"), "--events",
                  str(tmp_path / "e.csv"), "--", "true"]) == 0
-    assert captured["settings"] == SamplerSettings.from_dict({"idle_baseline_s": 0.0})
+    assert captured["settings"] == SamplerSettings.from_dict({})
 
 
 def test_a_sweeps_cap_reaches_the_simulated_gpu_typed():

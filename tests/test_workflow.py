@@ -19,9 +19,10 @@ MEASURING = {"execute", "execute_tokenizer", "download", "upload", "powercap_swe
              "pfi_cap_multinode", "gen_catalogue", "gen_images", "gen_text"}
 
 
-def snakemake(args, env, timeout=900):
+def snakemake(args, env, cwd: Path, timeout=900):
+    """Snakemake in `cwd`, a copy of the workflow (conftest.copy_workflow), never the checkout."""
     return subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/local", *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def jobs_of(out: str) -> dict[str, int]:
@@ -47,14 +48,16 @@ def dry(demo, cfg: dict | None = None, extra=(), sort_keys=False) -> tuple[dict[
     if cfg is not None:
         conf = demo["tmp"] / "edited.yaml"
         conf.write_text(yaml.safe_dump(cfg, sort_keys=sort_keys))
-    out = snakemake(["-n", "--configfile", str(conf), *extra], demo["env"], timeout=300)
+    out = snakemake(["-n", "--configfile", str(conf), *extra], demo["env"], demo["wf"],
+                    timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return jobs_of(out.stdout), out.stdout
 
 
-def undeclared(res: Path, conf: Path, env: dict, targets=()) -> tuple[list[str], int]:
+def undeclared(res: Path, conf: Path, env: dict, wf: Path,
+               targets=()) -> tuple[list[str], int]:
     """Files under `res` that are no output or log of the DAG (nor inside a directory output)."""
-    out = snakemake(["--summary", "--configfile", str(conf), "--", *targets], env, timeout=300)
+    out = snakemake(["--summary", "--configfile", str(conf), "--", *targets], env, wf, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split("\t") for line in out.stdout.splitlines()[1:] if line.strip()]
     assert rows and all(r[4] == "ok" for r in rows), [r for r in rows if r[4] != "ok"]
@@ -68,7 +71,7 @@ def undeclared(res: Path, conf: Path, env: dict, targets=()) -> tuple[list[str],
 
 
 def test_every_file_under_results_is_declared(demo):
-    bad, n = undeclared(demo["res"], demo["conf"], demo["env"])
+    bad, n = undeclared(demo["res"], demo["conf"], demo["env"], demo["wf"])
     assert n > 60 and not bad, bad
 
 
@@ -107,7 +110,7 @@ def test_rerun_one_cell_measures_it_again_and_nothing_else(demo):
     before = tree(res)
     # the README's command: the cell's training again (under the sampler) and everything downstream
     out = snakemake(["--configfile", str(demo["conf"]), "--forcerun", str(cell / "trace.csv")],
-                    demo["env"])
+                    demo["env"], demo["wf"])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     after = tree(res)
     rel = str(cell.relative_to(res))
@@ -128,7 +131,7 @@ def test_rerun_one_cell_measures_it_again_and_nothing_else(demo):
 
 
 @pytest.fixture(scope="module")
-def pfi_run(tmp_path_factory):
+def pfi_run(tmp_path_factory, workflow_dir):
     """A one-cell PFI matrix on the simulated cap backend (CPU training, simulated GPU): caps 150 W
     (below the simulated H200's 200 W floor: refused, as nvidia-smi refuses it), 400 W and 700 W."""
     import os
@@ -149,9 +152,10 @@ def pfi_run(tmp_path_factory):
     conf.write_text(yaml.safe_dump(cfg))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     target = str(tmp / "res/tables/curves.csv")
-    out = snakemake(["--configfile", str(conf), "--", target], env)  # targets after --
+    out = snakemake(["--configfile", str(conf), "--", target], env, workflow_dir)  # targets: --
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return {"tmp": tmp, "conf": conf, "env": env, "res": tmp / "res", "target": target}
+    return {"tmp": tmp, "conf": conf, "env": env, "res": tmp / "res", "target": target,
+            "wf": workflow_dir}
 
 
 def test_pfi_jobs_are_one_per_cell_and_cap_and_the_curve_shows_a_failed_cap(pfi_run):
@@ -165,7 +169,7 @@ def test_pfi_jobs_are_one_per_cell_and_cap_and_the_curve_shows_a_failed_cap(pfi_
     assert cur.loc[cur["cap_w"] == 150, "throughput"].isna().all()
     for cap in ("150", "400", "700"):
         assert (res / f"pfi/tiny-1g/cap-{cap}/config.json").exists()
-    bad, n = undeclared(res, pfi_run["conf"], pfi_run["env"], [pfi_run["target"]])
+    bad, n = undeclared(res, pfi_run["conf"], pfi_run["env"], pfi_run["wf"], [pfi_run["target"]])
     assert n > 20 and not bad, bad
 
 
@@ -174,7 +178,7 @@ def test_a_failed_cap_is_rerun_alone(pfi_run):
     before = tree(res / "pfi")
     point = res / "pfi/tiny-1g/cap-150/curve-point.csv"
     out = snakemake(["--configfile", str(pfi_run["conf"]), "--forcerun", str(point), "--",
-                     pfi_run["target"]], pfi_run["env"])
+                     pfi_run["target"]], pfi_run["env"], pfi_run["wf"])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     after = tree(res / "pfi")
     key = "tiny-1g/cap-150/curve-point.csv"

@@ -11,16 +11,25 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import (
+    EVENTS_FILE,
     META_FILE,
     PER_STEP_PHASES,
     PHASES_COLUMNS,
     RESIDUAL,
     SUMMARY_FILE,
     TABLE_FILES,
+    WARMUP,
     RunMeta,
+    read_events,
     read_meta,
     read_table,
     write_csv,
+)
+from .performance import (
+    items_from_events,
+    step_throughput_from_events,
+    step_world,
+    wall_throughput_from_events,
 )
 from .repeats import (
     EFFECT_INTERVAL,
@@ -40,13 +49,14 @@ CELL_DIR = re.compile(r"^(?P<workload>.+)-(?P<storage>shared|local)"
 
 
 def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None = None,
-                   summaries: list[str | Path] | None = None) -> pd.DataFrame:
+                   summaries: list[str | Path] | None = None,
+                   events: list[str | Path] | None = None) -> pd.DataFrame:
     """All cells' phases rows, with the cell's keys (from its meta.json, or else from a folder named
-    `<workload>-<storage>-ckpt<mode>` as the benchmarks write them) and the run's throughput
-    with its basis (`throughput` on `throughput_basis`, and `throughput_wall`, from its
-    summary.json). `metas` and `summaries` name each cell's files in the order of `phase_files`
-    (the workflow passes them); absent, they are looked for beside each phases.csv."""
-    for name, given in (("metas", metas), ("summaries", summaries)):
+    `<workload>-<storage>-ckpt<mode>` as the benchmarks write them, or else the run id of its
+    meta.json: one's own run needs no matrix keys) and the run's items and throughput
+    (`run_items`). `metas`, `summaries` and `events` name each cell's files in the order of
+    `phase_files` (the workflow passes them); absent, they are looked for beside each phases.csv."""
+    for name, given in (("metas", metas), ("summaries", summaries), ("events", events)):
         if given is not None and len(given) != len(phase_files):
             raise ValueError(f"{name}: {len(given)} files for {len(phase_files)} phases.csv")
     frames = []
@@ -62,6 +72,8 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
         named = CELL_DIR.match(f.parent.name)
         if not cell and named:
             cell = {**named.groupdict(), "repeat": 1}
+        if not cell and meta.run_id:  # one's own run (`wattlife run -- CMD`): named by its id
+            cell = {"workload": meta.run_id, "repeat": 1}
         if not cell:  # never merged with another run: its own run, named by its path
             unnamed.append(_unnamed_line(f, meta_p))
             cell = {"workload": str(f), "repeat": 1}
@@ -75,17 +87,9 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
         for k in CELL_KEYS:
             df[k] = cell.get(k, "")
         df["gpu_model"] = meta.gpu_model or ""
-        if summ_p.exists():
-            s = json.loads(summ_p.read_text())
-            df["throughput"] = s.get("throughput")
-            df["throughput_unit"] = s.get("throughput_unit")
-            # `step`: training steps only (summaries before the basis was recorded: see
-            # wattlife.analysis.performance); `throughput_wall`: pauses included
-            df["throughput_basis"] = s.get("throughput_basis", "unrecorded")
-            df["throughput_wall"] = s.get("throughput_wall")
-            # items trained, all ranks (epochs_run = items / train_items): per-item energy
-            df["items"] = (s["epochs_run"] * s["train_items"]
-                           if s.get("epochs_run") and s.get("train_items") else np.nan)
+        ev_p = Path(events[i]) if events is not None else f.with_name(EVENTS_FILE)
+        for col, value in run_items(df, summ_p, ev_p).items():
+            df[col] = value
         frames.append(df)
     if not frames:
         raise ValueError("no phases.csv to aggregate")
@@ -96,6 +100,36 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
                       "`wattlife run --cell '{\"workload\": \"W\", \"storage\": \"shared\", "
                       "\"checkpoint\": \"off\", \"repeat\": 1}'`)", stacklevel=2)
     return pd.concat(frames, ignore_index=True)
+
+
+def run_items(phases: pd.DataFrame, summary: Path, events: Path) -> dict[str, object]:
+    """One run's `items` (all ranks) with `items_basis`, and its throughput (`throughput` on
+    `throughput_basis`, `throughput_wall`, `throughput_unit`). Items come from the events' `step`
+    rows (`step(items=...)`): the steady steps where the phase table has `warmup` rows (its
+    per-step phases cover only those), else all steps; without events, from the suite's
+    summary.json (`epochs_run x train_items`, all steps). Throughput is the summary's where there
+    is one (the suite's workloads), else the events' (`analysis.performance`, items/s)."""
+    s = json.loads(summary.read_text()) if summary.exists() else {}
+    ev = read_events(events) if events.exists() else None
+    steady = WARMUP in set(phases["phase"])
+    items = items_from_events(ev, steady) if ev is not None else None
+    out: dict[str, object] = {}
+    if s:  # `step`: training steps only; `throughput_wall`: pauses included
+        out = {"throughput": s.get("throughput"), "throughput_unit": s.get("throughput_unit"),
+               "throughput_basis": s.get("throughput_basis", "unrecorded"),
+               "throughput_wall": s.get("throughput_wall")}
+    elif items is not None and ev is not None:
+        world = step_world(ev)
+        out = {"throughput": step_throughput_from_events(ev, world),
+               "throughput_unit": "items/s (all ranks)", "throughput_basis": "step",
+               "throughput_wall": wall_throughput_from_events(ev, world)}
+    if items is not None:
+        out.update(items=items, items_basis=f"events: {'steady' if steady else 'all'} steps")
+    elif s.get("epochs_run") and s.get("train_items"):
+        out.update(items=s["epochs_run"] * s["train_items"], items_basis="summary: all steps")
+    elif s:
+        out.update(items=np.nan, items_basis="")
+    return out
 
 
 def _unnamed_line(phases: Path, meta: Path) -> str:
@@ -251,12 +285,13 @@ def throughput_summary(phases: pd.DataFrame) -> pd.DataFrame:
 
 def write_phase_tables(phase_files: list[str | Path], out_dir: str | Path,
                        metas: list[str | Path] | None = None,
-                       summaries: list[str | Path] | None = None) -> list[Path]:
+                       summaries: list[str | Path] | None = None,
+                       events: list[str | Path] | None = None) -> list[Path]:
     """phases.csv files -> tables/{phases, phase_summary, device_share, storage_checkpoint,
     throughput}.csv"""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    phases = collect_phases(phase_files, metas, summaries)
+    phases = collect_phases(phase_files, metas, summaries, events)
     tables = {TABLE_FILES["phases"]: phases, TABLE_FILES["phase_summary"]: phase_summary(phases),
               TABLE_FILES["device_share"]: device_share(phases),
               TABLE_FILES["storage_checkpoint"]: storage_checkpoint_deltas(phases),

@@ -87,6 +87,25 @@ def performance_rows(run: str, model: str, summary: dict[str, Any], events: pd.D
     return rows
 
 
+def step_world(events: pd.DataFrame) -> int:
+    """How many (host, rank) pairs marked `step` rows: the world the events' items are over."""
+    s = events[events["phase"] == "step"]
+    keys = [k for k in ("host", "rank") if k in s.columns]
+    return max(1, len(s.drop_duplicates(keys))) if keys and len(s) else 1
+
+
+def items_from_events(events: pd.DataFrame, steady: bool) -> float | None:
+    """Items trained, all ranks, from the `step` rows' `items` (`markers.step(items=...)`): the
+    steady steps only when `steady` (a phase table with `warmup` rows: its per-step phases cover
+    only those), else every step. None when the events mark no step with items."""
+    s = step_rows(events)
+    if s.empty or s["items"].isna().all():
+        return None
+    if steady:
+        s = s[~s["warmup"]]
+    return float(s["items"].sum())
+
+
 def performance_table(runs: list[tuple]) -> pd.DataFrame:
     """(run, model, summary, events[, attention_flops]) tuples -> the performance table
     (PERFORMANCE_COLUMNS)."""

@@ -25,7 +25,9 @@ INTERVAL = "t95 across repeats"
 EFFECT_INTERVAL = "Welch t95 across repeats"
 #: phases marked inside every training step: their energy is also given per item trained
 #: the unit of per-item energy by the throughput's item (`images/s`, `tokens/s`): (label, items)
-ITEM_UNITS = {"images": ("J/image", 1.0), "tokens": ("J/1k tokens", 1000.0)}
+# `items`: one's own script's `step(items=...)`, whatever it counts
+ITEM_UNITS = {"images": ("J/image", 1.0), "tokens": ("J/1k tokens", 1000.0),
+              "items": ("J/item", 1.0)}
 
 
 def t_interval(values: Sequence[float] | np.ndarray) -> tuple[int, float, float, float, float]:

@@ -11,6 +11,15 @@ def cmd_figures(a: argparse.Namespace) -> int:
     from ..figures import draw_all, draw_reference
 
     tables = Path(a.tables)
+    if (tables / "meta.json").exists() and not a.reference:  # a run folder of `wattlife run`
+        if not (tables / "tables").is_dir():
+            raise FileNotFoundError(2, "No tables in this run folder yet (make them with "
+                                       "`wattlife attribute RUN_DIR`)", str(tables / "tables"))
+        a.output = a.output or str(tables / "figures")
+        tables = tables / "tables"
+        a.tables = str(tables)
+    if not a.output:
+        raise ValueError("give -o OUT (only a run folder has a default)")
     if not tables.is_dir():
         raise FileNotFoundError(2, "No such folder of tables (expected a run's tables/ folder, or "
                                    "results/reference with --reference)", str(tables))
@@ -38,11 +47,14 @@ def _add_figures(sub: Any) -> None:
     """The `figures` command's parser."""
     fg = sub.add_parser("figures", help="draw every figure from a tables folder (or the "
                                         "references)")
-    fg.add_argument("tables", help="a run's tables folder, or with --reference results/reference")
+    fg.add_argument("tables", help="a tables folder, a run folder of `wattlife run` after "
+                                   "`wattlife attribute RUN_DIR` (its tables/), or with "
+                                   "--reference results/reference")
     fg.add_argument("--reference", action="store_true",
                     help="draw the committed reference results (H200, A100) from their CSVs "
                          "(default: off: TABLES is a folder of tables)")
-    fg.add_argument("-o", "--output", required=True, help="folder for the PNG and PDF figures")
+    fg.add_argument("-o", "--output", help="folder for the PNG and PDF figures (default: "
+                                           "RUN_DIR/figures for a run folder; else required)")
     fg.set_defaults(fn=cmd_figures)
 
 

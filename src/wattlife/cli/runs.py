@@ -16,17 +16,17 @@ if TYPE_CHECKING:
 
 
 def _load_sampler_cfg(path: str | None, **given: Any) -> dict[str, Any]:
-    """The `sampler` section a run uses: the config's, or without --config the CLI's documented
-    default (no idle baseline); the options `given` (None = not given) on top. Only that section
-    of the file is read and validated (`load_section`): a file holding it alone is a config here,
-    and its errors are the section's, named with the file. Its absent keys take the schema's
-    defaults in `_sampler_settings`, whose filled object meta.json records."""
+    """The `sampler` section a run uses: the config's, or without --config none (every key the
+    schema's default: a measured idle baseline of `sampler.idle_baseline_s`, 2 s); the options
+    `given` (None = not given) on top. Only that section of the file is read and validated
+    (`load_section`): a file holding it alone is a config here, and its errors are the
+    section's, named with the file. Its absent keys take the schema's defaults in
+    `_sampler_settings`, whose filled object meta.json records."""
+    section: dict[str, Any] = {}
     if path:
         from ..config import load_section
 
         section = load_section(path, "sampler")
-    else:
-        section = {"idle_baseline_s": 0.0}  # `wattlife run --idle-s`'s documented default
     return {**section, **{k: v for k, v in given.items() if v is not None}}
 
 
@@ -39,6 +39,21 @@ def _sampler_settings(path: str | None, **given: Any) -> SamplerSettings:
     return SamplerSettings.from_dict(_load_sampler_cfg(path, **given))
 
 
+def _run_files(a: argparse.Namespace, cmd: list[str]) -> tuple[Path, Path, Path | None]:
+    """trace, events and meta of a run: --trace and --events as given, else inside the run folder
+    (-o, default `run.naming.default_run_dir`: runs/<script>-<UTC time>/)."""
+    if a.trace or a.events:
+        if not (a.trace and a.events) or a.output:
+            raise ValueError("give --trace and --events together, or -o RUN_DIR "
+                             "(default runs/<script>-<UTC time>), not both")
+        return Path(a.trace), Path(a.events), Path(a.meta) if a.meta else None
+    from ..contracts import EVENTS_FILE, META_FILE
+    from ..run.naming import default_run_dir
+
+    run_dir = Path(a.output) if a.output else default_run_dir(cmd, a.runs_dir)
+    return run_dir / "trace.csv", run_dir / EVENTS_FILE, Path(a.meta or run_dir / META_FILE)
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     from ..run import run_under_sampler
 
@@ -46,6 +61,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     if not cmd:
         print("wattlife run: give the command after --", file=sys.stderr)
         return 2
+    trace, events, meta = _run_files(a, cmd)
     settings = _sampler_settings(a.config, interval_ms=a.interval_ms, gpu=a.gpu, cpu=a.cpu,
                                  idle_baseline_s=a.idle_s)
     try:
@@ -58,20 +74,64 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     check_step(short_host())  # in a Slurm job: what the step holds (log); a 1-CPU step refused
     try:
-        with run_folder_lock(Path(a.trace).parent):  # one job per run folder (orphans)
-            return run_under_sampler(cmd, a.trace, a.events, a.meta, settings=settings,
-                                     run_id=a.run_id, cell=cell)
+        with run_folder_lock(trace.parent):  # one job per run folder (orphans)
+            rc = run_under_sampler(cmd, trace, events, meta, settings=settings,
+                                   run_id=a.run_id, cell=cell)
+        if not a.trace:  # a run folder of its own: say where, and what comes next
+            print(f"wattlife run: {trace.parent} (trace, events, meta.json); per-phase energy: "
+                  f"wattlife attribute {trace.parent}", file=sys.stderr)
+        return rc
     except KeyboardInterrupt:  # before the sampler took over the signals: nothing was started
         print("wattlife run: interrupted before CMD started", file=sys.stderr)
         return 130
 
 
+def _attribute_files(a: argparse.Namespace) -> tuple[str, str, str]:
+    """trace, events and phases.csv of `attribute`: the options, or RUN_DIR's files."""
+    if a.run_dir:
+        run = Path(a.run_dir)
+        if not run.is_dir():
+            raise FileNotFoundError(2, "No such run folder (expected what `wattlife run` wrote: "
+                                       "trace.csv, events.csv, meta.json)", str(run))
+        return (a.trace or str(run / "trace.csv"), a.events or str(run / "events.csv"),
+                a.output or str(run / "phases.csv"))
+    if not (a.trace and a.events and a.output):
+        raise ValueError("give RUN_DIR, or --trace, --events and -o")
+    return a.trace, a.events, a.output
+
+
+def _show_run(phases: str, run_dir: Path) -> None:
+    """RUN_DIR's tables (`wattlife aggregate` of its one run) into RUN_DIR/tables, and its
+    per-phase energy, time and energy per item (per-step phases, from the events' step items)
+    printed, then its throughput."""
+    import pandas as pd
+
+    from ..analysis.aggregate import write_phase_tables
+
+    tables = run_dir / "tables"
+    write_phase_tables([phases], tables)
+    ps = pd.read_csv(tables / "phase_summary.csv")
+    cols = ["device_kind", "phase", "energy_j", "time_s", "energy_per_item_j", "item_unit",
+            "source"]
+    ps = ps[cols].sort_values(["device_kind", "energy_j"], ascending=[True, False])
+    print(ps.to_string(index=False, na_rep="", float_format=lambda v: f"{v:.4g}"))
+    th = pd.read_csv(tables / "throughput.csv")
+    if "throughput" in th.columns and th["throughput"].notna().any():
+        r = th.iloc[0]
+        print(f"throughput: {r['throughput']:.4g} {r['throughput_unit']} (basis "
+              f"{r['throughput_basis']}); tables: {tables}")
+
+
 def cmd_attribute(a: argparse.Namespace) -> int:
     from ..attribution import attribute_files
 
-    df = attribute_files(a.trace, a.events, a.output, a.method, a.sensor_window_ms, a.idle_split,
+    trace, events, output = _attribute_files(a)
+    df = attribute_files(trace, events, output, a.method, a.sensor_window_ms, a.idle_split,
                          a.bootstrap, a.sensor_response, strict=a.strict,
                          steady=not a.raw_phases)
+    if a.run_dir:
+        _show_run(output, Path(a.run_dir))
+        return 0
     show = df.groupby(["device_kind", "phase", "method", "source"], as_index=False)[
         ["energy_j", "time_s"]].sum().sort_values(["device_kind", "energy_j"],
                                                   ascending=[True, False])
@@ -127,10 +187,17 @@ def _add_run(sub: Any) -> None:
                        description="Start the sampler, write the events file's header, run CMD "
                                    "with WATTLIFE_EVENTS set, stop the sampler when CMD ends, "
                                    "write meta.json; exit with CMD's code.")
-    r.add_argument("--trace", required=True, help="trace CSV to write (required; no default)")
-    r.add_argument("--events", required=True,
+    r.add_argument("-o", "--output", metavar="RUN_DIR",
+                   help="run folder to write trace.csv, events.csv and meta.json in (default: "
+                        "--runs-dir/<script>-<UTC yyyymmddThhmmssZ>, e.g. runs/train-"
+                        "20261205T143012Z for `python train.py`; its name is the run id)")
+    r.add_argument("--runs-dir", default="runs",
+                   help="where default run folders go (default: runs)")
+    r.add_argument("--trace", help="trace CSV to write, with --events, instead of a run folder "
+                                   "(default: RUN_DIR/trace.csv)")
+    r.add_argument("--events",
                    help="events CSV to write: its header, then the phases the workload's markers "
-                        "append (none for an unmarked command) (required; no default)")
+                        "append (none for an unmarked command) (default: RUN_DIR/events.csv)")
     r.add_argument("--meta", help="meta.json path (default: beside the trace)")
     r.add_argument("--config", help="config YAML whose `sampler` section to use; only that "
                                     "section is read and checked, the file may hold it alone "
@@ -142,10 +209,12 @@ def _add_run(sub: Any) -> None:
     r.add_argument("--cpu", choices=["auto", "rapl", "estimate", "none"],
                    help="CPU backend (default: the config's, else auto)")
     r.add_argument("--idle-s", type=_nonnegative_s,
-                   help="seconds of idle baseline before CMD starts, >= 0 (default: the config's "
-                        "idle_baseline_s, else 0)")
+                   help="seconds of idle baseline measured before CMD starts, >= 0 (default: "
+                        "the config's sampler.idle_baseline_s, else the schema's, 2)")
     r.add_argument("--run-id", help="run id (default: the trace's folder name)")
-    r.add_argument("--cell", help="JSON of the matrix cell, recorded in meta.json (default: none)")
+    r.add_argument("--cell", help="JSON of the matrix cell, recorded in meta.json; any keys, none "
+                                  "required (default: none: the run id names the run in "
+                                  "aggregate's tables)")
     r.add_argument("cmd", nargs=argparse.REMAINDER,
                    help="-- CMD [ARGS...]: the command to run (required; no default)")
     r.set_defaults(fn=cmd_run)
@@ -154,11 +223,16 @@ def _add_run(sub: Any) -> None:
 def _add_attribute(sub: Any) -> None:
     """The `attribute` command's parser."""
     t = sub.add_parser("attribute", help="trace x events -> per-phase energy (phases.csv)")
-    t.add_argument("--trace", required=True, help="trace CSV/Parquet of the run (meta.json beside "
-                                                  "it is read if present)")
-    t.add_argument("--events", required=True, help="events CSV of the run (per-rank siblings "
-                                                   "<stem>.rank<N>.csv are read too)")
-    t.add_argument("-o", "--output", required=True, help="phases.csv to write (not an input)")
+    t.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
+                   help="a run folder of `wattlife run`: its trace.csv and events.csv in, "
+                        "phases.csv and tables/ (energy per item, throughput) out, the "
+                        "per-phase table printed (default: none: --trace, --events, -o)")
+    t.add_argument("--trace", help="trace CSV/Parquet of the run (meta.json beside it is read if "
+                                   "present) (default: RUN_DIR/trace.csv)")
+    t.add_argument("--events", help="events CSV of the run (per-rank siblings <stem>.rank<N>.csv "
+                                    "are read too) (default: RUN_DIR/events.csv)")
+    t.add_argument("-o", "--output", help="phases.csv to write (not an input) (default: "
+                                          "RUN_DIR/phases.csv)")
     t.add_argument("--method", default="auto", choices=["auto", "integrate", "deconvolve"],
                    help="auto (default): deconvolve where phases are shorter than two sensor "
                         "periods, else integrate")

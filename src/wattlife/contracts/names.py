@@ -81,7 +81,7 @@ POWER_LIMIT_W = "power_limit_w"
 #: telemetry metrics a trace may carry besides power and energy
 TELEMETRY_METRICS = ("util_gpu", "util_mem", "dram_active", "sm_active", "tensor_active",
                      "sm_clock_mhz", "mem_clock_mhz", POWER_LIMIT_W, "mem_used_b", "temp_c",
-                     "util_cpu")
+                     "util_cpu", "util_cpu_host", "util_cpu_others")
 
 # ----------------------------------------------------------------------------- phase names
 LIFECYCLE_PHASES = [

@@ -1,22 +1,29 @@
-"""CPU power estimate for hosts without RAPL. Every number it produces is labelled `estimate`.
+"""CPU power estimate for hosts without RAPL, charged to the run's own process tree. Every number
+it produces is labelled `estimate`.
 
-Model: P = idle_w + (max_w - idle_w) * u, with u the whole host's CPU utilisation (0..1) over the
-interval since the previous reading (psutil), `idle_w` and `max_w` per host from the config
-(`sampler.cpu_estimate`). It captures how busy the CPU was, not its frequency, voltage or memory
-traffic; treat it as an order of magnitude, never as a measurement.
+Model: P = idle_w + (max_w - idle_w) * u_job, with u_job the share of the machine's CPUs that
+the run's process tree (CMD and its descendants: `devices.cpu_load.TreeLoad`) used over the
+interval since the previous reading, `idle_w` and `max_w` per host from the config
+(`sampler.cpu_estimate`). The machine's idle power is the run's (as on a node of its own); the
+rest of the machine's load is not: it is reported beside it (`util_cpu_others`, and the whole
+machine's `util_cpu_host`), and a run during which other processes used more than
+`OTHERS_WARN_SHARE` of the machine is flagged (meta.json's sensor_notes). It captures how busy the
+CPUs were, not their frequency, voltage or memory traffic (which others' load changes too); treat
+it as an order of magnitude, never as a measurement.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import psutil
-
 from .base import Row, SensorBackend
+from .cpu_load import TreeLoad, WatchesTree
 
 
-class CpuEstimateBackend(SensorBackend):
+class CpuEstimateBackend(WatchesTree, SensorBackend):
     name = "cpu-estimate"
+    load_warning = ("the estimate charges the run its own tree's CPU time only, but their load "
+                    "also changes clocks and contention")
 
     def __init__(self, idle_w: float = 50.0, max_w: float = 200.0,
                  interval_s: float = 0.05) -> None:
@@ -24,17 +31,20 @@ class CpuEstimateBackend(SensorBackend):
             raise ValueError("sampler.cpu_estimate: need 0 <= idle_w <= max_w, "
                              f"got {idle_w}, {max_w}")
         self.idle_w, self.max_w, self.interval_s = idle_w, max_w, interval_s
-        psutil.cpu_percent(interval=None)  # first call primes the counters
+        self.load = TreeLoad()
 
     def power_w(self, util: float) -> float:
         return self.idle_w + (self.max_w - self.idle_w) * util
 
     def poll(self, now_ns: int) -> list[Row]:
-        util = psutil.cpu_percent(interval=None) / 100.0
-        return [(now_ns, "cpu0", "power_w", self.power_w(util), "estimate"),
-                (now_ns, "cpu0", "util_cpu", util * 100.0, "estimate")]
+        job, host, others = self.load.sample()
+        return [(now_ns, "cpu0", "power_w", self.power_w(job), "estimate"),
+                (now_ns, "cpu0", "util_cpu", job * 100.0, "estimate"),
+                (now_ns, "cpu0", "util_cpu_host", host * 100.0, "estimate"),
+                (now_ns, "cpu0", "util_cpu_others", others * 100.0, "estimate")]
 
     def info(self) -> dict[str, Any]:
         return {"backend": self.name, "devices": ["cpu0"], "source": "estimate",
-                "model": "P = idle_w + (max_w - idle_w) * cpu_utilisation",
-                "idle_w": self.idle_w, "max_w": self.max_w, "n_cpus": psutil.cpu_count()}
+                "model": "P = idle_w + (max_w - idle_w) * u_job; u_job: the CPU time of the "
+                         "run's process tree (CMD and its descendants) over wall time x CPUs",
+                "idle_w": self.idle_w, "max_w": self.max_w, **self.load.summary()}

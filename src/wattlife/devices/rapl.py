@@ -3,6 +3,11 @@
 Counters are cumulative microjoules that wrap at `max_energy_range_uj`; readings are turned into
 joules since the sampler started, monotone across wraps. Since Linux 5.10 `energy_uj` is root-only:
 that, and the absence of the tree, raise `SensorUnavailable` with the reason.
+
+RAPL reads the whole package: every process on the machine, not only the run's. The run's own
+process tree's CPU share and the rest of the machine's are recorded beside it (meta.json,
+`devices.cpu_load`), and a run during which other processes used more than
+`cpu_load.OTHERS_WARN_SHARE` of the machine is flagged in meta.json's sensor_notes.
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from .base import Row, SensorBackend, SensorUnavailable
+from .cpu_load import TreeLoad, WatchesTree
 
 DEFAULT_ROOT = "/sys/class/powercap"
 
 
-class RaplBackend(SensorBackend):
+class RaplBackend(WatchesTree, SensorBackend):
     name = "rapl"
+    load_warning = "RAPL measures the whole package, so the run's CPU energy includes theirs"
 
     def __init__(self, root: str | Path = DEFAULT_ROOT, interval_s: float = 0.05) -> None:
         self.interval_s = interval_s
@@ -46,12 +53,14 @@ class RaplBackend(SensorBackend):
                 f"RAPL: {exc.filename} is not readable by this user (root-only since Linux 5.10; "
                 "ask for read access, e.g. a udev rule or `chmod o+r` in a Slurm prolog)") from exc
         self._total_uj = [0] * len(self.zones)
+        self.load = TreeLoad()
 
     @staticmethod
     def _read(path: Path) -> int:
         return int(path.read_text())
 
     def poll(self, now_ns: int) -> list[Row]:
+        self.load.sample()  # the run's tree and the rest of the machine (info, end_notes)
         rows: list[Row] = []
         for i, (dev, path, rng) in enumerate(self.zones):
             cur = self._read(path)
@@ -64,4 +73,6 @@ class RaplBackend(SensorBackend):
         return rows
 
     def info(self) -> dict[str, Any]:
-        return {"backend": self.name, "devices": [d for d, _, _ in self.zones], "source": "rapl"}
+        return {"backend": self.name, "devices": [d for d, _, _ in self.zones], "source": "rapl",
+                "energy_scope": "the whole CPU package: every process on this machine",
+                "load": self.load.summary()}

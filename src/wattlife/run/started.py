@@ -36,6 +36,7 @@ def run_started(st: RunState, reraise_signals: bool = False) -> int:
         st.relay.restore()
         _end_cmd(st)
         st.sampler.stop()
+        _load_notes(st)
         markers_reports = status.drain()
         status.close()
         write_meta(st.meta, run_meta(st, markers_reports))
@@ -43,6 +44,15 @@ def run_started(st: RunState, reraise_signals: bool = False) -> int:
         st.relay.reraise()
     assert st.rc is not None  # set on every path that gets here: not started, CMD's exit, killed
     return st.rc
+
+
+def _load_notes(st: RunState) -> None:
+    """The CPU backends' word on other processes' load during the run (`devices.cpu_load`):
+    into meta.json's sensor_notes, and on stderr as a warning."""
+    for b in st.backends:
+        for line in getattr(b, "end_notes", lambda: [])():
+            st.notes.append(line)
+            print(f"wattlife run: warning: {line}", file=sys.stderr)
 
 
 def _idle_then_run(st: RunState, status_address: str | None) -> None:
