@@ -19,10 +19,11 @@ Per run (`run_row`), from its events, trace, phases and summary:
 
 `compare_cells` gives, per cell (workload, storage, checkpoint) and metric, and per workload over
 all its cells pooled (storage and checkpoint `all`: the steady-step figures do not depend on the
-cell, so the pooled runs are repeats of one measurement; the shares do, read them per cell), each model's mean
-with its 95 % t interval across repeats (NaN bounds for n = 1) and the difference (first model
-minus second) with Welch's 95 % interval; `within_noise` is True where that interval spans zero
-and None where either side has fewer than 2 runs. Pure: tables in, tables out.
+cell, so the pooled runs are repeats of one measurement; the shares do, read them per cell),
+each model's mean with its 95 % t interval across repeats (NaN bounds for n = 1) and the
+difference (first model minus second) with Welch's 95 % interval; `within_noise` is True where
+that interval spans zero and None where either side has fewer than 2 runs. Pure: tables in,
+tables out.
 """
 
 from __future__ import annotations
