@@ -85,3 +85,14 @@ def test_compare_cells_single_run_has_no_interval() -> None:
     pw = compare_cells(runs, "A", "B").query("metric == 'steady_power_w'").iloc[0]
     assert pw["n_second"] == 1 and math.isnan(pw["lo_second"])
     assert pw["within_noise"] is None and math.isnan(pw["diff_lo"])
+
+
+def test_compare_cells_pools_a_workloads_cells() -> None:
+    a = _runs("A", [500, 510])
+    a[1] = {**a[1], "storage": "shared"}  # two cells of one run each, pooled: n = 2
+    runs = pd.DataFrame(a + _runs("B", [400, 405]))
+    cells = compare_cells(runs, "A", "B").query("metric == 'steady_power_w'")
+    pooled = cells[cells["storage"] == "all"].iloc[0]
+    assert pooled["checkpoint"] == "all" and pooled["n_first"] == 2
+    assert pooled["mean_first"] == pytest.approx(505.0, rel=1e-3)
+    assert set(cells["storage"]) == {"local", "shared", "all"}

@@ -17,10 +17,13 @@ Per run (`run_row`), from its events, trace, phases and summary:
 - one `share:<phase>` column per phase: the phase's share of the run's GPU energy (its
   `idle_baseline` left out), from `phases.csv`.
 
-`compare_cells` gives, per cell (workload, storage, checkpoint) and metric, each model's mean
-with its 95 % t interval across repeats (NaN bounds for n = 1) and the difference (first model
-minus second) with Welch's 95 % interval; `within_noise` is True where that interval spans zero
-and None where either side has fewer than 2 runs. Pure: tables in, tables out.
+`compare_cells` gives, per cell (workload, storage, checkpoint) and metric, and per workload over
+all its cells pooled (storage and checkpoint `all`: the steady-step figures do not depend on the
+cell, so the pooled runs are repeats of one measurement; the shares do, read them per cell),
+each model's mean with its 95 % t interval across repeats (NaN bounds for n = 1) and the
+difference (first model minus second) with Welch's 95 % interval; `within_noise` is True where
+that interval spans zero and None where either side has fewer than 2 runs. Pure: tables in,
+tables out.
 """
 
 from __future__ import annotations
@@ -142,7 +145,8 @@ def compare_cells(runs: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
     interval (module docstring). `first`/`second` are `gpu_model` values of `runs`."""
     metrics = list(METRICS) + sorted(c for c in runs.columns if c.startswith(SHARE_PREFIX))
     out = []
-    for keys, g in runs.groupby(CELL_KEYS, sort=True):
+    pooled = runs.assign(storage="all", checkpoint="all")
+    for keys, g in pd.concat([runs, pooled]).groupby(CELL_KEYS, sort=True):
         a, b = g[g["gpu_model"] == first], g[g["gpu_model"] == second]
         for m in metrics:
             va = a[m].to_numpy(float) if m in a else np.array([])

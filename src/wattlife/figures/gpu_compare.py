@@ -40,7 +40,7 @@ def _bars(ax: plt.Axes, rows: pd.DataFrame, sides: list[tuple[str, str]]) -> Non
 def draw_workload(cells: pd.DataFrame, workload: str, out: Path) -> list[Path]:
     """The figure of one workload (module docstring) as `out`/fig_gpu_compare_<workload>."""
     style()
-    w = cells[cells["workload"] == workload]
+    w = cells[(cells["workload"] == workload) & (cells["storage"] != "all")]
     sides = [("first", "tab:blue"), ("second", "tab:orange")]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     for ax, (metric, title) in zip(axes.flat, PANELS, strict=False):

@@ -1,0 +1,75 @@
+"""The committed H100 results (results/reference/h100/), recomputed from their raw files (no GPU
+needed): every cell valid and attributed again by today's code, the tables what `aggregate`
+makes of the cells, and the README's numbers what the files give."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import REPO
+
+H100 = REPO / "results/reference/h100"
+REPEATS = H100 / "workflow-repeats"
+REPEATS_CELLS = sorted(p.parent for p in (REPEATS / "runs").glob("*/*/*/r*/phases.csv"))
+GPU_NAME = "NVIDIA H100 80GB HBM3"
+
+
+def _gpu(cell: Path) -> pd.DataFrame:
+    ph = pd.read_csv(cell / "phases.csv")
+    return ph[ph["device_kind"] == "gpu"]
+
+
+def test_repeats_matrix_is_complete_and_measured_on_the_h100() -> None:
+    assert len(REPEATS_CELLS) == 12
+    for cell in REPEATS_CELLS:
+        meta = json.loads((cell / "meta.json").read_text())
+        assert meta["gpu_model"] == GPU_NAME, cell
+        assert set(_gpu(cell)["source"]) == {"nvml-samples"}, cell
+    assert "rc=0 in 391 s" in (REPEATS / "snakemake.log").read_text()
+
+
+@pytest.mark.parametrize("cell", REPEATS_CELLS, ids=lambda c: str(c.relative_to(REPEATS)))
+def test_repeats_cells_pass_the_check_and_re_attribute_to_their_committed_table(tmp_path, cell):
+    """Valid against the contracts; today's attribution (the options of rules/attribute.smk) gives
+    the committed phases from the committed trace and events (columns added since: none)."""
+    from wattlife.attribution import attribute_files
+    from wattlife.check import ERROR, check_run
+
+    assert [f for f in check_run(cell) if f.severity == ERROR] == []
+    made = attribute_files(cell / "trace.csv", cell / "events.csv", tmp_path / "phases.csv",
+                           idle_split=True)
+    committed = pd.read_csv(cell / "phases.csv")
+    made = pd.read_csv(tmp_path / "phases.csv")[list(committed.columns)]
+    pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9, atol=1e-9)
+
+
+def test_readme_numbers_are_what_the_files_give() -> None:
+    from wattlife.analysis.performance import step_throughput_from_events
+    from wattlife.contracts import read_events
+
+    shares, speeds = [], []
+    for cell in REPEATS_CELLS:
+        g = _gpu(cell)
+        run_s = g.loc[g["phase"] != "idle_baseline", "time_s"].sum()
+        shares.append(g.loc[g["phase"] == "unattributed", "time_s"].sum() / run_s * 100)
+        speeds.append(step_throughput_from_events(read_events(cell / "events.csv")))
+    assert (round(min(shares), 2), round(max(shares), 2)) == (0.57, 0.88)
+    assert (round(min(speeds)), round(max(speeds))) == (1901, 2623)
+    table = pd.read_csv(REPEATS / "tables/storage_checkpoint.csv")
+    sig = table[table["significant"].eq(True)].set_index(["storage", "phase"])
+    assert len(table) == 60 and len(sig) == 3
+    got = {k: tuple(np.round(sig.loc[k, ["d_energy_j", "d_energy_lo_j", "d_energy_hi_j"]]
+                             .to_numpy(float), 1))
+           for k in [("local", "checkpoint"), ("shared", "checkpoint"), ("local", "stage_copy")]}
+    assert got == {("local", "checkpoint"): (72.3, 58.9, 85.6),
+                   ("shared", "checkpoint"): (65.1, 58.6, 71.6),
+                   ("local", "stage_copy"): (76.8, 39.7, 113.9)}
+    readme = (REPEATS / "README.md").read_text()
+    for text in ("0.57–0.88 %", "1,901–2,623 images/s", "72.3 J [58.9, 85.6]",
+                 "65.1 J [58.6, 71.6]", "+76.8 J [39.7, 113.9]"):
+        assert text in readme, text
