@@ -73,3 +73,21 @@ def test_readme_numbers_are_what_the_files_give() -> None:
     for text in ("0.57–0.88 %", "1,901–2,623 images/s", "72.3 J [58.9, 85.6]",
                  "65.1 J [58.6, 71.6]", "+76.8 J [39.7, 113.9]"):
         assert text in readme, text
+
+
+def test_repeats_tables_are_recomputed_from_the_committed_cells(tmp_path) -> None:
+    """The phase tables are what `aggregate` makes of the committed cells (items from the events'
+    steady steps: rebuilt by today's code after the pipeline wrote them at 5672872)."""
+    from wattlife.analysis.aggregate import write_phase_tables
+
+    cells = REPEATS_CELLS
+    write_phase_tables([c / "phases.csv" for c in cells], tmp_path,
+                       metas=[c / "meta.json" for c in cells],
+                       summaries=[c / "work" / "summary.json" for c in cells],
+                       events=[c / "events.csv" for c in cells])
+    for name in ("phases.csv", "phase_summary.csv", "device_share.csv",
+                 "storage_checkpoint.csv", "throughput.csv"):
+        made = pd.read_csv(tmp_path / name)
+        committed = pd.read_csv(REPEATS / "tables" / name)
+        pd.testing.assert_frame_equal(made[list(committed.columns)], committed,
+                                      check_exact=False, rtol=1e-9, atol=1e-9)
