@@ -91,3 +91,52 @@ def test_repeats_tables_are_recomputed_from_the_committed_cells(tmp_path) -> Non
         committed = pd.read_csv(REPEATS / "tables" / name)
         pd.testing.assert_frame_equal(made[list(committed.columns)], committed,
                                       check_exact=False, rtol=1e-9, atol=1e-9)
+
+
+SENSOR = H100 / "sensor"
+
+
+def test_sensor_tables_are_what_the_raw_files_give(tmp_path) -> None:
+    """benchmarks/nvml_sensor.py's analysis, run again on the committed raw trace, events and
+    polls, gives the committed spacing, window and phase-length tables."""
+    import sys
+    import tarfile
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from nvml_sensor_analysis import analyse_run
+
+    from wattlife.contracts import read_trace
+
+    with tarfile.open(SENSOR / "sensor_raw.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    summary = json.loads((SENSOR / "summary.json").read_text())
+    loads = pd.read_csv(tmp_path / "events.csv")
+    polls_all = pd.read_csv(tmp_path / "polls.csv.gz")
+    polls = {str(k): g for k, g in polls_all.groupby("poller", sort=False)}
+    trace = read_trace(tmp_path / "trace.csv.gz")
+    again: dict = {}
+    tables, _ = analyse_run(trace[trace["device"] == "gpu0"], loads, polls, again,
+                            int(summary["args"]["n_boot"]), 800.0)
+    assert again.get("errors", {}) == {}
+    for name, file in (("spacing", "sensor_spacing.csv"), ("window", "sensor_window.csv"),
+                       ("lengths", "sensor_phase_length.csv")):
+        committed = pd.read_csv(SENSOR / file)
+        made = tables[name].reset_index(drop=True)
+        num = [c for c in committed.columns if pd.api.types.is_float_dtype(committed[c])]
+        pd.testing.assert_frame_equal(made[num].astype(float), committed[num], check_exact=False,
+                                      rtol=1e-6, atol=1e-9)
+
+
+def test_sensor_readme_numbers() -> None:
+    spacing = pd.read_csv(SENSOR / "sensor_spacing.csv").set_index("quantity")
+    window = pd.read_csv(SENSOR / "sensor_window.csv").set_index("direction")
+    lengths = pd.read_csv(SENSOR / "sensor_phase_length.csv").set_index("L_ms")
+    assert round(spacing.loc["sample_buffer", "spacing_median_ms"], 1) == 20.2
+    assert round(spacing.loc["energy_counter", "update_median_ms"]) == 100
+    assert round(window.loc["both", "window_ms"], 1) == 46.8
+    assert round(window.loc["both", "window_over_spacing"], 2) == 2.32
+    assert lengths["block_err_pct"].abs().max() < 1.0
+    errs = lengths["integrated_err_mean_pct"].round(1).to_dict()
+    assert errs == {10.0: -53.0, 20.0: -40.6, 50.0: -19.7, 100.0: -12.6, 200.0: -9.4,
+                    500.0: -4.4, 1000.0: -2.3, 2000.0: -1.0, 5000.0: -0.0}
+    assert (lengths.loc[:2000.0, "coverage_truth"] == 0).all()

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# The device calls that produced results/reference/h100/ (one NVIDIA H100, device tool, carry [".whl"]
-# made by `bash benchmarks/device_wheels.sh`). Changes no GPU setting (power limit, clocks,
-# persistence): the power-cap sweep stays simulated. One argument, the call:
-#   bash results/reference/h100/calls.sh resnet   # config/gpu1.yaml + gpu1-repeats.yaml: ResNet-50, 4 cells x 3 repeats
-#   bash results/reference/h100/calls.sh qwen     # config/gpu1.yaml + gpu1-qwen.yaml: Qwen3-1.7B, 4 cells x 3 repeats
-#   bash results/reference/h100/calls.sh sensor   # benchmarks/nvml_sensor.py: the power sensor characterised
-#   bash results/reference/h100/calls.sh sensor+qwen1  # both in one call: the sensor, then the Qwen half with 1 repeat
-#   bash results/reference/h100/calls.sh pfi      # uncapped PFI-study kinds (compiled pretrain, dense and MoE)
-# Each writes under $OUT (at most 8 files): the host probe, the logs, one archive of raw files.
+# The device calls of results/reference/h100/ (one NVIDIA H100, device tool, carry [".whl"] made by
+# `bash benchmarks/device_wheels.sh`), on benchmarks/gpu_lib.sh (the carried wheels installed,
+# PYTHONPATH, a `wattlife` command). Changes no GPU setting (power limit, clocks, persistence):
+# the power-cap sweep stays simulated. One argument, the call:
+#   bash results/reference/h100/calls.sh resnet        # gpu1.yaml + gpu1-repeats.yaml: ResNet-50, 4 cells x 3 repeats (~400 s)
+#   bash results/reference/h100/calls.sh qwen          # gpu1.yaml + gpu1-qwen.yaml: Qwen3-1.7B, 4 cells x 3 repeats (~570 s)
+#   bash results/reference/h100/calls.sh sensor        # benchmarks/nvml_sensor.py (BUDGET s, default 170)
+#   bash results/reference/h100/calls.sh sensor+qwen1  # the sensor, then the Qwen half with 1 repeat
+#   bash results/reference/h100/calls.sh pfi           # uncapped PFI-study kinds, compiled pretrain (dense, MoE)
+#   bash results/reference/h100/calls.sh pfi-lora      # the same for the two LoRA kinds
+# Each writes under $OUT (at most 8 files): host.txt (the host, its whole-node power sources), the
+# logs, one archive of raw files. The same script serves the H200 (nvidia-h200).
 set -uo pipefail
-CALL=${1:?usage: calls.sh resnet|qwen|sensor|sensor+qwen1|pfi}
+CALL=${1:?usage: calls.sh resnet|qwen|sensor|sensor+qwen1|pfi|pfi-lora}
 OUT=${OUT:?set OUT}
-export PYTHONUNBUFFERED=1
+# shellcheck source=benchmarks/gpu_lib.sh
+. benchmarks/gpu_lib.sh
+wl_setup || exit 1
 probe() {  # what this host is, and which whole-node power sources it exposes (issue 45)
   nvidia-smi --query-gpu=name,driver_version,power.limit,power.default_limit,power.max_limit,clocks.max.sm,memory.total \
     --format=csv
@@ -23,20 +28,27 @@ probe() {  # what this host is, and which whole-node power sources it exposes (i
   command -v sstat >/dev/null && echo "sstat: present" || echo "sstat: not installed (no Slurm)"
   nproc; free -g | head -2
 }
+sensor() {  # $1: the folder; the script's tables, summary and raw archive, its log beside them
+  mkdir -p "$1"
+  timeout $(( ${BUDGET:-170} + 60 )) python3 benchmarks/nvml_sensor.py --out "$1" --budget-s "${BUDGET:-170}" \
+    > "$1/run.log" 2>&1
+  echo "sensor rc=$?"; tail -25 "$1/run.log"
+}
+pfi() {  # $1: the kinds
+  python3 benchmarks/pfi_uncapped.py --out /tmp/pfi --duration-s 60 --compile on --only "$1" \
+    --budget-s 420 --overhead-s 120 > "$OUT/run.log" 2>&1
+  local rc=$?; tar -czf "$OUT/pfi.tgz" -C /tmp pfi; return $rc
+}
 probe > "$OUT/host.txt" 2>&1
 case "$CALL" in
-  resnet) bash benchmarks/h200_workflow.sh "$OUT" 540 config/gpu1.yaml config/gpu1-repeats.yaml ;;
-  qwen) bash benchmarks/h200_workflow.sh "$OUT" 565 config/gpu1.yaml config/gpu1-qwen.yaml ;;
-  sensor) PYTHONPATH=src python3 benchmarks/nvml_sensor.py --out "$OUT" --budget-s "${BUDGET:-170}" ;;
-  pfi) PYTHONPATH=src python3 benchmarks/h200_pfi_uncapped.py --out "$OUT/pfi" --duration-s 60 --compile on \
-         --only qwen3-30b-a3b-8l-pretrain,qwen3-1.7b-pretrain --budget-s 420 --overhead-s 120 \
-         > "$OUT/run.log" 2>&1; rc=$?
-       (cd "$OUT/pfi" && ls) ; exit $rc ;;
+  resnet) bash benchmarks/workflow_run.sh "$OUT" 540 config/gpu1.yaml config/gpu1-repeats.yaml ;;
+  qwen) bash benchmarks/workflow_run.sh "$OUT" 565 config/gpu1.yaml config/gpu1-qwen.yaml ;;
+  sensor) sensor "$OUT" ;;
   sensor+qwen1)
-    mkdir -p /tmp/sensor
-    PYTHONPATH=src timeout 220 python3 benchmarks/nvml_sensor.py --out /tmp/sensor --budget-s "${BUDGET:-150}" \
-      > /tmp/sensor/run.log 2>&1; echo "sensor rc=$?"; tail -25 /tmp/sensor/run.log
-    tar -czf "$OUT/sensor.tgz" -C /tmp sensor
-    bash benchmarks/h200_workflow.sh "$OUT" "${LIMIT:-330}" config/gpu1.yaml config/gpu1-qwen.yaml config/gpu1-qwen-r1.yaml ;;
+    sensor /tmp/sensor; tar -czf "$OUT/sensor.tgz" -C /tmp sensor
+    bash benchmarks/workflow_run.sh "$OUT" "${LIMIT:-330}" config/gpu1.yaml config/gpu1-qwen.yaml \
+      config/gpu1-qwen-r1.yaml ;;
+  pfi) pfi qwen3-30b-a3b-8l-pretrain,qwen3-1.7b-pretrain ;;
+  pfi-lora) pfi qwen3-30b-a3b-8l-lora,qwen3-1.7b-lora ;;
   *) echo "unknown call: $CALL" >&2; exit 2 ;;
 esac
