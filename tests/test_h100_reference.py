@@ -140,3 +140,32 @@ def test_sensor_readme_numbers() -> None:
     assert errs == {10.0: -53.0, 20.0: -40.6, 50.0: -19.7, 100.0: -12.6, 200.0: -9.4,
                     500.0: -4.4, 1000.0: -2.3, 2000.0: -1.0, 5000.0: -0.0}
     assert (lengths.loc[:2000.0, "coverage_truth"] == 0).all()
+
+
+COMPARE = REPO / "results/reference/gpu-compare"
+
+
+def test_gpu_compare_tables_are_rebuilt_from_the_committed_runs(tmp_path) -> None:
+    """benchmarks/gpu_compare.py over the two committed ResNet-50 matrices gives the committed
+    tables; the README's pooled numbers are those tables'."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from gpu_compare import main
+
+    assert main(["--out", str(tmp_path), "--runs", str(REPEATS),
+                 str(REPO / "results/reference/h200/workflow-repeats")]) == 0
+    for name in ("compare_runs.csv", "compare_cells.csv"):
+        made, committed = pd.read_csv(tmp_path / name), pd.read_csv(COMPARE / name)
+        pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9, atol=1e-12)
+    cells = pd.read_csv(COMPARE / "compare_cells.csv")
+    pooled = cells[cells["storage"] == "all"].set_index("metric")
+    thr, pw, jpi = (pooled.loc[m] for m in ("throughput", "steady_power_w", "j_per_item"))
+    assert (round(thr["mean_first"]), round(thr["mean_second"])) == (2234, 2238)
+    assert bool(thr["within_noise"]) and not bool(pw["within_noise"])
+    assert (round(pw["diff"], 1), round(pw["diff_lo"], 1), round(pw["diff_hi"], 1)) \
+        == (18.0, 0.5, 35.6)
+    assert round(jpi["ratio"] - 1, 3) == 0.055 and jpi["diff_lo"] > 0
+    readme = (COMPARE / "README.md").read_text()
+    for text in ("+18.0 [0.5, 35.6]", "2,234 [2,096, 2,371]", "+0.0087 [0.0042, 0.0132] (+5.5 %)"):
+        assert text in readme, text
