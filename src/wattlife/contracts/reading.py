@@ -20,6 +20,7 @@ from .names import (
     ContractError,
     device_kind,
 )
+from .zstd_frames import ZSTD_SUFFIX, FrameReader
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,7 +28,16 @@ if TYPE_CHECKING:
 
 
 def read_contract_bytes(path: Path) -> bytes:
-    """A contract CSV's bytes, decompressed when it is gzip (`trace.csv.gz`, TRACE_FILES)."""
+    """A contract CSV's bytes, decompressed when it is gzip (`trace.csv.gz`) or zstd frames
+    (`trace.csv.zst`, whose cut last frame, a killed writer's, is dropped with a warning)."""
+    if path.suffix == ZSTD_SUFFIX:
+        with FrameReader(path) as frames:
+            data = frames.read()
+        if frames.cut_bytes:
+            line = data.count(b"\n") + 1
+            warnings.warn(f"{path}:{line}: truncated last line ignored (writer was killed?)",
+                          stacklevel=4)
+        return data
     data = path.read_bytes()
     if path.suffix != ".gz":
         return data
@@ -176,9 +186,11 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
 MAX_PLAUSIBLE_W = {"gpu": 5_000.0, "cpu": 5_000.0, "dram": 2_000.0, "node": 200_000.0}
 
 
-def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | None = 2) -> None:
+def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | None = 2,
+                   offset: int | None = None) -> None:
     """Reject power/energy readings no device can give: NaN, inf, negative power, power above
-    `MAX_PLAUSIBLE_W` for the device's kind, negative energy. Names file, line and device."""
+    `MAX_PLAUSIBLE_W` for the device's kind, negative energy. Names file, line and device.
+    `offset`: the rows of the file before `df`, when `df` is a chunk of it (`iter_trace`)."""
     import numpy as np
     import pandas as pd
 
@@ -196,13 +208,16 @@ def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | No
     if not bad.any():
         return
     i = int(np.flatnonzero(bad)[0])
-    where = f"{path}:{i + first_data_line}" if first_data_line else f"{path} row {i}"
+    at = i + (offset or 0)
+    where = f"{path}:{at + first_data_line}" if first_data_line else f"{path} row {at}"
     dev, m = df["device"].iat[i], metrics[mcodes[i]]
     rng = (f"[0, {cap[i]:g}] W for a {kinds[codes[i]]}" if m == "power_w"
            else "a finite value >= 0 J")
     raise ContractError(f"{where}: device {dev} {m} reading {float(v[i])!r} is outside the "
                         "physical "
-                        f"range (expected {rng}); {int(bad.sum())} such reading(s) in the file")
+                        f"range (expected {rng}); {int(bad.sum())} such reading(s) in the file"
+                        + ("" if offset is None else
+                           f" (rows {offset:,}-{offset + len(df) - 1:,}, the chunk read)"))
 
 
 def read_trace(path: str | Path) -> pd.DataFrame:
@@ -215,15 +230,22 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
-    """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present.
-    `lines`: add each row's `file_name`, CSV `line_no` (header = 1) and `recorded_phase` (the
-    phase name as the file records it, kept when attribution relabels `phase`), for messages."""
+def events_files(path: str | Path) -> list[Path]:
+    """An events file and its per-rank siblings `<stem>.rank<N><suffix>`, in reading order."""
+    path = Path(path)
+    return [path] + sorted(path.parent.glob(f"{path.stem}.rank*{path.suffix}"))
+
+
+def read_events(path: str | Path, lines: bool = False, siblings: bool = True) -> pd.DataFrame:
+    """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present
+    (`siblings`). `lines`: add each row's `file_name`, CSV `line_no` (header = 1) and
+    `recorded_phase` (the phase name as the file records it, kept when attribution relabels
+    `phase`), for messages."""
     import numpy as np
     import pandas as pd
 
     path = Path(path)
-    paths = [path] + sorted(path.parent.glob(f"{path.stem}.rank*{path.suffix}"))
+    paths = events_files(path) if siblings else [path]
     frames = []
     for p in paths:
         if not p.exists():
