@@ -199,27 +199,28 @@ def write_trace(run: Path, hours: float, forms: list[str], seed: int = 0) -> int
     return n_ticks * ROWS_PER_TICK
 
 
-# a wrapper process: runs the command, prints its peak RSS (KiB) as the last line of stderr
+# a wrapper process: runs the command, prints its peak RSS (KiB) and CPU seconds (user + system:
+# what a shared machine's other load does not inflate) as the last line of stderr
 _WRAP = ("import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
-         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-         "sys.exit(rc)")
+         "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+         "print(u.ru_maxrss, u.ru_utime + u.ru_stime, file=sys.stderr); sys.exit(rc)")
 
 
 WATTLIFE = [sys.executable, "-c", "import sys; from wattlife.cli import main; sys.exit(main())"]
 
 
-def timed(cmd: list[str], src: str | None) -> tuple[float, float, int]:
-    """(wall s, peak RSS GB, exit status) of one command in a child process of its own."""
+def timed(cmd: list[str], src: str | None) -> tuple[float, float, float, int]:
+    """(wall s, CPU s, peak RSS GB, exit status) of one command in a child process of its own."""
     env = dict(os.environ, PYTHONPATH=src or os.environ.get("PYTHONPATH", ""))
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", _WRAP, *cmd], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t
-    lines = p.stderr.strip().splitlines()
-    rss = int(lines[-1]) / 1024**2 if lines and lines[-1].isdigit() else float("nan")
+    lines = p.stderr.strip().splitlines() or ["nan nan"]
+    rss, cpu = (float(x) for x in lines[-1].split())
     if p.returncode:
         print("\n".join(lines[-20:]), file=sys.stderr)
-    return wall, rss, p.returncode
+    return wall, cpu, rss / 1024**2, p.returncode
 
 
 def main() -> None:
@@ -243,16 +244,17 @@ def main() -> None:
               f"{time.perf_counter() - t:.0f} s", flush=True)
     rows = int(hours * 3600 * 1e9 // TICK_NS) * ROWS_PER_TICK
     n_ev = sum(sum(1 for _ in open(p)) - 1 for p in run.glob("events*.csv"))
-    print("| label | form | rows | events | file MB | seconds | rows/s | peak RSS GB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print("| label | form | rows | events | file MB | wall s | CPU s | rows/s (wall) | "
+          "peak RSS GB |\n|---|---|---|---|---|---|---|---|---|")
     for f in forms:
         out = run / f"phases.{f}.csv"
         out.unlink(missing_ok=True)
         cmd = [*WATTLIFE, "attribute", "--trace", str(run / names[f]),
                "--events", str(run / "events.csv"), "--out", str(out)]
-        wall, rss, rc = timed(cmd, a.src)
+        wall, cpu, rss, rc = timed(cmd, a.src)
         mb = (run / names[f]).stat().st_size / 1e6
-        print(f"| {a.label} | {f} | {rows:,} | {n_ev:,} | {mb:,.0f} | {wall:.1f} | "
+        print(f"| {a.label} | {f} | {rows:,} | {n_ev:,} | {mb:,.0f} | {wall:.1f} | {cpu:.1f} | "
               f"{rows / wall:,.0f} | {rss:.2f}{'' if rc == 0 else f' (exit {rc})'} |", flush=True)
     print(json.dumps({"rows": rows, "hours": hours, "events": n_ev}))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, overload
 
@@ -19,12 +19,18 @@ import pandas as pd
 
 from ..contracts import ENERGY_J, POWER_LIMIT_W, POWER_W, device_kind, iter_trace, streaming
 from .energy import check_time_units
-from .series import ATTRIBUTED_KINDS, DeviceSeries, energy_series, power_series
+from .series import (
+    ATTRIBUTED_KINDS,
+    DeviceSeries,
+    SpilledSeries,
+    energy_series,
+    power_series,
+)
 
 _FIELDS = (("t", np.int64), ("v", np.float64), ("s", np.int32))
 
 
-class SpilledTrace(Sequence[DeviceSeries]):
+class SpilledTrace(SpilledSeries):
     """The devices' series of a trace read in chunks (module docstring), loaded one at a time
     when iterated; `short()` lists the devices with fewer than 2 readings (`too_few_readings`).
     Use as a context manager (the spill folder is removed on exit)."""

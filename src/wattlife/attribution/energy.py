@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -14,12 +14,26 @@ from ..contracts import IDLE, PHASES_COLUMNS, RESIDUAL, UNATTRIBUTED, ContractEr
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
 from .integrate import integrate
 from .response import SensorResponse
-from .series import DeviceSeries, device_series, idle_power, too_few_readings
+from .series import (
+    DeviceSeries,
+    SpilledSeries,
+    device_series,
+    idle_power,
+    too_few_readings,
+)
 from .tree import PhaseTree, clamp_events, exclusive, phase_tree, timeline
 
-if TYPE_CHECKING:
-    from .chunked import SpilledTrace
-    from .rank_events import RankEvents
+
+class EventsByRank(Protocol):
+    """A run's events read one rank at a time (`rank_events.RankEvents`)."""
+
+    run_ids: list[str]
+
+    def head(self) -> pd.DataFrame: ...
+
+    def map_devices(self, cuda_to_nvml: list[int] | None,
+                    rank_devices: dict[int, list[int]] | None
+                    ) -> Mapping[tuple[str, str], pd.DataFrame]: ...
 
 PROGRESS_MIN_READINGS = 2_000_000  # show a progress bar when a trace has more readings
 
@@ -106,7 +120,7 @@ def _unclaimed_busy(series: DeviceSeries, floor_w: float) -> str | None:
 def _idle_floors(series: Sequence[DeviceSeries], window: tuple[int, int] | None) -> dict:
     """Each GPU's idle floor: its mean power over the idle baseline `window`, else the lowest
     power reading of any GPU on its host (GPUs of one host idle alike). One pass over `series`
-    (a `SpilledTrace` loads each device once)."""
+    (a `SpilledSeries` loads each device once)."""
     low: dict[str, float] = {}
     own = {}
     for s in series:
@@ -283,12 +297,12 @@ def _short_devices(short: pd.DataFrame, where: str) -> list[pd.DataFrame]:
                          time_s=0.0, method="integrate", covered_fraction=0.0)]
 
 
-def _prepare_events(trace: pd.DataFrame | SpilledTrace, events: pd.DataFrame | RankEvents,
+def _prepare_events(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame | EventsByRank,
                     run_id: str | None, where: str, cuda_to_nvml: list[int] | None,
                     rank_devices: dict[int, list[int]] | None
                     ) -> tuple[str, pd.DataFrame, Mapping[tuple[str, str], pd.DataFrame]]:
     """(run id, the events' first rows for `_events_for`, the phase map): events checked and
-    clamped, or a `RankEvents`, whose ranks are read and clamped as devices ask for them."""
+    clamped, or a `EventsByRank`, whose ranks are read and clamped as devices ask for them."""
     if isinstance(events, pd.DataFrame):
         ids = events["run_id"].astype(str).unique() if len(events) else []
     else:
@@ -304,7 +318,7 @@ def _prepare_events(trace: pd.DataFrame | SpilledTrace, events: pd.DataFrame | R
     return run_id, events, phase_map(events, cuda_to_nvml, rank_devices)
 
 
-def attribute_energy(trace: pd.DataFrame | SpilledTrace, events: pd.DataFrame | RankEvents,
+def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame | EventsByRank,
                      method: str = "auto",
                      window_s: float | None = None, run_id: str | None = None,
                      idle_window: tuple[int, int] | None = None,

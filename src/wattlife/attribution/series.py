@@ -7,6 +7,7 @@ utilisation-based estimate all are), or from its energy counter where it has no 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,20 @@ class DeviceSeries:
     @property
     def spacing_s(self) -> float:
         return float(np.median(np.diff(self.t_ns))) / 1e9 if len(self.t_ns) > 1 else float("nan")
+
+
+class SpilledSeries(Sequence[DeviceSeries], ABC):
+    """The devices' series of a trace read in chunks (`chunked.SpilledTrace`), loaded one at a
+    time, with the devices that have too few readings (`short`, as `too_few_readings`)."""
+
+    @property
+    @abstractmethod
+    def n_readings(self) -> int:
+        """Readings of all series, counted without loading them."""
+
+    @abstractmethod
+    def short(self) -> pd.DataFrame:
+        """host, device, count, source of the devices with fewer than 2 readings."""
 
 
 def source_mode(codes: np.ndarray, names: list[str]) -> str:

@@ -127,7 +127,8 @@ def _add_run(sub: Any) -> None:
                        description="Start the sampler, write the events file's header, run CMD "
                                    "with WATTLIFE_EVENTS set, stop the sampler when CMD ends, "
                                    "write meta.json; exit with CMD's code.")
-    r.add_argument("--trace", required=True, help="trace CSV to write (required; no default)")
+    r.add_argument("--trace", required=True, help="trace CSV to write (required; no default); "
+                   "a name ending .zst writes it zstd-compressed, one frame a flush")
     r.add_argument("--events", required=True,
                    help="events CSV to write: its header, then the phases the workload's markers "
                         "append (none for an unmarked command) (required; no default)")
