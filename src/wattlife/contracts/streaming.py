@@ -93,6 +93,39 @@ def _raw_stream(path: Path) -> io.RawIOBase | io.BufferedIOBase | gzip.GzipFile:
     return open(path, "rb")  # noqa: SIM115 (closed by _WholeLines.close)
 
 
+class LineChunks:
+    """A trace CSV (plain, .gz, .zst) as blocks of whole lines of about `chunk_bytes` (the
+    first one starts with the header), decompressed as it goes; once iterated, `tail` is the
+    last line's bytes when it had no newline (a killed writer's; b"" otherwise) and `cut_frame`
+    whether a cut zstd frame was left out. Raises StreamUnreadable for a cut gzip file."""
+
+    def __init__(self, path: str | Path, chunk_bytes: int = BATCH_BYTES) -> None:
+        self.path, self.chunk_bytes = Path(path), chunk_bytes
+        self.tail = b""
+        self.cut_frame = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        raw = _raw_stream(self.path)
+        held = b""
+        try:
+            while True:
+                try:
+                    data = raw.read(self.chunk_bytes)
+                except (EOFError, OSError, gzip.BadGzipFile) as exc:
+                    raise StreamUnreadable(str(exc)) from None
+                if not data:
+                    break
+                data = held + data
+                nl = data.rfind(b"\n")
+                held = data[nl + 1:]
+                if nl >= 0:
+                    yield data[:nl + 1]
+        finally:
+            raw.close()
+        self.tail = held
+        self.cut_frame = isinstance(raw, FrameReader) and bool(raw.cut_bytes)
+
+
 def _batches_csv(path: Path, batch_bytes: int) -> Iterator[pd.DataFrame]:
     import pyarrow as pa
     import pyarrow.csv as pacsv
