@@ -218,7 +218,7 @@ def timed(cmd: list[str], src: str | None) -> tuple[float, float, float, int]:
     wall = time.perf_counter() - t
     lines = p.stderr.strip().splitlines() or ["nan nan"]
     rss, cpu = (float(x) for x in lines[-1].split())
-    if p.returncode:
+    if p.returncode > 1:  # 1: `check` found errors (the synthetic run has no meta.json)
         print("\n".join(lines[-20:]), file=sys.stderr)
     return wall, cpu, rss / 1024**2, p.returncode
 
@@ -231,6 +231,10 @@ def main() -> None:
     ap.add_argument("--src", help="PYTHONPATH of the wattlife to time (default: this one)")
     ap.add_argument("--keep", action="store_true", help="reuse files generated before")
     ap.add_argument("--label", default="", help="a label for the table (e.g. before, after)")
+    ap.add_argument("--check", action="store_true", help="also time `wattlife check`")
+    ap.add_argument("--aggregate", action="store_true",
+                    help="also time `wattlife aggregate` over 100 runs' phases (copies)")
+    ap.add_argument("--no-attribute", action="store_true", help="only the other steps")
     a = ap.parse_args()
     forms = a.forms.split(",")
     hours = a.rows / ROWS_PER_TICK * TICK_NS / 1e9 / 3600
@@ -245,18 +249,58 @@ def main() -> None:
     rows = int(hours * 3600 * 1e9 // TICK_NS) * ROWS_PER_TICK
     n_ev = sum(sum(1 for _ in open(p)) - 1 for p in run.glob("events*.csv"))
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print("| label | form | rows | events | file MB | wall s | CPU s | rows/s (wall) | "
+    print("| label | step, form | rows | events | file MB | wall s | CPU s | rows/s (wall) | "
           "peak RSS GB |\n|---|---|---|---|---|---|---|---|---|")
-    for f in forms:
+    for f in [] if a.no_attribute else forms:
         out = run / f"phases.{f}.csv"
         out.unlink(missing_ok=True)
-        cmd = [*WATTLIFE, "attribute", "--trace", str(run / names[f]),
-               "--events", str(run / "events.csv"), "--out", str(out)]
-        wall, cpu, rss, rc = timed(cmd, a.src)
-        mb = (run / names[f]).stat().st_size / 1e6
-        print(f"| {a.label} | {f} | {rows:,} | {n_ev:,} | {mb:,.0f} | {wall:.1f} | {cpu:.1f} | "
-              f"{rows / wall:,.0f} | {rss:.2f}{'' if rc == 0 else f' (exit {rc})'} |", flush=True)
+        _row(a, f"attribute {f}", rows, n_ev, run / names[f],
+             [*WATTLIFE, "attribute", "--trace", str(run / names[f]),
+              "--events", str(run / "events.csv"), "--out", str(out)])
+    if a.check:
+        for f in forms:
+            _row(a, f"check {f}", rows, n_ev, run / names[f],
+                 [*WATTLIFE, "check", str(_check_dir(run, names[f])), "--kind", "none"])
+    if a.aggregate:
+        phases = run / f"phases.{forms[-1]}.csv"
+        files = _aggregate_dirs(run, phases, 100)
+        _row(a, "aggregate x100", rows * 100, n_ev * 100, phases,
+             [*WATTLIFE, "aggregate", *map(str, files), "-o", str(run / "agg" / "tables")])
     print(json.dumps({"rows": rows, "hours": hours, "events": n_ev}))
+
+
+def _row(a: argparse.Namespace, what: str, rows: int, n_ev: int, path: Path,
+         cmd: list[str]) -> None:
+    """One timed command, one row of the table (rows: of the traces behind it)."""
+    wall, cpu, rss, rc = timed(cmd, a.src)
+    mb = path.stat().st_size / 1e6
+    print(f"| {a.label} | {what} | {rows:,} | {n_ev:,} | {mb:,.0f} | {wall:.1f} | {cpu:.1f} | "
+          f"{rows / wall:,.0f} | {rss:.2f}{'' if rc == 0 else f' (exit {rc})'} |", flush=True)
+
+
+def _check_dir(run: Path, trace_name: str) -> Path:
+    """A run folder holding one form of the trace and the events (links)."""
+    d = run / f"check-{trace_name}"
+    d.mkdir(exist_ok=True)
+    for p in [run / trace_name, *run.glob("events*.csv")]:
+        if not (d / p.name).exists():
+            (d / p.name).symlink_to(p)
+    return d
+
+
+def _aggregate_dirs(run: Path, phases: Path, n: int) -> list[Path]:
+    """`n` runs' phases.csv (copies of one), each with a meta.json naming its own repeat."""
+    out = []
+    for i in range(n):
+        d = run / "agg" / f"r{i:03d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "phases.csv").write_bytes(phases.read_bytes())
+        (d / "meta.json").write_text(json.dumps({
+            "schema_version": 1, "run_id": f"long-{i}", "host": "node01",
+            "cell": {"workload": "long", "storage": "local", "checkpoint": "off",
+                     "repeat": i + 1}}))
+        out.append(d / "phases.csv")
+    return out
 
 
 if __name__ == "__main__":
