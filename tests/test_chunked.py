@@ -216,3 +216,13 @@ def test_chunked_equals_in_memory_with_meta_json_idle_split_and_compile(tmp_path
     assert {"idle_baseline", "process_startup", "process_exit", "warmup"} <= set(chunked["phase"])
     assert ("compile" in set(chunked["phase"])) == compiled
     pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
+
+
+def test_a_cut_gzip_trace_is_the_contract_readers_error(tmp_path):
+    """The streaming parser leaves a cut gzip file to read_trace, whose error it was before."""
+    p, ev_path = _write(tmp_path, "gz")
+    p.write_bytes(p.read_bytes()[:-40])
+    with pytest.raises(StreamUnreadable):
+        list(iter_trace(p, SMALL))
+    with pytest.raises(ContractError, match="not a readable gzip file"):
+        attribute_files(p, ev_path, tmp_path / "phases.csv")

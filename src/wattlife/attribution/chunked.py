@@ -75,19 +75,29 @@ class SpilledTrace(SpilledSeries):
                 self.limits[(str(h), str(d))] = float(v) if old is None else float(np.fmax(old, v))
 
     def _append(self, batch: pd.DataFrame, handles: dict[Path, IO[bytes]]) -> None:
+        """The chunk's power/energy rows of GPU/CPU/DRAM devices appended to their series'
+        files, each series' rows in file order (one stable sort on an integer key)."""
         src = batch["source"].cat
         codes = np.array([self._source_code(str(c)) for c in src.categories] + [-1], np.int32)
-        kinds = batch["device"].cat.categories.map(device_kind)
-        keep_dev = np.append(np.isin(kinds, ATTRIBUTED_KINDS), False)[batch["device"].cat.codes]
-        sel = batch[keep_dev & batch["metric"].isin([POWER_W, ENERGY_J]).to_numpy()]
-        groups = sel.groupby(["host", "device", "metric"], observed=True, sort=False).indices
-        t, v = sel["t_ns"].to_numpy(np.int64), sel["value"].to_numpy(np.float64)
-        s = codes[sel["source"].cat.codes.to_numpy()]
-        for (h, d, m), idx in groups.items():
-            key = (str(h), str(d), str(m))
-            self.counts[key] = self.counts.get(key, 0) + len(idx)
+        dev, host, met = (batch[c].cat for c in ("device", "host", "metric"))
+        keep_dev = np.isin(dev.categories.map(device_kind), ATTRIBUTED_KINDS)
+        keep_met = met.categories.isin([POWER_W, ENERGY_J])
+        dc, hc, mc = (x.codes.to_numpy(np.int64) for x in (dev, host, met))
+        known = (dc >= 0) & (mc >= 0) & (hc >= 0)  # a Parquet null cell (CSV cells never are)
+        rows = np.flatnonzero(known & keep_dev[dc] & keep_met[mc])
+        key = (hc[rows] * len(dev.categories) + dc[rows]) * len(met.categories) + mc[rows]
+        order = rows[np.argsort(key, kind="stable")]
+        key = np.sort(key, kind="stable")
+        cuts = np.flatnonzero(np.diff(key)) + 1
+        t, v = batch["t_ns"].to_numpy(np.int64), batch["value"].to_numpy(np.float64)
+        s = codes[src.codes.to_numpy()]
+        for idx in np.split(order, cuts) if len(order) else []:
+            i = idx[0]
+            k = (str(host.categories[hc[i]]), str(dev.categories[dc[i]]),
+                 str(met.categories[mc[i]]))
+            self.counts[k] = self.counts.get(k, 0) + len(idx)
             for (field, dtype), arr in zip(_FIELDS, (t, v, s), strict=True):
-                f = self._file(key, field)
+                f = self._file(k, field)
                 if f not in handles:
                     handles[f] = open(f, "ab")  # noqa: SIM115 (closed in _spill)
                 np.ascontiguousarray(arr[idx], dtype=dtype).tofile(handles[f])
