@@ -47,19 +47,20 @@ def read_contract_bytes(path: Path) -> bytes:
         raise ContractError(f"{path}: not a readable gzip file ({exc})") from None
 
 
-def _read_text_tolerant(path: Path) -> tuple[str, int | None]:
-    """Return the text of a CSV without a truncated final line, and that line's number if cut."""
+def _read_text_tolerant(path: Path) -> tuple[bytes, int | None]:
+    """Return the bytes of a CSV without a truncated final line, and that line's number if cut
+    (bytes, not text: pandas decodes them, `encoding_errors="replace"`, without a copy of the
+    file as a str and another in a StringIO, ~3x the file's size held at once)."""
     data = read_contract_bytes(path)
     if not data:
         raise ContractError(f"{path}: empty file (no header)")
-    text = data.decode("utf-8", errors="replace")
-    if text.endswith("\n"):
-        return text, None
-    cut = text.rfind("\n")
-    line_no = text.count("\n") + 1
+    if data.endswith(b"\n"):
+        return data, None
+    cut = data.rfind(b"\n")
+    line_no = data.count(b"\n") + 1
     if cut < 0:
         raise ContractError(f"{path}:1: header line is truncated")
-    return text[: cut + 1], line_no
+    return data[: cut + 1], line_no
 
 
 #: an integer cell as the contracts write it: an optional sign and ASCII digits, nothing else (a
@@ -156,7 +157,8 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
             warnings.warn(f"{path}:{cut_line}: truncated last line ignored (writer was killed?)",
                           stacklevel=3)
         try:
-            df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+            df = pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False,
+                             encoding="utf-8", encoding_errors="replace")
         except pd.errors.ParserError as exc:
             raise ContractError(f"{path}: {exc}") from exc
         first_data_line = 2
