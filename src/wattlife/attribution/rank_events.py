@@ -62,7 +62,8 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         self.run_ids = sorted(set().union(*(s["run_ids"] for s in scans)))
         self._keys: dict[tuple[str, str], int] = {}
         self._mapping: tuple[list[int] | None, dict[int, list[int]] | None] = (None, None)
-        self._cache: tuple[int, pd.DataFrame, dict] | None = None
+        self._cache: tuple[int, dict] | None = None
+        self._head: pd.DataFrame | None = None
 
     @classmethod
     def open(cls, events: str | Path, prepare: Callable[[pd.DataFrame, bool], pd.DataFrame],
@@ -88,9 +89,10 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
                       phase_map(tiny, cuda_to_nvml, rank_devices).items()}
         return self
 
-    def _load(self, i: int) -> tuple[pd.DataFrame, dict]:
-        """File i read, prepared, its overlaps clamped (as the in-memory path has its rows), and
-        its phase map."""
+    def _load(self, i: int) -> dict[tuple[str, str], pd.DataFrame]:
+        """File i read, prepared, its overlaps clamped (as the in-memory path has its rows):
+        its phase map, one frame shared by the keys that take all of its rows (the rank's GPU
+        and its host's CPU)."""
         if self._cache is None or self._cache[0] != i:
             self._cache = None  # one rank's rows in memory at a time
             ev = read_events(self.files[i], lines=True, siblings=False)
@@ -98,15 +100,24 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
                              str(self.files[0]))
             ev = clamp_events(timeline(self._prepare(ev, self.any_compile)),
                               where=self._where or "events")
-            self._cache = (i, ev, phase_map(ev, *self._mapping))
-        return self._cache[1], self._cache[2]
+            if i == 0:
+                self._head = ev.iloc[:1].copy()
+            pm = phase_map(ev, *self._mapping)
+            del ev
+            whole = next((f for f in pm.values()), None)
+            self._cache = (i, {k: whole if whole is not None and f.index.equals(whole.index)
+                               else f for k, f in pm.items()})
+        return self._cache[1]
 
     def head(self) -> pd.DataFrame:
         """The first row of the run's events (its run id, its columns)."""
-        return self._load(0)[0].iloc[:1]
+        if self._head is None:
+            self._load(0)
+        assert self._head is not None  # _load(0) set it
+        return self._head
 
     def __getitem__(self, key: tuple[str, str]) -> pd.DataFrame:
-        return self._load(self._keys[key])[1][key]
+        return self._load(self._keys[key])[key]
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys
