@@ -226,3 +226,30 @@ def test_a_cut_gzip_trace_is_the_contract_readers_error(tmp_path):
         list(iter_trace(p, SMALL))
     with pytest.raises(ContractError, match="not a readable gzip file"):
         attribute_files(p, ev_path, tmp_path / "phases.csv")
+
+
+@pytest.mark.parametrize("cells", [
+    ["007", "-0", "12", "-9223372036854775808", "9223372036854775807"],
+    ["1", "+2"], ["1", " 2 "], ["1", "1.0"], ["1", "99999999999999999999"], ["1", ""]])
+def test_arrow_int_cells_parse_as_the_exact_path(cells):
+    """exact_ints' Arrow fast path (pandas' Arrow-backed strings) gives the values and bad
+    cells of its regex path (object strings), or leaves the column to it."""
+    from wattlife.contracts import exact_ints
+
+    fast = exact_ints(pd.Series(cells, dtype="str"))
+    slow = exact_ints(pd.Series(cells, dtype=object))
+    pd.testing.assert_series_equal(fast[0], slow[0], check_exact=True)
+    assert (fast[1] == slow[1]).all()
+
+
+def test_events_number_cells_read_as_before(tmp_path):
+    """The events' number columns (digits or empty: Arrow's cast) hold what to_numeric gave."""
+    from wattlife.contracts import read_events
+
+    p = tmp_path / "events.csv"
+    p.write_text("run_id,host,rank,phase,start_ns,end_ns,step,items,depth\n"
+                 f"r,h,0,a,{T0},{T0 + 5},0,,0\nr,h,0,b,{T0},{T0 + 5},12,256,1\n"
+                 f"r,h,0,c,{T0},{T0 + 5},3,0.5,-1\n")
+    got = read_events(p)
+    assert got["items"].tolist()[1:] == [256.0, 0.5] and np.isnan(got["items"].iloc[0])
+    assert got["depth"].tolist() == [0.0, 1.0, -1.0] and got["step"].tolist() == [0.0, 12.0, 3.0]
