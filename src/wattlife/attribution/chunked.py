@@ -66,6 +66,9 @@ class SpilledTrace(SpilledSeries):
         finally:
             for fh in handles.values():
                 fh.close()
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()  # the parser's buffers, kept by its allocator
 
     def _limits(self, batch: pd.DataFrame) -> None:
         lim = batch[batch["metric"] == POWER_LIMIT_W]
