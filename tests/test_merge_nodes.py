@@ -69,3 +69,32 @@ def test_two_traces_of_one_host_are_refused(tmp_path):
         merge_node_runs([tmp_path / "t1.csv", tmp_path / "t2.csv"],
                         [tmp_path / "e1.csv", tmp_path / "e2.csv"],
                         tmp_path / "m.csv", tmp_path / "me.csv")
+
+
+@pytest.mark.parametrize("out_name", ["trace.csv", "trace.csv.zst"])
+def test_merge_in_chunks_keeps_every_row_and_the_attribution(tmp_path, monkeypatch, out_name):
+    """Node traces copied in chunks of ~60 rows (issue 43): the merged trace holds the rows of
+    the in-memory merge (sorted by time there, node after node here), and attributes the same."""
+    from wattlife.contracts import read_trace, streaming
+
+    monkeypatch.setattr(streaming, "BATCH_BYTES", 4096)
+    rng = np.random.default_rng(3)
+    nodes = [_node(h, skew, rng) for h, skew in (("a", 0), ("b", MS))]
+    for (tr, ev), h in zip(nodes, "ab", strict=True):
+        tr.to_csv(tmp_path / f"trace.{h}.csv", index=False)
+        ev.to_csv(tmp_path / f"events.{h}.csv", index=False)
+    merge_node_runs([tmp_path / f"trace.{h}.csv" for h in "ab"],
+                    [tmp_path / f"events.{h}.csv" for h in "ab"],
+                    tmp_path / out_name, tmp_path / "events.csv")
+    got = read_trace(tmp_path / out_name)
+    want = pd.concat([tr for tr, _ in nodes], ignore_index=True)
+    cols = ["t_ns", "host", "device", "metric", "value", "source"]
+    key = cols[:4]
+    pd.testing.assert_frame_equal(got[cols].sort_values(key, ignore_index=True),
+                                  want[cols].sort_values(key, ignore_index=True),
+                                  check_exact=True, check_dtype=False)
+    ev = pd.read_csv(tmp_path / "events.csv")
+    in_memory = attribute_energy(want.sort_values(["t_ns", "host", "device"], kind="stable"),
+                                 ev, method="integrate")
+    pd.testing.assert_frame_equal(attribute_energy(got, ev, method="integrate"), in_memory,
+                                  check_exact=True)

@@ -12,11 +12,23 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pandas as pd
 
-from .contracts import read_events, read_trace, write_csv
+from .contracts import (
+    TRACE_COLUMNS,
+    TRACE_HEADER,
+    ZSTD_SUFFIX,
+    StreamUnreadable,
+    atomic_path,
+    iter_trace,
+    read_events,
+    read_trace,
+    write_csv,
+)
+from .contracts.zstd_frames import FrameWriter
 
 
 def clock_offsets(events: pd.DataFrame, warn_ms: float = 5.0) -> pd.DataFrame:
@@ -44,19 +56,62 @@ def clock_offsets(events: pd.DataFrame, warn_ms: float = 5.0) -> pd.DataFrame:
     return out
 
 
+def _copy_traces(traces: list[str | Path], out_trace: str | Path) -> None:
+    """The node traces written one after the other into `out_trace` (CSV, or zstd frames for a
+    `.zst` name), read and written in chunks (`contracts.iter_trace`), atomically: nothing is
+    written when two of them name one host. Raises StreamUnreadable as `iter_trace` does."""
+    hosts: list[list[str]] = []
+    with atomic_path(out_trace) as tmp, open(tmp, "wb") as fh:
+        frames = FrameWriter(fh) if Path(out_trace).suffix == ZSTD_SUFFIX else None
+        if frames is None:
+            fh.write(TRACE_HEADER.encode())
+        else:
+            frames.write(TRACE_HEADER)
+        for t in traces:
+            seen: dict[str, None] = {}
+            for df in iter_trace(t):
+                _write_rows(df, fh, frames, seen)
+            hosts.append(list(seen))
+        if frames is not None:
+            frames.flush()
+        _refuse_shared_hosts(hosts, len(traces))
+
+
+def _write_rows(df: pd.DataFrame, fh: IO[bytes], frames: FrameWriter | None,
+                seen: dict[str, None]) -> None:
+    """One chunk's rows as CSV (the contract's columns), its hosts noted in `seen`."""
+    for h in df["host"].unique():
+        seen.setdefault(str(h), None)
+    text = df[TRACE_COLUMNS].to_csv(index=False, header=False, lineterminator="\n")
+    if frames is None:
+        fh.write(text.encode())
+    else:
+        frames.write(text)
+        frames.flush()
+
+
 def merge_node_runs(traces: list[str | Path], events: list[str | Path], out_trace: str | Path,
                     out_events: str | Path, warn_ms: float = 5.0) -> pd.DataFrame:
     """Concatenate per-node traces and events (each row keeps its host) into one run; returns the
-    clock check, also written beside the merged trace as `clock_offsets.csv`."""
-    node_traces = [read_trace(t) for t in traces]
-    hosts_per_file = [t["host"].unique().tolist() for t in node_traces]
-    if len({h for hs in hosts_per_file for h in hs}) < len(traces):
-        raise ValueError(f"two node traces share a host name ({hosts_per_file}): each node's "
-                         "sampler must write its own host")
-    tr = pd.concat(node_traces, ignore_index=True)
+    clock check, also written beside the merged trace as `clock_offsets.csv`. The traces are
+    copied in chunks, node after node (each node's rows in its file's order: attribution and
+    the checks take each device's series in time order whatever the interleaving), in bounded
+    memory; the events are read whole and sorted by (start, host, rank)."""
+    try:
+        _copy_traces(traces, out_trace)
+    except StreamUnreadable:
+        node_traces = [read_trace(t) for t in traces]
+        _refuse_shared_hosts([t["host"].unique().tolist() for t in node_traces], len(traces))
+        write_csv(pd.concat(node_traces, ignore_index=True), out_trace)
     ev = pd.concat([read_events(e) for e in events], ignore_index=True)
     check = clock_offsets(ev, warn_ms)
-    write_csv(tr.sort_values(["t_ns", "host", "device"], kind="stable"), out_trace)
     write_csv(ev.sort_values(["start_ns", "host", "rank"], kind="stable"), out_events)
     write_csv(check, Path(out_trace).with_name("clock_offsets.csv"))
     return check
+
+
+def _refuse_shared_hosts(hosts_per_file: list[list[str]], n_traces: int) -> None:
+    """Two node traces naming one host: an error."""
+    if len({h for hs in hosts_per_file for h in hs}) < n_traces:
+        raise ValueError(f"two node traces share a host name ({hosts_per_file}): each node's "
+                         "sampler must write its own host")

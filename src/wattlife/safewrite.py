@@ -79,7 +79,7 @@ class SafeAppender:
             self._fail("open", exc)
             return False
         if new:
-            self._out[:0] = self.header.encode()
+            self._out[:0] = self._encode(self.header)
             self._header_nl = self.header.count("\n")
         self._truncate = False
         return True
@@ -88,12 +88,30 @@ class SafeAppender:
         """Queue `text` (whole rows, each ending in a newline) and write what can be written."""
         if self.closed:
             return
-        data = text.encode()
+        data = self._encode(text)
         if len(self._out) + len(data) > self.max_pending:
-            self.rows_dropped += data.count(b"\n")
+            self.rows_dropped += text.count("\n")
         else:
             self._out += data
+            self._queued(len(data), text.count("\n"))
         self.flush()
+
+    def _encode(self, text: str) -> bytes:
+        """The bytes `text` is written as (FrameAppender: one zstd frame)."""
+        return text.encode()
+
+    def _queued(self, nbytes: int, rows: int) -> None:
+        """A write of `rows` rows, `nbytes` bytes, was queued (FrameAppender counts by frame)."""
+
+    def _account(self, done: bytes) -> None:
+        """Rows written and whether the file ends inside one, after `done` reached the file."""
+        nl = done.count(b"\n")
+        skip = min(nl, self._header_nl)
+        self._header_nl -= skip
+        self.rows_written += nl - skip
+        self._mid_line = not done.endswith(b"\n")
+        self._head = (len(done) - done.rfind(b"\n") - 1 if nl
+                      else self._head + len(done)) if self._mid_line else 0
 
     def flush(self) -> bool:
         """Write what is queued; True when nothing is left queued."""
@@ -105,14 +123,7 @@ class SafeAppender:
         try:
             while self._out:
                 n = os.write(self._fd, self._out)
-                done = self._out[:n]
-                nl = done.count(b"\n")
-                skip = min(nl, self._header_nl)
-                self._header_nl -= skip
-                self.rows_written += nl - skip
-                self._mid_line = not done.endswith(b"\n")
-                self._head = (len(done) - done.rfind(b"\n") - 1 if nl
-                              else self._head + len(done)) if self._mid_line else 0
+                self._account(bytes(self._out[:n]))
                 del self._out[:n]
         except OSError as exc:
             self._fail("write", exc)
@@ -130,7 +141,7 @@ class SafeAppender:
             with open(self.path, "rb") as fh:
                 fh.seek(size - self._head)
                 self._headbytes = fh.read(self._head)
-            if len(self._headbytes) != self._head or b"\n" in self._headbytes:
+            if len(self._headbytes) != self._head or not self._one_row(self._headbytes):
                 return False
             os.ftruncate(self._fd, size - self._head)
         except OSError:
@@ -138,9 +149,17 @@ class SafeAppender:
         self._mid_line, self._head = False, 0
         return True
 
+    def _one_row(self, head: bytes) -> bool:
+        """Whether `head`, cut back off the file, is the start of one row (no newline in it)."""
+        return b"\n" not in head
+
     @property
     def pending_rows(self) -> int:
-        return self._out.count(b"\n") - self._header_nl
+        return self._rows_in(bytes(self._out)) - self._header_nl
+
+    def _rows_in(self, data: bytes) -> int:
+        """Rows in queued bytes (FrameAppender: of the queued frames)."""
+        return data.count(b"\n")
 
     def close(self) -> dict[str, Any]:
         """Last write attempt, then the fallback file for what is left; returns `summary()`."""
@@ -155,15 +174,17 @@ class SafeAppender:
                 cut = data.find(b"\n") + 1
                 self.rows_dropped += 1 if cut else 0
                 data = data[cut:]
-            if self._header_nl and data.startswith(self.header.encode()):
-                data = data[len(self.header):]  # the header is written below anyway
-            n_rows = data.count(b"\n")
+            n_rows = self._rows_in(data)
+            head = self._encode(self.header)
+            if self._header_nl and data.startswith(head):
+                data = data[len(head):]  # the header is written below anyway
+                n_rows -= self._header_nl
             name = None
             try:
                 fd, name = tempfile.mkstemp(prefix=f"wattlife-{self.label}-{os.getpid()}-",
                                             suffix=f"-{self.path.name}")
                 try:
-                    view = memoryview(self.header.encode() + data)
+                    view = memoryview(head + data)
                     while view:
                         view = view[os.write(fd, view):]
                 finally:
@@ -194,3 +215,50 @@ class SafeAppender:
                 "rows_in_fallback": self.rows_in_fallback,
                 "write_errors": self.error_count, "errors": list(self.errors),
                 "fallback": self.fallback}
+
+
+class FrameAppender(SafeAppender):
+    """A SafeAppender of a zstd file (`trace.csv.zst`): each `write` is one zstd frame
+    (`contracts.zstd_frames`), so the file reads up to its last whole frame whatever happens (a
+    kill, a failing write); rows are counted as whole frames reach the file."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._frames: list[list[int]] = []  # [size, bytes not yet written, rows] a queued frame
+        super().__init__(*args, **kwargs)
+
+    def _encode(self, text: str) -> bytes:
+        from .contracts.zstd_frames import compress_frame
+
+        return compress_frame(text.encode())
+
+    def _open(self, strict: bool = False) -> bool:
+        before = len(self._out)
+        ok = super()._open(strict)
+        if len(self._out) > before:  # the header's frame was queued in front
+            size = len(self._out) - before
+            self._frames.insert(0, [size, size, self._header_nl])
+        return ok
+
+    def _queued(self, nbytes: int, rows: int) -> None:
+        self._frames.append([nbytes, nbytes, rows])
+
+    def _account(self, done: bytes) -> None:
+        n = len(done)
+        while n and self._frames:
+            take = min(n, self._frames[0][1])
+            self._frames[0][1] -= take
+            n -= take
+            if self._frames[0][1] == 0:
+                rows = self._frames.pop(0)[2]
+                skip = min(rows, self._header_nl)
+                self._header_nl -= skip
+                self.rows_written += rows - skip
+        first = self._frames[0] if self._frames else [0, 0, 0]
+        self._mid_line = first[1] < first[0]
+        self._head = first[0] - first[1]
+
+    def _one_row(self, head: bytes) -> bool:
+        return True  # the head of one frame, cut back whole
+
+    def _rows_in(self, data: bytes) -> int:
+        return sum(f[2] for f in self._frames)

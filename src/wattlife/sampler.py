@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from .config import SamplerSettings
-from .contracts import TRACE_HEADER
+from .contracts import TRACE_HEADER, ZSTD_SUFFIX
 from .contracts.clock import WallSteps, now_ns
 from .devices.base import SensorBackend, SensorUnavailable
-from .safewrite import SafeAppender
+from .safewrite import FrameAppender, SafeAppender
 
 
 class _SeriesStats:
@@ -65,8 +65,9 @@ class Sampler:
         """Open the trace (an unopenable path raises RuntimeError: nothing was started yet) and
         start the polling thread."""
         try:
-            self._out = SafeAppender(self.trace_path, TRACE_HEADER, "sampler", truncate=True,
-                                     strict_open=True)
+            appender = FrameAppender if self.trace_path.suffix == ZSTD_SUFFIX else SafeAppender
+            self._out = appender(self.trace_path, TRACE_HEADER, "sampler", truncate=True,
+                                 strict_open=True)
         except OSError as exc:
             raise RuntimeError(f"--trace {self.trace_path}: cannot open it: "
                                f"{exc.strerror or exc}") from None

@@ -126,3 +126,16 @@ def test_a_phase_name_survives_phases_csv(tmp_path, name):
     write_table(out, tmp_path / "phases.csv", PHASES_COLUMNS)
     back = read_table(tmp_path / "phases.csv", PHASES_COLUMNS)
     assert name in set(back["phase"]) and back["phase"].notna().all()
+
+
+def test_quoted_names_in_several_rank_files_are_read_together(tmp_path):
+    """events.csv and events.rank1.csv, each with quoted names: read as one table, each row
+    named by its own file's line (before: pd.concat failed comparing the files' line arrays)."""
+    head = "run_id,host,rank,phase,start_ns,end_ns,step,items,depth\n"
+    (tmp_path / "events.csv").write_text(
+        head + f'r,h,0,"a, b",{T0},{T0 + 5},0,,0\nr,h,0,c,{T0},{T0 + 5},1,,0\n')
+    (tmp_path / "events.rank1.csv").write_text(
+        head + f'r,h,1,"x\ny",{T0},{T0 + 5},0,,0\nr,h,1,z,{T0},{T0 + 5},1,,0\n')
+    ev = read_events(tmp_path / "events.csv", lines=True)
+    assert list(ev["phase"]) == ["a, b", "c", "x\ny", "z"]
+    assert list(ev["line_no"]) == [2, 3, 2, 4]

@@ -4,6 +4,8 @@ of integration or deconvolution per device (`attribute_energy`, pure: tables in,
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -13,8 +15,26 @@ from .deconvolve import choose_method, deconvolve, estimate_response, estimate_w
 from .gaps import GAP_PERIODS, Gaps, add_gap_columns, sensor_gaps
 from .integrate import integrate
 from .response import SensorResponse
-from .series import DeviceSeries, device_series, idle_power, too_few_readings
+from .series import (
+    DeviceSeries,
+    SpilledSeries,
+    device_series,
+    idle_power,
+    too_few_readings,
+)
 from .tree import PhaseTree, clamp_events, exclusive, phase_tree, timeline
+
+
+class EventsByRank(Protocol):
+    """A run's events read one rank at a time (`rank_events.RankEvents`)."""
+
+    run_ids: list[str]
+
+    def head(self) -> pd.DataFrame: ...
+
+    def map_devices(self, cuda_to_nvml: list[int] | None,
+                    rank_devices: dict[int, list[int]] | None
+                    ) -> Mapping[tuple[str, str], pd.DataFrame]: ...
 
 PROGRESS_MIN_READINGS = 2_000_000  # show a progress bar when a trace has more readings
 
@@ -27,9 +47,9 @@ def _progress(n_devices: int, n_readings: int, desc: str):
                 disable=n_readings < PROGRESS_MIN_READINGS or None)
 
 
-def _phase_map(events: pd.DataFrame, cuda_to_nvml: list[int] | None = None,
-               rank_devices: dict[int, list[int]] | None = None
-               ) -> dict[tuple[str, str], pd.DataFrame]:
+def phase_map(events: pd.DataFrame, cuda_to_nvml: list[int] | None = None,
+              rank_devices: dict[int, list[int]] | None = None
+              ) -> dict[tuple[str, str], pd.DataFrame]:
     """Which rank's events each (host, device) takes: the GPU of local rank k is CUDA device k,
     i.e. NVML index cuda_to_nvml[k] (k itself without a mapping), or every GPU of
     `rank_devices[k]` (one process driving several); CPU/DRAM <- the lowest rank on the host (it
@@ -61,7 +81,7 @@ def _idle_events(series: DeviceSeries, run_id: str) -> pd.DataFrame:
                          "step": [np.nan], "items": [np.nan]})
 
 
-def _events_for(series: DeviceSeries, pmap: dict, events: pd.DataFrame) -> pd.DataFrame:
+def _events_for(series: DeviceSeries, pmap: Mapping, events: pd.DataFrame) -> pd.DataFrame:
     """The events of the rank that drives this device; for a GPU no rank uses, one `idle`
     interval (never another rank's phases)."""
     kind = device_kind(series.device)
@@ -98,20 +118,19 @@ def _unclaimed_busy(series: DeviceSeries, floor_w: float) -> str | None:
             "energy is labelled idle")
 
 
-def _idle_floors(series: list[DeviceSeries], window: tuple[int, int] | None) -> dict:
+def _idle_floors(series: Sequence[DeviceSeries], window: tuple[int, int] | None) -> dict:
     """Each GPU's idle floor: its mean power over the idle baseline `window`, else the lowest
-    power reading of any GPU on its host (GPUs of one host idle alike)."""
+    power reading of any GPU on its host (GPUs of one host idle alike). One pass over `series`
+    (a `SpilledSeries` loads each device once)."""
     low: dict[str, float] = {}
-    for s in series:
-        if device_kind(s.device) == "gpu" and s.power_w is not None and len(s.power_w):
-            low[s.host] = min(low.get(s.host, np.inf), float(np.min(s.power_w)))
-    out = {}
+    own = {}
     for s in series:
         if device_kind(s.device) != "gpu" or s.power_w is None:
             continue
-        f = idle_power(s, *window) if window is not None else np.nan
-        out[(s.host, s.device)] = f if np.isfinite(f) else low.get(s.host, np.nan)
-    return out
+        if len(s.power_w):
+            low[s.host] = min(low.get(s.host, np.inf), float(np.min(s.power_w)))
+        own[(s.host, s.device)] = idle_power(s, *window) if window is not None else np.nan
+    return {k: f if np.isfinite(f) else low.get(k[0], np.nan) for k, f in own.items()}
 
 
 def _coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
@@ -219,7 +238,13 @@ def _warn_busy(s: DeviceSeries, floors: dict, strict: bool, where: str) -> None:
         warnings.warn(f"{where + ': ' if where else ''}{busy}", stacklevel=4)
 
 
-def _attribute_devices(series: list[DeviceSeries], pmap: dict, events: pd.DataFrame,
+def _n_readings(series: Sequence[DeviceSeries]) -> int:
+    """Readings of all series (a `chunked.SpilledTrace` counts them without loading any)."""
+    n = getattr(series, "n_readings", None)
+    return int(n) if n is not None else sum(len(x.t_ns) for x in series)
+
+
+def _attribute_devices(series: Sequence[DeviceSeries], pmap: Mapping, events: pd.DataFrame,
                        floors: dict, method: str, window_s: float | None,
                        response: SensorResponse | str | None, n_boot: int,
                        idle_window: tuple[int, int] | None, strict: bool, where: str
@@ -232,7 +257,7 @@ def _attribute_devices(series: list[DeviceSeries], pmap: dict, events: pd.DataFr
     used: dict[tuple[str, str], SensorResponse] = {}
     uncovered: list[str] = []
     gapped: list[str] = []
-    bar = _progress(len(series), sum(len(x.t_ns) for x in series), "attribute")
+    bar = _progress(len(series), _n_readings(series), "attribute")
     for s in series:
         ev = _events_for(s, pmap, events)
         if len(ev) and (ev["phase"] == IDLE).all():
@@ -276,11 +301,9 @@ def _warn_gaps(gapped: list[str], where: str) -> None:
                       "covered_fraction below 1 and a widened interval", stacklevel=3)
 
 
-def _short_devices(trace: pd.DataFrame, series: list[DeviceSeries], where: str
-                   ) -> list[pd.DataFrame]:
-    """Devices with fewer than 2 readings: kept, flagged (one `unattributed` row, energy NaN,
-    not 0 J, covered_fraction 0), with a warning naming them."""
-    short = too_few_readings(trace, series)
+def _short_devices(short: pd.DataFrame, where: str) -> list[pd.DataFrame]:
+    """Devices with fewer than 2 readings (`too_few_readings`): kept, flagged (one
+    `unattributed` row, energy NaN, not 0 J, covered_fraction 0), with a warning naming them."""
     if not len(short):
         return []
     warnings.warn(f"{where + ': ' if where else ''}{len(short)} device(s) with fewer than 2 "
@@ -292,7 +315,29 @@ def _short_devices(trace: pd.DataFrame, series: list[DeviceSeries], where: str
                          time_s=0.0, method="integrate", covered_fraction=0.0)]
 
 
-def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "auto",
+def _prepare_events(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame | EventsByRank,
+                    run_id: str | None, where: str, cuda_to_nvml: list[int] | None,
+                    rank_devices: dict[int, list[int]] | None
+                    ) -> tuple[str, pd.DataFrame, Mapping[tuple[str, str], pd.DataFrame]]:
+    """(run id, the events' first rows for `_events_for`, the phase map): events checked and
+    clamped, or a `EventsByRank`, whose ranks are read and clamped as devices ask for them."""
+    if isinstance(events, pd.DataFrame):
+        ids = events["run_id"].astype(str).unique() if len(events) else []
+    else:
+        ids = events.run_ids
+    if run_id is None:
+        run_id = ids[0] if len(ids) == 1 else "run"
+    check_time_units(trace if isinstance(trace, pd.DataFrame) else
+                     pd.DataFrame({"t_ns": np.zeros(0, np.int64)}),
+                     events if isinstance(events, pd.DataFrame) else events.head())
+    if not isinstance(events, pd.DataFrame):
+        return run_id, events.head(), events.map_devices(cuda_to_nvml, rank_devices)
+    events = clamp_events(timeline(events), where=where or "events")
+    return run_id, events, phase_map(events, cuda_to_nvml, rank_devices)
+
+
+def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame | EventsByRank,
+                     method: str = "auto",
                      window_s: float | None = None, run_id: str | None = None,
                      idle_window: tuple[int, int] | None = None,
                      n_boot: int = 200,
@@ -314,24 +359,26 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
     `response` shapes deconvolution's reading window: None, a boxcar (`window_s`, else
     estimated); a `SensorResponse`, the GPU sensor's weights (for GPUs; CPU and DRAM keep the
     boxcar); "estimate", weights estimated per device from the run (`estimate_response`). The
-    responses used are in `out.attrs["sensor_responses"]` ({(host, device): SensorResponse})."""
+    responses used are in `out.attrs["sensor_responses"]` ({(host, device): SensorResponse}).
+
+    `trace`: the table, or a `chunked.SpilledTrace` (a trace read in chunks, its timestamps
+    checked as it was read); `events`: the table, or a `rank_events.RankEvents` (one rank's
+    file at a time, each prepared as the table is): the same table either way."""
     if isinstance(response, str) and response != "estimate":
         raise ValueError(f"response must be a SensorResponse, 'estimate' or None, got {response!r}")
     if method not in ("auto", "integrate", "deconvolve"):
         raise ValueError(f"method must be auto, integrate or deconvolve, got {method!r}")
-    if run_id is None:
-        ids = events["run_id"].astype(str).unique() if len(events) else []
-        run_id = ids[0] if len(ids) == 1 else "run"
-    check_time_units(trace, events)
-    events = clamp_events(timeline(events), where=where or "events")
-    pmap = _phase_map(events, cuda_to_nvml, rank_devices)
-    series = device_series(trace)
+    run_id, events, pmap = _prepare_events(trace, events, run_id, where, cuda_to_nvml,
+                                           rank_devices)
+    series: Sequence[DeviceSeries] = (device_series(trace) if isinstance(trace, pd.DataFrame)
+                                      else trace)
     floors = _idle_floors(series, floor_window or idle_window)
     frames, used, uncovered, gapped = _attribute_devices(
         series, pmap, events, floors, method, window_s, response, n_boot, idle_window, strict,
         where)
+    short = (too_few_readings(trace, series) if isinstance(trace, pd.DataFrame)
+             else trace.short())
     if not frames:
-        short = too_few_readings(trace, series)
         if len(short):
             raise ContractError(
                 f"{where or 'trace'}: no device has the 2 readings an energy needs ("
@@ -341,7 +388,7 @@ def attribute_energy(trace: pd.DataFrame, events: pd.DataFrame, method: str = "a
                             "attribute")
     _warn_uncovered(uncovered, strict, where)
     _warn_gaps(gapped, where)
-    frames += _short_devices(trace, series, where)
+    frames += _short_devices(short, where)
     out = pd.concat(frames, ignore_index=True)
     out["run_id"] = run_id
     with np.errstate(divide="ignore", invalid="ignore"):

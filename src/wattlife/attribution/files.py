@@ -4,6 +4,7 @@ intervals `wattlife run` itself knows (`wrapper_events`) and the GPU mapping it 
 from __future__ import annotations
 
 import warnings
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from ..contracts import (
     SUMMARY_FILE,
     ContractError,
     RunMeta,
+    StreamUnreadable,
     read_events,
     read_meta,
     read_trace,
@@ -22,7 +24,9 @@ from ..contracts import (
     write_table,
 )
 from ..pathlock import one_writer
+from .chunked import SpilledTrace
 from .energy import attribute_energy, check_time_units
+from .rank_events import RankEvents
 from .response import SensorResponse
 from .steady import label_steady
 
@@ -155,15 +159,66 @@ def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, met
         response = "estimate"
     elif sensor_response != "boxcar":
         response = SensorResponse.from_csv(sensor_response)
-    trace_df = read_trace(trace)
+    with ExitStack() as stack:
+        trace_in = _open_trace(trace, out, stack)
+        return _attribute_read(trace_in, trace, events, out, method, window_ms, idle_split,
+                               n_boot, response, strict, meta_path, steady)
+
+
+def _open_trace(trace: str | Path, out: str | Path, stack: ExitStack
+                ) -> pd.DataFrame | SpilledTrace:
+    """The trace read in chunks, its devices' series spilled beside `out` (removed on exit of
+    `stack`); the in-memory table where the streaming parser cannot take it
+    (`contracts.StreamUnreadable`: the contract's reader decides)."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return stack.enter_context(SpilledTrace(trace, spill_dir=Path(out).parent))
+    except StreamUnreadable:
+        return read_trace(trace)
+
+
+def _prepared(events_df: pd.DataFrame, meta: RunMeta, has_meta: bool, steady: bool,
+              compiled: bool) -> pd.DataFrame:
+    """The events as attribution takes them: steady labels (`label_steady`), plus the
+    intervals `wattlife run` knows (`wrapper_events`) where there is a meta.json."""
+    if steady and len(events_df):
+        events_df = label_steady(events_df, compiled=compiled)
+    if has_meta:
+        extra = wrapper_events(events_df, meta)
+        if len(extra):
+            extra = extra.astype({"start_ns": "int64", "end_ns": "int64"})
+            events_df = pd.concat([events_df, extra], ignore_index=True)
+    return events_df
+
+
+def _events_in(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path, events: str | Path,
+               meta: RunMeta, has_meta: bool, steady: bool) -> pd.DataFrame | RankEvents:
+    """The run's events prepared (`_prepared`): for a trace read in chunks, one rank's file at
+    a time where the files allow it (`RankEvents`), else all at once."""
+    compiled = run_compiled(trace)
+    if not isinstance(trace_in, pd.DataFrame):
+        ranks = RankEvents.open(events, lambda ev, any_compile: _prepared(
+            ev, meta, has_meta, steady, compiled and not any_compile), f"{trace} x {events}")
+        if ranks is not None:
+            return ranks
     events_df = read_events(events, lines=True)
-    has_meta = meta_path.exists()
     if not len(events_df):
         warnings.warn(f"{events}: no phases (header only): the command's time is `unattributed` "
                       "(the idle baseline of meta.json, where there is one, its own row; "
-                      "without meta.json the GPUs' time is `idle`)", stacklevel=2)
+                      "without meta.json the GPUs' time is `idle`)", stacklevel=4)
+    check_time_units(trace_in if isinstance(trace_in, pd.DataFrame) else  # checked as read
+                     pd.DataFrame({"t_ns": np.zeros(0, np.int64)}), events_df, str(trace),
+                     str(events))
+    return _prepared(events_df, meta, has_meta, steady, compiled)
+
+
+def _attribute_read(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path,
+                    events: str | Path, out: str | Path, method: str, window_ms: float | None,
+                    idle_split: bool, n_boot: int, response: SensorResponse | str | None,
+                    strict: bool, meta_path: Path, steady: bool) -> pd.DataFrame:
+    """`_attribute_files` once the trace is open."""
+    has_meta = meta_path.exists()
     meta = read_meta(meta_path) if has_meta else RunMeta()
-    check_time_units(trace_df, events_df, str(trace), str(events))
     idle = None
     if idle_split:
         idle = meta.idle_window
@@ -171,14 +226,8 @@ def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, met
             raise ValueError(f"--idle-split needs an idle baseline window in {meta_path} "
                              "(sampler.idle_baseline_s > 0)")
     window_s = window_ms / 1000.0 if window_ms else None  # None: estimated per device
-    if steady and len(events_df):
-        events_df = label_steady(events_df, compiled=run_compiled(trace))
-    if has_meta:
-        extra = wrapper_events(events_df, meta)
-        if len(extra):
-            extra = extra.astype({"start_ns": "int64", "end_ns": "int64"})
-            events_df = pd.concat([events_df, extra], ignore_index=True)
-    df = attribute_energy(trace_df, events_df, method, window_s, meta.run_id, idle, n_boot,
+    events_df = _events_in(trace_in, trace, events, meta, has_meta, steady)
+    df = attribute_energy(trace_in, events_df, method, window_s, meta.run_id, idle, n_boot,
                           response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
                           where=f"{trace} x {events}", rank_devices=rank_devices(meta),
                           floor_window=meta.idle_window)

@@ -7,6 +7,8 @@ utilisation-based estimate all are), or from its energy counter where it has no 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +57,62 @@ class DeviceSeries:
         return float(np.median(np.diff(self.t_ns))) / 1e9 if len(self.t_ns) > 1 else float("nan")
 
 
+class SpilledSeries(Sequence[DeviceSeries], ABC):
+    """The devices' series of a trace read in chunks (`chunked.SpilledTrace`), loaded one at a
+    time, with the devices that have too few readings (`short`, as `too_few_readings`)."""
+
+    @property
+    @abstractmethod
+    def n_readings(self) -> int:
+        """Readings of all series, counted without loading them."""
+
+    @abstractmethod
+    def short(self) -> pd.DataFrame:
+        """host, device, count, source of the devices with fewer than 2 readings."""
+
+
+def source_mode(codes: np.ndarray, names: list[str]) -> str:
+    """The most frequent source of a series' rows (`codes` into `names`), the first by name of
+    equally frequent ones (what pandas' `mode().iat[0]` gives)."""
+    counts = np.bincount(codes, minlength=len(names))
+    best = np.flatnonzero(counts == counts.max())
+    return min(names[i] for i in best)
+
+
+def power_series(host: str, dev: str, t: np.ndarray, p: np.ndarray, src: np.ndarray,
+                 names: list[str], limit: float) -> DeviceSeries:
+    """A device's series from its power readings (>= 2, in file order; `src` codes into `names`):
+    sorted by time (stable), the last of equal timestamps kept."""
+    order = np.argsort(t, kind="stable")
+    t, p, src = t[order], p[order], src[order]
+    keep = np.append(t[1:] != t[:-1], True)
+    t, p, src = t[keep], p[keep], src[keep]
+    e = np.concatenate([[0.0], np.cumsum(p[1:] * np.diff(t) / 1e9)])
+    # a burst may exceed the limit (the H200's 20 ms readings reach ~1.3x it): the highest
+    # reading says how far this device went
+    bound = max(limit, float(p.max())) if np.isfinite(limit) else np.inf
+    floor = max(float(p[1:].min()), 0.0)  # p[0] has no window (not integrated)
+    return DeviceSeries(host, dev, t, e, p, source_mode(src, names), bound, floor)
+
+
+def energy_series(host: str, dev: str, t: np.ndarray, e: np.ndarray, src: np.ndarray,
+                  names: list[str]) -> DeviceSeries:
+    """A device's series from its energy counter (>= 2 readings, in file order)."""
+    order = np.argsort(t, kind="stable")
+    t, e = t[order], e[order]
+    dt = np.diff(t) / 1e9
+    ok = dt > 0
+    floor = max(float(np.min(np.diff(e)[ok] / dt[ok])), 0.0) if ok.any() else 0.0
+    return DeviceSeries(host, dev, t, e - e[0], None, source_mode(src[order], names),
+                        floor_w=floor)
+
+
+def _arrays(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    codes, names = pd.factorize(rows["source"])
+    return (rows["t_ns"].to_numpy(np.int64), rows["value"].to_numpy(np.float64), codes,
+            [str(x) for x in names])
+
+
 def device_series(trace: pd.DataFrame) -> list[DeviceSeries]:
     """Cumulative-energy series of every GPU/CPU/DRAM device in a trace."""
     out = []
@@ -62,33 +120,18 @@ def device_series(trace: pd.DataFrame) -> list[DeviceSeries]:
     sel = trace[kinds.isin(ATTRIBUTED_KINDS) & trace["metric"].isin([POWER_W, ENERGY_J])]
     limits = trace[trace["metric"] == POWER_LIMIT_W].groupby(["host", "device"])["value"].max()
     for (host, dev), g in sel.groupby(["host", "device"], sort=True):
-        limit = float(limits.get((host, dev), np.inf))
         power = g[g["metric"] == POWER_W]
         if len(power) >= 2:
-            power = power.sort_values("t_ns", kind="stable").drop_duplicates("t_ns", keep="last")
-            t = power["t_ns"].to_numpy(np.int64)
-            p = power["value"].to_numpy(np.float64)
-            e = np.concatenate([[0.0], np.cumsum(p[1:] * np.diff(t) / 1e9)])
-            src = power["source"].mode().iat[0]
-            # a burst may exceed the limit (the H200's 20 ms readings reach ~1.3x it): the highest
-            # reading says how far this device went
-            bound = max(limit, float(p.max())) if np.isfinite(limit) else np.inf
-            floor = max(float(p[1:].min()), 0.0)  # p[0] has no window (not integrated)
-            out.append(DeviceSeries(host, dev, t, e, p, src, bound, floor))
+            limit = float(limits.get((host, dev), np.inf))
+            out.append(power_series(host, dev, *_arrays(power), limit))
             continue
-        energy = g[g["metric"] == ENERGY_J].sort_values("t_ns", kind="stable")
+        energy = g[g["metric"] == ENERGY_J]
         if len(energy) >= 2:
-            t = energy["t_ns"].to_numpy(np.int64)
-            e = energy["value"].to_numpy(np.float64)
-            dt = np.diff(t) / 1e9
-            ok = dt > 0
-            floor = max(float(np.min(np.diff(e)[ok] / dt[ok])), 0.0) if ok.any() else 0.0
-            out.append(DeviceSeries(host, dev, t, e - e[0], None, energy["source"].mode().iat[0],
-                                    floor_w=floor))
+            out.append(energy_series(host, dev, *_arrays(energy)))
     return out
 
 
-def too_few_readings(trace: pd.DataFrame, series: list[DeviceSeries]) -> pd.DataFrame:
+def too_few_readings(trace: pd.DataFrame, series: Sequence[DeviceSeries]) -> pd.DataFrame:
     """The GPU/CPU/DRAM devices of `trace` that `device_series` could not make a series of (fewer
     than 2 power or energy readings): host, device, count (readings), source."""
     kinds = trace["device"].map(device_kind)

@@ -3,6 +3,7 @@ repeated findings, and the epoch-ns clock checks every timestamped file shares."
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -39,6 +40,51 @@ def _capped(severity: str, code: str, file: str, lines: Iterable[Any], messages:
     if len(lines) > max_rows:
         out.append(Finding(severity, code, file, None,
                            f"... and {len(lines) - max_rows:,} more row(s) like the above"))
+    return out
+
+
+_MORE = re.compile(r"^\.\.\. and ([\d,]+) more row\(s\) like the above$")
+_COLUMN = re.compile(r"^column '([^']+)'")
+#: codes reported once per kind (the message names it, the line is its first row): sorted by
+#: message (source-unknown: by source name) or by line (device-name: first appearance)
+ONCE_BY = {"trace.source-unknown": "message", "trace.device-name": "line"}
+
+
+def merge_capped(findings: Iterable[Finding], max_rows: int, order: Iterable[str] = (),
+                 columns: Iterable[str] = ()) -> list[Finding]:
+    """Findings of the chunks of one file, in file order, merged as one pass over the whole
+    file gives them: per code (in `order`, then as first seen; one code's findings on several
+    columns, "column 'c' ...", in the order of `columns`) the first `max_rows` rows and one
+    finding counting the rest (`_capped`); the `ONCE_BY` codes once per message."""
+    by: dict[tuple[str, str], list[Finding]] = {}
+    group = ("", "")
+    for x in findings:  # a `_capped` count follows its rows: it joins their group
+        if not _MORE.match(x.message) or x.code != group[0]:
+            col = _COLUMN.match(x.message)
+            group = (x.code, col.group(1) if col else "")
+        by.setdefault(group, []).append(x)
+    order, cols = list(order), list(columns)
+    out: list[Finding] = []
+    keys = sorted(by, key=lambda k: (order.index(k[0]) if k[0] in order else len(order),
+                                     cols.index(k[1]) if k[1] in cols else len(cols)))
+    for key in keys:
+        code = key[0]
+        if code in ONCE_BY:
+            first: dict[str, Finding] = {}
+            for x in by[key]:
+                first.setdefault(x.message, x)
+            how = ONCE_BY[code]
+            out += sorted(first.values(), key=lambda x: (x.message if how == "message"
+                                                         else x.line or 0))
+            continue
+        rows = [x for x in by[key] if not _MORE.match(x.message)]
+        more = sum(int(m.group(1).replace(",", "")) for x in by[key]
+                   if (m := _MORE.match(x.message)))
+        out += rows[:max_rows]
+        extra = len(rows) - max_rows + more
+        if extra > 0:
+            out.append(Finding(by[key][0].severity, code, by[key][0].file, None,
+                               f"... and {extra:,} more row(s) like the above"))
     return out
 
 

@@ -6,13 +6,26 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
 
-from ..contracts import ContractError, exact_ints, int_form, read_contract_bytes, record_lines
+from ..contracts import (
+    ContractError,
+    LineChunks,
+    StreamUnreadable,
+    exact_ints,
+    int_form,
+    read_contract_bytes,
+    record_lines,
+    streaming,
+)
 from .findings import ERROR, WARNING, Finding, _capped
+
+#: the reading's finding codes in the order `read_csv_lines` reports them
+READ_CODES = ("file.gzip", "file.empty", "csv.truncated-header", "csv.truncated-line",
+              "csv.parse", "csv.field-count", "value.type")
 
 
 def read_csv_lines(path: Path, max_rows: int = 5, kinds: dict[str, str] | None = None,
@@ -69,10 +82,11 @@ def _complete_lines(path: Path, name: str) -> tuple[bytes | None, list[Finding]]
                                     "killed?); readers ignore it")]
 
 
-def _drop_bad_field_counts(data: bytes, name: str,
-                           max_rows: int) -> tuple[bytes, np.ndarray, list[Finding]]:
+def _drop_bad_field_counts(data: bytes, name: str, max_rows: int, offset: int = 0
+                           ) -> tuple[bytes, np.ndarray, list[Finding]]:
     """The text without the lines whose field count differs from the header's (reported), and
-    the CSV line number of each data row kept; blank lines are dropped silently."""
+    the CSV line number of each data row kept; blank lines are dropped silently. `offset`: the
+    file's data lines before these (a chunk of the file, its header in front)."""
     buf = np.frombuffer(data, dtype=np.uint8)
     nl = np.flatnonzero(buf == ord("\n"))
     commas = np.flatnonzero(buf == ord(","))
@@ -82,7 +96,7 @@ def _drop_bad_field_counts(data: bytes, name: str,
     expected = per_line[0]
     bad = (per_line != expected) & ~blank
     bad[0] = False
-    line_no = np.arange(1, len(nl) + 1)
+    line_no = np.arange(1, len(nl) + 1) + offset
     if not bad.any():
         return data, line_no[~blank][1:], []
     starts = np.concatenate([[0], nl[:-1] + 1])
@@ -184,3 +198,35 @@ def to_numbers(df: pd.DataFrame, kinds: dict[str, str], file: str, max_rows: int
         out[col] = vals if kind == "int" else pd.to_numeric(vals, errors="coerce")
     return out, findings
 
+
+
+def read_csv_chunks(path: Path, max_rows: int, kinds: dict[str, str],
+                    chunk_bytes: int | None = None
+                    ) -> Iterator[tuple[pd.DataFrame | None, list[Finding]]]:
+    """`read_csv_lines` of a CSV trace (plain, .gz, .zst) chunk by chunk (`LineChunks`, about
+    `chunk_bytes` each, `streaming.BATCH_BYTES` by default): each chunk's rows with their file
+    line numbers and its findings; a last item (None, findings) for an empty file, a cut header
+    or a truncated last line. Raises StreamUnreadable for quoted fields or a cut gzip file
+    (read the file whole instead)."""
+    name = str(path)
+    chunks = LineChunks(path, chunk_bytes or streaming.BATCH_BYTES)
+    header, offset = b"", 0
+    for block in chunks:
+        if not header:
+            cut = block.find(b"\n") + 1
+            header, block = block[:cut], block[cut:]
+        if b'"' in header or b'"' in block:
+            raise StreamUnreadable("quoted fields")
+        text, rows_line, ff = _drop_bad_field_counts(header + block, name, max_rows, offset)
+        df, ff2 = _parse_typed(text, rows_line, kinds, name, max_rows, ())
+        offset += block.count(b"\n")
+        yield df, ff + ff2
+    if not header:
+        yield None, [Finding(ERROR, "csv.truncated-header", name, 1, "header line is truncated")
+                     if chunks.tail else Finding(ERROR, "file.empty", name, None,
+                                                 "empty file (no header)")]
+    elif chunks.tail or chunks.cut_frame:
+        what = (f"truncated last line {chunks.tail[:80]!r}" if chunks.tail else
+                "cut last zstd frame")
+        yield None, [Finding(WARNING, "csv.truncated-line", name, offset + 2,
+                             f"{what} (writer killed?); readers ignore it")]

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from ..attribution.chunked import SpilledTrace
 from ..contracts import (
     EVENTS_COLUMNS,
     EVENTS_FILE,
@@ -23,14 +24,25 @@ from ..contracts import (
     TRACE_COLUMNS,
     TRACE_FILE,
     TRACE_FILES,
+    StreamUnreadable,
 )
 from .events import check_events
-from .findings import ERROR, WARNING, Finding
+from .findings import ERROR, WARNING, Finding, merge_capped
 from .kinds import check_kind_phases, infer_kind
 from .outputs import check_meta, check_phases_table, check_summary
-from .reading import check_columns, read_csv_lines
+from .reading import READ_CODES, check_columns, read_csv_chunks, read_csv_lines
 from .steady import steady_findings
-from .trace import check_gaps, check_span, check_trace
+from .trace import (
+    TRACE_CODES,
+    check_gaps,
+    check_span,
+    check_trace,
+    check_trace_rows,
+    check_trace_series,
+    gap_findings,
+    no_energy,
+    trace_span,
+)
 
 
 def _first(run: Path, names: list[str]) -> Path | None:
@@ -64,29 +76,92 @@ def _meta_file(run: Path, now_ns: int, f: list[Finding]) -> dict[str, Any] | Non
 
 def _trace_file(run: Path, meta: dict[str, Any] | None, now_ns: int, max_rows: int,
                 f: list[Finding]) -> tuple[pd.DataFrame | None, Path | None]:
-    """The trace read and checked (findings appended to `f`), and its path; the trace is None
-    when missing, unreadable or without its contract's columns."""
-    tr = None
+    """The trace read and checked (findings appended to `f`), and its path; returns each host's
+    span (`trace_span`), None when the trace is missing, unreadable or without its contract's
+    columns. A CSV trace (plain, .gz, .zst) is read and checked in chunks
+    (`_trace_chunked`), in bounded memory; Parquet, quoted fields or a cut gzip file whole."""
     tr_path = _first(run, list(TRACE_FILES))
     if tr_path is None:
         f.append(Finding(ERROR, "file.missing", str(run / TRACE_FILE), None,
-                         "no trace (trace.csv, trace.csv.gz or trace.parquet)"))
+                         "no trace (trace.csv, trace.csv.gz, trace.csv.zst or trace.parquet)"))
         return None, None
+    rows = ((meta or {}).get("sampler") or {}).get("rows")
+    if tr_path.suffix != ".parquet":
+        try:
+            return _trace_chunked(tr_path, rows, now_ns, max_rows, f), tr_path
+        except StreamUnreadable:
+            pass
     raw, ff = read_csv_lines(tr_path, max_rows, {"t_ns": "int", "value": "float"})
     f += ff
-    if raw is not None:
-        cols = check_columns(raw, TRACE_COLUMNS, str(tr_path))
-        f += cols
-        if not cols:
-            tr = raw[raw["t_ns"].notna()]
-            tr["t_ns"] = tr["t_ns"].astype(np.int64)
-            f += check_trace(tr, str(tr_path), now_ns, max_rows)
-            f += check_gaps(tr, str(tr_path))
-            rows = ((meta or {}).get("sampler") or {}).get("rows")
-            if isinstance(rows, int) and tr_path.suffix == ".csv" and rows != len(raw):
-                f.append(Finding(WARNING, "trace.rows", str(tr_path), None,
-                                 f"{len(raw):,} rows, meta.json's sampler wrote {rows:,}"))
-    return tr, tr_path
+    if raw is None:
+        return None, tr_path
+    cols = check_columns(raw, TRACE_COLUMNS, str(tr_path))
+    f += cols
+    if cols:
+        return None, tr_path
+    tr = raw[raw["t_ns"].notna()]
+    tr["t_ns"] = tr["t_ns"].astype(np.int64)
+    f += check_trace(tr, str(tr_path), now_ns, max_rows)
+    f += check_gaps(tr, str(tr_path))
+    f += _rows_finding(tr_path, rows, len(raw))
+    return trace_span(tr), tr_path
+
+
+def _rows_finding(tr_path: Path, rows: Any, n: int) -> list[Finding]:
+    """The trace's row count against meta.json's (a CSV trace)."""
+    if isinstance(rows, int) and tr_path.suffix == ".csv" and rows != n:
+        return [Finding(WARNING, "trace.rows", str(tr_path), None,
+                        f"{n:,} rows, meta.json's sampler wrote {rows:,}")]
+    return []
+
+
+def _trace_chunked(tr_path: Path, rows: Any, now_ns: int, max_rows: int, f: list[Finding]
+                   ) -> pd.DataFrame | None:
+    """`_trace_file` chunk by chunk: each chunk's rows checked alone, its series after the last
+    row of each series before it; findings merged as one pass gives them (`merge_capped`); the
+    sensor gaps of the devices' series, spilled to disk as read (`SpilledTrace`), one device at
+    a time (`gap_findings`, as `check_gaps` of the whole table)."""
+    with SpilledTrace(tr_path, read=False) as spill:
+        return _trace_chunks(tr_path, rows, now_ns, max_rows, f, spill)
+
+
+def _trace_chunks(tr_path: Path, rows: Any, now_ns: int, max_rows: int, f: list[Finding],
+                  spill: SpilledTrace) -> pd.DataFrame | None:
+    """`_trace_chunked` with its spill open."""
+    name = str(tr_path)
+    read_f: list[Finding] = []
+    check_f: list[Finding] = []
+    cols: list[Finding] | None = None
+    carry, spans, n, energy = None, [], 0, False
+    for raw, ff in read_csv_chunks(tr_path, max_rows, {"t_ns": "int", "value": "float"}):
+        read_f += ff
+        if raw is None or cols:
+            continue
+        cols = check_columns(raw, TRACE_COLUMNS, name) if cols is None else cols
+        n += len(raw)
+        if cols:
+            continue
+        tr = raw[raw["t_ns"].notna()]
+        tr["t_ns"] = tr["t_ns"].astype(np.int64)
+        check_f += check_trace_rows(tr, name, now_ns, max_rows)
+        energy |= bool(tr["metric"].isin(["power_w", "energy_j"]).any())
+        both = tr if carry is None else pd.concat([carry, tr], ignore_index=True)
+        check_f += check_trace_series(both, name, max_rows)
+        carry = both.groupby(["host", "device", "metric"], observed=True, sort=False).tail(1)
+        spans.append(trace_span(tr))
+        spill.add(tr[np.isfinite(tr["value"].to_numpy(float))])
+    f += merge_capped(read_f, max_rows, READ_CODES, ("t_ns", "value"))
+    if cols is None or cols:
+        f += cols or []
+        return None
+    if not energy:
+        check_f.append(no_energy(name))
+    f += merge_capped(check_f, max_rows, TRACE_CODES)
+    spill.finish()
+    f += gap_findings(spill, name)
+    f += _rows_finding(tr_path, rows, n)
+    span = pd.concat(spans)
+    return span.groupby(level=0).agg({"min": "min", "max": "max"})
 
 
 def _events_files(run: Path, max_rows: int,
@@ -163,7 +238,7 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
     if ev is not None:
         f += check_events(ev, now_ns, max_rows)
         if tr is not None and len(tr):
-            f += check_span(tr, ev, str(tr_path), meta, max_rows)
+            f += check_span(tr, ev, str(tr_path), meta, max_rows)  # tr: the trace's span
     summary = None
     sum_path = run / SUMMARY_FILE
     if sum_path.exists():

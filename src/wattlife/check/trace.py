@@ -2,21 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
-from ..attribution import GAP_PERIODS, MAX_INVENTED_SHARE, device_series, sensor_gaps
+from ..attribution import (
+    GAP_PERIODS,
+    MAX_INVENTED_SHARE,
+    DeviceSeries,
+    device_series,
+    sensor_gaps,
+)
 from ..contracts import SOURCES_MEASURED, SOURCES_NOT_MEASURED
 from .findings import ERROR, WARNING, Finding, _capped, check_clock
 
 DEVICE_RE = r"^(?:gpu|cpu|dram)\d+$|^node$"
 
 
+#: the trace checks' codes in the order `check_trace` reports them (chunks' findings merged in it)
+TRACE_CODES = ("clock.before-2000", "clock.future", "trace.value", "trace.source-missing",
+               "trace.source-unknown", "trace.device-name", "trace.no-energy",
+               "clock.not-monotone", "trace.energy-falls")
+
+
 def check_trace(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5) -> list[Finding]:
     """Trace rows (numbers already converted): clock, finite values, sources, devices,
     time monotone per series (host, device, metric), cumulative energy never falling."""
+    f = check_trace_rows(tr, file, now_ns, max_rows)
+    if not tr["metric"].isin(["power_w", "energy_j"]).any():
+        f.append(no_energy(file))
+    return f + check_trace_series(tr, file, max_rows)
+
+
+def no_energy(file: str) -> Finding:
+    return Finding(ERROR, "trace.no-energy", file, None,
+                   "no power_w or energy_j rows: nothing to attribute")
+
+
+def check_trace_rows(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5
+                     ) -> list[Finding]:
+    """The checks of each row alone: clock, finite values, sources, device names."""
     f = check_clock(tr["t_ns"], tr["line_no"], "t_ns", file, now_ns, max_rows)
     bad_v = ~np.isfinite(tr["value"].to_numpy(float)) & tr["value"].notna().to_numpy()
     if bad_v.any():
@@ -40,9 +66,13 @@ def check_trace(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5) -> 
         first = int(tr["line_no"][(tr["device"] == d).to_numpy()].iloc[0])
         f.append(Finding(WARNING, "trace.device-name", file, first,
                          f"device {d!r} is not gpuN, cpuN, dramN or node"))
-    if not tr["metric"].isin(["power_w", "energy_j"]).any():
-        f.append(Finding(ERROR, "trace.no-energy", file, None,
-                         "no power_w or energy_j rows: nothing to attribute"))
+    return f
+
+
+def check_trace_series(tr: pd.DataFrame, file: str, max_rows: int = 5) -> list[Finding]:
+    """The checks along each series: time monotone per (host, device, metric), cumulative
+    energy never falling (in chunks: the chunk after each series' last row of the one before)."""
+    f: list[Finding] = []
     keys = ["host", "device", "metric"]
     back = (tr.groupby(keys, sort=False, observed=True)["t_ns"].diff() < 0).to_numpy()
     if back.any():
@@ -61,14 +91,22 @@ def check_trace(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5) -> 
 
 
 def check_gaps(tr: pd.DataFrame, file: str) -> list[Finding]:
-    """Sensor gaps (`attribution.gaps`): a warning for each device whose readings stop for
-    longer than `GAP_PERIODS` reading periods (and `GAP_MIN_S`); an error when the energy bridged
-    across them exceeds `MAX_INVENTED_SHARE` of the device's energy."""
-    f: list[Finding] = []
+    """Sensor gaps (`attribution.gaps`) of a trace's rows (numbers already converted): its
+    finite readings' device series (`device_series`) checked by `gap_findings`."""
     cols = ["t_ns", "host", "device", "metric", "value", "source"]
     ok = np.isfinite(tr["value"].to_numpy(float))
     plain = tr.loc[ok, cols].astype({c: str for c in ("host", "device", "metric", "source")})
-    for s in device_series(plain):
+    return gap_findings(device_series(plain), file)
+
+
+def gap_findings(series: Iterable[DeviceSeries], file: str) -> list[Finding]:
+    """Sensor gaps: a warning for each device whose readings stop for longer than
+    `GAP_PERIODS` reading periods (and `GAP_MIN_S`); an error when the energy bridged across
+    them exceeds `MAX_INVENTED_SHARE` of the device's energy. `series`: the devices' series in
+    (host, device) order, a list (`check_gaps`) or a trace read in chunks
+    (`attribution.chunked.SpilledTrace`, one device at a time): the same findings."""
+    f: list[Finding] = []
+    for s in series:
         gaps = sensor_gaps(s)
         if gaps.total_s <= 0:
             continue
@@ -88,12 +126,16 @@ def check_gaps(tr: pd.DataFrame, file: str) -> list[Finding]:
     return f
 
 
-def check_span(tr: pd.DataFrame, ev: pd.DataFrame, trace_file: str,
+def trace_span(tr: pd.DataFrame) -> pd.DataFrame:
+    """Each host's first and last reading (index host, columns min, max)."""
+    return tr.groupby("host", observed=True)["t_ns"].agg(["min", "max"])
+
+
+def check_span(span: pd.DataFrame, ev: pd.DataFrame, trace_file: str,
                meta: dict[str, Any] | None, max_rows: int = 5) -> list[Finding]:
-    """Every event lies inside its host's trace span (else attribution has no energy for it),
-    and inside the workload's window that meta.json records."""
+    """Every event lies inside its host's trace span (`trace_span`; else attribution has no
+    energy for it), and inside the workload's window that meta.json records."""
     f: list[Finding] = []
-    span = tr.groupby("host", observed=True)["t_ns"].agg(["min", "max"])
     ev = ev.assign(host_key=ev["host"].astype(str))
     hosts = set(span.index.astype(str))
     if len(hosts) == 1:  # one-host run whose trace and events name the host differently

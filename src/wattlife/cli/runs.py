@@ -93,7 +93,10 @@ def _attribute_files(a: argparse.Namespace) -> tuple[str, str, str]:
         if not run.is_dir():
             raise FileNotFoundError(2, "No such run folder (expected what `wattlife run` wrote: "
                                        "trace.csv, events.csv, meta.json)", str(run))
-        return (a.trace or str(run / "trace.csv"), a.events or str(run / "events.csv"),
+        from ..contracts import TRACE_FILES
+
+        found = next((run / n for n in TRACE_FILES if (run / n).exists()), run / "trace.csv")
+        return (a.trace or str(found), a.events or str(run / "events.csv"),
                 a.output or str(run / "phases.csv"))
     if not (a.trace and a.events and a.output):
         raise ValueError("give RUN_DIR, or --trace, --events and -o")
@@ -194,7 +197,8 @@ def _add_run(sub: Any) -> None:
     r.add_argument("--runs-dir", default="runs",
                    help="where default run folders go (default: runs)")
     r.add_argument("--trace", help="trace CSV to write, with --events, instead of a run folder "
-                                   "(default: RUN_DIR/trace.csv)")
+                                   "(default: RUN_DIR/trace.csv); a name ending .zst writes it "
+                                   "zstd-compressed, one frame a flush")
     r.add_argument("--events",
                    help="events CSV to write: its header, then the phases the workload's markers "
                         "append (none for an unmarked command) (default: RUN_DIR/events.csv)")
@@ -228,7 +232,8 @@ def _add_attribute(sub: Any) -> None:
                         "phases.csv and tables/ (energy per item, throughput) out, the "
                         "per-phase table printed (default: none: --trace, --events, -o)")
     t.add_argument("--trace", help="trace CSV/Parquet of the run (meta.json beside it is read if "
-                                   "present) (default: RUN_DIR/trace.csv)")
+                                   "present) (default: RUN_DIR's trace.csv, else its "
+                                   "trace.csv.gz, trace.csv.zst or trace.parquet)")
     t.add_argument("--events", help="events CSV of the run (per-rank siblings <stem>.rank<N>.csv "
                                     "are read too) (default: RUN_DIR/events.csv)")
     t.add_argument("-o", "--output", help="phases.csv to write (not an input) (default: "

@@ -80,6 +80,7 @@ from .names import (
 from .reading import (
     MAX_PLAUSIBLE_W,
     check_readings,
+    events_files,
     exact_ints,
     file_line,
     int_form,
@@ -90,9 +91,12 @@ from .reading import (
     read_trace,
     record_lines,
 )
+from .streaming import BATCH_BYTES, LineChunks, StreamUnreadable, iter_trace
 from .writing import atomic_path, refuse_overwrite, write_csv, write_table, write_text
+from .zstd_frames import ZSTD_SUFFIX
 
 __all__ = [
+    "BATCH_BYTES", "LineChunks", "StreamUnreadable", "ZSTD_SUFFIX", "events_files", "iter_trace",
     "A100_TABLES", "COMPILE", "CONCURRENT_PHASES", "CURVES_COLUMNS", "CURVES_TELEMETRY_COLUMNS",
     "ContractError", "ENERGY_J", "EVENTS_COLUMNS", "EVENTS_EXTRA_COLUMNS", "EVENTS_FILE",
     "EVENTS_HEADER", "EVENTS_TYPES", "H200_EXECUTION_TABLES", "IDLE", "LIFECYCLE_PHASES",

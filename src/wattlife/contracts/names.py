@@ -4,8 +4,8 @@ the metric, phase and source names, the reference table folders; and `ContractEr
 from __future__ import annotations
 
 # ----------------------------------------------------------------------------- file names
-TRACE_FILE = "trace.csv"  # also trace.csv.gz or trace.parquet
-TRACE_FILES = (TRACE_FILE, "trace.csv.gz", "trace.parquet")
+TRACE_FILE = "trace.csv"  # also trace.csv.gz, trace.csv.zst or trace.parquet
+TRACE_FILES = (TRACE_FILE, "trace.csv.gz", "trace.csv.zst", "trace.parquet")
 EVENTS_FILE = "events.csv"  # rank N > 0: events.rank<N>.csv beside it
 META_FILE = "meta.json"
 PHASES_FILE = "phases.csv"

@@ -20,6 +20,7 @@ from .names import (
     ContractError,
     device_kind,
 )
+from .zstd_frames import ZSTD_SUFFIX, FrameReader
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,7 +28,16 @@ if TYPE_CHECKING:
 
 
 def read_contract_bytes(path: Path) -> bytes:
-    """A contract CSV's bytes, decompressed when it is gzip (`trace.csv.gz`, TRACE_FILES)."""
+    """A contract CSV's bytes, decompressed when it is gzip (`trace.csv.gz`) or zstd frames
+    (`trace.csv.zst`, whose cut last frame, a killed writer's, is dropped with a warning)."""
+    if path.suffix == ZSTD_SUFFIX:
+        with FrameReader(path) as frames:
+            data = frames.read()
+        if frames.cut_bytes:
+            line = data.count(b"\n") + 1
+            warnings.warn(f"{path}:{line}: truncated last line ignored (writer was killed?)",
+                          stacklevel=4)
+        return data
     data = path.read_bytes()
     if path.suffix != ".gz":
         return data
@@ -37,19 +47,20 @@ def read_contract_bytes(path: Path) -> bytes:
         raise ContractError(f"{path}: not a readable gzip file ({exc})") from None
 
 
-def _read_text_tolerant(path: Path) -> tuple[str, int | None]:
-    """Return the text of a CSV without a truncated final line, and that line's number if cut."""
+def _read_text_tolerant(path: Path) -> tuple[bytes, int | None]:
+    """Return the bytes of a CSV without a truncated final line, and that line's number if cut
+    (bytes, not text: pandas decodes them, `encoding_errors="replace"`, without a copy of the
+    file as a str and another in a StringIO, ~3x the file's size held at once)."""
     data = read_contract_bytes(path)
     if not data:
         raise ContractError(f"{path}: empty file (no header)")
-    text = data.decode("utf-8", errors="replace")
-    if text.endswith("\n"):
-        return text, None
-    cut = text.rfind("\n")
-    line_no = text.count("\n") + 1
+    if data.endswith(b"\n"):
+        return data, None
+    cut = data.rfind(b"\n")
+    line_no = data.count(b"\n") + 1
     if cut < 0:
         raise ContractError(f"{path}:1: header line is truncated")
-    return text[: cut + 1], line_no
+    return data[: cut + 1], line_no
 
 
 #: an integer cell as the contracts write it: an optional sign and ASCII digits, nothing else (a
@@ -59,12 +70,53 @@ INT_CELL = r"\s*[+-]?[0-9]{1,19}\s*"
 _INT64_MAX = str(2**63 - 1)
 
 
+def _arrow_ints(raw: pd.Series) -> pd.Series | None:
+    """Every cell of an Arrow-backed string column digits only (an optional '-', 1-19 digits),
+    parsed by Arrow's exact int64 cast; None where any is not (then `exact_ints` decides).
+    About twice as fast on the strings pandas reads a CSV into (pandas 3 with pyarrow)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = getattr(raw.array, "_pa_array", None)
+    if arr is None or not pa.types.is_large_string(arr.type) and not pa.types.is_string(arr.type):
+        return None
+    if arr.null_count or not pc.all(pc.match_substring_regex(arr, r"^-?[0-9]{1,19}$")).as_py():
+        return None
+    try:
+        vals = pc.cast(arr, pa.int64()).to_numpy()
+    except pa.ArrowInvalid:  # 19 digits beyond int64
+        return None
+    import pandas as pd
+
+    return pd.Series(vals, index=raw.index, name=raw.name)
+
+
+def _arrow_small_ints(raw: pd.Series) -> np.ndarray | None:
+    """A number column whose cells are all empty or 1-15 digits (`step`, `depth`, `items` of an
+    events file) as float64 (empty: NaN) by Arrow's cast: such integers are exact in float64,
+    the value `pd.to_numeric` gives; None otherwise (then `to_numeric` decides)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = getattr(raw.array, "_pa_array", None)
+    if arr is None or not pa.types.is_large_string(arr.type) and not pa.types.is_string(arr.type):
+        return None
+    if arr.null_count or not pc.all(pc.match_substring_regex(arr, r"^[0-9]{0,15}$")).as_py():
+        return None
+    empty = pc.equal(arr, "")
+    return pc.cast(pc.if_else(empty, pa.scalar(None, arr.type), arr), pa.float64()
+                   ).to_numpy(zero_copy_only=False)
+
+
 def exact_ints(raw: pd.Series) -> tuple[pd.Series, np.ndarray]:
     """Integer cells (strings) parsed exactly to int64, never through float64: (values, bad),
     `bad` marking the cells that are not `INT_CELL` within int64 (a float or exponent form, an
     empty cell, text), whose values are 0. Vectorised: a regex pass, then one conversion."""
     import numpy as np
 
+    fast = _arrow_ints(raw) if len(raw) else None
+    if fast is not None:
+        return fast, np.zeros(len(raw), dtype=bool)
     text = raw.astype(str)
     ok = text.str.fullmatch(INT_CELL.replace(r"\s*", "")).fillna(False).to_numpy(bool, copy=True)
     if not ok.all():  # spaces around the digits: a slower pattern, on the other cells only
@@ -169,10 +221,12 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
             warnings.warn(f"{path}:{cut_line}: truncated last line ignored (writer was killed?)",
                           stacklevel=3)
         try:
-            df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+            df = pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False,
+                             encoding="utf-8", encoding_errors="replace")
         except pd.errors.ParserError as exc:
             raise ContractError(f"{path}: {exc}") from exc
-        first_data_line = record_lines(text) if '"' in text else 2
+        first_data_line = (record_lines(text.decode("utf-8", errors="replace"))
+                           if b'"' in text else 2)
     df.attrs["lines"] = first_data_line
     missing = [c for c in required if c not in df.columns]
     if missing:
@@ -184,6 +238,10 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
             df[col] = _int_column(df, col, path, first_data_line)
             continue
         raw = df[col]
+        small = _arrow_small_ints(raw)
+        if small is not None:
+            df[col] = small
+            continue
         vals = pd.to_numeric(raw.replace("", np.nan) if raw.dtype == object else raw,
                              errors="coerce")
         bad = vals.isna() & (raw.astype(str) != "")
@@ -200,9 +258,11 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
 MAX_PLAUSIBLE_W = {"gpu": 5_000.0, "cpu": 5_000.0, "dram": 2_000.0, "node": 200_000.0}
 
 
-def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | None = 2) -> None:
+def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | None = 2,
+                   offset: int | None = None) -> None:
     """Reject power/energy readings no device can give: NaN, inf, negative power, power above
-    `MAX_PLAUSIBLE_W` for the device's kind, negative energy. Names file, line and device."""
+    `MAX_PLAUSIBLE_W` for the device's kind, negative energy. Names file, line and device.
+    `offset`: the rows of the file before `df`, when `df` is a chunk of it (`iter_trace`)."""
     import numpy as np
     import pandas as pd
 
@@ -220,13 +280,16 @@ def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | No
     if not bad.any():
         return
     i = int(np.flatnonzero(bad)[0])
-    where = f"{path}:{i + first_data_line}" if first_data_line else f"{path} row {i}"
+    at = i + (offset or 0)
+    where = f"{path}:{at + first_data_line}" if first_data_line else f"{path} row {at}"
     dev, m = df["device"].iat[i], metrics[mcodes[i]]
     rng = (f"[0, {cap[i]:g}] W for a {kinds[codes[i]]}" if m == "power_w"
            else "a finite value >= 0 J")
     raise ContractError(f"{where}: device {dev} {m} reading {float(v[i])!r} is outside the "
                         "physical "
-                        f"range (expected {rng}); {int(bad.sum())} such reading(s) in the file")
+                        f"range (expected {rng}); {int(bad.sum())} such reading(s) in the file"
+                        + ("" if offset is None else
+                           f" (rows {offset:,}-{offset + len(df) - 1:,}, the chunk read)"))
 
 
 def read_trace(path: str | Path) -> pd.DataFrame:
@@ -239,15 +302,22 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
-    """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present.
-    `lines`: add each row's `file_name`, CSV `line_no` (header = 1) and `recorded_phase` (the
-    phase name as the file records it, kept when attribution relabels `phase`), for messages."""
+def events_files(path: str | Path) -> list[Path]:
+    """An events file and its per-rank siblings `<stem>.rank<N><suffix>`, in reading order."""
+    path = Path(path)
+    return [path] + sorted(path.parent.glob(f"{path.stem}.rank*{path.suffix}"))
+
+
+def read_events(path: str | Path, lines: bool = False, siblings: bool = True) -> pd.DataFrame:
+    """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present
+    (`siblings`). `lines`: add each row's `file_name`, CSV `line_no` (header = 1) and
+    `recorded_phase` (the phase name as the file records it, kept when attribution relabels
+    `phase`), for messages."""
     import numpy as np
     import pandas as pd
 
     path = Path(path)
-    paths = [path] + sorted(path.parent.glob(f"{path.stem}.rank*{path.suffix}"))
+    paths = events_files(path) if siblings else [path]
     frames = []
     for p in paths:
         if not p.exists():
@@ -263,6 +333,7 @@ def read_events(path: str | Path, lines: bool = False) -> pd.DataFrame:
             line_no = at if not isinstance(at, int) else np.arange(at, len(df) + at)
             df = df.assign(file_name=str(p), line_no=line_no,
                            recorded_phase=df["phase"].astype(str))
+        df.attrs.pop("lines", None)  # an array where quoted: pd.concat cannot compare those
         frames.append(df)
     if not frames:
         raise FileNotFoundError(f"{path}: no such file")

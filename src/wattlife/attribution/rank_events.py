@@ -1,0 +1,130 @@
+"""The events of a run read one rank's file at a time (`RankEvents`), for traces too long to
+hold every rank's phases at once (a day of 8 ranks at 0.3 s steps: ~11 M rows).
+
+Every step of the in-memory path that reads events works per (host, rank): the steady labels
+(`steady.label_steady`), the wrapper intervals (`files.wrapper_events`), overlap clamping
+(`tree.clamp_events`) and the phase map (`energy.phase_map`). So when each events file holds one
+(host, rank) with its `local_rank`, a file read and prepared alone gives that rank's rows as the
+in-memory path gives them, and a device's phases table is the same. A pre-scan of a few columns
+of every file gives what spans ranks: which rank drives which device, the lowest rank of each
+host (its CPU/DRAM), the run ids, whether any rank marked `compile`. Otherwise (several ranks in
+a file, no `local_rank`, no rows at all, a cell pyarrow does not parse) `RankEvents.open` returns
+None and the caller reads all events at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..contracts import COMPILE, events_files, read_events
+from .energy import check_time_units, phase_map
+from .tree import clamp_events, timeline
+
+_SCAN = ["run_id", "host", "rank", "local_rank", "phase"]
+
+
+def _scan(path: Path) -> dict | None:
+    """(host, rank, local_rank, rows, run ids, has compile) of one events file, or None when it
+    is not one rank's file with complete local ranks, or pyarrow cannot parse it as typed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    try:
+        t = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+            include_columns=_SCAN, column_types={"rank": pa.int64(), "local_rank": pa.int64(),
+                                                 "host": pa.string(), "run_id": pa.string(),
+                                                 "phase": pa.string()}))
+    except (pa.ArrowInvalid, KeyError):
+        return None
+    if t.num_rows == 0 or t.column("local_rank").null_count or t.column("rank").null_count:
+        return None
+    first = {c: t.column(c).unique() for c in ("host", "rank", "local_rank")}
+    if any(len(v) != 1 for v in first.values()):
+        return None
+    return {"host": first["host"][0].as_py(), "rank": first["rank"][0].as_py(),
+            "local_rank": first["local_rank"][0].as_py(), "rows": t.num_rows,
+            "run_ids": set(t.column("run_id").unique().to_pylist()),
+            "compile": bool(pc.any(pc.equal(t.column("phase"), COMPILE)).as_py())}
+
+
+class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
+    """{(host, device or "host"): that rank's prepared events}, each rank's file read when a
+    device asks for it (the last one kept). `prepare(frame, any_compile)` is the in-memory
+    path's preparation of the events read (steady labels, wrapper intervals)."""
+
+    def __init__(self, files: list[Path], scans: list[dict],
+                 prepare: Callable[[pd.DataFrame, bool], pd.DataFrame], where: str) -> None:
+        self.files, self.scans, self._prepare, self._where = files, scans, prepare, where
+        self.any_compile = any(s["compile"] for s in scans)
+        self.run_ids = sorted(set().union(*(s["run_ids"] for s in scans)))
+        self._keys: dict[tuple[str, str], int] = {}
+        self._mapping: tuple[list[int] | None, dict[int, list[int]] | None] = (None, None)
+        self._cache: tuple[int, dict] | None = None
+        self._head: pd.DataFrame | None = None
+
+    @classmethod
+    def open(cls, events: str | Path, prepare: Callable[[pd.DataFrame, bool], pd.DataFrame],
+             where: str = "") -> RankEvents | None:
+        """The run's events file and its rank siblings, or None (module docstring)."""
+        files = [p for p in events_files(events) if p.exists()]
+        scans = [_scan(p) for p in files]
+        if not files or any(s is None for s in scans):
+            return None
+        ranks = [(s["host"], s["rank"]) for s in scans if s is not None]
+        if len(set(ranks)) != len(ranks):
+            return None
+        return cls(files, [s for s in scans if s is not None], prepare, where)
+
+    def map_devices(self, cuda_to_nvml: list[int] | None,
+                    rank_devices: dict[int, list[int]] | None) -> RankEvents:
+        """Which file each (host, device) key takes (`phase_map` on one row a file)."""
+        tiny = pd.DataFrame({"host": [s["host"] for s in self.scans],
+                             "rank": [s["rank"] for s in self.scans],
+                             "local_rank": [s["local_rank"] for s in self.scans]})
+        self._mapping = (cuda_to_nvml, rank_devices)
+        self._keys = {k: int(g.index[0]) for k, g in
+                      phase_map(tiny, cuda_to_nvml, rank_devices).items()}
+        return self
+
+    def _load(self, i: int) -> dict[tuple[str, str], pd.DataFrame]:
+        """File i read, prepared, its overlaps clamped (as the in-memory path has its rows):
+        its phase map, one frame shared by the keys that take all of its rows (the rank's GPU
+        and its host's CPU)."""
+        if self._cache is None or self._cache[0] != i:
+            self._cache = None  # one rank's rows in memory at a time
+            ev = read_events(self.files[i], lines=True, siblings=False)
+            check_time_units(pd.DataFrame({"t_ns": np.zeros(0, np.int64)}), ev, "trace",
+                             str(self.files[0]))
+            ev = clamp_events(timeline(self._prepare(ev, self.any_compile)),
+                              where=self._where or "events")
+            if i == 0:
+                self._head = ev.iloc[:1].copy()
+            pm = phase_map(ev, *self._mapping)
+            del ev
+            whole = next((f for f in pm.values()), None)
+            self._cache = (i, {k: whole if whole is not None and f.index.equals(whole.index)
+                               else f for k, f in pm.items()})
+        return self._cache[1]
+
+    def head(self) -> pd.DataFrame:
+        """The first row of the run's events (its run id, its columns)."""
+        if self._head is None:
+            self._load(0)
+        assert self._head is not None  # _load(0) set it
+        return self._head
+
+    def __getitem__(self, key: tuple[str, str]) -> pd.DataFrame:
+        return self._load(self._keys[key])[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
