@@ -12,13 +12,13 @@ rule check:
         f"{CELL}/check.txt",
     log:
         f"{CELL}/check.log",
+    conda:
+        "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
     params:
         kind=lambda wc: CFG.workloads[wc.workload].kind,
         run_dir=lambda wc, input: os.path.dirname(input.meta),
-    resources:
-        **CPU_STEP,
-    conda:
-        "../envs/wattlife.yaml"
     shell:
         # a failing check fails the job (pipefail) with every finding in the log
         "wattlife check --kind {params.kind} {params.run_dir:q} 2>&1 | tee {log:q} > {output:q}"
@@ -36,12 +36,12 @@ rule attribute:
         response=estimated_response(f"{CELL}/phases.csv"),
     log:
         f"{CELL}/attribute.log",
-    params:
-        options=attribute_options(),
-    resources:
-        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
+    params:
+        options=attribute_options(),
     shell:
         "wattlife attribute --trace {input.trace:q} --events {input.events:q} -o {output.phases:q}"
         " --idle-split {params.options} > {log:q} 2>&1"
@@ -61,10 +61,10 @@ rule aggregate_phases:
         throughput=f"{RES}/tables/throughput.csv",
     log:
         f"{RES}/logs/aggregate_phases.log",
-    resources:
-        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
     script:
         "../scripts/aggregate_phases.py"
 
@@ -79,14 +79,14 @@ rule waiting:
         runs=f"{RES}/tables/waiting_runs.csv",
         facility=f"{RES}/tables/waiting_facility.csv",
         whatif=f"{RES}/tables/waiting_whatif.csv",
+    log:
+        f"{RES}/logs/waiting.log",
+    conda:
+        "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
     params:
         jobs_per_year=CFG.analysis.waiting_jobs_per_year,
         caps_w=list(CFG.analysis.waiting_caps_w or []),
-    log:
-        f"{RES}/logs/waiting.log",
-    resources:
-        **CPU_STEP,
-    conda:
-        "../envs/wattlife.yaml"
     script:
         "../scripts/waiting_tables.py"

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
+import pytest
 import yaml
 
 from conftest import REPO, copy_workflow
@@ -70,3 +72,24 @@ def test_test_config_dry_run_is_the_pipeline_without_transfers(tmp_path, env_pat
     assert jobs.pop("total") == "12"
     assert set(jobs) == {"gen_images", "powercap_sweep", "execute", "pfi", "allocate", "check",
                          "predictor", "attribute", "aggregate_phases", "waiting", "figures", "all"}
+
+
+def test_make_lint_runs_snakefmt_and_snakemake_lint_and_both_pass(tmp_path, env_path):
+    """`make lint` checks the workflow's format (snakefmt, [tool.snakefmt] in pyproject.toml) and
+    Snakemake's own linter; both pass on the code (snakefmt where the `dev` extra is installed)."""
+    import importlib.util
+    import shutil
+
+    lint = (REPO / "Makefile").read_text().split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    assert "snakefmt --check Snakefile rules/" in lint and "snakemake --lint" in lint
+    work = copy_workflow(tmp_path / "wf")
+    done = subprocess.run(["snakemake", "--lint"], cwd=work, env=env_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "good condition" in done.stdout + done.stderr, \
+        done.stdout + done.stderr
+    if importlib.util.find_spec("snakefmt") is None:
+        pytest.skip("snakefmt is not installed here (the lock's `dev` extra has it)")
+    shutil.copy(REPO / "pyproject.toml", work / "pyproject.toml")
+    fmt = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "rules/"],
+                         cwd=work, capture_output=True, text=True, timeout=300)
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
