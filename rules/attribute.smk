@@ -54,11 +54,29 @@ rule aggregate_phases:
         summaries=cell_files("work/summary.json"),  # each cell's throughput
         events=cell_files("events.csv"),  # each cell's items (its `step` rows)
     output:
-        phases=f"{RES}/tables/phases.csv",
-        summary=f"{RES}/tables/phase_summary.csv",
-        share=f"{RES}/tables/device_share.csv",
-        deltas=f"{RES}/tables/storage_checkpoint.csv",
-        throughput=f"{RES}/tables/throughput.csv",
+        phases=report(
+            f"{RES}/tables/phases.csv", caption="../report/tables-lifecycle.rst", category="tables"
+        ),
+        summary=report(
+            f"{RES}/tables/phase_summary.csv",
+            caption="../report/tables-lifecycle.rst",
+            category="tables",
+        ),
+        share=report(
+            f"{RES}/tables/device_share.csv",
+            caption="../report/tables-lifecycle.rst",
+            category="tables",
+        ),
+        deltas=report(
+            f"{RES}/tables/storage_checkpoint.csv",
+            caption="../report/tables-lifecycle.rst",
+            category="tables",
+        ),
+        throughput=report(
+            f"{RES}/tables/throughput.csv",
+            caption="../report/tables-lifecycle.rst",
+            category="tables",
+        ),
     log:
         f"{RES}/logs/aggregate_phases.log",
     conda:
@@ -75,10 +93,24 @@ rule waiting:
         traces=cell_files("trace.csv"),  # each GPU's idle power with a CUDA context
         metas=cell_files("meta.json"),
     output:
-        waiting=f"{RES}/tables/waiting.csv",
-        runs=f"{RES}/tables/waiting_runs.csv",
-        facility=f"{RES}/tables/waiting_facility.csv",
-        whatif=f"{RES}/tables/waiting_whatif.csv",
+        waiting=report(
+            f"{RES}/tables/waiting.csv", caption="../report/tables-waiting.rst", category="tables"
+        ),
+        runs=report(
+            f"{RES}/tables/waiting_runs.csv",
+            caption="../report/tables-waiting.rst",
+            category="tables",
+        ),
+        facility=report(
+            f"{RES}/tables/waiting_facility.csv",
+            caption="../report/tables-waiting.rst",
+            category="tables",
+        ),
+        whatif=report(
+            f"{RES}/tables/waiting_whatif.csv",
+            caption="../report/tables-waiting.rst",
+            category="tables",
+        ),
     log:
         f"{RES}/logs/waiting.log",
     conda:

@@ -68,7 +68,9 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
         input:
             expand(f"{RES}/pfi/{{pcell}}/curves.csv", pcell=PFI_CELLS),
         output:
-            f"{RES}/tables/curves.csv",
+            report(
+                f"{RES}/tables/curves.csv", caption="../report/tables-pfi.rst", category="tables"
+            ),
         log:
             f"{RES}/logs/pfi_curves.log",
         conda:
@@ -83,7 +85,9 @@ else:
     rule powercap_sweep:
         output:
             config=f"{RES}/powercap/config.json",
-            curves=f"{RES}/tables/curves.csv",
+            curves=report(
+                f"{RES}/tables/curves.csv", caption="../report/tables-pfi.rst", category="tables"
+            ),
         log:
             f"{RES}/logs/powercap_sweep.log",
         conda:
@@ -100,7 +104,7 @@ rule pfi:
     input:
         f"{RES}/tables/curves.csv",
     output:
-        f"{RES}/tables/pfi.csv",
+        report(f"{RES}/tables/pfi.csv", caption="../report/tables-pfi.rst", category="tables"),
     log:
         f"{RES}/logs/pfi.log",
     conda:
@@ -118,8 +122,14 @@ rule predictor:
         curves=f"{RES}/tables/curves.csv",
         pfi=f"{RES}/tables/pfi.csv",
     output:
-        table=f"{RES}/tables/predictor.csv",
-        features=f"{RES}/tables/predictor_features.csv",
+        table=report(
+            f"{RES}/tables/predictor.csv", caption="../report/tables-pfi.rst", category="tables"
+        ),
+        features=report(
+            f"{RES}/tables/predictor_features.csv",
+            caption="../report/tables-pfi.rst",
+            category="tables",
+        ),
     log:
         f"{RES}/logs/predictor.log",
     conda:
@@ -135,8 +145,14 @@ rule allocate:
         curves=f"{RES}/tables/curves.csv",
         pfi=f"{RES}/tables/pfi.csv",
     output:
-        rows=f"{RES}/tables/allocation.csv",
-        summary=f"{RES}/tables/allocation_summary.csv",
+        rows=report(
+            f"{RES}/tables/allocation.csv", caption="../report/tables-pfi.rst", category="tables"
+        ),
+        summary=report(
+            f"{RES}/tables/allocation_summary.csv",
+            caption="../report/tables-pfi.rst",
+            category="tables",
+        ),
     log:
         f"{RES}/logs/allocate.log",
     conda:

@@ -159,10 +159,26 @@ rule prepare_tables:
         metas=cell_files("meta.json"),  # the cells' keys
     output:
         config=f"{RES}/prepare/tables-config.json",
-        downloads=f"{RES}/tables/downloads.csv",
-        fit=f"{RES}/tables/download_fit.csv",
-        facility=f"{RES}/tables/facility_cache.csv",
-        staging=f"{RES}/tables/staging_breakeven.csv",
+        downloads=report(
+            f"{RES}/tables/downloads.csv",
+            caption="../report/tables-prepare.rst",
+            category="tables",
+        ),
+        fit=report(
+            f"{RES}/tables/download_fit.csv",
+            caption="../report/tables-prepare.rst",
+            category="tables",
+        ),
+        facility=report(
+            f"{RES}/tables/facility_cache.csv",
+            caption="../report/tables-prepare.rst",
+            category="tables",
+        ),
+        staging=report(
+            f"{RES}/tables/staging_breakeven.csv",
+            caption="../report/tables-prepare.rst",
+            category="tables",
+        ),
     log:
         f"{RES}/logs/prepare_tables.log",
     conda:

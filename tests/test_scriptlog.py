@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,9 +58,10 @@ def test_every_script_rule_writes_its_log():
 
 
 @pytest.mark.slow
-def test_the_test_config_run_writes_every_log(tmp_path, env_path):
+def test_the_test_config_run_writes_every_log_and_its_report(tmp_path, env_path):
     """The catalogue's .test config end to end (12 jobs, CPU, about a minute): every log file the
-    rules declare exists and is non-empty; the script rules' name their rule, start and finish."""
+    rules declare exists and is non-empty; the script rules' name their rule, start and finish.
+    Then `snakemake --report report.zip` packs every figure and every table of the run."""
     work = copy_workflow(tmp_path / "wf")
     (work / ".test" / "config").mkdir(parents=True)
     (work / ".test" / "config" / "config.yaml").write_text(
@@ -76,3 +78,16 @@ def test_the_test_config_run_writes_every_log(tmp_path, env_path):
         text = (work / "results" / "test" / "logs" / f"{rule}.log").read_text()
         assert text.startswith(f"wattlife: rule {rule} started") and \
             f"rule {rule} finished" in text, text
+
+    import zipfile
+
+    report = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--configfile",
+                             ".test/config/config.yaml", "--report", "report.zip"], cwd=work,
+                            env=env_path, capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    names = zipfile.ZipFile(work / "report.zip").namelist()
+    drawn = {p.name for p in (work / "results" / "test" / "figures").glob("*.png")}
+    tables = {p.name for p in (work / "results" / "test" / "tables").glob("*.csv")}
+    packed = {Path(n).name for n in names}
+    assert drawn and drawn <= packed, drawn - packed
+    assert tables and tables <= packed, tables - packed
