@@ -83,6 +83,28 @@ def test_fig1_caption_says_side_by_side_bars_and_three_panels(drawn):
         and first[2].startswith("time per phase")
 
 
+def test_fig7_draws_the_pfi_intervals_of_pfi_csv(drawn):
+    """Fig. 7's first panel: each job's PFI with its 95 % interval (pfi_lo, pfi_hi) as whiskers,
+    the same intervals pfi.csv holds (issue 42: the figure left them out)."""
+    import numpy as np
+    import pandas as pd
+    from matplotlib.container import ErrorbarContainer
+
+    pfi = pd.read_csv(TABLES / "pfi.csv").dropna(subset=["pfi"])
+    want = sorted((round(lo, 6), round(hi, 6)) for lo, hi in zip(pfi["pfi_lo"], pfi["pfi_hi"],
+                                                                    strict=True)
+                  if np.isfinite(lo) and np.isfinite(hi))
+    assert want, "the reference pfi.csv has intervals"
+    ax = drawn["fig7"].axes[0]
+    got = []
+    for c in ax.containers:
+        if isinstance(c, ErrorbarContainer) and c.lines[2]:
+            for seg in c.lines[2][0].get_segments():
+                got.append((round(float(seg[0][1]), 6), round(float(seg[1][1]), 6)))
+    assert sorted(got) == want
+    assert "whiskers" in ax.get_title() and "whiskers" in (REPO / "report" / "fig7.rst").read_text()
+
+
 def test_every_table_of_the_run_is_in_the_report_with_a_caption():
     """Every CSV the table rules write is a report() output in category "tables", and its caption
     file names each of those tables."""
