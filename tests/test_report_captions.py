@@ -71,6 +71,8 @@ def test_caption_lists_the_panels_drawn(drawn, n):
 
 
 def test_fig1_caption_says_side_by_side_bars_and_three_panels(drawn):
+    import pandas as pd
+
     text = " ".join((REPO / "report" / "fig1.rst").read_text().split())
     assert "stacked" not in text.replace("not stacked", "")
     assert "side by side" in text
@@ -78,6 +80,16 @@ def test_fig1_caption_says_side_by_side_bars_and_three_panels(drawn):
     titles = [ax.get_title() for ax in fig.axes]
     assert any(t.startswith("per item") for t in titles)
     assert any(t.startswith("time per phase") for t in titles)
+    # one row per cell, each with every phase's share of the cell's energy (issue 42: fig. 1 showed
+    # one cell per workload and no share of the total)
+    cells = pd.read_csv(TABLES / "phase_summary.csv")[["workload", "storage", "checkpoint"]]
+    energy_axes = [ax for ax in fig.axes if "share of the cell's energy" in ax.get_title()]
+    assert len(energy_axes) == len(cells.drop_duplicates()) == 8
+    for ax in energy_axes:
+        shares = [float(t.get_text().strip().rstrip("%")) for t in ax.texts
+                  if t.get_text().strip().endswith("%")]
+        assert shares and 98 <= sum(shares) <= 102, shares  # rounded to whole per cent
+    assert "One row per cell" in text
     first = caption_panels(1)
     assert first[0].startswith("energy per run") and first[1].startswith("energy per item") \
         and first[2].startswith("time per phase")
