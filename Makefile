@@ -46,11 +46,13 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
-# ruff and mypy with the pyproject settings (versions pinned in the `dev` extra); .ci/run runs it
-# before `make test`.
+# ruff, mypy and snakefmt with the pyproject settings (versions pinned in the `dev` extra), and
+# Snakemake's own linter over the workflow; .ci/run runs it before `make test`.
 lint: install
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/snakefmt --check Snakefile rules/
+	$(VENV)/bin/snakemake --lint
 
 # every figure of the committed GPU/reference results, from their CSVs (no GPU, no training),
 # and the demo's again where a demo run left its tables

@@ -33,18 +33,37 @@ include: "rules/pfi_study.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_targets(),
-    default_target: True
 
 
 # Small CPU steps: on the submit host unless the config names a CPU partition (`slurm.cpu_partition`);
 # never in the GPU partition. Transfers on `login` are local too (rules/prepare.smk).
-CPU_RULES = ["all", "gen_images", "gen_text", "gen_catalogue", "check", "check_transfer",
-             "attribute", "attribute_transfer",
-             "aggregate_phases", "waiting", "prepare_tables", "pfi", "predictor", "allocate", "figures",
-             "powercap_sweep", "pfi_curve", "pfi_curves"]
+CPU_RULES = [
+    "all",
+    "gen_images",
+    "gen_text",
+    "gen_catalogue",
+    "check",
+    "check_transfer",
+    "attribute",
+    "attribute_transfer",
+    "aggregate_phases",
+    "waiting",
+    "prepare_tables",
+    "pfi",
+    "predictor",
+    "allocate",
+    "figures",
+    "powercap_sweep",
+    "pfi_curve",
+    "pfi_curves",
+]
 LOCAL_RULES = [r for r in CPU_RULES if not SLURM.cpu_partition or r == "all"]
-LOCAL_RULES += [r for r, where in (("download", PREP.download_on),
-                                   ("upload", PREP.upload_on)) if where == "login"]
+LOCAL_RULES += [
+    r
+    for r, where in (("download", PREP.download_on), ("upload", PREP.upload_on))
+    if where == "login"
+]
 workflow.localrules(*(r for r in LOCAL_RULES if r in {x.name for x in workflow.rules}))

@@ -12,13 +12,13 @@ rule check:
         f"{CELL}/check.txt",
     log:
         f"{CELL}/check.log",
+    conda:
+        "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
     params:
         kind=lambda wc: CFG.workloads[wc.workload].kind,
         run_dir=lambda wc, input: os.path.dirname(input.meta),
-    resources:
-        **CPU_STEP,
-    conda:
-        "../envs/wattlife.yaml"
     shell:
         # a failing check fails the job (pipefail) with every finding in the log
         "wattlife check --kind {params.kind} {params.run_dir:q} 2>&1 | tee {log:q} > {output:q}"
@@ -36,12 +36,12 @@ rule attribute:
         response=estimated_response(f"{CELL}/phases.csv"),
     log:
         f"{CELL}/attribute.log",
-    params:
-        options=attribute_options(),
-    resources:
-        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
+    params:
+        options=attribute_options(),
     shell:
         "wattlife attribute --trace {input.trace:q} --events {input.events:q} -o {output.phases:q}"
         " --idle-split {params.options} > {log:q} 2>&1"
@@ -54,17 +54,35 @@ rule aggregate_phases:
         summaries=cell_files("work/summary.json"),  # each cell's throughput
         events=cell_files("events.csv"),  # each cell's items (its `step` rows)
     output:
-        phases=f"{RES}/tables/phases.csv",
-        summary=f"{RES}/tables/phase_summary.csv",
-        share=f"{RES}/tables/device_share.csv",
-        deltas=f"{RES}/tables/storage_checkpoint.csv",
-        throughput=f"{RES}/tables/throughput.csv",
+        phases=report(
+            f"{RES}/tables/phases.csv", caption="../report/tables-lifecycle.rst", category="tables"
+        ),
+        summary=report(
+            f"{RES}/tables/phase_summary.csv",
+            caption="../report/tables-lifecycle.rst",
+            category="tables",
+        ),
+        share=report(
+            f"{RES}/tables/device_share.csv",
+            caption="../report/tables-lifecycle.rst",
+            category="tables",
+        ),
+        deltas=report(
+            f"{RES}/tables/storage_checkpoint.csv",
+            caption="../report/tables-lifecycle.rst",
+            category="tables",
+        ),
+        throughput=report(
+            f"{RES}/tables/throughput.csv",
+            caption="../report/tables-lifecycle.rst",
+            category="tables",
+        ),
     log:
         f"{RES}/logs/aggregate_phases.log",
-    resources:
-        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
     script:
         "../scripts/aggregate_phases.py"
 
@@ -75,18 +93,32 @@ rule waiting:
         traces=cell_files("trace.csv"),  # each GPU's idle power with a CUDA context
         metas=cell_files("meta.json"),
     output:
-        waiting=f"{RES}/tables/waiting.csv",
-        runs=f"{RES}/tables/waiting_runs.csv",
-        facility=f"{RES}/tables/waiting_facility.csv",
-        whatif=f"{RES}/tables/waiting_whatif.csv",
+        waiting=report(
+            f"{RES}/tables/waiting.csv", caption="../report/tables-waiting.rst", category="tables"
+        ),
+        runs=report(
+            f"{RES}/tables/waiting_runs.csv",
+            caption="../report/tables-waiting.rst",
+            category="tables",
+        ),
+        facility=report(
+            f"{RES}/tables/waiting_facility.csv",
+            caption="../report/tables-waiting.rst",
+            category="tables",
+        ),
+        whatif=report(
+            f"{RES}/tables/waiting_whatif.csv",
+            caption="../report/tables-waiting.rst",
+            category="tables",
+        ),
+    log:
+        f"{RES}/logs/waiting.log",
+    conda:
+        "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
     params:
         jobs_per_year=CFG.analysis.waiting_jobs_per_year,
         caps_w=list(CFG.analysis.waiting_caps_w or []),
-    log:
-        f"{RES}/logs/waiting.log",
-    resources:
-        **CPU_STEP,
-    conda:
-        "../envs/wattlife.yaml"
     script:
         "../scripts/waiting_tables.py"

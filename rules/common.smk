@@ -71,7 +71,9 @@ def _keep_suite_flags():
     from ast import literal_eval
 
     over = getattr(workflow.resource_settings, "_parsed_overwrite_resources", None)
-    if over is None:  # Snakemake 9.14.8 (the lock's): {rule: {name: ParsedResource(orig_arg, value)}}
+    if (
+        over is None
+    ):  # Snakemake 9.14.8 (the lock's): {rule: {name: ParsedResource(orig_arg, value)}}
         over = workflow.resource_settings.overwrite_resources or {}
         for name in MEASURING_RULES:
             parsed = (over.get(name) or {}).get("slurm_extra")
@@ -90,7 +92,9 @@ def _keep_suite_flags():
             raw = literal_eval(raw)
         except (ValueError, SyntaxError):
             pass
-        res["slurm_extra"] = Resource.from_cli_expression("slurm_extra", repr(S.merge_extra(str(raw))))
+        res["slurm_extra"] = Resource.from_cli_expression(
+            "slurm_extra", repr(S.merge_extra(str(raw)))
+        )
 
 
 _keep_suite_flags()
@@ -140,9 +144,10 @@ def fetch_args(wc, input):
     if e["source"] == "generated":
         sha = json.loads(open(input.manifest).read())[wc.artefact]["sha256"]
         rate = PREP.loopback_rate_mbps
-        return (f"--url /{wc.artefact}.bin --serve-dir {shlex.quote(os.path.dirname(input.manifest))}"
-                f" --sha256 {sha}"
-                + (f" --rate-mbps {rate}" if rate else ""))
+        return (
+            f"--url /{wc.artefact}.bin --serve-dir {shlex.quote(os.path.dirname(input.manifest))}"
+            f" --sha256 {sha}" + (f" --rate-mbps {rate}" if rate else "")
+        )
     flag = {"hf": "--hf", "kaggle": "--kaggle", "http": "--url", "path": "--path"}[e["source"]]
     extra = f" --sha256 {e['sha256']}" if e.get("sha256") else ""
     extra += f" --revision {e['revision']}" if e.get("revision") else ""
@@ -166,10 +171,17 @@ def cell_slice(wc):
 def train_command(wc, output):
     """The cell's command line, from the one launch builder (wattlife.launch)."""
     run_id = f"{wc.workload}-{wc.storage}-ckpt{wc.checkpoint}-r{wc.repeat}"
-    inner = train_args(output.config, wc.workload, wc.storage, wc.checkpoint,
-                       os.path.dirname(output.summary))
-    return build_command(CELL_SPEC, config=output.config, run_dir=os.path.dirname(output.trace),
-                         run_id=run_id, cell=dict(wc.items()), inner=inner)
+    inner = train_args(
+        output.config, wc.workload, wc.storage, wc.checkpoint, os.path.dirname(output.summary)
+    )
+    return build_command(
+        CELL_SPEC,
+        config=output.config,
+        run_dir=os.path.dirname(output.trace),
+        run_id=run_id,
+        cell=dict(wc.items()),
+        inner=inner,
+    )
 
 
 def cell_gpus():
@@ -225,10 +237,16 @@ def pfi_run():
 
 def figure_targets():
     if pfi_run():
-        return [f"{RES}/figures/{f}.png" for f in ("fig6_power_throughput", "fig7_pfi", "fig8_allocation")]
+        return [
+            f"{RES}/figures/{f}.png"
+            for f in ("fig6_power_throughput", "fig7_pfi", "fig8_allocation")
+        ]
     figs = ["fig1_phase_energy_time", "fig2_device_share"]
-    if "shared" in EXE.storage and "off" in EXE.checkpoint \
-            and len(EXE.storage) * len(EXE.checkpoint) > 1:
+    if (
+        "shared" in EXE.storage
+        and "off" in EXE.checkpoint
+        and len(EXE.storage) * len(EXE.checkpoint) > 1
+    ):
         figs += ["fig3_storage_checkpoint"]  # a cell beside the shared / checkpoint-off baseline
     figs += ["fig9_waiting"]
     if PREP.catalogue:
@@ -240,7 +258,9 @@ def figure_targets():
 
 def all_targets():
     if pfi_run():
-        return figure_targets() + [f"{RES}/tables/{t}.csv" for t in ("pfi", "predictor", "allocation_summary")]
+        return figure_targets() + [
+            f"{RES}/tables/{t}.csv" for t in ("pfi", "predictor", "allocation_summary")
+        ]
     out = figure_targets() + [f"{RES}/tables/phase_summary.csv"]
     if CFG.powercap.jobs:
         out += [f"{RES}/tables/pfi.csv", f"{RES}/tables/predictor.csv"]
@@ -274,7 +294,6 @@ PFI_RES = {n: measuring(c.hardware or CFG.powercap.hardware) for n, c in PFI_CEL
 def pfi_dataset_input():
     """The protocol's dataset as an input where a rule makes it (tests, demo data)."""
     return prepared_by_rule(PFI_MATRIX.dataset)
-
 
 
 onstart:

@@ -9,13 +9,13 @@ rule gen_images:
         f"{RES}/logs/gen_images.log",
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
     params:
         classes=DATA.images_classes,
         train=DATA.images_train_per_class,
         val=DATA.images_val_per_class,
         size=DATA.images_size,
-    resources:
-        **CPU_STEP,
     shell:
         "wattlife gen-images {output:q} --classes {params.classes} --train-per-class {params.train}"
         " --val-per-class {params.val} --size {params.size} > {log:q} 2>&1"
@@ -28,9 +28,9 @@ rule gen_text:
         f"{RES}/logs/gen_text.log",
     conda:
         "../envs/wattlife.yaml"
-    params:
-        words=DATA.text_words,
     resources:
         **CPU_STEP,
+    params:
+        words=DATA.text_words,
     shell:
         "wattlife gen-text {output:q} --words {params.words} > {log:q} 2>&1"

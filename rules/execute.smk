@@ -12,15 +12,21 @@
 
 def _tokenizer_workloads():
     """Causal-LM workloads that train their tokenizer in the cell's work folder."""
-    return [w for w in EXE.workloads
-            if CFG.workloads[w].kind == "causal_lm" and not CFG.workloads[w].pretrained]
+    return [
+        w
+        for w in EXE.workloads
+        if CFG.workloads[w].kind == "causal_lm" and not CFG.workloads[w].pretrained
+    ]
 
 
-EXECUTE_KINDS = {"execute": [w for w in EXE.workloads if w not in _tokenizer_workloads()],
-                 "execute_tokenizer": _tokenizer_workloads()}
+EXECUTE_KINDS = {
+    "execute": [w for w in EXE.workloads if w not in _tokenizer_workloads()],
+    "execute_tokenizer": _tokenizer_workloads(),
+}
 
-for (_kind, _workloads), _repeat in itertools.product(EXECUTE_KINDS.items(),
-                                                      range(1, EXE.repeats + 1)):
+for (_kind, _workloads), _repeat in itertools.product(
+    EXECUTE_KINDS.items(), range(1, EXE.repeats + 1)
+):
     if not _workloads:
         continue
     _name = _kind if _repeat == 1 else f"{_kind}_r{_repeat}"
@@ -39,7 +45,9 @@ for (_kind, _workloads), _repeat in itertools.product(EXECUTE_KINDS.items(),
             ranks=CELL_FILES.get("ranks", []),
             nodes=directory(CELL_FILES["nodes"]) if "nodes" in CELL_FILES else [],
             clock=CELL_FILES.get("clock", []),
-            tokenizer=f"{CELL}/work/tokenizer/tokenizer.json" if _kind == "execute_tokenizer" else [],
+            tokenizer=(
+                f"{CELL}/work/tokenizer/tokenizer.json" if _kind == "execute_tokenizer" else []
+            ),
         log:
             f"{CELL}/run.log",
         wildcard_constraints:
@@ -48,14 +56,14 @@ for (_kind, _workloads), _repeat in itertools.product(EXECUTE_KINDS.items(),
         priority: J.repeat_priority(_repeat, EXE.repeats)
         conda:
             "../envs/wattlife.yaml"
-        params:
-            slice=slice_of(cell_slice),
-            cmd=train_command,
         threads: NODE_CORES  # a local run: the whole machine, nothing else beside a measurement
         resources:
             **measuring(),  # whole nodes: --exclusive, every CPU and all memory (common.smk)
             **({"gres": f"gpu:{cell_gpus()}"} if cell_gpus() else {}),  # per node: --gres=gpu:N
             nodes=EXE.nodes,
             runtime=EXE.runtime_min,
+        params:
+            slice=slice_of(cell_slice),
+            cmd=train_command,
         shell:
             "printf '%s\\n' {params.slice:q} > {output.config:q} && ({params.cmd}) > {log:q} 2>&1"

@@ -4,7 +4,6 @@
 # The committed copy in results/reference/pfi-study/ came from `wattlife pfi-study` (its README).
 
 
-
 rule pfi_study:
     input:
         jobs="results/reference/pfi-study/published/pfi-study-jobs.csv",

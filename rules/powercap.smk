@@ -4,8 +4,10 @@
 
 if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's GPUs
 
-    for _name, _cells in (("pfi_cap", [n for n in PFI_CELLS if n not in PFI_MULTI]),
-                          ("pfi_cap_multinode", sorted(PFI_MULTI))):
+    for _name, _cells in (
+        ("pfi_cap", [n for n in PFI_CELLS if n not in PFI_MULTI]),
+        ("pfi_cap_multinode", sorted(PFI_MULTI)),
+    ):
         if not _cells:
             continue
 
@@ -31,14 +33,14 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 cap="[0-9.]+",
             conda:
                 "../envs/wattlife.yaml"
-            params:
-                slice=slice_of(lambda wc: J.pfi_cap_slice(config, wc.pcell, float(wc.cap))),
             threads: NODE_CORES  # a local run: the whole machine while caps change and it is measured
             resources:
                 **measuring_by("pcell", PFI_RES),  # whole nodes of the cell's hardware (common.smk)
                 gres=lambda wc: f"gpu:{pfi_shape(wc.pcell)[1]}",  # per node: --gres=gpu:N
                 nodes=lambda wc: pfi_shape(wc.pcell)[0],
                 runtime=J.pfi_runtime_min(PFI_MATRIX.duration_s),
+            params:
+                slice=slice_of(lambda wc: J.pfi_cap_slice(config, wc.pcell, float(wc.cap))),
             shell:
                 "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife pfi-sweep --config {output.config:q} --cell {wildcards.pcell}"
                 " --cap {wildcards.cap} -o {output.point:q} > {log:q} 2>&1"
@@ -52,12 +54,12 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
             f"{RES}/pfi/{{pcell}}/curves.log",
         wildcard_constraints:
             pcell="|".join(map(re.escape, PFI_CELLS)),
-        params:
-            caps=lambda wc: ",".join(f"{c:g}" for c in PFI_CAPS[wc.pcell]),
-        resources:
-            **CPU_STEP,
         conda:
             "../envs/wattlife.yaml"
+        resources:
+            **CPU_STEP,
+        params:
+            caps=lambda wc: ",".join(f"{c:g}" for c in PFI_CAPS[wc.pcell]),
         shell:
             "wattlife aggregate-curves {input:q} --job {wildcards.pcell} --caps {params.caps}"
             " -o {output:q} > {log:q} 2>&1"
@@ -66,13 +68,15 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
         input:
             expand(f"{RES}/pfi/{{pcell}}/curves.csv", pcell=PFI_CELLS),
         output:
-            f"{RES}/tables/curves.csv",
+            report(
+                f"{RES}/tables/curves.csv", caption="../report/tables-pfi.rst", category="tables"
+            ),
         log:
             f"{RES}/logs/pfi_curves.log",
-        resources:
-            **CPU_STEP,
         conda:
             "../envs/wattlife.yaml"
+        resources:
+            **CPU_STEP,
         shell:
             "wattlife aggregate-curves {input:q} -o {output:q} > {log:q} 2>&1"
 
@@ -81,15 +85,17 @@ else:
     rule powercap_sweep:
         output:
             config=f"{RES}/powercap/config.json",
-            curves=f"{RES}/tables/curves.csv",
+            curves=report(
+                f"{RES}/tables/curves.csv", caption="../report/tables-pfi.rst", category="tables"
+            ),
         log:
             f"{RES}/logs/powercap_sweep.log",
-        params:
-            slice=slice_of(lambda wc: J.powercap_sweep_slice(config)),
-        resources:
-            **CPU_STEP,
         conda:
             "../envs/wattlife.yaml"
+        resources:
+            **CPU_STEP,
+        params:
+            slice=slice_of(lambda wc: J.powercap_sweep_slice(config)),
         shell:
             "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife sweep --config {output.config:q} -o {output.curves:q} > {log:q} 2>&1"
 
@@ -98,15 +104,15 @@ rule pfi:
     input:
         f"{RES}/tables/curves.csv",
     output:
-        f"{RES}/tables/pfi.csv",
+        report(f"{RES}/tables/pfi.csv", caption="../report/tables-pfi.rst", category="tables"),
     log:
         f"{RES}/logs/pfi.log",
     conda:
         "../envs/wattlife.yaml"
-    params:
-        mc=CFG.analysis.pfi_mc,
     resources:
         **CPU_STEP,
+    params:
+        mc=CFG.analysis.pfi_mc,
     shell:
         "wattlife pfi {input:q} -o {output:q} --mc {params.mc} > {log:q} 2>&1"
 
@@ -116,14 +122,20 @@ rule predictor:
         curves=f"{RES}/tables/curves.csv",
         pfi=f"{RES}/tables/pfi.csv",
     output:
-        table=f"{RES}/tables/predictor.csv",
-        features=f"{RES}/tables/predictor_features.csv",
+        table=report(
+            f"{RES}/tables/predictor.csv", caption="../report/tables-pfi.rst", category="tables"
+        ),
+        features=report(
+            f"{RES}/tables/predictor_features.csv",
+            caption="../report/tables-pfi.rst",
+            category="tables",
+        ),
     log:
         f"{RES}/logs/predictor.log",
-    resources:
-        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
     shell:
         "wattlife predict {input.curves:q} --pfi {input.pfi:q} -o {output.table:q} > {log:q} 2>&1"
 
@@ -133,16 +145,22 @@ rule allocate:
         curves=f"{RES}/tables/curves.csv",
         pfi=f"{RES}/tables/pfi.csv",
     output:
-        rows=f"{RES}/tables/allocation.csv",
-        summary=f"{RES}/tables/allocation_summary.csv",
+        rows=report(
+            f"{RES}/tables/allocation.csv", caption="../report/tables-pfi.rst", category="tables"
+        ),
+        summary=report(
+            f"{RES}/tables/allocation_summary.csv",
+            caption="../report/tables-pfi.rst",
+            category="tables",
+        ),
     log:
         f"{RES}/logs/allocate.log",
     conda:
         "../envs/wattlife.yaml"
-    params:
-        options=J.allocate_options(CFG.analysis),
     resources:
         **CPU_STEP,
+    params:
+        options=J.allocate_options(CFG.analysis),
     shell:
         "wattlife allocate {input.curves:q} --pfi {input.pfi:q} -o {output.rows:q} {params.options}"
         " > {log:q} 2>&1"

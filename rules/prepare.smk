@@ -16,11 +16,11 @@ rule gen_catalogue:
         f"{RES}/logs/gen_catalogue.log",
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
     params:
         slice=slice_of(lambda wc: J.generated_slice(config)),
         out=lambda wc, output: os.path.dirname(output.manifest),
-    resources:
-        **CPU_STEP,
     shell:
         "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife gen-catalogue {output.config:q} -o {params.out:q} > {log:q} 2>&1"
 
@@ -42,18 +42,19 @@ rule download:
         artefact="|".join(map(re.escape, CATALOGUE)) or "^$",
     conda:
         "../envs/wattlife.yaml"
+    threads: NODE_CORES  # a local run: nothing else on this machine while a transfer is measured
+    resources:
+        **placement(PREP.download_on),
+        transfers=1,
+        runtime=lambda wc: J.transfer_runtime_min(
+            CATALOGUE[wc.artefact]["size_bytes"], PREP.min_rate_mbps
+        ),
     params:
         slice=slice_of(lambda wc: J.download_slice(config, wc.artefact, TRANSFERS_AT_ONCE)),
         args=fetch_args,
         kind=lambda wc: CATALOGUE[wc.artefact]["kind"],
         dest=lambda wc: os.path.join(CFG.storage["shared"], "downloads", wc.artefact),
         at_once=TRANSFERS_AT_ONCE or 0,
-    threads: NODE_CORES  # a local run: nothing else on this machine while a transfer is measured
-    resources:
-        **placement(PREP.download_on),
-        transfers=1,
-        runtime=lambda wc: J.transfer_runtime_min(CATALOGUE[wc.artefact]["size_bytes"],
-                                                  PREP.min_rate_mbps),
     shell:
         "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife run --config {output.config:q} --trace {output.trace:q}"
         " --events {output.events:q} --meta {output.meta:q} --run-id download-{wildcards.artefact} --"
@@ -79,6 +80,11 @@ rule upload:
         f"{RES}/transfers/upload/run.log",
     conda:
         "../envs/wattlife.yaml"
+    threads: NODE_CORES
+    resources:
+        **placement(PREP.upload_on),
+        transfers=1,
+        runtime=J.transfer_runtime_min(PREP.upload_size_bytes, PREP.min_rate_mbps),
     params:
         slice=slice_of(lambda wc: J.upload_slice(config, TRANSFERS_AT_ONCE)),
         to=lambda wc, output: {
@@ -93,11 +99,6 @@ rule upload:
             else ""
         ),
         at_once=TRANSFERS_AT_ONCE or 0,
-    threads: NODE_CORES
-    resources:
-        **placement(PREP.upload_on),
-        transfers=1,
-        runtime=J.transfer_runtime_min(PREP.upload_size_bytes, PREP.min_rate_mbps),
     shell:
         "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife run --config {output.config:q} --trace {output.trace:q}"
         " --events {output.events:q} --meta {output.meta:q} --run-id upload --"
@@ -115,12 +116,12 @@ rule check_transfer:
         f"{XFER}/check.txt",
     log:
         f"{XFER}/check.log",
-    params:
-        run_dir=lambda wc, input: os.path.dirname(input.meta),
-    resources:
-        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
+    params:
+        run_dir=lambda wc, input: os.path.dirname(input.meta),
     shell:
         # a transfer is no training workload: no required training phases (--kind none)
         "wattlife check --kind none {params.run_dir:q} 2>&1 | tee {log:q} > {output:q}"
@@ -138,12 +139,12 @@ rule attribute_transfer:
         response=estimated_response(f"{XFER}/phases.csv"),
     log:
         f"{XFER}/attribute.log",
-    params:
-        options=attribute_options(),
-    resources:
-        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
+    params:
+        options=attribute_options(),
     shell:
         "wattlife attribute --trace {input.trace:q} --events {input.events:q} -o {output.phases:q}"
         " --idle-split {params.options} > {log:q} 2>&1"
@@ -158,19 +159,35 @@ rule prepare_tables:
         metas=cell_files("meta.json"),  # the cells' keys
     output:
         config=f"{RES}/prepare/tables-config.json",
-        downloads=f"{RES}/tables/downloads.csv",
-        fit=f"{RES}/tables/download_fit.csv",
-        facility=f"{RES}/tables/facility_cache.csv",
-        staging=f"{RES}/tables/staging_breakeven.csv",
+        downloads=report(
+            f"{RES}/tables/downloads.csv",
+            caption="../report/tables-prepare.rst",
+            category="tables",
+        ),
+        fit=report(
+            f"{RES}/tables/download_fit.csv",
+            caption="../report/tables-prepare.rst",
+            category="tables",
+        ),
+        facility=report(
+            f"{RES}/tables/facility_cache.csv",
+            caption="../report/tables-prepare.rst",
+            category="tables",
+        ),
+        staging=report(
+            f"{RES}/tables/staging_breakeven.csv",
+            caption="../report/tables-prepare.rst",
+            category="tables",
+        ),
     log:
         f"{RES}/logs/prepare_tables.log",
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
     params:
         slice=slice_of(lambda wc: J.prepare_tables_slice(config)),
         tables=lambda wc, output: os.path.dirname(output.downloads),
-    resources:
-        **CPU_STEP,
     shell:
         "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife prepare-tables --config {output.config:q} --records {input.records:q}"
         " --phases {input.phases:q} --phase-summary {input.summary:q} --cell-summaries {input.cells:q}"

@@ -6,8 +6,16 @@ rule figures:
         phases=lambda wc: (
             []
             if pfi_run()
-            else [os.path.join(RES, "tables", t) for t in ("phase_summary.csv", "device_share.csv", "storage_checkpoint.csv",
-                                                          "waiting_runs.csv", "waiting.csv")]
+            else [
+                os.path.join(RES, "tables", t)
+                for t in (
+                    "phase_summary.csv",
+                    "device_share.csv",
+                    "storage_checkpoint.csv",
+                    "waiting_runs.csv",
+                    "waiting.csv",
+                )
+            ]
         ),
         elasticity=lambda wc: (
             [
@@ -27,17 +35,21 @@ rule figures:
         ),
     output:
         [
-            report(path, caption=f"../report/{os.path.basename(path).split('_')[0]}.rst", category="figures")
+            report(
+                path,
+                caption=f"../report/{os.path.basename(path).split('_')[0]}.rst",
+                category="figures",
+            )
             for path in figure_targets()
         ],
         pdf=[re.sub(r"\.png$", ".pdf", path) for path in figure_targets()],
-    params:
-        tables=lambda wc, input: os.path.join(RES, "tables"),
     log:
         f"{RES}/logs/figures.log",
-    resources:
-        **CPU_STEP,
     conda:
         "../envs/wattlife.yaml"
+    resources:
+        **CPU_STEP,
+    params:
+        tables=lambda wc, input: os.path.join(RES, "tables"),
     script:
         "../scripts/figures.py"

@@ -5,8 +5,10 @@ events.csv are inputs of the rule, passed by name (not found by path)."""
 import os
 
 from wattlife.analysis.aggregate import write_phase_tables
+from wattlife.scriptlog import script_log
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's `script:` directive
-write_phase_tables(list(snakemake.input.phases), os.path.dirname(snakemake.output.phases),
-                   metas=list(snakemake.input.metas), summaries=list(snakemake.input.summaries),
-                   events=list(snakemake.input.events))
+with script_log(snakemake):  # the rule's log: everything printed, any traceback
+    write_phase_tables(list(snakemake.input.phases), os.path.dirname(snakemake.output.phases),
+                       metas=list(snakemake.input.metas), summaries=list(snakemake.input.summaries),
+                       events=list(snakemake.input.events))

@@ -4,7 +4,9 @@ tables -> every figure (PNG + PDF); an error names any figure of the rule's outp
 import os
 
 from wattlife.figures import draw_all
+from wattlife.scriptlog import script_log
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's `script:` directive
-draw_all(snakemake.params.tables, os.path.dirname(snakemake.output[0]),
-         expect=list(snakemake.output))
+with script_log(snakemake):  # the rule's log: everything printed, any traceback
+    draw_all(snakemake.params.tables, os.path.dirname(snakemake.output[0]),
+             expect=list(snakemake.output))

@@ -4,8 +4,10 @@ meta.json -> the waiting-energy tables (wattlife.analysis.waiting_files.write_wa
 import os
 
 from wattlife.analysis.waiting_files import write_waiting_tables
+from wattlife.scriptlog import script_log
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's `script:` directive
-write_waiting_tables(snakemake.input.phases, os.path.dirname(snakemake.output.waiting),
-                     snakemake.params.jobs_per_year, traces=list(snakemake.input.traces),
-                     metas=list(snakemake.input.metas), caps_w=list(snakemake.params.caps_w))
+with script_log(snakemake):  # the rule's log: everything printed, any traceback
+    write_waiting_tables(snakemake.input.phases, os.path.dirname(snakemake.output.waiting),
+                         snakemake.params.jobs_per_year, traces=list(snakemake.input.traces),
+                         metas=list(snakemake.input.metas), caps_w=list(snakemake.params.caps_w))

@@ -26,8 +26,10 @@ def test_aggregate_script_writes_what_the_cli_writes(tmp_path):
                               metas=[str(p.parent / "meta.json") for p in CELLS],
                               summaries=[str(p.parent / "work" / "summary.json") for p in CELLS],
                               events=[str(p.parent / "events.csv") for p in CELLS]),
-        output=SimpleNamespace(**out))
+        output=SimpleNamespace(**out), log=[str(tmp_path / "aggregate_phases.log")],
+        rule="aggregate_phases")
     runpy.run_path(str(REPO / "scripts/aggregate_phases.py"), init_globals={"snakemake": snakemake})
+    assert "rule aggregate_phases finished" in (tmp_path / "aggregate_phases.log").read_text()
     assert main(["aggregate", *map(str, CELLS), "-o", str(tmp_path / "cli")]) == 0
     for n in names:
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "script" / f"{n}.csv"),
@@ -39,9 +41,12 @@ def test_figures_script_names_a_figure_it_could_not_draw(tmp_path):
     write_phase_tables(CELLS, tables)
     want = [str(tmp_path / "fig" / "fig1_phase_energy_time.png"),
             str(tmp_path / "fig" / "fig6_power_throughput.png")]  # no curves.csv: not drawable
-    snakemake = SimpleNamespace(params=SimpleNamespace(tables=str(tables)), output=want)
+    snakemake = SimpleNamespace(params=SimpleNamespace(tables=str(tables)), output=want,
+                                log=[str(tmp_path / "figures.log")], rule="figures")
     with pytest.raises(RuntimeError, match="fig6_power_throughput"):
         runpy.run_path(str(REPO / "scripts/figures.py"), init_globals={"snakemake": snakemake})
+    log = (tmp_path / "figures.log").read_text()  # the rule's log has the traceback too
+    assert "fig6_power_throughput" in log and "rule figures failed" in log
     assert Path(want[0]).exists()
 
 

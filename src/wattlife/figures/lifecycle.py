@@ -79,14 +79,25 @@ def _cell_label(workload: str, storage: str, checkpoint: str, sep: str = "\n") -
     return f"{workload}{sep}storage {storage}, checkpoint {checkpoint}"
 
 
-def _picked_cells(summary: pd.DataFrame) -> pd.DataFrame:
-    """One cell per workload for fig. 1: shared storage with checkpoints on, else the first."""
-    cells = summary.drop_duplicates(["workload", "storage", "checkpoint"])
-    pick = []
-    for _, g in cells.groupby("workload"):
-        pref = g[(g["storage"] == "shared") & g["checkpoint"].isin(["on", "sync"])]
-        pick.append((pref if len(pref) else g).iloc[0][["workload", "storage", "checkpoint"]])
-    return pd.DataFrame(pick)
+def _cells(summary: pd.DataFrame) -> pd.DataFrame:
+    """Every cell of the matrix, in the table's order (fig. 1 draws one row for each)."""
+    return summary.drop_duplicates(["workload", "storage", "checkpoint"])[
+        ["workload", "storage", "checkpoint"]]
+
+
+def _share_labels(ax: plt.Axes, rows: pd.DataFrame, order: list[str], scale: float) -> None:
+    """Each phase's share of the cell's energy (all device kinds), written after its bars."""
+    per_phase = rows.groupby("phase")["energy_j"].sum().reindex(order).fillna(0.0)
+    total = float(per_phase.sum())
+    if total <= 0:
+        return
+    ends = rows.groupby("phase")["energy_j"].max().reindex(order).fillna(0.0) / scale
+    if "energy_hi_j" in rows.columns:
+        hi = rows.groupby("phase")["energy_hi_j"].max().reindex(order) / scale
+        ends = np.fmax(ends, hi.fillna(0.0))
+    for y, (phase, e) in enumerate(per_phase.items()):
+        ax.text(float(ends[phase]), y, f" {e / total:.0%}", va="center", ha="left", fontsize=7)
+    ax.set_xlim(right=float(np.nanmax(ends.to_numpy(float))) * 1.15 or None)
 
 
 def _per_item_panel(ax: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
@@ -129,15 +140,20 @@ def _time_panel(ax2: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) -> 
 
 
 def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
-    """Fig. 1: per phase, the energy of one run (per device kind), the energy per item of the
-    per-step phases (J/image, J/1k tokens) and the time, per workload; error bars say what they
-    are (across-repeat t95 with n >= 2, else the per-run attribution interval)."""
+    """Fig. 1: one row per cell of the matrix: per phase, the energy of one run (per device kind,
+    with each phase's share of the cell's energy), the energy per item of the per-step phases
+    (J/image, J/1k tokens) and the time; error bars say what they are (across-repeat t95 with
+    n >= 2, else the per-run attribution interval)."""
     if not len(summary):
         raise NothingToDraw("no phase rows")
     style()
-    picked = _picked_cells(summary)
-    fig, axes = plt.subplots(len(picked), 3, figsize=(17, 1.2 + 0.42 * 14 * len(picked)),
-                             squeeze=False, gridspec_kw={"width_ratios": [3, 2, 2]})
+    picked = _cells(summary)
+    heights = [1.2 + 0.3 * summary[(summary["workload"] == c["workload"])
+                                   & (summary["storage"] == c["storage"])
+                                   & (summary["checkpoint"] == c["checkpoint"])]["phase"].nunique()
+               for _, c in picked.iterrows()]
+    fig, axes = plt.subplots(len(picked), 3, figsize=(17, 1.0 + sum(heights)), squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 2, 2], "height_ratios": heights})
     notes = []
     for row, (_, cell) in enumerate(picked.iterrows()):
         rows = summary[(summary["workload"] == cell["workload"])
@@ -146,12 +162,14 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
         n = _n(rows)
         order = _phase_sort(rows["phase"])
         lo, hi, words = _energy_interval(rows, n)
-        notes.append(f"{cell['workload']}: {words}")
+        label = _cell_label(cell["workload"], cell["storage"], cell["checkpoint"], " — ")
+        if f"{cell['workload']}: {words}" not in notes:
+            notes.append(f"{cell['workload']}: {words}")
         ax = axes[row, 0]
         _bars(ax, rows, order, "energy_j", lo, hi, scale=1000.0)
+        _share_labels(ax, rows, order, scale=1000.0)
         ax.set_xlabel(f"energy per run (kJ) — {source_words(rows)}")
-        ax.set_title(_cell_label(cell["workload"], cell["storage"], cell["checkpoint"], " — ")
-                     + f" (n = {n})")
+        ax.set_title(label + f" (n = {n}; % = share of the cell's energy)")
         ax.legend(loc="best", title="device")
         _per_item_panel(axes[row, 1], rows, order, n)
         _time_panel(axes[row, 2], rows, order, n)

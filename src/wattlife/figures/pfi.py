@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .common import SOURCE_WORDS, _save, seeded_jitter, source_note, source_tag, style
+from .common import SOURCE_WORDS, _save, source_note, source_tag, style
 
 
 def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
@@ -45,6 +45,33 @@ def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
     return _save(fig, out)
 
 
+def _pfi_by_category(ax: plt.Axes, p: pd.DataFrame) -> None:
+    """Each job's PFI at its category, spread evenly across the category's width (the same
+    places on every redraw), with its 95 % interval from pfi.csv (`pfi_lo`, `pfi_hi`) as whiskers
+    where the table has one (none where they are NaN), and the category's median as a bar."""
+    cats = list(dict.fromkeys(p["category"]))
+    models = list(dict.fromkeys(p["gpu_model"])) if "gpu_model" in p.columns else [""]
+    colors = dict(zip(models, sns.color_palette(n_colors=max(len(models), 1)), strict=False))
+    labelled: set[str] = set()
+    for i, cat in enumerate(cats):
+        g = p[p["category"] == cat].reset_index(drop=True)
+        xs = i + (np.linspace(-0.25, 0.25, len(g)) if len(g) > 1 else np.zeros(1))
+        for x, (_, row) in zip(xs, g.iterrows(), strict=True):
+            model = row["gpu_model"] if "gpu_model" in g.columns else ""
+            y = float(row["pfi"])
+            lo = float(row["pfi_lo"]) if "pfi_lo" in g.columns else np.nan
+            hi = float(row["pfi_hi"]) if "pfi_hi" in g.columns else np.nan
+            yerr = None
+            if np.isfinite(lo) and np.isfinite(hi):
+                yerr = [[max(y - lo, 0.0)], [max(hi - y, 0.0)]]
+            ax.errorbar([x], [y], yerr=yerr, fmt="o", ms=6, color=colors[model], capsize=3,
+                        lw=1, label=model if model not in labelled and model else None)
+            labelled.add(model)
+        ax.hlines(g["pfi"].median(), i - 0.3, i + 0.3, color="black", lw=2)
+    ax.set_xticks(range(len(cats)), cats)
+    ax.set_xlabel("category")
+
+
 def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.DataFrame | None,
             out: Path) -> list[Path]:
     """Fig. 7: PFI by job category with medians; PFI vs DRAM copy product with the linear fit."""
@@ -55,14 +82,10 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
     p = pfi.dropna(subset=["pfi"]).copy()
     if "category" not in p.columns:
         p["category"] = "all"
-    with seeded_jitter():  # the same points on every redraw
-        sns.stripplot(data=p, x="category", y="pfi", hue="gpu_model", ax=ax, size=7,
-                      jitter=0.15)
-    for i, (_, g) in enumerate(p.groupby("category", sort=False)):
-        ax.hlines(g["pfi"].median(), i - 0.3, i + 0.3, color="black", lw=2)
+    _pfi_by_category(ax, p)
     ax.axhline(1, color="grey", ls="--", lw=1)
     ax.set_ylabel(f"PFI {source_tag(p)}")
-    ax.set_title("PFI by job category (bar = median)")
+    ax.set_title("PFI by job category (bar = median; whiskers: 95 % interval)")
     ax.legend(fontsize=8)
     if n == 2:
         assert features is not None
