@@ -169,3 +169,15 @@ def test_gpu_compare_tables_are_rebuilt_from_the_committed_runs(tmp_path) -> Non
     readme = (COMPARE / "README.md").read_text()
     for text in ("+18.0 [0.5, 35.6]", "2,234 [2,096, 2,371]", "+0.0087 [0.0042, 0.0132] (+5.5 %)"):
         assert text in readme, text
+
+
+def test_sensor_readme_shift_is_the_table_s() -> None:
+    """The README's 'about 18-22 ms of its power' for 200 ms-2 s phases: the mean loss per phase
+    over the truth's power, in ms."""
+    t = pd.read_csv(SENSOR / "sensor_phase_length.csv").set_index("L_ms")
+    lost_ms = (-t["integrated_err_mean_pct"] / 100 * t["length_ms_mean"]).round(1)
+    assert lost_ms.loc[200.0:2000.0].between(18.0, 22.5).all()
+    assert (lost_ms.loc[100.0], lost_ms.loc[10.0]) == (12.4, 5.3)
+    readme = (SENSOR / "README.md").read_text()
+    assert "about 18–22 ms of its power" in readme
+    assert "(12.4 ms at 100 ms, 5.3 ms at 10 ms)" in readme
