@@ -2,8 +2,8 @@
 # Demo:    snakemake --profile profiles/local            (config/config.yaml)
 # Cluster: snakemake --profile profiles/slurm --configfile config/paper.yaml \
 #              --config 'slurm={account: <account>, gpu_partition: <gpu partition>}'
-# Rerun one cell (measured again, then everything downstream of it):
-#          snakemake --profile profiles/local --forcerun results/demo/runs/resnet/local/ckpt-on/r1/trace.csv
+# Measure one cell again (then everything downstream of it): wattlife retire results/demo
+#          resnet/local/ckpt-on/r1, then rerun; `wattlife cells --config C` lists each cell's state.
 from snakemake.utils import min_version, validate
 
 from wattlife.config import validate_config
@@ -39,7 +39,8 @@ rule all:
 
 # Small CPU steps: on the submit host unless the config names a CPU partition (`slurm.cpu_partition`);
 # never in the GPU partition. Transfers on `login` are local too (rules/prepare.smk).
-CPU_RULES = ["all", "gen_images", "gen_text", "gen_catalogue", "check", "check_transfer",
+CPU_RULES = ["all", "gen_images", "gen_text", "gen_catalogue", "link_cell", "link_cell_tokenizer",
+             "check", "check_transfer",
              "attribute", "attribute_transfer",
              "aggregate_phases", "waiting", "prepare_tables", "pfi", "predictor", "allocate", "figures",
              "powercap_sweep", "pfi_curve", "pfi_curves"]

@@ -1,13 +1,22 @@
 # Execution stage: one job per cell of workload x storage x checkpoint x repeat, under the sampler.
-# Each cell's params are its own config slice (wattlife.jobs.cell_slice), written beside its
-# outputs as config.json and read by the cell as its config: a change to another workload, to the
-# analysis, or to the order of keys reruns nothing here.
+# Custody (wattlife.custody, docs/ARCHITECTURE.md "Custody of a measurement"): the measuring job
+# (`wattlife measure`) writes an attempt folder of its own, <results>/attempts/<cell>/<id>/, which
+# no rule declares (so Snakemake never deletes it), seals it and publishes it: hard links in the
+# cell folder and the pointer sealed-<slice hash>.json, the one output of `execute`. The slice
+# hash is in the pointer's name: a changed slice is a missing output (the cell is measured again),
+# an unchanged one an existing output, whoever published it (an orphan of a killed controller
+# too). A job that finds a live earlier attempt of its cell waits for it, and one that finds a
+# sealed result of its slice adopts it (measures nothing). The launcher's command line is built
+# inside the job from the slice, so a change in how it is built reruns nothing by itself.
+# `link_cell` declares the cell's files (what the downstream rules read): links from the published
+# attempt, made again if removed. Each cell's params are its own config slice
+# (wattlife.jobs.cell_slice), written into the attempt as config.json and read as its config.
 # Repeats are spread in time: one rule per repeat index (`execute` is repeat 1, `execute_r<N>`
 # repeat N), each with a priority that falls with N (wattlife.jobs.repeat_priority), so the
 # scheduler runs repeat r of every cell before repeat r + 1 of any (locally, where measuring jobs
 # run one at a time; on Slurm, the order in which they are submitted and queued).
-# Rerun one cell (measured again, and everything downstream of it):
-#   snakemake --profile profiles/local --forcerun <results>/runs/<workload>/<storage>/ckpt-<off|sync|async|on>/r<N>/trace.csv
+# Measure one cell again (and everything downstream of it): `wattlife retire <results> <cell>`,
+# then rerun the workflow.
 
 
 def _tokenizer_workloads():
@@ -31,6 +40,41 @@ for (_kind, _workloads), _repeat in itertools.product(EXECUTE_KINDS.items(),
         input:
             data=lambda wc: dataset_input(wc.workload),
         output:
+            pointer=f"{CELL}/sealed-{{slicehash}}.json",
+        log:
+            f"{CELL}/execute-{{slicehash}}.log",
+        wildcard_constraints:
+            workload="|".join(map(re.escape, _workloads)),
+            repeat=str(_repeat),
+            slicehash="[0-9a-f]{16}",
+        priority: J.repeat_priority(_repeat, EXE.repeats)
+        conda:
+            "../envs/wattlife.yaml"
+        params:
+            slice=slice_of(cell_slice),
+            cell=lambda wc: J.cell_id(wc.workload, wc.storage, wc.checkpoint, wc.repeat),
+            results=RES,
+        threads: NODE_CORES  # a local run: the whole machine, nothing else beside a measurement
+        resources:
+            **measuring(),  # whole nodes: --exclusive, every CPU and all memory (common.smk)
+            **({"gres": f"gpu:{cell_gpus()}"} if cell_gpus() else {}),  # per node: --gres=gpu:N
+            nodes=EXE.nodes,
+            runtime=EXE.runtime_min,
+        shell:
+            "wattlife measure --results {params.results:q} --cell {params.cell:q}"
+            " --slice {params.slice:q} --pointer {output.pointer:q} > {log:q} 2>&1"
+
+
+for _kind, _workloads in EXECUTE_KINDS.items():
+    if not _workloads:
+        continue
+
+    rule:
+        name:
+            "link_cell" + _kind[len("execute"):]
+        input:
+            pointer=lambda wc: ancient(cell_pointer(wc)),
+        output:
             config=f"{CELL}/config.json",
             trace=CELL_FILES["trace"],
             events=CELL_FILES["events"],
@@ -40,22 +84,15 @@ for (_kind, _workloads), _repeat in itertools.product(EXECUTE_KINDS.items(),
             nodes=directory(CELL_FILES["nodes"]) if "nodes" in CELL_FILES else [],
             clock=CELL_FILES.get("clock", []),
             tokenizer=f"{CELL}/work/tokenizer/tokenizer.json" if _kind == "execute_tokenizer" else [],
+            run_log=f"{CELL}/run.log",  # the measured command's output
         log:
-            f"{CELL}/run.log",
+            f"{CELL}/link.log",
         wildcard_constraints:
             workload="|".join(map(re.escape, _workloads)),
-            repeat=str(_repeat),
-        priority: J.repeat_priority(_repeat, EXE.repeats)
-        conda:
-            "../envs/wattlife.yaml"
         params:
-            slice=slice_of(cell_slice),
-            cmd=train_command,
-        threads: NODE_CORES  # a local run: the whole machine, nothing else beside a measurement
+            cell=lambda wc: J.cell_id(wc.workload, wc.storage, wc.checkpoint, wc.repeat),
+            results=RES,
         resources:
-            **measuring(),  # whole nodes: --exclusive, every CPU and all memory (common.smk)
-            **({"gres": f"gpu:{cell_gpus()}"} if cell_gpus() else {}),  # per node: --gres=gpu:N
-            nodes=EXE.nodes,
-            runtime=EXE.runtime_min,
+            **CPU_STEP,
         shell:
-            "printf '%s\\n' {params.slice:q} > {output.config:q} && ({params.cmd}) > {log:q} 2>&1"
+            "wattlife relink {params.results:q} {params.cell:q} > {log:q} 2>&1"

@@ -54,12 +54,14 @@ def _tiny_config(tmp_path: Path, gres: bool) -> Path:
 
 def _rerun_then_nothing_to_do(conf: Path, site: list[str], cell: Path, tmp_path: Path,
                               env_path: dict[str, str], first_id: str) -> None:
-    """Rerun the one cell through Slurm (the README's form): measured again, in a new Slurm job;
+    """Rerun the one cell through Slurm (the README's form: `wattlife retire`, then rerun): measured
+    again, in a new Slurm job;
     then, the run finished and the config unchanged, nothing to do."""
     before = (cell / "trace.csv").read_bytes()
+    subprocess.run(["wattlife", "retire", str(tmp_path / "res"), "resnet/local/ckpt-on/r1"],
+                   env=env_path, check=True, capture_output=True, timeout=60)
     rerun = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
-                            "--configfile", str(conf), *site, "--forcerun",
-                            str(cell / "trace.csv"), "--", str(cell / "phases.csv"),
+                            "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),
                             str(tmp_path / "res/tables/pfi.csv")], cwd=REPO,
                            env=env_path, capture_output=True, text=True, timeout=1200)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]

@@ -1,8 +1,10 @@
-"""Collect every cell's phases.csv (+ meta.json, summary.json) into run-level tables."""
+"""Collect every cell's phases.csv (+ meta.json, summary.json) into run-level tables; a workflow
+cell's files are verified against their seals first (wattlife.custody)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import warnings
 from pathlib import Path
@@ -49,6 +51,7 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
     for name, given in (("metas", metas), ("summaries", summaries)):
         if given is not None and len(given) != len(phase_files):
             raise ValueError(f"{name}: {len(given)} files for {len(phase_files)} phases.csv")
+    verify_sources(phase_files)
     frames = []
     unnamed: list[str] = []  # files with neither meta.json's cell nor a cell folder name
     runs: dict[tuple, Path] = {}
@@ -96,6 +99,29 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
                       "`wattlife run --cell '{\"workload\": \"W\", \"storage\": \"shared\", "
                       "\"checkpoint\": \"off\", \"repeat\": 1}'`)", stacklevel=2)
     return pd.concat(frames, ignore_index=True)
+
+
+def verify_sources(phase_files: list[str | Path]) -> None:
+    """Tables use sealed, verified results only: a phases.csv of a workflow cell (a published
+    pointer or a derived seal beside it) is refused, with the cell's measured files, if any was
+    cut, edited, replaced or is stale (ValueError: the first file, its problem and what
+    re-derives it). A phases.csv outside any cell under custody is used with a warning."""
+    from ..custody import cell_problems, is_sealed_cell
+
+    bad: list[tuple[str, str]] = []
+    loose = []
+    for f in map(Path, phase_files):
+        if is_sealed_cell(f.parent):
+            bad += cell_problems(f.parent, (f.name,))
+        else:
+            loose.append(str(f))
+    if bad:
+        more = f" (and {len(bad) - 1} more problem(s))" if len(bad) > 1 else ""
+        raise ValueError(f"{bad[0][0]}: {bad[0][1]}{more}; refusing to aggregate it")
+    if loose:
+        logging.getLogger(__name__).info(
+            "%d phases file(s) not under custody (no sealed cell beside them), used unverified: "
+            "%s", len(loose), ", ".join(loose[:3]))
 
 
 def _unnamed_line(phases: Path, meta: Path) -> str:
