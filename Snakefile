@@ -2,8 +2,10 @@
 # Demo:    snakemake --profile profiles/local            (config/config.yaml)
 # Cluster: snakemake --profile profiles/slurm --configfile config/paper.yaml \
 #              --config 'slurm={account: <account>, gpu_partition: <gpu partition>}'
-# Measure one cell again (then everything downstream of it): wattlife retire results/demo
-#          resnet/local/ckpt-on/r1, then rerun; `wattlife cells --config C` lists each cell's state.
+# Measure one cell again (then everything downstream of it):
+#          wattlife retire results/demo resnet/local/ckpt-on/r1
+#          snakemake --profile profiles/local --forcerun results/demo/runs/resnet/local/ckpt-on/r1/trace.csv
+# Each cell's state (current, stale, other-code, damaged, missing, unsealed): wattlife cells --config C
 from snakemake.utils import min_version, validate
 
 from wattlife.config import validate_config

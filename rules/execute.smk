@@ -9,14 +9,15 @@
 # sealed result of its slice adopts it (measures nothing). The launcher's command line is built
 # inside the job from the slice, so a change in how it is built reruns nothing by itself.
 # `link_cell` declares the cell's files (what the downstream rules read): links from the published
-# attempt, made again if removed. Each cell's params are its own config slice
+# attempt, made again whenever it runs. Each cell's params are its own config slice
 # (wattlife.jobs.cell_slice), written into the attempt as config.json and read as its config.
 # Repeats are spread in time: one rule per repeat index (`execute` is repeat 1, `execute_r<N>`
 # repeat N), each with a priority that falls with N (wattlife.jobs.repeat_priority), so the
 # scheduler runs repeat r of every cell before repeat r + 1 of any (locally, where measuring jobs
 # run one at a time; on Slurm, the order in which they are submitted and queued).
 # Measure one cell again (and everything downstream of it): `wattlife retire <results> <cell>`,
-# then rerun the workflow.
+# then `snakemake ... --forcerun <results>/runs/<cell>/trace.csv` (a --forcerun alone adopts the
+# sealed result again: a cell is never measured twice by accident).
 
 
 def _tokenizer_workloads():

@@ -111,7 +111,8 @@ def test_rerun_one_cell_measures_it_again_and_nothing_else(demo):
     retire = subprocess.run(["wattlife", "retire", str(res), "resnet/local/ckpt-on/r1"],
                             env=demo["env"], capture_output=True, text=True, timeout=60)
     assert retire.returncode == 0, retire.stderr
-    out = snakemake(["--configfile", str(demo["conf"])], demo["env"])
+    out = snakemake(["--configfile", str(demo["conf"]), "--forcerun", str(cell / "trace.csv")],
+                    demo["env"])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     after = tree(res)
     rel = str(cell.relative_to(res))

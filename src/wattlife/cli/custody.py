@@ -43,8 +43,10 @@ def cmd_retire(a: argparse.Namespace) -> int:
     from ..custody import retire
 
     for cell in a.cells:
-        print(f"{cell}: {retire(Path(a.results), cell)} sealed attempt(s) retired (kept); the "
-              "next run of the workflow measures it again")
+        n = retire(Path(a.results), cell)
+        trace = Path(a.results) / "runs" / cell / "trace.csv"
+        print(f"{cell}: {n} sealed attempt(s) retired (kept); measure it again with: snakemake "
+              f"... --forcerun {trace}")
     return 0
 
 

@@ -69,13 +69,20 @@ def format_states(rows: list[dict[str, Any]], as_json: bool = False) -> str:
 
 def retire(results: str | Path, cell: str) -> int:
     """Measure `cell` again at the next run: its sealed attempts are retired (kept, never
-    adopted again) and its pointer removed. The number of attempts retired."""
+    adopted again); its pointer, published links and what was derived from them (check.txt,
+    phases.csv) are removed, logs kept. Then `snakemake --forcerun <cell>/trace.csv` measures it
+    and re-derives what follows. The number of attempts retired."""
     results = Path(results)
     n = 0
     for a in attempts_of(attempts_dir(results, cell)):
         if a.state == "sealed" and not a.retired:
-            mark(a.folder, "retired.json", why="wattlife cells --retire")
+            mark(a.folder, "retired.json", why="wattlife retire")
             n += 1
-    for p in cell_dir(results, cell).glob(POINTER_GLOB):
+    cdir = cell_dir(results, cell)
+    for p in cdir.glob(POINTER_GLOB):  # first: from here the cell is unpublished
         p.unlink()
+    if cdir.is_dir():  # the links (the attempts keep their files) and what was derived from them
+        for p in sorted(cdir.rglob("*"), reverse=True):
+            if p.is_file() and p.suffix != ".log":
+                p.unlink()
     return n
