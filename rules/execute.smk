@@ -74,7 +74,10 @@ for _kind, _workloads in EXECUTE_KINDS.items():
         name:
             "link_cell" + _kind[len("execute"):]
         input:
-            pointer=lambda wc: ancient(cell_pointer(wc)),
+            # not ancient(): after a job of `execute` (one adopting an orphan's result included)
+            # this and everything after it run again (the pointer is dated as the attempt's
+            # oldest file, so an unchanged publication reruns nothing)
+            pointer=cell_pointer,
         output:
             config=f"{CELL}/config.json",
             trace=CELL_FILES["trace"],

@@ -129,9 +129,13 @@ def dry_jobs(wf, conf=None) -> str:
     return out.stdout
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGHUP],
-                         ids=["SIGKILL", "SIGTERM", "SIGHUP-lost-terminal"])
-def test_a_killed_controller_then_unlock_and_rerun_measures_the_cell_once(wf, sig):
+@pytest.mark.parametrize("sig, wait_orphan", [
+    (signal.SIGKILL, False), (signal.SIGKILL, True), (signal.SIGTERM, False),
+    (signal.SIGHUP, False)], ids=["SIGKILL", "SIGKILL-orphan-awaited", "SIGTERM",
+                                  "SIGHUP-lost-terminal"])
+def test_a_killed_controller_then_unlock_and_rerun_measures_the_cell_once(wf, sig, wait_orphan):
+    """The README's recovery (`--unlock`, rerun), while the orphan still measures or (as on
+    Slurm after `wattlife slurm-orphans --wait`) once it has ended."""
     first = start(wf, "first")
     try:
         wait_for(lambda: in_flight(wf) or first.poll() is not None, "the cell's measurement")
@@ -146,10 +150,13 @@ def test_a_killed_controller_then_unlock_and_rerun_measures_the_cell_once(wf, si
             first.kill()
             first.wait()
     try:
+        if wait_orphan:
+            os.kill(orphan, signal.SIGCONT)
+            wait_for(lambda: not alive(orphan), "the orphan to end", 300)
         unlock = snake(wf, "--unlock")
         assert unlock.returncode == 0, unlock.stderr[-2000:]
         rerun = start(wf, "rerun")
-        if sig == signal.SIGKILL:  # the rerun's job waits for the live orphan, never beside it
+        if sig == signal.SIGKILL and not wait_orphan:  # the rerun's job waits for the live orphan
             log = wf["cell"] / f"execute-{C.slice_hash(slice_of(wf))}.log"
             wait_for(lambda: log.exists() and "waiting for it to end" in log.read_text(),
                      "the rerun to wait for the orphan")
@@ -170,13 +177,20 @@ def test_a_killed_controller_then_unlock_and_rerun_measures_the_cell_once(wf, si
                    if not a.published)
     assert tables_count(wf) == 1 and C.cell_problems(wf["cell"], ("phases.csv",)) == []
     assert cells_state(wf) == "current"
-    assert "rule execute" not in dry_jobs(wf)  # up to date by its seal, metadata or not
+    assert "Nothing to be done" in dry_jobs(wf)  # up to date by its seal, metadata or not
+    print(f"{request_id(sig, wait_orphan)}: measured {len(attempts)}, published "
+          f"{len(published)}, spares {sum(a.state == 'sealed' for a in attempts) - 1}, failed "
+          f"{sum(a.state == 'failed' for a in attempts)}, tables count {tables_count(wf)}")
     if sig == signal.SIGKILL:  # a changed slice reruns the orphan's cell
         cfg = yaml.safe_load(yaml.safe_dump(wf["cfg"]))
         cfg["workloads"]["resnet"]["steps"] = 3
         conf = wf["tmp"] / "changed.yaml"
         conf.write_text(yaml.safe_dump(cfg))
         assert "rule execute:" in dry_jobs(wf, conf)
+
+
+def request_id(sig, wait_orphan) -> str:
+    return signal.Signals(sig).name + (" (orphan awaited)" if wait_orphan else "")
 
 
 def slice_of(wf) -> dict:

@@ -94,6 +94,11 @@ def publish(results: Path, attempt: Path, cell: Path) -> Path:
     doc = {**seal, "attempt_path": os.path.relpath(attempt, results), "published_at": time.time()}
     pointer = cell / pointer_name(seal["slice_hash"])
     write_text(pointer, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    # dated as the attempt's oldest file: never newer than the links made from it (Snakemake's
+    # mtime rule would otherwise remake them, and what follows, at every run)
+    oldest = min(((attempt / rel).stat().st_mtime_ns for rel in seal["files"]),
+                 default=time.time_ns())
+    os.utime(pointer, ns=(time.time_ns(), oldest))
     mark(attempt, "published.json", cell=str(cell))
     return pointer
 
