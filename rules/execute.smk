@@ -20,14 +20,11 @@
 # sealed result again: a cell is never measured twice by accident).
 
 
-def _tokenizer_workloads():
-    """Causal-LM workloads that train their tokenizer in the cell's work folder."""
-    return [w for w in EXE.workloads
-            if CFG.workloads[w].kind == "causal_lm" and not CFG.workloads[w].pretrained]
-
-
-EXECUTE_KINDS = {"execute": [w for w in EXE.workloads if w not in _tokenizer_workloads()],
-                 "execute_tokenizer": _tokenizer_workloads()}
+# causal-LM workloads that train their tokenizer in the cell's work folder
+_TOKENIZER_WORKLOADS = [w for w in EXE.workloads
+                        if CFG.workloads[w].kind == "causal_lm" and not CFG.workloads[w].pretrained]
+EXECUTE_KINDS = {"execute": [w for w in EXE.workloads if w not in _TOKENIZER_WORKLOADS],
+                 "execute_tokenizer": _TOKENIZER_WORKLOADS}
 
 for (_kind, _workloads), _repeat in itertools.product(EXECUTE_KINDS.items(),
                                                       range(1, EXE.repeats + 1)):
@@ -54,7 +51,7 @@ for (_kind, _workloads), _repeat in itertools.product(EXECUTE_KINDS.items(),
         params:
             slice=slice_of(cell_slice),
             cell=lambda wc: J.cell_id(wc.workload, wc.storage, wc.checkpoint, wc.repeat),
-            results=RES,
+            results=lambda wc: RES,
         threads: NODE_CORES  # a local run: the whole machine, nothing else beside a measurement
         resources:
             **measuring(),  # whole nodes: --exclusive, every CPU and all memory (common.smk)
@@ -72,7 +69,7 @@ for _kind, _workloads in EXECUTE_KINDS.items():
 
     rule:
         name:
-            "link_cell" + _kind[len("execute"):]
+            f"link_cell{_kind[len('execute'):]}"
         input:
             # not ancient(): after a job of `execute` (one adopting an orphan's result included)
             # this and everything after it run again (the pointer is dated as the attempt's
@@ -95,8 +92,10 @@ for _kind, _workloads in EXECUTE_KINDS.items():
             workload="|".join(map(re.escape, _workloads)),
         params:
             cell=lambda wc: J.cell_id(wc.workload, wc.storage, wc.checkpoint, wc.repeat),
-            results=RES,
+            results=lambda wc: RES,
         resources:
             **CPU_STEP,
+        conda:
+            "../envs/wattlife.yaml"
         shell:
             "wattlife relink {params.results:q} {params.cell:q} > {log:q} 2>&1"
