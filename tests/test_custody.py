@@ -229,3 +229,16 @@ def test_a_second_controller_refuses_naming_the_first_and_a_dead_ones_lock_is_ta
     assert C.take_controller(tmp_path) == lock
     assert json.loads(lock.read_text())["pid"] == os.getpid()
     C.release_controller(tmp_path)
+
+
+def test_the_waiting_tables_refuse_a_cut_trace_of_a_sealed_cell(tmp_path):
+    from wattlife.analysis.waiting_files import write_waiting_tables
+
+    cell = C.cell_dir(tmp_path, CELL)
+    C.publish(tmp_path, fake_attempt(tmp_path, rows=40), cell)
+    data = (cell / "trace.csv").read_bytes()
+    (cell / "trace.csv").unlink()
+    (cell / "trace.csv").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"trace.csv: cut .*wattlife relink"):
+        write_waiting_tables(tmp_path / "phases.csv", tmp_path / "tables", 1.0,
+                             traces=[cell / "trace.csv"], metas=[cell / "meta.json"])

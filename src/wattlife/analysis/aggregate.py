@@ -105,19 +105,10 @@ def verify_sources(phase_files: list[str | Path]) -> None:
     """Tables use sealed, verified results only: a phases.csv of a workflow cell (a published
     pointer or a derived seal beside it) is refused, with the cell's measured files, if any was
     cut, edited, replaced or is stale (ValueError: the first file, its problem and what
-    re-derives it). A phases.csv outside any cell under custody is used with a warning."""
-    from ..custody import cell_problems, is_sealed_cell
+    re-derives it). A phases.csv outside any cell under custody is used (logged)."""
+    from ..custody import require_sound
 
-    bad: list[tuple[str, str]] = []
-    loose = []
-    for f in map(Path, phase_files):
-        if is_sealed_cell(f.parent):
-            bad += cell_problems(f.parent, (f.name,))
-        else:
-            loose.append(str(f))
-    if bad:
-        more = f" (and {len(bad) - 1} more problem(s))" if len(bad) > 1 else ""
-        raise ValueError(f"{bad[0][0]}: {bad[0][1]}{more}; refusing to aggregate it")
+    loose = require_sound(list(phase_files))
     if loose:
         logging.getLogger(__name__).info(
             "%d phases file(s) not under custody (no sealed cell beside them), used unverified: "

@@ -20,9 +20,9 @@ from .controller import take as take_controller
 from .measure import measure_cell
 from .publish import pointer_name, publish, published, relink, seal_derived
 from .seal import slice_hash
-from .verify import cell_problems, is_sealed_cell
+from .verify import cell_problems, is_sealed_cell, require_sound
 
 __all__ = ["attempts_dir", "attempts_of", "cell_dir", "cell_problems", "cell_states",
            "format_states", "is_sealed_cell", "measure_cell", "pointer_name", "publish",
-           "published", "release_controller", "relink", "retire", "seal_derived", "slice_hash",
-           "take_controller"]
+           "published", "release_controller", "relink", "require_sound", "retire", "seal_derived",
+           "slice_hash", "take_controller"]

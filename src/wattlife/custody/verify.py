@@ -63,3 +63,20 @@ def cell_problems(cell: Path, derived: tuple[str, ...] = ()) -> list[tuple[str, 
 def is_sealed_cell(cell: Path) -> bool:
     """Whether a folder is a workflow cell under custody (a pointer, or a derived file's seal)."""
     return published(cell) is not None or any(cell.glob("*" + DERIVED_SUFFIX))
+
+
+def require_sound(files: list[str | Path], derived: bool = True) -> list[str]:
+    """Refuse (ValueError, one line: the first file, its problem and remedy) files of cells under
+    custody that are not as sealed; `derived`: the files themselves (phases.csv) are checked
+    against their own seals too. The files outside any sealed cell, used unverified."""
+    bad: list[tuple[str, str]] = []
+    loose = []
+    for f in map(Path, files):
+        if is_sealed_cell(f.parent):
+            bad += cell_problems(f.parent, (f.name,) if derived else ())
+        else:
+            loose.append(str(f))
+    if bad:
+        more = f" (and {len(bad) - 1} more problem(s))" if len(bad) > 1 else ""
+        raise ValueError(f"{bad[0][0]}: {bad[0][1]}{more}; refusing to use it")
+    return loose
