@@ -242,3 +242,32 @@ def test_the_waiting_tables_refuse_a_cut_trace_of_a_sealed_cell(tmp_path):
     with pytest.raises(ValueError, match=r"trace.csv: cut .*wattlife relink"):
         write_waiting_tables(tmp_path / "phases.csv", tmp_path / "tables", 1.0,
                              traces=[cell / "trace.csv"], metas=[cell / "meta.json"])
+
+
+def test_an_orphaned_slurm_jobs_cell_is_waited_for_while_squeue_lists_it(tmp_path, monkeypatch):
+    """On Slurm the holder of a cell's lock is a job: a rerun's job waits while `squeue` lists
+    the orphan, then adopts what it published (a fake squeue: no cluster needed)."""
+    root = C.attempts_dir(tmp_path, CELL)
+    root.mkdir(parents=True)
+    (root / ".wattlife-run.lock").write_text(json.dumps(
+        {"job_id": "4242", "host": "gpu-node-7", "pid": 1, "started": 0.0}))
+    done = tmp_path / "orphan-done"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(
+        f"#!/bin/sh\nif [ -e {done} ]; then echo 'slurm_load_jobs error: Invalid job id "
+        f"specified' >&2; exit 1; fi\necho RUNNING\n")
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(M, "measure_new", lambda *_: pytest.fail("measured beside the orphan"))
+    polls = []
+
+    def sleep(_s):  # each poll of the waiting job; the orphan ends at the third
+        polls.append(1)
+        if len(polls) == 3:
+            C.publish(tmp_path, fake_attempt(tmp_path), C.cell_dir(tmp_path, CELL))
+            done.touch()
+
+    with M.cell_lock(root, 0.0, sleep=sleep):
+        assert M.adoptable(tmp_path, CELL, C.slice_hash(SLICE)) is not None
+    assert len(polls) == 3 and not (root / ".wattlife-run.lock").exists()
