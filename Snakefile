@@ -2,8 +2,10 @@
 # Demo:    snakemake --profile profiles/local            (config/config.yaml)
 # Cluster: snakemake --profile profiles/slurm --configfile config/paper.yaml \
 #              --config 'slurm={account: <account>, gpu_partition: <gpu partition>}'
-# Rerun one cell (measured again, then everything downstream of it):
+# Measure one cell again (then everything downstream of it):
+#          wattlife retire results/demo resnet/local/ckpt-on/r1
 #          snakemake --profile profiles/local --forcerun results/demo/runs/resnet/local/ckpt-on/r1/trace.csv
+# Each cell's state (current, stale, other-code, damaged, missing, unsealed): wattlife cells --config C
 from snakemake.utils import min_version, validate
 
 from wattlife.config import check_config_files, validate_config
@@ -45,6 +47,8 @@ CPU_RULES = [
     "gen_images",
     "gen_text",
     "gen_catalogue",
+    "link_cell",
+    "link_cell_tokenizer",
     "check",
     "check_transfer",
     "attribute",

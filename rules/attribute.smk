@@ -1,5 +1,6 @@
-# Attribution: each cell is checked against the file contracts (`wattlife check`, with its
-# workload's kind), then trace x events -> phases.csv; then the run-level tables.
+# Attribution: each cell is checked against the file contracts and its seal (`wattlife check`, with
+# its workload's kind), then trace x events -> phases.csv (sealed: phases.csv.seal.json names the
+# published attempt it comes from); then the run-level tables, from verified cells only.
 
 
 rule check:
@@ -31,8 +32,10 @@ rule attribute:
         events=f"{CELL}/events.csv",
         meta=f"{CELL}/meta.json",
         response=sensor_response_file(),
+        pointer=lambda wc: ancient(cell_pointer(wc)),  # the published attempt, named in the seal
     output:
         phases=f"{CELL}/phases.csv",
+        seal=f"{CELL}/phases.csv.seal.json",  # size, rows, sha256: aggregate refuses a cut file
         response=estimated_response(f"{CELL}/phases.csv"),
     log:
         f"{CELL}/attribute.log",
@@ -45,6 +48,7 @@ rule attribute:
     shell:
         "wattlife attribute --trace {input.trace:q} --events {input.events:q} -o {output.phases:q}"
         " --idle-split {params.options} > {log:q} 2>&1"
+        " && wattlife seal-derived {output.phases:q} --pointer {input.pointer:q} >> {log:q} 2>&1"
 
 
 rule aggregate_phases:

@@ -13,7 +13,8 @@ import shlex
 from wattlife import jobs as J
 from wattlife import slurm_site as S
 from wattlife.config import settings
-from wattlife.launch import LaunchSpec, build_command, run_files, train_args
+from wattlife import custody as C
+from wattlife.launch import LaunchSpec, run_files
 
 CFG = settings(config)  # validated and defaults-filled by the Snakefile
 RES = CFG.results_dir
@@ -168,20 +169,13 @@ def cell_slice(wc):
     return J.cell_slice(config, wc.workload, wc.storage, wc.checkpoint, wc.repeat)
 
 
-def train_command(wc, output):
-    """The cell's command line, from the one launch builder (wattlife.launch)."""
-    run_id = f"{wc.workload}-{wc.storage}-ckpt{wc.checkpoint}-r{wc.repeat}"
-    inner = train_args(
-        output.config, wc.workload, wc.storage, wc.checkpoint, os.path.dirname(output.summary)
+def cell_pointer(wc):
+    """The cell's published pointer for its current slice (wattlife.custody): its name holds the
+    slice's hash, so a changed slice is a missing file."""
+    cell = CELL.format(
+        workload=wc.workload, storage=wc.storage, checkpoint=wc.checkpoint, repeat=wc.repeat
     )
-    return build_command(
-        CELL_SPEC,
-        config=output.config,
-        run_dir=os.path.dirname(output.trace),
-        run_id=run_id,
-        cell=dict(wc.items()),
-        inner=inner,
-    )
+    return f"{cell}/{C.pointer_name(C.slice_hash(cell_slice(wc)))}"
 
 
 def cell_gpus():
@@ -304,3 +298,16 @@ onstart:
         why = S.status_preflight(getattr(workflow.executor_settings, "status_command", None))
         if why:
             raise WorkflowError(why)
+    # one controller per results folder (wattlife.custody.controller), whatever Snakemake's locks
+    try:
+        C.take_controller(RES)
+    except RuntimeError as exc:
+        raise WorkflowError(str(exc)) from None
+
+
+onsuccess:
+    C.release_controller(RES)
+
+
+onerror:
+    C.release_controller(RES)

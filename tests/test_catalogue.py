@@ -73,9 +73,10 @@ def test_test_config_dry_run_is_the_pipeline_without_transfers(tmp_path, env_pat
     assert done.returncode == 0, done.stdout + done.stderr
     table = done.stdout.split("Job stats:", 1)[1]
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", table, re.M))
-    assert jobs.pop("total") == "12"
-    assert set(jobs) == {"gen_images", "powercap_sweep", "execute", "pfi", "allocate", "check",
-                         "predictor", "attribute", "aggregate_phases", "waiting", "figures", "all"}
+    assert jobs.pop("total") == "13"  # the one cell: execute (measure, publish) + link_cell
+    assert set(jobs) == {"gen_images", "powercap_sweep", "execute", "link_cell", "pfi", "allocate",
+                         "check", "predictor", "attribute", "aggregate_phases", "waiting",
+                         "figures", "all"}
 
 
 def test_make_lint_runs_snakefmt_and_snakemake_lint_and_both_pass(tmp_path, env_path):

@@ -76,4 +76,13 @@ def test_dry_run_of_the_paper_matrix(env_path, workflow_dir):
     cells = {k: int(v) for k, v in counts.items() if k.startswith("execute")}
     assert sum(cells.values()) == 24  # resnet's 12, qwen's 12: 4 cells x 3 repeats each
     assert cells["execute_r3"] == cells["execute"] == 4  # one rule per repeat index
-    assert "-- torchrun --nproc-per-node 4 -m wattlife.cli train" in out.stdout
+    # the launcher's command is built inside the job (`wattlife measure`), from the cell's slice
+    from wattlife.config import load_config
+    from wattlife.custody.measure import cell_command
+    from wattlife.jobs import cell_slice
+
+    paper = load_config(REPO / "config/paper.yaml")
+    cmd = cell_command(cell_slice(paper, "resnet", "local", "on", 1), "resnet/local/ckpt-on/r1",
+                       Path("/attempt"))
+    assert "-- torchrun --nproc-per-node 4 -m wattlife.cli train" in cmd
+    assert "--trace /attempt/trace.csv" in cmd and "wattlife measure" in out.stdout

@@ -42,6 +42,8 @@ HOW: dict[str, tuple[str, str]] = {
     "wattlife attribute $R": (RUN, ""),
     "wattlife figures $R": (RUN, ""),
     "snakemake --profile profiles/local --configfile config/gpu1.yaml": (DRY, "needs a GPU"),
+    "wattlife retire results/demo resnet/local/ckpt-on/r1": (
+        RUN, "a cell not measured yet: nothing to retire (the retire + rerun: test_workflow)"),
     "snakemake --profile profiles/local --forcerun "
     "results/demo/runs/resnet/local/ckpt-on/r1/trace.csv": (DRY, "a measurement"),
     "snakemake --profile profiles/slurm --configfile config/paper.yaml --config "

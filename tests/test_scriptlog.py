@@ -59,7 +59,7 @@ def test_every_script_rule_writes_its_log():
 
 @pytest.mark.slow
 def test_the_test_config_run_writes_every_log_and_its_report(tmp_path, env_path):
-    """The catalogue's .test config end to end (12 jobs, CPU, about a minute): every log file the
+    """The catalogue's .test config end to end (13 jobs, CPU, about a minute): every log file the
     rules declare exists and is non-empty; the script rules' name their rule, start and finish.
     Then `snakemake --report report.zip` packs every figure and every table of the run."""
     work = copy_workflow(tmp_path / "wf")

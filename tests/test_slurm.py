@@ -52,9 +52,12 @@ def _tiny_config(tmp_path: Path, gres: bool) -> Path:
 
 def _rerun_then_nothing_to_do(conf: Path, site: list[str], cell: Path, tmp_path: Path,
                               env_path: dict[str, str], first_id: str) -> None:
-    """Rerun the one cell through Slurm (the README's form): measured again, in a new Slurm job;
+    """Rerun the one cell through Slurm (the README's form: `wattlife retire`, then rerun): measured
+    again, in a new Slurm job;
     then, the run finished and the config unchanged, nothing to do."""
     before = (cell / "trace.csv").read_bytes()
+    subprocess.run(["wattlife", "retire", str(tmp_path / "res"), "resnet/local/ckpt-on/r1"],
+                   env=env_path, check=True, capture_output=True, timeout=60)
     rerun = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
                             "--configfile", str(conf), *site, "--forcerun",
                             str(cell / "trace.csv"), "--", str(cell / "phases.csv"),

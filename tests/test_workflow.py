@@ -65,6 +65,7 @@ def undeclared(res: Path, conf: Path, env: dict, wf: Path,
     declared |= {Path(x.strip()).resolve() for r in rows for x in r[3].split(",")
                  if x.strip() not in ("", "-")}
     dirs = [d for d in declared if d.is_dir()]  # ... its logs, and what directory outputs hold
+    dirs.append((res / "attempts").resolve())  # the measurements' own folders (custody): no rule's
     files = [p.resolve() for p in res.rglob("*") if p.is_file()]
     bad = [str(p) for p in files if p not in declared and not any(d in p.parents for d in dirs)]
     return bad, len(files)
@@ -108,7 +109,11 @@ def test_rerun_one_cell_measures_it_again_and_nothing_else(demo):
     res = demo["res"]
     cell = res / "runs/resnet/local/ckpt-on/r1"
     before = tree(res)
-    # the README's command: the cell's training again (under the sampler) and everything downstream
+    # the README's commands: retire the cell's measurement (kept, never adopted again), then rerun:
+    # the cell's training again (under the sampler) and everything downstream
+    retire = subprocess.run(["wattlife", "retire", str(res), "resnet/local/ckpt-on/r1"],
+                            env=demo["env"], capture_output=True, text=True, timeout=60)
+    assert retire.returncode == 0, retire.stderr
     out = snakemake(["--configfile", str(demo["conf"]), "--forcerun", str(cell / "trace.csv")],
                     demo["env"], demo["wf"])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -66,12 +66,12 @@ def holder_alive(doc: dict[str, Any], me: dict[str, Any],
     return True  # another host, no Slurm job to ask: only its owner knows
 
 
-def _describe(doc: dict[str, Any]) -> str:
+def describe(doc: dict[str, Any]) -> str:
     job = f"Slurm job {doc['job_id']}" if doc.get("job_id") else "a process"
     return f"{job} (host {doc.get('host')}, pid {doc.get('pid')})"
 
 
-def _take(lock: Path, me: dict[str, Any]) -> bool:
+def take_file(lock: Path, me: dict[str, Any]) -> bool:
     """Create `lock` with `me` in it, atomically (content and name at once); False if it exists."""
     tmp = lock.with_name(f"{lock.name}.{me['host']}.{me['pid']}.tmp")
     tmp.write_text(json.dumps(me))
@@ -102,7 +102,7 @@ def run_folder_lock(folder: str | Path,
         return
     for _ in range(2):  # a stale lock is removed once, then taken
         try:
-            if _take(lock, me):
+            if take_file(lock, me):
                 break
         except OSError:  # an unwritable folder: the run itself refuses, naming its option
             yield lock
@@ -120,7 +120,7 @@ def run_folder_lock(folder: str | Path,
             stop = ("cancel it (wattlife slurm-orphans --cancel)" if doc.get("job_id") else
                     f"stop it (kill {doc.get('pid')} on {doc.get('host')})")
             raise RuntimeError(
-                f"{folder}: {_describe(doc)} is measuring this run already ({lock}); wait for "
+                f"{folder}: {describe(doc)} is measuring this run already ({lock}); wait for "
                 f"it or {stop}, or remove the lock if it is gone")
         lock.unlink(missing_ok=True)
     else:

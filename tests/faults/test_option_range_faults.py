@@ -31,6 +31,7 @@ REQUIRED = {
     "aggregate-curves": ["a.csv", "--job", "j", "-o", "x.csv"],
     "pfi": ["c.csv", "-o", "x.csv"], "allocate": ["c.csv", "-o", "x.csv"], "pfi-study": [],
     "calibrate-sim": ["c.csv"], "bench": ["attribution"],
+    "measure": ["--results", "r", "--cell", "w/local/ckpt-on/r1", "--slice", "{}"],
 }
 VALUES = ["0", "-5", "nan", "1e30", "99999999999999999999"]
 

@@ -1,8 +1,10 @@
-"""Collect every cell's phases.csv (+ meta.json, summary.json) into run-level tables."""
+"""Collect every cell's phases.csv (+ meta.json, summary.json) into run-level tables; a workflow
+cell's files are verified against their seals first (wattlife.custody)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import warnings
 from pathlib import Path
@@ -59,6 +61,7 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
     for name, given in (("metas", metas), ("summaries", summaries), ("events", events)):
         if given is not None and len(given) != len(phase_files):
             raise ValueError(f"{name}: {len(given)} files for {len(phase_files)} phases.csv")
+    verify_sources(phase_files)
     frames = []
     unnamed: list[str] = []  # files with neither meta.json's cell nor a cell folder name
     runs: dict[tuple, Path] = {}
@@ -130,6 +133,20 @@ def run_items(phases: pd.DataFrame, summary: Path, events: Path) -> dict[str, ob
     elif s:
         out.update(items=np.nan, items_basis="")
     return out
+
+
+def verify_sources(phase_files: list[str | Path]) -> None:
+    """Tables use sealed, verified results only: a phases.csv of a workflow cell (a published
+    pointer or a derived seal beside it) is refused, with the cell's measured files, if any was
+    cut, edited, replaced or is stale (ValueError: the first file, its problem and what
+    re-derives it). A phases.csv outside any cell under custody is used (logged)."""
+    from ..custody import require_sound
+
+    loose = require_sound(list(phase_files))
+    if loose:
+        logging.getLogger(__name__).info(
+            "%d phases file(s) not under custody (no sealed cell beside them), used unverified: "
+            "%s", len(loose), ", ".join(loose[:3]))
 
 
 def _unnamed_line(phases: Path, meta: Path) -> str:

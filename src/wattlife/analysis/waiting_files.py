@@ -45,7 +45,11 @@ def write_waiting_tables(phases: str | Path, out_dir: str | Path, jobs_per_year:
                          metas: list[str | Path] | None = None,
                          caps_w: list[float] | None = None) -> list[Path]:
     """Read the run-level phases table (`results/tables/phases.csv`) and, when given, each cell's
-    trace and meta.json (the context floors), write the waiting tables into `out_dir`."""
+    trace and meta.json (the context floors), write the waiting tables into `out_dir`. Cells under
+    custody are verified against their seals first (wattlife.custody)."""
+    from ..custody import require_sound
+
+    require_sound(list(traces or []) + list(metas or []), derived=False)  # cells as sealed
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     floors = context_floors(list(traces), list(metas or [])) if traces else None

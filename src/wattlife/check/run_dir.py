@@ -249,7 +249,19 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
         f += [Finding(sev, code, file, None, msg) for sev, code, file, msg in
               steady_findings(ev, summary, str(ev_paths[0]), str(sum_path))]
         f += _kind_findings(run, ev, kind, meta, summary, max_rows)
-    return f + _phases_file(run, max_rows)
+    return f + _phases_file(run, max_rows) + _custody(run)
+
+
+def _custody(run: Path) -> list[Finding]:
+    """A workflow cell under custody: its files against the published seal, phases.csv against
+    its own (a phases.csv from another publication, about to be re-derived: a warning)."""
+    from ..custody import cell_problems, is_sealed_cell
+
+    if not is_sealed_cell(run):
+        return []
+    return [Finding(WARNING if "another publication" in why else ERROR,
+                    "custody.stale" if "another publication" in why else "custody.damaged",
+                    file, None, why) for file, why in cell_problems(run, (PHASES_FILE,))]
 
 
 def format_text(results: dict[str, list[Finding]]) -> str:

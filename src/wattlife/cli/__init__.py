@@ -4,16 +4,17 @@ One module per command group, each with its `cmd_*` functions and an `add_parser
 its commands' parsers: `runs` (run, attribute, aggregate, merge-nodes, launch-node, check),
 `workloads` (train, gen-images, gen-text), `preparation` (fetch, upload, gen-catalogue,
 prepare-tables), `power` (sweep, pfi-sweep, aggregate-curves, powercap), `pfi` (pfi, predict,
-allocate, pfi-study, calibrate-sim), `outputs` (figures, bench), `slurm` (slurm-orphans); `options`
-holds the option types and the output guard, `checks` the range checks at the edge. Each `cmd_*`
-imports what it calls lazily, so `wattlife --help` loads no analysis, device or torch module."""
+allocate, pfi-study, calibrate-sim), `outputs` (figures, bench), `slurm` (slurm-orphans),
+`custody` (measure, cells, seal-derived); `options` holds the option types and the output
+guard, `checks` the range checks at the edge. Each `cmd_*` imports what it calls lazily, so
+`wattlife --help` loads no analysis, device or torch module."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import outputs, pfi, power, preparation, runs, slurm, workloads
+from . import custody, outputs, pfi, power, preparation, runs, slurm, workloads
 from .options import GUARDS, _guard
 from .runs import _load_sampler_cfg
 
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true",
                    help="show the full traceback of an error (also WATTLIFE_DEBUG=1; default: off)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (runs, workloads, preparation, power, pfi, outputs, slurm):
+    for group in (runs, custody, workloads, preparation, power, pfi, outputs, slurm):
         group.add_parsers(sub)
     return p
 

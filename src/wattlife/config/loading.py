@@ -98,11 +98,20 @@ def check_references(cfg: dict[str, Any]) -> None:
 
 
 def _defaults(schema: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
-    for key, sub in schema.get("properties", {}).items():
+    """Fill the schema's defaults as Snakemake's `validate` does: in the entries of a mapping of
+    objects (`additionalProperties`, e.g. each workload) too, so a cell's config slice is the
+    same text, and the same hash, from the CLI as from the workflow (wattlife.custody)."""
+    props = schema.get("properties", {})
+    for key, sub in props.items():
         if "default" in sub and key not in cfg:
             cfg[key] = sub["default"]
         if isinstance(cfg.get(key), dict) and sub.get("type") == "object":
             _defaults(sub, cfg[key])
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict) and extra.get("type") == "object":
+        for key, value in cfg.items():
+            if key not in props and isinstance(value, dict):
+                _defaults(extra, value)
     return cfg
 
 

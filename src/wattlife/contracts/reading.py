@@ -359,9 +359,18 @@ def read_table(path: str | Path, required: list[str], allow_empty: bool = False)
     if path.is_dir():
         raise ContractError(f"{path}: is a directory, expected a CSV file")
     try:
-        head = pd.read_csv(path, nrows=0).columns
-        df = pd.read_csv(path, keep_default_na=False, dtype={c: str for c in TEXT_COLUMNS
-                                                             if c in head},
+        data, cut_line = _read_text_tolerant(path)  # a truncated last line is never read
+    except ContractError as exc:
+        if "empty file" not in str(exc):
+            raise
+        data, cut_line = b"", None
+    if cut_line is not None:
+        warnings.warn(f"{path}:{cut_line}: truncated last line ignored (writer was killed?)",
+                      stacklevel=2)
+    try:
+        head = pd.read_csv(io.BytesIO(data), nrows=0).columns
+        df = pd.read_csv(io.BytesIO(data), keep_default_na=False,
+                         dtype={c: str for c in TEXT_COLUMNS if c in head},
                          na_values={c: _NA_CELLS for c in head if c not in TEXT_COLUMNS})
     except pd.errors.EmptyDataError:
         raise ContractError(f"{path}: empty file (no header); expected columns "

@@ -1,0 +1,167 @@
+"""`wattlife measure`: one training cell measured as an attempt of its own, sealed and published.
+
+Under the cell's lock (`<results>/attempts/<cell>/.wattlife-run.lock`, runlock: a live holder,
+e.g. the orphan of a killed controller, is waited for, never run beside), in this order:
+1. adopt: if the cell's pointer for this slice is there and sound (an orphan published it after
+   this job was scheduled), or a sealed attempt of this slice exists that is not retired, it is
+   (re)published and nothing is measured;
+2. else a new attempt folder gets the slice (config.json), the launcher's command line (built
+   here, from the slice: wattlife.launch) runs with the attempt as its run folder, and on exit 0
+   the attempt is sealed (files read-only) and published; otherwise failed.json keeps its reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..contracts import write_text
+from ..runlock import run_folder_lock
+from .attempts import Attempt, attempts_dir, attempts_of, cell_dir, mark, new_attempt
+from .publish import pointer_name, publish, published
+from .seal import canonical, seal_attempt, slice_hash, verify_files
+
+log = logging.getLogger("wattlife.measure")
+CELL_ID = re.compile(r"^(?P<workload>[^/]+)/(?P<storage>[^/]+)/ckpt-(?P<checkpoint>[^/]+)"
+                     r"/r(?P<repeat>[0-9]+)$")
+FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def cell_keys(cell: str) -> dict[str, str]:
+    m = CELL_ID.match(cell)
+    if not m:
+        raise ValueError(f"--cell {cell!r}: expected <workload>/<storage>/ckpt-<mode>/r<N>")
+    return m.groupdict()
+
+
+def cell_command(slice_doc: dict[str, Any], cell: str, attempt: Path) -> str:
+    """The cell's command line with `attempt` as its run folder (wattlife.launch)."""
+    from ..config import settings
+    from ..launch import LaunchSpec, build_command, train_args
+
+    k = cell_keys(cell)
+    ex = settings(slice_doc).execution
+    if ex is None:
+        raise ValueError(f"--slice of {cell}: no `execution` section")
+    spec = LaunchSpec.for_execution(ex)
+    conf = str(attempt / "config.json")
+    inner = train_args(conf, k["workload"], k["storage"], k["checkpoint"], str(attempt / "work"))
+    run_id = f"{k['workload']}-{k['storage']}-ckpt{k['checkpoint']}-r{k['repeat']}"
+    return build_command(spec, config=conf, run_dir=str(attempt), run_id=run_id, cell=k,
+                         inner=inner)
+
+
+@contextlib.contextmanager
+def cell_lock(root: Path, poll_s: float, sleep: Callable[[float], None] = time.sleep
+              ) -> Iterator[None]:
+    """Hold the cell's run lock; while a live job holds it, wait (one log line naming it)."""
+    said = False
+    while True:
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(run_folder_lock(root))
+            except RuntimeError as busy:
+                if not said:
+                    log.warning("%s; waiting for it to end, then adopting its result", busy)
+                    said = True
+            else:
+                yield
+                return
+        sleep(poll_s)
+
+
+def adoptable(results: Path, cell: str, h: str) -> Path | None:
+    """The pointer of a sound result of slice `h` already there, or publish the newest sealed,
+    sound, not retired attempt of that slice; None when there is none."""
+    cdir = cell_dir(results, cell)
+    pub = published(cdir)
+    if pub and pub[1].get("slice_hash") == h and not verify_files(cdir, pub[1]["files"]):
+        return pub[0]
+    candidates: list[Attempt] = [a for a in attempts_of(attempts_dir(results, cell))
+                                 if a.state == "sealed" and a.slice_hash == h and not a.retired]
+    for a in reversed(candidates):
+        if a.seal and not verify_files(a.folder, a.seal["files"]):
+            return publish(results, a.folder, cdir)
+    return None
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: the command gets SIGTERM if this process dies (even by SIGKILL)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def run_command(cmd: str, logfile: Path) -> tuple[int, str | None]:
+    """Run `cmd` (bash) with its output in `logfile`; (exit status, the signal that stopped
+    this process meanwhile, forwarded to the command)."""
+    got: list[str] = []
+    with open(logfile, "wb") as out:
+        proc = subprocess.Popen(["bash", "-c", cmd], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
+        def forward(signum: int, _frame: Any) -> None:
+            got.append(signal.Signals(signum).name)
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signum)
+
+        before = {s: signal.signal(s, forward) for s in FORWARD}
+        try:
+            rc = proc.wait()
+        finally:
+            for s, h in before.items():
+                signal.signal(s, h)
+    return (128 - rc if rc < 0 else rc), (got[0] if got else None)
+
+
+def measure_new(results: Path, cell: str, slice_doc: dict[str, Any]) -> int:
+    """Measure the cell in a new attempt; seal and publish it on success."""
+    attempt = new_attempt(attempts_dir(results, cell))
+    log.info("%s: measuring in %s", cell, attempt)
+    write_text(attempt / "config.json", canonical(slice_doc) + "\n")
+    started = time.time()
+    try:
+        rc, sig = run_command(cell_command(slice_doc, cell, attempt), attempt / "run.log")
+    except Exception as exc:
+        mark(attempt, "failed.json", reason=f"not started: {exc}")
+        raise
+    if rc != 0 or sig:
+        why = f"the measuring command exited {rc}" + (f" after {sig}" if sig else "")
+        mark(attempt, "failed.json", reason=why, exit_code=rc)
+        log.error("%s: %s; attempt %s kept aside, not published (see its run.log)", cell, why,
+                  attempt)
+        return rc or 1
+    seal = seal_attempt(attempt, cell, slice_doc, started, time.time(), rc)
+    for rel in seal["files"]:
+        p = attempt / rel
+        p.chmod(p.stat().st_mode & 0o555)
+    pointer = publish(results, attempt, cell_dir(results, cell))
+    log.info("%s: sealed and published (%s)", cell, pointer)
+    return 0
+
+
+def measure_cell(results: str | Path, cell: str, slice_doc: dict[str, Any],
+                 pointer: str | Path | None = None, poll_s: float | None = None) -> int:
+    """The `wattlife measure` command (see the module docstring); its exit status."""
+    results = Path(results)
+    cell_keys(cell)
+    h = slice_hash(slice_doc)
+    if pointer is not None and Path(pointer).name != pointer_name(h):
+        raise ValueError(f"--pointer {pointer}: the slice's hash is {h} ({pointer_name(h)})")
+    if poll_s is None:
+        poll_s = 15.0 if os.environ.get("SLURM_JOB_ID") else 1.0
+    with cell_lock(attempts_dir(results, cell), poll_s):
+        done = adoptable(results, cell, h)
+        if done is not None:
+            log.info("%s: adopted the sealed result of this slice (%s); nothing measured", cell,
+                     done)
+            return 0
+        return measure_new(results, cell, slice_doc)

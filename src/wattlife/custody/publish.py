@@ -1,0 +1,135 @@
+"""Publishing a sealed attempt as its cell's result, and verifying a cell before it is used.
+
+The cell folder `<results>/runs/<cell>/` holds hard links to the published attempt's files (read
+only) and its pointer `sealed-<slice hash>.json` (the seal, plus where the attempt lies), the one
+output the measuring rule declares. Publishing removes the old pointer first, links the files
+(each by one rename), removes what an earlier publication left that this one lacks (an old run's
+`events.rank1.csv`), and writes the new pointer last: whenever a pointer is there, the files match
+it. Derived files (phases.csv) get a seal of their own, `<file>.seal.json`, naming the pointer
+they were derived from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ..contracts import write_text
+from .attempts import mark
+from .seal import SEAL_FILE, file_entry, read_seal, verify_files
+
+POINTER_GLOB = "sealed-*.json"
+#: what a launch may write in a cell folder: left over from an earlier attempt, removed at publish
+LAUNCH_LEFTOVERS = ("events.rank*.csv", "clock_offsets.csv", "nodes")
+DERIVED_SUFFIX = ".seal.json"
+
+
+def pointer_name(slice_hash: str) -> str:
+    return f"sealed-{slice_hash}.json"
+
+
+def published(cell: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The cell's pointer and its document (the newest, if an interrupted publish left two)."""
+    found = []
+    for p in cell.glob(POINTER_GLOB):
+        doc = read_seal(p)
+        if doc is not None:
+            found.append((doc.get("published_at", 0), p, doc))
+    if not found:
+        return None
+    _, path, doc = max(found, key=lambda t: t[0])
+    return path, doc
+
+
+def _link(src: Path, dst: Path) -> None:
+    """dst becomes src's file in one rename (a hard link; a copy across file systems)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists() and os.path.samefile(src, dst):
+        return
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.publish.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _remove_leftovers(cell: Path, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+    stale = set((old or {}).get("files", {})) - set(new["files"])
+    for pattern in LAUNCH_LEFTOVERS:
+        stale |= {p.relative_to(cell).as_posix() for p in cell.glob(pattern)}
+    for rel in sorted(stale - set(new["files"])):
+        p = cell / rel
+        if p.is_dir() and not p.is_symlink():
+            if not any(k.startswith(rel + "/") for k in new["files"]):
+                shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def publish(results: Path, attempt: Path, cell: Path) -> Path:
+    """Publish the sealed `attempt` as the result of the cell folder `cell`; its pointer path.
+    RuntimeError if the attempt is not sealed or no longer matches its seal."""
+    seal = read_seal(attempt / SEAL_FILE)
+    if seal is None:
+        raise RuntimeError(f"{attempt}: not sealed; an unsealed attempt is never published")
+    bad = verify_files(attempt, seal["files"])
+    if bad:
+        raise RuntimeError(f"{bad[0][0]}: {bad[0][1]}; attempt {attempt} is damaged, not published")
+    cell.mkdir(parents=True, exist_ok=True)
+    old = published(cell)
+    for p in cell.glob(POINTER_GLOB):  # from here until the new pointer: the cell is unpublished
+        p.unlink()
+    _remove_leftovers(cell, old[1] if old else None, seal)
+    for rel in seal["files"]:
+        _link(attempt / rel, cell / rel)
+    doc = {**seal, "attempt_path": os.path.relpath(attempt, results), "published_at": time.time()}
+    pointer = cell / pointer_name(seal["slice_hash"])
+    write_text(pointer, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    # dated as the attempt's oldest file: never newer than the links made from it (Snakemake's
+    # mtime rule would otherwise remake them, and what follows, at every run)
+    oldest = min(((attempt / rel).stat().st_mtime_ns for rel in seal["files"]),
+                 default=time.time_ns())
+    os.utime(pointer, ns=(time.time_ns(), oldest))
+    mark(attempt, "published.json", cell=str(cell))
+    return pointer
+
+
+def relink(results: Path, cell: Path) -> Path:
+    """Link the published attempt's files into `cell` again (after Snakemake or a user removed,
+    cut or edited them); the pointer is left as it is. Its path; RuntimeError if the cell has
+    no pointer or its attempt is missing or damaged (then re-measure)."""
+    pub = published(cell)
+    if pub is None:
+        raise RuntimeError(f"{cell}: no published seal (sealed-*.json); measure the cell")
+    pointer, doc = pub
+    attempt = results / doc.get("attempt_path", "")
+    bad = verify_files(attempt, doc["files"])
+    if bad:
+        raise RuntimeError(f"{bad[0][0]}: {bad[0][1]}; the published attempt is damaged: "
+                           f"re-measure the cell (wattlife retire {results} {doc['cell']})")
+    _remove_leftovers(cell, None, doc)
+    for rel in doc["files"]:
+        _link(attempt / rel, cell / rel)
+    return pointer
+
+
+def seal_derived(path: Path, pointer: Path) -> Path:
+    """`<path>.seal.json`: size, rows and sha256 of a derived file, and the pointer (published
+    attempt) it was derived from."""
+    src = read_seal(pointer)
+    if src is None:
+        raise RuntimeError(f"{pointer}: no published seal to derive {path.name} from")
+    doc = {"file": path.name, **file_entry(path), "from": pointer.name,
+           "attempt": src.get("attempt"), "sealed_at": time.time()}
+    out = path.with_name(path.name + DERIVED_SUFFIX)
+    write_text(out, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return out

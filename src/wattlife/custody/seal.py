@@ -1,0 +1,111 @@
+"""The seal of a measurement: a manifest of every file of an attempt (size, rows, sha256), the
+cell's config slice and its hash, the measuring code's version, host, start/end and the Slurm ids;
+and the verification of files against a manifest (cut, edited, replaced, a truncated last line).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..contracts import write_text
+
+SEAL_FILE = "seal.json"
+SEAL_VERSION = 1
+#: files of an attempt folder that are not part of its measurement (never sealed)
+UNSEALED = {SEAL_FILE, "published.json", "failed.json", "retired.json", ".wattlife-run.lock"}
+
+
+def canonical(obj: Any) -> str:
+    """Sorted-keys JSON: the same slice always serialises to the same text."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def slice_hash(slice_doc: Any) -> str:
+    """The short hash a cell's config slice is known by (16 hex digits of its sha256)."""
+    return hashlib.sha256(canonical(slice_doc).encode()).hexdigest()[:16]
+
+
+def code_version() -> dict[str, str]:
+    """The measuring code: wattlife's version and a sha256 over its package's source files."""
+    pkg = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for p in sorted(pkg.rglob("*.py")):
+        h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return {"wattlife": __version__, "source_sha256": h.hexdigest()[:16]}
+
+
+def file_entry(path: Path) -> dict[str, Any]:
+    """size, rows (lines) and sha256 of one file, and whether its last line is complete."""
+    h = hashlib.sha256()
+    size = rows = 0
+    last = b"\n"
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+            size += len(block)
+            rows += block.count(b"\n")
+            last = block[-1:]
+    return {"size": size, "rows": rows, "sha256": h.hexdigest(), "complete": last == b"\n"}
+
+
+def manifest(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every file under `folder` (relative path -> file_entry), its own bookkeeping excepted."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_file() and not p.is_symlink() and rel not in UNSEALED \
+                and not p.name.endswith((".lock", ".tmp")):
+            out[rel] = file_entry(p)
+    return out
+
+
+def slurm_ids() -> dict[str, str | None]:
+    return {"job_id": os.environ.get("SLURM_JOB_ID"), "step_id": os.environ.get("SLURM_STEP_ID")}
+
+
+def seal_attempt(folder: Path, cell: str, slice_doc: Any, started: float, ended: float,
+                 exit_code: int) -> dict[str, Any]:
+    """Write `folder`/seal.json (atomically, last): the attempt is complete and immutable."""
+    doc = {"seal_version": SEAL_VERSION, "cell": cell, "attempt": folder.name,
+           "slice": slice_doc, "slice_hash": slice_hash(slice_doc), "code": code_version(),
+           "host": socket.gethostname(), "slurm": slurm_ids(), "started": started,
+           "ended": ended, "exit_code": exit_code, "files": manifest(folder)}
+    write_text(folder / SEAL_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return doc
+
+
+def read_seal(path: Path) -> dict[str, Any] | None:
+    """A seal (or published pointer) document; None if absent or unreadable."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and "files" in doc else None
+
+
+def check_file(path: Path, want: dict[str, Any]) -> str | None:
+    """What is wrong with `path` against its manifest entry `want` (None: intact)."""
+    if not path.is_file():
+        return "missing"
+    have = file_entry(path)
+    if have["size"] < want["size"]:
+        return f"cut ({have['size']} of {want['size']} bytes)"
+    if have["size"] != want["size"] or have["sha256"] != want["sha256"]:
+        return "edited or replaced (its sha256 differs from the seal's)"
+    return None
+
+
+def verify_files(folder: Path, files: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """(file, problem) for every file of `files` under `folder` that is not as sealed."""
+    out = []
+    for rel, want in sorted(files.items()):
+        why = check_file(folder / rel, want)
+        if why:
+            out.append((str(folder / rel), why))
+    return out
