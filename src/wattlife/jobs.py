@@ -180,3 +180,16 @@ def repeat_priority(repeat: int, repeats: int) -> int:
     (repeats - repeat), so repeat r of every cell runs before repeat r + 1 of any; 0 for the last,
     the priority of every other job."""
     return max(repeats - int(repeat), 0)
+
+
+def cell_slices(cfg: Config) -> dict[str, dict[str, Any]]:
+    """cell id -> its current config slice, for every cell of the execution matrix (custody's
+    `cells` compares them with the sealed slices)."""
+    return {cell_id(c.workload, c.storage, c.checkpoint, c.repeat):
+            cell_slice(cfg, c.workload, c.storage, c.checkpoint, c.repeat)
+            for c in settings(cfg).cells()}
+
+
+def slice_execution(slice_doc: Config) -> Any:
+    """The typed `execution` section of a cell's sealed slice (None when it has none)."""
+    return settings(slice_doc).execution

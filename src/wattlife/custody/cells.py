@@ -21,13 +21,8 @@ STATES = ("current", "stale", "other-code", "damaged", "missing", "unsealed")
 def matrix(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """cell id -> its current config slice, for every cell of the execution matrix."""
     from .. import jobs as J
-    from ..config import settings
 
-    out = {}
-    for c in settings(config).cells():
-        cid = J.cell_id(c.workload, c.storage, c.checkpoint, c.repeat)
-        out[cid] = J.cell_slice(config, c.workload, c.storage, c.checkpoint, c.repeat)
-    return out
+    return J.cell_slices(config)
 
 
 def cell_state(results: Path, cell: str, slice_doc: Any, code: str) -> dict[str, Any]:

@@ -45,11 +45,11 @@ def cell_keys(cell: str) -> dict[str, str]:
 
 def cell_command(slice_doc: dict[str, Any], cell: str, attempt: Path) -> str:
     """The cell's command line with `attempt` as its run folder (wattlife.launch)."""
-    from ..config import settings
+    from .. import jobs as J
     from ..launch import LaunchSpec, build_command, train_args
 
     k = cell_keys(cell)
-    ex = settings(slice_doc).execution
+    ex = J.slice_execution(slice_doc)
     if ex is None:
         raise ValueError(f"--slice of {cell}: no `execution` section")
     spec = LaunchSpec.for_execution(ex)
