@@ -10,8 +10,9 @@ archive (`.tar.gz`, `.tgz`); its label is that folder's path under its `--ref` r
 members as `ARCHIVE:FOLDER`), so each row names the files it was recomputed from. Left out, as
 they are not workload runs: the calls' own summaries (`summary.json` without `throughput_unit`:
 the decode calls', the attribution and peers runs', whose loads are `gpu_loads.py` and
-`train_loop.py` without a workload summary), and runs without events (the synthetic ceilings of
-the decode calls, the MoE profile).
+`train_loop.py` without a workload summary), runs without events (the synthetic ceilings of
+the decode calls, the MoE profile), and the sealed attempts under an `attempts/` folder (issue
+39's custody: each published cell under `runs/` is one of them, counted there once).
 
 One row per run and throughput basis, each recomputed from the run's `step` events
 (wattlife.analysis.performance): `step` = the steady steps' items over the sum of their
@@ -89,7 +90,8 @@ def events_beside(names: set[str], summary: str) -> str | None:
 def committed_runs(root: Path) -> Iterator[tuple[str, dict, pd.DataFrame, dict]]:
     """(label, summary, events, meta) of every committed workload run under `root` (module
     docstring), in path order."""
-    files = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    files = {str(p.relative_to(root)) for p in root.rglob("*")
+             if p.is_file() and "attempts" not in p.relative_to(root).parts}
     for s in sorted(f for f in files if f.endswith("summary.json")):
         summary, ev = json.loads((root / s).read_text()), events_beside(files, s)
         if "throughput_unit" in summary and ev:

@@ -15,7 +15,15 @@ from conftest import REPO
 
 H100 = REPO / "results/reference/h100"
 REPEATS = H100 / "workflow-repeats"
-REPEATS_CELLS = sorted(p.parent for p in (REPEATS / "runs").glob("*/*/*/r*/phases.csv"))
+QWEN = H100 / "workflow-qwen"
+
+
+def _cells(folder: Path) -> list[Path]:
+    return sorted(p.parent for p in (folder / "runs").glob("*/*/*/r*/phases.csv"))
+
+
+REPEATS_CELLS = _cells(REPEATS)
+QWEN_CELLS = _cells(QWEN)
 GPU_NAME = "NVIDIA H100 80GB HBM3"
 
 
@@ -24,16 +32,20 @@ def _gpu(cell: Path) -> pd.DataFrame:
     return ph[ph["device_kind"] == "gpu"]
 
 
-def test_repeats_matrix_is_complete_and_measured_on_the_h100() -> None:
-    assert len(REPEATS_CELLS) == 12
-    for cell in REPEATS_CELLS:
+@pytest.mark.parametrize(("folder", "seconds"), [(REPEATS, 391), (QWEN, 527)],
+                         ids=["resnet", "qwen"])
+def test_matrix_is_complete_and_measured_on_the_h100(folder: Path, seconds: int) -> None:
+    cells = _cells(folder)
+    assert len(cells) == 12
+    for cell in cells:
         meta = json.loads((cell / "meta.json").read_text())
         assert meta["gpu_model"] == GPU_NAME, cell
         assert set(_gpu(cell)["source"]) == {"nvml-samples"}, cell
-    assert "rc=0 in 391 s" in (REPEATS / "snakemake.log").read_text()
+    assert f"rc=0 in {seconds} s" in (folder / "snakemake.log").read_text()
 
 
-@pytest.mark.parametrize("cell", REPEATS_CELLS, ids=lambda c: str(c.relative_to(REPEATS)))
+@pytest.mark.parametrize("cell", REPEATS_CELLS + QWEN_CELLS,
+                         ids=lambda c: str(c.relative_to(H100)))
 def test_repeats_cells_pass_the_check_and_re_attribute_to_their_committed_table(tmp_path, cell):
     """Valid against the contracts; today's attribution (the options of rules/attribute.smk) gives
     the committed phases from the committed trace and events (columns added since: none)."""
@@ -75,12 +87,20 @@ def test_readme_numbers_are_what_the_files_give() -> None:
         assert text in readme, text
 
 
-def test_repeats_tables_are_recomputed_from_the_committed_cells(tmp_path) -> None:
+def _in_order(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows sorted by the table's text columns (the pipeline lists cells in Snakemake's order)."""
+    keys = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]
+    return table.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+@pytest.mark.parametrize("folder", [REPEATS, QWEN], ids=["resnet", "qwen"])
+def test_phase_tables_are_recomputed_from_the_committed_cells(tmp_path, folder) -> None:
     """The phase tables are what `aggregate` makes of the committed cells (items from the events'
-    steady steps: rebuilt by today's code after the pipeline wrote them at 5672872)."""
+    steady steps; the ResNet-50 tables rebuilt by today's code after the pipeline wrote them at
+    5672872, the Qwen ones as the pipeline wrote them at a452ca9)."""
     from wattlife.analysis.aggregate import write_phase_tables
 
-    cells = REPEATS_CELLS
+    cells = _cells(folder)
     write_phase_tables([c / "phases.csv" for c in cells], tmp_path,
                        metas=[c / "meta.json" for c in cells],
                        summaries=[c / "work" / "summary.json" for c in cells],
@@ -88,8 +108,9 @@ def test_repeats_tables_are_recomputed_from_the_committed_cells(tmp_path) -> Non
     for name in ("phases.csv", "phase_summary.csv", "device_share.csv",
                  "storage_checkpoint.csv", "throughput.csv"):
         made = pd.read_csv(tmp_path / name)
-        committed = pd.read_csv(REPEATS / "tables" / name)
-        pd.testing.assert_frame_equal(made[list(committed.columns)], committed,
+        committed = pd.read_csv(folder / "tables" / name)
+        made, committed = _in_order(made[list(committed.columns)]), _in_order(committed)
+        pd.testing.assert_frame_equal(made, committed,
                                       check_exact=False, rtol=1e-9, atol=1e-9)
 
 
@@ -181,3 +202,159 @@ def test_sensor_readme_shift_is_the_table_s() -> None:
     readme = (SENSOR / "README.md").read_text()
     assert "about 18–22 ms of its power" in readme
     assert "(12.4 ms at 100 ms, 5.3 ms at 10 ms)" in readme
+
+
+def test_qwen_readme_numbers_are_what_the_files_give() -> None:
+    from wattlife.analysis.performance import step_throughput_from_events
+    from wattlife.contracts import read_events
+
+    shares, speeds = [], []
+    for cell in QWEN_CELLS:
+        g = _gpu(cell)
+        run_s = g.loc[g["phase"] != "idle_baseline", "time_s"].sum()
+        shares.append(g.loc[g["phase"] == "unattributed", "time_s"].sum() / run_s * 100)
+        speeds.append(step_throughput_from_events(read_events(cell / "events.csv")))
+    assert (round(min(shares), 2), round(max(shares), 2)) == (0.16, 0.35)
+    assert (round(min(speeds)), round(max(speeds))) == (25455, 29022)
+    cells = pd.read_csv(QWEN / "tables/throughput.csv")["throughput"]
+    assert (round(cells.min()), round(cells.max())) == (26049, 28107)
+    table = pd.read_csv(QWEN / "tables/storage_checkpoint.csv")
+    assert len(table) == 68 and int(table["significant"].eq(True).sum()) == 10
+    ck = table[table["phase"] == "checkpoint"].set_index("storage")
+    got = {s: tuple(np.round(ck.loc[s, ["d_energy_j", "d_energy_lo_j", "d_energy_hi_j"]]
+                             .to_numpy(float)).astype(int)) for s in ("local", "shared")}
+    assert got == {"local": (2778, 2250, 3306), "shared": (3186, 1710, 4663)}
+    summary = pd.read_csv(QWEN / "tables/phase_summary.csv")
+    gpu = summary[(summary["device_kind"] == "gpu") & (summary["phase"] == "checkpoint")]
+    gpu = gpu.set_index("storage")
+    assert (round(gpu.loc["local", "energy_j"]), round(gpu.loc["shared", "energy_j"])) \
+        == (2015, 2308)
+    readme = (QWEN / "README.md").read_text()
+    for text in ("0.16–0.35 %", "25,455–29,022 tokens/s", "26,049–28,107", "2,778 J [2,250, 3,306]",
+                 "3,186 J\n  [1,710, 4,663]", "10 of the table's 68 effects"):
+        assert text in readme, text
+
+
+PFI = H100 / "pfi-uncapped"
+PFI_RUNS = {"pretrain": {"qwen3-30b-a3b-8l-pretrain", "qwen3-1.7b-pretrain"},
+            "lora": {"qwen3-30b-a3b-8l-lora", "qwen3-1.7b-lora"}}
+
+
+@pytest.mark.parametrize("folder", sorted(PFI_RUNS))
+def test_pfi_uncapped_table_is_what_the_archived_runs_give(tmp_path, folder) -> None:
+    """The H100's compiled 60 s PFI runs: the training window (events) starts after both
+    `compile` phases, its power is within 2 % of NVML's energy counter alone over the same rows,
+    and the committed window, steady, detector and former-window powers are what the archived
+    trace and events give (as the H200's issue-26 test checks its runs)."""
+    import sys
+    import tarfile
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from pfi_uncapped import util50_window_power
+    from test_h200_reference import counter_power
+
+    from wattlife.analysis.trace_segments import (
+        partition_trace,
+        steady_steps_power,
+        training_aggregates,
+    )
+    from wattlife.contracts import read_events, read_trace
+
+    with tarfile.open(PFI / folder / "pfi_uncapped_runs.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    table = pd.read_csv(PFI / folder / "pfi_uncapped.csv").set_index("run")
+    assert set(table.index) == PFI_RUNS[folder]
+    for run, row in table.iterrows():
+        d = tmp_path / str(run)
+        assert json.loads((d / "meta.json").read_text())["gpu_model"] == GPU_NAME
+        tr, ev = read_trace(d / "trace.csv"), read_events(d / "events.csv")
+        segments = partition_trace(tr, ev)
+        rows = segments[segments["segment"] == "training"]
+        window = training_aggregates(tr, segments).iloc[0]
+        detector = training_aggregates(tr, partition_trace(tr)).iloc[0]["mean_power_w"]
+        steady = steady_steps_power(tr, ev).iloc[0]["steady_mean_power_w"]
+        assert window["method"] == "steps" and (ev["phase"] == "compile").sum() == 2
+        assert rows["start_ns"].min() >= ev.loc[ev["phase"] == "compile", "end_ns"].max(), run
+        assert window["mean_power_w"] == pytest.approx(counter_power(tr, rows), rel=0.02), run
+        assert window["mean_power_w"] == pytest.approx(row["train_mean_power_w"], rel=1e-9)
+        assert steady == pytest.approx(row["steady_mean_power_w"], rel=1e-9)
+        assert detector == pytest.approx(row["detector_mean_power_w"], rel=1e-9)
+        assert util50_window_power(tr) == pytest.approx(row["util50_mean_power_w"], rel=1e-9)
+
+
+def test_pfi_readme_numbers_are_the_tables() -> None:
+    h100 = pd.concat([pd.read_csv(PFI / f / "pfi_uncapped.csv") for f in sorted(PFI_RUNS)])
+    h200 = pd.concat([pd.read_csv(REPO / "results/reference/h200/pfi-uncapped" / f /
+                                  "pfi_uncapped.csv") for f in ("issue26", "issue26-lora")])
+    h100 = h100.set_index("run").sort_index()
+    h200 = h200.set_index("run").sort_index()
+    slower = (1 - h100["tokens_per_s"] / h200["tokens_per_s"]) * 100
+    assert slower.round(1).to_dict() == {"qwen3-30b-a3b-8l-pretrain": 7.8, "qwen3-1.7b-pretrain": 2.6,
+                                         "qwen3-30b-a3b-8l-lora": 10.3, "qwen3-1.7b-lora": 4.2}
+    assert (h100["train_dram_copy_product"] > h200["train_dram_copy_product"]).all()
+    assert (h100["train_over_steady"] - 1).abs().max() < 6e-4
+    assert (h100["detector_over_steady"] - 1).abs().max() < 0.009
+    low = (1 - h100["util50_mean_power_w"] / h100["steady_mean_power_w"]) * 100
+    assert (round(low.min()), round(low.max())) == (10, 32)
+    readme = (PFI / "README.md").read_text()
+    for run, r in h100.iterrows():
+        assert f"{r['tokens_per_s']:,.0f}" in readme, run
+        assert f"{r['mfu'] * 100:.1f} % / {r['mfu_causal'] * 100:.1f} %" in readme, run
+        assert f"{r['train_mean_power_w']:.1f} W" in readme, run
+
+
+def test_sensor_call2_tables_and_readme_numbers(tmp_path) -> None:
+    """Call 2 of the sensor script on the H100 (full length): its tables from its raw files, and
+    the README's numbers from its tables."""
+    import sys
+    import tarfile
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from nvml_sensor_analysis import analyse_run
+
+    from wattlife.contracts import read_trace
+
+    base = SENSOR / "call-2"
+    with tarfile.open(base / "sensor_raw.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    summary = json.loads((base / "summary.json").read_text())
+    assert summary["gpu"] == GPU_NAME and summary["dropped_lengths_ms"] == []
+    polls_all = pd.read_csv(tmp_path / "polls.csv.gz")
+    polls = {str(k): g for k, g in polls_all.groupby("poller", sort=False)}
+    trace = read_trace(tmp_path / "trace.csv.gz")
+    tables, _ = analyse_run(trace[trace["device"] == "gpu0"], pd.read_csv(tmp_path / "events.csv"),
+                            polls, {}, int(summary["args"]["n_boot"]), 800.0)
+    for name, file in (("spacing", "sensor_spacing.csv"), ("window", "sensor_window.csv"),
+                       ("lengths", "sensor_phase_length.csv")):
+        committed = pd.read_csv(base / file)
+        num = [c for c in committed.columns if pd.api.types.is_float_dtype(committed[c])]
+        pd.testing.assert_frame_equal(tables[name].reset_index(drop=True)[num].astype(float),
+                                      committed[num], check_exact=False, rtol=1e-6, atol=1e-9)
+    window = pd.read_csv(base / "sensor_window.csv").set_index("direction")
+    assert tuple(window["window_ms"].round(2)) == (43.25, 34.5, 38.25)
+    t = pd.read_csv(base / "sensor_phase_length.csv").set_index("L_ms")
+    lost_ms = -t["integrated_err_mean_pct"] / 100 * t["length_ms_mean"]
+    assert lost_ms.loc[200.0:5000.0].between(18.5, 25.0).all()
+    assert (round(lost_ms.loc[100.0], 1), round(lost_ms.loc[10.0], 1)) == (12.2, 5.4)
+    assert (t.loc[:5000.0, "coverage_truth"] == 0).all()
+    readme = (SENSOR / "README.md").read_text()
+    for text in ("**Averaging window 38.25 ms**", "19–25 ms of its\n  power for 200 ms to 5 s",
+                 "(12.2 ms at 100 ms, 5.4 ms at 10 ms)"):
+        assert text in readme, text
+
+
+def test_h100_performance_table_lists_every_committed_h100_run() -> None:
+    """results/reference/h100/performance.csv is what benchmarks/performance_csv.py makes of
+    every committed H100 workload run (24 workflow cells, 4 PFI runs; the sealed attempts under
+    `attempts/` are the same runs, not counted again), each row the H100's own name."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from performance_csv import build
+
+    made = build([H100])
+    committed = pd.read_csv(H100 / "performance.csv")
+    pd.testing.assert_frame_equal(made[list(committed.columns)], committed, check_exact=False,
+                                  rtol=1e-5, atol=1e-9, check_dtype=False)
+    assert committed["run"].nunique() == 28 and set(committed["gpu_model"]) == {GPU_NAME}
+    assert not committed["run"].str.contains("attempts/").any()
