@@ -301,6 +301,8 @@ def test_pfi_readme_numbers_are_the_tables() -> None:
         assert f"{r['tokens_per_s']:,.0f}" in readme, run
         assert f"{r['mfu'] * 100:.1f} % / {r['mfu_causal'] * 100:.1f} %" in readme, run
         assert f"{r['train_mean_power_w']:.1f} W" in readme, run
+        assert f"| {r['train_dram_copy_product']:.3f} | {r['train_top10_power_w']:.1f} W |" \
+            in readme, run
 
 
 def test_sensor_call2_tables_and_readme_numbers(tmp_path) -> None:
