@@ -251,8 +251,8 @@ def test_pfi_uncapped_table_is_what_the_archived_runs_give(tmp_path, folder) -> 
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     from pfi_uncapped import util50_window_power
-    from test_h200_reference import counter_power
 
+    from test_h200_reference import counter_power
     from wattlife.analysis.trace_segments import (
         partition_trace,
         steady_steps_power,
@@ -289,8 +289,9 @@ def test_pfi_readme_numbers_are_the_tables() -> None:
     h100 = h100.set_index("run").sort_index()
     h200 = h200.set_index("run").sort_index()
     slower = (1 - h100["tokens_per_s"] / h200["tokens_per_s"]) * 100
-    assert slower.round(1).to_dict() == {"qwen3-30b-a3b-8l-pretrain": 7.8, "qwen3-1.7b-pretrain": 2.6,
-                                         "qwen3-30b-a3b-8l-lora": 10.3, "qwen3-1.7b-lora": 4.2}
+    assert slower.round(1).to_dict() == {
+        "qwen3-30b-a3b-8l-pretrain": 7.8, "qwen3-1.7b-pretrain": 2.6,
+        "qwen3-30b-a3b-8l-lora": 10.3, "qwen3-1.7b-lora": 4.2}
     assert (h100["train_dram_copy_product"] > h200["train_dram_copy_product"]).all()
     assert (h100["train_over_steady"] - 1).abs().max() < 6e-4
     assert (h100["detector_over_steady"] - 1).abs().max() < 0.009
