@@ -103,8 +103,7 @@ def test_sensor_tables_are_what_the_raw_files_give(tmp_path) -> None:
     import tarfile
 
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from nvml_sensor_analysis import analyse_run
-
+    from wattlife.analysis.sensor_lengths import analyse_run
     from wattlife.contracts import read_trace
 
     with tarfile.open(SENSOR / "sensor_raw.tar.gz") as tar:
