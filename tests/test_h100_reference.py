@@ -48,6 +48,26 @@ def test_repeats_cells_pass_the_check_and_re_attribute_to_their_committed_table(
     pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9, atol=1e-9)
 
 
+TRANSFERS = sorted(p.parent for p in (REPEATS / "transfers").glob("*/phases.csv"))
+
+
+@pytest.mark.parametrize("xfer", TRANSFERS, ids=lambda c: c.name)
+def test_transfers_re_attribute_to_their_committed_table_with_the_settling(tmp_path, xfer):
+    """The 6 transfers' GPU (integrated: an idle H100) hold the H100's settling since issue 46's
+    follow-up (`attribution.settle`); their phases.csv were re-attributed then: energies as
+    written by the pipeline at 5672872, intervals widened (by <= 0.2 J)."""
+    from wattlife.attribution import attribute_files
+
+    made = attribute_files(xfer / "trace.csv", xfer / "events.csv", tmp_path / "phases.csv",
+                           idle_split=True)
+    committed = pd.read_csv(xfer / "phases.csv")
+    gpu = committed[committed["device_kind"] == "gpu"]
+    assert (gpu["method"] == "integrate").all() and (gpu["settle_ms"] == 24.1).all()
+    assert gpu["settle_j"].max() < 0.25
+    made = pd.read_csv(tmp_path / "phases.csv")[list(committed.columns)]
+    pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9, atol=1e-9)
+
+
 def test_readme_numbers_are_what_the_files_give() -> None:
     from wattlife.analysis.performance import step_throughput_from_events
     from wattlife.contracts import read_events
