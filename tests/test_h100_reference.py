@@ -174,7 +174,7 @@ def test_gpu_compare_tables_are_rebuilt_from_the_committed_runs(tmp_path) -> Non
 
     assert main(["--out", str(tmp_path), "--runs", str(REPEATS),
                  str(REPO / "results/reference/h200/workflow-repeats")]) == 0
-    for name in ("compare_runs.csv", "compare_cells.csv"):
+    for name in ("compare_runs.csv", "compare_cells.csv", "sources.csv", "skipped.csv"):
         made, committed = pd.read_csv(tmp_path / name), pd.read_csv(COMPARE / name)
         pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9, atol=1e-12)
     cells = pd.read_csv(COMPARE / "compare_cells.csv")
@@ -200,3 +200,27 @@ def test_sensor_readme_shift_is_the_table_s() -> None:
     readme = (SENSOR / "README.md").read_text()
     assert "about 18–22 ms of its power" in readme
     assert "(12.4 ms at 100 ms, 5.3 ms at 10 ms)" in readme
+
+
+def test_gpu_compare_takes_named_workloads_and_says_which_roots_are_missing(tmp_path) -> None:
+    """`ROOT:qwen` takes only that workload's runs (h200/workflow's older ResNet-50 run stays out
+    of the repeats' comparison); a root not there yet (h100/workflow-qwen before its call) is a
+    row of skipped.csv, not an error; run names carry the GPU folder (h100/... vs h200/...)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from gpu_compare import collect, parse_root, run_dirs
+
+    root, only = parse_root(str(REPO / "results/reference/h200/workflow") + ":qwen")
+    assert only == {"qwen"}
+    qwen = run_dirs(root, only)
+    assert len(qwen) == 4 and all(r.relative_to(root).parts[1] == "qwen" for r in qwen)
+    assert len(run_dirs(root, None)) == 8
+    assert parse_root("a/b") == (Path("a/b"), None)
+    with pytest.raises(SystemExit, match="no workload after"):
+        parse_root("a/b:")
+    runs, skipped, sources = collect([str(tmp_path / "h100/workflow-qwen")])
+    assert len(runs) == 0 and len(sources) == 0
+    assert skipped["missing"].str.contains("no such folder").all() and len(skipped) == 1
+    labels = pd.read_csv(COMPARE / "compare_runs.csv").groupby("gpu_model")["run"].first()
+    assert labels.str.split("/").str[0].to_dict() == {GPU_NAME: "h100", "NVIDIA H200": "h200"}
