@@ -36,7 +36,8 @@ def print_table(tables: dict, summary: dict) -> None:
         cols = [c for c in ("L_ms", "phases", "suite_method", "block_err_pct",
                             "integrated_err_mean_pct", "integrated_err_sd_pct",
                             "counter_err_mean_pct", "suite_err_mean_pct", "suite_err_sd_pct",
-                            "coverage_truth", "agg_err_pct", "agg_covers_truth",
+                            "coverage_truth", "coverage_truth_settle", "agg_err_pct",
+                            "agg_covers_truth",
                             "agg_deconv_err_pct", "agg_deconv_covers_truth") if c in t]
         print(t[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     print("errors:", sorted(summary.get("errors", {})) or "none")
