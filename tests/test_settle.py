@@ -106,9 +106,10 @@ def test_attribute_files_widens_integrated_gpus_of_a_studied_model_only(tmp_path
                              method="integrate", steady=False).set_index("phase")
     load = ph.loc["load"]
     assert load["energy_j"] == pytest.approx(400.0 - 300.0 * 0.02, abs=0.5)
-    assert {"settle_ms", "settle_j"} <= set(ph.columns)
+    assert {"settle_ms", "settle_j", "settle_basis"} <= set(ph.columns)
     if model == H100:
         assert load["settle_ms"] == 24.1 and load["settle_j"] > 0
+        assert load["settle_basis"].startswith("results/reference/h100/sensor")
         assert load["energy_lo_j"] <= 400.0 <= load["energy_hi_j"]
     else:
         assert np.isnan(load["settle_ms"]) and np.isnan(load["settle_j"])

@@ -46,7 +46,7 @@ class SensorSettle:
 KNOWN: dict[str, SensorSettle] = {
     "NVIDIA H100 80GB HBM3": SensorSettle(
         "NVIDIA H100 80GB HBM3", displaced_ms=24.1, reach_ms=73.7,
-        basis="results/reference/h100/sensor (issue 46): up steps, 4 of them"),
+        basis="results/reference/h100/sensor (issue 46), 4 up and 4 down steps"),
 }
 
 
@@ -98,24 +98,25 @@ def settle_halfwidth(series: DeviceSeries, tree: PhaseTree, settle: SensorSettle
 def widen_for_settle(df: pd.DataFrame, series: DeviceSeries, tree: PhaseTree,
                      settle: SensorSettle | None, floor_w: float) -> pd.DataFrame:
     """An `integrate` table with its intervals widened by `settle_halfwidth` (lower end kept at
-    or above the device's floor x time), and the columns saying so: `settle_ms`, `settle_j`
-    (NaN and the interval untouched where the GPU model's sensor was not studied)."""
+    or above the device's floor x time), and the columns saying so: `settle_ms`, `settle_j`,
+    `settle_basis` (NaN and the interval untouched where the GPU model's sensor was not
+    studied)."""
     if settle is None or not len(tree.start):
-        return df.assign(settle_ms=np.nan, settle_j=np.nan)
+        return df.assign(settle_ms=np.nan, settle_j=np.nan, settle_basis=np.nan)
     add = df["phase"].map(settle_halfwidth(series, tree, settle)).fillna(0.0).to_numpy()
     e = df["energy_j"].to_numpy(float)
     t = df["time_s"].clip(lower=0.0).to_numpy(float)
     lo = np.minimum(np.maximum(df["energy_lo_j"].to_numpy(float) - add, floor_w * t), e)
     return df.assign(energy_lo_j=np.minimum(lo, df["energy_lo_j"]),
                      energy_hi_j=df["energy_hi_j"] + add, settle_ms=settle.displaced_ms,
-                     settle_j=add)
+                     settle_j=add, settle_basis=settle.basis)
 
 
 def integrate_held(series: DeviceSeries, tree: PhaseTree,
                    settles: Mapping[str, SensorSettle] | None) -> pd.DataFrame:
     """`integrate`, its intervals holding the settling of the device's GPU model where `settles`
     ({device: settling}, `settle_by_device` of meta.json) has it; with a map, the table carries
-    `settle_ms` and `settle_j` (NaN where the model was not studied)."""
+    `settle_ms`, `settle_j` and `settle_basis` (NaN where the model was not studied)."""
     df = integrate(series, tree)
     if settles is None:
         return df
@@ -124,8 +125,10 @@ def integrate_held(series: DeviceSeries, tree: PhaseTree,
 
 def settle_columns(table: pd.DataFrame, settles: Mapping[str, SensorSettle] | None
                    ) -> pd.DataFrame:
-    """A phases table with `settle_ms` and `settle_j` on every row (NaN where not applied: a
-    deconvolved device, a short one) when attribution had a settling map; as it was without."""
+    """A phases table with `settle_ms`, `settle_j` and `settle_basis` on every row (NaN where not
+    applied: a deconvolved device, a short one) when attribution had a settling map; as it was
+    without."""
     if settles is None:
         return table
-    return table.assign(**{c: table.get(c, np.nan) for c in ("settle_ms", "settle_j")})
+    return table.assign(**{c: table.get(c, np.nan)
+                           for c in ("settle_ms", "settle_j", "settle_basis")})
