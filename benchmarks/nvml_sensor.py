@@ -149,13 +149,13 @@ def nvml_handle(nv, gpu: int):
 
 
 def field_fn(nv, h, fid: int):
-    from wattlife.devices.nvml import _sample_value
+    from wattlife.devices.nvml import sample_value
 
     def f():
         v = nv.nvmlDeviceGetFieldValues(h, [fid])[0]
         if v.nvmlReturn != 0:
             raise nv.NVMLError(v.nvmlReturn)
-        return _sample_value(nv, v.valueType, v.value), v.timestamp
+        return sample_value(nv, v.valueType, v.value), v.timestamp
     return f
 
 

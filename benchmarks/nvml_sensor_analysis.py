@@ -21,12 +21,18 @@ def findings(summary: dict, tables: dict) -> None:
             + ("the readings average only part of each update period" if ratio < 0.9 else
                "the readings cover each update period")
             + f"); 10-90 % rise {r['rise_10_90_ms']:.1f} ms")
+    st = summary.get("settle")
+    if st:
+        summary["settle_finding"] = (
+            f"settling: {st['displaced_ms']:.1f} ms x the step per boundary put across it by "
+            f"integrate (the larger of up and down steps), read within {st['reach_ms']:.1f} ms; "
+            "attribution.settle.KNOWN takes it for this GPU model once committed")
 
 
 def print_table(tables: dict, summary: dict) -> None:
     keys = ("gpu", "driver", "load", "kernel_ms", "kernel_full_gpu_matmul_ms", "spacing_ms",
-            "counter_update_ms", "truth", "window_finding", "dropped_lengths_ms", "poll_errors",
-            "gpu_s", "total_s")
+            "counter_update_ms", "truth", "window_finding", "settle_finding",
+            "dropped_lengths_ms", "poll_errors", "gpu_s", "total_s")
     print(json.dumps({k: summary[k] for k in keys if k in summary}, indent=1, default=str))
     for k in ("spacing", "window"):
         if k in tables and len(tables[k]):
