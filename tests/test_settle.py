@@ -146,3 +146,21 @@ def test_widening_keeps_the_energy_and_only_widens(phases, displaced) -> None:
     assert (new["energy_hi_j"] >= old["energy_hi_j"] - 1e-9).all()
     assert (new["energy_lo_j"] <= new["energy_j"] + 1e-9).all()
     assert (new["settle_j"] >= 0).all()
+
+
+def test_boundary_steps_read_the_step_near_a_boundary_only() -> None:
+    """A 100 -> 400 W step at 1 s, readings every 20 ms: 300 W at the step, 0 W 1 s away; from
+    an energy counter (repeated stamps included) the same, no division by a zero interval."""
+    from wattlife.attribution.series import energy_series, power_series
+    from wattlife.attribution.settle import boundary_steps
+
+    t = T0 + np.arange(0, 3000, 20) * MS
+    p = np.where(t > T0 + 1000 * MS, 400.0, 100.0)
+    codes = np.zeros(len(t), dtype=np.int64)
+    s = power_series("h", "gpu0", t, p, codes, ["nvml-samples"], np.inf)
+    at = np.array([T0 + 1000 * MS, T0 + 2500 * MS, T0 - 10_000 * MS])
+    assert boundary_steps(s, at, 73.7).tolist() == [300.0, 0.0, 0.0]
+    e = np.concatenate([[0.0], np.cumsum(p[1:] * 0.02)])
+    tt, ee = np.append(t, t[-1]), np.append(e, e[-1])  # a repeated last reading
+    c = energy_series("h", "gpu0", tt, ee, np.zeros(len(tt), dtype=np.int64), ["nvml-counter"])
+    assert boundary_steps(c, at, 73.7) == pytest.approx([300.0, 0.0, 0.0])

@@ -70,15 +70,20 @@ def boundary_steps(series: DeviceSeries, at_ns: np.ndarray, reach_ms: float) -> 
     """Per boundary, the range (max - min, W) of the device's power readings within `reach_ms`
     of it: what the readings show of the step there (0 with no reading there)."""
     t = series.t_ns
-    p = series.power_w if series.power_w is not None else np.concatenate(
-        [[0.0], np.diff(series.energy_j) / np.maximum(np.diff(t) / 1e9, 1e-12)])
+    if series.power_w is not None:
+        p = np.asarray(series.power_w, float)
+    else:  # an energy counter: its mean power since the reading before (none at a repeated time)
+        dt = np.diff(t) / 1e9
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.concatenate([[np.nan], np.where(dt > 0, np.diff(series.energy_j) / dt, np.nan)])
     reach = int(reach_ms * 1e6)
-    ser = pd.Series(np.asarray(p, float), index=pd.to_datetime(t))
+    ser = pd.Series(p, index=pd.to_datetime(t))
     roll = ser.rolling(pd.Timedelta(2 * reach, "ns"))
     span = (roll.max() - roll.min()).to_numpy()
     k = np.searchsorted(t, np.asarray(at_ns, np.int64) + reach, side="right") - 1
     lo = np.searchsorted(t, np.asarray(at_ns, np.int64) - reach, side="left")
-    return np.where((k >= 0) & (k >= lo), span[np.clip(k, 0, len(t) - 1)], 0.0)
+    got = span[np.clip(k, 0, len(t) - 1)]
+    return np.where((k >= 0) & (k >= lo) & np.isfinite(got), got, 0.0)
 
 
 def settle_halfwidth(series: DeviceSeries, tree: PhaseTree, settle: SensorSettle) -> pd.Series:
