@@ -188,6 +188,35 @@ def run_attribution(work: Path, long_s: float, short_s: float, kinds: list[str],
             raise RuntimeError(r.stderr[-2000:])
 
 
+def comparison_rows(kinds: list[str], out: dict, blocks: dict, clocks: dict) -> list[dict]:
+    """Per kind: the long phases' integrated power (the truth) beside the short phases' block
+    regression, deconvolution (boxcar and estimated response) and both runs' clocks."""
+    cmp_rows = []
+    for kind in kinds:
+        truth = out["long"].loc[kind, "mean_power_w"]
+        got = out["short"].loc[kind]
+        cmp_rows.append({"kind": kind, "long_integrated_w": truth,
+                         "short_block_regression_w": blocks.get(kind, np.nan),
+                         "short_deconvolved_w": got["mean_power_w"],
+                         "short_lo_w": got["energy_lo_j"] / got["time_s"],
+                         "short_hi_w": got["energy_hi_j"] / got["time_s"],
+                         "rel_error": got["mean_power_w"] / truth - 1,
+                         "rel_error_vs_blocks": got["mean_power_w"] / blocks.get(kind, np.nan) - 1,
+                         "short_phases": int(got["count"]),
+                         "short_deconvolved_estimated_response_w":
+                             out["short_response"].loc[kind, "mean_power_w"],
+                         "rel_error_estimated_response":
+                             out["short_response"].loc[kind, "mean_power_w"] / truth - 1,
+                         "identifiability": got.get("identifiability", np.nan),
+                         "long_sm_clock_mhz": clocks["long"]["sm_clock_mhz"].get(kind, np.nan),
+                         "short_sm_clock_mhz": clocks["short"]["sm_clock_mhz"].get(kind, np.nan),
+                         "long_limited_share": clocks["long"]["limited_share"].get(kind, np.nan),
+                         "short_limited_share": clocks["short"]["limited_share"].get(kind, np.nan),
+                         "long_temp_c": clocks["long"]["temp_c"].get(kind, np.nan),
+                         "short_temp_c": clocks["short"]["temp_c"].get(kind, np.nan)})
+    return cmp_rows
+
+
 def analyse_attribution(work: Path, kinds: list[str], tag: str) -> tuple[pd.DataFrame, dict]:
     """Long-phase ground truth vs the short phases' deconvolution (boxcar window, estimated
     sensor response) and block regression, with each kind's SM clock in both runs. Runs on
@@ -222,30 +251,7 @@ def analyse_attribution(work: Path, kinds: list[str], tag: str) -> tuple[pd.Data
             out["short_phase_ms"] = (float(seg.min()), float(seg.median()), float(seg.max()))
             out["window_ms"] = float(ph["window_ms"].dropna().iloc[0])
             blocks = block_regression(gpu, ev, work / f"attribution_{tag}_blocks.csv")
-    cmp_rows = []
-    for kind in kinds:
-        truth = out["long"].loc[kind, "mean_power_w"]
-        got = out["short"].loc[kind]
-        cmp_rows.append({"kind": kind, "long_integrated_w": truth,
-                         "short_block_regression_w": blocks.get(kind, np.nan),
-                         "short_deconvolved_w": got["mean_power_w"],
-                         "short_lo_w": got["energy_lo_j"] / got["time_s"],
-                         "short_hi_w": got["energy_hi_j"] / got["time_s"],
-                         "rel_error": got["mean_power_w"] / truth - 1,
-                         "rel_error_vs_blocks": got["mean_power_w"] / blocks.get(kind, np.nan) - 1,
-                         "short_phases": int(got["count"]),
-                         "short_deconvolved_estimated_response_w":
-                             out["short_response"].loc[kind, "mean_power_w"],
-                         "rel_error_estimated_response":
-                             out["short_response"].loc[kind, "mean_power_w"] / truth - 1,
-                         "identifiability": got.get("identifiability", np.nan),
-                         "long_sm_clock_mhz": clocks["long"]["sm_clock_mhz"].get(kind, np.nan),
-                         "short_sm_clock_mhz": clocks["short"]["sm_clock_mhz"].get(kind, np.nan),
-                         "long_limited_share": clocks["long"]["limited_share"].get(kind, np.nan),
-                         "short_limited_share": clocks["short"]["limited_share"].get(kind, np.nan),
-                         "long_temp_c": clocks["long"]["temp_c"].get(kind, np.nan),
-                         "short_temp_c": clocks["short"]["temp_c"].get(kind, np.nan)})
-    cmp = pd.DataFrame(cmp_rows)
+    cmp = pd.DataFrame(comparison_rows(kinds, out, blocks, clocks))
     return cmp, {"kinds": kinds, "short_phase_ms_min_median_max": out["short_phase_ms"],
                  "deconvolution_window_ms": out["window_ms"],
                  "max_abs_rel_error": float(cmp["rel_error"].abs().max()),
@@ -313,6 +319,21 @@ def block_regression(gpu: pd.DataFrame, ev: pd.DataFrame, out_csv: Path) -> dict
     return dict(zip(names + ["gap"], beta, strict=False))
 
 
+def gpu_name(summary: dict) -> None:
+    """The first GPU's name and the driver into `summary` (`gpu`: unknown and why, without)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(h)
+        summary["gpu"] = name.decode() if isinstance(name, bytes) else name
+        drv = pynvml.nvmlSystemGetDriverVersion()
+        summary["driver"] = drv.decode() if isinstance(drv, bytes) else drv
+    except Exception as exc:  # noqa: BLE001
+        summary["gpu"] = f"unknown ({exc})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True)
@@ -331,17 +352,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                      "analysed_from": str(work) if a.analyse_only else "this run"}
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(h)
-        summary["gpu"] = name.decode() if isinstance(name, bytes) else name
-        drv = pynvml.nvmlSystemGetDriverVersion()
-        summary["driver"] = drv.decode() if isinstance(drv, bytes) else drv
-    except Exception as exc:  # noqa: BLE001
-        summary["gpu"] = f"unknown ({exc})"
+    gpu_name(summary)
     for part in a.only.split(","):
         t = time.time()
         print(f"== {part}", flush=True)

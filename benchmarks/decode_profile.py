@@ -77,13 +77,31 @@ def _kernels(trace: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["stream", "name", "ts", "dur"])
 
 
+def synthetic_batches(batch: int, dev) -> list:
+    """4 random channels-last image batches with labels, on `dev`."""
+    return [(torch.randn(batch, 3, 224, 224, device=dev).to(memory_format=torch.channels_last),
+             torch.randint(0, 1000, (batch,), device=dev)) for _ in range(4)]
+
+
+def stream_split(k: pd.DataFrame, step_ms: float, steps: int, csv: Path) -> dict:
+    """The training stream's (the busiest) kernel ms per step, its idle rest and the other
+    streams' kernel ms; the 40 costliest kernels into `csv`. Nothing without kernels."""
+    if not len(k):
+        return {}
+    main_stream = k.groupby("stream")["dur"].sum().idxmax()  # the step's kernels
+    tr, other = k[k.stream == main_stream], k[k.stream != main_stream]
+    busy = tr["dur"].sum() / 1e3 / steps
+    (k.groupby(["stream", "name"])["dur"].agg(["count", "sum"])
+     .sort_values("sum", ascending=False).head(40).to_csv(csv))
+    return {"train_kernel_ms_per_step": busy, "train_idle_ms_per_step": step_ms - busy,
+            "other_streams_kernel_ms_per_step": other["dur"].sum() / 1e3 / steps}
+
+
 def run_mode(mode: str, a: argparse.Namespace, dev, model, opt, data, out: Path) -> dict:
     """Train `a.warmup + a.steps` steps in `mode`, the last `a.profile_steps` under the
     profiler; the mode's row."""
     cuda = dev.type == "cuda"
-    synth = [(torch.randn(a.batch, 3, 224, 224, device=dev)
-              .to(memory_format=torch.channels_last),
-              torch.randint(0, 1000, (a.batch,), device=dev)) for _ in range(4)]
+    synth = synthetic_batches(a.batch, dev)
     loader = None
     if mode != "synthetic":
         loader = GpuDecodeLoader(data, a.batch, 224, dev, collate=_collate, readers=a.readers,
@@ -117,9 +135,8 @@ def run_mode(mode: str, a: argparse.Namespace, dev, model, opt, data, out: Path)
             one(i)
         sync()
         rate = a.batch * (a.steps - a.profile_steps) / (time.perf_counter() - t)
-        acts = [torch.profiler.ProfilerActivity.CPU] + \
-            ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
-        with torch.profiler.profile(activities=acts) as prof:
+        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=acts[:2 if cuda else 1]) as prof:
             t = time.perf_counter()
             for i in range(a.profile_steps):
                 one(i)
@@ -135,16 +152,8 @@ def run_mode(mode: str, a: argparse.Namespace, dev, model, opt, data, out: Path)
     row = {"mode": mode, "images_per_s": rate, "profiled_step_ms": 1e3 * window / a.profile_steps,
            "decoded_batches": json.dumps(loader.decoded) if loader else None,
            **{k: sum(v) / len(v) for k, v in TIMES.items() if v}}
-    if len(k):
-        main_stream = k.groupby("stream")["dur"].sum().idxmax()  # the step's kernels
-        tr, other = k[k.stream == main_stream], k[k.stream != main_stream]
-        busy = tr["dur"].sum() / 1e3 / a.profile_steps
-        row.update(train_kernel_ms_per_step=busy,
-                   train_idle_ms_per_step=row["profiled_step_ms"] - busy,
-                   other_streams_kernel_ms_per_step=other["dur"].sum() / 1e3 / a.profile_steps)
-        (k.groupby(["stream", "name"])["dur"].agg(["count", "sum"])
-         .sort_values("sum", ascending=False).head(40)
-         .to_csv(out / f"kernels_{tag}.csv"))
+    row.update(stream_split(k, row["profiled_step_ms"], a.profile_steps,
+                            out / f"kernels_{tag}.csv"))
     trace.unlink()  # large; the per-kernel summary stays
     return row
 

@@ -80,6 +80,63 @@ def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, ou
             "skipped": s.get("skipped_items"), "checkpoints": len(s.get("checkpoints", []))}
 
 
+def n(big, small):
+    """`small` in a dry run (no GPU), else `big`."""
+    return small if DRY else big
+
+
+def resnet_part(a: argparse.Namespace, work: Path, shared: Path, dev: str, res: dict, save,
+                out: Path) -> None:
+    """JPEGs generated, then the ResNet-50 cells (checkpointing on, and off unless --quick)."""
+    def q(full, quick):
+        return quick if a.quick else full
+    ckpts = (True,) if a.quick else (True, False)
+    t = time.time()
+    subprocess.run([PY, "-m", "wattlife.cli", "gen-images", str(shared / "imagenet-gen"),
+                    "--classes", "10", "--train-per-class", str(n(q(1100, 500), 8)),
+                    "--val-per-class",
+                    str(n(60, 2)), "--size", str(n(256, 64)), "--workers", "14"],
+                   check=True, capture_output=True)
+    res["jpeg_generation_s"] = time.time() - t
+    cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
+           "workloads": {"r50": {"kind": "image_classification", "dataset": "imagenet-gen",
+                                 "model": "resnet50", "device": dev, "precision": "bf16",
+                                 "image_size": n(224, 32), "batch_size": n(256, 4),
+                                 "steps": n(q(100, 50), 4), "workers": n(12, 1),
+                                 "prefetch": 4, "val_every": n(q(50, 25), 2), "val_steps": 2,
+                                 "ckpt_every": n(q(50, 25), 2), "lr": 0.1}}}
+    for ck in ckpts:
+        res[f"resnet50_local_ckpt{'on' if ck else 'off'}"] = cell(
+            work, f"resnet50-local-ckpt{'on' if ck else 'off'}", cfg, "r50", "local", ck, out)
+        save()
+
+
+def qwen_part(a: argparse.Namespace, work: Path, shared: Path, dev: str, res: dict, save,
+              out: Path) -> None:
+    """A text corpus generated, then the Qwen3-1.7B cells (as `resnet_part`)."""
+    def q(full, quick):
+        return quick if a.quick else full
+    ckpts = (True,) if a.quick else (True, False)
+    from wattlife.workloads.datagen import make_text_corpus
+
+    t = time.time()
+    make_text_corpus(shared / "wikitext-gen", n_words=n(q(1_600_000, 1_000_000), 20_000))
+    res["text_generation_s"] = time.time() - t
+    cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
+           "workloads": {"q": {"kind": "causal_lm", "dataset": "wikitext-gen",
+                               "model_config": n("qwen3-1.7b", "qwen3-tiny"), "device": dev,
+                               "precision": "bf16", "seq_len": n(2048, 64),
+                               "batch_size": n(8, 2), "steps": n(q(50, 30), 4),
+                               "val_every": n(q(25, 15), 2), "val_steps": 1,
+                               "ckpt_every": n(q(50, 30), 4),
+                               "tokenizer_vocab": n(8192, 512), "lr": 3e-4,
+                               "compile": a.qwen_compile == "on" and not DRY}}}
+    for ck in ckpts:
+        res[f"qwen3_1.7b_local_ckpt{'on' if ck else 'off'}"] = cell(
+            work, f"qwen3-1.7b-local-ckpt{'on' if ck else 'off'}", cfg, "q", "local", ck, out)
+        save()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True)
@@ -98,11 +155,6 @@ def main() -> None:
         (out / "execution_summary.json").write_text(json.dumps(res, indent=1, default=str))
 
     parts = a.only.split(",")
-    def n(big, small):
-        return (small if DRY else big)
-    def q(full, quick):
-        return (quick if a.quick else full)
-    ckpts = (True,) if a.quick else (True, False)
     dev = "cpu" if DRY else "cuda"
     if "synthetic" in parts and not DRY:
         r = subprocess.run([PY, str(HERE / "train_loop.py"), "--batch", "256", "--steps", "60",
@@ -111,43 +163,9 @@ def main() -> None:
             if r.returncode == 0 else r.stderr[-2000:]
         save()
     if "resnet" in parts:
-        t = time.time()
-        subprocess.run([PY, "-m", "wattlife.cli", "gen-images", str(shared / "imagenet-gen"),
-                        "--classes", "10", "--train-per-class", str(n(q(1100, 500), 8)),
-                        "--val-per-class",
-                        str(n(60, 2)), "--size", str(n(256, 64)), "--workers", "14"],
-                       check=True, capture_output=True)
-        res["jpeg_generation_s"] = time.time() - t
-        cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
-               "workloads": {"r50": {"kind": "image_classification", "dataset": "imagenet-gen",
-                                     "model": "resnet50", "device": dev, "precision": "bf16",
-                                     "image_size": n(224, 32), "batch_size": n(256, 4),
-                                     "steps": n(q(100, 50), 4), "workers": n(12, 1),
-                                     "prefetch": 4, "val_every": n(q(50, 25), 2), "val_steps": 2,
-                                     "ckpt_every": n(q(50, 25), 2), "lr": 0.1}}}
-        for ck in ckpts:
-            res[f"resnet50_local_ckpt{'on' if ck else 'off'}"] = cell(
-                work, f"resnet50-local-ckpt{'on' if ck else 'off'}", cfg, "r50", "local", ck, out)
-            save()
+        resnet_part(a, work, shared, dev, res, save, out)
     if "qwen" in parts:
-        from wattlife.workloads.datagen import make_text_corpus
-
-        t = time.time()
-        make_text_corpus(shared / "wikitext-gen", n_words=n(q(1_600_000, 1_000_000), 20_000))
-        res["text_generation_s"] = time.time() - t
-        cfg = {"storage": {"shared": str(shared), "local": str(work / "local")},
-               "workloads": {"q": {"kind": "causal_lm", "dataset": "wikitext-gen",
-                                   "model_config": n("qwen3-1.7b", "qwen3-tiny"), "device": dev,
-                                   "precision": "bf16", "seq_len": n(2048, 64),
-                                   "batch_size": n(8, 2), "steps": n(q(50, 30), 4),
-                                   "val_every": n(q(25, 15), 2), "val_steps": 1,
-                                   "ckpt_every": n(q(50, 30), 4),
-                                   "tokenizer_vocab": n(8192, 512), "lr": 3e-4,
-                                   "compile": a.qwen_compile == "on" and not DRY}}}
-        for ck in ckpts:
-            res[f"qwen3_1.7b_local_ckpt{'on' if ck else 'off'}"] = cell(
-                work, f"qwen3-1.7b-local-ckpt{'on' if ck else 'off'}", cfg, "q", "local", ck, out)
-            save()
+        qwen_part(a, work, shared, dev, res, save, out)
     print(json.dumps(res, indent=1, default=str))
 
 

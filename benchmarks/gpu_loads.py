@@ -179,7 +179,7 @@ class ClockPoller:
             self.path, index=False)
 
 
-def main() -> None:
+def _options() -> tuple[argparse.Namespace, list[str]]:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--mode", choices=["varying", "square", "long", "short", "step"], required=True)
     ap.add_argument("--kinds", default="matmul,matmul_low,copy,wait",
@@ -197,6 +197,81 @@ def main() -> None:
     kinds = a.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
         ap.error(f"--kinds: unknown {sorted(unknown)}; expected some of {KINDS}")
+    return a, kinds
+
+
+def mode_varying(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
+    """Segments of 2-6 s of matmul or copy at a random duty cycle."""
+    while time.monotonic() < t_end:
+        duty = rng.uniform(0.1, 1.0)
+        kind = rng.choice(["matmul", "copy"])
+        seg_end = time.monotonic() + rng.uniform(2, 6)
+        with phase(f"varying_{kind}"):
+            while time.monotonic() < seg_end:
+                k.run(kind, 50 * duty)
+                k.wait(50 * (1 - duty))
+
+
+def mode_square(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
+    """`on` (matmul) and `off` (wait) phases of --on-ms / --off-ms."""
+    while time.monotonic() < t_end:
+        with phase("on"):
+            k.matmul(a.on_ms)
+            torch.cuda.synchronize()
+        with phase("off"):
+            k.wait(a.off_ms)
+
+
+def mode_long(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
+    """Each kind for --phase-ms in random order; with --zeus-csv a Zeus window around each."""
+    mon, windows = None, []
+    if a.zeus_csv:
+        from zeus.monitor import ZeusMonitor
+
+        mon = ZeusMonitor(gpu_indices=[0])
+    while time.monotonic() < t_end:
+        for kind in rng.permutation(kinds):
+            with phase(str(kind)):
+                if mon:
+                    mon.begin_window(str(kind))  # synchronises, reads the energy counter
+                k.run(str(kind), a.phase_ms)
+                if mon:
+                    m = mon.end_window(str(kind))
+                    windows.append((str(kind), m.time, float(sum(m.gpu_energy.values()))))
+    if mon:
+        import pandas as pd
+
+        pd.DataFrame(windows, columns=["phase", "time_s", "energy_j"]).to_csv(a.zeus_csv,
+                                                                              index=False)
+
+
+def mode_step(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
+    """Per kind, 1.5 s idle then 3 s of it (a step response)."""
+    for kind in kinds:
+        with phase(f"idle_before_{kind}"):
+            k.wait(1500)
+        with phase(kind):
+            k.run(kind, 3000)
+
+
+def mode_short(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
+    """2 s blocks of 5-20 ms phases of the kinds in a random mix."""
+    while time.monotonic() < t_end:
+        mix = rng.dirichlet(np.ones(len(kinds)))
+        block_end = time.monotonic() + 2.0
+        with phase("block"):
+            while time.monotonic() < block_end:
+                kind = kinds[rng.choice(len(kinds), p=mix)]
+                with phase(kind):
+                    k.run(kind, rng.uniform(5, 20))
+
+
+MODES = {"varying": mode_varying, "square": mode_square, "long": mode_long, "step": mode_step,
+         "short": mode_short}
+
+
+def main() -> None:
+    a, kinds = _options()
     markers.configure(gpu_timeline=True)
     k = Kinds()
     print(f"matmul {k.mm_ms:.3f} ms (1/2 SMs {k.part_ms[2]:.3f}, "
@@ -205,58 +280,7 @@ def main() -> None:
           f"spin {k.spin_cycles_per_ms:.0f} cycles/ms", flush=True)
     poller = ClockPoller(a.clocks) if a.clocks else None
     rng = np.random.default_rng(a.seed)
-    t_end = time.monotonic() + a.seconds
-    if a.mode == "varying":
-        while time.monotonic() < t_end:
-            duty = rng.uniform(0.1, 1.0)
-            kind = rng.choice(["matmul", "copy"])
-            seg_end = time.monotonic() + rng.uniform(2, 6)
-            with phase(f"varying_{kind}"):
-                while time.monotonic() < seg_end:
-                    k.run(kind, 50 * duty)
-                    k.wait(50 * (1 - duty))
-    elif a.mode == "square":
-        while time.monotonic() < t_end:
-            with phase("on"):
-                k.matmul(a.on_ms)
-                torch.cuda.synchronize()
-            with phase("off"):
-                k.wait(a.off_ms)
-    elif a.mode == "long":
-        mon, windows = None, []
-        if a.zeus_csv:
-            from zeus.monitor import ZeusMonitor
-
-            mon = ZeusMonitor(gpu_indices=[0])
-        while time.monotonic() < t_end:
-            for kind in rng.permutation(kinds):
-                with phase(str(kind)):
-                    if mon:
-                        mon.begin_window(str(kind))  # synchronises, reads the energy counter
-                    k.run(str(kind), a.phase_ms)
-                    if mon:
-                        m = mon.end_window(str(kind))
-                        windows.append((str(kind), m.time, float(sum(m.gpu_energy.values()))))
-        if mon:
-            import pandas as pd
-
-            pd.DataFrame(windows, columns=["phase", "time_s", "energy_j"]).to_csv(a.zeus_csv,
-                                                                                  index=False)
-    elif a.mode == "step":
-        for kind in kinds:
-            with phase(f"idle_before_{kind}"):
-                k.wait(1500)
-            with phase(kind):
-                k.run(kind, 3000)
-    else:
-        while time.monotonic() < t_end:
-            mix = rng.dirichlet(np.ones(len(kinds)))
-            block_end = time.monotonic() + 2.0
-            with phase("block"):
-                while time.monotonic() < block_end:
-                    kind = kinds[rng.choice(len(kinds), p=mix)]
-                    with phase(kind):
-                        k.run(kind, rng.uniform(5, 20))
+    MODES[a.mode](k, a, kinds, rng, time.monotonic() + a.seconds)
     torch.cuda.synchronize()
     markers.reset()
     if poller:

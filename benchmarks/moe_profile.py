@@ -22,6 +22,7 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from outdir import out_dir
@@ -105,7 +106,7 @@ def build(vocab: int, layers: int):
     return model, model.config, parameter_counts(model, model.config)
 
 
-def main() -> None:
+def _options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="output folder (made first)")
@@ -118,7 +119,69 @@ def main() -> None:
     ap.add_argument("--profile-steps", type=int, default=3, help="profiled steps (default 3)")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
     ap.add_argument("--seq", type=int, default=2048, help="sequence length (default 2048)")
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def timed_steps(step, warmup: int, steps: int) -> list[float]:
+    """`warmup` steps (the first compiles), then `steps` GPU-timed ones: their seconds."""
+    t0 = time.time()
+    for i in range(warmup):
+        step(i)
+    torch.cuda.synchronize()
+    print(f"warm-up {warmup} steps (compile included) {time.time() - t0:.1f} s", flush=True)
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+          for _ in range(steps)]
+    for i, (s, e) in enumerate(ev):
+        s.record()
+        step(i)
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) / 1e3 for s, e in ev]
+
+
+def profiled_kernels(step, n: int) -> tuple[pd.DataFrame, float]:
+    """`n` steps under torch.profiler: every CUDA kernel (name, seconds, start/end µs) and the
+    profiled wall seconds."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t_prof = time.perf_counter()
+        for i in range(n):
+            step(i)
+        torch.cuda.synchronize()
+        prof_wall = time.perf_counter() - t_prof
+    kern = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kt = pd.DataFrame({"kernel": [e.name for e in kern],
+                       "time_s": [e.time_range.elapsed_us() / 1e6 for e in kern],
+                       "start_us": [e.time_range.start for e in kern],
+                       "end_us": [e.time_range.end for e in kern]})
+    return kt, prof_wall
+
+
+def busy_us(start_us: np.ndarray, end_us: np.ndarray) -> float:
+    """The length of the union of intervals [start, end] (µs): the GPU's busy time."""
+    if not len(start_us):
+        return 0.0
+    o = np.argsort(start_us, kind="stable")
+    s, e = np.asarray(start_us, float)[o], np.maximum.accumulate(np.asarray(end_us, float)[o])
+    new = np.concatenate([[True], s[1:] > e[:-1]])  # a segment starts after all before ended
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return float((e[last] - s[first]).sum())
+
+
+def kernel_table(kt: pd.DataFrame, per_step: int) -> pd.DataFrame:
+    """Every kernel by name and category: total seconds, calls and ms per profiled step."""
+    top = (kt.groupby(["kernel", "category"], as_index=False)
+           .agg(time_s=("time_s", "sum"), calls=("time_s", "size"))
+           .sort_values("time_s", ascending=False))
+    top["ms_per_step"] = top["time_s"] * 1e3 / per_step
+    return top
+
+
+def main() -> None:
+    a = _options()
     out = out_dir(a.out)
     if a.recategorise:
         cat = recategorise(out)
@@ -140,19 +203,7 @@ def main() -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    t0 = time.time()
-    for i in range(a.warmup):
-        step(i)
-    torch.cuda.synchronize()
-    print(f"warm-up {a.warmup} steps (compile included) {time.time() - t0:.1f} s", flush=True)
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(a.steps)]
-    for i, (s, e) in enumerate(ev):
-        s.record()
-        step(i)
-        e.record()
-    torch.cuda.synchronize()
-    step_s = [s.elapsed_time(e) / 1e3 for s, e in ev]
+    step_s = timed_steps(step, a.warmup, a.steps)
     # the raw record the step basis is recomputed from (before issue 46 only its mean was kept)
     pd.DataFrame({"step": range(len(step_s)), "step_s": step_s}).to_csv(out / "moe_steps.csv",
                                                                         index=False)
@@ -160,38 +211,11 @@ def main() -> None:
     fpt = flops_per_token(cfg, counts, a.seq)
     attn = attention_flops_per_token(cfg, a.seq)
     tps = tokens * len(step_s) / sum(step_s)
-
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        t_prof = time.perf_counter()
-        for i in range(a.profile_steps):
-            step(i)
-        torch.cuda.synchronize()
-        prof_wall = time.perf_counter() - t_prof
-    kern = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    kt = pd.DataFrame({"kernel": [e.name for e in kern],
-                       "time_s": [e.time_range.elapsed_us() / 1e6 for e in kern],
-                       "start_us": [e.time_range.start for e in kern],
-                       "end_us": [e.time_range.end for e in kern]})
-    # GPU busy: the union of kernel intervals over the profiled span
-    iv = kt.sort_values("start_us")[["start_us", "end_us"]].to_numpy()
-    busy, cur_s, cur_e = 0.0, None, None
-    for s0, e0 in iv:
-        if cur_e is None or s0 > cur_e:
-            busy += (cur_e - cur_s) if cur_e is not None else 0.0
-            cur_s, cur_e = s0, e0
-        else:
-            cur_e = max(cur_e, e0)
-    busy += (cur_e - cur_s) if cur_e is not None else 0.0
+    kt, prof_wall = profiled_kernels(step, a.profile_steps)
+    busy = busy_us(kt["start_us"].to_numpy(), kt["end_us"].to_numpy())
     kt["category"] = kt["kernel"].map(category)
     per_step = a.profile_steps
-    top = (kt.groupby(["kernel", "category"], as_index=False)
-           .agg(time_s=("time_s", "sum"), calls=("time_s", "size"))
-           .sort_values("time_s", ascending=False))
-    top["ms_per_step"] = top["time_s"] * 1e3 / per_step
-    top.to_csv(out / "moe_kernels.csv", index=False)
+    kernel_table(kt, per_step).to_csv(out / "moe_kernels.csv", index=False)
     mean_step = sum(step_s) / len(step_s)
     expert_active = sum(p.numel() for n, p in model.named_parameters() if ".experts." in f".{n}")
     expert_active *= counts["experts_per_token"] / counts["experts"]

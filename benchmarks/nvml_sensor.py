@@ -34,14 +34,13 @@ import os
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import traceback
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from nvml_poller import Poller
 from nvml_sensor_analysis import analyse_run, findings, print_table
 from outdir import out_dir
 
@@ -62,50 +61,6 @@ def reps(L: float) -> int:
 
 def block_cost_s(L: float) -> float:
     return reps(L) * (L + gap_ms(L) + 12.0) / 1e3 + 0.4
-
-
-class Poller:
-    """Calls `fn` (-> (value, driver timestamp or 0)) every `period_s` in a thread: rows of
-    (t_before_ns, t_after_ns, value, stamp). Gives up after 50 failures in a row."""
-
-    def __init__(self, name: str, fn, period_s: float = 0.001) -> None:
-        self.name, self.fn, self.period_s = name, fn, period_s
-        self.rows: list[tuple[int, int, float, int]] = []
-        self.errors: Counter[str] = Counter()
-        self.stop_ev = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True, name=f"poll-{name}")
-
-    def start(self) -> Poller:
-        self.thread.start()
-        return self
-
-    def _loop(self) -> None:
-        fails = 0
-        while not self.stop_ev.is_set():
-            t0 = time.time_ns()
-            try:
-                v, stamp = self.fn()
-                fails = 0
-            except Exception as exc:  # noqa: BLE001 - an unsupported call is a result
-                self.errors[f"{type(exc).__name__}: {exc}"[:200]] += 1
-                fails += 1
-                if fails >= 50:
-                    return
-                self.stop_ev.wait(0.01)
-                continue
-            t1 = time.time_ns()
-            self.rows.append((t0, t1, float(v), int(stamp)))
-            rest = self.period_s - (t1 - t0) / 1e9
-            if rest > 0:
-                self.stop_ev.wait(rest)
-
-    def stop(self) -> None:
-        self.stop_ev.set()
-        self.thread.join(timeout=10)
-
-    def frame(self) -> pd.DataFrame:
-        df = pd.DataFrame(self.rows, columns=["t0_ns", "t1_ns", "value", "stamp_us"])
-        return df.assign(t_ns=(df["t0_ns"] + df["t1_ns"]) // 2, poller=self.name)
 
 
 class Gpu:
@@ -194,13 +149,13 @@ def nvml_handle(nv, gpu: int):
 
 
 def field_fn(nv, h, fid: int):
-    from wattlife.devices.nvml import _sample_value
+    from wattlife.devices.nvml import sample_value
 
     def f():
         v = nv.nvmlDeviceGetFieldValues(h, [fid])[0]
         if v.nvmlReturn != 0:
             raise nv.NVMLError(v.nvmlReturn)
-        return _sample_value(nv, v.valueType, v.value), v.timestamp
+        return sample_value(nv, v.valueType, v.value), v.timestamp
     return f
 
 

@@ -135,7 +135,7 @@ def short_table(suite: pd.DataFrame, zeus: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def main() -> None:
+def _options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="folder for the tables and runs.tar.gz")
@@ -152,14 +152,14 @@ def main() -> None:
     ap.add_argument("--zeus-wheel", nargs="*", default=[],
                     help="Zeus wheel(s) to install under --work "
                          "(default: Zeus from the environment)")
-    a = ap.parse_args()
-    out, work = out_dir(a.out), Path(a.work)
-    work.mkdir(parents=True, exist_ok=True)
-    env = zeus_env(work, a.zeus_wheel)
-    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                     "zeus_version": env["ZEUS_VERSION"]}
-    loop = [PY, str(HERE / "train_loop.py"), "--steps", str(a.steps), "--warmup", str(a.warmup)]
+    return ap.parse_args()
 
+
+def overhead_rounds(a: argparse.Namespace, work: Path, env: dict
+                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Interleaved rounds of the training loop in every mode: one row per run, and the Zeus
+    windows of the `zeus_phase` runs."""
+    loop = [PY, str(HERE / "train_loop.py"), "--steps", str(a.steps), "--warmup", str(a.warmup)]
     runs, zeus_windows = [], []
     for r in range(a.repeats):
         for mode in MODES:
@@ -177,12 +177,42 @@ def main() -> None:
             if mode == "zeus_phase":
                 zeus_windows.append(pd.read_csv(d / "zeus.csv").assign(round=r))
             print(f"round {r} {mode}: {runs[-1]['images_per_s']:.0f} images/s", flush=True)
-    runs_df = pd.DataFrame(runs)
+    return pd.DataFrame(runs), pd.concat(zeus_windows, ignore_index=True)
+
+
+def long_phases(a: argparse.Namespace, d: Path, env: dict) -> pd.DataFrame:
+    """The long kinds under the sampler with a Zeus window around each: both energies."""
+    secs = a.long_phase_s * len(LONG_KINDS) * a.long_rounds - 1
+    p = under_sampler(d, [PY, str(HERE / "gpu_loads.py"), "--mode", "long", "--kinds",
+                          ",".join(LONG_KINDS), "--seconds", str(secs), "--phase-ms",
+                          str(a.long_phase_s * 1e3), "--zeus-csv", str(d / "zeus.csv")], env)
+    if p.returncode:
+        raise RuntimeError(f"long phases: {p.stderr[-2000:]}")
+    return long_table(attribute(d), pd.read_csv(d / "zeus.csv"))
+
+
+def print_tables(ovh: pd.DataFrame, long: pd.DataFrame, short: pd.DataFrame) -> None:
+    pd.set_option("display.width", 200)
+    print(ovh.round(4).to_string(index=False))
+    print(long[["phase", "windows", "zeus_energy_j", "suite_energy_j", "rel_diff",
+                "method"]].round(4)
+          .to_string(index=False))
+    print(short[["phase", "zeus_ms_median", "zeus_zero_share", "zeus_j_p50", "zeus_cv",
+                 "suite_j_per_instance", "suite_j_lo", "suite_j_hi"]].round(3)
+          .to_string(index=False))
+
+
+def main() -> None:
+    a = _options()
+    out, work = out_dir(a.out), Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    env = zeus_env(work, a.zeus_wheel)
+    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                     "zeus_version": env["ZEUS_VERSION"]}
+    runs_df, zw = overhead_rounds(a, work, env)
     runs_df.to_csv(out / "overhead_runs.csv", index=False)
     ovh = overhead_table(runs_df)
     ovh.to_csv(out / "overhead.csv", index=False)
-
-    zw = pd.concat(zeus_windows, ignore_index=True)
     zw.to_csv(out / "zeus_windows.csv.gz", index=False)
     suite_short = pd.concat([attribute(work / f"overhead_suite_{r}").assign(round=r)
                              for r in range(a.repeats)])
@@ -191,17 +221,9 @@ def main() -> None:
     first = suite_short.groupby("phase")[["method", "source"]].first().reset_index()
     short = short_table(sums.merge(first, on="phase"), zw[zw["phase"].isin(STEP_PHASES)])
     short.to_csv(out / "short_phases.csv", index=False)
-
     d = work / "long"
-    secs = a.long_phase_s * len(LONG_KINDS) * a.long_rounds - 1
-    p = under_sampler(d, [PY, str(HERE / "gpu_loads.py"), "--mode", "long", "--kinds",
-                          ",".join(LONG_KINDS), "--seconds", str(secs), "--phase-ms",
-                          str(a.long_phase_s * 1e3), "--zeus-csv", str(d / "zeus.csv")], env)
-    if p.returncode:
-        raise RuntimeError(f"long phases: {p.stderr[-2000:]}")
-    long = long_table(attribute(d), pd.read_csv(d / "zeus.csv"))
+    long = long_phases(a, d, env)
     long.to_csv(out / "long_phases.csv", index=False)
-
     with tarfile.open(out / "runs.tar.gz", "w:gz") as tar:
         for run in sorted(work.glob("overhead_*")) + [d]:
             for f in ("trace.csv", "events.csv", "meta.json", "phases.csv", "zeus.csv"):
@@ -211,14 +233,7 @@ def main() -> None:
                     "short": short.to_dict("records"),
                     "long_max_abs_rel_diff": float(long["rel_diff"].abs().max())})
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    pd.set_option("display.width", 200)
-    print(ovh.round(4).to_string(index=False))
-    print(long[["phase", "windows", "zeus_energy_j", "suite_energy_j", "rel_diff",
-                "method"]].round(4)
-          .to_string(index=False))
-    print(short[["phase", "zeus_ms_median", "zeus_zero_share", "zeus_j_p50", "zeus_cv",
-                 "suite_j_per_instance", "suite_j_lo", "suite_j_hi"]].round(3)
-          .to_string(index=False))
+    print_tables(ovh, long, short)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def timed(body, steps: int, batch: int, steps_csv: str | None) -> tuple[float, d
     return dt, {"images_per_s_steps": steps * batch / (sum(ms) / 1e3)}
 
 
-def main() -> None:
+def _options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=30)
@@ -61,82 +61,89 @@ def main() -> None:
                     help="Zeus windows around every step or every phase (default off)")
     ap.add_argument("--zeus-csv", help="CSV of every Zeus window (phase, step, time_s, energy_j)")
     ap.add_argument("--steps-csv", help="CSV of every timed step's GPU ms (step, gpu_ms)")
-    a = ap.parse_args()
-    torch.backends.cudnn.benchmark = True
-    dev = torch.device("cuda")
-    model = torchvision.models.resnet50().to(dev, memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    xs = [torch.randn(a.batch, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
-          for _ in range(4)]
-    ys = [torch.randint(0, 1000, (a.batch,), device=dev) for _ in range(4)]
-    marked = a.markers == "on" and markers.configure(gpu_timeline=True) is not None
-    fwd = model
-    if a.graphs:
-        from wattlife.workloads.cuda_graphs import GraphedModel
+    return ap.parse_args()
 
-        fwd = GraphedModel(model, tuple(xs[0].shape), dev, amp=True)
 
-    def plain(i: int) -> None:
-        x, y = xs[i % 4], ys[i % 4]
+class Loop:
+    """The model, its optimiser and 4 synthetic batches; one training step each way: plain,
+    with the suite's markers, inside a Zeus window per step or per phase (`windows`)."""
+
+    def __init__(self, batch: int, graphs: bool, zeus: str) -> None:
+        dev = torch.device("cuda")
+        self.batch = batch
+        self.model = torchvision.models.resnet50().to(dev, memory_format=torch.channels_last)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
+        self.xs = [torch.randn(batch, 3, 224, 224, device=dev)
+                   .to(memory_format=torch.channels_last) for _ in range(4)]
+        self.ys = [torch.randint(0, 1000, (batch,), device=dev) for _ in range(4)]
+        self.fwd = self.model
+        if graphs:
+            from wattlife.workloads.cuda_graphs import GraphedModel
+
+            self.fwd = GraphedModel(self.model, tuple(self.xs[0].shape), dev, amp=True)
+        self.windows: list[tuple[str, int, float, float]] = []
+        self.mon = None
+        if zeus != "off":
+            from zeus.monitor import ZeusMonitor
+
+            self.mon = ZeusMonitor(gpu_indices=[0])
+
+    def _loss(self, i: int):
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(fwd(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+            return F.cross_entropy(self.fwd(self.xs[i % 4]), self.ys[i % 4])
 
-    def with_markers(i: int) -> None:
-        with step(items=a.batch):
+    def _optim(self) -> None:
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def plain(self, i: int) -> None:
+        self._loss(i).backward()
+        self._optim()
+
+    def with_markers(self, i: int) -> None:
+        with step(items=self.batch):
             with phase("data_load"):
-                x, y = xs[i % 4], ys[i % 4]
+                x, y = self.xs[i % 4], self.ys[i % 4]
             with phase("forward"):
                 with torch.autocast("cuda", dtype=torch.bfloat16):
-                    loss = F.cross_entropy(fwd(x), y)
+                    loss = F.cross_entropy(self.fwd(x), y)
             with phase("backward"):
                 loss.backward()
             with phase("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+                self._optim()
 
-    windows: list[tuple[str, int, float, float]] = []
-    if a.zeus != "off":
-        from zeus.monitor import ZeusMonitor
+    def _win(self, name: str, i: int, fn):
+        assert self.mon is not None
+        self.mon.begin_window(name)
+        out = fn()
+        m = self.mon.end_window(name)
+        self.windows.append((name, i, m.time, float(sum(m.gpu_energy.values()))))
+        return out
 
-        mon = ZeusMonitor(gpu_indices=[0])
+    def zeus_step(self, i: int) -> None:
+        self._win("step", i, lambda: self.plain(i))
 
-        def win(name: str, i: int, fn):
-            mon.begin_window(name)
-            out = fn()
-            m = mon.end_window(name)
-            windows.append((name, i, m.time, float(sum(m.gpu_energy.values()))))
-            return out
+    def zeus_phase(self, i: int) -> None:
+        loss = self._win("forward", i, lambda: self._loss(i))
+        self._win("backward", i, loss.backward)
+        self._win("optimizer", i, self._optim)
 
-    def zeus_step(i: int) -> None:
-        win("step", i, lambda: plain(i))
 
-    def zeus_phase(i: int) -> None:
-        x, y = xs[i % 4], ys[i % 4]
-
-        def forward_loss():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                return F.cross_entropy(fwd(x), y)
-
-        loss = win("forward", i, forward_loss)
-        win("backward", i, loss.backward)
-
-        def optim():
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        win("optimizer", i, optim)
-
-    body = ({"step": zeus_step, "phase": zeus_phase}.get(a.zeus)
-            or (with_markers if marked else plain))
+def main() -> None:
+    a = _options()
+    torch.backends.cudnn.benchmark = True
+    # markers before the CUDA-graph capture, as before the loop became a class
+    marked = a.markers == "on" and markers.configure(gpu_timeline=True) is not None
+    loop = Loop(a.batch, a.graphs, a.zeus)
+    body = ({"step": loop.zeus_step, "phase": loop.zeus_phase}.get(a.zeus)
+            or (loop.with_markers if marked else loop.plain))
     for i in range(a.warmup):
         body(i)
     dt, extra = timed(body, a.steps, a.batch, a.steps_csv)
-    if a.zeus_csv and windows:
+    if a.zeus_csv and loop.windows:
         import pandas as pd
 
-        w = pd.DataFrame(windows, columns=["phase", "step", "time_s", "energy_j"])
+        w = pd.DataFrame(loop.windows, columns=["phase", "step", "time_s", "energy_j"])
         w["measured"] = w["step"] >= a.warmup
         w.to_csv(a.zeus_csv, index=False)
     print(json.dumps({"images_per_s": a.steps * a.batch / dt, "markers": marked, "zeus": a.zeus,

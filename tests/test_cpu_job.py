@@ -90,3 +90,46 @@ def test_a_quiet_machine_gives_no_warning():
     load.watch_pid = None
     load.sample()
     assert load.warning("x") is None and load.summary()["job_cpu_share"] is None
+
+
+def test_tree_processes_walks_the_tree_once_for_both_users(children):
+    """`cpu_load.tree_processes`: the root and its descendants, each a cached Process flagged new
+    only the first time; an ended child leaves the cache; None for no pid or a gone one. TreeLoad
+    and the simulated GPU both read the tree through it."""
+    import time
+
+    import psutil
+
+    from wattlife.devices.cpu_load import TreeLoad, tree_processes
+    from wattlife.devices.simgpu import SimGpuBackend
+
+    code = ("import subprocess, sys, time\n"
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+            "print(c.pid, flush=True)\n"
+            "while time.process_time() < 0.3: pass\n"
+            "c.wait()\n"  # reaps the child once the test kills it
+            "time.sleep(30)\n")
+    root = children.spawn([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(root.stdout.readline())
+    cache: dict = {}
+    assert tree_processes(None, cache) is None
+    first = tree_processes(root.pid, cache)
+    assert first is not None and {p.pid: new for p, new in first} == {root.pid: True, child: True}
+    again = tree_processes(root.pid, cache)
+    assert again is not None and [new for _, new in again] == [False, False]
+    assert all(p is cache[p.pid] for p, _ in again)
+    psutil.Process(child).kill()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and child in {p.pid for p, _ in
+                                                     tree_processes(root.pid, cache) or []}:
+        time.sleep(0.05)
+    assert set(cache) == {root.pid}
+    load, sim = TreeLoad(), SimGpuBackend()
+    load.watch_pid = sim.watch_pid = root.pid
+    assert sim._activity() == 0.0  # first look: no cpu_percent reading yet
+    time.sleep(0.3)
+    assert load.tree_seconds() > 0.2 and set(load._procs) == {root.pid}
+    assert set(sim._procs) == {root.pid}
+    root.kill()
+    root.wait(5)
+    assert tree_processes(root.pid, {}) is None

@@ -1,23 +1,18 @@
-"""benchmarks/nvml_sensor_analysis.py (issue 46) on synthetic readings with known answers: reading
-spacing and update periods, the boxcar window and delay recovered from steps, and the
-energy-vs-phase-length table (~0 error where the readings are exact)."""
-
-import sys
+"""wattlife.analysis.sensor_response / sensor_lengths (issue 46) on synthetic readings with
+known answers: reading spacing and update periods, the boxcar window and delay recovered from
+steps, the settling's widened intervals, and the energy-vs-phase-length table (~0 error
+where the readings are exact)."""
 
 import numpy as np
 import pandas as pd
 import pytest
-
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 T0 = 1_764_000_000 * 10**9  # an epoch in ns
 MS = 1_000_000
 
 
 def test_spacing_stats_of_jittered_readings():
-    from nvml_sensor_analysis import spacing_stats
+    from wattlife.analysis.sensor_response import spacing_stats
 
     rng = np.random.default_rng(1)
     t = T0 + np.cumsum(rng.normal(20.0, 0.5, 500)) * MS
@@ -28,7 +23,7 @@ def test_spacing_stats_of_jittered_readings():
 
 
 def test_update_stats_find_the_update_period_and_the_counter_step():
-    from nvml_sensor_analysis import update_stats
+    from wattlife.analysis.sensor_response import update_stats
 
     t = T0 + np.arange(0, 2000) * MS  # polled every 1 ms
     counter = 5_000 + (np.arange(2000) // 25) * 500.0  # +500 mJ every 25 ms
@@ -60,7 +55,7 @@ def _step_readings(w_ms, d_ms, n_steps=40, spacing_ms=20.0, seed=0):
 
 @pytest.mark.parametrize("w_ms,d_ms", [(5.0, 3.0), (20.0, 6.0)])
 def test_window_fit_recovers_width_and_delay(w_ms, d_ms):
-    from nvml_sensor_analysis import window_table
+    from wattlife.analysis.sensor_response import window_table
 
     t, v, steps = _step_readings(w_ms, d_ms)
     tab, pts = window_table(t, v, steps, 20.0)
@@ -112,7 +107,7 @@ def _length_trace(lengths_ms, p_idle=100.0, p_load=400.0):
 
 
 def test_phase_length_table_is_exact_on_exact_readings():
-    from nvml_sensor_analysis import length_block, truth_power
+    from wattlife.analysis.sensor_lengths import length_block, truth_power
 
     trace, loads, ct, ce = _length_trace([20, 100, 1000])
     long = loads[loads["L_ms"] >= 1000]
@@ -146,7 +141,7 @@ def test_phase_length_table_is_exact_on_exact_readings():
 def test_phase_length_table_sees_a_wrong_truth_and_a_smeared_sensor():
     """The errors are measured, not constant: a truth 10 % high reads -9.1 %; readings that lag
     by 20 ms lose most of a 20 ms phase when integrated over it, little of a 1 s one."""
-    from nvml_sensor_analysis import length_block
+    from wattlife.analysis.sensor_lengths import length_block
 
     trace, loads, ct, ce = _length_trace([20, 1000])
     lagged = trace.assign(t_ns=trace["t_ns"] + 20 * MS)
@@ -161,3 +156,29 @@ def test_phase_length_table_sees_a_wrong_truth_and_a_smeared_sensor():
         out[L], *_ = length_block(tl, blk, ct, ce, 400.0, 400.0, n_boot=30)
     assert out[20.0]["integrated_err_mean_pct"] < -50
     assert -5 < out[1000.0]["integrated_err_mean_pct"] < 0
+
+
+def test_settling_from_steps_makes_the_lagged_phases_interval_hold_the_truth():
+    """Readings 20 ms late (each the mean of [t-40, t-20] ms): integrated, a 1 s phase's interval
+    misses its truth; widened by the settling measured at synthetic steps of the same sensor
+    (`study_settle`), every phase's interval holds it, and the energy itself is unchanged."""
+    from wattlife.analysis.sensor_lengths import length_block
+    from wattlife.analysis.sensor_response import study_settle, window_table
+
+    t, v, steps = _step_readings(20.0, 20.0, n_steps=20)
+    window, points = window_table(t, v, steps, 20.0)
+    settle = study_settle(window, points, "synthetic", "test")
+    assert settle.displaced_ms == pytest.approx(20.0, abs=1.5)  # a pure 20 ms lag
+    assert settle.reach_ms == pytest.approx(40.0, abs=1.0)
+    trace, loads, ct, ce = _length_trace([20, 1000])
+    lagged = trace.assign(t_ns=trace["t_ns"] + 20 * MS)
+    for L, blk in loads.groupby("L_ms"):
+        bs, be = blk["block_start_ns"].iat[0], blk["block_end_ns"].iat[0]
+        tl = lagged[(lagged["t_ns"] >= bs) & (lagged["t_ns"] <= be + 40 * MS)]
+        row, ph, suite, _ = length_block(tl, blk, ct, ce, 400.0, 400.0, n_boot=30, settle=settle)
+        assert row["coverage_truth"] == 0.0, L
+        assert row["coverage_truth_settle"] == 1.0, L
+        assert ph["settle_j"].to_numpy() == pytest.approx(ph["suite_j"].to_numpy())
+        assert (ph["settle_lo_j"] <= ph["suite_lo_j"]).all()
+        assert (ph["settle_hi_j"] >= ph["suite_hi_j"]).all()
+        assert "per_instance_settle" in set(suite["naming"])

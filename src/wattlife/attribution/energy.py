@@ -13,7 +13,6 @@ import pandas as pd
 from ..contracts import IDLE, PHASES_COLUMNS, RESIDUAL, UNATTRIBUTED, ContractError, device_kind
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
 from .gaps import GAP_PERIODS, Gaps, add_gap_columns, sensor_gaps
-from .integrate import integrate
 from .response import SensorResponse
 from .series import (
     DeviceSeries,
@@ -22,6 +21,7 @@ from .series import (
     idle_power,
     too_few_readings,
 )
+from .settle import SensorSettle, integrate_held, settle_columns
 from .tree import PhaseTree, clamp_events, exclusive, phase_tree, timeline
 
 
@@ -189,10 +189,11 @@ def check_time_units(trace: pd.DataFrame, events: pd.DataFrame, trace_name: str 
 
 
 def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: float | None,
-                     response: SensorResponse | str | None, n_boot: int
+                     response: SensorResponse | str | None, n_boot: int,
+                     settles: Mapping[str, SensorSettle] | None = None
                      ) -> tuple[pd.DataFrame, SensorResponse | None]:
     """One device's phases by the method asked for (`auto`: `choose_method`), and the sensor
-    response deconvolution used (None when integrated)."""
+    response deconvolution used (None when integrated; `settle.integrate_held`)."""
     m = method
     if m == "deconvolve" and s.power_w is None:
         warnings.warn(f"{s.device}: only an energy counter, integrating instead of deconvolving",
@@ -201,7 +202,7 @@ def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: fl
     if m == "auto":
         m = choose_method(s, tree, window_s or s.spacing_s)
     if m != "deconvolve":
-        return integrate(s, tree), None
+        return integrate_held(s, tree, settles), None
     if response == "estimate":
         r = estimate_response(s, tree)
     elif isinstance(response, SensorResponse) and device_kind(s.device) == "gpu":
@@ -247,7 +248,8 @@ def _n_readings(series: Sequence[DeviceSeries]) -> int:
 def _attribute_devices(series: Sequence[DeviceSeries], pmap: Mapping, events: pd.DataFrame,
                        floors: dict, method: str, window_s: float | None,
                        response: SensorResponse | str | None, n_boot: int,
-                       idle_window: tuple[int, int] | None, strict: bool, where: str
+                       idle_window: tuple[int, int] | None, strict: bool, where: str,
+                       settles: Mapping[str, SensorSettle] | None = None
                        ) -> tuple[list[pd.DataFrame], dict[tuple[str, str], SensorResponse],
                                   list[str], list[str]]:
     """Each device's phases table, the sensor responses used ({(host, device): response}),
@@ -271,7 +273,7 @@ def _attribute_devices(series: Sequence[DeviceSeries], pmap: Mapping, events: pd
         # and stops around the command): only more is worth a warning
         if overall < 1.0 - 1e-9 and not outside_s <= 2 * np.nan_to_num(s.spacing_s):
             uncovered.append(f"{s.host}/{s.device} {1 - overall:.1%} ({outside_s:.3f} s)")
-        df, r = _estimate_device(s, tree, method, window_s, response, n_boot)
+        df, r = _estimate_device(s, tree, method, window_s, response, n_boot, settles)
         if r is not None:
             used[(s.host, s.device)] = r
         frames.append(add_gap_columns(_label_device(df, s, frac, idle_window), gaps, tree))
@@ -344,7 +346,8 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
                      response: SensorResponse | str | None = None,
                      strict: bool = False, cuda_to_nvml: list[int] | None = None,
                      where: str = "", rank_devices: dict[int, list[int]] | None = None,
-                     floor_window: tuple[int, int] | None = None) -> pd.DataFrame:
+                     floor_window: tuple[int, int] | None = None,
+                     settles: Mapping[str, SensorSettle] | None = None) -> pd.DataFrame:
     """trace x events -> phases table (contract columns plus host, window_ms, identified,
     covered_fraction, and, with an idle window, idle_power_w / static_j / dynamic_j).
 
@@ -363,7 +366,8 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
 
     `trace`: the table, or a `chunked.SpilledTrace` (a trace read in chunks, its timestamps
     checked as it was read); `events`: the table, or a `rank_events.RankEvents` (one rank's
-    file at a time, each prepared as the table is): the same table either way."""
+    file at a time, each prepared as the table is): the same table either way.
+    `settles` ({device: SensorSettle}): see `settle.integrate_held`."""
     if isinstance(response, str) and response != "estimate":
         raise ValueError(f"response must be a SensorResponse, 'estimate' or None, got {response!r}")
     if method not in ("auto", "integrate", "deconvolve"):
@@ -375,7 +379,7 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
     floors = _idle_floors(series, floor_window or idle_window)
     frames, used, uncovered, gapped = _attribute_devices(
         series, pmap, events, floors, method, window_s, response, n_boot, idle_window, strict,
-        where)
+        where, settles)
     short = (too_few_readings(trace, series) if isinstance(trace, pd.DataFrame)
              else trace.short())
     if not frames:
@@ -390,6 +394,7 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
     _warn_gaps(gapped, where)
     frames += _short_devices(short, where)
     out = pd.concat(frames, ignore_index=True)
+    out = settle_columns(out, settles)
     out["run_id"] = run_id
     with np.errstate(divide="ignore", invalid="ignore"):
         out["mean_power_w"] = np.where(out["time_s"] > 0, out["energy_j"] / out["time_s"], np.nan)

@@ -28,6 +28,7 @@ from .chunked import SpilledTrace
 from .energy import attribute_energy, check_time_units
 from .rank_events import RankEvents
 from .response import SensorResponse
+from .settle import settle_by_device
 from .steady import label_steady
 
 
@@ -230,7 +231,8 @@ def _attribute_read(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path,
     df = attribute_energy(trace_in, events_df, method, window_s, meta.run_id, idle, n_boot,
                           response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
                           where=f"{trace} x {events}", rank_devices=rank_devices(meta),
-                          floor_window=meta.idle_window)
+                          floor_window=meta.idle_window,
+                          settles=settle_by_device(meta.gpus, meta.gpu_model))
     write_table(df, out, PHASES_COLUMNS)
     out = Path(out)
     for (host, device), r in df.attrs["sensor_responses"].items():

@@ -21,6 +21,27 @@ import psutil
 OTHERS_WARN_SHARE = 0.10
 
 
+def tree_processes(pid: int | None, cache: dict[int, psutil.Process]
+                   ) -> list[tuple[psutil.Process, bool]] | None:
+    """The live process tree of `pid` (it and its descendants) as `cache`'s Process objects, each
+    with whether it was first seen now; None when `pid` is None or gone. `cache` (pid -> Process)
+    keeps one object per process across calls (psutil checks pid reuse on it, and per-object
+    state such as `cpu_percent`'s last reading lives there); processes no longer in the tree are
+    dropped from it. The one walk of CMD's tree (`TreeLoad`, the simulated GPU's activity)."""
+    if pid is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return None
+    first = [p.pid not in cache for p in procs]
+    out = [(cache.setdefault(p.pid, p), f) for p, f in zip(procs, first, strict=True)]
+    for gone in set(cache) - {p.pid for p in procs}:
+        del cache[gone]
+    return out
+
+
 def _busy_total() -> tuple[float, float]:
     t = psutil.cpu_times()
     total = sum(t)
@@ -44,14 +65,11 @@ class TreeLoad:
         """CPU seconds of CMD's tree so far (module docstring); 0 before CMD started."""
         if self.watch_pid is None:
             return 0.0
-        try:
-            root = psutil.Process(self.watch_pid)
-            procs = [root] + root.children(recursive=True)
-        except psutil.Error:
+        procs = tree_processes(self.watch_pid, self._procs)
+        if procs is None:
             return self._tree_s
         total = 0.0
-        for p in procs:
-            proc = self._procs.setdefault(p.pid, p)  # cached: psutil checks pid reuse
+        for proc, _ in procs:
             try:
                 t = proc.cpu_times()
             except psutil.Error:

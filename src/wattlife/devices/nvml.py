@@ -48,7 +48,8 @@ def _nvml():
     return pynvml
 
 
-def _sample_value(nv: Any, value_type: int, value: Any) -> float:
+def sample_value(nv: Any, value_type: int, value: Any) -> float:
+    """An NVML sample or field value as a float, whatever its value type."""
     return {
         nv.NVML_VALUE_TYPE_DOUBLE: lambda v: v.dVal,
         nv.NVML_VALUE_TYPE_UNSIGNED_INT: lambda v: v.uiVal,
@@ -239,7 +240,7 @@ class NvmlBackend(SensorBackend):
                 ts = s.timeStamp
                 if ts > g.last_ts_us:
                     rows.append((ts * 1000 - shift, g.device, "power_w",
-                                 _sample_value(nv, vtype, s.sampleValue) / 1000.0, "nvml-samples"))
+                                 sample_value(nv, vtype, s.sampleValue) / 1000.0, "nvml-samples"))
                     last = max(last, ts)
         except KeyError as exc:  # a value type this code does not know
             self._err("power_samples_value_type", g.device, exc)

@@ -34,29 +34,22 @@ class SimGpuBackend(SensorBackend):
         self._last_telemetry = 0
 
     def _activity(self) -> float:
+        """The watched tree's CPU utilisation since the last poll (1.0 = one CPU busy, capped);
+        a process is counted from its second poll on (`cpu_percent` needs a first reading)."""
         import psutil
 
-        if self.watch_pid is None:
-            return 0.0
-        try:
-            root = psutil.Process(self.watch_pid)
-            procs = [root] + root.children(recursive=True)
-        except psutil.Error:
+        from .cpu_load import tree_processes
+
+        procs = tree_processes(self.watch_pid, self._procs)
+        if procs is None:
             return 0.0
         total = 0.0
-        for p in procs:
-            known = self._procs.get(p.pid)
-            if known is None:
-                self._procs[p.pid] = p
-                try:
-                    p.cpu_percent(None)
-                except psutil.Error:
-                    pass
-                continue
+        for proc, first in procs:
             try:
-                total += known.cpu_percent(None)
+                share = proc.cpu_percent(None)
             except psutil.Error:
-                self._procs.pop(p.pid, None)
+                continue
+            total += 0.0 if first else share
         return min(1.0, total / 100.0)
 
     def poll(self, now_ns: int) -> list[Row]:
