@@ -194,12 +194,14 @@ def test_gpu_compare_tables_are_rebuilt_from_the_committed_runs(tmp_path) -> Non
     from gpu_compare import main
 
     assert main(["--out", str(tmp_path), "--runs", str(REPEATS),
-                 str(REPO / "results/reference/h200/workflow-repeats")]) == 0
+                 str(REPO / "results/reference/h200/workflow-repeats"), str(QWEN),
+                 str(REPO / "results/reference/h200/workflow") + ":qwen"]) == 0
     for name in ("compare_runs.csv", "compare_cells.csv", "sources.csv", "skipped.csv"):
         made, committed = pd.read_csv(tmp_path / name), pd.read_csv(COMPARE / name)
         pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9, atol=1e-12)
     cells = pd.read_csv(COMPARE / "compare_cells.csv")
-    pooled = cells[cells["storage"] == "all"].set_index("metric")
+    every = cells[cells["storage"] == "all"]
+    pooled = every[every["workload"] == "resnet"].set_index("metric")
     thr, pw, jpi = (pooled.loc[m] for m in ("throughput", "steady_power_w", "j_per_item"))
     assert (round(thr["mean_first"]), round(thr["mean_second"])) == (2234, 2238)
     assert bool(thr["within_noise"]) and not bool(pw["within_noise"])
@@ -209,6 +211,17 @@ def test_gpu_compare_tables_are_rebuilt_from_the_committed_runs(tmp_path) -> Non
     readme = (COMPARE / "README.md").read_text()
     for text in ("+18.0 [0.5, 35.6]", "2,234 [2,096, 2,371]", "+0.0087 [0.0042, 0.0132] (+5.5 %)"):
         assert text in readme, text
+    qwen = every[every["workload"] == "qwen"].set_index("metric")
+    assert set(qwen["n_first"]) == {12} and set(qwen["n_second"].dropna()) <= {0, 4}
+    q_thr, q_pw, q_j = (qwen.loc[m] for m in ("throughput", "steady_power_w", "j_per_item"))
+    assert (round(q_thr["ratio"] - 1, 3), round(q_pw["diff"], 1), round(q_j["ratio"] - 1, 3)) \
+        == (-0.093, -36.8, 0.035)
+    assert q_thr["diff_hi"] < 0 and q_j["diff_lo"] > 0
+    for text in ("| 26,936 [26,238, 27,635] | 29,684 [27,674, 31,694] | −2,748 [−4,610, −886] |",
+                 "| 566.7 [554.5, 578.8] | 603.4 [569.7, 637.2] | −36.8 [−68.0, −5.6] |",
+                 "9.3 % slower", "3.5 % more GPU energy"):
+        assert text in readme, text
+    assert not cells[cells["workload"] == "resnet"]["metric"].eq("share:tokenize").any()
 
 
 def test_sensor_readme_shift_is_the_table_s() -> None:
@@ -328,7 +341,6 @@ def test_pfi_readme_numbers_are_the_tables() -> None:
 def test_sensor_call2_tables_and_readme_numbers(tmp_path) -> None:
     """Call 2 of the sensor script on the H100 (full length): its tables from its raw files, and
     the README's numbers from its tables."""
-    import sys
     import tarfile
 
     from wattlife.analysis.sensor_lengths import analyse_run

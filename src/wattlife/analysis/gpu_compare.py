@@ -148,7 +148,10 @@ def compare_cells(runs: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
     pooled = runs.assign(storage="all", checkpoint="all")
     for keys, g in pd.concat([runs, pooled]).groupby(CELL_KEYS, sort=True):
         a, b = g[g["gpu_model"] == first], g[g["gpu_model"] == second]
+        mine = runs[runs["workload"] == keys[CELL_KEYS.index("workload")]]
         for m in metrics:
+            if m.startswith(SHARE_PREFIX) and mine[m].isna().all():
+                continue  # a phase of another workload only: no row of zeros
             va = a[m].to_numpy(float) if m in a else np.array([])
             vb = b[m].to_numpy(float) if m in b else np.array([])
             if m.startswith(SHARE_PREFIX):
