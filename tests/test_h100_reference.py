@@ -355,7 +355,7 @@ def test_sensor_call2_tables_and_readme_numbers(tmp_path) -> None:
     polls = {str(k): g for k, g in polls_all.groupby("poller", sort=False)}
     trace = read_trace(tmp_path / "trace.csv.gz")
     tables, _ = analyse_run(trace[trace["device"] == "gpu0"], pd.read_csv(tmp_path / "events.csv"),
-                            polls, {}, int(summary["args"]["n_boot"]), 800.0)
+                            polls, {"gpu": GPU_NAME}, int(summary["args"]["n_boot"]), 800.0)
     for name, file in (("spacing", "sensor_spacing.csv"), ("window", "sensor_window.csv"),
                        ("lengths", "sensor_phase_length.csv")):
         committed = pd.read_csv(base / file)
@@ -369,8 +369,11 @@ def test_sensor_call2_tables_and_readme_numbers(tmp_path) -> None:
     assert lost_ms.loc[200.0:5000.0].between(18.5, 25.0).all()
     assert (round(lost_ms.loc[100.0], 1), round(lost_ms.loc[10.0], 1)) == (12.2, 5.4)
     assert (t.loc[:5000.0, "coverage_truth"] == 0).all()
+    assert t["coverage_truth_settle"].between(0.94, 1.0).all()
+    assert summary["settle"]["displaced_ms"] == 23.5
     readme = (SENSOR / "README.md").read_text()
     for text in ("**Averaging window 38.25 ms**", "19–25 ms of its\n  power for 200 ms to 5 s",
+                 "holds the truth for 94–100 % of\n  the phases",
                  "(12.2 ms at 100 ms, 5.4 ms at 10 ms)"):
         assert text in readme, text
 
