@@ -327,7 +327,7 @@ onstart:
     except RuntimeError as exc:
         raise WorkflowError(str(exc)) from None
     if on_slurm:  # this run's jobs, for `wattlife slurm-orphans RESULTS` (its log's run ID)
-        name = O.run_name_from_log(open(log).read()) if log and os.path.exists(log) else None
+        name = O.run_name_from_logs(log)
         if name:
             O.record_run(RES, name)
         else:

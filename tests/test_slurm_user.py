@@ -262,3 +262,70 @@ def test_the_energy_command_writes_the_table_with_sources(tmp_path, capsys):
     assert "650000" in out and "600000" in out and "50000" in out
     table = (tmp_path / "res/tables/slurm_energy.csv").read_text().splitlines()[0].split(",")
     assert {"suite_source", "slurm_source", "difference_source"} <= set(table)
+
+
+# -- through the workflow (the Slurm profile as shipped; Slurm's commands are stubs) -----------
+
+
+def _stub_slurm(bindir: Path, log: Path) -> None:
+    """sbatch records its call; sinfo answers the features (`%f`) or the nodes; sacctmgr one
+    account; the rest answers nothing."""
+    bindir.mkdir(parents=True)
+    feats = "gpuq|(null)\\nh100q|h100\\ncpuq|(null)\\n"
+    nodes = "gpuq*|8|64000\\nh100q|8|64000\\ncpuq|4|16000\\n"
+    (bindir / "sbatch").write_text(f'#!/bin/bash\necho "sbatch $*" >> {log}\nwc -l < {log}\n')
+    (bindir / "sinfo").write_text(
+        f"#!/bin/bash\ncase \"$*\" in *%f*) printf '{feats}';; *) printf '{nodes}';; esac\n")
+    (bindir / "sacctmgr").write_text("#!/bin/bash\necho acct\n")
+    for name in ("sacct", "squeue", "scontrol", "scancel", "sshare"):
+        (bindir / name).write_text("#!/bin/bash\nexit 0\n")
+    for f in bindir.iterdir():
+        f.chmod(0o755)
+
+
+@pytest.mark.slow
+def test_a_wrong_site_value_stops_the_run_before_any_sbatch(tmp_path, env_path):
+    """An unknown partition used to give measuring jobs 1 CPU and 4 GB; the shipped site file's
+    placeholders passed the dry run without a word."""
+    import os
+    import sys
+
+    from conftest import copy_workflow
+
+    log = tmp_path / "sbatch.log"
+    _stub_slurm(tmp_path / "bin", log)
+    wf = copy_workflow(tmp_path / "workflow")
+    env = dict(env_path, PATH=f"{tmp_path / 'bin'}{os.pathsep}{env_path['PATH']}")
+    base = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--nolock",
+            "--slurm-status-command", "squeue", "--config", f"results_dir={tmp_path / 'res'}"]
+    run = subprocess.run([*base, "slurm={gpu_partition: gpux}", "--",
+                          str(tmp_path / "res/tables/pfi.csv")], cwd=wf, env=env,
+                         capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and not log.exists(), out[-3000:]
+    line = ("config slurm.gpu_partition: 'gpux' is not a partition of this cluster (sinfo "
+            "knows: cpuq, gpuq, h100q)")
+    assert f"{line}; nothing was submitted" in out, out[-3000:]
+    dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm",
+                          "--configfile", "config/paper.yaml", "config/site.yaml"], cwd=wf,
+                         env=env, capture_output=True, text=True, timeout=600)
+    said = dry.stdout + dry.stderr
+    assert dry.returncode == 0 and not log.exists(), said[-3000:]
+    for key in ("slurm.account: 'my-account' is not one of your Slurm accounts",
+                "slurm.gpu_partition: 'gpu' is not a partition", "storage.shared:",
+                "prepare.download_on: 'cpu' is not a partition"):
+        assert f"wattlife: config {key}" in said, said[-3000:]
+
+
+@pytest.mark.slow
+def test_a_slurm_run_records_its_run_id_in_the_results_folder(tmp_path, env_path):
+    """`slurm-orphans RESULTS` acts on the runs recorded there: the submitted job's name."""
+    from test_sbatch import submissions
+
+    (tmp_path / "res/transfers/wikitext-103").mkdir(parents=True)
+    for name in ("config.json", "trace.csv", "events.csv", "meta.json", "record.json"):
+        (tmp_path / "res/transfers/wikitext-103" / name).write_text("")
+    (line,) = submissions(tmp_path, env_path, "config/paper.yaml",
+                          [str(tmp_path / "res/runs/qwen/local/ckpt-on/r1/trace.csv")])
+    names = O.recorded_runs(tmp_path / "res")
+    assert len(names) == 1 and f"--job-name {names[0]} " in line, (names, line)

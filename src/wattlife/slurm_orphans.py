@@ -156,6 +156,17 @@ def run_name_from_log(text: str) -> str | None:
     return found[-1] if found else None
 
 
+def run_name_from_logs(logs: object) -> str | None:
+    """The run ID from Snakemake's log file(s) (onstart's `log`: a path or a list of them)."""
+    paths = logs if isinstance(logs, (list, tuple)) else [logs]
+    for p in paths:
+        if p and Path(str(p)).is_file():
+            name = run_name_from_log(Path(str(p)).read_text(errors="replace"))
+            if name:
+                return name
+    return None
+
+
 def record_run(results: str | Path, run_name: str, workdir: str | None = None) -> Path:
     """Append this controller's Slurm run ID to `<results>/slurm/runs.csv` (one controller per
     results folder at a time: custody's controller lock)."""

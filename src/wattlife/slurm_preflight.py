@@ -51,9 +51,10 @@ def parse_features(text: str) -> dict[str, frozenset[str]]:
     partition and node group; `(null)`: no feature)."""
     out: dict[str, set[str]] = {}
     for line in text.splitlines():
-        part, sep, feats = line.strip().partition("|")
-        if not sep or not part:
+        fields = line.strip().split("|")
+        if len(fields) != 2 or not fields[0]:
             continue
+        part, feats = fields
         names = {f.strip() for f in feats.split(",") if f.strip() and f.strip() != "(null)"}
         out.setdefault(part, set()).update(names)
     return {p: frozenset(f) for p, f in out.items()}
