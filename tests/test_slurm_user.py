@@ -213,7 +213,8 @@ def _run(folder: Path, job: str | None, energy: dict[str, float]) -> None:
             "slurm": {"job_id": job} if job else None}
     (folder / "meta.json").write_text(json.dumps(meta))
     rows = ["run_id,phase,device_kind,device,energy_j,source"]
-    rows += [f"r,forward,{k},{k}0,{v},{'nvml' if k == 'gpu' else 'rapl'}" for k, v in energy.items()]
+    rows += [f"r,forward,{k},{k}0,{v},{'nvml' if k == 'gpu' else 'rapl'}"
+             for k, v in energy.items()]
     (folder / "phases.csv").write_text("\n".join(rows) + "\n")
 
 
