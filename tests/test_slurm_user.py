@@ -330,3 +330,18 @@ def test_a_slurm_run_records_its_run_id_in_the_results_folder(tmp_path, env_path
                           [str(tmp_path / "res/runs/qwen/local/ckpt-on/r1/trace.csv")])
     names = O.recorded_runs(tmp_path / "res")
     assert len(names) == 1 and f"--job-name {names[0]} " in line, (names, line)
+
+
+def test_check_says_the_slurm_step_and_warns_of_a_short_one():
+    from wattlife.check.outputs import slurm_step
+
+    env = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_JOB_CPUS_PER_NODE": "112(x2)"}
+    rec = J.job_record(env, 112, "n1", J.parse_scontrol_job(SCONTROL), None)
+    (info,) = slurm_step(rec, "meta.json")
+    assert info.severity == "info" and info.text() == (
+        "info: meta.json: Slurm job 7 step 0 on n[1-2] (this node n1): 112 of the job's 112 "
+        "CPUs on the node, 19284 MB per node (scontrol MinMemoryNode), enforced limit none "
+        "read [slurm.step]")
+    short = slurm_step(J.job_record(env, 1, "n1", {}, None), "meta.json")
+    assert [x.code for x in short] == ["slurm.step", "slurm.step-cpus", "slurm.memory-unknown"]
+    assert slurm_step(None, "meta.json") == []  # not a Slurm run
