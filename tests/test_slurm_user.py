@@ -185,6 +185,23 @@ def test_meta_records_the_job_step_nodes_cpus_and_memory_from_scontrol():
     assert with_env["mem_limit_from"] == "cgroup memory.max"
 
 
+def test_the_record_from_what_a_ci_cluster_step_saw():
+    """Recorded on the CI Slurm (22.05.8) inside a step started as the executor plugin's jobstep
+    starts one (every SLURM_* variable but the job id cleared): no SLURM_MEM_PER_NODE, and
+    SLURM_JOB_NAME is the step's command; scontrol has the job's memory and name."""
+    data = REPO / "tests/data/slurm"
+    env = dict(ln.split("=", 1) for ln in (data / "step-env.txt").read_text().splitlines())
+    assert "SLURM_MEM_PER_NODE" not in env and env["SLURM_JOB_NAME"] == "bash"
+    job = J.parse_scontrol_job((data / "scontrol-show-job-o.txt").read_text())
+    rec = J.job_record(env, 2, "wl1", job, None)
+    assert (rec["job_id"], rec["step_id"], rec["job_name"], rec["partition"]) == \
+        ("65", "0", "wattlife_test-rec", "debug")
+    assert (rec["mem_per_node_mb"], rec["job_nodelist"], rec["nodes"]) == (3000, "wl1", 1)
+    assert (rec["cpus_allowed"], rec["job_cpus_on_node"]) == (2, 2)
+    assert rec["comment"] == "rule_execute_wildcards_resnet_local_on_1_0123456789abcdef"
+    assert O.describe(rec["comment"]) == O.JobWhat("execute", "resnet/local/ckpt-on", "1")
+
+
 def test_the_cgroup_limit_is_read_from_the_process_cgroup(tmp_path):
     (tmp_path / "proc").write_text("0::/slurm/job7\n")
     lim = tmp_path / "cg/slurm/job7"

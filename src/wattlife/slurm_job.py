@@ -58,7 +58,7 @@ def job_record(env: Mapping[str, str], allowed: int, host: str, job: Mapping[str
     job_mem = mem_mb(job.get("MinMemoryNode"))
     return {
         "job_id": env.get("SLURM_JOB_ID"), "step_id": env.get("SLURM_STEP_ID"),
-        "job_name": job.get("JobName") or env.get("SLURM_JOB_NAME"),
+        "job_name": job.get("JobName"),  # (a step's SLURM_JOB_NAME is its command's, e.g. bash)
         "comment": job.get("Comment"),
         "host": host,
         "job_nodelist": job.get("NodeList") or env.get("SLURM_JOB_NODELIST"),
