@@ -202,6 +202,32 @@ def test_the_record_from_what_a_ci_cluster_step_saw():
     assert O.describe(rec["comment"]) == O.JobWhat("execute", "resnet/local/ckpt-on", "1")
 
 
+@pytest.mark.slow
+def test_a_run_in_a_slurm_step_writes_its_job_into_meta_json(tmp_path, env_path):
+    """`wattlife run` inside a step (the recorded environment; `scontrol` answers the recorded
+    job): meta.json's `slurm` has the job's memory per node, which used to be null."""
+    import os
+
+    data = REPO / "tests/data/slurm"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text(f"#!/bin/bash\ncat {data / 'scontrol-show-job-o.txt'}\n")
+    (bindir / "scontrol").chmod(0o755)
+    env = dict(ln.split("=", 1) for ln in (data / "step-env.txt").read_text().splitlines())
+    env["SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"] = str(len(os.sched_getaffinity(0)))
+    env = {**env_path, **env, "PATH": f"{bindir}{os.pathsep}{env_path['PATH']}"}
+    run = subprocess.run(["wattlife", "run", "-o", str(tmp_path / "r"), "--gpu", "sim", "--cpu",
+                          "estimate", "--idle-s", "0", "--", "true"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert '"mem_per_node_mb": 3000' in run.stderr  # the step line of run.log
+    rec = json.loads((tmp_path / "r/meta.json").read_text())["slurm"]
+    assert (rec["job_id"], rec["mem_per_node_mb"], rec["job_nodelist"]) == ("65", 3000, "wl1")
+    check = subprocess.run(["wattlife", "check", str(tmp_path / "r")], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert "info: " in check.stdout and "Slurm job 65 step 0 on wl1" in check.stdout, check.stdout
+
+
 def test_the_cgroup_limit_is_read_from_the_process_cgroup(tmp_path):
     (tmp_path / "proc").write_text("0::/slurm/job7\n")
     lim = tmp_path / "cg/slurm/job7"
@@ -362,3 +388,52 @@ def test_check_says_the_slurm_step_and_warns_of_a_short_one():
     short = slurm_step(J.job_record(env, 1, "n1", {}, None), "meta.json")
     assert [x.code for x in short] == ["slurm.step", "slurm.step-cpus", "slurm.memory-unknown"]
     assert slurm_step(None, "meta.json") == []  # not a Slurm run
+
+
+# -- on the CI Slurm (WATTLIFE_TEST_SLURM=1; .ci/run starts it) --------------------------------
+
+
+@pytest.mark.slurm
+def test_live_site_facts_name_the_clusters_partitions():
+    from conftest import slurm_test_partition
+
+    part = slurm_test_partition()
+    facts = P.query_facts()
+    assert facts.partitions is not None and part in facts.partitions, facts
+    lines = P.site_problems(_site(gpu_partition="no-such-partition"), _prep(), {}, facts)
+    assert lines and lines[0].startswith("config slurm.gpu_partition: 'no-such-partition' is not "
+                                         "a partition of this cluster (sinfo knows: ")
+    assert part in lines[0]
+    assert P.site_problems(_site(gpu_partition=part), _prep(), {}, facts) == []
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_live_a_plugin_like_step_records_its_jobs_memory(tmp_path):
+    """meta.json's memory per node was always null: the executor plugin's step clears every
+    SLURM_* variable but the job id before its srun, so SLURM_MEM_PER_NODE is absent there."""
+    import sys
+
+    from conftest import slurm_test_partition
+
+    part = slurm_test_partition()
+    out = subprocess.run(["sinfo", "-h", "-N", "-p", part, "-o", "%m"], capture_output=True,
+                         text=True).stdout.split()
+    mem = min(int(m.rstrip("+")) for m in out) // 2
+    probe = (f"{sys.executable} -c 'import json; from wattlife import slurm_job; "
+             "print(\"REC\", json.dumps(slurm_job.current()))'")
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nenv -i PATH=\"$PATH\" HOME=\"$HOME\" "
+                      f"PYTHONPATH={REPO / 'src'} SLURM_JOB_ID=\"$SLURM_JOB_ID\" "
+                      f"srun -n1 --cpu-bind=q {probe}\n")
+    log = tmp_path / "job.out"
+    sub = subprocess.run(["sbatch", "--wait", "-p", part, "-N1", "--mem", str(mem), "-J",
+                          "wattlife_live-probe", "-o", str(log), str(script)],
+                         capture_output=True, text=True, timeout=300)
+    text = log.read_text() if log.exists() else ""
+    assert sub.returncode == 0, sub.stderr + text
+    rec = json.loads(next(ln for ln in text.splitlines() if ln.startswith("REC ")).split(" ", 1)[1])
+    print("a plugin-like step recorded:", rec)
+    assert rec["mem_per_node_mb"] == mem and rec["mem_per_node_from"] == "scontrol MinMemoryNode"
+    assert rec["job_name"] == "wattlife_live-probe" and rec["step_id"] == "0"
+    assert rec["nodes"] == 1 and rec["cpus_allowed"] >= 1
