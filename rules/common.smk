@@ -295,7 +295,7 @@ def pfi_dataset_input():
 
 # Site values checked before anything is submitted (wattlife.slurm_preflight): each unknown
 # partition, feature or account and each path that cannot exist is said when the controller
-# reads the Snakefile (a dry run too); a real run stops at its start (onstart), before any sbatch.
+# reads the Snakefile (a dry run too); a Slurm run stops at its start (onstart), before any sbatch.
 SITE_FACTS = None
 SITE_PROBLEMS = []
 if workflow.is_main_process:
@@ -315,12 +315,11 @@ onstart:
         why = S.status_preflight(getattr(workflow.executor_settings, "status_command", None))
         if why:
             raise WorkflowError(why)
-        facts = SITE_FACTS or P.query_facts()
-        problems = P.start_problems(SLURM, PREP, CFG.storage, facts)
-    else:
-        problems = P.path_problems(PREP, CFG.storage)  # a local run: its paths only
-    if problems:
-        raise WorkflowError(P.stop_message(problems))
+        # the site values (above) stop a Slurm run here; a local run only says them (figures
+        # from cached tables, say, touch no storage)
+        problems = P.start_problems(SLURM, PREP, CFG.storage, SITE_FACTS or P.query_facts())
+        if problems:
+            raise WorkflowError(P.stop_message(problems))
     # one controller per results folder (wattlife.custody.controller), whatever Snakemake's locks
     try:
         C.take_controller(RES)

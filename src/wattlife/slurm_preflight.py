@@ -4,8 +4,8 @@ A partition, account or node feature the cluster does not know, or a path of the
 `config/site.yaml` left as it is (`my-account`, `/lustre/...`), used to pass the dry run without a
 word and, for a partition, to give measuring jobs the profile's default of 1 CPU and 4 GB. Each
 problem here is one line naming the config key, the value and what `sinfo` / `sacctmgr` know.
-The rules (rules/common.smk) print them when the Snakefile is read (a dry run says them) and stop
-a real run at its start, before the first `sbatch`.
+The rules (rules/common.smk) print them when the Snakefile is read (a dry run or a local run says
+them) and stop a Slurm run at its start, before the first `sbatch`.
 
 `site_problems` is pure (the cluster's facts in, lines out); `query_facts` asks `sinfo` and
 `sacctmgr` (given `run`, for tests).
@@ -130,8 +130,7 @@ def path_problem(key: str, path: str | None) -> str | None:
 
 
 def path_problems(prepare: Any, storage: Mapping[str, str]) -> list[str]:
-    """The config's paths that cannot exist here (`storage.shared`, a copy upload's target):
-    these stop any run, local or on Slurm."""
+    """The config's paths that cannot exist here (`storage.shared`, a copy upload's target)."""
     target = (prepare.upload_target if prepare is not None and prepare.upload_to == "copy"
               else None)
     return [p for p in (path_problem("storage.shared", storage.get("shared")),
