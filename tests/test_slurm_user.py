@@ -269,6 +269,7 @@ def test_each_jobs_energy_is_shown_beside_slurms_with_the_difference(tmp_path):
     _run(tmp_path / "runs/resnet/local/ckpt-off/r1", None, {"gpu": 1})  # not a Slurm job
     ours = E.suite_energy(tmp_path)
     assert sorted(ours["job_id"]) == ["7", "8", "9"]  # each run once: no node copy, no non-Slurm
+    assert sorted(ours["cell"])[0] == "resnet/local/ckpt-on/r1"
     slurm = E.parse_sacct(SACCT)
     t = E.energy_table(ours, slurm).set_index("job_id")
     assert t.loc["7", "slurm_energy_j"] == 650000 and t.loc["7", "suite_energy_j"] == 600000

@@ -36,15 +36,17 @@ def _run_dirs(results: Path) -> list[Path]:
     return sorted(m.parent for m in metas if "nodes" not in m.relative_to(results).parts[:-2])
 
 
-def run_energy(run: Path) -> dict[str, object] | None:
-    """One run's Slurm job, cell and GPU+CPU(+DRAM) energy from its meta.json and phases.csv
-    (None: no Slurm job in its meta.json)."""
+def run_energy(run: Path, results: Path) -> dict[str, object] | None:
+    """One run's Slurm job, cell (its folder under `results`: runs/<cell>/r<repeat> or
+    pfi/<cell>/cap-<W>) and GPU+CPU(+DRAM) energy from its meta.json and phases.csv (None: no
+    Slurm job in its meta.json)."""
     meta = json.loads((run / "meta.json").read_text())
     slurm = meta.get("slurm") or {}
     if not slurm.get("job_id"):
         return None
+    rel = run.relative_to(results).as_posix()
     row: dict[str, object] = {"job_id": str(slurm["job_id"]), "run_dir": str(run),
-                              "cell": "/".join(str(v) for v in (meta.get("cell") or {}).values())}
+                              "cell": rel.removeprefix("runs/")}
     phases = run / "phases.csv"
     if not phases.exists():
         return {**row, "suite_energy_j": float("nan"),
@@ -59,7 +61,7 @@ def run_energy(run: Path) -> dict[str, object] | None:
 
 def suite_energy(results: Path) -> pd.DataFrame:
     """The suite's energy of every measuring run of `results` that ran in a Slurm job."""
-    rows = [r for r in (run_energy(d) for d in _run_dirs(results)) if r is not None]
+    rows = [r for r in (run_energy(d, results) for d in _run_dirs(results)) if r is not None]
     return pd.DataFrame(rows, columns=["job_id", "run_dir", "cell", "suite_energy_j",
                                        "suite_source"])
 
