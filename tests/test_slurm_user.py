@@ -438,3 +438,21 @@ def test_live_a_plugin_like_step_records_its_jobs_memory(tmp_path):
     assert rec["mem_per_node_mb"] == mem and rec["mem_per_node_from"] == "scontrol MinMemoryNode"
     assert rec["job_name"] == "wattlife_live-probe" and rec["step_id"] == "0"
     assert rec["nodes"] == 1 and rec["cpus_allowed"] >= 1
+
+
+_FIELD = st.text(alphabet=st.characters(blacklist_characters="|\n\r", blacklist_categories=("Cs",)),
+                 min_size=1, max_size=30).map(str.strip).filter(bool)
+
+
+@given(st.lists(st.tuples(_FIELD, _FIELD, _FIELD, _FIELD, _FIELD), max_size=5))
+def test_squeue_lines_read_back_as_the_jobs_they_list(rows):
+    text = "".join(f"{i}|{s}|wattlife_{n}|{c}|{e}|{w}\n" for i, (s, n, c, e, w) in enumerate(rows))
+    jobs = O.parse_squeue(text)
+    assert [(j.state, j.name, j.comment, j.elapsed, j.where) for j in jobs] == \
+        [(s, f"wattlife_{n}", c, e, w) for s, n, c, e, w in rows]
+    assert all(O.describe(j.comment).rule is not None for j in jobs)  # never raises
+
+
+@given(st.integers(0, 10**9), st.sampled_from(["", "M", "G"]))
+def test_memory_values_read_in_mb(n, unit):
+    assert J.mem_mb(f"{n}{unit}") == n * {"": 1, "M": 1, "G": 1024}[unit]

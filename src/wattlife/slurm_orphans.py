@@ -76,7 +76,7 @@ def parse_squeue(text: str, names: Sequence[str] | None = None,
     """Jobs from `squeue -h -o SQUEUE_FORMAT` lines: those named one of `names` (runs' Slurm run
     IDs), else every one whose name starts with `<prefix>_` (every run of the suite)."""
     jobs = []
-    for line in text.splitlines():
+    for line in text.split("\n"):  # lines as Slurm ends them (not NEL, U+2028)
         parts = line.strip().split("|")
         if len(parts) < 4:
             continue

@@ -50,7 +50,7 @@ def parse_features(text: str) -> dict[str, frozenset[str]]:
     """Partition -> the features of its nodes, from `sinfo -h -o '%R|%f'` lines (one line per
     partition and node group; `(null)`: no feature)."""
     out: dict[str, set[str]] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # lines as Slurm ends them (not NEL, U+2028)
         fields = line.strip().split("|")
         if len(fields) != 2 or not fields[0]:
             continue
