@@ -83,6 +83,9 @@ def test_a_placeholder_is_named_even_where_slurm_cannot_be_asked():
     lines = P.site_problems(_site(account=P.PLACEHOLDER_ACCOUNT), _prep(), {}, no_acct)
     assert lines == ["config slurm.account: 'my-account' is config/site.yaml's placeholder: "
                      "give your account, or leave the key out"]
+    assert P.site_problems(_site(account=P.PLACEHOLDER_ACCOUNT), _prep(), {}, None) == lines
+    unknown = _site(gpu_partition="gpux", constraints={"h200": "h200"})  # said once, not twice
+    assert len(P.site_problems(unknown, _prep(), {}, FACTS)) == 1
     note = P.unchecked_notes(_site(account="proj9"), no_acct)
     assert "not checked" in note[0] and "Both 'sacctmgr' and 'sshare'" in note[0]
     paths = P.path_problems(_prep(upload_to="copy", upload_target="/nonexistent-top/x/outbox"),

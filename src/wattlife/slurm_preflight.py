@@ -87,11 +87,12 @@ def _partition_keys(slurm: Any, prepare: Any) -> list[tuple[str, str]]:
     return [(k, str(v)) for k, v in keys if v]
 
 
-def slurm_problems(slurm: Any, prepare: Any, facts: SiteFacts) -> list[str]:
+def slurm_problems(slurm: Any, prepare: Any, facts: SiteFacts | None) -> list[str]:
     """Lines naming each partition, feature or account of the config the cluster does not know
-    (a fact the cluster did not give is not checked here: `unchecked_notes` says so)."""
+    (a fact the cluster did not give is not checked here: `unchecked_notes` says so), and the
+    shipped placeholder account wherever `sacctmgr` cannot tell (no Slurm here too)."""
     out: list[str] = []
-    parts = facts.partitions
+    parts = facts.partitions if facts is not None else None
     if parts is not None:
         known = ", ".join(sorted(parts)) or "none"
         for key, name in _partition_keys(slurm, prepare):
@@ -100,6 +101,8 @@ def slurm_problems(slurm: Any, prepare: Any, facts: SiteFacts) -> list[str]:
                            f"(sinfo knows: {known})")
         for hw, expr in (slurm.constraints or {}).items():
             part = (slurm.partitions or {}).get(hw) or slurm.gpu_partition
+            if part and part not in parts:
+                continue  # the partition itself is named above
             have = parts.get(part, frozenset()) if part else frozenset().union(*parts.values())
             for feat in constraint_features(str(expr)):
                 if feat not in have:
@@ -107,11 +110,11 @@ def slurm_problems(slurm: Any, prepare: Any, facts: SiteFacts) -> list[str]:
                                f"{'partition ' + repr(part) if part else 'this cluster'} (sinfo "
                                f"knows: {', '.join(sorted(have)) or 'no feature'})")
     if slurm.account:
-        acc = str(slurm.account)
-        if facts.accounts is not None and acc.lower() not in facts.accounts:
+        acc, known_acc = str(slurm.account), facts.accounts if facts is not None else None
+        if known_acc is not None and acc.lower() not in known_acc:
             out.append(f"config slurm.account: {acc!r} is not one of your Slurm accounts "
-                       f"(sacctmgr knows: {', '.join(sorted(facts.accounts))})")
-        elif facts.accounts is None and acc == PLACEHOLDER_ACCOUNT:
+                       f"(sacctmgr knows: {', '.join(sorted(known_acc))})")
+        elif known_acc is None and acc == PLACEHOLDER_ACCOUNT:
             out.append(f"config slurm.account: {acc!r} is config/site.yaml's placeholder: give "
                        "your account, or leave the key out")
     return out
@@ -141,8 +144,7 @@ def site_problems(slurm: Any, prepare: Any, storage: Mapping[str, str],
                   facts: SiteFacts | None) -> list[str]:
     """Every site value that would fail the run, one line each: `path_problems`, and with the
     cluster's `facts` its unknown partitions, features and accounts."""
-    return path_problems(prepare, storage) + (slurm_problems(slurm, prepare, facts)
-                                              if facts is not None else [])
+    return path_problems(prepare, storage) + slurm_problems(slurm, prepare, facts)
 
 
 def names_slurm_values(slurm: Any, prepare: Any) -> bool:
