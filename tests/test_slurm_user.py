@@ -231,6 +231,19 @@ def test_a_run_in_a_slurm_step_writes_its_job_into_meta_json(tmp_path, env_path)
     assert "info: " in check.stdout and "Slurm job 65 step 0 on wl1" in check.stdout, check.stdout
 
 
+def test_the_record_asks_scontrol_once_per_step(monkeypatch):
+    """Asked at the step check, reused by meta.json at the end (a job killed at its time limit
+    must not wait on scontrol there)."""
+    calls: list[str] = []
+    monkeypatch.setattr(J, "scontrol_job", lambda j: calls.append(j) or {"MinMemoryNode": "2G"})
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_STEP_ID", "3")
+    first, again = J.current("n9"), J.current("n9")
+    assert calls == ["4242"] and first == again and first["mem_per_node_mb"] == 2048
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert J.current("n9") is None
+
+
 def test_the_cgroup_limit_is_read_from_the_process_cgroup(tmp_path):
     (tmp_path / "proc").write_text("0::/slurm/job7\n")
     lim = tmp_path / "cg/slurm/job7"

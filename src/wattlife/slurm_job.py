@@ -89,7 +89,7 @@ def cgroup_memory_limit_mb(proc: str = "/proc/self/cgroup",
     return int(value) // (1 << 20) if value.isdigit() else None
 
 
-def scontrol_job(job_id: str, timeout: float = 20) -> dict[str, str]:
+def scontrol_job(job_id: str, timeout: float = 10) -> dict[str, str]:
     """`scontrol show job -o <id>` as key/value pairs ({} when it does not answer)."""
     try:
         p = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
@@ -99,11 +99,18 @@ def scontrol_job(job_id: str, timeout: float = 20) -> dict[str, str]:
     return parse_scontrol_job(p.stdout) if p.returncode == 0 else {}
 
 
+_RECORDS: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+
+
 def current(host: str | None = None) -> dict[str, Any] | None:
-    """This process's Slurm job record (None outside a Slurm job)."""
+    """This process's Slurm job record (None outside a Slurm job). Asked once per process and
+    step: the step check at start asks `scontrol`, meta.json at the end reuses its answer (a job
+    killed at its time limit has seconds left to write it)."""
     job_id = os.environ.get("SLURM_JOB_ID")
     if not job_id:
         return None
-    return job_record(os.environ, len(os.sched_getaffinity(0)),
-                      host or socket.gethostname().split(".")[0], scontrol_job(job_id),
-                      cgroup_memory_limit_mb())
+    key = (job_id, os.environ.get("SLURM_STEP_ID"), host or socket.gethostname().split(".")[0])
+    if key not in _RECORDS:
+        _RECORDS[key] = job_record(os.environ, len(os.sched_getaffinity(0)), key[2],
+                                   scontrol_job(job_id), cgroup_memory_limit_mb())
+    return dict(_RECORDS[key])
