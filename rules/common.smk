@@ -9,8 +9,11 @@ import json
 import os
 import re
 import shlex
+import sys
 
 from wattlife import jobs as J
+from wattlife import slurm_orphans as O
+from wattlife import slurm_preflight as P
 from wattlife import slurm_site as S
 from wattlife.config import settings
 from wattlife import custody as C
@@ -290,19 +293,48 @@ def pfi_dataset_input():
     return prepared_by_rule(PFI_MATRIX.dataset)
 
 
+# Site values checked before anything is submitted (wattlife.slurm_preflight): each unknown
+# partition, feature or account and each path that cannot exist is said when the controller
+# reads the Snakefile (a dry run too); a Slurm run stops at its start (onstart), before any sbatch.
+SITE_FACTS = None
+SITE_PROBLEMS = []
+if workflow.is_main_process:
+    if P.names_slurm_values(SLURM, PREP):
+        SITE_FACTS = P.query_facts()
+    SITE_PROBLEMS = P.site_problems(SLURM, PREP, CFG.storage, SITE_FACTS)
+    for _line in SITE_PROBLEMS + P.unchecked_notes(SLURM, SITE_FACTS):
+        print(f"wattlife: {_line}", file=sys.stderr)
+
+
 onstart:
     # the controller only: a Slurm run on a cluster without accounting would wait forever for
     # sacct to see its first job end; say which flag to add instead
     plugin = workflow.executor_plugin
-    if plugin is not None and plugin.name == "slurm":
+    on_slurm = plugin is not None and plugin.name == "slurm"
+    if on_slurm:
         why = S.status_preflight(getattr(workflow.executor_settings, "status_command", None))
         if why:
             raise WorkflowError(why)
+        # the site values (above) stop a Slurm run here; a local run only says them (figures
+        # from cached tables, say, touch no storage)
+        problems = P.start_problems(SLURM, PREP, CFG.storage, SITE_FACTS or P.query_facts())
+        if problems:
+            raise WorkflowError(P.stop_message(problems))
     # one controller per results folder (wattlife.custody.controller), whatever Snakemake's locks
     try:
         C.take_controller(RES)
     except RuntimeError as exc:
         raise WorkflowError(str(exc)) from None
+    if on_slurm:  # this run's jobs, for `wattlife slurm-orphans RESULTS` (its log's run ID)
+        name = O.run_name_from_logs(log)
+        if name:
+            O.record_run(RES, name)
+        else:
+            print(
+                f"wattlife: no SLURM run ID in {log}: `wattlife slurm-orphans {RES}` will not "
+                "know this run's jobs (--name <run ID> will)",
+                file=sys.stderr,
+            )
 
 
 onsuccess:

@@ -5,8 +5,8 @@ from wattlife.cli import build_parser, main
 COMMANDS = ["run", "attribute", "pfi", "allocate", "predict", "calibrate-sim", "sweep", "powercap",
             "gen-images", "gen-text", "train", "aggregate", "figures", "bench", "fetch", "upload",
             "gen-catalogue", "prepare-tables", "pfi-sweep", "aggregate-curves", "merge-nodes",
-            "pfi-study", "check", "launch-node", "slurm-orphans", "measure", "cells", "retire",
-            "relink", "seal-derived"]
+            "pfi-study", "check", "launch-node", "slurm-orphans", "slurm-energy", "measure",
+            "cells", "retire", "relink", "seal-derived"]
 
 
 def test_every_command_has_help(capsys):

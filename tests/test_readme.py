@@ -51,8 +51,8 @@ HOW: dict[str, tuple[str, str]] = {
     "cpu_partition: <cpu partition>}'": (DRY, "submits to a cluster"),
     "snakemake --profile profiles/slurm --configfile config/paper.yaml config/site.yaml": (
         DRY, "submits to a cluster"),
-    "wattlife slurm-orphans": (HELP, "queries the cluster's queue"),
-    "wattlife slurm-orphans --wait": (HELP, "waits on the cluster's queue"),
+    "wattlife slurm-orphans results/paper": (HELP, "queries the cluster's queue"),
+    "wattlife slurm-orphans results/paper --wait": (HELP, "waits on the cluster's queue"),
     "make figures-from-cache": (RUN, ""),
     "wattlife figures results/reference/h200/workflow/tables -o /tmp/h200-figures": (RUN, ""),
     "snakemake --cores 1 --configfile config/paper.yaml --allowed-rules figures --forcerun figures "

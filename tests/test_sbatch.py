@@ -21,6 +21,7 @@ SITE = ("slurm={account: acct, gpu_partition: gpuq, partitions: {h100: h100q},"
         " constraints: {h100: h100}}")
 # the partitions' nodes as `sinfo -h -N -o '%P|%c|%m'` lists them: CPUs and memory (MB)
 SINFO = "gpuq*|112|2000000\ngpuq*|112|2050000\nh100q|96|1500000\ncpuq|64|256000\n"
+FEATURES = "gpuq|(null)\nh100q|h100\ncpuq|(null)\n"  # `sinfo -h -o '%R|%f'`
 
 
 def _fake_slurm(bindir: Path, log: Path) -> None:
@@ -29,7 +30,8 @@ def _fake_slurm(bindir: Path, log: Path) -> None:
     bindir.mkdir(parents=True)
     (bindir / "sbatch").write_text(f'#!/bin/bash\necho "sbatch $*" >> {log}\nwc -l < {log}\n')
     (bindir / "sacctmgr").write_text("#!/bin/bash\necho acct\n")
-    (bindir / "sinfo").write_text(f"#!/bin/bash\nprintf '{SINFO}'\n")
+    (bindir / "sinfo").write_text(  # the partitions' features (`%R|%f`), else their nodes
+        f"#!/bin/bash\ncase \"$*\" in *%f*) printf '{FEATURES}';; *) printf '{SINFO}';; esac\n")
     for name in ("sacct", "squeue", "scontrol", "scancel"):
         (bindir / name).write_text("#!/bin/bash\nexit 0\n")
     for f in bindir.iterdir():
@@ -45,7 +47,9 @@ def submissions(tmp_path: Path, env: dict, configfile: str, targets: list[str],
     wf = copy_workflow(tmp_path / "workflow")  # its .snakemake/ there, not in the checkout
     env = dict(env, PATH=f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}")
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--nolock",
-           "--configfile", configfile, "--config", f"results_dir={tmp_path / 'res'}", SITE, *config,
+           "--configfile", configfile, "--config", f"results_dir={tmp_path / 'res'}", SITE,
+           f"storage={{shared: {tmp_path / 'shared'}, local: {tmp_path / 'local'}}}",
+           f"prepare={{upload: {{target: {tmp_path / 'outbox'}}}}}", *config,
            *extra, "--", *targets]
     p = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          start_new_session=True)

@@ -132,24 +132,37 @@ def test_a_second_job_on_a_cell_refuses_while_the_first_is_alive(tmp_path, monke
 
 
 def test_orphans_are_listed_and_cancelled_by_the_runs_job_name(tmp_path, env_path):
+    """By default only the jobs of the results folder's recorded runs (issue 40: it listed every
+    wattlife_* job, and --cancel cancelled them all)."""
+    from wattlife.slurm_orphans import record_run
+
     bindir = tmp_path / "bin"
     bindir.mkdir()
     state = tmp_path / "queue"
-    state.write_text("11|RUNNING|wattlife_abc|rule_execute_wildcards_resnet_local_on_1\n"
-                     "12|PENDING|wattlife_abc|rule_execute_wildcards_resnet_local_on_2\n"
-                     "13|RUNNING|other|x\n")
+    state.write_text("11|RUNNING|wattlife_abc|rule_execute_wildcards_resnet_local_on_1|1:00|n1\n"
+                     "12|PENDING|wattlife_abc|rule_execute_wildcards_resnet_local_on_2|0:00|n1\n"
+                     "14|RUNNING|wattlife_zzz|rule_execute_wildcards_other_local_on_1|2:00|n2\n"
+                     "13|RUNNING|other|x|1:00|n3\n")
     (bindir / "squeue").write_text(f"#!/bin/bash\ncat {state}\n")
     (bindir / "scancel").write_text(f"#!/bin/bash\necho \"$*\" > {tmp_path}/cancelled\n"
-                                    f": > {state}\n")
+                                    f"grep -v '^1[12]|' {state} > {state}.new; mv {state}.new "
+                                    f"{state}\n")
     for f in bindir.iterdir():
         f.chmod(0o755)
     env = dict(env_path, PATH=f"{bindir}{os.pathsep}{env_path['PATH']}")
-    ls = subprocess.run(["wattlife", "slurm-orphans"], env=env, capture_output=True, text=True)
-    assert ls.returncode == 3 and "11\tRUNNING" in ls.stdout and "13" not in ls.stdout, ls
-    cancel = subprocess.run(["wattlife", "slurm-orphans", "--name", "wattlife_abc", "--cancel",
+    record_run(tmp_path / "res", "wattlife_abc")
+    ls = subprocess.run(["wattlife", "slurm-orphans", str(tmp_path / "res")], env=env,
+                        capture_output=True, text=True)
+    assert ls.returncode == 3 and "11\tRUNNING" in ls.stdout, ls
+    assert "13\t" not in ls.stdout and "14\t" not in ls.stdout, ls
+    every = subprocess.run(["wattlife", "slurm-orphans", "--all"], env=env, capture_output=True,
+                           text=True)
+    assert "14\tRUNNING" in every.stdout and "13\t" not in every.stdout, every
+    cancel = subprocess.run(["wattlife", "slurm-orphans", str(tmp_path / "res"), "--cancel",
                              "--poll-s", "0.1"], env=env, capture_output=True, text=True)
     assert cancel.returncode == 0 and "safe to rerun" in cancel.stdout, cancel
     assert (tmp_path / "cancelled").read_text().split() == ["11", "12"]
+    assert "14|RUNNING" in state.read_text()  # another results folder's job: untouched
 
 
 def test_missing_accounting_is_named_with_the_flag_to_add():

@@ -7,14 +7,14 @@ unless the config's `slurm` section gives them. The job lands on the partition /
 hardware profile names (`slurm.partitions`, `slurm.constraints`).
 
 The rules wire these (rules/common.smk); the functions here are pure apart from the few that
-call `sinfo`, `squeue`, `scancel` or `scontrol` (given `run`, for tests).
+call `sinfo` or `scontrol` (given `run`, for tests). A killed controller's jobs:
+`wattlife.slurm_orphans`; site values checked at start: `wattlife.slurm_preflight`.
 """
 
 from __future__ import annotations
 
 import shlex
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,55 +118,7 @@ def measuring_resources(slurm: Any, hardware: str | None = None,
     return res
 
 
-# -- after a killed controller ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SlurmJob:
-    job_id: str
-    state: str
-    name: str
-    comment: str
-
-
-JOBNAME_PREFIX = "wattlife"  # profiles/slurm: slurm-jobname-prefix (job names wattlife_<run id>)
-
-
-def parse_squeue(text: str, name: str | None = None,
-                 prefix: str = JOBNAME_PREFIX) -> list[SlurmJob]:
-    """Jobs from `squeue -h -o '%i|%T|%j|%k'` lines: those named `name` (a run's Slurm run ID,
-    as its log says), else every one whose name starts with `<prefix>_` (every run of the
-    suite)."""
-    jobs = []
-    for line in text.splitlines():
-        parts = line.strip().split("|", 3)
-        if len(parts) != 4:
-            continue
-        job = SlurmJob(*parts)
-        if (job.name == name) if name else job.name.startswith(f"{prefix}_"):
-            jobs.append(job)
-    return jobs
-
-
-def run_jobs(name: str | None = None, run: Runner | None = None) -> list[SlurmJob]:
-    """This user's pending and running Slurm jobs of the run `name` (every suite run: None)."""
-    out = _run(["squeue", "-h", "--me", "-o", "%i|%T|%j|%k"], run)
-    if out is None:
-        raise RuntimeError("squeue failed: is Slurm reachable from here?")
-    return parse_squeue(out, name)
-
-
-def cancel_jobs(jobs: Sequence[SlurmJob], run: Runner | None = None) -> None:
-    """Cancel `jobs` (scancel <ids>)."""
-    if jobs and _run(["scancel", *(j.job_id for j in jobs)], run) is None:
-        raise RuntimeError("scancel failed for " + " ".join(j.job_id for j in jobs))
-
-
-def wait_jobs(name: str | None = None, poll_s: float = 30, run: Runner | None = None,
-              sleep: Callable[[float], None] = time.sleep) -> None:
-    """Return once no job of the run `name` (every suite run: None) is pending or running."""
-    while run_jobs(name, run):
-        sleep(poll_s)
+# -- the status query (orphans of a killed controller: wattlife.slurm_orphans) -------------
 
 
 def accounting_storage(run: Runner | None = None) -> str | None:
@@ -228,9 +180,12 @@ def check_step(host: str) -> dict[str, Any] | None:
     import os
     import sys
 
+    from .slurm_job import current
+
     if not os.environ.get("SLURM_JOB_ID"):
         return None
-    view = step_view(os.environ, os.sched_getaffinity(0), host)
+    # the environment's view, completed by scontrol (memory per node, node list: slurm_job)
+    view = {**step_view(os.environ, os.sched_getaffinity(0), host), **(current(host) or {})}
     print(f"wattlife: slurm step {json.dumps(view, sort_keys=True)}", file=sys.stderr, flush=True)
     problem = step_problem(view)
     if problem:

@@ -10,6 +10,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 ERROR, WARNING = "error", "warning"
+INFO = "info"  # what a run was (e.g. its Slurm step): said, never counted as a problem
 #: 2000-01-01T00:00:00Z in epoch ns: anything earlier is not an epoch-ns timestamp of a run
 MIN_EPOCH_NS = 946_684_800 * 10**9
 #: how far past the checking machine's clock a timestamp may lie (clock skew between machines)

@@ -9,7 +9,16 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import META_REQUIRED_KEYS, META_SAMPLER_KEYS, PHASES_METHODS, meta_problems
-from .findings import ERROR, FUTURE_SLACK_NS, MIN_EPOCH_NS, WARNING, Finding, _capped, _unit_guess
+from .findings import (
+    ERROR,
+    FUTURE_SLACK_NS,
+    INFO,
+    MIN_EPOCH_NS,
+    WARNING,
+    Finding,
+    _capped,
+    _unit_guess,
+)
 
 
 def check_meta(meta: dict[str, Any], file: str, now_ns: int) -> list[Finding]:
@@ -46,11 +55,36 @@ def check_meta(meta: dict[str, Any], file: str, now_ns: int) -> list[Finding]:
         elif v > now_ns + FUTURE_SLACK_NS:
             f.append(Finding(ERROR, "clock.future", file, None, f"{k}={v} is in the future"))
     f += _wall_steps(meta.get("clock"), file)
+    f += slurm_step(meta.get("slurm"), file)
     vals = [v for v in times.values() if isinstance(v, int) and not isinstance(v, bool)]
     if len(vals) == 4 and vals != sorted(vals):
         f.append(Finding(ERROR, "meta.clock-order", file, None,
                          "expected start_ns <= workload_start_ns <= workload_end_ns <= end_ns, "
                          f"got {times}"))
+    return f
+
+
+def slurm_step(rec: Any, file: str) -> list[Finding]:
+    """meta.json's `slurm` (the job the run measured in, `slurm_job.job_record`) said in one
+    line; a step that held fewer CPUs than its job on the node, or a memory Slurm did not say,
+    warned about."""
+    if not isinstance(rec, dict) or not rec.get("job_id"):
+        return []
+    mem, cpus = rec.get("mem_per_node_mb"), rec.get("cpus_allowed")
+    need, lim = rec.get("job_cpus_on_node"), rec.get("mem_limit_mb")
+    f = [Finding(INFO, "slurm.step", file, None,
+                 f"Slurm job {rec['job_id']} step {rec.get('step_id')} on "
+                 f"{rec.get('job_nodelist')} (this node {rec.get('host')}): {cpus} of the "
+                 f"job's {need} CPUs on the node, "
+                 f"{mem} MB per node ({rec.get('mem_per_node_from')}), enforced limit "
+                 f"{f'{lim} MB' if lim is not None else 'none read'}")]
+    if isinstance(cpus, int) and isinstance(need, int) and cpus < need:
+        f.append(Finding(WARNING, "slurm.step-cpus", file, None,
+                         f"the measurement could run on {cpus} of its job's {need} CPUs on the "
+                         "node: the rest of the node's load was not the workload's"))
+    if mem is None:
+        f.append(Finding(WARNING, "slurm.memory-unknown", file, None,
+                         "neither SLURM_MEM_PER_NODE nor scontrol said the job's memory per node"))
     return f
 
 

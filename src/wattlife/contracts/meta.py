@@ -31,6 +31,7 @@ META_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "cuda_visible_devices": _STR + _OPT,
     "sampler": _DICT, "recording": _DICT, "sensor_notes": _LIST,
     "platform": _STR, "python": _STR, "libraries": _DICT, "clock": _DICT,
+    "slurm": _DICT + _OPT,
 }
 #: keys every complete run's meta.json has (`wattlife check` reports a missing one); written by
 #: every version, so files of version 1 have them too
@@ -101,6 +102,9 @@ class RunMeta:
     #: the one clock's mapping (contracts.clock: clock, offset_ns, uncertainty_ns, inherited) and
     #: the wall-clock steps seen during the run (`wall_steps`); absent before issue 41
     clock: dict[str, Any] | None = None
+    #: the Slurm job the run measured in (`slurm_job.job_record`: job, step, nodes, CPUs allowed,
+    #: memory per node and limit); null outside Slurm, absent before issue 40
+    slurm: dict[str, Any] | None = None
     schema_version: int = META_SCHEMA_VERSION
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .. import slurm_job
 from ..contracts import ContractError, RunMeta, meta_text
 from .state import RunState
 
@@ -88,6 +89,7 @@ def run_meta(st: RunState, markers_reports: list[dict[str, Any]]) -> RunMeta:
         sensor_notes=st.notes, platform=platform.platform(),
         python=sys.version.split()[0], libraries=library_versions(),
         clock=sampler.wall_steps.record() if sampler.wall_steps is not None else None,
+        slurm=slurm_job.current(),
     )
 
 

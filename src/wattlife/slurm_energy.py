@@ -1,0 +1,153 @@
+"""Each measuring job's energy as the suite measured it beside Slurm's own accounting (issue 40).
+
+A site with an `acct_gather_energy` plugin (RAPL, IPMI, GPU, pm_counters) has Slurm account the
+energy of every job: `sacct`'s ConsumedEnergyRaw (joules) once it ended, `sstat`'s while it runs.
+`energy_table` joins it with the suite's energy of the same job (the GPU, CPU and DRAM energy of
+the run's phases.csv, every phase summed) and shows both side by side and their difference. The
+two do not cover the same thing: Slurm's covers the whole job (start-up and staging included)
+with the plugin's sensors (a node's RAPL or IPMI reading, or its GPUs only), the suite's the
+sampler's window with its own. Each energy column has a `source` column beside it; a job Slurm
+has no energy for says why in `slurm_source` and leaves the number empty.
+
+Functions are pure (tables and texts in, table out) apart from `query_accounting`, which asks
+`sacct` / `sstat` unless given their recorded answers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+SACCT_FIELDS = "JobID,State,Elapsed,NodeList,ConsumedEnergyRaw"
+SSTAT_FIELDS = "JobID,ConsumedEnergyRaw"
+KINDS = ("gpu", "cpu", "dram")
+SLURM_COLUMNS = ["job_id", "slurm_energy_j", "slurm_source", "slurm_state", "slurm_elapsed"]
+
+
+def _run_dirs(results: Path) -> list[Path]:
+    """The run folders of measuring jobs: each meta.json under runs/ and pfi/ (not the per-node
+    copies of a multi-node run, nor the attempts the cells link to: each run counted once)."""
+    metas = [*results.glob("runs/**/meta.json"), *results.glob("pfi/**/meta.json")]
+    return sorted(m.parent for m in metas if "nodes" not in m.relative_to(results).parts[:-2])
+
+
+def run_energy(run: Path, results: Path) -> dict[str, object] | None:
+    """One run's Slurm job, cell (its folder under `results`: runs/<cell>/r<repeat> or
+    pfi/<cell>/cap-<W>) and GPU+CPU(+DRAM) energy from its meta.json and phases.csv (None: no
+    Slurm job in its meta.json)."""
+    meta = json.loads((run / "meta.json").read_text())
+    slurm = meta.get("slurm") or {}
+    if not slurm.get("job_id"):
+        return None
+    rel = run.relative_to(results).as_posix()
+    row: dict[str, object] = {"job_id": str(slurm["job_id"]), "run_dir": str(run),
+                              "cell": rel.removeprefix("runs/")}
+    phases = run / "phases.csv"
+    if not phases.exists():
+        return {**row, "suite_energy_j": float("nan"),
+                "suite_source": "none: no phases.csv (run `wattlife attribute` first)"}
+    ph = pd.read_csv(phases)
+    ph = ph[ph["device_kind"].isin(KINDS)]
+    kinds = "+".join(k for k in KINDS if k in set(ph["device_kind"]))
+    sources = "+".join(sorted(set(ph["source"].astype(str))))
+    return {**row, "suite_energy_j": float(ph["energy_j"].sum()),
+            "suite_source": f"{sources} ({kinds}, phases.csv)"}
+
+
+def suite_energy(results: Path) -> pd.DataFrame:
+    """The suite's energy of every measuring run of `results` that ran in a Slurm job."""
+    rows = [r for r in (run_energy(d, results) for d in _run_dirs(results)) if r is not None]
+    return pd.DataFrame(rows, columns=["job_id", "run_dir", "cell", "suite_energy_j",
+                                       "suite_source"])
+
+
+def _energy(raw: object) -> float | None:
+    """Joules of a ConsumedEnergyRaw field; None for empty or 0 (no energy plugin: Slurm
+    reports 0, and a node never uses 0 J)."""
+    try:
+        v = float(str(raw).strip())
+    except ValueError:
+        return None
+    return v if v > 0 else None
+
+
+def parse_sacct(text: str, tool: str = "sacct") -> pd.DataFrame:
+    """One row per job from `sacct -P -o SACCT_FIELDS` (header line first): the job line's
+    energy, else the largest of its steps' (the batch or extern step spans the allocation; steps
+    overlap on a node, so they are never summed), saying which in `slurm_source`."""
+    tab = pd.read_csv(io.StringIO(text), sep="|", dtype=str, keep_default_na=False)
+    if "JobID" not in tab or "ConsumedEnergyRaw" not in tab:
+        raise ValueError(f"{tool} output: expected the columns JobID and ConsumedEnergyRaw "
+                         f"(-P -o {SACCT_FIELDS}), got {list(tab.columns)}")
+    tab["job"] = tab["JobID"].str.split(".").str[0]
+    out = []
+    for job, g in tab.groupby("job", sort=True):
+        head = g[g["JobID"] == job]
+        steps = g[g["JobID"] != job]
+        e = _energy(head["ConsumedEnergyRaw"].iloc[0]) if len(head) else None
+        src = f"{tool} ConsumedEnergyRaw (job {job})"
+        if e is None:
+            es = [(v, s) for s, r in zip(steps["JobID"], steps["ConsumedEnergyRaw"], strict=True)
+                  if (v := _energy(r)) is not None]
+            e, step = max(es) if es else (None, None)
+            src = (f"{tool} ConsumedEnergyRaw (step {step}, the largest)" if step else
+                   f"none: {tool} reports no energy for job {job} (no acct_gather_energy "
+                   "plugin on its nodes?)")
+        first = head.iloc[0] if len(head) else g.iloc[0]
+        out.append({"job_id": job, "slurm_energy_j": e, "slurm_source": src,
+                    "slurm_state": first.get("State", ""),
+                    "slurm_elapsed": first.get("Elapsed", "")})
+    return pd.DataFrame(out, columns=SLURM_COLUMNS)
+
+
+def energy_table(ours: pd.DataFrame, slurm: pd.DataFrame) -> pd.DataFrame:
+    """Each run's suite energy beside Slurm's for its job, and their difference (Slurm − suite,
+    in J and in % of Slurm's): the table `wattlife slurm-energy` writes."""
+    t = ours.merge(slurm, on="job_id", how="left")
+    t["slurm_source"] = t["slurm_source"].fillna("none: Slurm has no record of this job")
+    t["slurm_energy_j"] = pd.to_numeric(t["slurm_energy_j"], errors="coerce")
+    t["difference_j"] = t["slurm_energy_j"] - t["suite_energy_j"]
+    t["difference_pct"] = 100 * t["difference_j"] / t["slurm_energy_j"]
+    t["difference_source"] = "derived: slurm_energy_j - suite_energy_j"
+    return t
+
+
+def _ask(args: Sequence[str]) -> tuple[str | None, str]:
+    """stdout of a Slurm command, or None and the first line of why not."""
+    try:
+        p = subprocess.run(list(args), capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    if p.returncode != 0:
+        return None, (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[0]
+    return p.stdout, ""
+
+
+def query_accounting(job_ids: Sequence[str], sacct_file: str | None = None,
+                     sstat_file: str | None = None) -> pd.DataFrame:
+    """Slurm's energy of `job_ids`: sacct's (or `sacct_file`'s), and for a job still running
+    sstat's (or `sstat_file`'s) so far; a tool that does not answer is named in
+    `slurm_source`."""
+    text, why = ((Path(sacct_file).read_text(), "") if sacct_file else
+                 _ask(["sacct", "-P", "-j", ",".join(job_ids), "-o", SACCT_FIELDS]))
+    if text is None:
+        return pd.DataFrame({"job_id": list(job_ids), "slurm_energy_j": None,
+                             "slurm_source": f"none: sacct failed ({why})", "slurm_state": "",
+                             "slurm_elapsed": ""}, columns=SLURM_COLUMNS)
+    tab = parse_sacct(text, "sacct")
+    running = [j for j, s in zip(tab["job_id"], tab["slurm_state"], strict=True)
+               if s == "RUNNING"]
+    if running:
+        st, _ = ((Path(sstat_file).read_text(), "") if sstat_file else
+                 _ask(["sstat", "-P", "-a", "-j", ",".join(running), "-o", SSTAT_FIELDS]))
+        if st:
+            now = parse_sacct(st, "sstat (running: so far)").set_index("job_id")
+            for col in ("slurm_energy_j", "slurm_source"):
+                tab[col] = [now[col].get(j, v) if j in running else v
+                            for j, v in zip(tab["job_id"], tab[col], strict=True)]
+    return tab
