@@ -11,10 +11,12 @@ said on stderr).
 
 The cgroup is a child of wattlife's own (`/proc/self/cgroup`'s `0::` line) on the cgroup v2
 mount, named `wattlife-run-<pid>-<start time>` (the owner's pid and its /proc start time, so a
-reused pid is not taken for the owner). Where the mount is absent, read-only, or lacks
-`cgroup.kill` (kernel < 5.14), `WorkloadCgroup.create` returns None with the reason, and the
-guardian's tree walk alone protects the run (its limit: a guardian killed with wattlife).
-`WATTLIFE_CGROUP=off` turns it off (tests of the walk alone)."""
+reused pid is not taken for the owner; the pid is read in this process's pid namespace, so two
+pid namespaces sharing one parent cgroup would take each other's runs for dead: not guarded).
+Where the mount is absent, read-only, or lacks `cgroup.kill` (Linux < 5.14),
+`WorkloadCgroup.create` returns None with the reason, and the guardian's tree walk alone
+protects the run (its limit: a guardian killed with wattlife). `WATTLIFE_CGROUP=off` turns it
+off (tests of the walk alone)."""
 
 from __future__ import annotations
 
