@@ -82,12 +82,19 @@ def _set_step_items(path: Path, nth: int, items: str) -> int:
     return n
 
 
+def _unstalled(findings):
+    """The findings but `trace.stall`: on a loaded machine the sampler thread of this short run
+    may not be scheduled for a few periods, which check reports (a warning, never an error);
+    the tests must not depend on the machine's speed."""
+    return [f for f in findings if f.code != "trace.stall"]
+
+
 def test_good_run_passes(good_run):
     findings = check_run(good_run, kind="image_classification")
     assert [f for f in findings if f.severity == ERROR] == [], [f.text() for f in findings]
-    assert findings == [], [f.text() for f in findings]
+    assert _unstalled(findings) == [], [f.text() for f in findings]
     # auto finds the kind from work/summary.json's keys and still passes
-    assert check_run(good_run) == []
+    assert _unstalled(check_run(good_run)) == []
 
 
 def test_missing_column(run):
@@ -261,7 +268,8 @@ def test_cli_exit_codes_and_json(good_run, run, capsys):
     from wattlife.cli import main
 
     assert main(["check", str(good_run)]) == 0
-    assert "ok (0 error(s), 0 warning(s))" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ok (0 error(s), 0 warning(s))" in out or "[trace.stall]" in out, out
     (run / "meta.json").unlink()
     assert main(["check", "--json", str(good_run), str(run)]) == 1
     doc = json.loads(capsys.readouterr().out)
@@ -332,7 +340,7 @@ def test_nesting_agrees_with_attribution(spans):
 def test_per_rank_events_files_are_checked_together(run):
     ev = pd.read_csv(run / "events.csv")
     ev.assign(rank=1, local_rank=1).to_csv(run / "events.rank1.csv", index=False)
-    assert check_run(run, kind="image_classification") == []
+    assert _unstalled(check_run(run, kind="image_classification")) == []
     n = _set_step_items(run / "events.rank1.csv", 2, "-1")
     found = _find(check_run(run), "events.step-items")
     assert [(f.file, f.line) for f in found] == [(str(run / "events.rank1.csv"), n)]

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
+from reference_tables import same_but_gaps
 
 H100 = REPO / "results/reference/h100"
 REPEATS = H100 / "workflow-repeats"
@@ -48,16 +49,16 @@ def test_matrix_is_complete_and_measured_on_the_h100(folder: Path, seconds: int)
                          ids=lambda c: str(c.relative_to(H100)))
 def test_repeats_cells_pass_the_check_and_re_attribute_to_their_committed_table(tmp_path, cell):
     """Valid against the contracts; today's attribution (the options of rules/attribute.smk) gives
-    the committed phases from the committed trace and events (columns added since: none)."""
+    the committed phases from the committed trace and events (columns added since: the sensor-gap
+    ones; a sampler stall on the CPU estimate widens the rows it touches: `reference_tables`)."""
     from wattlife.attribution import attribute_files
     from wattlife.check import ERROR, check_run
 
     assert [f for f in check_run(cell) if f.severity == ERROR] == []
-    made = attribute_files(cell / "trace.csv", cell / "events.csv", tmp_path / "phases.csv",
-                           idle_split=True)
+    attribute_files(cell / "trace.csv", cell / "events.csv", tmp_path / "phases.csv",
+                    idle_split=True)
     committed = pd.read_csv(cell / "phases.csv")
-    made = pd.read_csv(tmp_path / "phases.csv")[list(committed.columns)]
-    pd.testing.assert_frame_equal(made, committed, check_exact=False, rtol=1e-9, atol=1e-9)
+    same_but_gaps(pd.read_csv(tmp_path / "phases.csv"), committed, str(cell))
 
 
 TRANSFERS = sorted(p.parent for p in (REPEATS / "transfers").glob("*/phases.csv"))

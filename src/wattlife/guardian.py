@@ -20,6 +20,12 @@ Two parts (`wattlife.run` uses both):
   leaves CMD's tree running (the kernel's PR_SET_PDEATHSIG ends CMD alone, and only where the
   guardian could not start: set while the guardian runs, it would kill CMD before the guardian
   walks its tree).
+- Where CMD's tree is in a cgroup of its own (`workload_cgroup`), the guardian writes its
+  `cgroup.kill` first, and a second process, the sentinel (`--sentinel`, stdlib only, no scans),
+  reads a pipe of its own from wattlife and does the same on end of file without "done" (both
+  are told the cgroup through their pipes, so no command line names wattlife): a guardian
+  killed by pid together with wattlife no longer leaves CMD's tree running. Killing all three
+  at once leaves it to the next `wattlife run` in that cgroup (`reap_leftovers`).
 """
 
 from __future__ import annotations
@@ -133,68 +139,126 @@ def reap_adopted(keep: set[int]) -> None:
                 pass
 
 
-class Guardian:
-    """wattlife's side of the guardian: start it, tell it CMD's pid, tell it when all is done."""
+def _start_script(args: list[str]) -> subprocess.Popen | None:
+    """This file run as a script with `args`, a pipe from this process on its stdin, in its own
+    process group; None if it cannot start. The script is read through an inherited descriptor,
+    so its command line (`python -S /dev/fd/N ...`) does not name wattlife: a `pkill -f
+    wattlife` that kills wattlife leaves it to act."""
+    try:
+        fd = os.open(Path(__file__).resolve(), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return subprocess.Popen([sys.executable, "-S", f"/dev/fd/{fd}", *args],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                process_group=0, pass_fds=(fd,))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
-    def __init__(self, keep: set[int]) -> None:
-        """`keep`: this process's children that are not CMD's (the guardian leaves them alone)."""
-        self.proc: subprocess.Popen | None = None
-        try:
-            # the script is read through an inherited descriptor, so the guardian's command line
-            # (`python -S /dev/fd/N PID KEEP`) does not name wattlife: a `pkill -f wattlife`
-            # that kills wattlife leaves the guardian to end CMD's tree
-            fd = os.open(Path(__file__).resolve(), os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-S", f"/dev/fd/{fd}", str(os.getpid()),
-                 ",".join(map(str, sorted(keep)))],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, process_group=0,
-                pass_fds=(fd,))
-        except OSError:
-            self.proc = None
-        finally:
-            os.close(fd)
+
+class Guardian:
+    """wattlife's side of the guardian (and of the sentinel where CMD has a cgroup): start
+    them, tell the guardian CMD's pid, tell both when all is done."""
+
+    def __init__(self, keep: set[int], cgroup: str | None = None) -> None:
+        """`keep`: this process's children that are not CMD's (the guardian leaves them alone);
+        `cgroup`: the directory of CMD's cgroup, if it has one."""
+        self.proc = _start_script([str(os.getpid()), ",".join(map(str, sorted(keep)))])
+        self.sentinel = _start_script(["--sentinel"]) if cgroup else None
+        if cgroup:  # through the pipes: a command line naming the cgroup (wattlife-run-...)
+            for proc in (self.proc, self.sentinel):  # would be killed by `pkill -f wattlife`
+                _say(proc, f"cgroup {cgroup}")
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def _say(self, line: str) -> None:
-        if self.proc is not None and self.proc.stdin is not None:
-            try:
-                self.proc.stdin.write(line.encode() + b"\n")
-                self.proc.stdin.flush()
-            except OSError:
-                pass
+    @property
+    def pids(self) -> set[int]:
+        """The guardian's and the sentinel's pids (children of wattlife that are not CMD's)."""
+        return {p.pid for p in (self.proc, self.sentinel) if p is not None}
 
     def watch(self, cmd_pid: int) -> None:
-        self._say(f"cmd {cmd_pid}")
+        _say(self.proc, f"cmd {cmd_pid}")
 
     def done(self) -> None:
-        """wattlife has ended CMD and its tree itself: the guardian exits without acting."""
-        if self.proc is None:
-            return
-        self._say("done")
-        if self.proc.stdin is not None:
+        """wattlife has ended CMD and its tree itself: guardian and sentinel exit without acting."""
+        for proc in (self.proc, self.sentinel):
+            if proc is None:
+                continue
+            _say(proc, "done")
+            if proc.stdin is not None:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
             try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _say(proc: subprocess.Popen | None, line: str) -> None:
+    if proc is not None and proc.stdin is not None:
         try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            proc.stdin.write(line.encode() + b"\n")
+            proc.stdin.flush()
+        except OSError:
+            pass
+
+
+def _ignore_signals() -> None:
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(s, signal.SIG_IGN)
+
+
+def _kill_cgroup(cgroup: str | None, remove_s: float = 0.0) -> None:
+    """SIGKILL every process of CMD's cgroup, then (`remove_s` > 0) remove the emptied cgroup,
+    trying for that long (stdlib only: this file runs as a script; `workload_cgroup` is the
+    same for wattlife)."""
+    if not cgroup:
+        return
+    try:
+        with open(os.path.join(cgroup, "cgroup.kill"), "w") as fh:
+            fh.write("1")
+    except OSError:
+        return
+    deadline = time.monotonic() + remove_s
+    while time.monotonic() < deadline:
+        try:
+            os.rmdir(cgroup)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # busy until the killed processes have exited
+            time.sleep(0.02)
+
+
+def _sentinel() -> None:
+    """The sentinel's loop: wait for end of file on the pipe from wattlife; without "done"
+    before it, wattlife died: kill CMD's cgroup (named by a "cgroup PATH" line)."""
+    _ignore_signals()
+    buf = b""
+    while True:
+        data = os.read(0, 4096)
+        if not data:
+            break
+        buf += data
+        if b"\ndone\n" in b"\n" + buf:
+            return
+    lines = [w.decode() for w in buf.split(b"\n") if w.startswith(b"cgroup ")]
+    _kill_cgroup(lines[0][7:] if lines else None, remove_s=5.0)
 
 
 def _guard(root: int, before: set[int]) -> None:
     """The guardian's loop (see the module docstring); `before`: wattlife's children that are not
-    CMD's (left alone)."""
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(s, signal.SIG_IGN)
+    CMD's (left alone). A "cgroup PATH" line names CMD's cgroup, killed first if wattlife dies."""
+    _ignore_signals()
     me = os.getpid()
+    cgroup: str | None = None
     cmd = 0
     seen: dict[int, Proc] = {}
     log = os.environ.get(SCAN_LOG_ENV)
@@ -211,6 +275,8 @@ def _guard(root: int, before: set[int]) -> None:
                     return
                 if line.startswith(b"cmd "):
                     cmd = int(line.split()[1])
+                elif line.startswith(b"cgroup "):
+                    cgroup = line[7:].decode()
         t = proc_table()  # CMD and what wattlife adopted: children of wattlife's not seen before
         roots = {p for p, row in t.items() if row[0] == root and p not in before} | {cmd}
         for p in descendants(t, roots) - {me, root}:
@@ -218,9 +284,11 @@ def _guard(root: int, before: set[int]) -> None:
         if log:  # for diagnosis and tests: what the guardian would end now
             with open(log, "a") as fh:
                 fh.write(" ".join(map(str, sorted(seen))) + "\n")
+    _kill_cgroup(cgroup)
     if cmd:
         seen.setdefault(cmd, (root, cmd, 0, "", "R"))
     _end_tree(seen, me, root)
+    _kill_cgroup(cgroup, remove_s=5.0)
 
 
 def _end_tree(seen: dict[int, Proc], me: int, root: int) -> None:
@@ -250,4 +318,7 @@ def _end_tree(seen: dict[int, Proc], me: int, root: int) -> None:
 
 
 if __name__ == "__main__":
-    _guard(int(sys.argv[1]), {int(p) for p in sys.argv[2].split(",") if p})
+    if sys.argv[1] == "--sentinel":
+        _sentinel()
+    else:
+        _guard(int(sys.argv[1]), {int(p) for p in sys.argv[2].split(",") if p})

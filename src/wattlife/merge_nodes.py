@@ -1,5 +1,6 @@
-"""Multi-node runs: one sampler per node writes its own trace; merge them into one run and check
-that the nodes' clocks agree.
+"""Multi-node runs: one sampler per node writes its own trace; merge them into one run, each
+node's timestamps aligned by the clock mapping it recorded (`node_clocks`), and check that the
+nodes' clocks agree.
 
 Clock check: data-parallel ranks leave each training step together (the gradient all-reduce
 inside it is a barrier), so the end of step k on one node and on another differ only by their
@@ -29,6 +30,7 @@ from .contracts import (
     write_csv,
 )
 from .contracts.zstd_frames import FrameWriter
+from .node_clocks import alignment, checked, node_metas, read_node_clock, shift_hosts
 
 
 def clock_offsets(events: pd.DataFrame, warn_ms: float = 5.0) -> pd.DataFrame:
@@ -56,10 +58,12 @@ def clock_offsets(events: pd.DataFrame, warn_ms: float = 5.0) -> pd.DataFrame:
     return out
 
 
-def _copy_traces(traces: list[str | Path], out_trace: str | Path) -> None:
+def _copy_traces(traces: list[str | Path], out_trace: str | Path,
+                 shifts: dict[str, int] | None = None) -> None:
     """The node traces written one after the other into `out_trace` (CSV, or zstd frames for a
-    `.zst` name), read and written in chunks (`contracts.iter_trace`), atomically: nothing is
-    written when two of them name one host. Raises StreamUnreadable as `iter_trace` does."""
+    `.zst` name), read and written in chunks (`contracts.iter_trace`), each host's `t_ns` moved
+    by its shift (`node_clocks`), atomically: nothing is written when two of them name one
+    host. Raises StreamUnreadable as `iter_trace` does."""
     hosts: list[list[str]] = []
     with atomic_path(out_trace) as tmp, open(tmp, "wb") as fh:
         frames = FrameWriter(fh) if Path(out_trace).suffix == ZSTD_SUFFIX else None
@@ -70,7 +74,7 @@ def _copy_traces(traces: list[str | Path], out_trace: str | Path) -> None:
         for t in traces:
             seen: dict[str, None] = {}
             for df in iter_trace(t):
-                _write_rows(df, fh, frames, seen)
+                _write_rows(shift_hosts(df, shifts or {}, ["t_ns"]), fh, frames, seen)
             hosts.append(list(seen))
         if frames is not None:
             frames.flush()
@@ -91,23 +95,41 @@ def _write_rows(df: pd.DataFrame, fh: IO[bytes], frames: FrameWriter | None,
 
 
 def merge_node_runs(traces: list[str | Path], events: list[str | Path], out_trace: str | Path,
-                    out_events: str | Path, warn_ms: float = 5.0) -> pd.DataFrame:
-    """Concatenate per-node traces and events (each row keeps its host) into one run; returns the
-    clock check, also written beside the merged trace as `clock_offsets.csv`. The traces are
-    copied in chunks, node after node (each node's rows in its file's order: attribution and
-    the checks take each device's series in time order whatever the interleaving), in bounded
-    memory; the events are read whole and sorted by (start, host, rank)."""
+                    out_events: str | Path, warn_ms: float = 5.0,
+                    metas: list[str | Path] | None = None) -> pd.DataFrame:
+    """Concatenate per-node traces and events (each row keeps its host) into one run, each
+    node's timestamps aligned by its recorded clock mapping (`node_clocks`; `metas`: each
+    node's meta.json, else the one beside its trace); returns the clock table, also written
+    beside the merged trace as `clock_offsets.csv`. The traces are copied in chunks, node after
+    node (each node's rows in its file's order: attribution and the checks take each device's
+    series in time order whatever the interleaving), in bounded memory; the events are read
+    whole and sorted by (start, host, rank)."""
+    ev = pd.concat([read_events(e) for e in events], ignore_index=True)
+    align = _alignment(ev, traces, metas)
+    shifts = dict(zip(align["host"], align["shift_ns"].astype(int), strict=True))
     try:
-        _copy_traces(traces, out_trace)
+        _copy_traces(traces, out_trace, shifts)
     except StreamUnreadable:
-        node_traces = [read_trace(t) for t in traces]
+        node_traces = [shift_hosts(read_trace(t), shifts, ["t_ns"]) for t in traces]
         _refuse_shared_hosts([t["host"].unique().tolist() for t in node_traces], len(traces))
         write_csv(pd.concat(node_traces, ignore_index=True), out_trace)
-    ev = pd.concat([read_events(e) for e in events], ignore_index=True)
-    check = clock_offsets(ev, warn_ms)
+    ev = shift_hosts(ev, shifts, ["start_ns", "end_ns"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        after = clock_offsets(ev, warn_ms)
+    check = checked(align, after, warn_ms) if len(after) else after
     write_csv(ev.sort_values(["start_ns", "host", "rank"], kind="stable"), out_events)
     write_csv(check, Path(out_trace).with_name("clock_offsets.csv"))
     return check
+
+
+def _alignment(ev: pd.DataFrame, traces: list[str | Path], metas: list[str | Path] | None
+               ) -> pd.DataFrame:
+    """Each host's shift onto the reference's clock by the nodes' recorded mappings
+    (`node_clocks.alignment`; none where a node recorded none)."""
+    clocks = [c for m in node_metas(traces, metas) if m is not None
+              for c in [read_node_clock(m)] if c is not None]
+    return alignment(ev, clocks)
 
 
 def _refuse_shared_hosts(hosts_per_file: list[list[str]], n_traces: int) -> None:

@@ -41,6 +41,10 @@ class _SeriesStats:
         self.source = source
 
 
+STALL_TICKS = 2  # the thread late by this many ticks outside its polls: a stall
+MAX_STALLS = 1000
+
+
 class Sampler:
     """Polls backends in a background thread and writes trace rows."""
 
@@ -60,6 +64,11 @@ class Sampler:
         self._out: SafeAppender | None = None
         self._summary: dict[str, Any] | None = None
         self.wall_steps: WallSteps | None = None
+        #: windows [from, to] (ns, the polls' timestamps) in which this thread was not scheduled
+        #: for more than `STALL_TICKS` ticks outside its polls (an overloaded machine, a slow
+        #: flush): every device it polls goes unread then; `wattlife check` tells such gaps from
+        #: a sensor's (`check.stalls`). meta.json's `sampler.stalls` (the first `MAX_STALLS`).
+        self.stalls: list[list[int]] = []
 
     def start(self) -> None:
         """Open the trace (an unopenable path raises RuntimeError: nothing was started yet) and
@@ -105,9 +114,14 @@ class Sampler:
         buf: list[str] = []
         last_flush = time.monotonic()
         tick = min(b.interval_s for b in self.backends) if self.backends else 0.05
+        prev = polling = 0
         while True:
             stopping = self._stop.is_set()
             now = now_ns()
+            if prev and now - prev - polling > STALL_TICKS * tick * 1e9 \
+                    and len(self.stalls) < MAX_STALLS:
+                self.stalls.append([prev, now])
+            prev = now
             for i, b in enumerate(self.backends):
                 if now >= next_due[i] or stopping:
                     next_due[i] = now + int(b.interval_s * 1e9)
@@ -118,6 +132,7 @@ class Sampler:
                         if msg not in self.errors:
                             self.errors.append(msg)
                             print(f"wattlife sampler: {msg}", file=sys.stderr)
+            polling = now_ns() - now  # time in the polls: a slow sensor is not a stall
             if stopping or time.monotonic() - last_flush >= self.flush_s:
                 if buf:
                     self._out.write("".join(buf))

@@ -44,10 +44,13 @@ def workload(tmp_path):
                 pass
 
 
+@pytest.mark.parametrize("cgroup", ["auto", "off"])  # off: the guardian's tree walk alone
 @pytest.mark.parametrize("new_session", ["0", "1"])
 def test_killing_all_named_processes_at_once_leaves_no_workload(workload, env_path, children,
-                                                                    new_session):
+                                                                    new_session, cgroup):
     d = workload
+    if cgroup == "off":
+        env_path = {**env_path, "WATTLIFE_CGROUP": "off"}
     (d / "tree.py").write_text(TREE)
     cmd = [sys.executable, "-m", "wattlife.cli", "run", "--trace", str(d / "trace.csv"),
            "--events", str(d / "events.csv"), "--gpu", "none", "--cpu", "none", "--idle-s", "0",

@@ -31,6 +31,7 @@ from .findings import ERROR, WARNING, Finding, merge_capped
 from .kinds import check_kind_phases, infer_kind
 from .outputs import check_meta, check_phases_table, check_summary
 from .reading import READ_CODES, check_columns, read_csv_chunks, read_csv_lines
+from .stalls import Stalls, sampler_stalls
 from .steady import steady_findings
 from .trace import (
     TRACE_CODES,
@@ -86,9 +87,10 @@ def _trace_file(run: Path, meta: dict[str, Any] | None, now_ns: int, max_rows: i
                          "no trace (trace.csv, trace.csv.gz, trace.csv.zst or trace.parquet)"))
         return None, None
     rows = ((meta or {}).get("sampler") or {}).get("rows")
+    stalls = sampler_stalls(meta)
     if tr_path.suffix != ".parquet":
         try:
-            return _trace_chunked(tr_path, rows, now_ns, max_rows, f), tr_path
+            return _trace_chunked(tr_path, rows, now_ns, max_rows, f, stalls), tr_path
         except StreamUnreadable:
             pass
     raw, ff = read_csv_lines(tr_path, max_rows, {"t_ns": "int", "value": "float"})
@@ -102,7 +104,7 @@ def _trace_file(run: Path, meta: dict[str, Any] | None, now_ns: int, max_rows: i
     tr = raw[raw["t_ns"].notna()]
     tr["t_ns"] = tr["t_ns"].astype(np.int64)
     f += check_trace(tr, str(tr_path), now_ns, max_rows)
-    f += check_gaps(tr, str(tr_path))
+    f += check_gaps(tr, str(tr_path), stalls)
     f += _rows_finding(tr_path, rows, len(raw))
     return trace_span(tr), tr_path
 
@@ -115,18 +117,18 @@ def _rows_finding(tr_path: Path, rows: Any, n: int) -> list[Finding]:
     return []
 
 
-def _trace_chunked(tr_path: Path, rows: Any, now_ns: int, max_rows: int, f: list[Finding]
-                   ) -> pd.DataFrame | None:
+def _trace_chunked(tr_path: Path, rows: Any, now_ns: int, max_rows: int, f: list[Finding],
+                   stalls: Stalls | None = None) -> pd.DataFrame | None:
     """`_trace_file` chunk by chunk: each chunk's rows checked alone, its series after the last
     row of each series before it; findings merged as one pass gives them (`merge_capped`); the
     sensor gaps of the devices' series, spilled to disk as read (`SpilledTrace`), one device at
     a time (`gap_findings`, as `check_gaps` of the whole table)."""
     with SpilledTrace(tr_path, read=False) as spill:
-        return _trace_chunks(tr_path, rows, now_ns, max_rows, f, spill)
+        return _trace_chunks(tr_path, rows, now_ns, max_rows, f, spill, stalls)
 
 
 def _trace_chunks(tr_path: Path, rows: Any, now_ns: int, max_rows: int, f: list[Finding],
-                  spill: SpilledTrace) -> pd.DataFrame | None:
+                  spill: SpilledTrace, stalls: Stalls | None = None) -> pd.DataFrame | None:
     """`_trace_chunked` with its spill open."""
     name = str(tr_path)
     read_f: list[Finding] = []
@@ -158,7 +160,7 @@ def _trace_chunks(tr_path: Path, rows: Any, now_ns: int, max_rows: int, f: list[
         check_f.append(no_energy(name))
     f += merge_capped(check_f, max_rows, TRACE_CODES)
     spill.finish()
-    f += gap_findings(spill, name)
+    f += gap_findings(spill, name, stalls)
     f += _rows_finding(tr_path, rows, n)
     span = pd.concat(spans)
     return span.groupby(level=0).agg({"min": "min", "max": "max"})

@@ -8,14 +8,12 @@ import numpy as np
 import pandas as pd
 
 from ..attribution import (
-    GAP_PERIODS,
-    MAX_INVENTED_SHARE,
     DeviceSeries,
     device_series,
-    sensor_gaps,
 )
 from ..contracts import SOURCES_MEASURED, SOURCES_NOT_MEASURED
 from .findings import ERROR, WARNING, Finding, _capped, check_clock
+from .stalls import Stalls, gap_record, gap_record_findings
 
 DEVICE_RE = r"^(?:gpu|cpu|dram)\d+$|^node$"
 
@@ -90,40 +88,24 @@ def check_trace_series(tr: pd.DataFrame, file: str, max_rows: int = 5) -> list[F
     return f
 
 
-def check_gaps(tr: pd.DataFrame, file: str) -> list[Finding]:
+def check_gaps(tr: pd.DataFrame, file: str, stalls: Stalls | None = None) -> list[Finding]:
     """Sensor gaps (`attribution.gaps`) of a trace's rows (numbers already converted): its
     finite readings' device series (`device_series`) checked by `gap_findings`."""
     cols = ["t_ns", "host", "device", "metric", "value", "source"]
     ok = np.isfinite(tr["value"].to_numpy(float))
     plain = tr.loc[ok, cols].astype({c: str for c in ("host", "device", "metric", "source")})
-    return gap_findings(device_series(plain), file)
+    return gap_findings(device_series(plain), file, stalls)
 
 
-def gap_findings(series: Iterable[DeviceSeries], file: str) -> list[Finding]:
+def gap_findings(series: Iterable[DeviceSeries], file: str,
+                 stalls: Stalls | None = None) -> list[Finding]:
     """Sensor gaps: a warning for each device whose readings stop for longer than
-    `GAP_PERIODS` reading periods (and `GAP_MIN_S`); an error when the energy bridged across
-    them exceeds `MAX_INVENTED_SHARE` of the device's energy. `series`: the devices' series in
+    `GAP_PERIODS` reading periods; an error when the energy bridged across them exceeds
+    `MAX_INVENTED_SHARE` of the device's energy; gaps the sampler's recorded `stalls` cover
+    a warning apart (`check.stalls`). `series`: the devices' series in
     (host, device) order, a list (`check_gaps`) or a trace read in chunks
     (`attribution.chunked.SpilledTrace`, one device at a time): the same findings."""
-    f: list[Finding] = []
-    for s in series:
-        gaps = sensor_gaps(s)
-        if gaps.total_s <= 0:
-            continue
-        total = float(s.energy_j[-1] - s.energy_j[0])
-        share = gaps.total_j / total if total > 0 else 1.0
-        src = (f"source {s.source}: its next reading may average the gap, if the sensor kept "
-               "counting" if gaps.averaging else f"source {s.source}: point readings")
-        if share > MAX_INVENTED_SHARE:
-            f.append(Finding(ERROR, "trace.gap-energy", file, None,
-                             f"{gaps.describe()}: {share:.1%} of the device's energy lies in "
-                             f"gaps, not read ({src}; limit {MAX_INVENTED_SHARE:.0%})"))
-        else:
-            f.append(Finding(WARNING, "trace.gap", file, None,
-                             f"{gaps.describe()}: {share:.1%} of the device's energy lies in "
-                             f"gaps (readings > {GAP_PERIODS} periods apart; {src}); the phases "
-                             "touched carry gap_s and a widened interval"))
-    return f
+    return gap_record_findings((gap_record(s) for s in series), file, stalls)
 
 
 def trace_span(tr: pd.DataFrame) -> pd.DataFrame:

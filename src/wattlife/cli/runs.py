@@ -153,7 +153,8 @@ def cmd_aggregate(a: argparse.Namespace) -> int:
 def cmd_merge_nodes(a: argparse.Namespace) -> int:
     from ..merge_nodes import merge_node_runs
 
-    check = merge_node_runs(a.traces, a.events, a.trace, a.events_out, warn_ms=a.warn_ms)
+    check = merge_node_runs(a.traces, a.events, a.trace, a.events_out, warn_ms=a.warn_ms,
+                            metas=a.metas)
     print(check.to_string(index=False, float_format=lambda v: f"{v:.3f}") if len(check)
           else "one host: no clock check")
     return 0
@@ -278,8 +279,12 @@ def _add_merge_nodes(sub: Any) -> None:
     mn.add_argument("--events", nargs="+", required=True, help="each node's events.csv")
     mn.add_argument("--trace", required=True, help="merged trace to write")
     mn.add_argument("--events-out", required=True, help="merged events to write")
+    mn.add_argument("--metas", nargs="+", default=None,
+                    help="each node's meta.json, in the traces' order, whose recorded clock "
+                         "mapping aligns the node (default: the meta.json beside each trace)")
     mn.add_argument("--warn-ms", type=float, default=5.0,
-                    help="warn above this clock offset between nodes (default 5 ms)")
+                    help="warn where nodes' step ends still differ by more than this plus the "
+                         "alignment's uncertainty (default 5 ms)")
     mn.set_defaults(fn=cmd_merge_nodes)
 
 

@@ -17,8 +17,9 @@ Process handling (what a user at a terminal or a batch system sees):
   group or session its processes moved to (`guardian.py`: wattlife is a child subreaper, and a
   guardian process stops and kills the recorded tree if wattlife is killed; where the guardian
   cannot start, the kernel SIGKILLs CMD itself, `PR_SET_PDEATHSIG`); the guardian's command line
-  does not name wattlife, so `pkill -9 -f wattlife` leaves it to act (a guardian killed by pid
-  together with wattlife is the limit: see `guardian.py`). Processes still in CMD's
+  does not name wattlife, so `pkill -9 -f wattlife` leaves it to act; where a cgroup v2 is
+  writable, CMD's tree is in a cgroup of its own that a second process, the sentinel, also kills
+  (`workload_cgroup`; the limits: see `guardian.py`). Processes still in CMD's
   group or below wattlife when CMD has exited get SIGTERM, then SIGKILL after `LEFTOVER_GRACE_S`.
 - One run per events file and per trace: exclusive locks (`<events>.lock`, `<trace>.lock`,
   released by the kernel if wattlife dies) make a second run with the same `--events` or `--trace`

@@ -30,11 +30,15 @@ def shell_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _die_with_parent(parent_pid: int, pdeathsig: bool = True) -> Callable[[], None]:
+def _die_with_parent(parent_pid: int, pdeathsig: bool = True,
+                     join: Callable[[], None] | None = None) -> Callable[[], None]:
     """preexec_fn: the kernel SIGKILLs the child when its parent dies (even by SIGKILL), unless
     the guardian does it (`pdeathsig` False: CMD must outlive wattlife by the moment the guardian
-    needs to stop its whole tree, or its children would be orphaned before being found)."""
+    needs to stop its whole tree, or its children would be orphaned before being found); `join`
+    (moving the child into CMD's cgroup) runs first, so every descendant is born inside."""
     def preexec() -> None:
+        if join is not None:
+            join()
         if _LIBC is not None and pdeathsig:
             _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 
-from .. import guardian
+from .. import guardian, workload_cgroup
 from ..contracts.clock import ENV_CLOCK, env_value, now_ns
 from ..markers import ENV_EVENTS, ENV_RUN_ID, ENV_STATUS
 from .meta import run_meta, write_meta
@@ -82,18 +82,31 @@ def _start_cmd(st: RunState, env: dict[str, str]) -> None:
         stdin = subprocess.DEVNULL if os.isatty(0) else None
     except OSError:
         stdin = None
+    _tie_to_cgroup(st)
     try:
         st.subreaper = guardian.set_subreaper(True)
-        st.guard = guard = guardian.Guardian(st.keep)
-        st.keep.add(guard.pid or 0)
+        st.guard = guard = guardian.Guardian(st.keep, str(st.cgroup.path) if st.cgroup else None)
+        st.keep |= guard.pids
         st.relay.proc = proc = subprocess.Popen(
             st.cmd, env=env, stdin=stdin, process_group=0,
-            preexec_fn=_die_with_parent(os.getpid(), not guard.pid))
+            preexec_fn=_die_with_parent(os.getpid(), not guard.pid,
+                                        st.cgroup.join_self if st.cgroup else None))
         guard.watch(proc.pid)
+        if st.cgroup is not None and not st.cgroup.holds(proc.pid):
+            st.cgroup_note = f"CMD could not join its cgroup {st.cgroup.path}"
     except OSError as exc:
         st.rc = 127 if exc.errno == errno.ENOENT else 126
         st.start_error = f"cannot start {st.cmd[0]!r}: {exc.strerror or exc}"
         print(f"wattlife run: {st.start_error}", file=sys.stderr)
+
+
+def _tie_to_cgroup(st: RunState) -> None:
+    """End what killed runs left in cgroups beside this one (said on stderr and in meta.json),
+    then make CMD's cgroup where the machine offers one (`workload_cgroup`)."""
+    for line in workload_cgroup.reap_leftovers():
+        print(f"wattlife run: {line}", file=sys.stderr)
+        st.notes.append(line)
+    st.cgroup, st.cgroup_note = workload_cgroup.WorkloadCgroup.create()
 
 
 def _wait_cmd(st: RunState) -> None:
@@ -129,6 +142,8 @@ def _end_cmd(st: RunState) -> None:
             pass
         guardian.end_leftovers(proc.pid, st.keep, 0.0)
         st.rc = shell_status(proc.wait())
+    if st.cgroup is not None and not st.cgroup.remove():
+        st.cgroup_note = f"the cgroup {st.cgroup.path} could not be removed"
     if st.guard is not None:
         st.guard.done()
         guardian.set_subreaper(st.subreaper)

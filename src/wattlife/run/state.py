@@ -11,6 +11,7 @@ from .. import guardian
 from ..config import SamplerSettings
 from ..devices.base import SensorBackend
 from ..sampler import Sampler
+from ..workload_cgroup import WorkloadCgroup
 from .signals import SignalRelay
 
 
@@ -40,3 +41,5 @@ class RunState:
     guard: guardian.Guardian | None = None
     subreaper: bool = False
     keep: set[int] = field(default_factory=set)  # processes the leftover sweep must not end
+    cgroup: WorkloadCgroup | None = None  # CMD's own cgroup, where the machine offers one
+    cgroup_note: str = ""  # why CMD has no cgroup of its own
