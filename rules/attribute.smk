@@ -14,7 +14,7 @@ rule check:
     log:
         f"{CELL}/check.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:
@@ -40,7 +40,7 @@ rule attribute:
     log:
         f"{CELL}/attribute.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:
@@ -84,7 +84,7 @@ rule aggregate_phases:
     log:
         f"{RES}/logs/aggregate_phases.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     script:
@@ -118,7 +118,7 @@ rule waiting:
     log:
         f"{RES}/logs/waiting.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:

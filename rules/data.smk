@@ -8,7 +8,7 @@ rule gen_images:
     log:
         f"{RES}/logs/gen_images.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:
@@ -27,7 +27,7 @@ rule gen_text:
     log:
         f"{RES}/logs/gen_text.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:

@@ -53,7 +53,7 @@ for (_kind, _workloads), _repeat in itertools.product(
             slicehash="[0-9a-f]{16}",
         priority: J.repeat_priority(_repeat, EXE.repeats)
         conda:
-            "../envs/wattlife.yaml"
+            "../envs/training.yaml"
         threads: NODE_CORES  # a local run: the whole machine, nothing else beside a measurement
         resources:
             **measuring(),  # whole nodes: --exclusive, every CPU and all memory (common.smk)
@@ -99,7 +99,7 @@ for _kind, _workloads in EXECUTE_KINDS.items():
         wildcard_constraints:
             workload="|".join(map(re.escape, _workloads)),
         conda:
-            "../envs/wattlife.yaml"
+            "../envs/analysis.yaml"
         resources:
             **CPU_STEP,
         params:

@@ -18,7 +18,7 @@ rule pfi_study:
     log:
         f"{RES}/logs/pfi_study.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     params:
         out=lambda wc, output: os.path.dirname(output.gaps),
         workloads=CFG.analysis.pfi_study_workloads,

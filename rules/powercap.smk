@@ -32,7 +32,7 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 pcell="|".join(map(re.escape, _cells)),
                 cap="[0-9.]+",
             conda:
-                "../envs/wattlife.yaml"
+                "../envs/training.yaml"
             threads: NODE_CORES  # a local run: the whole machine while caps change and it is measured
             resources:
                 **measuring_by("pcell", PFI_RES),  # whole nodes of the cell's hardware (common.smk)
@@ -55,7 +55,7 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
         wildcard_constraints:
             pcell="|".join(map(re.escape, PFI_CELLS)),
         conda:
-            "../envs/wattlife.yaml"
+            "../envs/analysis.yaml"
         resources:
             **CPU_STEP,
         params:
@@ -74,7 +74,7 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
         log:
             f"{RES}/logs/pfi_curves.log",
         conda:
-            "../envs/wattlife.yaml"
+            "../envs/analysis.yaml"
         resources:
             **CPU_STEP,
         shell:
@@ -91,7 +91,7 @@ else:
         log:
             f"{RES}/logs/powercap_sweep.log",
         conda:
-            "../envs/wattlife.yaml"
+            "../envs/analysis.yaml"
         resources:
             **CPU_STEP,
         params:
@@ -108,7 +108,7 @@ rule pfi:
     log:
         f"{RES}/logs/pfi.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:
@@ -133,7 +133,7 @@ rule predictor:
     log:
         f"{RES}/logs/predictor.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     shell:
@@ -156,7 +156,7 @@ rule allocate:
     log:
         f"{RES}/logs/allocate.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:

@@ -15,7 +15,7 @@ rule gen_catalogue:
     log:
         f"{RES}/logs/gen_catalogue.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:
@@ -41,7 +41,7 @@ rule download:
     wildcard_constraints:
         artefact="|".join(map(re.escape, CATALOGUE)) or "^$",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/training.yaml"
     threads: NODE_CORES  # a local run: nothing else on this machine while a transfer is measured
     resources:
         **placement(PREP.download_on),
@@ -79,7 +79,7 @@ rule upload:
     log:
         f"{RES}/transfers/upload/run.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/training.yaml"
     threads: NODE_CORES
     resources:
         **placement(PREP.upload_on),
@@ -117,7 +117,7 @@ rule check_transfer:
     log:
         f"{XFER}/check.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:
@@ -140,7 +140,7 @@ rule attribute_transfer:
     log:
         f"{XFER}/attribute.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:
@@ -182,7 +182,7 @@ rule prepare_tables:
     log:
         f"{RES}/logs/prepare_tables.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:

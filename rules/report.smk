@@ -46,7 +46,7 @@ rule figures:
     log:
         f"{RES}/logs/figures.log",
     conda:
-        "../envs/wattlife.yaml"
+        "../envs/analysis.yaml"
     resources:
         **CPU_STEP,
     params:

@@ -66,3 +66,45 @@ def test_make_and_the_gpu_bundle_install_from_the_lock_only():
                if re.search(r"pip (wheel|download)", ln) and not ln.startswith("#")]
     assert fetches and all('"${LOCKS[@]}"' in ln or '"$dist==$version"' in ln for ln in fetches)
     assert not re.search(r"[a-z]==\d", wheels), "device_wheels.sh names a version of its own"
+
+
+CUDA_PREFIXES = ("nvidia-", "cuda-", "triton")
+
+
+def _cuda(name: str) -> bool:
+    """A CUDA package of the CUDA torch (nvidia-ml-py, NVML's pure-Python binding, is not one)."""
+    return name.startswith(CUDA_PREFIXES) and name != "nvidia-ml-py"
+
+
+def test_the_cpu_lock_is_the_main_lock_less_cuda_with_the_cpu_torch():
+    # requirements/cpu-lock.txt (`WATTLIFE_CPU=1 make install`): every package the main lock has,
+    # at its version, but torch (the CPU build of requirements/cpu-pins.txt), torchvision (PyPI's
+    # needs the CUDA torch) and the CUDA packages, none of which it may hold
+    lock = _pins(REPO / "requirements/lock.txt")
+    cpu = _pins(REPO / "requirements/cpu-lock.txt")
+    pins = _pins(REPO / "requirements/cpu-pins.txt")
+    assert cpu["torch"] == pins["torch"] + "+cpu"
+    assert not [k for k in cpu if _cuda(k) or k == "torchvision"]
+    assert {k: (v, lock.get(k)) for k, v in cpu.items() if k != "torch" and lock.get(k) != v} == {}
+    left_out = set(lock) - set(cpu)
+    assert left_out == {k for k in lock if _cuda(k)} | {"torchvision"}
+
+
+def _make_n(*args: str) -> str:
+    import subprocess
+
+    done = subprocess.run(["make", "-n", *args], cwd=REPO, capture_output=True, text=True,
+                          check=True, env={"PATH": "/usr/bin:/bin"})
+    return done.stdout
+
+
+def test_wattlife_cpu_installs_its_own_venv_from_the_cpu_lock_and_checks_it():
+    cpu = _make_n("install", "WATTLIFE_CPU=1")
+    assert "python3 -m venv .venv-cpu" in cpu
+    assert (".venv-cpu/bin/python -m pip install --progress-bar on -r requirements/cpu-lock.txt"
+            in cpu)
+    assert "requirements/lock.txt" not in cpu
+    assert "the CPU set-up holds the CUDA packages above" in cpu  # the check after installing
+    full = _make_n("install")
+    assert ".venv/bin/python -m pip install --progress-bar on -r requirements/lock.txt" in full
+    assert "cpu-lock" not in full and ".venv-cpu" not in full

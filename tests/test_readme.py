@@ -33,6 +33,7 @@ RUN, DRY, HELP, MAKE_N, SKIP = "run", "dry-run", "help", "make -n", "skip"
 HOW: dict[str, tuple[str, str]] = {
     "make demo": (MAKE_N, "installs (GB), runs the demo (minutes); its pipeline dry-run below"),
     "make test": (MAKE_N, "the whole suite"),
+    "make install WATTLIFE_CPU=1": (MAKE_N, "installs (2 GB); test_lock checks its recipe"),
     "source .venv/bin/activate": (RUN, ""),
     ".venv/bin/wattlife pfi results/demo/tables/curves.csv -o /tmp/pfi.csv": (
         RUN, "on the demo's simulated sweep (`wattlife sweep --config config/config.yaml`)"),
@@ -94,7 +95,7 @@ def _script(commands: list[str], tmp: Path) -> str:
         elif how == HELP:
             lines.append(" ".join(cmd.split()[:2]) + " --help")
         elif how == MAKE_N:
-            lines.append(f"make -n -o install {cmd.split()[1]}")
+            lines.append(f"make -n -o install {cmd.split(' ', 1)[1]}")
     return "\n".join(lines) + "\n"
 
 

@@ -74,6 +74,18 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
         train_cell(settings(_cfg(tmp_path)), "r", "shared", False, tmp_path / "work")
 
 
+def test_image_workload_without_torchvision_names_the_workload_and_the_cpu_set_up(
+        tmp_path, images, monkeypatch):
+    # the CPU set-up (WATTLIFE_CPU=1) has no torchvision: one line naming what to do, not a
+    # ModuleNotFoundError from inside the training loop
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    with pytest.raises(RuntimeError, match=r"workloads\.r \(kind image_classification.*"
+                       r"needs torchvision.*WATTLIFE_CPU=1"):
+        train_cell(settings(_cfg(tmp_path)), "r", "shared", False, tmp_path / "work")
+
+
 def test_unknown_workload_names_the_key(tmp_path):
     with pytest.raises(ValueError, match="workloads.nope"):
         train_cell(settings(_cfg(tmp_path)), "nope", "shared", False, tmp_path / "work")

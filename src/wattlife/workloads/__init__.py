@@ -27,6 +27,7 @@ def train_cell(s: Settings, workload: str, storage: str, checkpoint: str | bool,
     ckpt_root = (shared_root if ckpt_to == "shared" else local_root) / "checkpoints"
     workdir = Path(workdir)
     if isinstance(spec, ImageClassificationSpec):
+        _need_torchvision(workload, spec)
         from .image import train_image
 
         return train_image(spec, data_root, storage, local_root, checkpoint, ckpt_root, workdir)
@@ -34,3 +35,16 @@ def train_cell(s: Settings, workload: str, storage: str, checkpoint: str | bool,
     from .causal_lm import train_causal_lm
 
     return train_causal_lm(spec, data_root, storage, local_root, checkpoint, ckpt_root, workdir)
+
+
+def _need_torchvision(workload: str, spec: ImageClassificationSpec) -> None:
+    """One line naming the workload when torchvision is absent: the CPU set-up
+    (`WATTLIFE_CPU=1`, requirements/cpu-lock.txt) has none, since PyPI's needs the CUDA torch."""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError(
+            f"workloads.{workload} (kind image_classification, model {spec.model}) needs "
+            "torchvision, which this environment lacks (the CPU set-up, WATTLIFE_CPU=1, installs "
+            "none): run it from the full set-up (make install), or run a causal_lm workload"
+        ) from exc
