@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -200,7 +201,7 @@ def fake_foreign_lock(root, release, waited):
 
 
 def test_cell_states_name_current_stale_other_code_damaged_missing_unsealed(tmp_path):
-    code = code_version()["source_sha256"]
+    code = code_version()["measuring_sha256"]
     assert cell_state(tmp_path, CELL, SLICE, code)["state"] == "missing"
     new_attempt(C.attempts_dir(tmp_path, CELL))  # in flight or killed: nothing sealed
     assert cell_state(tmp_path, CELL, SLICE, code)["state"] == "unsealed"
@@ -271,3 +272,25 @@ def test_an_orphaned_slurm_jobs_cell_is_waited_for_while_squeue_lists_it(tmp_pat
     with M.cell_lock(root, 0.0, sleep=sleep):
         assert M.adoptable(tmp_path, CELL, C.slice_hash(SLICE)) is not None
     assert len(polls) == 3 and not (root / ".wattlife-run.lock").exists()
+
+
+@pytest.mark.parametrize("changed, counts", [
+    ("sampler.py", True), ("devices/nvml.py", True), ("workloads/training_loop.py", True),
+    ("run/process.py", True), ("launch.py", False), ("jobs.py", False),
+    ("analysis/aggregate.py", False), ("cli/custody.py", False), ("figures/__init__.py", False)])
+def test_the_code_a_seal_names_is_the_measuring_code_only(tmp_path, changed, counts):
+    """A change in how the command line is built (launch, jobs), in analysis or in the CLI never
+    makes a cell "measured by other code"; a change in the sampler, a device, a workload or
+    `wattlife run` does."""
+    import wattlife
+    from wattlife.custody.seal import MEASURING_CODE
+
+    src = Path(wattlife.__file__).parent
+    assert all((src / part).exists() for part in MEASURING_CODE)  # a renamed part is not lost
+    pkg = tmp_path / "wattlife"
+    shutil.copytree(src, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    before = code_version(pkg)
+    with open(pkg / changed, "a") as fh:
+        fh.write("\n# changed\n")
+    assert (code_version(pkg) != before) is counts
+    assert before == code_version()  # the copy hashes as the package itself

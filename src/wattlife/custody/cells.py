@@ -38,7 +38,7 @@ def cell_state(results: Path, cell: str, slice_doc: Any, code: str) -> dict[str,
         state = "stale"
     elif cell_problems(cdir, ("phases.csv",)):
         state = "damaged"
-    elif doc.get("code", {}).get("source_sha256") != code:
+    elif doc.get("code", {}).get("measuring_sha256") != code:
         state = "other-code"
     else:
         state = "current"
@@ -49,7 +49,7 @@ def cell_state(results: Path, cell: str, slice_doc: Any, code: str) -> dict[str,
 
 
 def cell_states(results: str | Path, config: Mapping[str, Any]) -> list[dict[str, Any]]:
-    code = code_version()["source_sha256"]
+    code = code_version()["measuring_sha256"]
     return [cell_state(Path(results), cid, s, code) for cid, s in matrix(config).items()]
 
 

@@ -31,13 +31,26 @@ def slice_hash(slice_doc: Any) -> str:
     return hashlib.sha256(canonical(slice_doc).encode()).hexdigest()[:16]
 
 
-def code_version() -> dict[str, str]:
-    """The measuring code: wattlife's version and a sha256 over its package's source files."""
-    pkg = Path(__file__).resolve().parents[1]
+#: the package's parts whose code runs inside a measurement and shapes its files: the sampler
+#: and its device backends, the phase markers, `wattlife run` and its guardian, the workloads, the
+#: simulated GPU, the trace/events writers and the merge of a multi-node run. Not in it: how the
+#: command line is built (`launch`, `jobs`: a change there never makes a cell "other code"), the
+#: config's typing (the slice is sealed itself), analysis, figures, checks, the CLI, custody.
+MEASURING_CODE = ("sampler.py", "devices", "markers.py", "instrument.py", "guardian.py", "run",
+                  "workloads", "simgpu_model.py", "contracts", "merge_nodes.py")
+
+
+def code_version(pkg: Path | None = None) -> dict[str, str]:
+    """The measuring code: wattlife's version and a sha256 over the source files of
+    `MEASURING_CODE` (of the package `pkg`, default this one), the part a cell's numbers hang on."""
+    pkg = pkg or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for p in sorted(pkg.rglob("*.py")):
-        h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    return {"wattlife": __version__, "source_sha256": h.hexdigest()[:16]}
+    for part in MEASURING_CODE:
+        root = pkg / part
+        files = sorted(root.rglob("*.py")) if root.is_dir() else [root] if root.is_file() else []
+        for p in files:
+            h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return {"wattlife": __version__, "measuring_sha256": h.hexdigest()[:16]}
 
 
 def file_entry(path: Path) -> dict[str, Any]:
