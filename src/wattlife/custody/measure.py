@@ -8,6 +8,8 @@ e.g. the orphan of a killed controller, is waited for, never run beside), in thi
 2. else a new attempt folder gets the slice (config.json), the launcher's command line (built
    here, from the slice: wattlife.launch) runs with the attempt as its run folder, and on exit 0
    the attempt is sealed (files read-only) and published; otherwise failed.json keeps its reason.
+The command runs in a session of its own; SIGINT / SIGTERM (the user's say) are forwarded to it,
+SIGHUP (the controller's terminal lost) is not: the measurement goes on as an orphan and is adopted.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from .seal import canonical, seal_attempt, slice_hash, verify_files
 log = logging.getLogger("wattlife.measure")
 CELL_ID = re.compile(r"^(?P<workload>[^/]+)/(?P<storage>[^/]+)/ckpt-(?P<checkpoint>[^/]+)"
                      r"/r(?P<repeat>[0-9]+)$")
-FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: what stops a measurement (the user's say: Ctrl-C, Snakemake's or Slurm's SIGTERM), forwarded to
+#: the command's session. SIGHUP (the controller's terminal lost) is not: keep_on_hangup
+FORWARD = (signal.SIGINT, signal.SIGTERM)
 
 
 def cell_keys(cell: str) -> dict[str, str]:
@@ -101,17 +105,19 @@ def _die_with_parent() -> None:
 
 
 def run_command(cmd: str, logfile: Path) -> tuple[int, str | None]:
-    """Run `cmd` (bash) with its output in `logfile`; (exit status, the signal that stopped
-    this process meanwhile, forwarded to the command)."""
+    """Run `cmd` (bash) with its output in `logfile`, in a session of its own (a signal of the
+    controller's terminal never reaches it directly); (exit status, the signal that stopped this
+    process meanwhile, forwarded to the command's process group)."""
     got: list[str] = []
     with open(logfile, "wb") as out:
         proc = subprocess.Popen(["bash", "-c", cmd], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                                start_new_session=True)
 
         def forward(signum: int, _frame: Any) -> None:
             got.append(signal.Signals(signum).name)
             with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signum)
+                os.killpg(proc.pid, signum)
 
         before = {s: signal.signal(s, forward) for s in FORWARD}
         try:
@@ -120,6 +126,22 @@ def run_command(cmd: str, logfile: Path) -> tuple[int, str | None]:
             for s, h in before.items():
                 signal.signal(s, h)
     return (128 - rc if rc < 0 else rc), (got[0] if got else None)
+
+
+def keep_on_hangup(cell: str) -> None:
+    """A lost terminal of the controller (SIGHUP to its process group, this job included) does not
+    stop the measurement: it goes on as an orphan, is sealed and published, and the rerun waits
+    for it and adopts it (one line in the job's log says so). Stopping it is the user's say:
+    SIGTERM / SIGINT (scancel, kill)."""
+    said: list[int] = []
+
+    def on_hup(_signum: int, _frame: Any) -> None:
+        if not said:
+            said.append(1)
+            log.warning("%s: the controller's terminal was lost (SIGHUP): measuring on; a rerun "
+                        "waits for this attempt and adopts its result", cell)
+
+    signal.signal(signal.SIGHUP, on_hup)
 
 
 def measure_new(results: Path, cell: str, slice_doc: dict[str, Any]) -> int:
@@ -158,6 +180,7 @@ def measure_cell(results: str | Path, cell: str, slice_doc: dict[str, Any],
         raise ValueError(f"--pointer {pointer}: the slice's hash is {h} ({pointer_name(h)})")
     if poll_s is None:
         poll_s = 15.0 if os.environ.get("SLURM_JOB_ID") else 1.0
+    keep_on_hangup(cell)
     with cell_lock(attempts_dir(results, cell), poll_s):
         done = adoptable(results, cell, h)
         if done is not None:
