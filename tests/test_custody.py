@@ -294,3 +294,34 @@ def test_the_code_a_seal_names_is_the_measuring_code_only(tmp_path, changed, cou
         fh.write("\n# changed\n")
     assert (code_version(pkg) != before) is counts
     assert before == code_version()  # the copy hashes as the package itself
+
+
+def test_sealing_reads_each_file_once_relink_reads_none_and_readers_still_verify(tmp_path,
+                                                                                monkeypatch):
+    """The seal's cost (issue 39): `measure` hashes each file once (publish trusts the seal it
+    has just written), `relink` compares sizes only, and a reader verifies each cell once, in
+    full: an edit of the same size that relink lets through is refused by the reader."""
+    from wattlife.custody import seal as S
+
+    reads: list[str] = []
+    real = S.file_entry
+    monkeypatch.setattr(S, "file_entry", lambda p: reads.append(Path(p).name) or real(p))
+    a = new_attempt(C.attempts_dir(tmp_path, CELL))
+    (a / "trace.csv").write_text("t_ns,device\n1,gpu0\n")
+    (a / "meta.json").write_text("{}")
+    seal = seal_attempt(a, CELL, SLICE, 1.0, 2.0, 0)
+    assert sorted(reads) == ["meta.json", "trace.csv"]
+    reads.clear()
+    cell = C.cell_dir(tmp_path, CELL)
+    C.publish(tmp_path, a, cell, fresh=seal)
+    assert reads == []
+    (cell / "trace.csv").unlink()
+    C.relink(tmp_path, cell)
+    assert reads == [] and (cell / "trace.csv").exists()
+    assert C.require_sound([cell / "trace.csv", cell / "meta.json"], derived=False) == []
+    assert sorted(reads) == ["meta.json", "trace.csv"]  # the cell verified once, not per file
+    (a / "trace.csv").chmod(0o644)
+    (a / "trace.csv").write_text("t_ns,device\n1,gpu9\n")  # same size, other bytes
+    C.relink(tmp_path, cell)  # sizes match: let through
+    with pytest.raises(ValueError, match="trace.csv: edited or replaced"):
+        C.require_sound([cell / "trace.csv", cell / "meta.json"], derived=False)

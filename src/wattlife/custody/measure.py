@@ -165,7 +165,7 @@ def measure_new(results: Path, cell: str, slice_doc: dict[str, Any]) -> int:
     for rel in seal["files"]:
         p = attempt / rel
         p.chmod(p.stat().st_mode & 0o555)
-    pointer = publish(results, attempt, cell_dir(results, cell))
+    pointer = publish(results, attempt, cell_dir(results, cell), fresh=seal)
     log.info("%s: sealed and published (%s)", cell, pointer)
     return 0
 

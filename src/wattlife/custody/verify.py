@@ -71,11 +71,14 @@ def require_sound(files: list[str | Path], derived: bool = True) -> list[str]:
     against their own seals too. The files outside any sealed cell, used unverified."""
     bad: list[tuple[str, str]] = []
     loose = []
+    cells: dict[Path, list[str]] = {}  # each cell verified once, whatever number of its files
     for f in map(Path, files):
         if is_sealed_cell(f.parent):
-            bad += cell_problems(f.parent, (f.name,) if derived else ())
+            cells.setdefault(f.parent, []).append(f.name)
         else:
             loose.append(str(f))
+    for cell, names in cells.items():
+        bad += cell_problems(cell, tuple(names) if derived else ())
     if bad:
         more = f" (and {len(bad) - 1} more problem(s))" if len(bad) > 1 else ""
         raise ValueError(f"{bad[0][0]}: {bad[0][1]}{more}; refusing to use it")
