@@ -232,6 +232,24 @@ def test_a_second_controller_refuses_naming_the_first_and_a_dead_ones_lock_is_ta
     C.release_controller(tmp_path)
 
 
+def test_a_controller_in_a_slurm_job_is_named_by_its_job_host_and_pid(tmp_path):
+    """The refusal names the first controller's Slurm job, host and pid; it holds while Slurm
+    lists the job, whatever host asks, and is taken over once the job has left the queue."""
+    first = {"job_id": "4242", "host": "login1", "pid": 777, "started": 0.0}
+    lock = C.take_controller(tmp_path, first)
+    second = {"job_id": None, "host": "login2", "pid": 888, "started": 1.0}
+    queued = {"4242"}
+    with pytest.raises(RuntimeError) as err:
+        C.take_controller(tmp_path, second, job_alive=lambda j: j in queued)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(
+        f"{tmp_path}: another controller runs on this results folder: Slurm job 4242 "
+        f"(host login1, pid 777), since 1970-01-01 00:00:00 UTC")
+    queued.clear()  # the first's job has ended (killed with its allocation)
+    assert C.take_controller(tmp_path, second, job_alive=lambda j: j in queued) == lock
+    assert json.loads(lock.read_text())["host"] == "login2"
+
+
 def test_the_waiting_tables_refuse_a_cut_trace_of_a_sealed_cell(tmp_path):
     from wattlife.analysis.waiting_files import write_waiting_tables
 

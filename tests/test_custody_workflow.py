@@ -276,7 +276,16 @@ def test_a_lost_terminal_leaves_the_measurement_to_finish_and_the_rerun_adopts_i
           f"rerun's job: {'waited' if 'waiting for it to end' in log else 'adopted at once'}")
 
 
-def test_a_second_controller_on_the_folder_refuses_naming_the_first(wf):
+@pytest.mark.parametrize("overlap", [False, True], ids=["same-config", "overlapping-config"])
+def test_a_second_controller_on_the_folder_refuses_naming_the_first(wf, overlap):
+    """The second controller, with the same config or one that shares the first's cell (and adds
+    a repeat), refuses at start naming the first (host, pid); the first's measurement is kept."""
+    conf = wf["conf"]
+    if overlap:
+        cfg = yaml.safe_load(yaml.safe_dump(wf["cfg"]))
+        cfg["execution"]["repeats"] = 2
+        conf = wf["tmp"] / "overlapping.yaml"
+        conf.write_text(yaml.safe_dump(cfg))
     first = start(wf, "first")
     measuring = None
     try:
@@ -287,7 +296,7 @@ def test_a_second_controller_on_the_folder_refuses_naming_the_first(wf):
         # finish the whole run first, and a run with nothing to do starts no controller
         os.kill(measuring, signal.SIGSTOP)
         assert snake(wf, "--unlock").returncode == 0  # Snakemake's own lock: gone for all
-        second = snake(wf)
+        second = snake(wf, conf=conf)
         assert second.returncode != 0, second.stdout[-2000:] + second.stderr[-2000:]
         assert (f"another controller runs on this results folder: a process (host "
                 f"{os.uname().nodename}, pid {first.pid})") in second.stdout + second.stderr
