@@ -133,13 +133,13 @@ def test_phases_of_another_publication_are_stale(tmp_path):
 
 def test_a_sealed_attempt_of_the_same_slice_is_adopted_not_measured_again(tmp_path, monkeypatch):
     a = fake_attempt(tmp_path)  # an orphan's: sealed, never published
-    monkeypatch.setattr(M, "measure_new", lambda *_: pytest.fail("measured twice"))
+    monkeypatch.setattr(M, "attempt_new", lambda *_: pytest.fail("measured twice"))
     assert C.measure_cell(tmp_path, CELL, SLICE) == 0
     assert C.published(C.cell_dir(tmp_path, CELL))[1]["attempt"] == a.name
     assert C.retire(tmp_path, CELL) == 1  # the user's say: measure it again
     assert C.published(C.cell_dir(tmp_path, CELL)) is None
     calls = []
-    monkeypatch.setattr(M, "measure_new", lambda *args: calls.append(args) or 0)
+    monkeypatch.setattr(M, "attempt_new", lambda *args: calls.append(args) or 0)
     assert C.measure_cell(tmp_path, CELL, SLICE) == 0 and len(calls) == 1
 
 
@@ -165,7 +165,7 @@ def test_a_live_earlier_attempt_is_waited_for_then_adopted(tmp_path, monkeypatch
     root = C.attempts_dir(tmp_path, CELL)
     release = threading.Event()
     waited = []
-    monkeypatch.setattr(M, "measure_new", lambda *_: pytest.fail("measured twice"))
+    monkeypatch.setattr(M, "attempt_new", lambda *_: pytest.fail("measured twice"))
 
     def orphan():
         with M.cell_lock(root, 0.01):
@@ -278,7 +278,7 @@ def test_an_orphaned_slurm_jobs_cell_is_waited_for_while_squeue_lists_it(tmp_pat
         f"specified' >&2; exit 1; fi\necho RUNNING\n")
     (bin_dir / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(M, "measure_new", lambda *_: pytest.fail("measured beside the orphan"))
+    monkeypatch.setattr(M, "attempt_new", lambda *_: pytest.fail("measured beside the orphan"))
     polls = []
 
     def sleep(_s):  # each poll of the waiting job; the orphan ends at the third
@@ -288,7 +288,7 @@ def test_an_orphaned_slurm_jobs_cell_is_waited_for_while_squeue_lists_it(tmp_pat
             done.touch()
 
     with M.cell_lock(root, 0.0, sleep=sleep):
-        assert M.adoptable(tmp_path, CELL, C.slice_hash(SLICE)) is not None
+        assert M.adoptable(tmp_path, M.cell_target(tmp_path, CELL), C.slice_hash(SLICE)) is not None
     assert len(polls) == 3 and not (root / ".wattlife-run.lock").exists()
 
 

@@ -75,6 +75,15 @@ def _remove_leftovers(cell: Path, old: dict[str, Any] | None, new: dict[str, Any
             p.unlink(missing_ok=True)
 
 
+def _link_all(attempt: Path, cell: Path, seal: dict[str, Any]) -> None:
+    """Every file of the seal linked into `cell`, and its folders made (an empty `work/` too: a
+    rule may declare it)."""
+    for rel in seal.get("dirs", ()):
+        (cell / rel).mkdir(parents=True, exist_ok=True)
+    for rel in seal["files"]:
+        _link(attempt / rel, cell / rel)
+
+
 def publish(results: Path, attempt: Path, cell: Path, fresh: dict[str, Any] | None = None
             ) -> Path:
     """Publish the sealed `attempt` as the result of the cell folder `cell`; its pointer path.
@@ -91,9 +100,9 @@ def publish(results: Path, attempt: Path, cell: Path, fresh: dict[str, Any] | No
     for p in cell.glob(POINTER_GLOB):  # from here until the new pointer: the cell is unpublished
         p.unlink()
     _remove_leftovers(cell, old[1] if old else None, seal)
-    for rel in seal["files"]:
-        _link(attempt / rel, cell / rel)
-    doc = {**seal, "attempt_path": os.path.relpath(attempt, results), "published_at": time.time()}
+    _link_all(attempt, cell, seal)
+    doc = {**seal, "attempt_path": os.path.relpath(attempt, results),
+           "folder": os.path.relpath(cell, results), "published_at": time.time()}
     pointer = cell / pointer_name(seal["slice_hash"])
     write_text(pointer, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     # dated as the attempt's oldest file: never newer than the links made from it (Snakemake's
@@ -120,8 +129,7 @@ def relink(results: Path, cell: Path) -> Path:
         raise RuntimeError(f"{bad[0][0]}: {bad[0][1]}; the published attempt is damaged: "
                            f"re-measure the cell (wattlife retire {results} {doc['cell']})")
     _remove_leftovers(cell, None, doc)
-    for rel in doc["files"]:
-        _link(attempt / rel, cell / rel)
+    _link_all(attempt, cell, doc)
     return pointer
 
 

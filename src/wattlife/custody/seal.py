@@ -88,7 +88,9 @@ def seal_attempt(folder: Path, cell: str, slice_doc: Any, started: float, ended:
     doc = {"seal_version": SEAL_VERSION, "cell": cell, "attempt": folder.name,
            "slice": slice_doc, "slice_hash": slice_hash(slice_doc), "code": code_version(),
            "host": socket.gethostname(), "slurm": slurm_ids(), "started": started,
-           "ended": ended, "exit_code": exit_code, "files": manifest(folder)}
+           "ended": ended, "exit_code": exit_code, "files": manifest(folder),
+           "dirs": sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                          if p.is_dir() and not p.is_symlink())}
     write_text(folder / SEAL_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return doc
 

@@ -10,21 +10,24 @@ from .publish import DERIVED_SUFFIX, published
 from .seal import check_file, verify_files
 
 
-def results_of(cell: Path, cell_id: str) -> Path:
-    """The results folder of a cell folder `<results>/runs/<cell id>`."""
-    return cell.parents[len(Path(cell_id).parts)]
+def results_of(cell: Path, doc: dict) -> Path:
+    """The results folder of a published folder: `folder` in its pointer (relative to the
+    results folder), else a cell folder `<results>/runs/<cell id>`."""
+    rel = doc.get("folder") or Path("runs", doc["cell"]).as_posix()
+    return cell.parents[len(Path(rel).parts) - 1]
 
 
 def _measured(cell: Path, doc: dict) -> list[tuple[str, str]]:
     bad = verify_files(cell, doc["files"])
     if not bad:
         return []
-    results = results_of(cell, doc["cell"])
+    results = results_of(cell, doc)
     attempt = results / doc.get("attempt_path", "")
     intact = attempt.is_dir() and not verify_files(attempt, doc["files"])
+    ident = doc["cell"]
     how = (f"its sealed attempt {attempt} is intact: link it again (wattlife relink {results} "
-           f"{doc['cell']}), then re-attribute") if intact else (
-        f"re-measure the cell (wattlife retire {results} {doc['cell']}, then rerun)")
+           f"{ident}), then re-attribute") if intact else (
+        f"re-measure it (wattlife retire {results} {ident}, then rerun)")
     return [(f, f"{why}; {how}") for f, why in bad]
 
 
