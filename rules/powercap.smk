@@ -44,7 +44,7 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 results=lambda wc: RES,
             shell:
                 # an attempt of its own (wattlife.custody.others): sealed, published into this folder
-                "wattlife attempt --results {params.results:q} --into $(dirname {output.point:q}) --kind pfi-cap"
+                'wattlife attempt --results {params.results:q} --into "$(dirname {output.point:q})" --kind pfi-cap'
                 " --slice {params.slice:q} -- wattlife pfi-sweep --config @ATTEMPT@/config.json"
                 " --cell {wildcards.pcell} --cap {wildcards.cap} -o @ATTEMPT@/curve-point.csv > {log:q} 2>&1"
 

@@ -58,7 +58,7 @@ rule download:
         results=lambda wc: RES,
     shell:
         # an attempt of its own (wattlife.custody.others): sealed, published into this folder
-        "wattlife attempt --results {params.results:q} --into $(dirname {output.record:q}) --kind transfer"
+        'wattlife attempt --results {params.results:q} --into "$(dirname {output.record:q})" --kind transfer'
         " --slice {params.slice:q} -- wattlife run --config @ATTEMPT@/config.json --trace @ATTEMPT@/trace.csv"
         " --events @ATTEMPT@/events.csv --meta @ATTEMPT@/meta.json --run-id download-{wildcards.artefact} --"
         " wattlife fetch {params.args} -o {params.dest:q} --kind {params.kind} --force"
@@ -105,7 +105,7 @@ rule upload:
         results=lambda wc: RES,
     shell:
         # an attempt of its own (wattlife.custody.others): sealed, published into this folder
-        "wattlife attempt --results {params.results:q} --into $(dirname {output.record:q}) --kind transfer"
+        'wattlife attempt --results {params.results:q} --into "$(dirname {output.record:q})" --kind transfer'
         " --slice {params.slice:q} -- wattlife run --config @ATTEMPT@/config.json --trace @ATTEMPT@/trace.csv"
         " --events @ATTEMPT@/events.csv --meta @ATTEMPT@/meta.json --run-id upload --"
         " wattlife upload --from-summary {input.summary:q} {params.to} {params.rate}"
