@@ -343,3 +343,44 @@ def test_sealing_reads_each_file_once_relink_reads_none_and_readers_still_verify
     C.relink(tmp_path, cell)  # sizes match: let through
     with pytest.raises(ValueError, match="trace.csv: edited or replaced"):
         C.require_sound([cell / "trace.csv", cell / "meta.json"], derived=False)
+
+
+def test_a_measurement_stopped_by_sigterm_is_kept_aside_and_sighup_does_not_stop_it(tmp_path,
+                                                                                     monkeypatch):
+    """SIGTERM (the user's say: scancel, kill) reaches the command's session and the attempt is
+    kept aside with the reason; SIGHUP (the controller's terminal lost) is logged, not forwarded:
+    the command finishes and its attempt is sealed and published."""
+    import signal
+    import time
+
+    done = tmp_path / "done"
+    monkeypatch.setattr(M, "cell_command", lambda s, c, a: (
+        f"for i in $(seq 200); do [ -e {done} ] && break; sleep 0.05; done; "
+        f"echo t_ns > {a}/trace.csv"))
+
+    def send(sig, then=None):
+        def go():
+            while not list(C.attempts_dir(tmp_path, CELL).glob("*/run.log")):
+                time.sleep(0.02)
+            time.sleep(0.2)
+            os.kill(os.getpid(), sig)
+            if then:
+                time.sleep(0.3)
+                then.touch()
+        t = threading.Thread(target=go)
+        t.start()
+        return t
+
+    t = send(signal.SIGHUP, then=done)
+    assert C.measure_cell(tmp_path, CELL, SLICE) == 0
+    t.join()
+    (att,) = C.attempts_of(C.attempts_dir(tmp_path, CELL))
+    assert att.state == "sealed" and att.published
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # put back after the job
+    done.unlink()
+    C.retire(tmp_path, CELL)
+    t = send(signal.SIGTERM)
+    assert C.measure_cell(tmp_path, CELL, SLICE) != 0
+    t.join()
+    last = C.attempts_of(C.attempts_dir(tmp_path, CELL))[-1]
+    assert last.state == "failed" and "after SIGTERM" in last.reason and not last.published

@@ -147,7 +147,8 @@ def run_command(cmd: str, logfile: Path | None) -> tuple[int, str | None]:
     return (128 - rc if rc < 0 else rc), (got[0] if got else None)
 
 
-def keep_on_hangup(cell: str) -> None:
+@contextlib.contextmanager
+def keep_on_hangup(ident: str) -> Iterator[None]:
     """A lost terminal of the controller (SIGHUP to its process group, this job included) does not
     stop the measurement: it goes on as an orphan, is sealed and published, and the rerun waits
     for it and adopts it (one line in the job's log says so). Stopping it is the user's say:
@@ -158,9 +159,13 @@ def keep_on_hangup(cell: str) -> None:
         if not said:
             said.append(1)
             log.warning("%s: the controller's terminal was lost (SIGHUP): measuring on; a rerun "
-                        "waits for this attempt and adopts its result", cell)
+                        "waits for this attempt and adopts its result", ident)
 
-    signal.signal(signal.SIGHUP, on_hup)
+    before = signal.signal(signal.SIGHUP, on_hup)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def attempt_new(results: Path, t: Target, slice_doc: dict[str, Any],
@@ -203,8 +208,7 @@ def under_custody(results: Path, t: Target, slice_doc: dict[str, Any],
     measure a new attempt; the exit status."""
     if poll_s is None:
         poll_s = 15.0 if os.environ.get("SLURM_JOB_ID") else 1.0
-    keep_on_hangup(t.ident)
-    with cell_lock(t.attempts, poll_s):
+    with keep_on_hangup(t.ident), cell_lock(t.attempts, poll_s):
         done = adoptable(results, t, slice_hash(slice_doc))
         if done is not None:
             log.info("%s: adopted the sealed result of this slice (%s); nothing measured",
