@@ -211,16 +211,17 @@ class Terminal:
     foreground group). `hang_up` closes the master, as a lost connection does: the kernel sends
     SIGHUP to the controller, and, once it has exited, to its whole process group."""
 
-    def __init__(self, wf, name: str) -> None:
+    def __init__(self, wf, name: str, argv: list[str] | None = None) -> None:
         master, slave = os.openpty()
 
         def own_terminal() -> None:
             os.setsid()
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
+        argv = argv or ["--profile", "profiles/local", "--configfile", str(wf["conf"]), "--",
+                        wf["target"]]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--configfile",
-             str(wf["conf"]), "--", wf["target"]], cwd=wf["wf"], env=wf["env"], stdin=slave,
+            [sys.executable, "-m", "snakemake", *argv], cwd=wf["wf"], env=wf["env"], stdin=slave,
             stdout=slave, stderr=slave, preexec_fn=own_terminal)
         os.close(slave)
         self.master, self.log, self.stop = master, wf["tmp"] / f"{name}.log", threading.Event()
