@@ -353,9 +353,9 @@ def test_a_measurement_stopped_by_sigterm_is_kept_aside_and_sighup_does_not_stop
     import signal
     import time
 
-    done = tmp_path / "done"
+    done, me = tmp_path / "done", os.getpid()
     monkeypatch.setattr(M, "cell_command", lambda s, c, a: (
-        f"for i in $(seq 200); do [ -e {done} ] && break; sleep 0.05; done; "
+        f"for i in $(seq 6000); do [ -e {done} ] && break; sleep 0.05; done; "
         f"echo t_ns > {a}/trace.csv"))
 
     def send(sig, then=None):
@@ -363,7 +363,7 @@ def test_a_measurement_stopped_by_sigterm_is_kept_aside_and_sighup_does_not_stop
             while not list(C.attempts_dir(tmp_path, CELL).glob("*/run.log")):
                 time.sleep(0.02)
             time.sleep(0.2)
-            os.kill(os.getpid(), sig)
+            os.kill(me, sig)  # this process: the job (`wattlife measure`) itself
             if then:
                 time.sleep(0.3)
                 then.touch()
