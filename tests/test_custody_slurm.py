@@ -83,7 +83,8 @@ def test_a_killed_slurm_controller_then_rerun_measures_the_cell_once(swf, readme
     again = slurm_snake(wf, "-n", timeout=300)
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
     new_jobs = re.findall(r"SLURM jobid (\d+)", rerun.stdout + rerun.stderr)
-    print(f"{'README' if readme else 'naive'} recovery on Slurm: measured {len(attempts)} (job "
+    how = ("lost terminal, " if lost else "") + ("README" if readme else "naive")
+    print(f"{how} recovery on Slurm: measured {len(attempts)} (job "
           f"{orphan[0]}), published 1, spares 0, rerun's Slurm jobs {new_jobs}")
     W.wait_for(lambda: not subprocess.run(["squeue", "-h", "-j", orphan[0]], capture_output=True,
                                         text=True).stdout.strip(), "the orphan to leave", 300)
