@@ -41,9 +41,12 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 runtime=J.pfi_runtime_min(PFI_MATRIX.duration_s),
             params:
                 slice=slice_of(lambda wc: J.pfi_cap_slice(config, wc.pcell, float(wc.cap))),
+                results=lambda wc: RES,
             shell:
-                "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife pfi-sweep --config {output.config:q} --cell {wildcards.pcell}"
-                " --cap {wildcards.cap} -o {output.point:q} > {log:q} 2>&1"
+                # an attempt of its own (wattlife.custody.others): sealed, published into this folder
+                'wattlife attempt --results {params.results:q} --into "$(dirname {output.point:q})" --kind pfi-cap'
+                " --slice {params.slice:q} -- wattlife pfi-sweep --config @ATTEMPT@/config.json"
+                " --cell {wildcards.pcell} --cap {wildcards.cap} -o @ATTEMPT@/curve-point.csv > {log:q} 2>&1"
 
     rule pfi_curve:
         input:

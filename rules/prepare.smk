@@ -55,12 +55,15 @@ rule download:
         kind=lambda wc: CATALOGUE[wc.artefact]["kind"],
         dest=lambda wc: os.path.join(CFG.storage["shared"], "downloads", wc.artefact),
         at_once=TRANSFERS_AT_ONCE or 0,
+        results=lambda wc: RES,
     shell:
-        "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife run --config {output.config:q} --trace {output.trace:q}"
-        " --events {output.events:q} --meta {output.meta:q} --run-id download-{wildcards.artefact} --"
+        # an attempt of its own (wattlife.custody.others): sealed, published into this folder
+        'wattlife attempt --results {params.results:q} --into "$(dirname {output.record:q})" --kind transfer'
+        " --slice {params.slice:q} -- wattlife run --config @ATTEMPT@/config.json --trace @ATTEMPT@/trace.csv"
+        " --events @ATTEMPT@/events.csv --meta @ATTEMPT@/meta.json --run-id download-{wildcards.artefact} --"
         " wattlife fetch {params.args} -o {params.dest:q} --kind {params.kind} --force"
         " --name {wildcards.artefact} --transfers-at-once {params.at_once}"
-        " --record {output.record:q} > {log:q} 2>&1"
+        " --record @ATTEMPT@/record.json > {log:q} 2>&1"
 
 
 LOOPBACK_PUT = PREP.upload_to == "loopback-put"
@@ -99,11 +102,14 @@ rule upload:
             else ""
         ),
         at_once=TRANSFERS_AT_ONCE or 0,
+        results=lambda wc: RES,
     shell:
-        "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife run --config {output.config:q} --trace {output.trace:q}"
-        " --events {output.events:q} --meta {output.meta:q} --run-id upload --"
+        # an attempt of its own (wattlife.custody.others): sealed, published into this folder
+        'wattlife attempt --results {params.results:q} --into "$(dirname {output.record:q})" --kind transfer'
+        " --slice {params.slice:q} -- wattlife run --config @ATTEMPT@/config.json --trace @ATTEMPT@/trace.csv"
+        " --events @ATTEMPT@/events.csv --meta @ATTEMPT@/meta.json --run-id upload --"
         " wattlife upload --from-summary {input.summary:q} {params.to} {params.rate}"
-        " --name model-upload --transfers-at-once {params.at_once} --record {output.record:q} > {log:q} 2>&1"
+        " --name model-upload --transfers-at-once {params.at_once} --record @ATTEMPT@/record.json > {log:q} 2>&1"
 
 
 rule check_transfer:
@@ -136,6 +142,7 @@ rule attribute_transfer:
         response=sensor_response_file(),
     output:
         phases=f"{XFER}/phases.csv",
+        seal=f"{XFER}/phases.csv.seal.json",  # the published attempt it comes from (custody)
         response=estimated_response(f"{XFER}/phases.csv"),
     log:
         f"{XFER}/attribute.log",
@@ -148,6 +155,7 @@ rule attribute_transfer:
     shell:
         "wattlife attribute --trace {input.trace:q} --events {input.events:q} -o {output.phases:q}"
         " --idle-split {params.options} > {log:q} 2>&1"
+        " && wattlife seal-derived {output.phases:q} >> {log:q} 2>&1"
 
 
 rule prepare_tables:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -132,13 +133,13 @@ def test_phases_of_another_publication_are_stale(tmp_path):
 
 def test_a_sealed_attempt_of_the_same_slice_is_adopted_not_measured_again(tmp_path, monkeypatch):
     a = fake_attempt(tmp_path)  # an orphan's: sealed, never published
-    monkeypatch.setattr(M, "measure_new", lambda *_: pytest.fail("measured twice"))
+    monkeypatch.setattr(M, "attempt_new", lambda *_: pytest.fail("measured twice"))
     assert C.measure_cell(tmp_path, CELL, SLICE) == 0
     assert C.published(C.cell_dir(tmp_path, CELL))[1]["attempt"] == a.name
     assert C.retire(tmp_path, CELL) == 1  # the user's say: measure it again
     assert C.published(C.cell_dir(tmp_path, CELL)) is None
     calls = []
-    monkeypatch.setattr(M, "measure_new", lambda *args: calls.append(args) or 0)
+    monkeypatch.setattr(M, "attempt_new", lambda *args: calls.append(args) or 0)
     assert C.measure_cell(tmp_path, CELL, SLICE) == 0 and len(calls) == 1
 
 
@@ -164,7 +165,7 @@ def test_a_live_earlier_attempt_is_waited_for_then_adopted(tmp_path, monkeypatch
     root = C.attempts_dir(tmp_path, CELL)
     release = threading.Event()
     waited = []
-    monkeypatch.setattr(M, "measure_new", lambda *_: pytest.fail("measured twice"))
+    monkeypatch.setattr(M, "attempt_new", lambda *_: pytest.fail("measured twice"))
 
     def orphan():
         with M.cell_lock(root, 0.01):
@@ -200,7 +201,7 @@ def fake_foreign_lock(root, release, waited):
 
 
 def test_cell_states_name_current_stale_other_code_damaged_missing_unsealed(tmp_path):
-    code = code_version()["source_sha256"]
+    code = code_version()["measuring_sha256"]
     assert cell_state(tmp_path, CELL, SLICE, code)["state"] == "missing"
     new_attempt(C.attempts_dir(tmp_path, CELL))  # in flight or killed: nothing sealed
     assert cell_state(tmp_path, CELL, SLICE, code)["state"] == "unsealed"
@@ -231,6 +232,24 @@ def test_a_second_controller_refuses_naming_the_first_and_a_dead_ones_lock_is_ta
     C.release_controller(tmp_path)
 
 
+def test_a_controller_in_a_slurm_job_is_named_by_its_job_host_and_pid(tmp_path):
+    """The refusal names the first controller's Slurm job, host and pid; it holds while Slurm
+    lists the job, whatever host asks, and is taken over once the job has left the queue."""
+    first = {"job_id": "4242", "host": "login1", "pid": 777, "started": 0.0}
+    lock = C.take_controller(tmp_path, first)
+    second = {"job_id": None, "host": "login2", "pid": 888, "started": 1.0}
+    queued = {"4242"}
+    with pytest.raises(RuntimeError) as err:
+        C.take_controller(tmp_path, second, job_alive=lambda j: j in queued)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(
+        f"{tmp_path}: another controller runs on this results folder: Slurm job 4242 "
+        f"(host login1, pid 777), since 1970-01-01 00:00:00 UTC")
+    queued.clear()  # the first's job has ended (killed with its allocation)
+    assert C.take_controller(tmp_path, second, job_alive=lambda j: j in queued) == lock
+    assert json.loads(lock.read_text())["host"] == "login2"
+
+
 def test_the_waiting_tables_refuse_a_cut_trace_of_a_sealed_cell(tmp_path):
     from wattlife.analysis.waiting_files import write_waiting_tables
 
@@ -259,7 +278,7 @@ def test_an_orphaned_slurm_jobs_cell_is_waited_for_while_squeue_lists_it(tmp_pat
         f"specified' >&2; exit 1; fi\necho RUNNING\n")
     (bin_dir / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(M, "measure_new", lambda *_: pytest.fail("measured beside the orphan"))
+    monkeypatch.setattr(M, "attempt_new", lambda *_: pytest.fail("measured beside the orphan"))
     polls = []
 
     def sleep(_s):  # each poll of the waiting job; the orphan ends at the third
@@ -269,5 +288,99 @@ def test_an_orphaned_slurm_jobs_cell_is_waited_for_while_squeue_lists_it(tmp_pat
             done.touch()
 
     with M.cell_lock(root, 0.0, sleep=sleep):
-        assert M.adoptable(tmp_path, CELL, C.slice_hash(SLICE)) is not None
+        assert M.adoptable(tmp_path, M.cell_target(tmp_path, CELL), C.slice_hash(SLICE)) is not None
     assert len(polls) == 3 and not (root / ".wattlife-run.lock").exists()
+
+
+@pytest.mark.parametrize("changed, counts", [
+    ("sampler.py", True), ("devices/nvml.py", True), ("workloads/training_loop.py", True),
+    ("run/process.py", True), ("launch.py", False), ("jobs.py", False),
+    ("analysis/aggregate.py", False), ("cli/custody.py", False), ("figures/__init__.py", False)])
+def test_the_code_a_seal_names_is_the_measuring_code_only(tmp_path, changed, counts):
+    """A change in how the command line is built (launch, jobs), in analysis or in the CLI never
+    makes a cell "measured by other code"; a change in the sampler, a device, a workload or
+    `wattlife run` does."""
+    import wattlife
+    from wattlife.custody.seal import MEASURING_CODE
+
+    src = Path(wattlife.__file__).parent
+    assert all((src / part).exists() for part in MEASURING_CODE)  # a renamed part is not lost
+    pkg = tmp_path / "wattlife"
+    shutil.copytree(src, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    before = code_version(pkg)
+    with open(pkg / changed, "a") as fh:
+        fh.write("\n# changed\n")
+    assert (code_version(pkg) != before) is counts
+    assert before == code_version()  # the copy hashes as the package itself
+
+
+def test_sealing_reads_each_file_once_relink_reads_none_and_readers_still_verify(tmp_path,
+                                                                                monkeypatch):
+    """The seal's cost (issue 39): `measure` hashes each file once (publish trusts the seal it
+    has just written), `relink` compares sizes only, and a reader verifies each cell once, in
+    full: an edit of the same size that relink lets through is refused by the reader."""
+    from wattlife.custody import seal as S
+
+    reads: list[str] = []
+    real = S.file_entry
+    monkeypatch.setattr(S, "file_entry", lambda p: reads.append(Path(p).name) or real(p))
+    a = new_attempt(C.attempts_dir(tmp_path, CELL))
+    (a / "trace.csv").write_text("t_ns,device\n1,gpu0\n")
+    (a / "meta.json").write_text("{}")
+    seal = seal_attempt(a, CELL, SLICE, 1.0, 2.0, 0)
+    assert sorted(reads) == ["meta.json", "trace.csv"]
+    reads.clear()
+    cell = C.cell_dir(tmp_path, CELL)
+    C.publish(tmp_path, a, cell, fresh=seal)
+    assert reads == []
+    (cell / "trace.csv").unlink()
+    C.relink(tmp_path, cell)
+    assert reads == [] and (cell / "trace.csv").exists()
+    assert C.require_sound([cell / "trace.csv", cell / "meta.json"], derived=False) == []
+    assert sorted(reads) == ["meta.json", "trace.csv"]  # the cell verified once, not per file
+    (a / "trace.csv").chmod(0o644)
+    (a / "trace.csv").write_text("t_ns,device\n1,gpu9\n")  # same size, other bytes
+    C.relink(tmp_path, cell)  # sizes match: let through
+    with pytest.raises(ValueError, match="trace.csv: edited or replaced"):
+        C.require_sound([cell / "trace.csv", cell / "meta.json"], derived=False)
+
+
+def test_a_measurement_stopped_by_sigterm_is_kept_aside_and_sighup_does_not_stop_it(tmp_path,
+                                                                                     monkeypatch):
+    """SIGTERM (the user's say: scancel, kill) reaches the command's session and the attempt is
+    kept aside with the reason; SIGHUP (the controller's terminal lost) is logged, not forwarded:
+    the command finishes and its attempt is sealed and published."""
+    import signal
+    import time
+
+    done, me = tmp_path / "done", os.getpid()
+    monkeypatch.setattr(M, "cell_command", lambda s, c, a: (
+        f"for i in $(seq 6000); do [ -e {done} ] && break; sleep 0.05; done; "
+        f"echo t_ns > {a}/trace.csv"))
+
+    def send(sig, then=None):
+        def go():
+            while not list(C.attempts_dir(tmp_path, CELL).glob("*/run.log")):
+                time.sleep(0.02)
+            time.sleep(0.2)
+            os.kill(me, sig)  # this process: the job (`wattlife measure`) itself
+            if then:
+                time.sleep(0.3)
+                then.touch()
+        t = threading.Thread(target=go)
+        t.start()
+        return t
+
+    t = send(signal.SIGHUP, then=done)
+    assert C.measure_cell(tmp_path, CELL, SLICE) == 0
+    t.join()
+    (att,) = C.attempts_of(C.attempts_dir(tmp_path, CELL))
+    assert att.state == "sealed" and att.published
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # put back after the job
+    done.unlink()
+    C.retire(tmp_path, CELL)
+    t = send(signal.SIGTERM)
+    assert C.measure_cell(tmp_path, CELL, SLICE) != 0
+    t.join()
+    last = C.attempts_of(C.attempts_dir(tmp_path, CELL))[-1]
+    assert last.state == "failed" and "after SIGTERM" in last.reason and not last.published

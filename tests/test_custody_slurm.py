@@ -1,9 +1,9 @@
 """Custody of a measurement on the CI Slurm (issue 39; `.ci/slurm-up.sh` starts it): the controller
-(`--profile profiles/slurm`, a copy of the workflow in a temporary folder) is SIGKILLed while its
-cell's Slurm job measures; the job carries on as an orphan. With the README's recovery
-(`wattlife slurm-orphans --wait`, `--unlock`, rerun) and with the naive one (`--unlock`, rerun at
-once): the cell is measured once, by the orphan, its result published and adopted, the tables
-count it once, and nothing is left to do."""
+(`--profile profiles/slurm`, a copy of the workflow in a temporary folder) is SIGKILLed, or its
+terminal is lost, while its cell's Slurm job measures; the job carries on as an orphan. With the
+README's recovery (`wattlife slurm-orphans --wait`, `--unlock`, rerun) and with the naive one
+(`--unlock`, rerun at once): the cell is measured once, by the orphan, its result published and
+adopted, the tables count it once, and nothing is left to do."""
 
 from __future__ import annotations
 
@@ -39,20 +39,31 @@ def slurm_snake(wf, *args, timeout=1500):
                           timeout=timeout)
 
 
-@pytest.mark.parametrize("readme", [True, False], ids=["slurm-orphans-wait", "naive"])
-def test_a_killed_slurm_controller_then_rerun_measures_the_cell_once(swf, readme):
+@pytest.mark.parametrize("readme, lost", [(True, False), (False, False), (False, True)],
+                         ids=["slurm-orphans-wait", "naive", "lost-terminal-naive"])
+def test_a_killed_slurm_controller_then_rerun_measures_the_cell_once(swf, readme, lost):
+    """SIGKILL of the controller, or its terminal lost (a real pty hung up: SIGHUP to it and its
+    process group)."""
     wf = swf
-    log = open(wf["tmp"] / "first.log", "w")
-    first = subprocess.Popen([sys.executable, "-m", "snakemake", *SITE, "--configfile",
-                              str(wf["conf"]), "--", str(wf["cell"] / "phases.csv")],
-                             cwd=wf["wf"], env=wf["env"], stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    argv = [*SITE, "--configfile", str(wf["conf"]), "--", str(wf["cell"] / "phases.csv")]
+    term = W.Terminal(wf, "first", argv) if lost else None
+    if term is None:
+        log = open(wf["tmp"] / "first.log", "w")
+    first = term.proc if term else subprocess.Popen(
+        [sys.executable, "-m", "snakemake", *argv], cwd=wf["wf"], env=wf["env"], stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
     try:
         W.wait_for(lambda: W.in_flight(wf) or first.poll() is not None, "the cell's Slurm job", 900)
         assert first.poll() is None, (wf["tmp"] / "first.log").read_text()[-3000:]
-        os.kill(first.pid, signal.SIGKILL)  # the controller only: its Slurm job carries on
-        first.wait(60)
+        if term:
+            term.hang_up()
+            assert first.wait(60) == -signal.SIGHUP
+        else:
+            os.kill(first.pid, signal.SIGKILL)  # the controller only: its Slurm job carries on
+            first.wait(60)
     finally:
+        if term:
+            term.hang_up()
         if first.poll() is None:
             first.kill()
             first.wait()
@@ -72,7 +83,8 @@ def test_a_killed_slurm_controller_then_rerun_measures_the_cell_once(swf, readme
     again = slurm_snake(wf, "-n", timeout=300)
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
     new_jobs = re.findall(r"SLURM jobid (\d+)", rerun.stdout + rerun.stderr)
-    print(f"{'README' if readme else 'naive'} recovery on Slurm: measured {len(attempts)} (job "
+    how = ("lost terminal, " if lost else "") + ("README" if readme else "naive")
+    print(f"{how} recovery on Slurm: measured {len(attempts)} (job "
           f"{orphan[0]}), published 1, spares 0, rerun's Slurm jobs {new_jobs}")
     W.wait_for(lambda: not subprocess.run(["squeue", "-h", "-j", orphan[0]], capture_output=True,
                                         text=True).stdout.strip(), "the orphan to leave", 300)

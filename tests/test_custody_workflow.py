@@ -1,10 +1,12 @@
 """Custody of a measurement through the workflow (issue 39), local profile, on a copy of the
 workflow in a temporary folder (nothing is written into the checkout): one tiny CPU cell.
 
-- a controller killed (SIGKILL, SIGTERM, SIGHUP: a lost terminal) while its cell measures, then the
+- a controller killed (SIGKILL, SIGTERM, SIGHUP to it alone) while its cell measures, then the
   README's recovery (`--unlock`, rerun) while the orphan still measures: the rerun waits for the
   orphan and adopts its result; one attempt measured, one published, the tables count one run;
   the recovered cell is up to date by its seal (nothing reruns), a changed slice reruns it;
+- a lost terminal (a real pty hung up: SIGHUP to the controller and its process group, the
+  measuring job included): the measurement goes on as an orphan, the naive rerun adopts it;
 - two controllers on one results folder (the second after `--unlock`): the second refuses at
   start naming the first, the first's measurement is untouched;
 - a cut or edited phases.csv / trace.csv: the tables refuse it, naming it and its remedy;
@@ -13,12 +15,16 @@ workflow in a temporary folder (nothing is written into the checkout): one tiny 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import termios
+import threading
 import time
 from pathlib import Path
 
@@ -131,7 +137,7 @@ def dry_jobs(wf, conf=None) -> str:
 @pytest.mark.parametrize("sig, wait_orphan", [
     (signal.SIGKILL, False), (signal.SIGKILL, True), (signal.SIGTERM, False),
     (signal.SIGHUP, False)], ids=["SIGKILL", "SIGKILL-orphan-awaited", "SIGTERM",
-                                  "SIGHUP-lost-terminal"])
+                                  "SIGHUP-to-the-controller-alone"])
 def test_a_killed_controller_then_unlock_and_rerun_measures_the_cell_once(wf, sig, wait_orphan):
     """The README's recovery (`--unlock`, rerun), while the orphan still measures or (as on
     Slurm after `wattlife slurm-orphans --wait`) once it has ended."""
@@ -199,7 +205,88 @@ def slice_of(wf) -> dict:
     return cell_slice(load_config(wf["conf"]), "resnet", "local", "off", 1)
 
 
-def test_a_second_controller_on_the_folder_refuses_naming_the_first(wf):
+class Terminal:
+    """A controller on a terminal of its own, as on an ssh login: a pty whose slave is its
+    controlling terminal (it leads its session; its jobs are in its process group, the terminal's
+    foreground group). `hang_up` closes the master, as a lost connection does: the kernel sends
+    SIGHUP to the controller, and, once it has exited, to its whole process group."""
+
+    def __init__(self, wf, name: str, argv: list[str] | None = None) -> None:
+        master, slave = os.openpty()
+
+        def own_terminal() -> None:
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        argv = argv or ["--profile", "profiles/local", "--configfile", str(wf["conf"]), "--",
+                        wf["target"]]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "snakemake", *argv], cwd=wf["wf"], env=wf["env"], stdin=slave,
+            stdout=slave, stderr=slave, preexec_fn=own_terminal)
+        os.close(slave)
+        self.master, self.log, self.stop = master, wf["tmp"] / f"{name}.log", threading.Event()
+        self.reader = threading.Thread(target=self._drain)
+        self.reader.start()
+
+    def _drain(self) -> None:
+        """Read the terminal (a full pty would block the controller) until told to hang up."""
+        with open(self.log, "wb") as out:
+            while not self.stop.is_set():
+                if select.select([self.master], [], [], 0.2)[0]:
+                    try:
+                        out.write(os.read(self.master, 65536))
+                    except OSError:  # the controller has gone
+                        break
+        os.close(self.master)
+
+    def hang_up(self) -> None:
+        self.stop.set()
+        self.reader.join()
+
+
+def test_a_lost_terminal_leaves_the_measurement_to_finish_and_the_rerun_adopts_it(wf):
+    """The controller's terminal is lost (a real pty hung up, not a signal sent by hand) while
+    its cell measures; then the naive recovery (`--unlock`, rerun) at once: the orphaned
+    measurement goes on, is sealed and published, the rerun's job waits for it and adopts it.
+    One attempt, measured once; the tables count one run."""
+    term = Terminal(wf, "first")
+    try:
+        wait_for(lambda: in_flight(wf) or term.proc.poll() is not None, "the cell's measurement")
+        orphan = lock_pid(wf)
+        assert orphan and term.proc.poll() is None
+        assert os.getpgid(orphan) == term.proc.pid  # the terminal's SIGHUP reaches the job
+        term.hang_up()
+        assert term.proc.wait(300) == -signal.SIGHUP  # Snakemake itself dies of it
+    finally:
+        term.hang_up()
+        if term.proc.poll() is None:
+            term.proc.kill()
+            term.proc.wait()
+    try:
+        assert snake(wf, "--unlock").returncode == 0
+        rerun = snake(wf)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+    finally:
+        wait_for(lambda: not alive(orphan), "the orphan to end", 300)
+    log = (wf["cell"] / f"execute-{C.slice_hash(slice_of(wf))}.log").read_text()
+    attempts = C.attempts_of(C.attempts_dir(wf["res"], CELL))
+    assert len(attempts) == 1 and attempts[0].state == "sealed" and attempts[0].published, attempts
+    assert tables_count(wf) == 1 and cells_state(wf) == "current"
+    assert "Nothing to be done" in dry_jobs(wf)
+    print(f"lost terminal: measured {len(attempts)}, published 1, spares 0, tables count 1; "
+          f"rerun's job: {'waited' if 'waiting for it to end' in log else 'adopted at once'}")
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["same-config", "overlapping-config"])
+def test_a_second_controller_on_the_folder_refuses_naming_the_first(wf, overlap):
+    """The second controller, with the same config or one that shares the first's cell (and adds
+    a repeat), refuses at start naming the first (host, pid); the first's measurement is kept."""
+    conf = wf["conf"]
+    if overlap:
+        cfg = yaml.safe_load(yaml.safe_dump(wf["cfg"]))
+        cfg["execution"]["repeats"] = 2
+        conf = wf["tmp"] / "overlapping.yaml"
+        conf.write_text(yaml.safe_dump(cfg))
     first = start(wf, "first")
     measuring = None
     try:
@@ -210,7 +297,7 @@ def test_a_second_controller_on_the_folder_refuses_naming_the_first(wf):
         # finish the whole run first, and a run with nothing to do starts no controller
         os.kill(measuring, signal.SIGSTOP)
         assert snake(wf, "--unlock").returncode == 0  # Snakemake's own lock: gone for all
-        second = snake(wf)
+        second = snake(wf, conf=conf)
         assert second.returncode != 0, second.stdout[-2000:] + second.stderr[-2000:]
         assert (f"another controller runs on this results folder: a process (host "
                 f"{os.uname().nodename}, pid {first.pid})") in second.stdout + second.stderr

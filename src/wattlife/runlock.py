@@ -34,7 +34,7 @@ def owner_here() -> dict[str, Any]:
             "pid": os.getpid(), "started": time.time()}
 
 
-def _slurm_job_alive(job_id: str, run: Callable[..., Any] = subprocess.run) -> bool:
+def slurm_job_alive(job_id: str, run: Callable[..., Any] = subprocess.run) -> bool:
     """Whether Slurm still has the job queued or running (unknown: alive, the safe answer)."""
     try:
         p = run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
@@ -57,7 +57,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def holder_alive(doc: dict[str, Any], me: dict[str, Any],
-                 job_alive: Callable[[str], bool] = _slurm_job_alive) -> bool:
+                 job_alive: Callable[[str], bool] = slurm_job_alive) -> bool:
     """Whether the lock's holder `doc` may still be running (seen by `me`)."""
     if doc.get("job_id"):
         return job_alive(str(doc["job_id"]))
@@ -86,7 +86,7 @@ def take_file(lock: Path, me: dict[str, Any]) -> bool:
 
 @contextmanager
 def run_folder_lock(folder: str | Path,
-                    job_alive: Callable[[str], bool] = _slurm_job_alive) -> Iterator[Path]:
+                    job_alive: Callable[[str], bool] = slurm_job_alive) -> Iterator[Path]:
     """Hold `folder`'s run lock while the body runs; RuntimeError if another live job holds it.
     Processes of one Slurm job (the nodes of a multi-node job) share it."""
     folder = Path(folder)

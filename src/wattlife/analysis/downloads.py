@@ -203,11 +203,15 @@ def prepare_tables_files(catalogue: list[dict[str, Any]], users_per_artefact: fl
     `<cell>/meta.json`, two folders above the summary), write the tables into `out`; their paths.
     No phase summary file: no staging break-even table."""
     from ..contracts import PHASES_COLUMNS, read_meta, read_table, write_csv
+    from ..custody import require_sound
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    recs = read_records(records)
     phase_files = phases or [Path(r).with_name("phases.csv") for r in records]
+    # transfers and cells under custody: as sealed (a transfer's phases.csv against its own seal)
+    require_sound(list(records), derived=False)
+    require_sound(list(phase_files))
+    recs = read_records(records)
     if len(phase_files) != len(recs):
         raise ValueError(f"--phases: {len(phase_files)} files for {len(recs)} --records")
     summary = summaries = cells = None
@@ -218,6 +222,7 @@ def prepare_tables_files(catalogue: list[dict[str, Any]], users_per_artefact: fl
         if len(metas) != len(cell_summaries):
             raise ValueError(f"--cell-metas: {len(metas)} files for {len(cell_summaries)} "
                              "--cell-summaries")
+        require_sound(list(metas), derived=False)  # each cell whole: its work/summary.json too
         cells = [read_meta(m).cell or {} for m in metas]
         summaries = [json.loads(Path(f).read_text()) for f in cell_summaries]
     tables = prepare_tables(recs, [read_table(Path(p), PHASES_COLUMNS) for p in phase_files],

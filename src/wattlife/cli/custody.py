@@ -1,4 +1,5 @@
 """`wattlife` commands of a measurement's custody: measure (one cell, as a sealed attempt),
+attempt (a PFI cap or a transfer, likewise),
 cells (each cell's state), retire (measure again), relink (a cell's files again from its
 attempt), seal-derived (a derived file's seal)."""
 
@@ -29,6 +30,18 @@ def cmd_measure(a: argparse.Namespace) -> int:
     return measure_cell(a.results, a.cell, slice_doc, pointer=a.pointer, poll_s=a.poll_s)
 
 
+def cmd_attempt(a: argparse.Namespace) -> int:
+    from ..custody import attempt_job
+
+    _log_to_stderr()
+    try:
+        slice_doc = json.loads(a.slice)
+    except ValueError as exc:
+        raise ValueError(f"--slice: expected the job's config slice as JSON ({exc})") from None
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    return attempt_job(a.results, a.into, a.kind, slice_doc, cmd, poll_s=a.poll_s)
+
+
 def cmd_cells(a: argparse.Namespace) -> int:
     from ..config import load_config
     from ..custody import cell_states, format_states
@@ -40,29 +53,36 @@ def cmd_cells(a: argparse.Namespace) -> int:
 
 
 def cmd_retire(a: argparse.Namespace) -> int:
-    from ..custody import retire
+    from ..custody import folders_of, retire
 
     for cell in a.cells:
         n = retire(Path(a.results), cell)
-        trace = Path(a.results) / "runs" / cell / "trace.csv"
+        trace = folders_of(Path(a.results), cell)[1] / "trace.csv"
         print(f"{cell}: {n} sealed attempt(s) retired (kept); measure it again with: snakemake "
               f"... --forcerun {trace}")
     return 0
 
 
 def cmd_relink(a: argparse.Namespace) -> int:
-    from ..custody import cell_dir, relink
+    from ..custody import folders_of, relink
 
     for cell in a.cells:
-        pointer = relink(Path(a.results), cell_dir(Path(a.results), cell))
+        pointer = relink(Path(a.results), folders_of(Path(a.results), cell)[1])
         print(f"{cell}: linked again from the attempt of {pointer}")
     return 0
 
 
 def cmd_seal_derived(a: argparse.Namespace) -> int:
-    from ..custody import seal_derived
+    from ..custody import published, seal_derived
 
-    print(seal_derived(Path(a.file), Path(a.pointer)))
+    pointer = Path(a.pointer) if a.pointer else None
+    if pointer is None:
+        pub = published(Path(a.file).parent)
+        if pub is None:
+            raise ValueError(f"{a.file}: no published seal (sealed-*.json) beside it; give "
+                             "--pointer")
+        pointer = pub[0]
+    print(seal_derived(Path(a.file), pointer))
     return 0
 
 
@@ -79,6 +99,22 @@ def add_parsers(sub: Any) -> None:
     m.add_argument("--poll-s", type=float, default=None,
                    help="seconds between looks at a live earlier attempt (default: 1, 15 in Slurm)")
     m.set_defaults(fn=cmd_measure)
+    j = sub.add_parser("attempt", help="run a PFI cap or a transfer as a sealed attempt",
+                       description="A measuring job other than a training cell: waits for a live "
+                                   "earlier attempt of it, adopts a sealed result of the same "
+                                   "slice, else runs CMD in a new attempt folder (@ATTEMPT@ in "
+                                   "CMD), seals it and publishes it into --into.")
+    j.add_argument("--results", required=True, help="the results folder")
+    j.add_argument("--into", required=True, help="the job's folder under the results folder, "
+                                                 "where its declared outputs lie")
+    j.add_argument("--kind", required=True, choices=["pfi-cap", "transfer"],
+                   help="pfi-cap: a point recording a failure is measured again, not adopted")
+    j.add_argument("--slice", required=True, help="the job's config slice (JSON)")
+    j.add_argument("--poll-s", type=float, default=None,
+                   help="seconds between looks at a live earlier attempt (default: 1, 15 in Slurm)")
+    j.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...] (@ATTEMPT@: the "
+                                                         "attempt folder)")
+    j.set_defaults(fn=cmd_attempt)
     c = sub.add_parser("cells", help="each cell's state: current, stale, other-code, damaged, "
                                      "missing, unsealed",
                        description="For a results folder and the config: which cells are current "
@@ -95,11 +131,14 @@ def add_parsers(sub: Any) -> None:
         r = sub.add_parser(name, help=what.split(":")[0], description=what)
         r.add_argument("results", help="the results folder")
         r.add_argument("cells", nargs="+", metavar="CELL",
-                       help="<workload>/<storage>/ckpt-<mode>/r<N>")
+                       help="<workload>/<storage>/ckpt-<mode>/r<N>, or the folder of a PFI cap "
+                            "or a transfer relative to the results folder (pfi/<cell>/cap-<W>, "
+                            "transfers/<artefact>)")
         r.set_defaults(fn=fn)
     s = sub.add_parser("seal-derived", help="seal a derived file (phases.csv) of a cell",
                        description="Write FILE.seal.json: FILE's size, rows and sha256 and the "
                                    "published pointer it was derived from.")
     s.add_argument("file", help="the derived file (a cell's phases.csv)")
-    s.add_argument("--pointer", required=True, help="the cell's sealed-<hash>.json")
+    s.add_argument("--pointer", help="the sealed-<hash>.json it was derived from (default: the "
+                                     "one published beside FILE)")
     s.set_defaults(fn=cmd_seal_derived)

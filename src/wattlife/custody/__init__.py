@@ -10,19 +10,23 @@ measures a cell at a time (`measure`: the cell's run lock; a later job waits, th
 Readers verify before use (`verify`); `cells` lists each cell's state; `controller` is the
 results folder's controller lock.
 
-Modules: `seal`, `attempts`, `publish`, `verify`, `measure`, `cells`, `controller`.
+PFI cap jobs and transfers are attempts too (`others`: `wattlife attempt`, published in their
+own folders, `pfi/<cell>/cap-<W>/`, `transfers/<artefact>/`).
+
+Modules: `seal`, `attempts`, `publish`, `verify`, `measure`, `others`, `cells`, `controller`.
 """
 
-from .attempts import attempts_dir, attempts_of, cell_dir
+from .attempts import attempts_dir, attempts_of, cell_dir, folders_of
 from .cells import cell_states, format_states, retire
 from .controller import release as release_controller
 from .controller import take as take_controller
 from .measure import measure_cell
+from .others import attempt_job
 from .publish import pointer_name, publish, published, relink, seal_derived
 from .seal import slice_hash
 from .verify import cell_problems, is_sealed_cell, require_sound
 
-__all__ = ["attempts_dir", "attempts_of", "cell_dir", "cell_problems", "cell_states",
-           "format_states", "is_sealed_cell", "measure_cell", "pointer_name", "publish",
-           "published", "release_controller", "relink", "require_sound", "retire", "seal_derived",
-           "slice_hash", "take_controller"]
+__all__ = ["attempt_job", "attempts_dir", "attempts_of", "cell_dir", "cell_problems",
+           "cell_states", "folders_of", "format_states", "is_sealed_cell", "measure_cell",
+           "pointer_name", "publish", "published", "release_controller", "relink",
+           "require_sound", "retire", "seal_derived", "slice_hash", "take_controller"]

@@ -33,6 +33,17 @@ def attempts_dir(results: Path, cell: str) -> Path:
     return results / ATTEMPTS / cell
 
 
+def folders_of(results: Path, ident: str) -> tuple[Path, Path]:
+    """(its attempts' folder, its published folder) of a training cell id
+    (`<workload>/<storage>/ckpt-<mode>/r<N>`: published in `runs/<cell>`) or of another measuring
+    job, known by its published folder relative to the results (`pfi/<cell>/cap-<W>`,
+    `transfers/<artefact>`)."""
+    parts = Path(ident).parts
+    if len(parts) == 4 and parts[2].startswith("ckpt-") and parts[3][:1] == "r":
+        return attempts_dir(results, ident), cell_dir(results, ident)
+    return attempts_dir(results, ident), results / ident
+
+
 def new_attempt(root: Path) -> Path:
     """A fresh, empty attempt folder under `root` (its name: UTC time, host, pid)."""
     root.mkdir(parents=True, exist_ok=True)

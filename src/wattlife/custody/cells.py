@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .attempts import attempts_dir, attempts_of, cell_dir, mark
+from .attempts import attempts_dir, attempts_of, cell_dir, folders_of, mark
 from .publish import POINTER_GLOB, published
 from .seal import code_version, slice_hash
 from .verify import cell_problems
@@ -38,7 +38,7 @@ def cell_state(results: Path, cell: str, slice_doc: Any, code: str) -> dict[str,
         state = "stale"
     elif cell_problems(cdir, ("phases.csv",)):
         state = "damaged"
-    elif doc.get("code", {}).get("source_sha256") != code:
+    elif doc.get("code", {}).get("measuring_sha256") != code:
         state = "other-code"
     else:
         state = "current"
@@ -49,7 +49,7 @@ def cell_state(results: Path, cell: str, slice_doc: Any, code: str) -> dict[str,
 
 
 def cell_states(results: str | Path, config: Mapping[str, Any]) -> list[dict[str, Any]]:
-    code = code_version()["source_sha256"]
+    code = code_version()["measuring_sha256"]
     return [cell_state(Path(results), cid, s, code) for cid, s in matrix(config).items()]
 
 
@@ -68,12 +68,12 @@ def retire(results: str | Path, cell: str) -> int:
     phases.csv) are removed, logs kept. Then `snakemake --forcerun <cell>/trace.csv` measures it
     and re-derives what follows. The number of attempts retired."""
     results = Path(results)
+    root, cdir = folders_of(results, cell)
     n = 0
-    for a in attempts_of(attempts_dir(results, cell)):
+    for a in attempts_of(root):
         if a.state == "sealed" and not a.retired:
             mark(a.folder, "retired.json", why="wattlife retire")
             n += 1
-    cdir = cell_dir(results, cell)
     for p in cdir.glob(POINTER_GLOB):  # first: from here the cell is unpublished
         p.unlink()
     if cdir.is_dir():  # the links (the attempts keep their files) and what was derived from them

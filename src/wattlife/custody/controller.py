@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..runlock import describe, holder_alive, owner_here, take_file
+from ..runlock import describe, holder_alive, owner_here, slurm_job_alive, take_file
 
 LOCK = ".wattlife-controller.lock"
 
@@ -21,9 +22,10 @@ def controller_lock(results: str | Path) -> Path:
     return Path(results) / LOCK
 
 
-def take(results: str | Path, me: dict[str, Any] | None = None) -> Path:
-    """Take the results folder's controller lock; RuntimeError (one line naming the holder) if
-    a live controller holds it."""
+def take(results: str | Path, me: dict[str, Any] | None = None,
+         job_alive: Callable[[str], bool] = slurm_job_alive) -> Path:
+    """Take the results folder's controller lock; RuntimeError (one line naming the holder: its
+    Slurm job if it runs in one, host, pid) if a live controller holds it."""
     lock = controller_lock(results)
     lock.parent.mkdir(parents=True, exist_ok=True)
     me = me or owner_here()
@@ -36,7 +38,7 @@ def take(results: str | Path, me: dict[str, Any] | None = None) -> Path:
             continue
         except (OSError, ValueError):
             doc = {"host": "?", "pid": "?"}
-        if holder_alive(doc, me):
+        if holder_alive(doc, me, job_alive):
             since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(doc.get("started") or 0))
             raise RuntimeError(
                 f"{results}: another controller runs on this results folder: {describe(doc)}, "

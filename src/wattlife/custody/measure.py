@@ -8,6 +8,8 @@ e.g. the orphan of a killed controller, is waited for, never run beside), in thi
 2. else a new attempt folder gets the slice (config.json), the launcher's command line (built
    here, from the slice: wattlife.launch) runs with the attempt as its run folder, and on exit 0
    the attempt is sealed (files read-only) and published; otherwise failed.json keeps its reason.
+The command runs in a session of its own; SIGINT / SIGTERM (the user's say) are forwarded to it,
+SIGHUP (the controller's terminal lost) is not: the measurement goes on as an orphan and is adopted.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +36,9 @@ from .seal import canonical, seal_attempt, slice_hash, verify_files
 log = logging.getLogger("wattlife.measure")
 CELL_ID = re.compile(r"^(?P<workload>[^/]+)/(?P<storage>[^/]+)/ckpt-(?P<checkpoint>[^/]+)"
                      r"/r(?P<repeat>[0-9]+)$")
-FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: what stops a measurement (the user's say: Ctrl-C, Snakemake's or Slurm's SIGTERM), forwarded to
+#: the command's session. SIGHUP (the controller's terminal lost) is not: keep_on_hangup
+FORWARD = (signal.SIGINT, signal.SIGTERM)
 
 
 def cell_keys(cell: str) -> dict[str, str]:
@@ -79,18 +84,36 @@ def cell_lock(root: Path, poll_s: float, sleep: Callable[[float], None] = time.s
         sleep(poll_s)
 
 
-def adoptable(results: Path, cell: str, h: str) -> Path | None:
+@dataclass(frozen=True)
+class Target:
+    """What one measuring job measures: `ident` (a cell id, or the published folder relative to
+    the results folder), the folder of its attempts, the folder it is published in, the file of
+    the attempt that keeps the command's output (None: this process's own output) and what an
+    attempt's published files must show to be adopted (None: any sealed attempt of the slice)."""
+    ident: str
+    attempts: Path
+    folder: Path
+    output: str | None = "run.log"
+    adopt_if: Callable[[Path], bool] | None = None
+
+
+def cell_target(results: Path, cell: str) -> Target:
+    return Target(cell, attempts_dir(results, cell), cell_dir(results, cell))
+
+
+def adoptable(results: Path, t: Target, h: str) -> Path | None:
     """The pointer of a sound result of slice `h` already there, or publish the newest sealed,
     sound, not retired attempt of that slice; None when there is none."""
-    cdir = cell_dir(results, cell)
-    pub = published(cdir)
-    if pub and pub[1].get("slice_hash") == h and not verify_files(cdir, pub[1]["files"]):
+    ok = t.adopt_if or (lambda _folder: True)
+    pub = published(t.folder)
+    if pub and pub[1].get("slice_hash") == h and not verify_files(t.folder, pub[1]["files"]) \
+            and ok(t.folder):
         return pub[0]
-    candidates: list[Attempt] = [a for a in attempts_of(attempts_dir(results, cell))
+    candidates: list[Attempt] = [a for a in attempts_of(t.attempts)
                                  if a.state == "sealed" and a.slice_hash == h and not a.retired]
     for a in reversed(candidates):
-        if a.seal and not verify_files(a.folder, a.seal["files"]):
-            return publish(results, a.folder, cdir)
+        if a.seal and not verify_files(a.folder, a.seal["files"]) and ok(a.folder):
+            return publish(results, a.folder, t.folder)
     return None
 
 
@@ -100,18 +123,20 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
-def run_command(cmd: str, logfile: Path) -> tuple[int, str | None]:
-    """Run `cmd` (bash) with its output in `logfile`; (exit status, the signal that stopped
-    this process meanwhile, forwarded to the command)."""
+def run_command(cmd: str, logfile: Path | None) -> tuple[int, str | None]:
+    """Run `cmd` (bash) with its output in `logfile` (None: this process's), in a session of its
+    own (a signal of the controller's terminal never reaches it directly); (exit status, the
+    signal that stopped this process meanwhile, forwarded to the command's process group)."""
     got: list[str] = []
-    with open(logfile, "wb") as out:
+    with open(logfile, "wb") if logfile else contextlib.nullcontext(None) as out:
         proc = subprocess.Popen(["bash", "-c", cmd], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+                                start_new_session=True)
 
         def forward(signum: int, _frame: Any) -> None:
             got.append(signal.Signals(signum).name)
             with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signum)
+                os.killpg(proc.pid, signum)
 
         before = {s: signal.signal(s, forward) for s in FORWARD}
         try:
@@ -122,30 +147,74 @@ def run_command(cmd: str, logfile: Path) -> tuple[int, str | None]:
     return (128 - rc if rc < 0 else rc), (got[0] if got else None)
 
 
-def measure_new(results: Path, cell: str, slice_doc: dict[str, Any]) -> int:
-    """Measure the cell in a new attempt; seal and publish it on success."""
-    attempt = new_attempt(attempts_dir(results, cell))
-    log.info("%s: measuring in %s", cell, attempt)
+@contextlib.contextmanager
+def keep_on_hangup(ident: str) -> Iterator[None]:
+    """A lost terminal of the controller (SIGHUP to its process group, this job included) does not
+    stop the measurement: it goes on as an orphan, is sealed and published, and the rerun waits
+    for it and adopts it (one line in the job's log says so). Stopping it is the user's say:
+    SIGTERM / SIGINT (scancel, kill)."""
+    said: list[int] = []
+
+    def on_hup(_signum: int, _frame: Any) -> None:
+        if not said:
+            said.append(1)
+            log.warning("%s: the controller's terminal was lost (SIGHUP): measuring on; a rerun "
+                        "waits for this attempt and adopts its result", ident)
+
+    before = signal.signal(signal.SIGHUP, on_hup)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
+def attempt_new(results: Path, t: Target, slice_doc: dict[str, Any],
+                command: Callable[[Path], str]) -> int:
+    """Measure `t` in a new attempt running `command(attempt)`; seal and publish it on success,
+    else keep it aside with its reason (failed.json)."""
+    attempt = new_attempt(t.attempts)
+    log.info("%s: measuring in %s", t.ident, attempt)
     write_text(attempt / "config.json", canonical(slice_doc) + "\n")
     started = time.time()
     try:
-        rc, sig = run_command(cell_command(slice_doc, cell, attempt), attempt / "run.log")
+        rc, sig = run_command(command(attempt), attempt / t.output if t.output else None)
     except Exception as exc:
         mark(attempt, "failed.json", reason=f"not started: {exc}")
         raise
     if rc != 0 or sig:
         why = f"the measuring command exited {rc}" + (f" after {sig}" if sig else "")
         mark(attempt, "failed.json", reason=why, exit_code=rc)
-        log.error("%s: %s; attempt %s kept aside, not published (see its run.log)", cell, why,
+        log.error("%s: %s; attempt %s kept aside, not published (see its output)", t.ident, why,
                   attempt)
         return rc or 1
-    seal = seal_attempt(attempt, cell, slice_doc, started, time.time(), rc)
+    seal = seal_attempt(attempt, t.ident, slice_doc, started, time.time(), rc)
     for rel in seal["files"]:
         p = attempt / rel
         p.chmod(p.stat().st_mode & 0o555)
-    pointer = publish(results, attempt, cell_dir(results, cell))
-    log.info("%s: sealed and published (%s)", cell, pointer)
+    pointer = publish(results, attempt, t.folder, fresh=seal)
+    log.info("%s: sealed and published (%s)", t.ident, pointer)
     return 0
+
+
+def measure_new(results: Path, cell: str, slice_doc: dict[str, Any]) -> int:
+    """Measure the cell in a new attempt; seal and publish it on success."""
+    return attempt_new(results, cell_target(results, cell), slice_doc,
+                       lambda attempt: cell_command(slice_doc, cell, attempt))
+
+
+def under_custody(results: Path, t: Target, slice_doc: dict[str, Any],
+                  command: Callable[[Path], str], poll_s: float | None = None) -> int:
+    """Under `t`'s lock (a live holder waited for): adopt a sealed result of this slice, else
+    measure a new attempt; the exit status."""
+    if poll_s is None:
+        poll_s = 15.0 if os.environ.get("SLURM_JOB_ID") else 1.0
+    with keep_on_hangup(t.ident), cell_lock(t.attempts, poll_s):
+        done = adoptable(results, t, slice_hash(slice_doc))
+        if done is not None:
+            log.info("%s: adopted the sealed result of this slice (%s); nothing measured",
+                     t.ident, done)
+            return 0
+        return attempt_new(results, t, slice_doc, command)
 
 
 def measure_cell(results: str | Path, cell: str, slice_doc: dict[str, Any],
@@ -156,12 +225,5 @@ def measure_cell(results: str | Path, cell: str, slice_doc: dict[str, Any],
     h = slice_hash(slice_doc)
     if pointer is not None and Path(pointer).name != pointer_name(h):
         raise ValueError(f"--pointer {pointer}: the slice's hash is {h} ({pointer_name(h)})")
-    if poll_s is None:
-        poll_s = 15.0 if os.environ.get("SLURM_JOB_ID") else 1.0
-    with cell_lock(attempts_dir(results, cell), poll_s):
-        done = adoptable(results, cell, h)
-        if done is not None:
-            log.info("%s: adopted the sealed result of this slice (%s); nothing measured", cell,
-                     done)
-            return 0
-        return measure_new(results, cell, slice_doc)
+    return under_custody(results, cell_target(results, cell), slice_doc,
+                         lambda attempt: cell_command(slice_doc, cell, attempt), poll_s)

@@ -75,13 +75,24 @@ def _remove_leftovers(cell: Path, old: dict[str, Any] | None, new: dict[str, Any
             p.unlink(missing_ok=True)
 
 
-def publish(results: Path, attempt: Path, cell: Path) -> Path:
+def _link_all(attempt: Path, cell: Path, seal: dict[str, Any]) -> None:
+    """Every file of the seal linked into `cell`, and its folders made (an empty `work/` too: a
+    rule may declare it)."""
+    for rel in seal.get("dirs", ()):
+        (cell / rel).mkdir(parents=True, exist_ok=True)
+    for rel in seal["files"]:
+        _link(attempt / rel, cell / rel)
+
+
+def publish(results: Path, attempt: Path, cell: Path, fresh: dict[str, Any] | None = None
+            ) -> Path:
     """Publish the sealed `attempt` as the result of the cell folder `cell`; its pointer path.
-    RuntimeError if the attempt is not sealed or no longer matches its seal."""
+    RuntimeError if the attempt is not sealed or no longer matches its seal. `fresh`: the seal
+    this process has just written from the files (read-only since): they are not read again."""
     seal = read_seal(attempt / SEAL_FILE)
     if seal is None:
         raise RuntimeError(f"{attempt}: not sealed; an unsealed attempt is never published")
-    bad = verify_files(attempt, seal["files"])
+    bad = [] if fresh is not None and fresh == seal else verify_files(attempt, seal["files"])
     if bad:
         raise RuntimeError(f"{bad[0][0]}: {bad[0][1]}; attempt {attempt} is damaged, not published")
     cell.mkdir(parents=True, exist_ok=True)
@@ -89,9 +100,9 @@ def publish(results: Path, attempt: Path, cell: Path) -> Path:
     for p in cell.glob(POINTER_GLOB):  # from here until the new pointer: the cell is unpublished
         p.unlink()
     _remove_leftovers(cell, old[1] if old else None, seal)
-    for rel in seal["files"]:
-        _link(attempt / rel, cell / rel)
-    doc = {**seal, "attempt_path": os.path.relpath(attempt, results), "published_at": time.time()}
+    _link_all(attempt, cell, seal)
+    doc = {**seal, "attempt_path": os.path.relpath(attempt, results),
+           "folder": os.path.relpath(cell, results), "published_at": time.time()}
     pointer = cell / pointer_name(seal["slice_hash"])
     write_text(pointer, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     # dated as the attempt's oldest file: never newer than the links made from it (Snakemake's
@@ -112,13 +123,13 @@ def relink(results: Path, cell: Path) -> Path:
         raise RuntimeError(f"{cell}: no published seal (sealed-*.json); measure the cell")
     pointer, doc = pub
     attempt = results / doc.get("attempt_path", "")
-    bad = verify_files(attempt, doc["files"])
+    # sizes only: every reader of the links verifies their sha256 (the attempt's own inodes)
+    bad = verify_files(attempt, doc["files"], quick=True)
     if bad:
         raise RuntimeError(f"{bad[0][0]}: {bad[0][1]}; the published attempt is damaged: "
                            f"re-measure the cell (wattlife retire {results} {doc['cell']})")
     _remove_leftovers(cell, None, doc)
-    for rel in doc["files"]:
-        _link(attempt / rel, cell / rel)
+    _link_all(attempt, cell, doc)
     return pointer
 
 

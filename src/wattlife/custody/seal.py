@@ -31,13 +31,26 @@ def slice_hash(slice_doc: Any) -> str:
     return hashlib.sha256(canonical(slice_doc).encode()).hexdigest()[:16]
 
 
-def code_version() -> dict[str, str]:
-    """The measuring code: wattlife's version and a sha256 over its package's source files."""
-    pkg = Path(__file__).resolve().parents[1]
+#: the package's parts whose code runs inside a measurement and shapes its files: the sampler
+#: and its device backends, the phase markers, `wattlife run` and its guardian, the workloads, the
+#: simulated GPU, the trace/events writers and the merge of a multi-node run. Not in it: how the
+#: command line is built (`launch`, `jobs`: a change there never makes a cell "other code"), the
+#: config's typing (the slice is sealed itself), analysis, figures, checks, the CLI, custody.
+MEASURING_CODE = ("sampler.py", "devices", "markers.py", "instrument.py", "guardian.py", "run",
+                  "workloads", "simgpu_model.py", "contracts", "merge_nodes.py")
+
+
+def code_version(pkg: Path | None = None) -> dict[str, str]:
+    """The measuring code: wattlife's version and a sha256 over the source files of
+    `MEASURING_CODE` (of the package `pkg`, default this one), the part a cell's numbers hang on."""
+    pkg = pkg or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for p in sorted(pkg.rglob("*.py")):
-        h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    return {"wattlife": __version__, "source_sha256": h.hexdigest()[:16]}
+    for part in MEASURING_CODE:
+        root = pkg / part
+        files = sorted(root.rglob("*.py")) if root.is_dir() else [root] if root.is_file() else []
+        for p in files:
+            h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return {"wattlife": __version__, "measuring_sha256": h.hexdigest()[:16]}
 
 
 def file_entry(path: Path) -> dict[str, Any]:
@@ -75,7 +88,9 @@ def seal_attempt(folder: Path, cell: str, slice_doc: Any, started: float, ended:
     doc = {"seal_version": SEAL_VERSION, "cell": cell, "attempt": folder.name,
            "slice": slice_doc, "slice_hash": slice_hash(slice_doc), "code": code_version(),
            "host": socket.gethostname(), "slurm": slurm_ids(), "started": started,
-           "ended": ended, "exit_code": exit_code, "files": manifest(folder)}
+           "ended": ended, "exit_code": exit_code, "files": manifest(folder),
+           "dirs": sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                          if p.is_dir() and not p.is_symlink())}
     write_text(folder / SEAL_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return doc
 
@@ -89,10 +104,16 @@ def read_seal(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and "files" in doc else None
 
 
-def check_file(path: Path, want: dict[str, Any]) -> str | None:
-    """What is wrong with `path` against its manifest entry `want` (None: intact)."""
+def check_file(path: Path, want: dict[str, Any], quick: bool = False) -> str | None:
+    """What is wrong with `path` against its manifest entry `want` (None: intact); `quick`: its
+    size only, not its sha256 (for a step whose readers verify the file in full)."""
     if not path.is_file():
         return "missing"
+    if quick:
+        size = path.stat().st_size
+        return None if size == want["size"] else (
+            f"cut ({size} of {want['size']} bytes)" if size < want["size"] else
+            "edited or replaced (its size differs from the seal's)")
     have = file_entry(path)
     if have["size"] < want["size"]:
         return f"cut ({have['size']} of {want['size']} bytes)"
@@ -101,11 +122,12 @@ def check_file(path: Path, want: dict[str, Any]) -> str | None:
     return None
 
 
-def verify_files(folder: Path, files: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+def verify_files(folder: Path, files: dict[str, dict[str, Any]], quick: bool = False
+                 ) -> list[tuple[str, str]]:
     """(file, problem) for every file of `files` under `folder` that is not as sealed."""
     out = []
     for rel, want in sorted(files.items()):
-        why = check_file(folder / rel, want)
+        why = check_file(folder / rel, want, quick)
         if why:
             out.append((str(folder / rel), why))
     return out

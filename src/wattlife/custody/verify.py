@@ -10,21 +10,24 @@ from .publish import DERIVED_SUFFIX, published
 from .seal import check_file, verify_files
 
 
-def results_of(cell: Path, cell_id: str) -> Path:
-    """The results folder of a cell folder `<results>/runs/<cell id>`."""
-    return cell.parents[len(Path(cell_id).parts)]
+def results_of(cell: Path, doc: dict) -> Path:
+    """The results folder of a published folder: `folder` in its pointer (relative to the
+    results folder), else a cell folder `<results>/runs/<cell id>`."""
+    rel = doc.get("folder") or Path("runs", doc["cell"]).as_posix()
+    return cell.parents[len(Path(rel).parts) - 1]
 
 
 def _measured(cell: Path, doc: dict) -> list[tuple[str, str]]:
     bad = verify_files(cell, doc["files"])
     if not bad:
         return []
-    results = results_of(cell, doc["cell"])
+    results = results_of(cell, doc)
     attempt = results / doc.get("attempt_path", "")
     intact = attempt.is_dir() and not verify_files(attempt, doc["files"])
+    ident = doc["cell"]
     how = (f"its sealed attempt {attempt} is intact: link it again (wattlife relink {results} "
-           f"{doc['cell']}), then re-attribute") if intact else (
-        f"re-measure the cell (wattlife retire {results} {doc['cell']}, then rerun)")
+           f"{ident}), then re-attribute") if intact else (
+        f"re-measure it (wattlife retire {results} {ident}, then rerun)")
     return [(f, f"{why}; {how}") for f, why in bad]
 
 
@@ -71,11 +74,14 @@ def require_sound(files: list[str | Path], derived: bool = True) -> list[str]:
     against their own seals too. The files outside any sealed cell, used unverified."""
     bad: list[tuple[str, str]] = []
     loose = []
+    cells: dict[Path, list[str]] = {}  # each cell verified once, whatever number of its files
     for f in map(Path, files):
         if is_sealed_cell(f.parent):
-            bad += cell_problems(f.parent, (f.name,) if derived else ())
+            cells.setdefault(f.parent, []).append(f.name)
         else:
             loose.append(str(f))
+    for cell, names in cells.items():
+        bad += cell_problems(cell, tuple(names) if derived else ())
     if bad:
         more = f" (and {len(bad) - 1} more problem(s))" if len(bad) > 1 else ""
         raise ValueError(f"{bad[0][0]}: {bad[0][1]}{more}; refusing to use it")

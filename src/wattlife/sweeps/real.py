@@ -253,10 +253,13 @@ def aggregate_curve_files(paths: list[str | Path], out: str | Path, job: str | N
     """`wattlife aggregate-curves`: read curve points / curves (with `caps`, a point file that
     does not exist is a missing cap), assemble them (`assemble_curve`), write `out`."""
     from ..contracts import read_curves
+    from ..custody import require_sound
 
     if caps and not job:
         raise ValueError("aggregate-curves: --caps needs --job (the cell whose caps they are)")
-    points = [read_curves(f) for f in paths if Path(f).exists() or not caps]
+    present = [f for f in paths if Path(f).exists() or not caps]
+    require_sound(present, derived=False)  # a PFI cap's published point: as sealed
+    points = [read_curves(f) for f in present]
     df = assemble_curve(points, job=job, caps=caps)
     write_table(df, out, CURVES_COLUMNS)
     return df
