@@ -6,7 +6,7 @@
 # node instead of giving it, capped, to the next user.
 set -uo pipefail
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
-site=/etc/wattlife/slurm.env
+site=${WATTLIFE_SITE_ENV:-/etc/wattlife/slurm.env}  # (Slurm never sets it: for tests)
 # shellcheck disable=SC1090
 [ -r "$site" ] && { set -a; . "$site"; set +a; }
 dir=${WATTLIFE_POWERCAP_DIR:-/var/lib/wattlife/powercap}

@@ -13,7 +13,7 @@
 # A failure exits non-zero: Slurm drains the node, with the reason in the log line.
 set -uo pipefail
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
-site=/etc/wattlife/slurm.env
+site=${WATTLIFE_SITE_ENV:-/etc/wattlife/slurm.env}  # (Slurm never sets it: for tests)
 # shellcheck disable=SC1090
 [ -r "$site" ] && { set -a; . "$site"; set +a; }
 dir=${WATTLIFE_POWERCAP_DIR:-/var/lib/wattlife/powercap}
