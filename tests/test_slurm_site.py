@@ -14,7 +14,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from wattlife import slurm_site as S
-from wattlife.launch import LaunchSpec, build_command
 from wattlife.runlock import LOCK_NAME, run_folder_lock
 from wattlife.sweeps.real import device_label
 

@@ -8,7 +8,7 @@
 #   WATTLIFE=/opt/wattlife/.venv/bin/wattlife   (absolute: the suite's command; required)
 #   WATTLIFE_POWERCAP_BACKEND=nvml              (simulated: no hardware, for tests)
 #   WATTLIFE_POWERCAP_DIR=/var/lib/wattlife/powercap  WATTLIFE_POWERCAP_LOG=<file, one line a job>
-# slurm.conf:  Prolog=/opt/wattlife/profiles/slurm/prolog.sh  Epilog=/opt/wattlife/profiles/slurm/epilog.sh
+# slurm.conf:  Prolog=/opt/wattlife/prolog.sh  Epilog=/opt/wattlife/epilog.sh  (docs/USAGE.md)
 #              PrologFlags=Alloc   (on every node of a job at its start, not at its first step)
 # A failure exits non-zero: Slurm drains the node, with the reason in the log line.
 set -uo pipefail
