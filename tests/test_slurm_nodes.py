@@ -166,15 +166,15 @@ def test_a_measuring_step_holds_every_cpu_and_all_memory_of_any_node(tmp_path, e
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsrun -n1 --cpus-per-task=1 bash -s <<'EOF'\n"
                       f"{whole_step(1)} {probe}\nEOF\n")
-    for node, (cpus, mem) in node_shapes(part).items():
+    for node in _sh("sinfo", "-h", "-N", "-p", part, "-o", "%N").split():
         out = tmp_path / f"{node}.out"
-        args = ["sbatch", "--wait", "-p", part, "-w", node, "--ntasks=1",
-                f"--cpus-per-task={res['cpus_per_task']}", *res["slurm_extra"].split(),
-                "-o", str(out), *([f"--mem={res['mem_mb']}"] if res["mem_mb"] else []),
-                str(script)]
+        args = ["sbatch", "--wait", *res["slurm_extra"].split(), "-p", part, "-w", node,
+                "--ntasks=1", f"--cpus-per-task={res['cpus_per_task']}", "-o", str(out),
+                *([f"--mem={res['mem_mb']}"] if res["mem_mb"] else []), str(script)]
         sub = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
         text = out.read_text() if out.exists() else ""
         assert sub.returncode == 0, sub.stderr + text
+        cpus, mem = node_shapes(part)[node]
         step = steps_of(out)
         print(f"{node} ({cpus} CPUs, {mem} MB allocatable): {' '.join(args[:-1])} -> {step}")
         assert len(step) == 1 and step[0]["host"] == node, text
