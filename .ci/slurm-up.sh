@@ -1,29 +1,56 @@
 #!/usr/bin/env bash
-# Start a real single-node Slurm (Debian's slurm-wlm) for the Slurm-profile tests.
-# Idempotent; prints `slurm up` when `srun` works. Needs root (CI and the build machines are root).
+# Start a real Slurm (Debian's slurm-wlm) for the Slurm-profile tests: three slurmd on this one host
+# (`slurmd -N <node>`, each its own NodeName, port, spool and log), in one partition `debug` that
+# mixes node sizes (wl1, wl2: 2 CPUs; wl3: 1 CPU and half the memory), wl2 with MemSpecLimit, and
+# the suite's own Prolog=/Epilog= (profiles/slurm, simulated power-cap backend, PrologFlags=Alloc)
+# reading the site file /etc/wattlife/slurm.env this script writes.
+# Idempotent; prints `slurm up` when `srun` works on every node. Needs root (CI and the build
+# machines are root). WATTLIFE=<command> names the suite's `wattlife` for the prolog / epilog
+# (default: this checkout's .venv/bin/wattlife, which `make install` creates).
+#
+# What this host really backs: its CPUs (2 on CI) are declared by each node, so the nodes'
+# declared CPUs (2 + 2 + 1) oversubscribe the host's cores: every node's tasks bind (task/affinity)
+# to CPU ids the host has (0-1), shared with the other nodes. Jobs never measure energy here (no
+# GPU, CPU estimated), so this only costs time; tests run one job at a time where they time nothing.
+# Declared memory: 80 % of the host's, split 2:2:1 (no cgroup enforces it; the scheduler counts it).
 set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
 if ! command -v slurmctld >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq slurm-wlm munge >/dev/null
 fi
 host=$(hostname -s)
-mem=$(( $(free -m | awk '/Mem:/ {print $2}') * 8 / 10 ))
-mkdir -p /etc/munge /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /etc/slurm
+cpus=$(nproc)
+mem=$(( $(free -m | awk '/Mem:/ {print $2}') * 8 / 10 / 5 ))  # one fifth of 80 %
+nodes=(wl1 wl2 wl3)
+mkdir -p /etc/munge /var/spool/slurmctld /var/log/slurm /run/munge /etc/slurm /etc/wattlife
+for n in "${nodes[@]}"; do mkdir -p "/var/spool/slurmd/$n"; done
 if [ ! -s /etc/munge/munge.key ]; then
   dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null
 fi
 chown -R munge:munge /etc/munge /run/munge 2>/dev/null || true
 chmod 400 /etc/munge/munge.key
 pgrep -x -r S,R,D munged >/dev/null || runuser -u munge -- /usr/sbin/munged --force
-# two placeholder GPUs for the GRES of GPU rules (this machine has none): char devices like
-# /dev/null where mknod is allowed, plain files otherwise (no cgroup confines devices here)
+# placeholder GPUs for the GRES of GPU rules (this machine has none): char devices like /dev/null
+# where mknod is allowed, plain files otherwise (no cgroup confines devices here)
 for i in 0 1; do
   [ -e /dev/wattlife-gpu$i ] || mknod /dev/wattlife-gpu$i c 1 3 2>/dev/null || touch /dev/wattlife-gpu$i
 done
 cat > /etc/slurm/gres.conf <<CONF
-NodeName=${host} Name=gpu File=/dev/wattlife-gpu[0-1]
+NodeName=wl[1-2] Name=gpu File=/dev/wattlife-gpu[0-1]
+NodeName=wl3 Name=gpu File=/dev/wattlife-gpu0
 CONF
+# the site file the shipped prolog / epilog read (no PATH, no user environment in a prolog):
+# the suite's command, its source (this checkout) and the simulated power-cap backend
+cat > /etc/wattlife/slurm.env <<CONF
+WATTLIFE=${WATTLIFE:-$repo/.venv/bin/wattlife}
+PYTHONPATH=$repo/src
+WATTLIFE_POWERCAP_BACKEND=simulated
+WATTLIFE_POWERCAP_DIR=/var/lib/wattlife/powercap
+WATTLIFE_POWERCAP_LOG=/var/log/slurm/wattlife-powercap.log
+CONF
+small=$(( cpus > 1 ? cpus / 2 : 1 ))
 old=$(cat /etc/slurm/slurm.conf 2>/dev/null || true)
 cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=wattlife
@@ -36,19 +63,26 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/affinity
 TaskPluginParam=Cores
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
+SelectTypeParameters=CR_CPU_Memory
 SchedulerType=sched/backfill
 StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+SlurmdSpoolDir=/var/spool/slurmd/%n
+SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmdLogFile=/var/log/slurm/slurmd-%n.log
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 GresTypes=gpu
 MinJobAge=3600
 ReturnToService=2
-NodeName=${host} CPUs=$(nproc) RealMemory=${mem} Gres=gpu:2 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+KillWait=2
+Prolog=${repo}/profiles/slurm/prolog.sh
+Epilog=${repo}/profiles/slurm/epilog.sh
+PrologFlags=Alloc
+NodeName=wl1 NodeHostname=${host} NodeAddr=127.0.0.1 Port=17001 CPUs=${cpus} RealMemory=$((mem * 2)) Gres=gpu:2 State=UNKNOWN
+NodeName=wl2 NodeHostname=${host} NodeAddr=127.0.0.1 Port=17002 CPUs=${cpus} RealMemory=$((mem * 2)) MemSpecLimit=$((mem / 2)) Gres=gpu:2 State=UNKNOWN
+NodeName=wl3 NodeHostname=${host} NodeAddr=127.0.0.1 Port=17003 CPUs=${small} RealMemory=${mem} Gres=gpu:1 State=UNKNOWN
+PartitionName=debug Nodes=wl[1-3] Default=YES MaxTime=INFINITE State=UP
 CONF
 rm -f /etc/slurm/cgroup.conf  # 22.05 has no 'disabled'; linuxproc + task/affinity need no cgroups
 # task/affinity binds every task to the CPUs its step was given (as GPU clusters do): a step of one
@@ -61,12 +95,17 @@ if [ -n "$old" ] && [ "$old" != "$(cat /etc/slurm/slurm.conf)" ] && timeout 5 sc
 fi
 # (a daemon's first fork can linger as a zombie of the same name: ask the daemons, not pgrep)
 timeout 5 scontrol ping 2>/dev/null | grep -q UP || slurmctld
-pgrep -x -r S,R,D slurmd >/dev/null || slurmd
-for _ in $(seq 20); do
-  if timeout 5 srun -N1 -n1 true 2>/dev/null; then echo "slurm up"; exit 0; fi
+for n in "${nodes[@]}"; do
+  pid=$(cat "/run/slurmd-$n.pid" 2>/dev/null || true)
+  if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then slurmd -N "$n"; fi
+done
+for _ in $(seq 30); do
+  ok=1
+  for n in "${nodes[@]}"; do timeout 10 srun -w "$n" -N1 -n1 true 2>/dev/null || { ok=0; break; }; done
+  if [ $ok = 1 ]; then echo "slurm up"; exit 0; fi
   sleep 1
-  scontrol update nodename="${host}" state=resume 2>/dev/null || true
+  scontrol update nodename="wl[1-3]" state=resume 2>/dev/null || true
 done
 echo "slurm did not come up" >&2
-tail -n 20 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log >&2 || true
+tail -n 20 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd-wl*.log /var/log/slurm/wattlife-powercap.log >&2 || true
 exit 1

@@ -48,12 +48,15 @@ def site_resources(partition=None):
 
 # small CPU steps: in the CPU partition named in the config, else on the submit host (localrules)
 CPU_STEP = site_resources(SLURM.cpu_partition)
-# measuring jobs own their nodes (wattlife.slurm_site): Slurm's --exclusive, all of the node's
-# CPUs for the one task the executor starts the job in (cpus_per_task), all of its memory
-# (mem_mb), both from sinfo for the job's partition unless `slurm.cpus_per_task` / `slurm.mem_mb`
-# say; the partition / constraint of the job's hardware (`slurm.partitions`, `slurm.constraints`).
+# measuring jobs own their nodes, whatever their size (wattlife.slurm_site): Slurm's --exclusive,
+# --mem=0 (SBATCH_MEM_PER_NODE), one CPU for the executor's step (the measurement runs in a
+# whole-node step of its own, wattlife.launch); the partition / constraint of the job's hardware
+# (`slurm.partitions`, `slurm.constraints`).
 # A local run: the declared `exclusive_node` resource (one at a time, profiles/local).
 MEASURING_RULES = ("execute", "execute_tokenizer", "pfi_cap", "pfi_cap_multinode")
+
+
+S.whole_node_memory(os.environ)  # sbatch without --mem (measuring jobs): each node's whole memory
 
 
 def measuring(hardware=None):

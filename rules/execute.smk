@@ -56,9 +56,8 @@ for (_kind, _workloads), _repeat in itertools.product(
             "../envs/training.yaml"
         threads: NODE_CORES  # a local run: the whole machine, nothing else beside a measurement
         resources:
-            **measuring(),  # whole nodes: --exclusive, every CPU and all memory (common.smk)
-            **({"gres": f"gpu:{cell_gpus()}"} if cell_gpus() else {}),  # per node: --gres=gpu:N
-            nodes=EXE.nodes,
+            **measuring(),  # whole nodes: --exclusive --mem=0, any node size (common.smk)
+            **S.node_request(EXE.nodes, cell_gpus()),  # --nodes=N, --gres=gpu:G or --ntasks=N
             runtime=EXE.runtime_min,
         params:
             slice=slice_of(cell_slice),

@@ -28,8 +28,9 @@ def _recording_slurm(bindir: Path, log: Path) -> None:
 
 
 def _slurm_tests(tmp_path: Path, opt_in: bool) -> tuple[list[str], str]:
-    """tests/test_slurm.py (collection, gating and, where they run, the tests) in a subprocess with
-    recording Slurm commands first on PATH; the recorded calls and pytest's output."""
+    """tests/test_slurm.py and test_slurm_nodes.py (collection, gating and, where they run, one
+    test) in a subprocess with recording Slurm commands first on PATH; the recorded calls and
+    pytest's output."""
     log = tmp_path / "slurm-calls.log"
     _recording_slurm(tmp_path / "bin", log)
     env = {k: v for k, v in os.environ.items() if not k.startswith("WATTLIFE_TEST_SLURM")}
@@ -37,10 +38,11 @@ def _slurm_tests(tmp_path: Path, opt_in: bool) -> tuple[list[str], str]:
                   f"{env['PATH']}"
     if opt_in:
         env["WATTLIFE_TEST_SLURM"] = "1"
-    test = "tests/test_slurm.py" + ("" if not opt_in else "::test_the_per_node_srun_gives_each_"
-                                    "node_all_of_its_cpus_inside_a_one_cpu_step")
+    tests = (["tests/test_slurm.py", "tests/test_slurm_nodes.py"] if not opt_in else
+             ["tests/test_slurm_nodes.py::test_a_measuring_step_holds_every_cpu_and_all_memory_"
+              "of_any_node"])
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                          test], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                          *tests], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     calls = log.read_text().splitlines() if log.exists() else []
     return calls, out.stdout + out.stderr
 
@@ -48,7 +50,7 @@ def _slurm_tests(tmp_path: Path, opt_in: bool) -> tuple[list[str], str]:
 def test_no_slurm_command_is_called_without_the_opt_in(tmp_path):
     calls, out = _slurm_tests(tmp_path, opt_in=False)
     assert calls == [], calls
-    assert "3 skipped" in out and "WATTLIFE_TEST_SLURM=1 not set" in out, out[-2000:]
+    assert "6 skipped" in out and "WATTLIFE_TEST_SLURM=1 not set" in out, out[-2000:]
 
 
 def test_with_the_opt_in_the_slurm_tests_do_submit(tmp_path):

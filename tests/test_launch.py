@@ -100,19 +100,31 @@ def test_one_node_command_wraps_the_launcher_under_the_sampler():
     assert "'{\"w\": \"q\"}'" in cmd and "srun" not in cmd
     assert run_files("R", spec)["ranks"] == [f"R/events.rank{r}.csv" for r in (1, 2, 3)]
     plain = build_command(LaunchSpec(), config="c", run_dir="R", run_id="x", cell={},
-                          inner=["train"])
-    assert "-- wattlife train" in plain
+                          inner=["train"], in_slurm=False)
+    assert "-- wattlife train" in plain and plain.startswith("wattlife run")
+
+
+def test_one_node_command_in_a_slurm_job_runs_in_a_whole_node_step_of_its_own():
+    """Inside a Slurm job the one-node command leaves the executor's 1-CPU step: srun --whole
+    (all of the job's CPUs, memory and GPUs on the node), exec'd so signals reach it."""
+    cmd = build_command(LaunchSpec(), config="c", run_dir="R", run_id="x", cell={},
+                        inner=["train"], in_slurm=True)
+    head, _, rest = cmd.partition("exec srun ")
+    assert head.startswith("for v in $(compgen -e") and head.endswith("done; ")
+    assert rest.startswith('--jobid="$SLURM_JOB_ID" --overlap --whole --nodes=1 --ntasks=1 ')
+    assert "--cpu-bind=none wattlife run --config c --trace R/trace.csv" in rest
 
 
 def test_multi_node_command_caps_and_samples_every_node():
     spec = LaunchSpec(nodes=4, gpus_per_node=8, cap_w=500, powercap_backend="nvidia-smi",
                       allow_real=True)
     cmd = build_command(spec, config="c.json", run_dir="R", run_id="x", cell={}, inner=["train"])
-    # one task per node (--ntasks: not the executor step's SLURM_NTASKS=1), each with the job's
-    # CPUs of its node (not the step's one CPU)
-    assert ("srun --overlap --nodes=4 --ntasks=4 --ntasks-per-node=1 --kill-on-bad-exit=1"
-            " --cpus-per-task=\"$cpn\" --cpu-bind=cores") in cmd
-    assert 'cpn="${SLURM_JOB_CPUS_PER_NODE:-' in cmd
+    # one task per node of the job's allocation (the executor's step variables cleared, the job
+    # named), each holding all of its node (--whole), unbound (not the step's one CPU)
+    assert ('for v in $(compgen -e | grep "^SLURM_" | grep -vx -e SLURM_JOB_ID -e SLURM_CONF);'
+            ' do unset "$v"; done; srun --jobid="$SLURM_JOB_ID" --overlap --whole --nodes=4'
+            " --ntasks=4 --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none") in cmd
+    assert 'nodelist=$(squeue -h -j "$SLURM_JOB_ID" -o %N)' in cmd  # the job's, not the step's
     # each node's launch-node sets the cap on its own GPUs and runs its own sampler and torchrun
     assert "wattlife launch-node --config c.json --node-dir R/nodes" in cmd
     assert "--cap 500 --powercap-backend nvidia-smi --state-dir R --allow-real" in cmd
@@ -194,3 +206,16 @@ def test_transfers_overlapping_each_other_are_counted():
     rows = download_rows(recs, [ph, ph])
     assert rows["overlapping_transfers"].tolist() == [1, 1]
     assert rows["transfers_at_once"].tolist() == [1, 1]
+
+
+def test_a_multi_node_meta_counts_every_nodes_rows(tmp_path):
+    """The merged trace holds every node's rows: meta.json says so (check compares them)."""
+    from wattlife.launch import merge_meta
+
+    for host, rows, rc in (("wl1", 3797, 0), ("wl2", 3685, 0)):
+        (tmp_path / "nodes" / host).mkdir(parents=True)
+        (tmp_path / "nodes" / host / "meta.json").write_text(json.dumps(
+            {"host": host, "exit_code": rc, "sampler": {"rows": rows, "interval_s": 0.02}}))
+    doc = merge_meta(tmp_path / "nodes", tmp_path / "meta.json")
+    assert doc["sampler"] == {"rows": 7482, "interval_s": 0.02} and doc["host"] == "wl1"
+    assert doc["nodes"]["wl2"]["sampler"]["rows"] == 3685

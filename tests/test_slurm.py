@@ -1,10 +1,9 @@
-"""The workflow through a real Slurm (Debian's slurm-wlm, one node; `.ci/slurm-up.sh` starts it).
+"""The workflow through a real Slurm (Debian's slurm-wlm; `.ci/slurm-up.sh` starts it).
 
 Only where the user opted in (WATTLIFE_TEST_SLURM=1; .ci/run sets it once its own cluster is up):
 tests/conftest.py skips them otherwise, before anything here asks a Slurm command (nothing runs at
 import). The partition is the CI cluster's, `debug`, or WATTLIFE_TEST_SLURM_PARTITION."""
 
-import json
 import re
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import copy_workflow, slurm_test_partition
+from test_slurm_nodes import node_shapes, steps_of
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -23,13 +23,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 def _node_gres() -> str:
     """The GRES of this one-node cluster (`.ci/slurm-up.sh` gives it two placeholder GPUs)."""
     return subprocess.run(["scontrol", "show", "node"], capture_output=True, text=True).stdout
-
-
-def _node_shape(partition: str) -> tuple[int, int]:
-    """CPUs and memory (MB) of the partition's node, as sinfo lists them."""
-    out = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%c %m"],
-                         capture_output=True, text=True).stdout.split()
-    return int(out[0]), int(out[1].rstrip("+"))
 
 
 def _tiny_config(tmp_path: Path, gres: bool) -> Path:
@@ -101,15 +94,17 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
                            text=True).stdout
     assert "execute" in shown and f"Partition={part}" in shown, shown
     assert re.search(r"OverSubscribe=NO|Shared=0|exclusive", shown, re.I), shown
-    # the whole node: every CPU and all of its memory, as sinfo lists the partition's node
-    cpus, mem = _node_shape(part)
-    assert re.search(rf"\bNumCPUs={cpus}\b", shown) and f"MinMemoryNode={mem}M" in shown, shown
+    # the whole node, whichever of the partition's (mixed) nodes it landed on: every CPU and all
+    # the memory a job may have there (RealMemory - MemSpecLimit)
+    node = re.search(r"\bNodeList=(\S+)", shown).group(1)
+    cpus, mem = node_shapes(part)[node]
+    assert re.search(rf"\bNumCPUs={cpus}\b", shown) and f"mem={mem}M" in shown, shown
     # inside the measuring step (and each node's launch-node): every CPU of the job's node
-    steps = [json.loads(m) for m in re.findall(r"wattlife: slurm step (\{.*\})",
-                                                (cell / "run.log").read_text())]
-    print("measuring steps saw:", steps)
-    assert steps and all(s["job_id"] == ids[0] and s["cpus_allowed"] == cpus
-                         and s["job_cpus_on_node"] == cpus for s in steps), steps
+    steps = steps_of(cell / "run.log")
+    print(f"measuring steps saw (node {node}):", steps)
+    assert steps and all(s["job_id"] == ids[0] and s["cpus_allowed"] >= cpus and s["host"] == node
+                         and s["job_cpus_on_node"] == cpus and s["mem_per_node_mb"] == mem
+                         for s in steps), steps
     if gres:  # the GPU rule asked for its GPU per node (--gres) and Slurm granted the placeholder
         assert re.search(r"gres/gpu[=:]1|gpu:1", shown), shown
     node_traces = list((cell / "nodes").glob("*/trace.csv"))
@@ -136,22 +131,3 @@ def test_a_cluster_without_accounting_is_named_before_any_job_is_submitted(tmp_p
     log = out.stdout + out.stderr
     assert out.returncode != 0 and "--slurm-status-command squeue" in log, log[-3000:]
     assert "SLURM jobid" not in log, log[-3000:]
-
-
-def test_the_per_node_srun_gives_each_node_all_of_its_cpus_inside_a_one_cpu_step(tmp_path):
-    """The suite's per-node srun (wattlife.launch), run inside a 1-task 1-CPU step of a
-    whole-node job as the executor starts one: its task may run on every CPU of the node (it
-    inherited the step's one CPU before)."""
-    from wattlife.launch import JOB_CPUS, srun_per_node
-
-    cpus, _ = _node_shape(slurm_test_partition())
-    probe = f"{sys.executable} -c 'import os; print(\"cpus\", len(os.sched_getaffinity(0)))'"
-    script = tmp_path / "job.sh"
-    inner = f"{JOB_CPUS} && {srun_per_node(1)} {probe}"
-    script.write_text("#!/bin/bash\nsrun -n1 --cpus-per-task=1 bash -s <<'EOF'\n" + inner
-                      + "\nEOF\n")
-    out = tmp_path / "job.out"
-    sub = subprocess.run(["sbatch", "--wait", "--exclusive", "-p", slurm_test_partition(), "-o",
-                          str(out), str(script)], capture_output=True, text=True, timeout=300)
-    assert sub.returncode == 0, sub.stderr + (out.read_text() if out.exists() else "")
-    assert f"cpus {cpus}" in out.read_text(), out.read_text()

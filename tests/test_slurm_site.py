@@ -10,9 +10,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wattlife import slurm_site as S
-from wattlife.launch import LaunchSpec, build_command
 from wattlife.runlock import LOCK_NAME, run_folder_lock
 from wattlife.sweeps.real import device_label
 
@@ -29,18 +30,26 @@ def _answer(text: str, rc: int = 0):
     return run
 
 
-def test_measuring_jobs_ask_for_every_cpu_and_all_memory_of_their_partitions_nodes():
-    sinfo = _answer("gpuq*|112|2000000+\ngpuq*|96|1900000\nh100q|64|1000000\n")
+def test_measuring_jobs_ask_for_whole_nodes_of_any_size():
+    """--exclusive, no memory figure (SBATCH_MEM_PER_NODE=0: every node's allocatable memory),
+    one CPU for the executor's step: nothing read from the partition's smallest node."""
     res = S.measuring_resources(_site(partitions={"h100": "h100q"}, constraints={"h100": "h1"}),
-                                "h100", run=sinfo)
+                                "h100")
     assert res == {"slurm_partition": "h100q", "constraint": "h1", "slurm_extra": "--exclusive",
-                   "cpus_per_task": 64, "mem_mb": 1000000}
-    cell = S.measuring_resources(_site(), None, run=sinfo)  # a training cell: gpu_partition
-    assert (cell["slurm_partition"], cell["cpus_per_task"], cell["mem_mb"]) == ("gpuq", 96, 1900000)
-    assert S.parse_sinfo("gpuq*|8|100\n", None) == S.NodeShape(8, 100)  # the default partition
-    own = S.measuring_resources(_site(cpus_per_task=32, mem_mb=500000), "h200", run=_answer(""))
+                   "cpus_per_task": 1, "mem_mb": 0}
+    cell = S.measuring_resources(_site(), None)  # a training cell: gpu_partition
+    assert cell["slurm_partition"] == "gpuq"
+    own = S.measuring_resources(_site(cpus_per_task=32, mem_mb=500000), "h200")
     assert (own["cpus_per_task"], own["mem_mb"]) == (32, 500000)
-    assert "cpus_per_task" not in S.measuring_resources(_site(), None, run=_answer("", 1))
+    env: dict[str, str] = {}
+    S.whole_node_memory(env)
+    assert env == {"SBATCH_MEM_PER_NODE": "0"}
+    env = {"SBATCH_MEM_PER_NODE": "9000"}  # the user's own: kept
+    S.whole_node_memory(env)
+    assert env == {"SBATCH_MEM_PER_NODE": "9000"}
+    # CPU-only cells ask for a task per node (the plugin's one task would shrink them to one)
+    assert S.node_request(2, 0) == {"nodes": 2, "tasks": 2}
+    assert S.node_request(4, 8) == {"nodes": 4, "gres": "gpu:8"}
 
 
 def test_a_users_extra_adds_to_exclusive():
@@ -57,6 +66,33 @@ def test_a_step_holding_fewer_cpus_than_its_job_is_refused():
     assert "1 of the job's 112 CPUs" in S.step_problem(one)
     assert S.step_problem(S.step_view(env, set(range(112)), "n1")) is None
     assert S.step_problem(S.step_view({}, {0}, "n1")) is None  # not a Slurm job
+    # the job's own allocation on this node (scontrol show job -d) wins over the environment's
+    # first node: a 1-CPU node of a mixed allocation is whole with 1 CPU
+    small = S.step_view(env, {0}, "n2", alloc=(1, 3856))
+    assert (small["job_cpus_on_node"], small["mem_per_node_mb"]) == (1, 3856)
+    assert S.step_problem(small) is None
+    assert "1 of the job's 2 CPUs" in S.step_problem(S.step_view(env, {0}, "n1", alloc=(2, 7712)))
+
+
+def test_the_jobs_allocation_on_each_node_is_read_from_scontrol():
+    detail = ("JobId=51 JobName=j.sh\n   NumNodes=3 NumCPUs=5\n"
+              "     Nodes=wl[1-2] CPU_IDs=0-1 Mem=7712 GRES=\n"
+              "     Nodes=wl3 CPU_IDs=0,2-3 Mem=3856 GRES=\n")
+    expand = {"wl[1-2]": ["wl1", "wl2"], "wl3": ["wl3"]}.__getitem__
+    assert S.parse_job_detail(detail, "wl2", expand) == (2, 7712)
+    assert S.parse_job_detail(detail, "wl3", expand) == (3, 3856)
+    assert S.parse_job_detail(detail, "wl9", expand) is None
+
+    def run(args, **_kw):
+        text = detail if args[2] == "job" else "\n".join(expand(args[3])) + "\n"
+        return subprocess.CompletedProcess(args, 0, stdout=text, stderr="")
+    assert S.job_allocation("51", "wl1", run) == (2, 7712)
+
+
+@given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 20)), max_size=8))
+def test_cpu_id_lists_count_every_cpu(ranges):
+    text = ",".join(f"{lo}-{lo + n}" if n else str(lo) for lo, n in ranges) or "0"
+    assert S.count_cpu_ids(text) == (sum(n + 1 for _, n in ranges) if ranges else 1)
 
 
 def _fake_srun(bindir: Path, log: Path) -> None:
@@ -93,25 +129,25 @@ sys.exit(rc)
 
 
 def test_a_multi_node_cell_starts_one_launch_node_per_node_inside_a_one_task_step(tmp_path):
-    """Inside the executor's step (SLURM_NTASKS=1 inherited) the suite's srun still starts one
-    task per node: it gives --ntasks itself."""
+    """Inside the executor's step (SLURM_NTASKS=1, SLURM_NNODES=1, its one node inherited) the
+    suite's srun still starts one task per node: the step's variables are cleared first, the
+    job named (--jobid), the whole node asked for (--whole, unbound)."""
+    from wattlife.launch import whole_step
+
     log = tmp_path / "srun.log"
     _fake_srun(tmp_path / "bin", log)
-    spec = LaunchSpec(nodes=2, gpus_per_node=8, per_node=True)
-    cmd = build_command(spec, config="c.json", run_dir="R", run_id="x", cell={}, inner=["train"])
-    parts = cmd.split(" && ")
-    at = next(i for i, p in enumerate(parts) if p.startswith("srun "))
-    srun = parts[at].split(" wattlife launch-node")[0]  # the suite's srun, as built
     env = dict(os.environ, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
-               SLURM_NTASKS="1", SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0="112(x2)")
-    out = subprocess.run(["bash", "-c", " && ".join(parts[:at] + [srun])
-                          + " bash -c 'echo launch-node on $SLURMD_NODENAME'"],
+               SLURM_JOB_ID="77", SLURM_NTASKS="1", SLURM_NNODES="1", SLURM_NODELIST="node0",
+               SLURM_STEP_ID="0", SLURM_CPUS_PER_TASK="1")
+    out = subprocess.run(["bash", "-c", f"({whole_step(2)} bash -c 'echo launch-node on "
+                          "$SLURMD_NODENAME ${SLURM_NNODES:-cleared}')"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:2] == ["launch-node on node0", "launch-node on node1"], out
+    assert out.stdout.split("\n")[:2] == ["launch-node on node0 cleared",
+                                          "launch-node on node1 cleared"], out
     assert "setting nnodes" not in out.stderr
-    assert "--ntasks=2 --ntasks-per-node=1" in log.read_text()
-    assert "--cpus-per-task=112 --cpu-bind=cores" in log.read_text()
+    assert ("--jobid=77 --overlap --whole --nodes=2 --ntasks=2 --ntasks-per-node=1"
+            " --kill-on-bad-exit=1 --cpu-bind=none") in log.read_text()
 
 
 def test_a_second_job_on_a_cell_refuses_while_the_first_is_alive(tmp_path, monkeypatch):
@@ -183,23 +219,45 @@ def test_a_curve_rows_gpu_model_is_the_device_that_ran_it():
     assert device_label(None, "NVIDIA H100", False) == "NVIDIA H100"
 
 
-def test_the_admins_prolog_and_epilog_save_and_restore_limits_by_job_id(tmp_path, env_path):
-    """profiles/slurm/{prolog,epilog}.sh with the simulated backend: the prolog records the
-    node's limits under the job's id (not a user's path); the epilog, run whatever ended the job
-    (here the job was never even started), restores them and removes the record."""
-    env = dict(env_path, SLURM_JOB_ID="4242", WATTLIFE_POWERCAP_DIR=str(tmp_path / "pc"),
-               WATTLIFE_POWERCAP_BACKEND="simulated")
+def _hook(name: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     repo = Path(__file__).resolve().parents[1]
-    pro = subprocess.run([str(repo / "profiles/slurm/prolog.sh")], env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert pro.returncode == 0, pro.stderr
-    state = tmp_path / "pc/job-4242.json"
+    return subprocess.run([str(repo / f"profiles/slurm/{name}.sh")], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_admins_prolog_and_epilog_save_and_restore_limits_by_job_id(tmp_path):
+    """profiles/slurm/{prolog,epilog}.sh as Slurm runs them: no PATH, none of the user's
+    environment, only the job's id and node name; everything else from the one site file. The
+    prolog records the node's limits (simulated backend) under the job's id and node (not a
+    user's path); the epilog, run whatever ended the job, restores them and removes the record;
+    each says what it did in the site's log."""
+    repo = Path(__file__).resolve().parents[1]
+    site = tmp_path / "slurm.env"
+    site.write_text(f"WATTLIFE={Path(sys.executable).parent / 'wattlife'}\n"
+                    f"PYTHONPATH={repo / 'src'}\nWATTLIFE_POWERCAP_BACKEND=simulated\n"
+                    f"WATTLIFE_POWERCAP_DIR={tmp_path / 'pc'}\n"
+                    f"WATTLIFE_POWERCAP_LOG={tmp_path / 'hooks.log'}\n")
+    env = {"SLURM_JOB_ID": "4242", "SLURMD_NODENAME": "wl2", "WATTLIFE_SITE_ENV": str(site)}
+    pro = _hook("prolog", env)
+    assert pro.returncode == 0, pro.stderr + (tmp_path / "hooks.log").read_text()
+    state = tmp_path / "pc/job-4242-wl2.json"
     doc = json.loads(state.read_text())
     assert doc["backend"] == "simulated" and doc["limits_w"], doc
-    epi = subprocess.run([str(repo / "profiles/slurm/epilog.sh")], env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert epi.returncode == 0 and "restored" in epi.stdout, epi.stderr
-    assert not state.exists()
-    again = subprocess.run([str(repo / "profiles/slurm/epilog.sh")], env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and "no state file" in again.stdout  # nothing was saved
+    epi = _hook("epilog", env)
+    assert epi.returncode == 0 and not state.exists(), epi.stderr
+    again = _hook("epilog", env)
+    assert again.returncode == 0  # nothing was saved: nothing to restore
+    log = (tmp_path / "hooks.log").read_text().splitlines()
+    assert [w.split()[1:4] for w in log] == [["prolog", "job=4242", "node=wl2"],
+                                             ["epilog", "job=4242", "node=wl2"],
+                                             ["epilog", "job=4242", "node=wl2"]], log
+    assert "rc=0" in log[1] and "restored" in log[1] and "no state file" in log[2], log
+
+
+def test_a_prolog_without_the_sites_wattlife_says_where_to_set_it(tmp_path):
+    site = tmp_path / "slurm.env"
+    site.write_text(f"WATTLIFE_POWERCAP_DIR={tmp_path / 'pc'}\n"
+                    f"WATTLIFE_POWERCAP_LOG={tmp_path / 'hooks.log'}\n")
+    pro = _hook("prolog", {"SLURM_JOB_ID": "1", "WATTLIFE_SITE_ENV": str(site)})
+    assert pro.returncode == 127
+    assert f"set it (absolute path) in {site}" in (tmp_path / "hooks.log").read_text()

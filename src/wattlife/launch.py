@@ -16,14 +16,15 @@ cell at one cap). Layout of a run folder D:
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .config import Execution, SamplerSettings
+from .nodename import short_node_name
 
 RDZV_PORT = 29500
 
@@ -83,64 +84,83 @@ def _q(args: list[str]) -> str:
 
 
 def build_command(spec: LaunchSpec, *, config: str, run_dir: str, run_id: str, cell: dict[str, Any],
-                  inner: list[str], state_dir: str | None = None) -> str:
+                  inner: list[str], state_dir: str | None = None,
+                  in_slurm: bool | None = None) -> str:
     """The shell command of one measured job. `inner` is the program each rank runs as a Python
-    module of wattlife (e.g. `train_args(...)`); `config` holds the job's sampler section."""
+    module of wattlife (e.g. `train_args(...)`); `config` holds the job's sampler section.
+    `in_slurm` (default: SLURM_JOB_ID is set): a one-node command runs in a whole-node step of
+    its own (`srun --whole`, see `whole_step`); a multi-node one always does."""
     f = run_files(run_dir, spec)
     cell_json = json.dumps(cell, sort_keys=True)
     cap: list[str] = []
     if spec.cap_w is not None:
         cap = ["--cap", f"{spec.cap_w:g}", "--powercap-backend", spec.powercap_backend,
                "--state-dir", state_dir or run_dir] + (["--allow-real"] if spec.allow_real else [])
+    if in_slurm is None:
+        in_slurm = bool(os.environ.get("SLURM_JOB_ID"))
     if not spec.multi:
-        if spec.cap_w is None:
-            launcher = spec.launcher.split()
-            under_torchrun = bool(launcher) and launcher[0].endswith("torchrun")
-            prog = ["-m", "wattlife.cli"] if under_torchrun else ["wattlife"]
-            wrap = ["wattlife", "run", "--config", config, "--trace", f["trace"], "--events",
-                    f["events"], "--meta", f["meta"], "--run-id", run_id, "--cell", cell_json, "--"]
-            return _q(wrap + launcher + prog + inner)
-        wrap = ["wattlife", "launch-node", "--config", config, "--trace", f["trace"], "--events",
-                f["events"], "--meta", f["meta"], "--run-id", run_id, "--cell", cell_json, *cap,
-                "--"]
-        torchrun = ["torchrun", f"--nproc-per-node={spec.gpus_per_node}", "-m", "wattlife.cli"]
-        return _q(wrap + torchrun + inner)
+        one = _one_node_args(spec, config, f, run_id, cell_json, cap, inner)
+        return f"{whole_step(1)} {_q(one)}" if in_slurm else _q(one)
     per_node = ["wattlife", "launch-node", "--config", config, "--node-dir", f["nodes"],
                 "--run-id", run_id, "--cell", cell_json, *cap, "--", "torchrun",
                 f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.gpus_per_node}",
                 "--rdzv-backend=c10d"]
-    head = 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
     nodes = shlex.quote(f["nodes"])
-    return (f"{head} && {JOB_CPUS} && {srun_per_node(spec.nodes)} {_q(per_node)}"
+    return (f"{RDZV_HEAD} && ({whole_step(spec.nodes)} {_q(per_node)}"
             f" --rdzv-endpoint=\"$head:{RDZV_PORT}\" "
-            f"{_q(['-m', 'wattlife.cli'] + inner)}"
+            f"{_q(['-m', 'wattlife.cli'] + inner)})"
             f" && wattlife merge-nodes --traces {nodes}/*/trace.csv --events {nodes}/*/events.csv"
             f" --trace {shlex.quote(f['trace'])} --events-out {shlex.quote(f['events'])}"
             f" && wattlife launch-node --merge-meta {nodes} --meta {shlex.quote(f['meta'])}")
 
 
-# the CPUs the job holds on each node: SLURM_JOB_CPUS_PER_NODE is "N", "N(xK)" or "N,M(xK)" (in
-# the executor's step, whose environment it cleans, only its _PACK_GROUP_0 copy is left); the
-# step's own SLURM_CPUS_ON_NODE / SLURM_CPUS_PER_TASK are the step's, not the job's
-JOB_CPUS = ('cpn="${SLURM_JOB_CPUS_PER_NODE:-${SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0:-1}}"'
-            ' && cpn="${cpn%%[(,]*}"')
+def _one_node_args(spec: LaunchSpec, config: str, f: dict[str, Any], run_id: str,
+                   cell_json: str, cap: list[str], inner: list[str]) -> list[str]:
+    """A one-node job's command words: the sampler (`run`, or `launch-node` with a cap) around
+    the launcher and `inner`."""
+    if spec.cap_w is None:
+        launcher = spec.launcher.split()
+        under_torchrun = bool(launcher) and launcher[0].endswith("torchrun")
+        prog = ["-m", "wattlife.cli"] if under_torchrun else ["wattlife"]
+        wrap = ["wattlife", "run", "--config", config, "--trace", f["trace"], "--events",
+                f["events"], "--meta", f["meta"], "--run-id", run_id, "--cell", cell_json, "--"]
+        return wrap + launcher + prog + inner
+    wrap = ["wattlife", "launch-node", "--config", config, "--trace", f["trace"], "--events",
+            f["events"], "--meta", f["meta"], "--run-id", run_id, "--cell", cell_json, *cap, "--"]
+    torchrun = ["torchrun", f"--nproc-per-node={spec.gpus_per_node}", "-m", "wattlife.cli"]
+    return wrap + torchrun + inner
 
 
-def srun_per_node(nodes: int) -> str:
-    """The srun that starts one task per node of the job, each with all of its node's CPUs
-    (after `JOB_CPUS` has set $cpn).
+# the rendezvous host: the job's first node (its node list from the controller, not from the
+# executor's one-node step), by the address Slurm reaches it at (NodeAddr; the node name where
+# Slurm has none)
+RDZV_HEAD = ('nodelist=$(squeue -h -j "$SLURM_JOB_ID" -o %N)'
+             ' && first=$(scontrol show hostnames "$nodelist" | head -n 1)'
+             ' && head=$(scontrol show node -o "$first"'
+             ' | sed -n "s/.* NodeAddr=\\([^ ]*\\).*/\\1/p")'
+             ' && head=${head:-$first}')
+# the executor's step variables (SLURM_NNODES=1, SLURM_NODELIST=<its node>, SLURM_NTASKS=1,
+# SLURM_CPUS_PER_TASK, SLURM_CPU_BIND, ...) would shape an srun started inside it ("Only
+# allocated 1 nodes asked for 2"); cleared, srun asks the controller for the job's allocation
+CLEAR_STEP_ENV = ('for v in $(compgen -e | grep "^SLURM_"'
+                  ' | grep -vx -e SLURM_JOB_ID -e SLURM_CONF); do unset "$v"; done; ')
 
-    Explicit `--ntasks`: inside the executor's 1-task step SLURM_NTASKS=1 is inherited, and
-    srun would otherwise shrink to one node ("can't run 1 processes on N nodes"). Explicit
-    `--cpus-per-task` and `--cpu-bind`: the step's SLURM_CPUS_PER_TASK / SLURM_CPU_BIND (one
-    CPU) are inherited too, and a binding cluster would pin the whole node's ranks to it."""
-    args = ["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=1"]
-    return f'{_q(args)} --cpus-per-task="$cpn" --cpu-bind=cores'
+
+def whole_step(nodes: int) -> str:
+    """The shell words that start the next command as a job step of its own on `nodes` nodes of
+    this job, one task per node, each holding all of the job's CPUs, memory and GPUs on its node
+    (`--whole`), whatever the executor's step holds: (cleared step variables) `srun --jobid
+    --whole`. Unbound (`--cpu-bind=none`): a task keeps its step's CPUs (the node's cgroup where
+    task/cgroup confines it), not the one CPU a binding plugin gives a 1-CPU task. `exec` for one
+    node: srun replaces the shell, so a signal to the job's command reaches it (srun forwards)."""
+    args = (f'srun --jobid="$SLURM_JOB_ID" --overlap --whole --nodes={nodes} --ntasks={nodes}'
+            " --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none")
+    return CLEAR_STEP_ENV + ("exec " if nodes == 1 else "") + args
 
 
 def short_host() -> str:
-    return socket.gethostname().split(".")[0]
+    """This node's name as a folder name (Slurm's node name in a job: wattlife.nodename)."""
+    return short_node_name()
 
 
 def run_node(cmd: list[str], *, settings: SamplerSettings, run_id: str, cell: dict[str, Any],
@@ -180,7 +200,8 @@ def run_node(cmd: list[str], *, settings: SamplerSettings, run_id: str, cell: di
 
 
 def merge_meta(node_dir: str | Path, out: str | Path) -> dict[str, Any]:
-    """One meta.json for a multi-node run: the first node's, with every node's under `nodes`."""
+    """One meta.json for a multi-node run: the first node's, with every node's under `nodes`, the
+    worst exit code and the rows of the merged trace (the sum of the nodes' sampler rows)."""
     metas = sorted(Path(node_dir).glob("*/meta.json"))
     if not metas:
         raise FileNotFoundError(f"{node_dir}: no <host>/meta.json (did every node's sampler run?)")
@@ -188,5 +209,8 @@ def merge_meta(node_dir: str | Path, out: str | Path) -> dict[str, Any]:
     doc = dict(docs[0])
     doc["nodes"] = {m.parent.name: d for m, d in zip(metas, docs, strict=True)}
     doc["exit_code"] = max((d.get("exit_code") or 0) for d in docs)
+    rows = [(d.get("sampler") or {}).get("rows") for d in docs]
+    if isinstance(doc.get("sampler"), dict) and all(isinstance(r, int) for r in rows):
+        doc["sampler"] = {**doc["sampler"], "rows": sum(rows)}  # the merged trace: every node's
     Path(out).write_text(json.dumps(doc, indent=2, default=str))
     return doc

@@ -49,6 +49,7 @@ from typing import Any, Callable
 
 from .contracts import EVENTS_HEADER, csv_cell, phase_name_problem
 from .contracts.clock import now_ns  # the one clock (re-exported: workloads stamp with it)
+from .nodename import node_name
 
 ENV_EVENTS = "WATTLIFE_EVENTS"
 ENV_RUN_ID = "WATTLIFE_RUN_ID"
@@ -104,7 +105,7 @@ class Recorder:
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         world = int(os.environ.get("WORLD_SIZE", "1"))
         self.path = rank_events_path(path, self.rank, world)
-        self.host = socket.gethostname()
+        self.host = node_name()
         self.run_id = run_id or os.environ.get(ENV_RUN_ID) or self.path.parent.name
         self._prefix = f"{csv_cell(self.run_id)},{csv_cell(self.host)},{self.rank},"
         self._cells: dict[str, str] = {}  # phase name -> its CSV cell, checked once per name

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import socket
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from .config import SamplerSettings
 from .contracts import TRACE_HEADER, ZSTD_SUFFIX
 from .contracts.clock import WallSteps, now_ns
 from .devices.base import SensorBackend, SensorUnavailable
+from .nodename import node_name
 from .safewrite import FrameAppender, SafeAppender
 
 
@@ -52,7 +52,7 @@ class Sampler:
                  host: str | None = None, flush_s: float = 0.5) -> None:
         self.backends = backends
         self.trace_path = Path(trace_path)
-        self.host = host or socket.gethostname()
+        self.host = host or node_name()
         self.flush_s = flush_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .slurm_site import job_allocation
+
 _MEM = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)$")
 _MB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
 
@@ -111,6 +113,20 @@ def current(host: str | None = None) -> dict[str, Any] | None:
         return None
     key = (job_id, os.environ.get("SLURM_STEP_ID"), host or socket.gethostname().split(".")[0])
     if key not in _RECORDS:
-        _RECORDS[key] = job_record(os.environ, len(os.sched_getaffinity(0)), key[2],
-                                   scontrol_job(job_id), cgroup_memory_limit_mb())
+        record = job_record(os.environ, len(os.sched_getaffinity(0)), key[2],
+                            scontrol_job(job_id), cgroup_memory_limit_mb())
+        _RECORDS[key] = with_node_allocation(record, job_allocation(job_id, key[2]))
     return dict(_RECORDS[key])
+
+
+def with_node_allocation(record: dict[str, Any], alloc: tuple[int, int | None] | None
+                         ) -> dict[str, Any]:
+    """`record` with the job's CPUs and memory on this very node as the controller has them
+    (`scontrol show job -d`; a partition mixing node sizes gives each node its own), where known:
+    the environment's SLURM_JOB_CPUS_PER_NODE and MinMemoryNode are the first node's."""
+    if alloc is None:
+        return record
+    out = {**record, "job_cpus_on_node": alloc[0]}
+    if alloc[1]:
+        out.update(mem_per_node_mb=alloc[1], mem_per_node_from="scontrol show job -d (this node)")
+    return out

@@ -1,39 +1,33 @@
 """What a measuring job asks Slurm for, and how a run recovers after its controller was killed.
 
-A measuring job (a training cell, a PFI cap) owns whole nodes: `--exclusive`, every CPU of the
-node for the one task the executor starts it in (`cpus_per_task`: the node's CPUs), and the
-node's memory (`mem_mb`: the node's memory); both read from `sinfo` for the job's partition
-unless the config's `slurm` section gives them. The job lands on the partition / constraint its
-hardware profile names (`slurm.partitions`, `slurm.constraints`).
+A measuring job (a training cell, a PFI cap) owns whole nodes of any size: `--exclusive` and
+`--mem=0` (SBATCH_MEM_PER_NODE): every CPU and all the memory a job may have on each node,
+whatever the partition mixes. It runs its measurement in a job step of its own that holds all of
+it (`srun --whole`, wattlife.launch), and that step checks it holds every CPU the job has on its
+node. The job lands on the partition / constraint its hardware profile names
+(`slurm.partitions`, `slurm.constraints`).
 
 The rules wire these (rules/common.smk); the functions here are pure apart from the few that
-call `sinfo` or `scontrol` (given `run`, for tests). A killed controller's jobs:
+call `squeue`, `scancel` or `scontrol` (given `run`, for tests). A killed controller's jobs:
 `wattlife.slurm_orphans`; site values checked at start: `wattlife.slurm_preflight`.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
-# the sbatch flags every measuring job needs, kept whatever a user's `slurm_extra` says
+# the sbatch flags every measuring job needs (whole nodes: every CPU, all allocatable memory),
+# kept whatever a user's `slurm_extra` says
 MEASURING_EXTRA = ("--exclusive",)
 NO_ACCOUNTING = ("this cluster has no Slurm accounting (AccountingStorageType={storage}): sacct "
                  "never sees a job end and the run would wait forever; add "
                  "--slurm-status-command squeue (and keep MinJobAge >= 300 s in slurm.conf)")
-
-
-@dataclass(frozen=True)
-class NodeShape:
-    """The smallest node of a partition: its CPUs and memory (MB), as Slurm has them."""
-
-    cpus: int
-    mem_mb: int
 
 
 def _run(args: Sequence[str], run: Runner | None = None, timeout: float = 20) -> str | None:
@@ -43,38 +37,6 @@ def _run(args: Sequence[str], run: Runner | None = None, timeout: float = 20) ->
     except (OSError, subprocess.TimeoutExpired):
         return None
     return p.stdout if p.returncode == 0 else None
-
-
-def parse_sinfo(text: str, partition: str | None) -> NodeShape | None:
-    """The smallest CPUs and memory of `partition`'s nodes (its default, marked `*`, when None)
-    from `sinfo -h -N -o '%P|%c|%m'` lines (memory may end in `+`)."""
-    cpus, mems = [], []
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 3:
-            continue
-        part, c, m = parts
-        if (partition is None and part.endswith("*")) or part.rstrip("*") == partition:
-            try:
-                cpus.append(int(c.rstrip("+")))
-                mems.append(int(m.rstrip("+")))
-            except ValueError:
-                continue
-    if not cpus:
-        return None
-    return NodeShape(min(cpus), min(mems))
-
-
-_SHAPES: dict[str | None, NodeShape | None] = {}
-
-
-def node_shape(partition: str | None, run: Runner | None = None) -> NodeShape | None:
-    """The smallest node of `partition` from `sinfo` (once per partition and process); None
-    where there is no Slurm here."""
-    if partition not in _SHAPES or run is not None:
-        out = _run(["sinfo", "-h", "-N", "-o", "%P|%c|%m"], run)
-        _SHAPES[partition] = parse_sinfo(out, partition) if out else None
-    return _SHAPES[partition]
 
 
 def merge_extra(user: str | None, required: Sequence[str] = MEASURING_EXTRA) -> str:
@@ -101,21 +63,33 @@ def placement(slurm: Any, hardware: str | None) -> dict[str, Any]:
     return out
 
 
-def measuring_resources(slurm: Any, hardware: str | None = None,
-                        run: Runner | None = None) -> dict[str, Any]:
+def measuring_resources(slurm: Any, hardware: str | None = None) -> dict[str, Any]:
     """Everything a measuring job asks Slurm for besides nodes, GPUs and runtime: its placement,
-    `--exclusive`, the node's CPUs for its one task (`cpus_per_task`) and the node's memory
-    (`mem_mb`). The config's `slurm.cpus_per_task` / `slurm.mem_mb` win over `sinfo`'s answer;
-    without either (no Slurm here: a local run) they are left out."""
-    res = {**placement(slurm, hardware), "slurm_extra": merge_extra(None)}
-    shape = node_shape(res.get("slurm_partition"), run)
-    cpus = slurm.cpus_per_task or (shape.cpus if shape else None)
-    mem = slurm.mem_mb or (shape.mem_mb if shape else None)
-    if cpus:
-        res["cpus_per_task"] = int(cpus)
-    if mem:
-        res["mem_mb"] = int(mem)
-    return res
+    whole nodes whatever their size (`--exclusive`, and no `--mem`: `whole_node_memory` makes
+    that every node's allocatable memory, RealMemory less MemSpecLimit), and one CPU for the
+    executor's own step (`cpus_per_task`; the measurement runs in a step of its own holding the
+    whole node, wattlife.launch.whole_step). `mem_mb` 0 keeps the profile's default memory off
+    (the executor plugin then gives no --mem; it refuses one in slurm_extra). The config's
+    `slurm.cpus_per_task` / `slurm.mem_mb` replace 1 / the whole node."""
+    return {**placement(slurm, hardware), "slurm_extra": merge_extra(None),
+            "cpus_per_task": int(slurm.cpus_per_task or 1), "mem_mb": int(slurm.mem_mb or 0)}
+
+
+def whole_node_memory(environ: MutableMapping[str, str]) -> None:
+    """Make an `sbatch` without `--mem` ask for all of each node's memory: SBATCH_MEM_PER_NODE=0
+    (sbatch's own input variable, = `--mem=0`) in the controller's environment, unless already
+    set. A job with `--mem N` on its command line (every non-measuring job: the profile's
+    default mem_mb) keeps N; a site default (DefMemPerCPU) no longer shrinks a measuring job."""
+    environ.setdefault("SBATCH_MEM_PER_NODE", "0")
+
+
+def node_request(nodes: int, gpus_per_node: int) -> dict[str, Any]:
+    """Nodes (and GPUs on each) of a measuring job, as the executor plugin takes them: a GPU job
+    `--nodes=N --gres=gpu:G`; a CPU-only one also `--ntasks=N` (the plugin's default, one task,
+    would shrink its allocation to one node)."""
+    if gpus_per_node:
+        return {"nodes": nodes, "gres": f"gpu:{gpus_per_node}"}
+    return {"nodes": nodes, "tasks": nodes}
 
 
 # -- the status query (orphans of a killed controller: wattlife.slurm_orphans) -------------
@@ -151,14 +125,50 @@ def _first_int(text: str | None) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def step_view(env: Mapping[str, str], allowed: set[int], host: str) -> dict[str, Any]:
+def count_cpu_ids(ids: str) -> int:
+    """CPUs in a `CPU_IDs=` list such as "0-3,8,10-11"."""
+    n = 0
+    for part in ids.split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi) - int(lo) + 1 if hi else 1
+    return n
+
+
+def parse_job_detail(text: str, node: str,
+                     expand: Callable[[str], list[str]]) -> tuple[int, int | None] | None:
+    """(CPUs, memory MB) the job holds on `node`, from `scontrol show job -d` lines
+    `Nodes=<host list> CPU_IDs=<ids> Mem=<MB> ...` (`expand`: a host list's names); None where
+    no line names it."""
+    for line in text.splitlines():
+        m = re.match(r"\s*Nodes=(\S+)\s+CPU_IDs=(\S+)(?:\s+Mem=(\d+))?", line)
+        if m and node in expand(m.group(1)):
+            return count_cpu_ids(m.group(2)), int(m.group(3)) if m.group(3) else None
+    return None
+
+
+def job_allocation(job_id: str, node: str,
+                   run: Runner | None = None) -> tuple[int, int | None] | None:
+    """What job `job_id` holds on `node` (CPUs, memory MB), as the controller has it."""
+    out = _run(["scontrol", "show", "job", "-d", job_id], run)
+
+    def expand(hosts: str) -> list[str]:
+        names = _run(["scontrol", "show", "hostnames", hosts], run)
+        return names.split() if names else [hosts]
+
+    return parse_job_detail(out, node, expand) if out else None
+
+
+def step_view(env: Mapping[str, str], allowed: set[int], host: str,
+              alloc: tuple[int, int | None] | None = None) -> dict[str, Any]:
     """What this process of a Slurm job holds: the CPUs it may run on against the job's CPUs on
-    the node, the job's memory per node and its nodes (environment of a job step)."""
-    job_cpus = _first_int(env.get("SLURM_JOB_CPUS_PER_NODE")
-                          or env.get("SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"))
+    this node (`alloc`, the controller's (CPUs, MB) for it; else the job's environment, the
+    first node's), the job's memory on the node and its nodes."""
+    job_cpus = alloc[0] if alloc else _first_int(env.get("SLURM_JOB_CPUS_PER_NODE")
+                                                 or env.get("SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0"))
+    mem = alloc[1] if alloc and alloc[1] else _first_int(env.get("SLURM_MEM_PER_NODE"))
     return {"host": host, "job_id": env.get("SLURM_JOB_ID"), "step_id": env.get("SLURM_STEP_ID"),
             "cpus_allowed": len(allowed), "job_cpus_on_node": job_cpus,
-            "mem_per_node_mb": _first_int(env.get("SLURM_MEM_PER_NODE")),
+            "mem_per_node_mb": mem,
             "nodes": _first_int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES"))}
 
 
@@ -168,14 +178,15 @@ def step_problem(view: Mapping[str, Any]) -> str | None:
     need, have = view.get("job_cpus_on_node"), view["cpus_allowed"]
     if view.get("job_id") and need and have < need:
         return (f"Slurm job {view['job_id']}: this step may run on {have} of the job's {need} "
-                f"CPUs on {view['host']}; a measurement needs all of them (give the measuring "
-                "rules cpus_per_task = the node's CPUs: `slurm.cpus_per_task` or sinfo)")
+                f"CPUs on {view['host']}; a measurement needs all of them (start it in a step "
+                "of the whole node: `srun --whole --cpu-bind=none`, as wattlife.launch does)")
     return None
 
 
 def check_step(host: str) -> dict[str, Any] | None:
-    """Inside a Slurm job: print what this step holds (one line on stderr, into the run's log)
-    and refuse (RuntimeError) a step that holds fewer CPUs than the job. Outside: None."""
+    """Inside a Slurm job: print what this step holds against what the job holds on this node
+    `host` (one line on stderr, into the run's log) and refuse (RuntimeError) a step that holds
+    fewer CPUs than the job. Outside: None."""
     import json
     import os
     import sys

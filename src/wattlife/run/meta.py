@@ -7,7 +7,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import sys
 import tempfile
 from importlib import metadata
@@ -16,6 +15,7 @@ from typing import Any
 
 from .. import slurm_job
 from ..contracts import ContractError, RunMeta, meta_text
+from ..nodename import node_name
 from .state import RunState
 
 LIBRARIES = ["wattlife", "torch", "torchvision", "transformers", "nvidia-ml-py", "numpy", "pandas",
@@ -69,7 +69,7 @@ def run_meta(st: RunState, markers_reports: list[dict[str, Any]]) -> RunMeta:
                      and not sampler.errors),
     }
     return RunMeta(
-        run_id=st.run_id, host=socket.gethostname(), cmd=list(st.cmd),
+        run_id=st.run_id, host=node_name(), cmd=list(st.cmd),
         cell=st.cell or {}, start_ns=sampler.start_ns, end_ns=sampler.end_ns,
         workload_start_ns=st.t_start, workload_end_ns=st.t_end,
         idle_baseline={"start_ns": sampler.start_ns, "end_ns": st.idle_end},
