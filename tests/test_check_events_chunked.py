@@ -13,12 +13,12 @@ from wattlife.check import check_run
 from wattlife.check.events_reading import (
     EVENTS_ALLOW_EMPTY,
     EVENTS_KINDS,
-    concat_compact,
     read_events_file,
     with_file_name,
 )
 from wattlife.check.reading import read_csv_lines
 from wattlife.contracts import streaming
+from wattlife.contracts.compact import concat_compact
 
 T0 = 1_700_000_000_000_000_000
 HEADER = "run_id,host,rank,phase,start_ns,end_ns,step,items,local_rank,depth,clock,clamp_ns"
@@ -104,3 +104,37 @@ def test_the_joined_events_keep_their_text_as_categories(tmp_path):
     per_row = ev.memory_usage(deep=True).sum() / len(ev)
     as_strings = _as_text(ev).memory_usage(deep=True).sum() / len(ev)
     assert per_row < 100 < as_strings  # numbers + category codes, against a string a cell
+
+
+def test_merge_nodes_writes_the_events_and_offsets_the_whole_tables_give(tmp_path):
+    """Nodes' events with rank siblings, hosts and phase names that sort differently from their
+    order of appearance, text with spaces and an empty cell: the merged events.csv and
+    clock_offsets.csv are byte for byte those of the whole tables (`pd.concat` of `read_events`,
+    sorted, written), the events now held as categories."""
+    from wattlife.contracts import read_events
+    from wattlife.merge_nodes import _read_events_compact, clock_offsets, merge_node_runs
+
+    trace_head = "t_ns,host,device,metric,value,source\n"
+    traces, events = [], []
+    for n, host in enumerate(("zeta", "alpha node")):
+        d = tmp_path / host
+        d.mkdir()
+        rows = [f"{T0 + k * 20_000_000},{host},gpu0,power_w,300.0,sim" for k in range(50)]
+        (d / "trace.csv").write_text(trace_head + "\n".join(rows) + "\n")
+        for rank in (0, 1):
+            text = _events(rank, n=30).replace(",h,", f",{host},").replace("r,", f"run {n},", 1)
+            text = text.replace("backward", "z backward" if rank else "backward")
+            name = "events.csv" if rank == 0 else "events.rank1.csv"
+            (d / name).write_text(text.replace(",host,0\n", ",,0\n", 3))
+        traces.append(d / "trace.csv")
+        events.append(d / "events.csv")
+    out = tmp_path / "merged"
+    out.mkdir()
+    merge_node_runs(traces, events, out / "trace.csv", out / "events.csv")
+    whole = pd.concat([read_events(e) for e in events], ignore_index=True)
+    want = whole.sort_values(["start_ns", "host", "rank"], kind="stable").to_csv(index=False)
+    assert (out / "events.csv").read_text() == want
+    assert (out / "clock_offsets.csv").read_text() == clock_offsets(whole).to_csv(index=False)
+    held = _read_events_compact(events)
+    assert isinstance(held["host"].dtype, pd.CategoricalDtype)
+    pd.testing.assert_frame_equal(_as_text(held), whole, check_dtype=False)

@@ -1,6 +1,7 @@
 """The events files of a run as `wattlife check` reads them (issue 43): each file in chunks
 (`reading.read_csv_chunks`, findings merged as one pass over the file gives them), its text
-columns kept as categories and the files joined without turning them back into strings. A day
+columns kept as categories and the files joined without turning them back into strings
+(`contracts.compact.concat_compact`). A day
 of 8 ranks at 0.3 s steps is ~11 M rows: read whole, each line's text cells and its file name
 were strings of their own (~6 GB); here a row holds its numbers and a few category codes.
 
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pandas.api.types import union_categoricals
 
 from ..contracts import ContractError, StreamUnreadable
+from ..contracts.compact import concat_compact
 from .findings import Finding, merge_capped
 from .reading import READ_CODES, read_csv_chunks, read_csv_lines
 
@@ -47,21 +48,6 @@ def read_events_file(path: Path, max_rows: int, chunk_bytes: int | None = None
     if not parts:
         return None, findings
     return concat_compact(parts), findings
-
-
-def concat_compact(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Frames with the same columns joined, category columns kept as categories (sorted, as a
-    whole file's `astype("category")` gives them; `pd.concat` makes a column whose categories
-    differ between frames one of strings)."""
-    if len(frames) == 1:
-        return frames[0]
-    columns = list(dict.fromkeys(c for f in frames for c in f.columns))
-    cats = [c for c in columns
-            if all(c in f and isinstance(f[c].dtype, pd.CategoricalDtype) for f in frames)]
-    out = pd.concat([f.drop(columns=cats) for f in frames], ignore_index=True)
-    for c in cats:
-        out[c] = union_categoricals([f[c] for f in frames], sort_categories=True)
-    return out[columns]
 
 
 def with_file_name(df: pd.DataFrame, path: Path) -> pd.DataFrame:

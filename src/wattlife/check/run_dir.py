@@ -26,8 +26,9 @@ from ..contracts import (
     TRACE_FILES,
     StreamUnreadable,
 )
+from ..contracts.compact import concat_compact
 from .events import check_events
-from .events_reading import concat_compact, read_events_file, with_file_name
+from .events_reading import read_events_file, with_file_name
 from .findings import ERROR, WARNING, Finding, merge_capped
 from .kinds import check_kind_phases, infer_kind
 from .outputs import check_meta, check_phases_table, check_summary
