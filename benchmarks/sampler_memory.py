@@ -4,7 +4,9 @@ Runs `sampler.Sampler` on the simulated GPU backend (`--gpus` GPUs at `--interva
 `--minutes`, writing `trace.csv` or `trace.csv.zst`; every `--every` seconds it records the
 process's resident memory (VmRSS), the rows written and the process CPU time (the main thread
 sleeps: that is the sampler's thread). Prints the samples, the least-squares slope of RSS per
-1,000 rows written, and the CPU cost per row in the first and the last quarter of the run.
+1,000 rows written, and the CPU cost per row in the first and the last quarter of the run; the
+raw samples (with the CPU cost per row since the previous sample) go to `samples.csv` in `--out`
+as they are taken.
 
     PYTHONPATH=src python3 benchmarks/sampler_memory.py --minutes 5 --form zst --out /tmp/sm
 """
@@ -46,6 +48,8 @@ def main() -> None:
     s.start()
     t0, c0 = time.monotonic(), time.process_time()
     rows: list[tuple[float, int, float, float]] = []
+    samples = (path.parent / "samples.csv").open("w")
+    samples.write("t_s,rows,rss_mb,cpu_s,cpu_us_per_row\n")
     print("| s | rows | RSS MB | CPU s |\n|---|---|---|---|")
     while time.monotonic() - t0 < a.minutes * 60:
         time.sleep(a.every)
@@ -54,7 +58,13 @@ def main() -> None:
                      time.process_time() - c0))
         print(f"| {rows[-1][0]:.0f} | {rows[-1][1]:,} | {rows[-1][2]:.1f} | {rows[-1][3]:.2f} |",
               flush=True)
+        prev = rows[-2] if len(rows) > 1 else (0.0, 0, 0.0, 0.0)
+        per_row = (rows[-1][3] - prev[3]) / max(rows[-1][1] - prev[1], 1) * 1e6
+        samples.write(f"{rows[-1][0]:.2f},{rows[-1][1]},{rows[-1][2]:.2f},{rows[-1][3]:.3f},"
+                      f"{per_row:.2f}\n")
+        samples.flush()
     s.stop()
+    samples.close()
     r = np.array(rows)
     slope = np.polyfit(r[:, 1], r[:, 2], 1)[0] * 1000 * 1024  # KiB per 1,000 rows
     q = max(len(r) // 4, 2)

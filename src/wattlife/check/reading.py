@@ -201,13 +201,13 @@ def to_numbers(df: pd.DataFrame, kinds: dict[str, str], file: str, max_rows: int
 
 
 def read_csv_chunks(path: Path, max_rows: int, kinds: dict[str, str],
-                    chunk_bytes: int | None = None
+                    chunk_bytes: int | None = None, allow_empty: Iterable[str] = ()
                     ) -> Iterator[tuple[pd.DataFrame | None, list[Finding]]]:
     """`read_csv_lines` of a CSV trace (plain, .gz, .zst) chunk by chunk (`LineChunks`, about
     `chunk_bytes` each, `streaming.BATCH_BYTES` by default): each chunk's rows with their file
     line numbers and its findings; a last item (None, findings) for an empty file, a cut header
     or a truncated last line. Raises StreamUnreadable for quoted fields or a cut gzip file
-    (read the file whole instead)."""
+    (read the file whole instead). `allow_empty`: as `read_csv_lines`."""
     name = str(path)
     chunks = LineChunks(path, chunk_bytes or streaming.BATCH_BYTES)
     header, offset = b"", 0
@@ -218,7 +218,7 @@ def read_csv_chunks(path: Path, max_rows: int, kinds: dict[str, str],
         if b'"' in header or b'"' in block:
             raise StreamUnreadable("quoted fields")
         text, rows_line, ff = _drop_bad_field_counts(header + block, name, max_rows, offset)
-        df, ff2 = _parse_typed(text, rows_line, kinds, name, max_rows, ())
+        df, ff2 = _parse_typed(text, rows_line, kinds, name, max_rows, allow_empty)
         offset += block.count(b"\n")
         yield df, ff + ff2
     if not header:

@@ -26,7 +26,9 @@ from ..contracts import (
     TRACE_FILES,
     StreamUnreadable,
 )
+from ..contracts.compact import concat_compact
 from .events import check_events
+from .events_reading import read_events_file, with_file_name
 from .findings import ERROR, WARNING, Finding, merge_capped
 from .kinds import check_kind_phases, infer_kind
 from .outputs import check_meta, check_phases_table, check_summary
@@ -176,21 +178,23 @@ def _events_files(run: Path, max_rows: int,
         f.append(Finding(ERROR, "file.missing", str(ev_path), None, "no events.csv"))
     frames = []
     for p in ev_paths:
-        df, ff = read_csv_lines(p, max_rows, {"start_ns": "int", "end_ns": "int", "rank": "int",
-                                              "items": "float", "step": "float", "depth": "float"},
-                                allow_empty=("items", "step", "depth"))
+        df, ff = read_events_file(p, max_rows)  # in chunks, text as categories
         f += ff
         if df is None:
             continue
         cols = check_columns(df, EVENTS_COLUMNS, str(p))
         f += cols
         if not cols:
-            frames.append(df.assign(file_name=str(p)))
+            frames.append(with_file_name(df, p))
     if not frames:
         return None, ev_paths
-    ev = pd.concat(frames, ignore_index=True)
-    ev = ev[ev["start_ns"].notna() & ev["end_ns"].notna() & ev["rank"].notna()]
-    ev = ev.astype({"start_ns": np.int64, "end_ns": np.int64, "rank": np.int64})
+    ev = concat_compact(frames)
+    keep = (ev["start_ns"].notna() & ev["end_ns"].notna() & ev["rank"].notna()).to_numpy()
+    if not keep.all():  # no copy of a table without a missing cell there (~11 M rows a day)
+        ev = ev[keep]
+    for c in ("start_ns", "end_ns", "rank"):
+        if ev[c].dtype != np.int64:
+            ev[c] = ev[c].astype(np.int64)
     ev["phase"] = ev["phase"].astype(str)
     ev["host"] = ev["host"].astype(str)
     return ev, ev_paths

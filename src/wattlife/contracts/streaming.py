@@ -99,16 +99,23 @@ class LineChunks:
     """A trace CSV (plain, .gz, .zst) as blocks of whole lines of about `chunk_bytes` (the
     first one starts with the header), decompressed as it goes; once iterated, `tail` is the
     last line's bytes when it had no newline (a killed writer's; b"" otherwise) and `cut_frame`
-    whether a cut zstd frame was left out. Raises StreamUnreadable for a cut gzip file."""
+    whether a cut zstd frame was left out. Raises StreamUnreadable for a cut gzip file. A zstd
+    block is a run of whole frames (`FrameReader.runs`), passed on without a copy when it ends
+    with a newline (the sampler's frames do)."""
 
     def __init__(self, path: str | Path, chunk_bytes: int = BATCH_BYTES) -> None:
         self.path, self.chunk_bytes = Path(path), chunk_bytes
         self.tail = b""
         self.cut_frame = False
 
-    def __iter__(self) -> Iterator[bytes]:
+    def _blocks(self) -> Iterator[bytes]:
+        """The file's decompressed bytes in blocks (not cut at lines)."""
+        if self.path.suffix == ZSTD_SUFFIX:
+            with FrameReader(self.path) as frames:
+                yield from frames.runs(self.chunk_bytes)
+            self.cut_frame = bool(frames.cut_bytes)
+            return
         raw = _raw_stream(self.path)
-        held = b""
         try:
             while True:
                 try:
@@ -117,47 +124,51 @@ class LineChunks:
                     raise StreamUnreadable(str(exc)) from None
                 if not data:
                     break
-                data = held + data
-                nl = data.rfind(b"\n")
-                held = data[nl + 1:]
-                if nl >= 0:
-                    yield data[:nl + 1]
+                yield data
         finally:
             raw.close()
+
+    def __iter__(self) -> Iterator[bytes]:
+        held = b""
+        for block in self._blocks():
+            data = held + block if held else block
+            nl = data.rfind(b"\n")
+            if nl == len(data) - 1:
+                held = b""
+                yield data
+            elif nl >= 0:
+                held = data[nl + 1:]
+                yield data[:nl + 1]
+            else:
+                held = data
         self.tail = held
-        self.cut_frame = isinstance(raw, FrameReader) and bool(raw.cut_bytes)
 
 
-def _batches_csv(path: Path, batch_bytes: int) -> Iterator[pd.DataFrame]:
+def _batches_csv(path: Path, batch_bytes: int, names: list[str]) -> Iterator[pd.DataFrame]:
+    """The trace's blocks of whole lines (`LineChunks`) parsed one at a time by pyarrow's CSV
+    reader (its threads on one block), the file's header `names` given to every block."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    lines = _WholeLines(_raw_stream(path))
+    lines = LineChunks(path, batch_bytes)
     types = {"t_ns": pa.int64(), "value": pa.float64(),
              **{c: pa.dictionary(pa.int32(), pa.string()) for c in _STR_COLUMNS}}
-    try:
-        reader = pacsv.open_csv(
-            lines, read_options=pacsv.ReadOptions(block_size=batch_bytes),
-            convert_options=pacsv.ConvertOptions(column_types=types,
-                                                 include_columns=list(TRACE_COLUMNS)))
-    except pa.ArrowInvalid as exc:
-        lines.close()
-        if "empty" in str(exc).lower():
-            raise ContractError(f"{path}: empty file (no header)") from None
-        raise StreamUnreadable(str(exc)) from None
+    convert = pacsv.ConvertOptions(column_types=types, include_columns=list(TRACE_COLUMNS))
     rows = 0
-    try:
-        for batch in reader:
-            if batch.column(0).null_count:
-                raise StreamUnreadable("empty t_ns cell")
-            yield batch.to_pandas()
-            rows += batch.num_rows
-    except pa.ArrowInvalid as exc:
-        raise StreamUnreadable(str(exc)) from None
-    finally:
-        lines.close()
-    frames_cut = isinstance(lines._raw, FrameReader) and lines._raw.cut_bytes
-    if lines.cut or frames_cut:
+    for i, block in enumerate(lines):
+        try:
+            table = pacsv.read_csv(pa.py_buffer(block), convert_options=convert,
+                                   read_options=pacsv.ReadOptions(column_names=names,
+                                                                  skip_rows=int(i == 0)))
+        except pa.ArrowInvalid as exc:
+            raise StreamUnreadable(str(exc)) from None
+        if not table.num_rows:
+            continue
+        if table.column("t_ns").null_count:
+            raise StreamUnreadable("empty t_ns cell")
+        yield table.to_pandas()
+        rows += table.num_rows
+    if lines.tail or lines.cut_frame:
         warnings.warn(f"{path}:{rows + 2}: truncated last line ignored (writer was killed?)",
                       stacklevel=4)
 
@@ -198,13 +209,14 @@ def iter_trace(path: str | Path, batch_bytes: int = BATCH_BYTES) -> Iterator[pd.
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    missing = [c for c in TRACE_COLUMNS if c not in _header_columns(path)]
+    names = _header_columns(path)
+    missing = [c for c in TRACE_COLUMNS if c not in names]
     if missing:
         raise ContractError(f"{path}: missing column(s) {missing}; expected at least "
                             f"{TRACE_COLUMNS}")
     parquet = path.suffix == ".parquet"
     batches = (_batches_parquet(path, max(batch_bytes // 48, 1)) if parquet
-               else _batches_csv(path, batch_bytes))
+               else _batches_csv(path, batch_bytes, names))
     offset = 0
     for df in batches:
         df.index += offset
