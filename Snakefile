@@ -16,7 +16,12 @@ min_version("9.14.8")  # the oldest Snakemake tested: the one of requirements/lo
 report: "report/workflow.rst"
 
 
-configfile: "config/config.yaml"
+# The demo's config only when no --configfile is given: each preset (config/paper.yaml,
+# config/pfi.yaml, ...) is complete and runs exactly its own matrix; an overlay (config/site.yaml)
+# goes after its preset.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 check_config_files(workflow.configfiles)  # a duplicated key: its file, line and key
@@ -38,36 +43,4 @@ rule all:
     default_target: True
     input:
         all_targets(),
-
-
-# Small CPU steps: on the submit host unless the config names a CPU partition (`slurm.cpu_partition`);
-# never in the GPU partition. Transfers on `login` are local too (rules/prepare.smk).
-CPU_RULES = [
-    "all",
-    "gen_images",
-    "gen_text",
-    "gen_catalogue",
-    "link_cell",
-    "link_cell_tokenizer",
-    "check",
-    "check_transfer",
-    "attribute",
-    "attribute_transfer",
-    "aggregate_phases",
-    "waiting",
-    "prepare_tables",
-    "pfi",
-    "predictor",
-    "allocate",
-    "figures",
-    "powercap_sweep",
-    "pfi_curve",
-    "pfi_curves",
-]
-LOCAL_RULES = [r for r in CPU_RULES if not SLURM.cpu_partition or r == "all"]
-LOCAL_RULES += [
-    r
-    for r, where in (("download", PREP.download_on), ("upload", PREP.upload_on))
-    if where == "login"
-]
-workflow.localrules(*(r for r in LOCAL_RULES if r in {x.name for x in workflow.rules}))
+    localrule: True

@@ -23,7 +23,9 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 trace=f"{PCAP}/trace.csv",
                 events=f"{PCAP}/events.csv",
                 meta=f"{PCAP}/meta.json",
-                work=directory(f"{PCAP}/work"),
+                # the training's work folder holds the final model + optimizer checkpoint
+                # (hundreds of GB for the 32B-70B cells): no study reads it, deleted after the job
+                work=temp(directory(f"{PCAP}/work")),
                 nodes=directory(f"{PCAP}/nodes") if _name == "pfi_cap_multinode" else [],
                 clock=f"{PCAP}/clock_offsets.csv" if _name == "pfi_cap_multinode" else [],
             log:
@@ -52,8 +54,11 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
             f"{RES}/pfi/{{pcell}}/curves.csv",
         log:
             f"{RES}/pfi/{{pcell}}/curves.log",
+        benchmark:
+            bench("pfi_curve", "{pcell}")
         wildcard_constraints:
             pcell="|".join(map(re.escape, PFI_CELLS)),
+        localrule: CPU_LOCAL
         conda:
             "../envs/wattlife.yaml"
         resources:
@@ -73,6 +78,9 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
             ),
         log:
             f"{RES}/logs/pfi_curves.log",
+        benchmark:
+            bench("pfi_curves")
+        localrule: CPU_LOCAL
         conda:
             "../envs/wattlife.yaml"
         resources:
@@ -90,6 +98,9 @@ else:
             ),
         log:
             f"{RES}/logs/powercap_sweep.log",
+        benchmark:
+            bench("powercap_sweep")
+        localrule: CPU_LOCAL
         conda:
             "../envs/wattlife.yaml"
         resources:
@@ -107,6 +118,9 @@ rule pfi:
         report(f"{RES}/tables/pfi.csv", caption="../report/tables-pfi.rst", category="tables"),
     log:
         f"{RES}/logs/pfi.log",
+    benchmark:
+        bench("pfi")
+    localrule: CPU_LOCAL
     conda:
         "../envs/wattlife.yaml"
     resources:
@@ -132,6 +146,9 @@ rule predictor:
         ),
     log:
         f"{RES}/logs/predictor.log",
+    benchmark:
+        bench("predictor")
+    localrule: CPU_LOCAL
     conda:
         "../envs/wattlife.yaml"
     resources:
@@ -155,6 +172,9 @@ rule allocate:
         ),
     log:
         f"{RES}/logs/allocate.log",
+    benchmark:
+        bench("allocate")
+    localrule: CPU_LOCAL
     conda:
         "../envs/wattlife.yaml"
     resources:

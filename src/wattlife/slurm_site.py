@@ -104,10 +104,11 @@ def placement(slurm: Any, hardware: str | None) -> dict[str, Any]:
 def measuring_resources(slurm: Any, hardware: str | None = None,
                         run: Runner | None = None) -> dict[str, Any]:
     """Everything a measuring job asks Slurm for besides nodes, GPUs and runtime: its placement,
-    `--exclusive`, the node's CPUs for its one task (`cpus_per_task`) and the node's memory
-    (`mem_mb`). The config's `slurm.cpus_per_task` / `slurm.mem_mb` win over `sinfo`'s answer;
-    without either (no Slurm here: a local run) they are left out."""
-    res = {**placement(slurm, hardware), "slurm_extra": merge_extra(None)}
+    `--exclusive` followed by the user's own flags (`slurm.extra`), the node's CPUs for its one
+    task (`cpus_per_task`) and the node's memory (`mem_mb`). The config's `slurm.cpus_per_task` /
+    `slurm.mem_mb` win over `sinfo`'s answer; without either (no Slurm here: a local run) they
+    are left out."""
+    res = {**placement(slurm, hardware), "slurm_extra": merge_extra(slurm.extra)}
     shape = node_shape(res.get("slurm_partition"), run)
     cpus = slurm.cpus_per_task or (shape.cpus if shape else None)
     mem = slurm.mem_mb or (shape.mem_mb if shape else None)

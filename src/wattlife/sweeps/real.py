@@ -26,6 +26,7 @@ from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_csv, wri
 from ..devices.powercap import PowerCapController
 from ..sampler import with_sim_gpu_cap
 from ..simgpu_model import SimGpuModel
+from .failures import InfrastructureFailure, classify, run_logged
 from .pfi_matrix import matrix_cell_workload
 
 
@@ -148,12 +149,13 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
     every GPU of every node of the job, the run under a sampler per node (wattlife.launch), its
     steady state written as one curve point (`status` ok, or failed with the reason: the job
     itself succeeds so the cell's curve shows the failed cap, and `snakemake --forcerun <that
-    point>` reruns it alone). `config_path`: the file `s` was read from, named to the launched
+    point>` reruns it alone). A failure of the infrastructure (a signal, a lost node, NCCL:
+    `failures.classify`) writes no point and raises `InfrastructureFailure`. `config_path`: the
+    file `s` was read from, named to the launched
     command (`launch-node --config`). Writes beside `out`: workload.json (the training config),
     trace.csv, events.csv, meta.json, work/ (and nodes/<host>/, clock_offsets.csv across
     nodes)."""
     import json
-    import subprocess
 
     from ..jobs import nodes_for
     from ..launch import LaunchSpec, build_command, train_args
@@ -184,10 +186,14 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
     (d / "work").mkdir(exist_ok=True)
     print(cmd, flush=True)
     with run_folder_lock(d):  # one job per (cell, cap) folder: an orphan's twin refuses here
-        rc = subprocess.run(["bash", "-c", cmd]).returncode
+        rc, tail = run_logged(cmd)
+    kind, why = classify(rc, tail)
+    if kind == "infrastructure":  # no point written: the job fails, retries / requeue act
+        raise InfrastructureFailure(f"pfi_matrix.cells.{cell} at {cap_w:g} W: {why}; "
+                                    "not the cap's result, nothing recorded")
     try:
         if rc != 0:
-            raise RuntimeError(f"the run exited with {rc} (see run.log)")
+            raise RuntimeError(f"the run exited with {rc}: {why} (see run.log)")
         device = json.loads((d / "meta.json").read_text()).get("gpu_model")
         row["gpu_model"] = device_label(device, prof.gpu_model, simulated, cell)
         row["device"] = device or ""
