@@ -8,7 +8,7 @@
 # Each cell's state (current, stale, other-code, damaged, missing, unsealed): wattlife cells --config C
 from snakemake.utils import min_version, validate
 
-from wattlife.config import check_config_files, validate_config
+from wattlife.config import ConfigError, check_config_files, validate_config
 
 min_version("9.14.8")  # the oldest Snakemake tested: the one of requirements/lock.txt
 
@@ -25,7 +25,15 @@ if not workflow.overwrite_configfiles:
 
 
 check_config_files(workflow.configfiles)  # a duplicated key: its file, line and key
-validate_config(config)  # names the offending key and what was expected
+try:
+    validate_config(config)  # names the offending key and what was expected
+except ConfigError as exc:
+    if workflow.overwrite_configfiles and "missing required key" in str(exc):
+        raise ConfigError(
+            f"{exc} (with --configfile the demo's config/config.yaml is not read: give a "
+            "complete preset, or config/config.yaml first and your overlay after it)"
+        ) from None
+    raise
 validate(config, "config/schema.yaml")  # Snakemake's own check; fills the schema's defaults
 
 
