@@ -4,8 +4,9 @@ of `config/paper.yaml` with `execution.repeats: N`, in a scratch copy of the wor
 
     PYTHONPATH=src python3 benchmarks/dag_time.py --repeats 100 --runs 3
 
-Prints the wall time of each dry run, their median, the number of jobs and the machine's load
-average (a loaded machine slows every run alike; compare figures of one call only).
+Prints the wall and CPU time of each dry run, their medians, the number of jobs and the
+machine's load average (on a loaded machine the wall time is the other work's as much as this
+one's: compare the CPU seconds, and figures of one call only).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,20 +38,23 @@ def scratch_workflow(dest: Path) -> Path:
     return dest
 
 
-def dry_run(wf: Path, preset: str, repeats: int) -> tuple[float, int]:
-    """Seconds of one `snakemake -n` of `preset` with `repeats`, and its job count."""
-    env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+def dry_run(wf: Path, preset: str, repeats: int) -> tuple[float, float, int]:
+    """Wall and CPU seconds (user + system of the child) of one `snakemake -n` of `preset` with
+    `repeats`, and its job count."""
+    path = os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{path}")
     overlay = wf / f"repeats-{repeats}.yaml"
     overlay.write_text(f"results_dir: {wf / 'res'}\nexecution: {{repeats: {repeats}}}\n")
     cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "8", "--configfile", preset,
            str(overlay)]
-    t0 = time.monotonic()
+    t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, cwd=wf, env=env, capture_output=True, text=True)
-    took = time.monotonic() - t0
+    took, r1 = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     if p.returncode != 0:
         sys.exit(f"dry run failed (rc {p.returncode}):\n{(p.stdout + p.stderr)[-2000:]}")
     m = re.search(r"^total\s+(\d+)$", p.stdout, re.M)
-    return took, int(m.group(1)) if m else -1
+    return took, cpu, int(m.group(1)) if m else -1
 
 
 def main() -> None:
@@ -60,13 +65,16 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="wattlife-dag-") as tmp:
         wf = scratch_workflow(Path(tmp))
-        times, jobs = [], -1
+        times, cpus, jobs = [], [], -1
         for _ in range(a.runs):
-            took, jobs = dry_run(wf, a.preset, a.repeats)
+            took, cpu, jobs = dry_run(wf, a.preset, a.repeats)
             times.append(took)
+            cpus.append(cpu)
     print(f"preset {a.preset}, repeats {a.repeats}: {jobs} jobs")
     print("dry-run wall s: " + ", ".join(f"{t:.2f}" for t in times)
           + f"; median {statistics.median(times):.2f}")
+    print("dry-run CPU s (user + system): " + ", ".join(f"{t:.2f}" for t in cpus)
+          + f"; median {statistics.median(cpus):.2f}")
     print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -272,6 +272,10 @@ def all_targets():
 PFI_MATRIX = CFG.pfi_matrix
 PFI_CELLS = PFI_MATRIX.cells if PFI_MATRIX else {}
 PCAP = f"{RES}/pfi/{{pcell}}/cap-{{cap}}"
+# where a (cell, cap) job's training writes its checkpoint: <storage.shared>/checkpoints/<run id>
+PFI_CHECKPOINT = os.path.join(
+    os.path.expandvars(CFG.storage["shared"]), "checkpoints", "{pcell}-cap{cap}"
+)
 PFI_CAPS = {name: CFG.cell_caps(cell) for name, cell in PFI_CELLS.items()}
 
 

@@ -23,9 +23,11 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 trace=f"{PCAP}/trace.csv",
                 events=f"{PCAP}/events.csv",
                 meta=f"{PCAP}/meta.json",
-                # the training's work folder holds the final model + optimizer checkpoint
-                # (hundreds of GB for the 32B-70B cells): no study reads it, deleted after the job
-                work=temp(directory(f"{PCAP}/work")),
+                work=directory(f"{PCAP}/work"),
+                # the run's model + optimizer checkpoint (the protocol writes one to the shared
+                # storage; hundreds of GB for the 32B-70B cells): no study reads it, so it is
+                # deleted when the job ends (wattlife.jobs.pfi_run_id names it)
+                checkpoint=temp(directory(PFI_CHECKPOINT)),
                 nodes=directory(f"{PCAP}/nodes") if _name == "pfi_cap_multinode" else [],
                 clock=f"{PCAP}/clock_offsets.csv" if _name == "pfi_cap_multinode" else [],
             log:
@@ -44,7 +46,7 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
             params:
                 slice=slice_of(lambda wc: J.pfi_cap_slice(config, wc.pcell, float(wc.cap))),
             shell:
-                "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife pfi-sweep --config {output.config:q} --cell {wildcards.pcell}"
+                "mkdir -p {output.checkpoint:q} && printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife pfi-sweep --config {output.config:q} --cell {wildcards.pcell}"
                 " --cap {wildcards.cap} -o {output.point:q} > {log:q} 2>&1"
 
     rule pfi_curve:

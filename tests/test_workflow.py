@@ -66,6 +66,7 @@ def undeclared(res: Path, conf: Path, env: dict, wf: Path,
                  if x.strip() not in ("", "-")}
     dirs = [d for d in declared if d.is_dir()]  # ... its logs, and what directory outputs hold
     dirs.append((res / "attempts").resolve())  # the measurements' own folders (custody): no rule's
+    dirs.append((res / "benchmarks").resolve())  # the CPU steps' `benchmark:` files (common.smk)
     files = [p.resolve() for p in res.rglob("*") if p.is_file()]
     bad = [str(p) for p in files if p not in declared and not any(d in p.parents for d in dirs)]
     return bad, len(files)
@@ -174,6 +175,8 @@ def test_pfi_jobs_are_one_per_cell_and_cap_and_the_curve_shows_a_failed_cap(pfi_
     assert cur.loc[cur["cap_w"] == 150, "throughput"].isna().all()
     for cap in ("150", "400", "700"):
         assert (res / f"pfi/tiny-1g/cap-{cap}/config.json").exists()
+        assert not (pfi_run["tmp"] / f"shared/checkpoints/tiny-1g-cap{cap}").exists()  # temp()
+    assert (res / "benchmarks/pfi_curve/tiny-1g.tsv").exists()
     bad, n = undeclared(res, pfi_run["conf"], pfi_run["env"], pfi_run["wf"], [pfi_run["target"]])
     assert n > 20 and not bad, bad
 

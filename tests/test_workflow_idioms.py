@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from wattlife.jobs import pfi_run_id
 from wattlife.sweeps.failures import InfrastructureFailure, classify, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
@@ -146,7 +147,7 @@ def test_a_set_resources_slurm_extra_on_a_measuring_rule_is_refused(workflow_dir
 def test_local_flags_benchmarks_and_temp_outputs(workflow_dir, env_path):
     """Without a CPU partition every CPU step is a local job (pfi_study too: the hand-kept list
     missed it); with one only `all`; measuring rules never. Benchmark files on CPU steps only.
-    The PFI job's work folder (its final model + optimizer checkpoint) is temp()."""
+    A PFI job's checkpoint folder (model + optimizer, on the shared storage) is a temp() output."""
     demo = _rules(workflow_dir, env_path, ("config/config.yaml",), {})
     cpu_part = _rules(workflow_dir, env_path, ("config/config.yaml",),
                       {"slurm": {"cpu_partition": "cpuq"}})
@@ -157,8 +158,11 @@ def test_local_flags_benchmarks_and_temp_outputs(workflow_dir, env_path):
     assert all(demo[n]["local"] for n in cpu_steps | {"all", "download", "upload"})
     assert {n for n, r in cpu_part.items() if r["local"]} == {"all", "download", "upload"}
     assert not any(demo[n]["local"] for n in MEASURING if n in demo)
-    assert [Path(t).name for t in pfi["pfi_cap"]["temp"]] == ["work"]
-    assert [Path(t).name for t in pfi["pfi_cap_multinode"]["temp"]] == ["work"]
+    shared = yaml.safe_load((REPO / "config/pfi.yaml").read_text())["storage"]["shared"]
+    for name in ("pfi_cap", "pfi_cap_multinode"):  # before: no temp(), the folder undeclared
+        temp = [re.sub(r"\{(\w+),[^}]*\}", r"{\1}", t) for t in pfi[name]["temp"]]
+        assert temp == [f"{shared}/checkpoints/{{pcell}}-cap{{cap}}"], temp
+    assert pfi_run_id("dense-pt-x", 700.0) == "dense-pt-x-cap700"  # the folder the run writes
 
 
 @pytest.mark.parametrize("rc, output, kind", [
@@ -168,7 +172,8 @@ def test_local_flags_benchmarks_and_temp_outputs(workflow_dir, env_path):
     (1, "ValueError: cap 100 W outside GPU 0's range [200, 700] W", "data"),
     (-9, "step 120", "infrastructure"),
     (137, "srun: error: task 0 killed", "infrastructure"),
-    (1, "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp", "infrastructure"),
+    (1, "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp",
+     "infrastructure"),
     (1, "srun: error: Node failure on gpu-07", "infrastructure"),
     (1, "slurmstepd: *** STEP 12.0 ON n1 CANCELLED AT 2026-01-01 DUE TO TIME LIMIT ***",
      "infrastructure"),
@@ -209,7 +214,8 @@ def test_an_oom_at_a_cap_is_a_recorded_point_and_a_signal_fails_the_job(tmp_path
                         "echo 'torch.OutOfMemoryError: CUDA out of memory'; exit 1")
     run()
     point = pd.read_csv(out)
-    assert point["status"].iloc[0].startswith("failed") and "out of memory" in point["status"].iloc[0]
+    status = point["status"].iloc[0]
+    assert status.startswith("failed") and "out of memory" in status, status
     run, out = _cap_run(tmp_path / "sig", monkeypatch, "echo step 1; kill -TERM $$")
     with pytest.raises(InfrastructureFailure, match="signal 15"):
         run()

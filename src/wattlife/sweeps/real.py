@@ -157,7 +157,7 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
     nodes)."""
     import json
 
-    from ..jobs import nodes_for
+    from ..jobs import nodes_for, pfi_run_id
     from ..launch import LaunchSpec, build_command, train_args
     from ..runlock import run_folder_lock
 
@@ -173,7 +173,7 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
     spec = LaunchSpec(nodes=nodes, gpus_per_node=per_node, per_node=nodes > 1, cap_w=float(cap_w),
                       powercap_backend=backend or pc.backend, allow_real=pc.allow_real)
     cmd = build_command(spec, config=str(config_path), run_dir=str(d),
-                        run_id=f"{cell}-cap{cap_w:g}", cell={"pfi_cell": cell},
+                        run_id=pfi_run_id(cell, cap_w), cell={"pfi_cell": cell},
                         inner=train_args(str(wl), cell, "shared", "on", str(d / "work")))
     simulated = spec.powercap_backend == "simulated"
     row: dict[str, Any] = {"job": cell, "gpu_model": device_label(None, prof.gpu_model, simulated),
