@@ -62,7 +62,8 @@ def _counts(out: str) -> dict[str, int]:
 
 def test_every_preset_dry_runs_alone_with_exactly_its_own_matrix(workflow_dir, env_path):
     """Before: every --configfile was merged over the demo's config/config.yaml (the paper preset
-    had the demo's 6 simulated power-cap jobs, 120 jobs; config/pfi.yaml alone: KeyError 'qwen')."""
+    had the demo's simulated power-cap jobs, 144 jobs against 140 now; config/pfi.yaml alone:
+    KeyError 'qwen')."""
     with ThreadPoolExecutor(2) as pool:
         runs = dict(zip(PRESETS, pool.map(lambda p: _dry(workflow_dir, env_path, p[0]),
                                           PRESETS.values()), strict=True))
