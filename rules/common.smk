@@ -4,7 +4,6 @@
 # analysis commands' options; wattlife.launch: the measured job's command line). Rules read CFG,
 # never `config.get(key, default)`: every default is the schema's.
 import dataclasses
-import itertools
 import json
 import os
 import re
