@@ -76,9 +76,9 @@ def run_logged(cmd: str, out: TextIO | None = None) -> tuple[int, str]:
     with subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, errors="replace", bufsize=1) as p:
         assert p.stdout is not None
-        for line in p.stdout:
+        for line in p.stdout:  # a log's lines (not a trace): flushed as they come
             sink.write(line)
+            sink.flush()
             tail.append(line)
-        sink.flush()
         rc = p.wait()
     return rc, "".join(tail)
