@@ -148,13 +148,12 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
     """One `pfi_matrix` cell of the typed config `s` trained at one per-GPU cap: the cap set on
     every GPU of every node of the job, the run under a sampler per node (wattlife.launch), its
     steady state written as one curve point (`status` ok, or failed with the reason: the job
-    itself succeeds so the cell's curve shows the failed cap, and `snakemake --forcerun <that
-    point>` reruns it alone). A failure of the infrastructure (a signal, a lost node, NCCL:
-    `failures.classify`) writes no point and raises `InfrastructureFailure`. `config_path`: the
-    file `s` was read from, named to the launched
-    command (`launch-node --config`). Writes beside `out`: workload.json (the training config),
-    trace.csv, events.csv, meta.json, work/ (and nodes/<host>/, clock_offsets.csv across
-    nodes)."""
+    itself succeeds so the curve shows the failed cap; `snakemake --forcerun <point>` reruns it
+    alone). A failure of the infrastructure (signal, lost node, NCCL: `failures.classify`) writes
+    no point and raises `InfrastructureFailure`. `config_path`: the file `s` was read from, named
+    to the launched command (`launch-node --config`). Writes beside `out`: workload.json (the
+    training config), trace.csv, events.csv, meta.json, work/ (and nodes/<host>/,
+    clock_offsets.csv across nodes)."""
     import json
 
     from ..jobs import nodes_for, pfi_run_id
@@ -189,8 +188,7 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
         rc, tail = run_logged(cmd)
     kind, why = classify(rc, tail)
     if kind == "infrastructure":  # no point written: the job fails, retries / requeue act
-        raise InfrastructureFailure(f"pfi_matrix.cells.{cell} at {cap_w:g} W: {why}; "
-                                    "not the cap's result, nothing recorded")
+        raise InfrastructureFailure(f"pfi_matrix.cells.{cell} at {cap_w:g} W: {why}; no point")
     try:
         if rc != 0:
             raise RuntimeError(f"the run exited with {rc}: {why} (see run.log)")
