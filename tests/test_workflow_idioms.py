@@ -6,6 +6,7 @@ data (a recorded point) and which the infrastructure's (the job fails)."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,7 @@ PRESETS = {
                              {"execute": 6, "total": 33}),
     "gpu1-waiting": (("config/gpu1.yaml", "config/gpu1-waiting.yaml"),
                      {"execute": 6, "execute_tokenizer": 3, "total": 46}),
+    ".test": ((".test/config/config.yaml",), {"execute": 1, "powercap_sweep": 1, "total": 13}),
 }
 SIMULATED_SWEEP = {"powercap_sweep"}  # the demo's and gpu1's simulated power-cap jobs
 NOT_IN_PAPER = SIMULATED_SWEEP | {"pfi", "predictor", "allocate", "gen_images", "gen_text",
@@ -63,7 +65,8 @@ def _counts(out: str) -> dict[str, int]:
 def test_every_preset_dry_runs_alone_with_exactly_its_own_matrix(workflow_dir, env_path):
     """Before: every --configfile was merged over the demo's config/config.yaml (the paper preset
     had the demo's simulated power-cap jobs, 144 jobs against 140 now; config/pfi.yaml alone:
-    KeyError 'qwen')."""
+    KeyError 'qwen'; the catalogue's .test config had 6 simulated power-cap jobs, its own 2)."""
+    shutil.copytree(REPO / ".test", workflow_dir / ".test", dirs_exist_ok=True)
     with ThreadPoolExecutor(2) as pool:
         runs = dict(zip(PRESETS, pool.map(lambda p: _dry(workflow_dir, env_path, p[0]),
                                           PRESETS.values()), strict=True))
