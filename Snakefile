@@ -8,7 +8,7 @@
 # Each cell's state (current, stale, other-code, damaged, missing, unsealed): wattlife cells --config C
 from snakemake.utils import min_version, validate
 
-from wattlife.config import check_config_files, validate_config
+from wattlife.config import ConfigError, check_config_files, validate_config
 
 min_version("9.14.8")  # the oldest Snakemake tested: the one of requirements/lock.txt
 
@@ -16,11 +16,24 @@ min_version("9.14.8")  # the oldest Snakemake tested: the one of requirements/lo
 report: "report/workflow.rst"
 
 
-configfile: "config/config.yaml"
+# The demo's config only when no --configfile is given: each preset (config/paper.yaml,
+# config/pfi.yaml, ...) is complete and runs exactly its own matrix; an overlay (config/site.yaml)
+# goes after its preset.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 check_config_files(workflow.configfiles)  # a duplicated key: its file, line and key
-validate_config(config)  # names the offending key and what was expected
+try:
+    validate_config(config)  # names the offending key and what was expected
+except ConfigError as exc:
+    if workflow.overwrite_configfiles and "missing required key" in str(exc):
+        raise ConfigError(
+            f"{exc} (with --configfile the demo's config/config.yaml is not read: give a "
+            "complete preset, or config/config.yaml first and your overlay after it)"
+        ) from None
+    raise
 validate(config, "config/schema.yaml")  # Snakemake's own check; fills the schema's defaults
 
 
@@ -38,36 +51,4 @@ rule all:
     default_target: True
     input:
         all_targets(),
-
-
-# Small CPU steps: on the submit host unless the config names a CPU partition (`slurm.cpu_partition`);
-# never in the GPU partition. Transfers on `login` are local too (rules/prepare.smk).
-CPU_RULES = [
-    "all",
-    "gen_images",
-    "gen_text",
-    "gen_catalogue",
-    "link_cell",
-    "link_cell_tokenizer",
-    "check",
-    "check_transfer",
-    "attribute",
-    "attribute_transfer",
-    "aggregate_phases",
-    "waiting",
-    "prepare_tables",
-    "pfi",
-    "predictor",
-    "allocate",
-    "figures",
-    "powercap_sweep",
-    "pfi_curve",
-    "pfi_curves",
-]
-LOCAL_RULES = [r for r in CPU_RULES if not SLURM.cpu_partition or r == "all"]
-LOCAL_RULES += [
-    r
-    for r, where in (("download", PREP.download_on), ("upload", PREP.upload_on))
-    if where == "login"
-]
-workflow.localrules(*(r for r in LOCAL_RULES if r in {x.name for x in workflow.rules}))
+    localrule: True

@@ -13,6 +13,9 @@ rule check:
         f"{CELL}/check.txt",
     log:
         f"{CELL}/check.log",
+    benchmark:
+        bench("check", CELL_KEY)
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:
@@ -39,6 +42,9 @@ rule attribute:
         response=estimated_response(f"{CELL}/phases.csv"),
     log:
         f"{CELL}/attribute.log",
+    benchmark:
+        bench("attribute", CELL_KEY)
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:
@@ -83,6 +89,9 @@ rule aggregate_phases:
         ),
     log:
         f"{RES}/logs/aggregate_phases.log",
+    benchmark:
+        bench("aggregate_phases")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:
@@ -117,6 +126,9 @@ rule waiting:
         ),
     log:
         f"{RES}/logs/waiting.log",
+    benchmark:
+        bench("waiting")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:

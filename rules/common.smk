@@ -4,12 +4,13 @@
 # analysis commands' options; wattlife.launch: the measured job's command line). Rules read CFG,
 # never `config.get(key, default)`: every default is the schema's.
 import dataclasses
-import itertools
 import json
 import os
 import re
 import shlex
 import sys
+
+import snakemake.rules
 
 from wattlife import jobs as J
 from wattlife import slurm_orphans as O
@@ -22,7 +23,17 @@ from wattlife.launch import LaunchSpec, run_files
 CFG = settings(config)  # validated and defaults-filled by the Snakefile
 RES = CFG.results_dir
 EXE = CFG.execution
-CELL = f"{RES}/runs/{{workload}}/{{storage}}/ckpt-{{checkpoint}}/r{{repeat}}"
+CELL_KEY = "{workload}/{storage}/ckpt-{checkpoint}/r{repeat}"
+CELL = f"{RES}/runs/{CELL_KEY}"
+
+
+def bench(step, key=""):
+    """The benchmark file of a step (Snakemake's wall time, memory and CPU of the job), under
+    <results>/benchmarks/<step>/; only CPU steps have one: on a measuring job (a training cell,
+    a PFI cap, a transfer) Snakemake's polling of the job's processes would run inside the
+    measured window and add load the CPU estimate and RAPL see, and the measurement's own
+    trace and meta.json already give its time and energy."""
+    return f"{RES}/benchmarks/{step}/{key or step}.tsv"
 
 
 wildcard_constraints:
@@ -46,12 +57,15 @@ def site_resources(partition=None):
     return r
 
 
-# small CPU steps: in the CPU partition named in the config, else on the submit host (localrules)
+# small CPU steps: in the CPU partition named in the config, else on the submit host (their
+# local flag is CPU_LOCAL; measuring jobs are never local jobs of a Slurm run)
 CPU_STEP = site_resources(SLURM.cpu_partition)
+CPU_LOCAL = not SLURM.cpu_partition
 # measuring jobs own their nodes, whatever their size (wattlife.slurm_site): Slurm's --exclusive,
 # --mem=0 (SBATCH_MEM_PER_NODE), one CPU for the executor's step (the measurement runs in a
 # whole-node step of its own, wattlife.launch); the partition / constraint of the job's hardware
-# (`slurm.partitions`, `slurm.constraints`).
+# (`slurm.partitions`, `slurm.constraints`). A user's own sbatch flags (`slurm.extra`) are added
+# after the suite's, on every measuring job.
 # A local run: the declared `exclusive_node` resource (one at a time, profiles/local).
 MEASURING_RULES = ("execute", "execute_tokenizer", "pfi_cap", "pfi_cap_multinode")
 
@@ -71,40 +85,21 @@ def measuring_by(key, table):
     return {n: (lambda wc, n=n: table[wc[key]].get(n)) for n in names}
 
 
-def _keep_suite_flags():
-    """A user's `--set-resources <measuring rule>:slurm_extra=...` adds to the suite's flags
-    (--exclusive) instead of replacing them. Nothing to do (and nothing imported from Snakemake's
-    internals, which differ between versions) when no measuring rule's slurm_extra is set."""
-    from ast import literal_eval
-
-    over = getattr(workflow.resource_settings, "_parsed_overwrite_resources", None)
-    if (
-        over is None
-    ):  # Snakemake 9.14.8 (the lock's): {rule: {name: ParsedResource(orig_arg, value)}}
-        over = workflow.resource_settings.overwrite_resources or {}
-        for name in MEASURING_RULES:
-            parsed = (over.get(name) or {}).get("slurm_extra")
-            if parsed is not None and isinstance(getattr(parsed, "value", None), str):
-                parsed.value = S.merge_extra(parsed.value)
-        return
-    todo = [n for n in MEASURING_RULES if "slurm_extra" in (over.get(n) or {})]
-    if not todo:
-        return
-    from snakemake.resources import Resource  # not in Snakemake 9.14.8 (ImportError there)
-
-    for name in todo:
-        res = over[name]
-        raw = res["slurm_extra"].raw
-        try:
-            raw = literal_eval(raw)
-        except (ValueError, SyntaxError):
-            pass
-        res["slurm_extra"] = Resource.from_cli_expression(
-            "slurm_extra", repr(S.merge_extra(str(raw)))
+def refuse_rule_slurm_extra():
+    """A user's own sbatch flags go in `slurm.extra` (merged after the suite's by
+    wattlife.slurm_site.measuring_resources); `--set-resources <rule>:slurm_extra=...` on a
+    measuring rule would replace --exclusive, so it is refused with one line saying so."""
+    over = workflow.resource_settings.overwrite_resources or {}
+    named = sorted(r for r in MEASURING_RULES if "slurm_extra" in (over.get(r) or {}))
+    if named:
+        raise WorkflowError(
+            f"--set-resources {named[0]}:slurm_extra=... would replace the flags every "
+            "measuring job needs (--exclusive): give your own sbatch flags in the config "
+            "instead, --config 'slurm={extra: \"...\"}' (or `slurm.extra` in config/site.yaml)"
         )
 
 
-_keep_suite_flags()
+refuse_rule_slurm_extra()
 try:
     NODE_CORES = int(workflow.cores)
 except Exception:  # a cluster run without --cores: the jobs' own sizes apply
@@ -122,6 +117,15 @@ def _global(name):
 if _global("transfers") is None:
     workflow.register_resource("transfers", 1)
 TRANSFERS_AT_ONCE = _global("transfers")
+
+
+def repeat_priority(wildcards):
+    """A cell's priority from its repeat wildcard: earlier repeats first."""
+    return J.repeat_priority(int(wildcards.repeat), EXE.repeats)
+
+
+# Snakemake >= 9.27 evaluates a callable priority per job; 9.14.8 refuses anything but a number
+REPEAT_PRIORITY = repeat_priority if hasattr(snakemake.rules.Rule, "expand_priority") else 0
 
 
 def slice_of(make):
@@ -273,6 +277,10 @@ def all_targets():
 PFI_MATRIX = CFG.pfi_matrix
 PFI_CELLS = PFI_MATRIX.cells if PFI_MATRIX else {}
 PCAP = f"{RES}/pfi/{{pcell}}/cap-{{cap}}"
+# where a (cell, cap) job's training writes its checkpoint: <storage.shared>/checkpoints/<run id>
+PFI_CHECKPOINT = os.path.join(
+    os.path.expandvars(CFG.storage["shared"]), "checkpoints", "{pcell}-cap{cap}"
+)
 PFI_CAPS = {name: CFG.cell_caps(cell) for name, cell in PFI_CELLS.items()}
 
 

@@ -7,6 +7,9 @@ rule gen_images:
         directory(os.path.join(CFG.storage["shared"], DATA.images_name)),
     log:
         f"{RES}/logs/gen_images.log",
+    benchmark:
+        bench("gen_images")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:
@@ -26,6 +29,9 @@ rule gen_text:
         directory(os.path.join(CFG.storage["shared"], DATA.text_name)),
     log:
         f"{RES}/logs/gen_text.log",
+    benchmark:
+        bench("gen_text")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:

@@ -11,36 +11,39 @@
 # `link_cell` declares the cell's files (what the downstream rules read): links from the published
 # attempt, made again whenever it runs. Each cell's params are its own config slice
 # (wattlife.jobs.cell_slice), written into the attempt as config.json and read as its config.
-# Repeats are spread in time: one rule per repeat index (`execute` is repeat 1, `execute_r<N>`
-# repeat N), each with a priority that falls with N (wattlife.jobs.repeat_priority), so the
-# scheduler runs repeat r of every cell before repeat r + 1 of any (locally, where measuring jobs
-# run one at a time; on Slurm, the order in which they are submitted and queued).
+# One measuring rule per workload kind (`execute`; `execute_tokenizer`: causal LMs that train
+# their tokenizer), the repeat a wildcard. Repeats are spread in time by a priority of the
+# wildcards that falls with the repeat (wattlife.jobs.repeat_priority), so the scheduler runs
+# repeat r of every cell before repeat r + 1 of any (locally, where measuring jobs run one at a
+# time; on Slurm, the order of submission): where the running Snakemake evaluates a priority
+# function per job (9.27.1 does; 9.14.8, the lock's, accepts numbers only, so there every job
+# has priority 0 and the order within the run is Snakemake's: docs/ARCHITECTURE.md, Known gaps).
 # Measure one cell again (and everything downstream of it): `wattlife retire <results> <cell>`,
 # then `snakemake ... --forcerun <results>/runs/<cell>/trace.csv` (a --forcerun alone adopts the
 # sealed result again: a cell is never measured twice by accident).
 
 
-# causal-LM workloads that train their tokenizer in the cell's work folder
+# the execution matrix's workloads (a PFI run has none: its targets are the sweeps); causal-LM
+# workloads that train their tokenizer in the cell's work folder
+_MATRIX_WORKLOADS = [] if pfi_run() else list(EXE.workloads)
 _TOKENIZER_WORKLOADS = [
     w
-    for w in EXE.workloads
+    for w in _MATRIX_WORKLOADS
     if CFG.workloads[w].kind == "causal_lm" and not CFG.workloads[w].pretrained
 ]
 EXECUTE_KINDS = {
-    "execute": [w for w in EXE.workloads if w not in _TOKENIZER_WORKLOADS],
+    "execute": [w for w in _MATRIX_WORKLOADS if w not in _TOKENIZER_WORKLOADS],
     "execute_tokenizer": _TOKENIZER_WORKLOADS,
 }
 
-for (_kind, _workloads), _repeat in itertools.product(
-    EXECUTE_KINDS.items(), range(1, EXE.repeats + 1)
-):
+
+for _kind, _workloads in EXECUTE_KINDS.items():
     if not _workloads:
         continue
-    _name = _kind if _repeat == 1 else f"{_kind}_r{_repeat}"
 
     rule:
         name:
-            _name
+            _kind
         input:
             data=lambda wc: dataset_input(wc.workload),
         output:
@@ -49,14 +52,13 @@ for (_kind, _workloads), _repeat in itertools.product(
             f"{CELL}/execute-{{slicehash}}.log",
         wildcard_constraints:
             workload="|".join(map(re.escape, _workloads)),
-            repeat=str(_repeat),
             slicehash="[0-9a-f]{16}",
-        priority: J.repeat_priority(_repeat, EXE.repeats)
+        priority: REPEAT_PRIORITY
         conda:
             "../envs/training.yaml"
         threads: NODE_CORES  # a local run: the whole machine, nothing else beside a measurement
         resources:
-            **measuring(),  # whole nodes: --exclusive --mem=0, any node size (common.smk)
+            **measuring(),  # whole nodes: --exclusive --mem=0 + slurm.extra, any node size (common.smk)
             **S.node_request(EXE.nodes, cell_gpus()),  # --nodes=N, --gres=gpu:G or --ntasks=N
             runtime=EXE.runtime_min,
         params:
@@ -95,8 +97,11 @@ for _kind, _workloads in EXECUTE_KINDS.items():
             run_log=f"{CELL}/run.log",  # the measured command's output
         log:
             f"{CELL}/link.log",
+        benchmark:
+            bench(f"link_cell{_kind[len('execute'):]}", CELL_KEY)
         wildcard_constraints:
             workload="|".join(map(re.escape, _workloads)),
+        localrule: CPU_LOCAL
         conda:
             "../envs/analysis.yaml"
         resources:

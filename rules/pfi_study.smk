@@ -17,8 +17,13 @@ rule pfi_study:
         sensitivity=f"{RES}/pfi-study/sensitivity.csv",
     log:
         f"{RES}/logs/pfi_study.log",
+    benchmark:
+        bench("pfi_study")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
+    resources:
+        **CPU_STEP,
     params:
         out=lambda wc, output: os.path.dirname(output.gaps),
         workloads=CFG.analysis.pfi_study_workloads,

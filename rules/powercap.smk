@@ -24,6 +24,10 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 events=f"{PCAP}/events.csv",
                 meta=f"{PCAP}/meta.json",
                 work=directory(f"{PCAP}/work"),
+                # the run's model + optimizer checkpoint (the protocol writes one to the shared
+                # storage; hundreds of GB for the 32B-70B cells): no study reads it, so it is
+                # deleted when the job ends (wattlife.jobs.pfi_run_id names it)
+                checkpoint=temp(directory(PFI_CHECKPOINT)),
                 nodes=directory(f"{PCAP}/nodes") if _name == "pfi_cap_multinode" else [],
                 clock=f"{PCAP}/clock_offsets.csv" if _name == "pfi_cap_multinode" else [],
             log:
@@ -43,7 +47,9 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 slice=slice_of(lambda wc: J.pfi_cap_slice(config, wc.pcell, float(wc.cap))),
                 results=lambda wc: RES,
             shell:
-                # an attempt of its own (wattlife.custody.others): sealed, published into this folder
+                # an attempt of its own (wattlife.custody.others): sealed, published into this folder;
+                # the checkpoint folder (temp) is the one the protocol writes
+                "mkdir -p {output.checkpoint:q} && "
                 'wattlife attempt --results {params.results:q} --into "$(dirname {output.point:q})" --kind pfi-cap'
                 " --slice {params.slice:q} -- wattlife pfi-sweep --config @ATTEMPT@/config.json"
                 " --cell {wildcards.pcell} --cap {wildcards.cap} -o @ATTEMPT@/curve-point.csv > {log:q} 2>&1"
@@ -55,8 +61,11 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
             f"{RES}/pfi/{{pcell}}/curves.csv",
         log:
             f"{RES}/pfi/{{pcell}}/curves.log",
+        benchmark:
+            bench("pfi_curve", "{pcell}")
         wildcard_constraints:
             pcell="|".join(map(re.escape, PFI_CELLS)),
+        localrule: CPU_LOCAL
         conda:
             "../envs/analysis.yaml"
         resources:
@@ -76,6 +85,9 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
             ),
         log:
             f"{RES}/logs/pfi_curves.log",
+        benchmark:
+            bench("pfi_curves")
+        localrule: CPU_LOCAL
         conda:
             "../envs/analysis.yaml"
         resources:
@@ -93,6 +105,9 @@ else:
             ),
         log:
             f"{RES}/logs/powercap_sweep.log",
+        benchmark:
+            bench("powercap_sweep")
+        localrule: CPU_LOCAL
         conda:
             "../envs/analysis.yaml"
         resources:
@@ -110,6 +125,9 @@ rule pfi:
         report(f"{RES}/tables/pfi.csv", caption="../report/tables-pfi.rst", category="tables"),
     log:
         f"{RES}/logs/pfi.log",
+    benchmark:
+        bench("pfi")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:
@@ -135,6 +153,9 @@ rule predictor:
         ),
     log:
         f"{RES}/logs/predictor.log",
+    benchmark:
+        bench("predictor")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:
@@ -158,6 +179,9 @@ rule allocate:
         ),
     log:
         f"{RES}/logs/allocate.log",
+    benchmark:
+        bench("allocate")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:

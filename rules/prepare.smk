@@ -14,6 +14,9 @@ rule gen_catalogue:
         files=expand(f"{SERVED}/{{name}}.bin", name=GENERATED),
     log:
         f"{RES}/logs/gen_catalogue.log",
+    benchmark:
+        bench("gen_catalogue")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:
@@ -40,6 +43,7 @@ rule download:
         f"{XFER}/run.log",
     wildcard_constraints:
         artefact="|".join(map(re.escape, CATALOGUE)) or "^$",
+    localrule: PREP.download_on == "login"  # the submit host: a local rule of a Slurm run
     conda:
         "../envs/training.yaml"
     threads: NODE_CORES  # a local run: nothing else on this machine while a transfer is measured
@@ -81,6 +85,7 @@ rule upload:
         received=directory(f"{RES}/prepare/uploaded") if LOOPBACK_PUT else [],
     log:
         f"{RES}/transfers/upload/run.log",
+    localrule: PREP.upload_on == "login"
     conda:
         "../envs/training.yaml"
     threads: NODE_CORES
@@ -122,6 +127,9 @@ rule check_transfer:
         f"{XFER}/check.txt",
     log:
         f"{XFER}/check.log",
+    benchmark:
+        bench("check_transfer", "{artefact}")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:
@@ -146,6 +154,9 @@ rule attribute_transfer:
         response=estimated_response(f"{XFER}/phases.csv"),
     log:
         f"{XFER}/attribute.log",
+    benchmark:
+        bench("attribute_transfer", "{artefact}")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:
@@ -189,6 +200,9 @@ rule prepare_tables:
         ),
     log:
         f"{RES}/logs/prepare_tables.log",
+    benchmark:
+        bench("prepare_tables")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:

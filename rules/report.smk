@@ -45,6 +45,9 @@ rule figures:
         pdf=[re.sub(r"\.png$", ".pdf", path) for path in figure_targets()],
     log:
         f"{RES}/logs/figures.log",
+    benchmark:
+        bench("figures")
+    localrule: CPU_LOCAL
     conda:
         "../envs/analysis.yaml"
     resources:

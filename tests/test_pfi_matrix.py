@@ -75,7 +75,7 @@ def test_dry_run_of_the_paper_matrix(env_path, workflow_dir):
     assert counts["download"] == "12" and counts["upload"] == "1"
     cells = {k: int(v) for k, v in counts.items() if k.startswith("execute")}
     assert sum(cells.values()) == 24  # resnet's 12, qwen's 12: 4 cells x 3 repeats each
-    assert cells["execute_r3"] == cells["execute"] == 4  # one rule per repeat index
+    assert cells == {"execute": 12, "execute_tokenizer": 12}  # one rule per kind, repeats 3
     # the launcher's command is built inside the job (`wattlife measure`), from the cell's slice
     from wattlife.config import load_config
     from wattlife.custody.measure import cell_command

@@ -186,7 +186,7 @@ def _jobs(stdout: str) -> dict[str, int]:
 def test_figures_from_cache_schedules_no_measurement(copy):
     """The README's Snakemake form of "figures from cache": without the study's tables it stops
     (MissingInputException) before scheduling anything; with them it schedules `figures` alone.
-    The form the README used to show (`-R figures`) schedules all 120 jobs of the study."""
+    The form the README used to show (`-R figures`) schedules all 140 jobs of the study."""
     work, env, _ = copy
     cmd = ["snakemake", "--cores", "1", "--configfile", "config/paper.yaml", "--allowed-rules",
            "figures", "--forcerun", "figures", "-n", "--", "figures"]

@@ -121,13 +121,19 @@ def test_sbatch_lines_of_pfi_cells_and_a_paper_cell(tmp_path, env_path):
 
 
 def test_a_users_slurm_extra_adds_to_the_suites_flags(tmp_path, env_path):
-    """`--set-resources <rule>:slurm_extra=...` keeps --exclusive (it used to replace it)."""
+    """`slurm.extra` in the config keeps --exclusive on cells of both workload kinds and every
+    repeat (before: `--set-resources execute_tokenizer:slurm_extra=...` replaced it on the
+    `execute_tokenizer_r2` rule and all other repeat >= 2 rules)."""
     _downloaded(tmp_path / "res", "wikitext-103")
-    user = ("--set-resources", "execute_tokenizer:slurm_extra='--mail-type=END'")  # qwen's rule
-    (line,) = submissions(tmp_path, env_path, "config/paper.yaml",
-                          [str(tmp_path / "res/runs/qwen/local/ckpt-on/r1/trace.csv")], user)
-    print("paper cell with a user extra:", line)
-    assert "--exclusive" in line and "--mail-type=END" in line, line
+    _downloaded(tmp_path / "res", "imagenet-1k")
+    cells = ["qwen/local/ckpt-on/r1", "qwen/shared/ckpt-off/r2", "resnet/local/ckpt-on/r3"]
+    lines = submissions(tmp_path, env_path, "config/paper.yaml",
+                        [str(tmp_path / f"res/runs/{c}/trace.csv") for c in cells],
+                        config=("slurm={account: acct, gpu_partition: gpuq,"
+                                " extra: '--mail-type=END'}",))
+    for line in lines:
+        print("paper cell with a user extra:", line)
+        assert "--exclusive" in line and "--mail-type=END" in line, line
 
 
 def test_a_paper_cell_waits_for_its_dataset_and_transfers_go_to_the_cpu_partition(

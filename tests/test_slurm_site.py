@@ -20,7 +20,7 @@ from wattlife.sweeps.real import device_label
 
 def _site(**kw):
     base = dict(account=None, gpu_partition="gpuq", cpu_partition=None, partitions=None,
-                constraints=None, cpus_per_task=None, mem_mb=None)
+                constraints=None, cpus_per_task=None, mem_mb=None, extra=None)
     return SimpleNamespace(**{**base, **kw})
 
 

@@ -60,12 +60,14 @@ def undeclared(res: Path, conf: Path, env: dict, wf: Path,
     out = snakemake(["--summary", "--configfile", str(conf), "--", *targets], env, wf, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split("\t") for line in out.stdout.splitlines()[1:] if line.strip()]
-    assert rows and all(r[4] == "ok" for r in rows), [r for r in rows if r[4] != "ok"]
+    done = ("ok", "removed temp file")  # a PFI job's checkpoint: temp(), deleted after the job
+    assert rows and all(r[4] in done for r in rows), [r for r in rows if r[4] not in done]
     declared = {Path(r[0]).resolve() for r in rows}  # every output of the DAG ...
     declared |= {Path(x.strip()).resolve() for r in rows for x in r[3].split(",")
                  if x.strip() not in ("", "-")}
     dirs = [d for d in declared if d.is_dir()]  # ... its logs, and what directory outputs hold
     dirs.append((res / "attempts").resolve())  # the measurements' own folders (custody): no rule's
+    dirs.append((res / "benchmarks").resolve())  # the CPU steps' `benchmark:` files (common.smk)
     files = [p.resolve() for p in res.rglob("*") if p.is_file()]
     # the pointer of a PFI cap's or a transfer's published attempt (custody: its name holds its
     # slice's hash; a cell's is the output of `execute`)
@@ -177,6 +179,8 @@ def test_pfi_jobs_are_one_per_cell_and_cap_and_the_curve_shows_a_failed_cap(pfi_
     assert cur.loc[cur["cap_w"] == 150, "throughput"].isna().all()
     for cap in ("150", "400", "700"):
         assert (res / f"pfi/tiny-1g/cap-{cap}/config.json").exists()
+        assert not (pfi_run["tmp"] / f"shared/checkpoints/tiny-1g-cap{cap}").exists()  # temp()
+    assert (res / "benchmarks/pfi_curve/tiny-1g.tsv").exists()
     bad, n = undeclared(res, pfi_run["conf"], pfi_run["env"], pfi_run["wf"], [pfi_run["target"]])
     assert n > 20 and not bad, bad
 

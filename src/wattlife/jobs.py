@@ -175,6 +175,13 @@ def pfi_runtime_min(duration_s: float, startup_min: int = 30, margin: float = 1.
     return int(startup_min + math.ceil(margin * duration_s / 60))
 
 
+def pfi_run_id(cell: str, cap_w: float) -> str:
+    """The run id of one `pfi_matrix` cell at one cap: the name of its runs and of its checkpoint
+    folder, <storage.shared>/checkpoints/<run id>/ (workloads.cell.checkpoint_dir), which the
+    rule declares temp() (rules/powercap.smk: `{pcell}-cap{cap}`, the cap as `:g` writes it)."""
+    return f"{cell}-cap{float(cap_w):g}"
+
+
 def repeat_priority(repeat: int, repeats: int) -> int:
     """Scheduler priority of a cell's repeat `repeat` of `repeats`: higher for earlier repeats
     (repeats - repeat), so repeat r of every cell runs before repeat r + 1 of any; 0 for the last,

@@ -65,13 +65,14 @@ def placement(slurm: Any, hardware: str | None) -> dict[str, Any]:
 
 def measuring_resources(slurm: Any, hardware: str | None = None) -> dict[str, Any]:
     """Everything a measuring job asks Slurm for besides nodes, GPUs and runtime: its placement,
-    whole nodes whatever their size (`--exclusive`, and no `--mem`: `whole_node_memory` makes
+    whole nodes whatever their size (`--exclusive` followed by the user's own flags,
+    `slurm.extra`; and no `--mem`: `whole_node_memory` makes
     that every node's allocatable memory, RealMemory less MemSpecLimit), and one CPU for the
     executor's own step (`cpus_per_task`; the measurement runs in a step of its own holding the
     whole node, wattlife.launch.whole_step). `mem_mb` 0 keeps the profile's default memory off
     (the executor plugin then gives no --mem; it refuses one in slurm_extra). The config's
     `slurm.cpus_per_task` / `slurm.mem_mb` replace 1 / the whole node."""
-    return {**placement(slurm, hardware), "slurm_extra": merge_extra(None),
+    return {**placement(slurm, hardware), "slurm_extra": merge_extra(slurm.extra),
             "cpus_per_task": int(slurm.cpus_per_task or 1), "mem_mb": int(slurm.mem_mb or 0)}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,15 @@ def cmd_pfi_sweep(a: argparse.Namespace) -> int:
     """The config (or the job's slice) read and typed here, once; the sweep receives `Settings`
     (and the file's path, which the launched command reads its sampler from)."""
     from ..config import load_config, settings
+    from ..sweeps.failures import INFRASTRUCTURE_EXIT, InfrastructureFailure
     from ..sweeps.real import sweep_matrix_cap
 
     s = settings(load_config(a.config))
-    df = sweep_matrix_cap(s, a.config, a.cell, a.cap, a.output, backend=a.backend)
+    try:
+        df = sweep_matrix_cap(s, a.config, a.cell, a.cap, a.output, backend=a.backend)
+    except InfrastructureFailure as exc:  # the job fails: Snakemake's retries, Slurm's requeue
+        print(f"wattlife pfi-sweep: {exc}", file=sys.stderr)
+        return INFRASTRUCTURE_EXIT
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 

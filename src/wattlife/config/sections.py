@@ -202,3 +202,4 @@ class Slurm:
     constraints: Mapping[str, str] | None  # hardware profile -> --constraint
     cpus_per_task: int | None              # a measuring job's CPUs per node (else sinfo's)
     mem_mb: int | None                     # a measuring job's memory per node (else sinfo's)
+    extra: str | None                      # the user's own sbatch flags for measuring jobs

@@ -26,6 +26,7 @@ from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_csv, wri
 from ..devices.powercap import PowerCapController
 from ..sampler import with_sim_gpu_cap
 from ..simgpu_model import SimGpuModel
+from .failures import InfrastructureFailure, classify, run_logged
 from .pfi_matrix import matrix_cell_workload
 
 
@@ -147,15 +148,15 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
     """One `pfi_matrix` cell of the typed config `s` trained at one per-GPU cap: the cap set on
     every GPU of every node of the job, the run under a sampler per node (wattlife.launch), its
     steady state written as one curve point (`status` ok, or failed with the reason: the job
-    itself succeeds so the cell's curve shows the failed cap, and `snakemake --forcerun <that
-    point>` reruns it alone). `config_path`: the file `s` was read from, named to the launched
-    command (`launch-node --config`). Writes beside `out`: workload.json (the training config),
-    trace.csv, events.csv, meta.json, work/ (and nodes/<host>/, clock_offsets.csv across
-    nodes)."""
+    itself succeeds so the curve shows the failed cap; `snakemake --forcerun <point>` reruns it
+    alone). A failure of the infrastructure (signal, lost node, NCCL: `failures.classify`) writes
+    no point and raises `InfrastructureFailure`. `config_path`: the file `s` was read from, named
+    to the launched command (`launch-node --config`). Writes beside `out`: workload.json (the
+    training config), trace.csv, events.csv, meta.json, work/ (and nodes/<host>/,
+    clock_offsets.csv across nodes)."""
     import json
-    import subprocess
 
-    from ..jobs import nodes_for
+    from ..jobs import nodes_for, pfi_run_id
     from ..launch import LaunchSpec, build_command, train_args
     from ..runlock import run_folder_lock
 
@@ -171,7 +172,7 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
     spec = LaunchSpec(nodes=nodes, gpus_per_node=per_node, per_node=nodes > 1, cap_w=float(cap_w),
                       powercap_backend=backend or pc.backend, allow_real=pc.allow_real)
     cmd = build_command(spec, config=str(config_path), run_dir=str(d),
-                        run_id=f"{cell}-cap{cap_w:g}", cell={"pfi_cell": cell},
+                        run_id=pfi_run_id(cell, cap_w), cell={"pfi_cell": cell},
                         inner=train_args(str(wl), cell, "shared", "on", str(d / "work")))
     simulated = spec.powercap_backend == "simulated"
     row: dict[str, Any] = {"job": cell, "gpu_model": device_label(None, prof.gpu_model, simulated),
@@ -184,10 +185,13 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
     (d / "work").mkdir(exist_ok=True)
     print(cmd, flush=True)
     with run_folder_lock(d):  # one job per (cell, cap) folder: an orphan's twin refuses here
-        rc = subprocess.run(["bash", "-c", cmd]).returncode
+        rc, tail = run_logged(cmd)
+    kind, why = classify(rc, tail)
+    if kind == "infrastructure":  # no point written: the job fails, retries / requeue act
+        raise InfrastructureFailure(f"pfi_matrix.cells.{cell} at {cap_w:g} W: {why}; no point")
     try:
         if rc != 0:
-            raise RuntimeError(f"the run exited with {rc} (see run.log)")
+            raise RuntimeError(f"the run exited with {rc}: {why} (see run.log)")
         device = json.loads((d / "meta.json").read_text()).get("gpu_model")
         row["gpu_model"] = device_label(device, prof.gpu_model, simulated, cell)
         row["device"] = device or ""
