@@ -1,7 +1,7 @@
 """Custody of a measurement on the CI Slurm (issue 39; `.ci/slurm-up.sh` starts it): the controller
 (`--profile profiles/slurm`, a copy of the workflow in a temporary folder) is SIGKILLed, or its
 terminal is lost, while its cell's Slurm job measures; the job carries on as an orphan. With the
-README's recovery (`wattlife slurm-orphans --wait`, `--unlock`, rerun) and with the naive one
+README's recovery (`wattlife slurm-orphans RESULTS --wait`, `--unlock`, rerun) and with the naive one
 (`--unlock`, rerun at once): the cell is measured once, by the orphan, its result published and
 adopted, the tables count it once, and nothing is left to do."""
 
@@ -70,7 +70,8 @@ def test_a_killed_slurm_controller_then_rerun_measures_the_cell_once(swf, readme
     orphan = re.findall(r"SLURM jobid (\d+)", (wf["tmp"] / "first.log").read_text())
     assert len(orphan) == 1
     if readme:
-        waited = subprocess.run(["wattlife", "slurm-orphans", "--wait", "--poll-s", "2"],
+        waited = subprocess.run(["wattlife", "slurm-orphans", str(wf["res"]), "--wait",
+                                 "--poll-s", "2"],
                                 env=wf["env"], capture_output=True, text=True, timeout=900)
         assert waited.returncode == 0 and "safe to rerun" in waited.stdout, waited.stderr
     assert slurm_snake(wf, "--unlock", timeout=300).returncode == 0
