@@ -1,8 +1,8 @@
 """Custody of a measurement on the CI Slurm (issue 39; `.ci/slurm-up.sh` starts it): the controller
 (`--profile profiles/slurm`, a copy of the workflow in a temporary folder) is SIGKILLed, or its
 terminal is lost, while its cell's Slurm job measures; the job carries on as an orphan. With the
-README's recovery (`wattlife slurm-orphans RESULTS --wait`, `--unlock`, rerun) and with the naive one
-(`--unlock`, rerun at once): the cell is measured once, by the orphan, its result published and
+README's recovery (`wattlife slurm-orphans RESULTS --wait`, `--unlock`, rerun) and with the naive
+one (`--unlock`, rerun at once): the cell is measured once, by the orphan, its result published and
 adopted, the tables count it once, and nothing is left to do."""
 
 from __future__ import annotations
