@@ -32,6 +32,7 @@ REQUIRED = {
     "pfi": ["c.csv", "-o", "x.csv"], "allocate": ["c.csv", "-o", "x.csv"], "pfi-study": [],
     "calibrate-sim": ["c.csv"], "bench": ["attribution"],
     "measure": ["--results", "r", "--cell", "w/local/ckpt-on/r1", "--slice", "{}"],
+    "attempt": ["--results", "r", "--into", "r/pfi/c/cap-1", "--kind", "pfi-cap", "--slice", "{}"],
 }
 VALUES = ["0", "-5", "nan", "1e30", "99999999999999999999"]
 

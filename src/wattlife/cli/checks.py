@@ -54,6 +54,7 @@ RANGES: dict[tuple[str, str], tuple[float, float, str]] = {
     ("pfi-study", "sensitivity_workloads"): (0, 10**6, "workloads (0: no sensitivity grid)"),
     ("slurm-orphans", "poll_s"): (POSITIVE, 86_400, "seconds"),
     ("measure", "poll_s"): (POSITIVE, 86_400, "seconds"),
+    ("attempt", "poll_s"): (POSITIVE, 86_400, "seconds"),
     ("calibrate-sim", "tdp"): (POSITIVE, 100_000, "watts"),
     ("calibrate-sim", "noise"): (0, 1, "relative noise"),
     ("calibrate-sim", "seed"): SEED,
