@@ -75,26 +75,29 @@ def test_analysis_env_has_no_torch_and_training_env_has_the_workloads_and_client
 
 
 def _rule_envs() -> dict[str, str]:
-    """rule (or anonymous rule's shell command) -> the env file its `conda:` names."""
+    """rule (or anonymous rule's first wattlife command) -> the env file its `conda:` names; the
+    key ends with `:measuring` where the rule's shell runs a measurement (`wattlife measure` or
+    `wattlife attempt`: a cell, a PFI cap, a transfer)."""
     out = {}
     for path in sorted((REPO / "rules").glob("*.smk")):
         blocks = re.split(r"\n\s*rule\b", path.read_text())
         for block in blocks[1:]:
             env = re.search(r'conda:\s*\n\s*"\.\./envs/([^"]+)"', block)
-            shell = re.search(r"shell:[^\n]*\n[^\n]*?wattlife ([a-z-]+)", block)
+            shell = block.split("shell:", 1)[1] if "shell:" in block else ""
+            cmds = re.findall(r"wattlife ([a-z-]+)", shell)
             if env:
                 name = block.split(":")[0].strip() or "?"
-                out[f"{path.name}:{name}:{shell and shell[1]}"] = env[1]
+                kind = "measuring" if {"measure", "attempt"} & set(cmds) else "other"
+                out[f"{path.name}:{name}:{cmds[0] if cmds else None}:{kind}"] = env[1]
     return out
 
 
 def test_every_rule_names_one_of_the_two_envs_and_measuring_rules_the_training_env():
     envs = _rule_envs()
     assert len(envs) >= 20 and set(envs.values()) == {"analysis.yaml", "training.yaml"}, envs
+    assert sum(k.endswith(":measuring") for k in envs) >= 4, envs  # cells, PFI caps, transfers
     for rule, env in envs.items():
-        measures = rule.endswith((":measure", ":pfi-sweep")) or ":download:" in rule \
-            or ":upload:" in rule
-        assert (env == "training.yaml") is measures, (rule, env)
+        assert (env == "training.yaml") is rule.endswith(":measuring"), (rule, env)
 
 
 @pytest.mark.parametrize("name", ENVS)
