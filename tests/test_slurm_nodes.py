@@ -157,7 +157,8 @@ def test_a_measuring_step_holds_every_cpu_and_all_memory_of_any_node(tmp_path, e
 
     part = slurm_test_partition()
     site = SimpleNamespace(account=None, gpu_partition=part, cpu_partition=None,
-                           partitions=None, constraints=None, cpus_per_task=None, mem_mb=None)
+                           partitions=None, constraints=None, cpus_per_task=None, mem_mb=None,
+                           extra=None)
     res = S.measuring_resources(site)
     env = dict(env_path)
     S.whole_node_memory(env)
