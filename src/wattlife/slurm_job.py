@@ -18,11 +18,9 @@ import os
 import re
 import socket
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-
-from .slurm_site import job_allocation
 
 _MEM = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)$")
 _MB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
@@ -104,9 +102,12 @@ def scontrol_job(job_id: str, timeout: float = 10) -> dict[str, str]:
 _RECORDS: dict[tuple[str, str | None, str], dict[str, Any]] = {}
 
 
-def current(host: str | None = None) -> dict[str, Any] | None:
+def current(host: str | None = None,
+            allocation: Callable[[str, str], tuple[int, int | None] | None] | None = None
+            ) -> dict[str, Any] | None:
     """This process's Slurm job record (None outside a Slurm job). Asked once per process and
-    step: the step check at start asks `scontrol`, meta.json at the end reuses its answer (a job
+    step: the step check at start asks `scontrol` (with `allocation`, the job's CPUs and memory
+    on this node: `slurm_site.job_allocation`), meta.json at the end reuses its answer (a job
     killed at its time limit has seconds left to write it)."""
     job_id = os.environ.get("SLURM_JOB_ID")
     if not job_id:
@@ -115,7 +116,8 @@ def current(host: str | None = None) -> dict[str, Any] | None:
     if key not in _RECORDS:
         record = job_record(os.environ, len(os.sched_getaffinity(0)), key[2],
                             scontrol_job(job_id), cgroup_memory_limit_mb())
-        _RECORDS[key] = with_node_allocation(record, job_allocation(job_id, key[2]))
+        alloc = allocation(job_id, key[2]) if allocation else None
+        _RECORDS[key] = with_node_allocation(record, alloc)
     return dict(_RECORDS[key])
 
 

@@ -197,7 +197,8 @@ def check_step(host: str) -> dict[str, Any] | None:
     if not os.environ.get("SLURM_JOB_ID"):
         return None
     # the environment's view, completed by scontrol (memory per node, node list: slurm_job)
-    view = {**step_view(os.environ, os.sched_getaffinity(0), host), **(current(host) or {})}
+    view = {**step_view(os.environ, os.sched_getaffinity(0), host),
+            **(current(host, job_allocation) or {})}
     print(f"wattlife: slurm step {json.dumps(view, sort_keys=True)}", file=sys.stderr, flush=True)
     problem = step_problem(view)
     if problem:
