@@ -93,7 +93,7 @@ def test_the_cpu_lock_is_the_main_lock_less_cuda_with_the_cpu_torch():
 def _make_n(*args: str) -> str:
     import subprocess
 
-    done = subprocess.run(["make", "-n", *args], cwd=REPO, capture_output=True, text=True,
+    done = subprocess.run(["make", "-n", "-B", *args], cwd=REPO, capture_output=True, text=True,
                           check=True, env={"PATH": "/usr/bin:/bin"})
     return done.stdout
 
