@@ -371,12 +371,13 @@ def test_a_measurement_stopped_by_sigterm_is_kept_aside_and_sighup_does_not_stop
         t.start()
         return t
 
+    hup_before = signal.getsignal(signal.SIGHUP)  # SIG_IGN under nohup, else SIG_DFL
     t = send(signal.SIGHUP, then=done)
     assert C.measure_cell(tmp_path, CELL, SLICE) == 0
     t.join()
     (att,) = C.attempts_of(C.attempts_dir(tmp_path, CELL))
     assert att.state == "sealed" and att.published
-    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # put back after the job
+    assert signal.getsignal(signal.SIGHUP) is hup_before  # put back after the job
     done.unlink()
     C.retire(tmp_path, CELL)
     t = send(signal.SIGTERM)

@@ -217,6 +217,9 @@ class Terminal:
         def own_terminal() -> None:
             os.setsid()
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            # as a login shell starts it: SIGHUP at its default, whatever this test's runner
+            # inherited (under `nohup` it is ignored, and a hang-up would then stop nothing)
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
         argv = argv or ["--profile", "profiles/local", "--configfile", str(wf["conf"]), "--",
                         wf["target"]]

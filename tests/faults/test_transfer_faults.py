@@ -111,7 +111,10 @@ def test_ctrl_c_during_fetch_serve_dir_is_one_line_and_leaves_no_output(tmp_path
     out = tmp_path / "got" / "big.bin"
     proc = subprocess.Popen([sys.executable, "-m", "wattlife.cli", "fetch", "--serve-dir",
                              str(served), "--url", "/big.bin", "-o", str(out), "--rate-mbps", "2"],
-                            env=env_path, stderr=subprocess.PIPE, text=True)
+                            env=env_path, stderr=subprocess.PIPE, text=True,
+                            # Ctrl-C's default, as at a terminal: a runner started in the
+                            # background by a shell without job control ignores SIGINT
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         part = out.with_name(out.name + ".part")
         deadline = time.monotonic() + 120

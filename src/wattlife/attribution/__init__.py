@@ -19,12 +19,13 @@ docs/ARCHITECTURE.md ("Formulas") gives the formulas.
 
 from ..contracts import IDLE, RESIDUAL, WRAPPER_PHASES
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
-from .energy import attribute_energy, check_time_units, time_unit
+from .energy import attribute_energy
 from .files import attribute_files, gpu_mapping, wrapper_events
 from .gaps import GAP_PERIODS, MAX_INVENTED_SHARE, Gaps, sensor_gaps
 from .integrate import integrate, interval_energy
 from .response import SensorResponse
 from .series import ATTRIBUTED_KINDS, DeviceSeries, device_series, idle_power
+from .time_units import check_time_units, time_unit
 from .tree import (
     OVERLAP_TOL_NS,
     PhaseTree,

@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import ENERGY_J, POWER_LIMIT_W, POWER_W, device_kind, iter_trace, streaming
-from .energy import check_time_units
 from .series import (
     ATTRIBUTED_KINDS,
     DeviceSeries,
@@ -26,6 +25,7 @@ from .series import (
     energy_series,
     power_series,
 )
+from .time_units import check_time_units
 
 _FIELDS = (("t", np.int64), ("v", np.float64), ("s", np.int32))
 _TEXT = ("host", "device", "metric", "source")

@@ -23,6 +23,7 @@ from .series import (
     too_few_readings,
 )
 from .settle import SensorSettle, integrate_held, settle_columns
+from .time_units import check_time_units
 from .tree import PhaseTree, clamp_events, exclusive, phase_tree, timeline
 
 
@@ -151,42 +152,6 @@ def _coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
     tot_full, tot_in = float(full[top].sum()), float(inside[top].sum())
     overall = tot_in / tot_full if tot_full > 0 else 1.0
     return frac.clip(0.0, 1.0), overall, tot_full - tot_in
-
-
-# Plausible epoch range (years 2000-2100) in seconds, and the factor of each unit to it.
-_EPOCH_S = (9.4e8, 4.2e9)
-
-
-_UNITS = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
-
-
-def time_unit(values: np.ndarray) -> str | None:
-    """The unit in which `values` read as an epoch timestamp of 2000-2100 (None: neither)."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    if len(v) == 0:
-        return None
-    mid = float(np.median(v))
-    for unit, f in _UNITS.items():
-        if _EPOCH_S[0] <= mid / f <= _EPOCH_S[1]:
-            return unit
-    return None
-
-
-def check_time_units(trace: pd.DataFrame, events: pd.DataFrame, trace_name: str = "trace",
-                     events_name: str = "events") -> None:
-    """Every timestamp is epoch nanoseconds: a trace or events file stamped in s, ms or us (as
-    other tools write them) is an error that says which unit it looks like."""
-    cols = {trace_name + " column t_ns": trace["t_ns"].to_numpy()}
-    if len(events):
-        cols[events_name + " column start_ns"] = events["start_ns"].to_numpy()
-    for where, values in cols.items():
-        unit = time_unit(values)
-        if unit is not None and unit != "ns":
-            raise ContractError(
-                f"{where}: timestamps look like epoch {'seconds' if unit == 's' else unit} "
-                f"(median {np.median(values):.4g}); expected epoch nanoseconds (time.time_ns(), "
-                f"~1.7e18): multiply by {int(1e9 / _UNITS[unit]):,}")
 
 
 def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: float | None,
@@ -318,6 +283,17 @@ def _short_devices(short: pd.DataFrame, where: str) -> list[pd.DataFrame]:
                          time_s=0.0, method="integrate", covered_fraction=0.0)]
 
 
+def _refuse_no_device(short: pd.DataFrame, where: str | None) -> None:
+    """No device could be attributed: say why (too few readings, or none at all)."""
+    if len(short):
+        raise ContractError(
+            f"{where or 'trace'}: no device has the 2 readings an energy needs ("
+            + ", ".join(f"{r.host}/{r.device}: {r.count} reading(s)"
+                        for r in short.itertuples()) + ")")
+    raise ContractError(f"{where or 'trace'}: no GPU, CPU or DRAM power/energy readings to "
+                        "attribute")
+
+
 def _prepare_events(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame | EventsByRank,
                     run_id: str | None, where: str, cuda_to_nvml: list[int] | None,
                     rank_devices: dict[int, list[int]] | None
@@ -378,9 +354,7 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
     series: Sequence[DeviceSeries] = (device_series(trace) if isinstance(trace, pd.DataFrame)
                                       else trace)
     floors = _idle_floors(series, floor_window or idle_window)
-    # one BLAS thread: the least squares here are tall and narrow (readings x ~12 phase names),
-    # where OpenBLAS's threads cost 7x the CPU of one (scipy's nnls on 200 k x 12: 0.52 against
-    # 0.07 CPU s; on a loaded machine its threads' waits cost far more wall time)
+    # one BLAS thread for tall, narrow least squares (nnls on 200 k x 12: 0.07 CPU s, not 0.52)
     with threadpool_limits(limits=1, user_api="blas"):
         frames, used, uncovered, gapped = _attribute_devices(
             series, pmap, events, floors, method, window_s, response, n_boot, idle_window,
@@ -388,13 +362,7 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
     short = (too_few_readings(trace, series) if isinstance(trace, pd.DataFrame)
              else trace.short())
     if not frames:
-        if len(short):
-            raise ContractError(
-                f"{where or 'trace'}: no device has the 2 readings an energy needs ("
-                + ", ".join(f"{r.host}/{r.device}: {r.count} reading(s)"
-                            for r in short.itertuples()) + ")")
-        raise ContractError(f"{where or 'trace'}: no GPU, CPU or DRAM power/energy readings to "
-                            "attribute")
+        _refuse_no_device(short, where)
     _warn_uncovered(uncovered, strict, where)
     _warn_gaps(gapped, where)
     frames += _short_devices(short, where)

@@ -25,11 +25,12 @@ from ..contracts import (
 )
 from ..pathlock import one_writer
 from .chunked import SpilledTrace
-from .energy import attribute_energy, check_time_units
+from .energy import attribute_energy
 from .rank_events import RankEvents
 from .response import SensorResponse
 from .settle import settle_by_device
 from .steady import label_steady
+from .time_units import check_time_units
 
 
 def gpu_mapping(meta: RunMeta) -> list[int] | None:

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import COMPILE, events_files, read_events
-from .energy import check_time_units, phase_map
+from .energy import phase_map
+from .time_units import check_time_units
 from .tree import clamp_events, timeline
 
 _SCAN = ["run_id", "host", "rank", "local_rank", "phase"]

@@ -18,6 +18,7 @@ Modules: `names` (file, column, metric, phase and source names, headers, `Contra
 The package imports nothing else of wattlife.
 """
 
+from .int_cells import exact_ints
 from .meta import (
     META_KEY_TYPES,
     META_REQUIRED_KEYS,
@@ -81,7 +82,6 @@ from .reading import (
     MAX_PLAUSIBLE_W,
     check_readings,
     events_files,
-    exact_ints,
     file_line,
     int_form,
     read_contract_bytes,
