@@ -19,14 +19,19 @@ def _log_to_stderr() -> None:
                             format="%(name)s: %(levelname)s: %(message)s")
 
 
+def _slice(text: str, of: str) -> Any:
+    """--slice, the config slice of the cell or job `of` names, as JSON (one line if not)."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"--slice: expected the {of}'s config slice as JSON ({exc})") from None
+
+
 def cmd_measure(a: argparse.Namespace) -> int:
     from ..custody import measure_cell
 
     _log_to_stderr()
-    try:
-        slice_doc = json.loads(a.slice)
-    except ValueError as exc:
-        raise ValueError(f"--slice: expected the cell's config slice as JSON ({exc})") from None
+    slice_doc = _slice(a.slice, "cell")
     return measure_cell(a.results, a.cell, slice_doc, pointer=a.pointer, poll_s=a.poll_s)
 
 
@@ -34,10 +39,7 @@ def cmd_attempt(a: argparse.Namespace) -> int:
     from ..custody import attempt_job
 
     _log_to_stderr()
-    try:
-        slice_doc = json.loads(a.slice)
-    except ValueError as exc:
-        raise ValueError(f"--slice: expected the job's config slice as JSON ({exc})") from None
+    slice_doc = _slice(a.slice, "job")
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
     return attempt_job(a.results, a.into, a.kind, slice_doc, cmd, poll_s=a.poll_s)
 
