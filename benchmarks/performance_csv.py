@@ -115,7 +115,10 @@ def member(tar: tarfile.TarFile, name: str) -> bytes:
 def archive_runs(arc: Path, label: str) -> Iterator[tuple[str, dict, pd.DataFrame, dict]]:
     """`committed_runs` of one archive."""
     with tarfile.open(arc) as tar:
-        names = {m.name for m in tar.getmembers() if m.isfile()}
+        # a published cell's files are hard links to its sealed attempt: the cell is counted by
+        # its `runs/` path, once, and the attempts' folders are left out (as `committed_runs` does)
+        names = {m.name for m in tar.getmembers() if (m.isfile() or m.islnk())
+                 and "attempts" not in PurePosixPath(m.name).parts}
         for s in sorted(n for n in names if n.endswith("summary.json")):
             summary, ev = json.loads(member(tar, s)), events_beside(names, s)
             if "throughput_unit" not in summary or not ev:
