@@ -19,6 +19,7 @@ import ast
 import functools
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -68,9 +69,9 @@ def _defined(path: Path) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
                 body |= _bound(sub)
             classes[node.name] = frozenset(body)
         if isinstance(node, ast.If | ast.Try):  # TYPE_CHECKING blocks, optional imports
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.stmt):
-                    names |= _bound(sub)
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.stmt):
+                    names |= _bound(inner)
     return frozenset(names), classes
 
 
@@ -142,7 +143,8 @@ def _meta_keys() -> frozenset[str]:
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "META_KEY_TYPES" \
                 and isinstance(node.value, ast.Dict):
-            return frozenset(k.value for k in node.value.keys if isinstance(k, ast.Constant))
+            return frozenset(k.value for k in node.value.keys
+                             if isinstance(k, ast.Constant) and isinstance(k.value, str))
     raise AssertionError("contracts/meta.py has no META_KEY_TYPES dict")
 
 
@@ -154,8 +156,9 @@ def meta_key_exists(dotted: str) -> bool:
 
 
 @functools.cache
-def _schema() -> dict:
-    return yaml.safe_load((SRC / "resources" / "schema.yaml").read_text())
+def _schema() -> dict[str, Any]:
+    schema: dict[str, Any] = yaml.safe_load((SRC / "resources" / "schema.yaml").read_text())
+    return schema
 
 
 def schema_key_exists(dotted: str) -> bool:
@@ -253,12 +256,12 @@ def broken(page: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_every_pointer_of_the_page_exists(page):
+def test_every_pointer_of_the_page_exists(page: Path) -> None:
     assert page.is_file(), f"{page} is missing"
     assert broken(page) == []
 
 
-def test_a_made_up_pointer_fails(tmp_path):
+def test_a_made_up_pointer_fails(tmp_path: Path) -> None:
     """The checks find a made-up module, name, class member, schema key, file and section."""
     page = tmp_path / "PAGE.md"
     (tmp_path / "OTHER.md").write_text("# Other\n\n## A section\n")
@@ -280,7 +283,7 @@ def test_a_made_up_pointer_fails(tmp_path):
     ]
 
 
-def test_planned_pointers_are_still_planned():
+def test_planned_pointers_are_still_planned() -> None:
     """A planned registry that exists now is checked like any pointer: drop it from PLANNED."""
     arrived = sorted(p for p in PLANNED if code_pointer_exists(p))
     assert arrived == [], f"these exist now; remove them from PLANNED in {__file__}: {arrived}"
