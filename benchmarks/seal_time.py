@@ -11,7 +11,7 @@ id>/`, outside the attempt): it is never part of a seal, so it costs the seal no
     # another checkout, for "before":
     PYTHONPATH=../old/src python3 benchmarks/seal_time.py --mb 1024 --out /tmp/seal-old
 
-Prints one table (seconds, and MB/s of the trace); the numbers live in docs/ARCHITECTURE.md.
+Prints one table (seconds, and MB/s of the trace); the numbers live in docs/MEASUREMENTS.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # Execution stage: one job per cell of workload x storage x checkpoint x repeat, under the sampler.
-# Custody (wattlife.custody, docs/ARCHITECTURE.md "Custody of a measurement"): the measuring job
+# Custody (wattlife.custody, docs/CUSTODY.md "Custody of a measurement"): the measuring job
 # (`wattlife measure`) writes an attempt folder of its own, <results>/attempts/<cell>/<id>/, which
 # no rule declares (so Snakemake never deletes it), seals it and publishes it: hard links in the
 # cell folder and the pointer sealed-<slice hash>.json, the one output of `execute`. The slice
@@ -17,7 +17,7 @@
 # repeat r of every cell before repeat r + 1 of any (locally, where measuring jobs run one at a
 # time; on Slurm, the order of submission): where the running Snakemake evaluates a priority
 # function per job (9.27.1 does; 9.14.8, the lock's, accepts numbers only, so there every job
-# has priority 0 and the order within the run is Snakemake's: docs/ARCHITECTURE.md, Known gaps).
+# has priority 0 and the order within the run is Snakemake's: docs/GAPS.md).
 # Measure one cell again (and everything downstream of it): `wattlife retire <results> <cell>`,
 # then `snakemake ... --forcerun <results>/runs/<cell>/trace.csv` (a --forcerun alone adopts the
 # sealed result again: a cell is never measured twice by accident).

@@ -14,7 +14,7 @@ BUSY = "while True: pass"  # a process outside the run's tree, busy on one CPU
 BURN = "import time\nwhile time.process_time() < {s}: pass\n"
 # the job: a child that burns 1.0 s of CPU, then the job itself 0.5 s, then 0.5 s asleep so that
 # the sampler's last look at the tree comes after the burning (the tree's CPU time after the last
-# look before CMD exits is not counted: a known limit, docs/ARCHITECTURE.md)
+# look before CMD exits is not counted: a known limit, docs/GAPS.md)
 JOB = ("import subprocess, sys, time\n"
        f"subprocess.run([sys.executable, '-c', {BURN.format(s=1.0)!r}], check=True)\n"
        "while time.process_time() < 0.5: pass\n"

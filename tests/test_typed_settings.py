@@ -112,7 +112,7 @@ def test_a_sweeps_cap_reaches_the_simulated_gpu_typed():
 
 #: the edges that read a configuration: the CLI, the config package itself, and `jobs` (the
 #: Snakefile's helper: it cuts each job's slice from the config mapping, serialised as the config
-#: has it, so that a changed slice reruns its job; docs/ARCHITECTURE.md, "Configuration")
+#: has it, so that a changed slice reruns its job; docs/CONFIGURATION.md)
 EDGES = ("cli/", "config/", "jobs.py")
 #: calls that load or type a configuration
 CONFIG_READERS = {"load_config", "load_section", "settings", "workload_spec", "hardware_profile"}

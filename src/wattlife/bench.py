@@ -1,6 +1,6 @@
 """The package's own speed benchmarks, CPU only (`wattlife bench markers|attribution|allocate|all`).
 
-Targets (docs/ARCHITECTURE.md and the issues): one marker <= 20 us host-side; attribution of
+Targets (docs/MEASUREMENTS.md and the issues): one marker <= 20 us host-side; attribution of
 10 M trace rows x 1 M phase intervals <= 30 s and <= 4 GB; allocation of 500 workloads x 100
 jobs x 9 cuts on noisy curves <= 60 s on 2 cores. `--scale` runs a fraction of the full size
 (the tests use a small one). Measurements of real GPUs are scripts in `benchmarks/` (not part of

@@ -1,4 +1,4 @@
-"""How a cluster should split a global power cut across jobs (docs/ARCHITECTURE.md, "Formulas" >
+"""How a cluster should split a global power cut across jobs (docs/FORMULAS.md,
 "Allocation").
 
 N workloads of M jobs are sampled from measured (or simulated) power-throughput curves. For a cut

@@ -1,4 +1,4 @@
-"""Power Flexibility Index (docs/ARCHITECTURE.md, "Formulas" > "Power Flexibility Index").
+"""Power Flexibility Index (docs/FORMULAS.md, "Power Flexibility Index").
 
 PFI = (1/N) sum_i (1 - P_i/P_max) / (1 - T_i/T_max) over the N capped points with T_i != T_max,
 (T_max, P_max) being the uncapped run (the highest cap of the grid). Two readings, both in every

@@ -1,6 +1,6 @@
 """Waiting energy: the part of a run's GPU and CPU energy spent while the GPU waits.
 
-Pure functions, tables in, tables out (see docs/ARCHITECTURE.md, "Waiting energy"):
+Pure functions, tables in, tables out (see docs/FORMULAS.md, "Waiting energy"):
 
 - `context_floor(trace, ...)`: a GPU's idle power while a process holds a CUDA context, read from
   the run's own trace (the lowest steady one-second median while the GPU's memory is held);

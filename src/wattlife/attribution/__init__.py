@@ -14,7 +14,7 @@ One job per module, pure functions on tables except `files`:
   method;
 - `files`: `attribute_files`, trace + events + meta.json -> phases.csv.
 
-docs/ARCHITECTURE.md ("Formulas") gives the formulas.
+docs/FORMULAS.md gives the formulas.
 """
 
 from ..contracts import IDLE, RESIDUAL, WRAPPER_PHASES

@@ -1,7 +1,7 @@
 """Steady steps: which of a run's steps are warm-up, which calls compiled, and the events as the
 phase tables read them (compile and warm-up as their own names, forward/backward steady only).
 
-Rules (docs/ARCHITECTURE.md, "Compilation and warm-up"):
+Rules (docs/CONTRACTS.md, "Compilation and warm-up"):
 - warm-up: the first `warmup_count(n)` `step` rows of each (host, rank) by start time (3 when
   the rank has more than 5 steps), the same steps the `step` throughput leaves out;
 - compile: rows named `compile` (the workloads mark the first forward and backward of a

@@ -1,4 +1,4 @@
-"""File contracts shared by every part of the suite (docs/ARCHITECTURE.md, "File contracts").
+"""File contracts shared by every part of the suite (docs/CONTRACTS.md).
 
 The one place for every file contract: file names, column lists and their types, the metric,
 phase and source names, the events extras, the telemetry columns, the typed and versioned run

@@ -20,7 +20,7 @@ META_SCHEMA_VERSIONS = (1,)
 
 _INT, _STR, _LIST, _DICT = (int,), (str,), (list,), (dict,)
 _OPT = (type(None),)
-#: every key `wattlife run` writes, with the JSON types it may hold (see docs/ARCHITECTURE.md)
+#: every key `wattlife run` writes, with the JSON types it may hold (see docs/CONTRACTS.md, "meta")
 META_KEY_TYPES: dict[str, tuple[type, ...]] = {
     "schema_version": _INT,
     "run_id": _STR, "host": _STR, "cmd": _LIST, "cell": _DICT,

@@ -1,6 +1,6 @@
 """NVIDIA GPUs through NVML (nvidia-ml-py).
 
-Per GPU, each reader on its own rate (see docs/ARCHITECTURE.md, "Facts measured on the H200"):
+Per GPU, each reader on its own rate (see docs/MEASUREMENTS.md, "Facts measured on the H200"):
 - power: the driver's own sample buffer (`nvmlDeviceGetSamples(..., NVML_TOTAL_POWER_SAMPLES)`,
   ~20 ms window averages stamped in epoch microseconds, ~2.4 s of history) drained every
   `drain_s` (default 0.5 s) -> `power_w`, source `nvml-samples`; where the buffer is unsupported,

@@ -1,5 +1,5 @@
 """The workload's run summary (`work/summary.json`, rank 0): steps, throughput on its two bases,
-what was skipped, validated and checkpointed (the contract: docs/ARCHITECTURE.md, "workload
+what was skipped, validated and checkpointed (the contract: docs/CONTRACTS.md, "workload
 summary")."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ through the cell's `checkpointing.Checkpointer`: `sync` or `async`), each pause
 left out of the `step` throughput basis (`Summary.end_pause`). `Batches` rolls the data loader
 over into a new epoch inside the `data_load` phase that asked for the batch. `backward_and_step`
 is the `backward` / `grad_sync` / `optimizer` tail of a step, shared with `wattlife.instrument`.
-The phase names and their nesting are the events contract (docs/ARCHITECTURE.md, "events").
+The phase names and their nesting are the events contract (docs/CONTRACTS.md, "events").
 """
 
 from __future__ import annotations
