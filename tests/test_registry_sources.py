@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from wattlife.contracts import (
     SOURCES_MEASURED,
     SOURCES_NOT_MEASURED,
     SourceSpec,
+    device_kind,
     register_source,
     sensor_source_ids,
     source_specs,
@@ -107,7 +110,40 @@ def test_every_backend_writes_declared_sources_and_reads_existing_sampler_keys()
     for b in backend_specs():
         assert set(b.settings) <= keys, b.id
         assert set(b.sources) <= set(sensor_source_ids()), b.id
-    assert [r.role for r in roles()] == ["gpu", "cpu"]
+    assert [r.role for r in roles()][:2] == ["gpu", "cpu"]
+    assert {r.role for r in roles()} | {r.fallback_key for r in roles() if r.fallback_key} <= keys
+
+
+def _zone(root: Path, name: str, label: str, energy: int) -> None:
+    """A powercap zone as the kernel shows it (RAPL)."""
+    z = root / name
+    z.mkdir(parents=True)
+    (z / "name").write_text(label + "\n")
+    (z / "energy_uj").write_text(f"{energy}\n")
+    (z / "max_energy_range_uj").write_text("1000000\n")
+
+
+@pytest.mark.parametrize(("gpu", "cpu"), [("nvml", "rapl"), ("sim", "estimate")])
+def test_each_built_in_backend_writes_only_the_sources_and_kinds_it_declares(
+        gpu: str, cpu: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built through the registry (NVML over the FAKE pynvml of tests/fake_nvml.py, RAPL over a
+    powercap tree in tmp_path): the rows' sources and device kinds are the spec's."""
+    from fake_nvml import FakeNvml
+
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(n=2))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    _zone(tmp_path, "intel-rapl:0", "package-0", 900)
+    _zone(tmp_path, "intel-rapl:0:0", "dram", 10)
+    settings = SamplerSettings.from_dict({"gpu": gpu, "cpu": cpu, "rapl_root": str(tmp_path)})
+    backends, _ = build_backends(settings, log=lambda m: None)
+    specs = {b.id: b for b in backend_specs()}
+    assert len(backends) == 2
+    for backend, chosen in zip(backends, (gpu, cpu), strict=True):
+        rows = [r for t in (1, 2, 3) for r in backend.poll(time.time_ns() + t)]
+        backend.close()
+        assert rows, chosen
+        assert {r[4] for r in rows} <= set(specs[chosen].sources), chosen
+        assert {device_kind(r[1]) for r in rows} <= set(specs[chosen].kinds), chosen
 
 
 def test_registering_a_backend_with_an_undeclared_source_is_refused() -> None:
