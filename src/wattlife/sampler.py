@@ -24,7 +24,8 @@ from typing import Any
 from .config import SamplerSettings
 from .contracts import TRACE_HEADER, ZSTD_SUFFIX
 from .contracts.clock import WallSteps, now_ns
-from .devices.base import SensorBackend, SensorUnavailable
+from .devices.base import Row, SensorBackend
+from .devices.registry import build_role, positive_seconds, roles
 from .nodename import node_name
 from .safewrite import FrameAppender, SafeAppender
 
@@ -34,7 +35,7 @@ class _SeriesStats:
                  "last_t")
 
     def __init__(self, source: str) -> None:
-        self.last_value = None
+        self.last_value: float | None = None
         self.first_change = self.last_change = 0
         self.changes = self.n = 0
         self.first_t = self.last_t = 0
@@ -86,7 +87,7 @@ class Sampler:
         self._thread = threading.Thread(target=self._loop, name="wattlife-sampler", daemon=True)
         self._thread.start()
 
-    def _record(self, rows: list[tuple], out: list[str]) -> None:
+    def _record(self, rows: list[Row], out: list[str]) -> None:
         host = self.host
         stats = self._stats
         for t, dev, metric, value, source in rows:
@@ -184,18 +185,6 @@ class Sampler:
         return out
 
 
-def positive_seconds(value: Any, key: str) -> float:
-    """Milliseconds from the config as seconds; anything but a finite number > 0 is an error
-    naming `key` (a negative interval would make the sampler spin)."""
-    try:
-        ms = float(value)
-    except (TypeError, ValueError):
-        ms = math.nan
-    if not (math.isfinite(ms) and ms > 0):
-        raise ValueError(f"{key} must be a number of milliseconds > 0, got {value!r}")
-    return ms / 1000.0
-
-
 def with_sim_gpu_cap(settings: SamplerSettings, cap_w: float | None) -> SamplerSettings:
     """The sampler settings with the simulated GPU's cap set, so its power follows the cap a
     sweep set."""
@@ -208,54 +197,15 @@ def build_backends(s: SamplerSettings, log: Callable[[str], Any] = print
     """Backends from the typed `sampler` settings (built at the edge, by the CLI: nothing here
     reads a configuration mapping); returns them and the notes on missing sensors.
 
-    gpu: auto (NVML if a GPU answers, else none) | nvml | sim | none
-    cpu: auto (RAPL if readable, else the configured fallback) | rapl | estimate | none
+    Each role of the sensor-backend registry (`devices.registry`: gpu, then cpu) is built as
+    its `sampler.<role>` key chooses: auto (its `auto` backends, the first that answers, else
+    the role's fallback) | one of its backends | none.
     """
     interval = positive_seconds(s.interval_ms, "sampler.interval_ms")
     backends: list[SensorBackend] = []
     notes: list[str] = []
-    if s.gpu in ("auto", "nvml"):
-        from .devices.nvml import NvmlBackend
-
-        nv = s.nvml
-        try:
-            nvml = NvmlBackend(
-                interval_s=interval,
-                drain_s=positive_seconds(nv.drain_ms, "sampler.nvml.drain_ms"),
-                counter_s=positive_seconds(nv.counter_ms, "sampler.nvml.counter_ms"),
-                telemetry_s=positive_seconds(nv.telemetry_ms, "sampler.nvml.telemetry_ms"),
-                gpm=nv.gpm)
-            backends.append(nvml)
-            notes.extend(nvml.notes)  # CUDA_VISIBLE_DEVICES mapping
-        except SensorUnavailable as exc:
-            if s.gpu == "nvml":
-                raise
-            notes.append(f"no GPU sensor: {exc}")
-    elif s.gpu == "sim":
-        from .devices.simgpu import SimGpuBackend
-
-        sim = s.sim_gpu
-        backends.append(SimGpuBackend(n_gpus=sim.n_gpus, mem_share=sim.mem_share,
-                                      interval_s=positive_seconds(sim.interval_ms,
-                                                                  "sampler.sim_gpu.interval_ms"),
-                                      cap_w=sim.cap_w))
-        notes.append("GPU power is SIMULATED (source=sim): no GPU was measured")
-    cpu = s.cpu
-    if cpu in ("auto", "rapl"):
-        from .devices.rapl import RaplBackend
-
-        try:
-            backends.append(RaplBackend(s.rapl_root, interval))
-        except SensorUnavailable as exc:
-            if cpu == "rapl" and s.cpu_fallback == "none":
-                raise
-            notes.append(f"{exc}; CPU energy falls back to '{s.cpu_fallback}'")
-            log(f"wattlife: {exc}; CPU energy falls back to '{s.cpu_fallback}'")
-            cpu = s.cpu_fallback
-    if cpu == "estimate":
-        from .devices.cpu_estimate import CpuEstimateBackend
-
-        est = s.cpu_estimate
-        backends.append(CpuEstimateBackend(est.idle_w, est.max_w, interval))
-        notes.append("CPU power is ESTIMATED from utilisation (source=estimate), not measured")
+    for role in roles():
+        built, said = build_role(role, s, interval, log)
+        backends += built
+        notes += said
     return backends, notes

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..contracts import SOURCES_MEASURED, WAITING_PHASES
+from ..contracts import WAITING_PHASES, source_basis
 
 GRAD_SYNC = "grad_sync"
 IDLE_BASELINE = "idle_baseline"  # the idle window before the command: no part of the run
@@ -31,13 +31,9 @@ MIB = 2**20
 
 def basis(source: str) -> str:
     """'measured', 'estimated' or 'simulated' for a phases `source` ('nvml-samples', 'estimate',
-    'sim', or several joined by commas: the least measured one wins)."""
-    parts = set(str(source).split(","))
-    if "sim" in parts or any(p.startswith("sim") for p in parts):
-        return "simulated"
-    if "estimate" in parts or not parts <= SOURCES_MEASURED:
-        return "estimated"
-    return "measured"
+    'sim', or several joined by commas: the least measured one wins), as the source registry
+    (`contracts.sources`) classes each; an unregistered source is never called measured."""
+    return source_basis(source)
 
 
 def context_floor(trace: pd.DataFrame, idle_start_ns: int | None = None,

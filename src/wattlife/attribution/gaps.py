@@ -4,7 +4,7 @@ that stopped answering, NVML_ERROR_GPU_IS_LOST, a failing RAPL read).
 The cumulative series E(t) bridges a gap with a straight line, so the energy it gives the time
 inside a gap is assumed, not read: for point readings (NVML samples and polls, the simulated GPU)
 both its amount and its place are invented; for readings that average since the previous one
-(`AVERAGING_SOURCES`: RAPL, the utilisation estimate, NVML's energy counter) the gap's total is
+(`averaging` sources: RAPL, the utilisation estimate, NVML's energy counter) the gap's total is
 measured but its split across the phases is not. Nothing inside a gap is filled silently: each
 phase carries the seconds and joules of its time in gaps (`gap_s`, `gap_energy_j`), its
 `covered_fraction` leaves them out, and its interval widens to what the device could have drawn
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..contracts import RESIDUAL, UNATTRIBUTED
+from ..contracts import RESIDUAL, UNATTRIBUTED, averaging_sources
 from .series import DeviceSeries
 from .tree import PhaseTree, exclusive
 
@@ -34,8 +34,6 @@ from .tree import PhaseTree, exclusive
 GAP_PERIODS = 3
 #: `wattlife check` fails a device whose invented (gap) energy exceeds this share of its energy
 MAX_INVENTED_SHARE = 0.05
-#: sources whose reading averages over the time since the previous one: a gap's total is read
-AVERAGING_SOURCES = ("rapl", "estimate", "nvml-counter")
 
 
 @dataclass
@@ -58,8 +56,9 @@ class Gaps:
 
     @property
     def averaging(self) -> bool:
-        """Whether the source's readings average since the previous one (`AVERAGING_SOURCES`)."""
-        return self.series.source in AVERAGING_SOURCES
+        """Whether the source's readings average since the previous one (a gap's total is
+        read): the source registry's `averaging` flag."""
+        return self.series.source in averaging_sources()
 
     def within(self, start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Seconds and joules of each interval [start, end] that lie inside gaps."""

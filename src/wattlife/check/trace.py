@@ -11,7 +11,7 @@ from ..attribution import (
     DeviceSeries,
     device_series,
 )
-from ..contracts import SOURCES_MEASURED, SOURCES_NOT_MEASURED
+from ..contracts import sensor_source_ids
 from .findings import ERROR, WARNING, Finding, _capped, check_clock
 from .stalls import Stalls, gap_record, gap_record_findings
 
@@ -47,7 +47,7 @@ def check_trace_rows(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5
         f += _capped(ERROR, "trace.value", file, tr["line_no"][bad_v],
                      [f"value {x} is not finite" for x in tr["value"][bad_v].head(max_rows)],
                      max_rows)
-    known = SOURCES_MEASURED | SOURCES_NOT_MEASURED
+    known = set(sensor_source_ids())  # the source registry's (`contracts.sources`)
     src = tr["source"]
     empty = src.isna().to_numpy() | src.isin([""]).to_numpy()
     if empty.any():

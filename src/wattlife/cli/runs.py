@@ -187,6 +187,8 @@ def cmd_check(a: argparse.Namespace) -> int:
 
 def _add_run(sub: Any) -> None:
     """The `run` command's parser."""
+    from ..devices.registry import choices as backend_choices  # the sensor-backend registry
+
     r = sub.add_parser("run", help="run a command under the energy sampler",
                        description="Start the sampler, write the events file's header, run CMD "
                                    "with WATTLIFE_EVENTS set, stop the sampler when CMD ends, "
@@ -209,9 +211,9 @@ def _add_run(sub: Any) -> None:
                                     "(default: none, the built-in sampler defaults)")
     r.add_argument("--interval-ms", type=_positive_ms,
                    help="sampler interval in ms, > 0 (default: the config's, else 50)")
-    r.add_argument("--gpu", choices=["auto", "nvml", "sim", "none"],
+    r.add_argument("--gpu", choices=backend_choices("gpu"),
                    help="GPU backend (default: the config's, else auto)")
-    r.add_argument("--cpu", choices=["auto", "rapl", "estimate", "none"],
+    r.add_argument("--cpu", choices=backend_choices("cpu"),
                    help="CPU backend (default: the config's, else auto)")
     r.add_argument("--idle-s", type=_nonnegative_s,
                    help="seconds of idle baseline measured before CMD starts, >= 0 (default: "

@@ -13,7 +13,8 @@ sampler stay light.
 
 Modules: `names` (file, column, metric, phase and source names, headers, `ContractError`),
 `reading` (the table readers), `writing` (atomic writers), `meta` (meta.json: `RunMeta`,
-`read_meta`, `write_meta`). Every public name is re-exported here:
+`read_meta`, `write_meta`), `sources` (the source registry: each source's class and words).
+Every public name is re-exported here:
 `from wattlife.contracts import X`.
 The package imports nothing else of wattlife.
 """
@@ -91,6 +92,17 @@ from .reading import (
     read_trace,
     record_lines,
 )
+from .sources import (
+    SOURCE_WORDS,
+    SourceSpec,
+    averaging_sources,
+    register_source,
+    sensor_source_ids,
+    source_basis,
+    source_spec,
+    source_specs,
+    unregister_source,
+)
 from .streaming import BATCH_BYTES, LineChunks, StreamUnreadable, iter_trace
 from .writing import atomic_path, refuse_overwrite, write_csv, write_table, write_text
 from .zstd_frames import ZSTD_SUFFIX
@@ -113,3 +125,6 @@ __all__ = [
     "record_lines",
     "refuse_overwrite", "warmup_count", "write_csv", "write_meta", "write_table", "write_text",
 ]
+__all__ += ["SOURCE_WORDS", "SourceSpec", "averaging_sources", "register_source",
+            "sensor_source_ids", "source_basis", "source_spec", "source_specs",
+            "unregister_source"]

@@ -16,12 +16,8 @@ import pandas as pd
 import seaborn as sns
 
 from ..contracts import COMPILE, LIFECYCLE_PHASES, UNATTRIBUTED, WARMUP
+from ..contracts.sources import SOURCE_WORDS  # the words of the source registry, re-exported
 
-SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measured",
-                "simulated/calibrated": "SIMULATED (calibrated to published PFIs)",
-                "nvml-samples": "measured (NVML samples)",
-                "nvml-counter": "measured (NVML counter)",
-                "nvml-poll": "measured (NVML)", "rapl": "measured (RAPL)"}
 PHASE_ORDER = (["idle_baseline", "process_startup", "setup"] + LIFECYCLE_PHASES[:3] + ["tokenize"]
                + LIFECYCLE_PHASES[3:] + [COMPILE, WARMUP, "step", "finalize", "process_exit",
                                          UNATTRIBUTED])
