@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..contracts import DOWNLOAD_DATASET, DOWNLOAD_MODEL, UPLOAD
 from .options import _sha256
 
 
@@ -18,7 +19,7 @@ def cmd_fetch(a: argparse.Namespace) -> int:
 
     with loopback_server(a.serve_dir, a.rate_mbps) as srv:
         record = measure_transfer(
-            f"download_{a.kind}",
+            DOWNLOAD_MODEL if a.kind == "model" else DOWNLOAD_DATASET,
             lambda: fetch_artefact(a.output, url=a.url, hf=a.hf, kaggle=a.kaggle, path=a.path,
                                    kind=a.kind, revision=a.revision, endpoint=a.endpoint,
                                    sha256=a.sha256, force=a.force, retries=a.retries,
@@ -39,7 +40,7 @@ def cmd_upload(a: argparse.Namespace) -> int:
         raise SystemExit("wattlife upload: give SRC or --from-summary")
     with loopback_server(a.serve_put, a.rate_mbps, upload=True) as srv:
         record = measure_transfer(
-            "upload",
+            UPLOAD,
             lambda: upload_artefact(src, put=a.put, hf=a.hf, copy=a.copy, endpoint=a.endpoint,
                                     server_url=srv.url if srv else None, force=a.force),
             name=a.name or Path(src).name, kind="model", loopback=bool(a.serve_put),
