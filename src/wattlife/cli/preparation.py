@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..contracts import DOWNLOAD_DATASET, DOWNLOAD_MODEL, UPLOAD
 from .options import _sha256
 
 
 def cmd_fetch(a: argparse.Namespace) -> int:
+    from ..contracts import DOWNLOAD_DATASET, DOWNLOAD_MODEL
     from ..prepare.fetch import fetch_artefact
     from ..prepare.serve import loopback_server
     from ..prepare.transfer import measure_transfer, report_transfer
@@ -31,6 +31,7 @@ def cmd_fetch(a: argparse.Namespace) -> int:
 
 
 def cmd_upload(a: argparse.Namespace) -> int:
+    from ..contracts import UPLOAD
     from ..prepare.serve import loopback_server
     from ..prepare.transfer import measure_transfer, report_transfer
     from ..prepare.upload import last_checkpoint, upload_artefact
