@@ -194,3 +194,18 @@ def test_the_scan_finds_a_list_of_phase_names():
                      'Z = ("forward", "other")\nS = {"step": 1, "optimizer": 2}\n')
     assert [line for line, _ in _phase_lists(tree, {"forward", "backward", "data_load", "h2d",
                                                     "step", "optimizer"})] == [1, 2]
+
+
+def test_every_phase_gets_a_colour_today_s_unchanged_and_a_pinned_one_kept(monkeypatch):
+    from wattlife.figures import common
+
+    today = dict(common._PALETTE)
+    many = registry.PHASES + tuple(registry.PhaseSpec(f"extra{i}") for i in range(80))
+    monkeypatch.setattr(common, "PHASES", many)
+    colours = common._phase_colours()
+    assert len(colours) == 25 + 80 and {k: colours[k] for k in today} == today
+    assert len(set(colours.values())) == len(common._COLOURS)  # distinct until the palette cycles
+    assert colours == common._phase_colours()  # the same on every call
+    pinned = registry.PHASES + (registry.PhaseSpec("mine", colour="#123456"),)
+    monkeypatch.setattr(common, "PHASES", pinned)
+    assert common._phase_colours()["mine"] == (0x12 / 255, 0x34 / 255, 0x56 / 255)
