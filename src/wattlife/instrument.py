@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator
 
-from .contracts import BACKWARD, DATA_LOAD, FORWARD, H2D, OPTIMIZER, STEP, VALIDATION
+from .contracts import (
+    BACKWARD,
+    CHECKPOINT_SAVED,
+    DATA_LOAD,
+    FORWARD,
+    H2D,
+    OPTIMIZER,
+    STEP,
+    VALIDATION,
+)
 from .markers import begin, end, phase, step
 from .workloads.training_loop import backward_and_step
 
@@ -123,7 +132,7 @@ class _CallbackMixin:
     def on_save(self, args, state, control, **kw):
         # Trainer calls on_save after writing; mark the instant so the event exists even though
         # its duration is not observable from a callback (the checkpoint helper times it).
-        end(begin("checkpoint_saved"))
+        end(begin(CHECKPOINT_SAVED))
 
 
 def WattlifeCallback(items_per_step: float | None = None):  # noqa: N802 - reads as a class

@@ -81,6 +81,7 @@ from .names import (
 from .phases import (  # the phase registry (the names .names re-exports come from here too)
     BACKWARD,
     CHECKPOINT,
+    CHECKPOINT_SAVED,
     CHECKPOINT_STAGE,
     CHECKPOINT_WAIT,
     CHECKPOINT_WRITE,
@@ -128,7 +129,8 @@ from .zstd_frames import ZSTD_SUFFIX
 
 __all__ = [
     # the phase registry (contracts.phases)
-    "BACKWARD", "CHECKPOINT", "CHECKPOINT_STAGE", "CHECKPOINT_WAIT", "CHECKPOINT_WRITE",
+    "BACKWARD", "CHECKPOINT", "CHECKPOINT_SAVED", "CHECKPOINT_STAGE", "CHECKPOINT_WAIT",
+    "CHECKPOINT_WRITE",
     "DATA_LOAD", "DOWNLOAD_DATASET", "DOWNLOAD_MODEL", "DRAWN_PHASES", "FINALIZE", "FORWARD",
     "GRAD_SYNC", "H2D", "IDLE_BASELINE", "MODEL_LOAD", "NOT_TRAINING_PHASES", "OPTIMIZER",
     "PAUSE_PHASES", "PHASES", "PROCESS_EXIT", "PROCESS_STARTUP", "SETUP", "STAGE_COPY", "TOKENIZE",

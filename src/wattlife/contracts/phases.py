@@ -38,6 +38,7 @@ FINALIZE = "finalize"
 PROCESS_EXIT = "process_exit"  # last marked phase to command end
 UNATTRIBUTED = "unattributed"  # device time covered by no phase
 CHECKPOINT_WRITE = "checkpoint_write"  # an asynchronous save's write, in a background thread
+CHECKPOINT_SAVED = "checkpoint_saved"  # the instant a Trainer's save ended (zero length)
 IDLE = "idle"  # the phase of a GPU that no rank uses
 RESIDUAL = "deconvolution_residual"  # deconvolved sum minus the measured total
 
@@ -100,6 +101,7 @@ PHASES: tuple[PhaseSpec, ...] = (
     PhaseSpec(PROCESS_EXIT, wrapper=True, training=False, waiting=12),
     PhaseSpec(UNATTRIBUTED, training=False, waiting=13),
     PhaseSpec(CHECKPOINT_WRITE, concurrent=True, drawn=False),
+    PhaseSpec(CHECKPOINT_SAVED, drawn=False),  # instrument.WattlifeCallback.on_save
     PhaseSpec(IDLE, waiting=14, drawn=False),
     PhaseSpec(RESIDUAL, training=False, drawn=False),
 )
