@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .contracts import BACKWARD, FORWARD, OPTIMIZER, STEP
+
 
 def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
@@ -29,14 +31,14 @@ def bench_markers(n: int = 200_000) -> dict[str, float]:
     markers.reset()
     t = time.perf_counter()
     for _ in range(n):
-        with markers.phase("forward"):
+        with markers.phase(FORWARD):
             pass
     out["noop_us_per_phase"] = (time.perf_counter() - t) / n * 1e6
     with tempfile.TemporaryDirectory() as d:
         markers.configure(Path(d) / "events.csv")
         t = time.perf_counter()
         for _ in range(n):
-            with markers.phase("forward"):
+            with markers.phase(FORWARD):
                 pass
         out["recording_us_per_phase"] = (time.perf_counter() - t) / n * 1e6
         markers.reset()
@@ -58,7 +60,7 @@ def bench_attribution(n_rows: int = 10_000_000, n_intervals: int = 1_000_000) ->
     step_len = span // n_steps
     starts = t0 + np.arange(n_steps, dtype=np.int64) * step_len
     q = step_len // 3
-    names = np.array(["step", "forward", "backward", "optimizer"])
+    names = np.array([STEP, FORWARD, BACKWARD, OPTIMIZER])
     s = np.stack([starts, starts, starts + q, starts + 2 * q], 1).ravel()
     last = starts + step_len - 1000
     e = np.stack([last, starts + q, starts + 2 * q, last], 1).ravel()

@@ -11,11 +11,21 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator
 
+from .contracts import (
+    BACKWARD,
+    CHECKPOINT_SAVED,
+    DATA_LOAD,
+    FORWARD,
+    H2D,
+    OPTIMIZER,
+    STEP,
+    VALIDATION,
+)
 from .markers import begin, end, phase, step
 from .workloads.training_loop import backward_and_step
 
 
-def marked_batches(iterable: Iterable, name: str = "data_load") -> Iterator:
+def marked_batches(iterable: Iterable, name: str = DATA_LOAD) -> Iterator:
     """Yield from `iterable`, marking the time spent waiting for each item."""
     it = iter(iterable)
     while True:
@@ -36,9 +46,9 @@ def train_step(model: Any, batch: tuple, loss_fn: Callable, optimizer: Any, devi
     x, y = batch
     with step(items=items if items is not None else len(x)):
         if device is not None:
-            with phase("h2d"):
+            with phase(H2D):
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with phase("forward"):
+        with phase(FORWARD):
             loss = loss_fn(model(x), y)
         backward_and_step(model, loss, optimizer)
     return loss
@@ -69,14 +79,14 @@ class _CallbackMixin:
                 if cb._bwd is not None:
                     end(cb._bwd)
                     cb._bwd = None
-                cb._fwd = begin("forward")
+                cb._fwd = begin(FORWARD)
 
         def post(_m, _a, _o):
             if cb._fwd is not None:
                 end(cb._fwd)
                 cb._fwd = None
                 if cb._eval is None:
-                    cb._bwd = begin("backward")
+                    cb._bwd = begin(BACKWARD)
 
         model.register_forward_pre_hook(pre)
         model.register_forward_hook(post)
@@ -87,13 +97,13 @@ class _CallbackMixin:
 
     def on_step_begin(self, args, state, control, model=None, **kw):
         self._hook(model)
-        self._step = begin("step", self.items)
+        self._step = begin(STEP, self.items)
 
     def on_pre_optimizer_step(self, args, state, control, **kw):
         if self._bwd is not None:
             end(self._bwd)
             self._bwd = None
-        self._opt = begin("optimizer")
+        self._opt = begin(OPTIMIZER)
 
     def on_optimizer_step(self, args, state, control, **kw):
         if self._opt is not None:
@@ -112,7 +122,7 @@ class _CallbackMixin:
 
     def on_prediction_step(self, args, state, control, **kw):
         if self._eval is None:
-            self._eval = begin("validation")
+            self._eval = begin(VALIDATION)
 
     def on_evaluate(self, args, state, control, **kw):
         if self._eval is not None:
@@ -122,7 +132,7 @@ class _CallbackMixin:
     def on_save(self, args, state, control, **kw):
         # Trainer calls on_save after writing; mark the instant so the event exists even though
         # its duration is not observable from a callback (the checkpoint helper times it).
-        end(begin("checkpoint_saved"))
+        end(begin(CHECKPOINT_SAVED))
 
 
 def WattlifeCallback(items_per_step: float | None = None):  # noqa: N802 - reads as a class

@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .contracts import EVENTS_HEADER, csv_cell, phase_name_problem
+from .contracts import EVENTS_HEADER, STEP, csv_cell, phase_name_problem
 from .contracts.clock import now_ns  # the one clock (re-exported: workloads stamp with it)
 from .nodename import node_name
 
@@ -197,7 +197,7 @@ class Recorder:
         if len(self._last_end) <= d:
             self._last_end.extend([s0] * (d + 1 - len(self._last_end)))
         self._last_end[d] = s1
-        if op.name == "step":
+        if op.name == STEP:
             self.step_spans.append((s0, s1, float(items_s or 0.0), clock))
         self._rows.append(f"{self._prefix}{self._cells[op.name]},{s0},{s1},{op.step},{items_s},"
                           f"{self.local_rank},{d},{clock},{clamp}\n")
@@ -324,7 +324,7 @@ class step(phase):
 
     __slots__ = ()
 
-    def __init__(self, items: float | None = None, name: str = "step") -> None:
+    def __init__(self, items: float | None = None, name: str = STEP) -> None:
         super().__init__(name, items)
 
     def __exit__(self, *exc: object) -> None:

@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..contracts import TRANSFER_PHASES
+
 GB = 1e9
-TRANSFER_PHASES = ("download_dataset", "download_model", "upload")
 
 
 def overlapping(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -22,10 +22,11 @@ from typing import Any
 import pandas as pd
 
 from ..attribution.steady import step_rows
+from ..contracts import PAUSE_PHASES, STEP
 
 PERFORMANCE_COLUMNS = ["run", "model", "task", "compile", "experts_impl", "throughput",
                        "throughput_unit", "basis", "clock", "mfu", "mfu_causal"]
-_LOOP_END = ("step", "validation", "checkpoint", "checkpoint_stage", "checkpoint_wait")
+_LOOP_END = (STEP, *PAUSE_PHASES)
 
 
 def _rank0(events: pd.DataFrame) -> pd.DataFrame:

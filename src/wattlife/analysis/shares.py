@@ -15,10 +15,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..contracts import COMPILE, RESIDUAL, STEP, UNATTRIBUTED, WARMUP, WRAPPER_PHASES
+from ..contracts import COMPILE, DATA_LOAD, NOT_TRAINING_PHASES, STAGE_COPY, WARMUP
 
-NOT_TRAINING = (*WRAPPER_PHASES, UNATTRIBUTED, RESIDUAL, STEP, COMPILE, WARMUP)
-COPY_AND_LOAD = ("stage_copy", "data_load")
+NOT_TRAINING = NOT_TRAINING_PHASES
+COPY_AND_LOAD = (STAGE_COPY, DATA_LOAD)
 
 
 def training_shares(phases: pd.DataFrame) -> dict[str, Any]:

@@ -36,13 +36,13 @@ import pandas as pd
 
 from ..attribution import device_series, interval_energy
 from ..attribution.steady import steady_steps
-from ..contracts import POWER_W, device_kind
+from ..contracts import PAUSE_PHASES, POWER_W, device_kind
 from .curves import dram_copy_product
 
 SEGMENTS = ("warmup", "startup", "training", "pause", "tail")
 #: telemetry metrics averaged over the training rows (a selection of the trace's)
 TELEMETRY = ("util_gpu", "util_mem", "dram_active", "sm_active", "tensor_active", "sm_clock_mhz")
-_PAUSES = ("validation", "checkpoint", "checkpoint_stage", "checkpoint_wait")
+_PAUSES = PAUSE_PHASES
 COLUMNS = ["host", "device", "segment", "start_ns", "end_ns", "method"]
 
 

@@ -17,12 +17,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..contracts import WAITING_PHASES, source_basis
+from ..contracts import (
+    GRAD_SYNC,
+    IDLE_BASELINE,
+    PROCESS_STARTUP,
+    WAITING_PHASES,
+    source_basis,
+)
 
-GRAD_SYNC = "grad_sync"
-IDLE_BASELINE = "idle_baseline"  # the idle window before the command: no part of the run
 #: phases before the process can hold a CUDA context (their floor is the bare idle power)
-BEFORE_CONTEXT = ("process_startup",)
+BEFORE_CONTEXT = (PROCESS_STARTUP,)
 CELL_KEYS = ["workload", "storage", "checkpoint", "repeat"]
 CONTEXT_RULE = ("lowest median of 1 s bins of power_w while mem_used_b exceeds its idle-baseline "
                 "value by >= 256 MiB; bins with >= 5 readings and p90-p10 <= max(5 W, 5 %)")

@@ -11,8 +11,11 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import (
+    IDLE_BASELINE,
     META_FILE,
     PHASES_COLUMNS,
+    PROCESS_EXIT,
+    PROCESS_STARTUP,
     SUMMARY_FILE,
     ContractError,
     RunMeta,
@@ -107,7 +110,7 @@ def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
     if not len(events):  # an unmarked command: only the idle baseline is known (rank 0's host)
         if meta.host and has_baseline:
             rows.append({"run_id": meta.run_id, "host": meta.host, "rank": 0, "local_rank": 0,
-                         "step": np.nan, "items": np.nan, "phase": "idle_baseline",
+                         "step": np.nan, "items": np.nan, "phase": IDLE_BASELINE,
                          "start_ns": ib["start_ns"], "end_ns": min(ib["end_ns"],
                                                                    w0 or ib["end_ns"])})
         return pd.DataFrame(rows)
@@ -118,13 +121,13 @@ def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
         if "local_rank" in g.columns:
             base["local_rank"] = g["local_rank"].iloc[0]
         if has_baseline and ib["end_ns"] <= first:
-            rows.append({**base, "phase": "idle_baseline", "start_ns": ib["start_ns"],
+            rows.append({**base, "phase": IDLE_BASELINE, "start_ns": ib["start_ns"],
                          "end_ns": min(ib["end_ns"], w0 or ib["end_ns"])})
         if w0 and w0 < first:
-            rows.append({**base, "phase": "process_startup",
+            rows.append({**base, "phase": PROCESS_STARTUP,
                          "start_ns": max(w0, ib.get("end_ns", w0)), "end_ns": first})
         if w1 and w1 > last:
-            rows.append({**base, "phase": "process_exit", "start_ns": last, "end_ns": w1})
+            rows.append({**base, "phase": PROCESS_EXIT, "start_ns": last, "end_ns": w1})
     return pd.DataFrame(rows)
 
 

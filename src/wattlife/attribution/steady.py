@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..contracts import COMPILE, STEP, WARMUP, warmup_count
+from ..contracts import BACKWARD, COMPILE, FORWARD, STEP, WARMUP, warmup_count
 from .tree import OVERLAP_TOL_NS
 
 _KEYS = ["host", "rank"]
@@ -48,7 +48,7 @@ def with_compile_rows(events: pd.DataFrame, compiled: bool) -> pd.DataFrame:
     of the first `forward` and the first `backward` of each (host, rank) (see the module rule)."""
     if not compiled or (events["phase"] == COMPILE).any():
         return events
-    first = (events[events["phase"].isin(["forward", "backward"])]
+    first = (events[events["phase"].isin([FORWARD, BACKWARD])]
              .sort_values("start_ns").groupby(_KEYS + ["phase"], sort=False).head(1).copy())
     if first.empty:
         return events

@@ -8,18 +8,29 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from ..contracts import (
+    BACKWARD,
+    DATA_LOAD,
+    FORWARD,
+    H2D,
+    MODEL_LOAD,
+    OPTIMIZER,
+    STAGE_COPY,
+    STEP,
+    TOKENIZE,
+)
 from .events import nesting
 from .findings import ERROR, Finding, _capped
 
 #: phases every run of a workload kind marks at least once (src/wattlife/workloads/)
 KIND_PHASES = {
-    "image_classification": ["model_load", "step"],
-    "causal_lm": ["tokenize", "model_load", "step"],
+    "image_classification": [MODEL_LOAD, STEP],
+    "causal_lm": [TOKENIZE, MODEL_LOAD, STEP],
 }
 #: phases every `step` of a workload kind contains (workloads/*.py, training_loop.backward_and_step)
 KIND_STEP_CHILDREN = {
-    "image_classification": ["data_load", "h2d", "forward", "backward", "optimizer"],
-    "causal_lm": ["data_load", "h2d", "forward", "backward", "optimizer"],
+    "image_classification": [DATA_LOAD, H2D, FORWARD, BACKWARD, OPTIMIZER],
+    "causal_lm": [DATA_LOAD, H2D, FORWARD, BACKWARD, OPTIMIZER],
 }
 KINDS = ["auto", "none", *KIND_PHASES]
 
@@ -37,7 +48,7 @@ def infer_kind(meta: dict[str, Any] | None, summary: dict[str, Any] | None,
         if "classes" in summary:
             return "image_classification"
     names = set(phases)
-    if "tokenize" in names:
+    if TOKENIZE in names:
         return "causal_lm"
     return None
 
@@ -52,7 +63,7 @@ def check_kind_phases(ev: pd.DataFrame, kind: str, meta: dict[str, Any] | None,
     need = list(KIND_PHASES[kind])
     cell = (meta or {}).get("cell") or {}
     if cell.get("storage") == "local":
-        need.append("stage_copy")
+        need.append(STAGE_COPY)
     have = ev.groupby(["host", "rank"], sort=False)["phase"].agg(set)
     for (host, rank), names in have.items():
         miss = [p for p in need if p not in names]
@@ -66,7 +77,7 @@ def check_kind_phases(ev: pd.DataFrame, kind: str, meta: dict[str, Any] | None,
     ok["start_ns"] = ok["start_ns"].astype(np.int64)
     ok["end_ns"] = ok["end_ns"].astype(np.int64)
     tree = nesting(ok)
-    steps = ok[ok["phase"] == "step"]
+    steps = ok[ok["phase"] == STEP]
     if not len(steps):
         return f
     # the nearest enclosing step (a zero-length data_load at the instant h2d starts nests in h2d)
@@ -78,7 +89,7 @@ def check_kind_phases(ev: pd.DataFrame, kind: str, meta: dict[str, Any] | None,
         if not live.any():
             break
         up = cur[live]
-        hit = (ok["phase"].reindex(up.to_numpy()) == "step").to_numpy()
+        hit = (ok["phase"].reindex(up.to_numpy()) == STEP).to_numpy()
         anc[up.index[hit]] = up[hit].to_numpy()
         cur[live] = parent.reindex(up.to_numpy()).to_numpy()
     ok["parent_idx"] = anc

@@ -12,13 +12,14 @@ from .options import _sha256
 
 
 def cmd_fetch(a: argparse.Namespace) -> int:
+    from ..contracts import DOWNLOAD_DATASET, DOWNLOAD_MODEL
     from ..prepare.fetch import fetch_artefact
     from ..prepare.serve import loopback_server
     from ..prepare.transfer import measure_transfer, report_transfer
 
     with loopback_server(a.serve_dir, a.rate_mbps) as srv:
         record = measure_transfer(
-            f"download_{a.kind}",
+            DOWNLOAD_MODEL if a.kind == "model" else DOWNLOAD_DATASET,
             lambda: fetch_artefact(a.output, url=a.url, hf=a.hf, kaggle=a.kaggle, path=a.path,
                                    kind=a.kind, revision=a.revision, endpoint=a.endpoint,
                                    sha256=a.sha256, force=a.force, retries=a.retries,
@@ -30,6 +31,7 @@ def cmd_fetch(a: argparse.Namespace) -> int:
 
 
 def cmd_upload(a: argparse.Namespace) -> int:
+    from ..contracts import UPLOAD
     from ..prepare.serve import loopback_server
     from ..prepare.transfer import measure_transfer, report_transfer
     from ..prepare.upload import last_checkpoint, upload_artefact
@@ -39,7 +41,7 @@ def cmd_upload(a: argparse.Namespace) -> int:
         raise SystemExit("wattlife upload: give SRC or --from-summary")
     with loopback_server(a.serve_put, a.rate_mbps, upload=True) as srv:
         record = measure_transfer(
-            "upload",
+            UPLOAD,
             lambda: upload_artefact(src, put=a.put, hf=a.hf, copy=a.copy, endpoint=a.endpoint,
                                     server_url=srv.url if srv else None, force=a.force),
             name=a.name or Path(src).name, kind="model", loopback=bool(a.serve_put),

@@ -79,6 +79,38 @@ from .names import (
     phase_name_problem,
     warmup_count,
 )
+from .phases import (  # the phase registry (the names .names re-exports come from here too)
+    BACKWARD,
+    CHECKPOINT,
+    CHECKPOINT_SAVED,
+    CHECKPOINT_STAGE,
+    CHECKPOINT_WAIT,
+    CHECKPOINT_WRITE,
+    DATA_LOAD,
+    DOWNLOAD_DATASET,
+    DOWNLOAD_MODEL,
+    DRAWN_PHASES,
+    FINALIZE,
+    FORWARD,
+    GRAD_SYNC,
+    H2D,
+    IDLE_BASELINE,
+    MODEL_LOAD,
+    NOT_TRAINING_PHASES,
+    OPTIMIZER,
+    PAUSE_PHASES,
+    PHASES,
+    PROCESS_EXIT,
+    PROCESS_STARTUP,
+    SETUP,
+    STAGE_COPY,
+    TOKENIZE,
+    TRANSFER_PHASES,
+    UPLOAD,
+    VALIDATION,
+    PhaseSpec,
+    phase_spec,
+)
 from .reading import (
     MAX_PLAUSIBLE_W,
     check_readings,
@@ -108,6 +140,13 @@ from .writing import atomic_path, refuse_overwrite, write_csv, write_table, writ
 from .zstd_frames import ZSTD_SUFFIX
 
 __all__ = [
+    # the phase registry (contracts.phases)
+    "BACKWARD", "CHECKPOINT", "CHECKPOINT_SAVED", "CHECKPOINT_STAGE", "CHECKPOINT_WAIT",
+    "CHECKPOINT_WRITE",
+    "DATA_LOAD", "DOWNLOAD_DATASET", "DOWNLOAD_MODEL", "DRAWN_PHASES", "FINALIZE", "FORWARD",
+    "GRAD_SYNC", "H2D", "IDLE_BASELINE", "MODEL_LOAD", "NOT_TRAINING_PHASES", "OPTIMIZER",
+    "PAUSE_PHASES", "PHASES", "PROCESS_EXIT", "PROCESS_STARTUP", "SETUP", "STAGE_COPY", "TOKENIZE",
+    "TRANSFER_PHASES", "UPLOAD", "VALIDATION", "PhaseSpec", "phase_spec",
     "BATCH_BYTES", "LineChunks", "StreamUnreadable", "ZSTD_SUFFIX", "events_files", "iter_trace",
     "A100_TABLES", "COMPILE", "CONCURRENT_PHASES", "CURVES_COLUMNS", "CURVES_TELEMETRY_COLUMNS",
     "ContractError", "ENERGY_J", "EVENTS_COLUMNS", "EVENTS_EXTRA_COLUMNS", "EVENTS_FILE",

@@ -84,33 +84,23 @@ TELEMETRY_METRICS = ("util_gpu", "util_mem", "dram_active", "sm_active", "tensor
                      "util_cpu", "util_cpu_host", "util_cpu_others")
 
 # ----------------------------------------------------------------------------- phase names
-LIFECYCLE_PHASES = [
-    "download_dataset", "download_model", "stage_copy", "model_load", "data_load", "h2d",
-    "forward", "backward", "optimizer", "grad_sync", "validation", "checkpoint",
-    "checkpoint_stage", "checkpoint_wait", "upload",
-]
-#: phases that run beside a rank's timeline (a background thread) and overlap its phases: kept
-#: out of the nesting rule, the phase tree and its energy (workloads.checkpointing)
-CONCURRENT_PHASES = ("checkpoint_write",)
-STEP = "step"  # a training step; carries `items`
-UNATTRIBUTED = "unattributed"  # device time covered by no phase
-RESIDUAL = "deconvolution_residual"  # deconvolved sum minus the measured total
-IDLE = "idle"  # the phase of a GPU that no rank uses
-#: intervals `wattlife run` itself knows (added by attribution from meta.json)
-WRAPPER_PHASES = ("idle_baseline", "process_startup", "process_exit")
-COMPILE = "compile"  # first-call compilation (torch.compile) inside a step's forward / backward
-WARMUP = "warmup"  # what the warm-up steps did (attribution's name for their rows)
+# every phase name and list of them is in the phase registry (`phases.PHASES`), re-exported here
+from . import phases as _registry  # noqa: E402 (kept in this section)
+
+COMPILE = _registry.COMPILE
+CONCURRENT_PHASES = _registry.CONCURRENT_PHASES
+IDLE = _registry.IDLE
+LIFECYCLE_PHASES = _registry.LIFECYCLE_PHASES
+PER_STEP_PHASES = _registry.PER_STEP_PHASES
+RESIDUAL = _registry.RESIDUAL
+STEP = _registry.STEP
+UNATTRIBUTED = _registry.UNATTRIBUTED
+WAITING_PHASES = _registry.WAITING_PHASES
+WARMUP = _registry.WARMUP
+WRAPPER_PHASES = _registry.WRAPPER_PHASES
+
 #: the first steps of each rank that the `step` throughput and the steady window leave out
 WARMUP_STEPS = 3
-#: the phases marked inside every training step (per-item energy: `analysis.repeats`, fig. 1)
-PER_STEP_PHASES = ("data_load", "h2d", "forward", "backward", "optimizer", "grad_sync")
-#: phases during which the GPU waits (for data, the disk, the interpreter, the compiler, the
-#: network, or nothing; `idle`: a GPU no rank drove): the whole phase is waiting
-#: (`analysis.waiting`, fig. 9). `grad_sync` is waiting only on the ranks that wait for the
-#: slowest one (`analysis.waiting.grad_sync_waits`).
-WAITING_PHASES = ("process_startup", "setup", "tokenize", "model_load", "stage_copy",
-                  "data_load", "checkpoint", "checkpoint_stage", "checkpoint_wait", COMPILE,
-                  "finalize", "process_exit", UNATTRIBUTED, IDLE)
 
 
 def warmup_count(n_steps: int) -> int:

@@ -14,18 +14,31 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.colors import to_rgb
 
-from ..contracts import COMPILE, LIFECYCLE_PHASES, UNATTRIBUTED, WARMUP
+from ..contracts import DRAWN_PHASES, PHASES
 from ..contracts.sources import SOURCE_WORDS  # the words of the source registry, re-exported
 
-PHASE_ORDER = (["idle_baseline", "process_startup", "setup"] + LIFECYCLE_PHASES[:3] + ["tokenize"]
-               + LIFECYCLE_PHASES[3:] + [COMPILE, WARMUP, "step", "finalize", "process_exit",
-                                         UNATTRIBUTED])
-# tab20's 20 colours, then dark ones of tab20b: one colour a phase (tab20 alone would repeat its
-# first colours for the last phases)
+#: the phases' order in the figures: the phase registry's drawn phases (`contracts.PHASES`)
+PHASE_ORDER = list(DRAWN_PHASES)
+# tab20's 20 colours, then dark ones of tab20b: one colour a phase for today's 25 (tab20 alone
+# would repeat its first colours for the last phases); then the rest of tab20b and tab20c, and
+# round again: a colour for any number of phases, the same one on every run
 _COLOURS = sns.color_palette("tab20", 20) + [sns.color_palette("tab20b", 20)[i]
                                              for i in (0, 4, 8, 12, 16)]
-_PALETTE = dict(zip(PHASE_ORDER, _COLOURS[:len(PHASE_ORDER)], strict=True))
+_COLOURS += ([c for i, c in enumerate(sns.color_palette("tab20b", 20)) if i % 4]
+             + sns.color_palette("tab20c", 20))
+
+
+def _phase_colours() -> dict[str, tuple[float, float, float]]:
+    """Each drawn phase's colour: its own (`PhaseSpec.colour`), else the palette's at its place
+    in the order (cycling)."""
+    specs = [s for s in PHASES if s.drawn]
+    return {s.name: to_rgb(s.colour) if s.colour else tuple(_COLOURS[i % len(_COLOURS)])
+            for i, s in enumerate(specs)}
+
+
+_PALETTE = _phase_colours()
 #: text columns of the run-level tables that may be empty (a run without a cell: no storage, no
 #: checkpoint); read as text, empty as "", never as a float NaN column
 TEXT_COLUMNS = ("workload", "storage", "checkpoint", "phase", "device_kind")

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import CausalLMSpec
-from ..contracts import COMPILE
+from ..contracts import COMPILE, FINALIZE, FORWARD, H2D, MODEL_LOAD, SETUP, TOKENIZE
 from ..markers import phase
 from .cell import checkpoint_dir, start_cell
 from .checkpointing import dcp_state, make_checkpointer, save_checkpoint
@@ -114,12 +114,12 @@ def train_causal_lm(spec: CausalLMSpec, data_root: Path, storage: str, local_roo
     dist, device, summary, root = start_cell(spec, data_root, storage, local_root, workdir)
     train_file, val_file = corpus_files(root)
     pretrained = Path(spec.pretrained) if spec.pretrained else None
-    with phase("setup"):  # importing transformers alone takes seconds
+    with phase(SETUP):  # importing transformers alone takes seconds
         cfg, experts = model_config_for(spec, device)
-    with phase("tokenize"):  # load (or train) the tokenizer, then tokenise and pack the corpus
+    with phase(TOKENIZE):  # load (or train) the tokenizer, then tokenise and pack the corpus
         tok, blocks, val_blocks = tokenize_corpus(spec, cfg, pretrained, train_file, val_file,
                                                   workdir, dist)
-    with phase("model_load"):
+    with phase(MODEL_LOAD):
         built = build_model(spec, cfg, experts, tok, pretrained, device, dist)
         opt = torch.optim.AdamW([p for p in built.model.parameters() if p.requires_grad],
                                 lr=spec.lr,
@@ -134,7 +134,7 @@ def train_causal_lm(spec: CausalLMSpec, data_root: Path, storage: str, local_roo
     peak = peak_flops(device, spec)
     result = _train(spec, built, opt, batches, val_blocks, summary, dist, device, checkpoint,
                     ckpt_dir)
-    with phase("finalize"):
+    with phase(FINALIZE):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         summary.last_loss = float(result.last_loss.detach())
@@ -190,10 +190,10 @@ def _step_function(model: Any, opt: Any, batches: Batches, device: Any, items: f
 
     def train_step() -> tuple[float, Any]:
         batch = batches.next()
-        with phase("h2d"):
+        with phase(H2D):
             batch = batch.to(device, non_blocking=True)
         first, uncompiled[0] = uncompiled[0], False
-        with phase("forward"), phase(COMPILE) if first else nullcontext():
+        with phase(FORWARD), phase(COMPILE) if first else nullcontext():
             loss = model(input_ids=batch, labels=batch).loss  # labels shifted inside
         backward_and_step(model, loss, opt, explicit_sync, world, compiling=first)
         return items, loss

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import WorkloadSpec
+from ..contracts import STAGE_COPY
 from ..markers import ENV_RUN_ID, phase
 from .dist import Dist, barrier, init_distributed
 from .summary import Summary
@@ -41,7 +42,7 @@ def stage_dataset(data_root: Path, storage: str, local_root: Path, dist: Dist) -
     if storage != "local":
         raise ValueError(f"storage must be 'shared' or 'local', got {storage!r}")
     dest = Path(os.path.expandvars(str(local_root))) / data_root.name
-    with phase("stage_copy"):
+    with phase(STAGE_COPY):
         if dist.local_rank == 0:
             if dest.exists():
                 shutil.rmtree(dest)

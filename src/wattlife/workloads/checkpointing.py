@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from ..contracts import CHECKPOINT, CHECKPOINT_STAGE, CHECKPOINT_WAIT, CHECKPOINT_WRITE
 from ..markers import concurrent, now_ns, phase
 from .dist import Dist, barrier
 
@@ -72,7 +73,7 @@ class SyncCheckpointer:
         self.write = write
 
     def save(self, step_no: int) -> Path | None:
-        with phase("checkpoint"):
+        with phase(CHECKPOINT):
             return self.write(step_no)
 
     def finish(self) -> None:
@@ -106,7 +107,7 @@ class AsyncCheckpointer:
             return None
         self._complete()
         tmp = self.folder / f"{DCP_NAME}.step{step_no}.tmp"
-        with phase("checkpoint_stage"):
+        with phase(CHECKPOINT_STAGE):
             if self._writes_meta and tmp.exists():
                 shutil.rmtree(tmp)
             if self.distributed:
@@ -151,7 +152,7 @@ class AsyncCheckpointer:
         self._pending = None
         # the training thread waits for the write (when it still runs) and publishes it: removing
         # the previous checkpoint of a 1.7B model took 3.2 s on the H200 (its GPU idle)
-        with phase("checkpoint_wait"):
+        with phase(CHECKPOINT_WAIT):
             fut.result()  # a failed write raises here
             if self._writes_meta:
                 info = {**self.info, "step": step_no, "format": "dcp", "mode": "async",
@@ -162,7 +163,7 @@ class AsyncCheckpointer:
                     shutil.rmtree(final)
                 os.replace(tmp, final)
         end_ns = self._ended_ns or now_ns()
-        concurrent("checkpoint_write", start_ns, max(end_ns, start_ns))
+        concurrent(CHECKPOINT_WRITE, start_ns, max(end_ns, start_ns))
 
 
 def _stager(cuda: bool) -> Any:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import ImageClassificationSpec
-from ..contracts import COMPILE
+from ..contracts import COMPILE, FORWARD, H2D, MODEL_LOAD, SETUP
 from ..markers import phase
 from .cell import checkpoint_dir, start_cell
 from .checkpointing import Checkpointer, dcp_state, make_checkpointer, save_atomically
@@ -106,10 +106,10 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
         raise ValueError(f"workloads.{spec.name}.image_size: required for kind "
                          "image_classification (pixels, e.g. 224)")
     dist, device, summary, root = start_cell(spec, data_root, storage, local_root, workdir)
-    with phase("setup"):  # loading the GPU decoder's libraries took 1.1 s on the H200
+    with phase(SETUP):  # loading the GPU decoder's libraries took 1.1 s on the H200
         decode, decode_fallback = choose_decode(spec.name, spec.decode, device)
         graphs, graphs_fallback = choose_graphs(spec.name, spec.cuda_graphs, device, dist.world)
-    with phase("model_load"):
+    with phase(MODEL_LOAD):
         train_ds, val_ds, model, opt = _build(spec, root, dist, device)
         n_classes = len(train_ds.classes)
         summary.train_items = len(train_ds)
@@ -162,10 +162,10 @@ def _step_function(model: Any, forward: Callable[[Any], Any], opt: Any, batches:
         summary.skipped += skipped
         if x is None:  # every image of the batch was corrupt
             return None
-        with phase("h2d"):
+        with phase(H2D):
             x = x.to(device, non_blocking=True, memory_format=torch.channels_last)
             y = y.to(device, non_blocking=True)
-        with phase("forward"):
+        with phase(FORWARD):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 loss = F.cross_entropy(forward(x), y)
         backward_and_step(model, loss, opt, explicit_sync, world)

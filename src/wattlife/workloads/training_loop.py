@@ -17,7 +17,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..contracts import COMPILE
+from ..contracts import BACKWARD, COMPILE, DATA_LOAD, GRAD_SYNC, OPTIMIZER, VALIDATION
 from ..markers import phase, step
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class Batches:
         self._batches = iter(loader)
 
     def next(self) -> Any:
-        with phase("data_load"):
+        with phase(DATA_LOAD):
             try:
                 return next(self._batches)
             except StopIteration:
@@ -92,16 +92,16 @@ def backward_and_step(model: Any, loss: Any, optimizer: Any, explicit_sync: bool
     overlapped all-reduce is switched off with no_sync and done after backward instead), and
     `optimizer`. `compiling`: this backward compiles (the first of a compiled model), marked
     `compile` inside `backward`."""
-    with phase("backward"), phase(COMPILE) if compiling else nullcontext():
+    with phase(BACKWARD), phase(COMPILE) if compiling else nullcontext():
         if explicit_sync:
             with model.no_sync():
                 loss.backward()
         else:
             loss.backward()
     if explicit_sync:
-        with phase("grad_sync"):
+        with phase(GRAD_SYNC):
             all_reduce_grads(model, world)
-    with phase("optimizer"):
+    with phase(OPTIMIZER):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -188,7 +188,7 @@ def _decide(schedule: Schedule, done: int, elapsed: float, trained: bool, eval_a
 def _validation_pause(model: Any, summary: Summary, validate: Callable[[], float]) -> None:
     """The `validation` phase; training mode again after it, and the pause left out of the
     `step` basis."""
-    with phase("validation"):
+    with phase(VALIDATION):
         summary.val_acc = validate()
     model.train()
     summary.end_pause()
