@@ -381,8 +381,9 @@ def test_sensor_call2_tables_and_readme_numbers(tmp_path) -> None:
 
 def test_h100_performance_table_lists_every_committed_h100_run() -> None:
     """results/reference/h100/performance.csv is what benchmarks/performance_csv.py makes of
-    every committed H100 workload run (24 workflow cells, 12 more in workflow-repeats-2's archive,
-    4 PFI runs; the sealed attempts under `attempts/` are the same runs, not counted again), each row the H100's own name."""
+    every committed H100 workload run (24 workflow cells, 12 more in workflow-repeats-2's
+    archive, 4 PFI runs; the sealed attempts under `attempts/` are the same runs, not counted
+    again), each row the H100's own name."""
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
