@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wattlife.check import check_run
 from wattlife.cli import main
@@ -172,6 +174,15 @@ def test_kind_of_parses_names_through_the_registry(fpga: DeviceKind) -> None:
     assert list(KINDS) == ["gpu", "cpu", "dram", "fpga"]  # declaration order: tables' order
 
 
+@given(st.text(alphabet="gpucdramnoe0123456789x_", max_size=8),
+       st.sampled_from(list(KINDS)), st.integers(0, 10**6))
+def test_check_and_attribution_parse_device_names_alike(text: str, kind: str, n: int) -> None:
+    """What `check` accepts is what attribution parses, and each kind's `<name><N>` is its."""
+    for name in (text, f"{kind}{n}"):
+        assert (re.match(device_pattern(), name) is not None) == (kind_of(name) is not None)
+    assert device_kind(f"{kind}{n}") == kind
+
+
 def test_the_node_recipe_gives_one_device_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/pending/r-kinds.md's declaration of `node` (issue 45): check's pattern and words are
     again those it had before the registry; its energy is not summed with the parts'."""
@@ -242,3 +253,16 @@ def test_the_scan_finds_a_list_of_kinds(tmp_path: Path) -> None:
                  'D = {"gpu", "dram"}\nE = [("gpu", "#111"), ("cpu", "#222")]\n'
                  'F = r"^(?:gpu|cpu)\\d+$"\nG = "is not gpuN or cpuN"\nH = "gpu_cpu|x"\n')
     assert [line for line, _ in _kind_lists(f)] == [1, 2, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"name": "fpga2"}, "device kind 'fpga2': a name is lower-case letters"),
+    ({"reads": ("util_gpu",)}, r"device kind 'fpga': reads \('util_gpu',\), expected some of"),
+    ({"reads": ()}, "device kind 'fpga': reads"),
+])
+def test_a_bad_declaration_is_refused_with_its_rule(kwargs: dict[str, object],
+                                                    message: str) -> None:
+    spec: dict[str, object] = {"name": "fpga", "label": "FPGA", "color": "#000",
+                               "max_plausible_w": 1.0, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        DeviceKind(**spec)  # type: ignore[arg-type]
