@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from .contracts import node_part_kinds
+
 SACCT_FIELDS = "JobID,State,Elapsed,NodeList,ConsumedEnergyRaw"
 SSTAT_FIELDS = "JobID,ConsumedEnergyRaw"
-KINDS = ("gpu", "cpu", "dram")
 SLURM_COLUMNS = ["job_id", "slurm_energy_j", "slurm_source", "slurm_state", "slurm_elapsed"]
 
 
@@ -52,8 +53,9 @@ def run_energy(run: Path, results: Path) -> dict[str, object] | None:
         return {**row, "suite_energy_j": float("nan"),
                 "suite_source": "none: no phases.csv (run `wattlife attribute` first)"}
     ph = pd.read_csv(phases)
-    ph = ph[ph["device_kind"].isin(KINDS)]
-    kinds = "+".join(k for k in KINDS if k in set(ph["device_kind"]))
+    parts = node_part_kinds()  # the kinds whose energies add up (contracts.kinds)
+    ph = ph[ph["device_kind"].isin(parts)]
+    kinds = "+".join(k for k in parts if k in set(ph["device_kind"]))
     sources = "+".join(sorted(set(ph["source"].astype(str))))
     return {**row, "suite_energy_j": float(ph["energy_j"].sum()),
             "suite_source": f"{sources} ({kinds}, phases.csv)"}

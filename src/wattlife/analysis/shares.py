@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..contracts import COMPILE, DATA_LOAD, NOT_TRAINING_PHASES, STAGE_COPY, WARMUP
+from ..contracts import COMPILE, DATA_LOAD, NOT_TRAINING_PHASES, STAGE_COPY, WARMUP, processor_kinds
 
 NOT_TRAINING = NOT_TRAINING_PHASES
 COPY_AND_LOAD = (STAGE_COPY, DATA_LOAD)
@@ -25,8 +25,10 @@ def training_shares(phases: pd.DataFrame) -> dict[str, Any]:
     """`gpu_share_of_training` (GPU energy over GPU + CPU energy of the training phases),
     `copy_plus_data_load_{time,energy}_share` (stage_copy + data_load over the training phases:
     GPU time, CPU + GPU energy), and per device kind the energy and GPU time of `compile` and
-    `warmup` (`compile_gpu_j`, `compile_cpu_j`, `compile_s`, ...)."""
-    ph = phases[phases["device_kind"].isin(["gpu", "cpu"])]
+    `warmup` (`compile_gpu_j`, `compile_cpu_j`, `compile_s`, ...). The kinds are the
+    processors of the registry (`contracts.kinds`: GPU and CPU)."""
+    kinds = processor_kinds()
+    ph = phases[phases["device_kind"].isin(kinds)]
     train = ph[~ph["phase"].isin(NOT_TRAINING)]
     e = train.groupby("device_kind")["energy_j"].sum()
     gpu_t = train[train["device_kind"] == "gpu"].groupby("phase")["time_s"].sum()
@@ -41,7 +43,7 @@ def training_shares(phases: pd.DataFrame) -> dict[str, Any]:
     }
     for name in (COMPILE, WARMUP):
         rows = ph[ph["phase"] == name]
-        for kind in ("gpu", "cpu"):
+        for kind in kinds:
             out[f"{name}_{kind}_j"] = float(rows.loc[rows["device_kind"] == kind,
                                                      "energy_j"].sum())
         out[f"{name}_s"] = float(rows.loc[rows["device_kind"] == "gpu", "time_s"].sum())

@@ -36,7 +36,7 @@ import pandas as pd
 
 from ..attribution import device_series, interval_energy
 from ..attribution.steady import steady_steps
-from ..contracts import PAUSE_PHASES, POWER_W, device_kind
+from ..contracts import PAUSE_PHASES, POWER_W, device_kind, kind_name
 from .curves import dram_copy_product
 
 SEGMENTS = ("warmup", "startup", "training", "pause", "tail")
@@ -111,7 +111,8 @@ def partition_trace(trace: pd.DataFrame, events: pd.DataFrame | None = None,
     """Rows (host, device, segment, start_ns, end_ns, method) per GPU; see the module docstring.
     `events`: the run's events (all ranks), for the `steps` method."""
     rows = []
-    gpu = trace[trace["device"].map(device_kind) == "gpu"]
+    gpu = trace[trace["device"].isin([d for d in trace["device"].unique()
+                                      if kind_name(str(d)) == "gpu"])]
     for (host, dev), g in gpu.groupby(["host", "device"], sort=True):
         t0, t1 = int(g["t_ns"].min()), int(g["t_ns"].max())
         mem = g[g["metric"] == "mem_used_b"].sort_values("t_ns")

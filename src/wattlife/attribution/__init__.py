@@ -24,7 +24,7 @@ from .files import attribute_files, gpu_mapping, wrapper_events
 from .gaps import GAP_PERIODS, MAX_INVENTED_SHARE, Gaps, sensor_gaps
 from .integrate import integrate, interval_energy
 from .response import SensorResponse
-from .series import ATTRIBUTED_KINDS, DeviceSeries, device_series, idle_power
+from .series import DeviceSeries, device_series, idle_power
 from .time_units import check_time_units, time_unit
 from .tree import (
     OVERLAP_TOL_NS,
@@ -37,7 +37,7 @@ from .tree import (
 )
 
 __all__ = [
-    "ATTRIBUTED_KINDS", "GAP_PERIODS", "IDLE", "MAX_INVENTED_SHARE", "Gaps",
+    "GAP_PERIODS", "IDLE", "MAX_INVENTED_SHARE", "Gaps",
     "OVERLAP_TOL_NS", "RESIDUAL", "WRAPPER_PHASES", "DeviceSeries",
     "PhaseTree", "SensorResponse", "attribute_energy", "attribute_files", "check_time_units",
     "choose_method", "clamp_events", "deconvolve", "device_series", "estimate_response",

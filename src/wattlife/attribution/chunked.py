@@ -1,8 +1,9 @@
 """The trace read in chunks for attribution (`SpilledTrace`): each chunk's power and energy
-readings of every GPU/CPU/DRAM device are appended to that device's files on disk (t_ns int64,
-value float64, source int32: 20 bytes a reading), and the devices' series are then built one at
-a time from their files, by the same functions as the in-memory path (`series.power_series`,
-`series.energy_series`), so the series, and every number attributed from them, are identical.
+readings of every device of an attributed kind are appended to that device's files on disk
+(t_ns int64, value float64, source int32: 20 bytes a reading), and the devices' series are then
+built one at a time from their files, by the same functions as the in-memory path
+(`series.power_series`, `series.energy_series`), so the series, and every number attributed from
+them, are identical.
 Peak memory: one chunk of the trace (`streaming.BATCH_BYTES` of CSV) or one device's series,
 whichever is larger; never the whole trace."""
 
@@ -17,13 +18,13 @@ from typing import IO, overload
 import numpy as np
 import pandas as pd
 
-from ..contracts import ENERGY_J, POWER_LIMIT_W, POWER_W, device_kind, iter_trace, streaming
+from ..contracts import ENERGY_J, POWER_LIMIT_W, POWER_W, is_attributed, iter_trace, streaming
 from .series import (
-    ATTRIBUTED_KINDS,
     DeviceSeries,
     SpilledSeries,
     energy_series,
     power_series,
+    series_metric,
 )
 from .time_units import check_time_units
 
@@ -92,12 +93,12 @@ class SpilledTrace(SpilledSeries):
                 self.limits[(str(h), str(d))] = float(v) if old is None else float(np.fmax(old, v))
 
     def _append(self, batch: pd.DataFrame, handles: dict[Path, IO[bytes]]) -> None:
-        """The chunk's power/energy rows of GPU/CPU/DRAM devices appended to their series'
-        files, each series' rows in file order (one stable sort on an integer key)."""
+        """The chunk's power/energy rows of devices of attributed kinds appended to their
+        series' files, each series' rows in file order (one stable sort on an integer key)."""
         src = batch["source"].cat
         codes = np.array([self._source_code(str(c)) for c in src.categories] + [-1], np.int32)
         dev, host, met = (batch[c].cat for c in ("device", "host", "metric"))
-        keep_dev = np.isin(dev.categories.map(device_kind), ATTRIBUTED_KINDS)
+        keep_dev = np.array([is_attributed(str(d)) for d in dev.categories], dtype=bool)
         keep_met = met.categories.isin([POWER_W, ENERGY_J])
         dc, hc, mc = (x.codes.to_numpy(np.int64) for x in (dev, host, met))
         known = (dc >= 0) & (mc >= 0) & (hc >= 0)  # a Parquet null cell (CSV cells never are)
@@ -125,11 +126,9 @@ class SpilledTrace(SpilledSeries):
         return self.sources.index(name)
 
     def _metric(self, dev: tuple[str, str]) -> str | None:
-        """The metric a device's series is made of (power if >= 2 readings, else energy)."""
-        for m in (POWER_W, ENERGY_J):
-            if self.counts.get((*dev, m), 0) >= 2:
-                return m
-        return None
+        """The metric a device's series is made of (`series.series_metric`)."""
+        return series_metric(dev[1], {m: self.counts.get((*dev, m), 0)
+                                      for m in (POWER_W, ENERGY_J)})
 
     def _load(self, key: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         t, v, s = (np.fromfile(self._file(key, f), dtype=dt) if self.counts.get(key) else

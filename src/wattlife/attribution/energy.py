@@ -11,7 +11,15 @@ import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from ..contracts import IDLE, PHASES_COLUMNS, RESIDUAL, UNATTRIBUTED, ContractError, device_kind
+from ..contracts import (
+    IDLE,
+    KINDS,
+    PHASES_COLUMNS,
+    RESIDUAL,
+    UNATTRIBUTED,
+    ContractError,
+    device_kind,
+)
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
 from .gaps import GAP_PERIODS, Gaps, add_gap_columns, sensor_gaps
 from .response import SensorResponse
@@ -86,21 +94,21 @@ def _idle_events(series: DeviceSeries, run_id: str) -> pd.DataFrame:
 def _events_for(series: DeviceSeries, pmap: Mapping, events: pd.DataFrame) -> pd.DataFrame:
     """The events of the rank that drives this device; for a GPU no rank uses, one `idle`
     interval (never another rank's phases)."""
-    kind = device_kind(series.device)
+    per_rank = KINDS[device_kind(series.device)].per_rank
     run_id = str(events["run_id"].iloc[0]) if len(events) else "run"
-    key = (series.host, series.device if kind == "gpu" else "host")
+    key = (series.host, series.device if per_rank else "host")
     if key in pmap:
         return pmap[key]
     hosts = {h for h, _ in pmap}
     if series.host not in hosts and len(hosts) == 1:
         # one-host run whose trace and events name the host differently (e.g. container names)
         only = next(iter(hosts))
-        key = (only, series.device if kind == "gpu" else "host")
+        key = (only, series.device if per_rank else "host")
         if key in pmap:
             return pmap[key]
-        if kind != "gpu":
+        if not per_rank:
             return pmap[(only, "host")]
-    if kind == "gpu":
+    if per_rank:
         return _idle_events(series, run_id)
     return events.iloc[:0]
 

@@ -14,9 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..contracts import ENERGY_J, POWER_LIMIT_W, POWER_W, device_kind
-
-ATTRIBUTED_KINDS = ("gpu", "cpu", "dram")
+from ..contracts import ENERGY_J, POWER_LIMIT_W, POWER_W, is_attributed, kind_of
 
 
 @dataclass
@@ -113,29 +111,41 @@ def _arrays(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, lis
             [str(x) for x in names])
 
 
+def series_metric(device: str, counts: dict[str, int]) -> str | None:
+    """The metric a device's series is made of: the first its kind reads
+    (`contracts.kinds.DeviceKind.reads`: power, else the energy counter) with >= 2 readings in
+    `counts` (metric -> readings); None when none has."""
+    kind = kind_of(device)
+    return next((m for m in (kind.reads if kind else ()) if counts.get(m, 0) >= 2), None)
+
+
+def attributed_rows(trace: pd.DataFrame) -> pd.DataFrame:
+    """The power and energy readings of the devices attribution takes (attributed kinds)."""
+    devs = trace["device"]
+    keep = devs.isin([d for d in devs.unique() if is_attributed(str(d))])
+    return trace[keep & trace["metric"].isin([POWER_W, ENERGY_J])]
+
+
 def device_series(trace: pd.DataFrame) -> list[DeviceSeries]:
-    """Cumulative-energy series of every GPU/CPU/DRAM device in a trace."""
+    """Cumulative-energy series of every device of an attributed kind in a trace."""
     out = []
-    kinds = trace["device"].map(device_kind)
-    sel = trace[kinds.isin(ATTRIBUTED_KINDS) & trace["metric"].isin([POWER_W, ENERGY_J])]
+    sel = attributed_rows(trace)
     limits = trace[trace["metric"] == POWER_LIMIT_W].groupby(["host", "device"])["value"].max()
     for (host, dev), g in sel.groupby(["host", "device"], sort=True):
-        power = g[g["metric"] == POWER_W]
-        if len(power) >= 2:
+        by_metric = {str(m): rows for m, rows in g.groupby("metric", sort=False)}
+        m = series_metric(str(dev), {k: len(v) for k, v in by_metric.items()})
+        if m == POWER_W:
             limit = float(limits.get((host, dev), np.inf))
-            out.append(power_series(host, dev, *_arrays(power), limit))
-            continue
-        energy = g[g["metric"] == ENERGY_J]
-        if len(energy) >= 2:
-            out.append(energy_series(host, dev, *_arrays(energy)))
+            out.append(power_series(host, dev, *_arrays(by_metric[m]), limit))
+        elif m == ENERGY_J:
+            out.append(energy_series(host, dev, *_arrays(by_metric[m])))
     return out
 
 
 def too_few_readings(trace: pd.DataFrame, series: Sequence[DeviceSeries]) -> pd.DataFrame:
-    """The GPU/CPU/DRAM devices of `trace` that `device_series` could not make a series of (fewer
-    than 2 power or energy readings): host, device, count (readings), source."""
-    kinds = trace["device"].map(device_kind)
-    sel = trace[kinds.isin(ATTRIBUTED_KINDS) & trace["metric"].isin([POWER_W, ENERGY_J])]
+    """The devices of attributed kinds in `trace` that `device_series` could not make a series of
+    (fewer than 2 readings of each metric its kind reads): host, device, count, source."""
+    sel = attributed_rows(trace)
     have = {(x.host, x.device) for x in series}
     rows = [{"host": h, "device": d, "count": len(g), "source": g["source"].mode().iat[0]}
             for (h, d), g in sel.groupby(["host", "device"], sort=True) if (h, d) not in have]

@@ -35,10 +35,10 @@ from .outputs import check_meta, check_phases_table, check_summary
 from .reading import check_columns, read_csv_lines, to_numbers
 from .run_dir import check_run, check_runs, format_json, format_text
 from .steady import STEP_THROUGHPUT_RTOL, steady_findings
-from .trace import DEVICE_RE, check_span, check_trace
+from .trace import check_span, check_trace
 
 __all__ = [
-    "DEVICE_RE", "ERROR", "FUTURE_SLACK_NS", "KINDS", "KIND_PHASES", "KIND_STEP_CHILDREN",
+    "ERROR", "FUTURE_SLACK_NS", "KINDS", "KIND_PHASES", "KIND_STEP_CHILDREN",
     "MIN_EPOCH_NS", "STEP_THROUGHPUT_RTOL", "WARNING", "Finding", "check_clock", "check_columns",
     "check_events", "check_kind_phases", "check_meta", "check_phases_table", "check_run",
     "check_runs", "check_span", "check_summary", "check_trace", "format_json", "format_text",

@@ -11,12 +11,9 @@ from ..attribution import (
     DeviceSeries,
     device_series,
 )
-from ..contracts import sensor_source_ids
+from ..contracts import device_forms, device_pattern, sensor_source_ids
 from .findings import ERROR, WARNING, Finding, _capped, check_clock
 from .stalls import Stalls, gap_record, gap_record_findings
-
-DEVICE_RE = r"^(?:gpu|cpu|dram)\d+$|^node$"
-
 
 #: the trace checks' codes in the order `check_trace` reports them (chunks' findings merged in it)
 TRACE_CODES = ("clock.before-2000", "clock.future", "trace.value", "trace.source-missing",
@@ -60,10 +57,10 @@ def check_trace_rows(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5
         f.append(Finding(WARNING, "trace.source-unknown", file, first,
                          f"source {s!r} is not one of {sorted(known)}"))
     devs = pd.Series([str(d) for d in tr["device"].unique()])
-    for d in devs[~devs.str.match(DEVICE_RE)]:
+    for d in devs[~devs.str.match(device_pattern())]:
         first = int(tr["line_no"][(tr["device"] == d).to_numpy()].iloc[0])
         f.append(Finding(WARNING, "trace.device-name", file, first,
-                         f"device {d!r} is not gpuN, cpuN, dramN or node"))
+                         f"device {d!r} is not {device_forms()}"))
     return f
 
 

@@ -20,6 +20,22 @@ The package imports nothing else of wattlife.
 """
 
 from .int_cells import exact_ints
+from .kinds import (
+    KINDS,
+    DeviceKind,
+    attributed_kinds,
+    device_forms,
+    device_kind,
+    device_pattern,
+    is_attributed,
+    kind_colors,
+    kind_label,
+    kind_name,
+    kind_of,
+    kind_order,
+    node_part_kinds,
+    processor_kinds,
+)
 from .meta import (
     META_KEY_TYPES,
     META_REQUIRED_KEYS,
@@ -75,7 +91,6 @@ from .names import (
     ContractError,
     csv_cell,
     csv_header,
-    device_kind,
     phase_name_problem,
     warmup_count,
 )
@@ -112,7 +127,6 @@ from .phases import (  # the phase registry (the names .names re-exports come fr
     phase_spec,
 )
 from .reading import (
-    MAX_PLAUSIBLE_W,
     check_readings,
     events_files,
     file_line,
@@ -151,7 +165,7 @@ __all__ = [
     "A100_TABLES", "COMPILE", "CONCURRENT_PHASES", "CURVES_COLUMNS", "CURVES_TELEMETRY_COLUMNS",
     "ContractError", "ENERGY_J", "EVENTS_COLUMNS", "EVENTS_EXTRA_COLUMNS", "EVENTS_FILE",
     "EVENTS_HEADER", "EVENTS_TYPES", "H200_EXECUTION_TABLES", "IDLE", "LIFECYCLE_PHASES",
-    "MAX_PLAUSIBLE_W", "PER_STEP_PHASES", "WAITING_PHASES", "META_FILE", "META_KEY_TYPES",
+    "PER_STEP_PHASES", "WAITING_PHASES", "META_FILE", "META_KEY_TYPES",
     "META_REQUIRED_KEYS", "META_SAMPLER_KEYS", "META_SCHEMA_VERSION", "META_SCHEMA_VERSIONS",
     "PFI_COLUMNS", "PHASES_COLUMNS", "PHASES_FILE", "PHASES_METHODS", "POWER_LIMIT_W", "POWER_W",
     "RESIDUAL", "RunMeta", "SOURCES_MEASURED", "SOURCES_NOT_MEASURED", "STEP", "SUMMARY_FILE",
@@ -163,6 +177,9 @@ __all__ = [
     "read_contract_bytes", "read_curves", "read_events", "read_meta", "read_table", "read_trace",
     "record_lines",
     "refuse_overwrite", "warmup_count", "write_csv", "write_meta", "write_table", "write_text",
+    "KINDS", "DeviceKind", "attributed_kinds", "device_forms", "device_pattern", "is_attributed",
+    "kind_colors", "kind_label", "kind_name", "kind_of", "kind_order", "node_part_kinds",
+    "processor_kinds",
 ]
 __all__ += ["SOURCE_WORDS", "SourceSpec", "averaging_sources", "register_source",
             "sensor_source_ids", "source_basis", "source_spec", "source_specs",

@@ -118,11 +118,6 @@ class ContractError(ValueError):
     """A table does not follow its contract; the message names the file, line and column."""
 
 
-def device_kind(device: str) -> str:
-    """`gpu3` -> `gpu`, `cpu0` -> `cpu`, `dram1` -> `dram`, `node` -> `node`."""
-    return device.rstrip("0123456789") or device
-
-
 #: the folders (under `wattlife figures --reference`'s output) of the tables that
 #: `analysis.reference.write_reference_tables` makes from the committed raw reference files and
 #: the reference figures are drawn from

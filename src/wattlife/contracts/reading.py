@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .int_cells import arrow_small_ints, exact_ints
+from .kinds import kind_word, max_plausible_w
 from .names import (
     CURVES_COLUMNS,
     EVENTS_COLUMNS,
@@ -19,7 +20,6 @@ from .names import (
     TRACE_COLUMNS,
     TRACE_TYPES,
     ContractError,
-    device_kind,
 )
 from .zstd_frames import ZSTD_SUFFIX, FrameReader
 
@@ -207,16 +207,12 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
     return df
 
 
-# What a device of each kind can physically draw (W): far above any real part (a GB200 module
-# is ~2.7 kW; bursts reach ~1.3x the limit), far below a corrupted value like 1e300.
-MAX_PLAUSIBLE_W = {"gpu": 5_000.0, "cpu": 5_000.0, "dram": 2_000.0, "node": 200_000.0}
-
-
 def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | None = 2,
                    offset: int | None = None) -> None:
     """Reject power/energy readings no device can give: NaN, inf, negative power, power above
-    `MAX_PLAUSIBLE_W` for the device's kind, negative energy. Names file, line and device.
-    `offset`: the rows of the file before `df`, when `df` is a chunk of it (`iter_trace`)."""
+    what the device's kind can draw (`kinds.max_plausible_w`), negative energy. Names file,
+    line and device. `offset`: the rows of the file before `df`, when `df` is a chunk of it
+    (`iter_trace`)."""
     import numpy as np
     import pandas as pd
 
@@ -224,8 +220,9 @@ def check_readings(df: pd.DataFrame, path: str | Path, first_data_line: int | No
     metrics = list(metrics)
     v = df["value"].to_numpy(np.float64)
     codes, devices = pd.factorize(df["device"])  # few devices, many rows
-    kinds = np.array([device_kind(str(d)) for d in devices] + ["node"], dtype=object)
-    caps = np.array([MAX_PLAUSIBLE_W.get(k, MAX_PLAUSIBLE_W["node"]) for k in kinds])
+    # a row without a device (a Parquet null cell, code -1) is held to a whole node's limit
+    kinds = np.array([kind_word(str(d)) for d in devices] + ["node"], dtype=object)
+    caps = np.array([max_plausible_w(str(d)) for d in [*devices, "node"]])
     cap = caps[codes]
     is_p = mcodes == (metrics.index("power_w") if "power_w" in metrics else -2)
     is_e = mcodes == (metrics.index("energy_j") if "energy_j" in metrics else -2)

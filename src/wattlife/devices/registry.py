@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..contracts.kinds import CPU, DRAM, GPU, KINDS
 from ..contracts.sources import source_spec
 from .base import SensorBackend, SensorUnavailable
 
@@ -114,20 +115,23 @@ def _cpu_estimate(s: Any, interval_s: float) -> Built:
             ["CPU power is ESTIMATED from utilisation (source=estimate), not measured"])
 
 
+#: the sampler's keys (`sampler.gpu`, `sampler.cpu`): roles, named like the kinds they read
+GPU_ROLE = "gpu"
+CPU_ROLE = "cpu"
 _ROLES: dict[str, RoleSpec] = {r.role: r for r in (
-    RoleSpec("gpu", None, "no GPU sensor: {exc}"),
-    RoleSpec("cpu", "cpu_fallback", "{exc}; CPU energy falls back to '{fallback}'", log=True),
+    RoleSpec(GPU_ROLE, None, "no GPU sensor: {exc}"),
+    RoleSpec(CPU_ROLE, "cpu_fallback", "{exc}; CPU energy falls back to '{fallback}'", log=True),
 )}
 _BUILT_IN = (
-    SensorBackendSpec("nvml", "gpu", ("nvml",), ("nvml-samples", "nvml-counter", "nvml-poll"),
-                      ("gpu",), _nvml, auto=True,
+    SensorBackendSpec("nvml", GPU_ROLE, ("nvml",), ("nvml-samples", "nvml-counter", "nvml-poll"),
+                      (GPU.name,), _nvml, auto=True,
                       about="NVIDIA GPUs through NVML: the driver's power samples, its energy "
                             "counter, telemetry"),
-    SensorBackendSpec("sim", "gpu", ("sim_gpu",), ("sim",), ("gpu",), _sim_gpu,
+    SensorBackendSpec("sim", GPU_ROLE, ("sim_gpu",), ("sim",), (GPU.name,), _sim_gpu,
                       about="the simulated GPU (simgpu_model): no hardware"),
-    SensorBackendSpec("rapl", "cpu", ("rapl_root",), ("rapl",), ("cpu", "dram"), _rapl,
+    SensorBackendSpec("rapl", CPU_ROLE, ("rapl_root",), ("rapl",), (CPU.name, DRAM.name), _rapl,
                       auto=True, about="Intel/AMD RAPL energy counters (powercap sysfs)"),
-    SensorBackendSpec("estimate", "cpu", ("cpu_estimate",), ("estimate",), ("cpu",),
+    SensorBackendSpec("estimate", CPU_ROLE, ("cpu_estimate",), ("estimate",), (CPU.name,),
                       _cpu_estimate, fallback=True,
                       about="CPU power estimated from the utilisation of CMD's process tree"),
 )
@@ -145,6 +149,10 @@ def register_backend(spec: SensorBackendSpec) -> SensorBackendSpec:
     if undeclared or not spec.sources:
         raise ValueError(f"sensor backend {spec.id!r}: sources {undeclared or '()'} are not "
                          "declared in the source registry (contracts.sources)")
+    unknown = [k for k in spec.kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"sensor backend {spec.id!r}: device kinds {unknown} are not declared "
+                         "in the device-kind registry (contracts.kinds)")
     _BACKENDS[spec.id] = spec
     return spec
 

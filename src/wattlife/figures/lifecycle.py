@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from ..contracts import PER_STEP_PHASES
+from ..contracts import PER_STEP_PHASES, kind_colors, kind_label
 from .common import (
     _PALETTE,
     NothingToDraw,
@@ -30,7 +30,6 @@ from .common import (
     style,
 )
 
-KIND_COLORS = (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f"))
 CELL_COLORS = ("#2a7ab9", "#e08a2c", "#3a9a4a", "#9467bd")
 NOISE = "within run-to-run noise"
 
@@ -44,7 +43,7 @@ def _n(df: pd.DataFrame) -> int:
 def _bars(ax: plt.Axes, rows: pd.DataFrame, order: list[str], value: str, lo: str, hi: str,
           scale: float = 1.0) -> None:
     """Grouped horizontal bars, one per device kind, with the given interval columns."""
-    kinds = [(k, c) for k, c in KIND_COLORS if k in set(rows["device_kind"])]
+    kinds = [(k, c) for k, c in kind_colors().items() if k in set(rows["device_kind"])]
     h = 0.8 / max(len(kinds), 1)
     y = np.arange(len(order))
     for i, (kind, color) in enumerate(kinds):
@@ -54,7 +53,7 @@ def _bars(ax: plt.Axes, rows: pd.DataFrame, order: list[str], value: str, lo: st
                          np.clip(r[hi].to_numpy(float) / scale - v, 0, None)])
         err = np.nan_to_num(err)
         ax.barh(y + (i - (len(kinds) - 1) / 2) * h, np.nan_to_num(v), h, color=color,
-                label=kind.upper(), xerr=err, error_kw={"lw": 0.8, "capsize": 2})
+                label=kind_label(kind), xerr=err, error_kw={"lw": 0.8, "capsize": 2})
     ax.set_yticks(y, order)
     ax.invert_yaxis()
 
@@ -192,9 +191,9 @@ def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
     pv = share.pivot_table(index="cell", columns="device_kind", values="share").fillna(0) * 100
     fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(pv)), 4.5))
     bottom = np.zeros(len(pv))
-    for kind, color in (("gpu", "#2a7ab9"), ("cpu", "#e08a2c"), ("dram", "#7f7f7f")):
+    for kind, color in kind_colors().items():
         if kind in pv.columns:
-            ax.bar(pv.index, pv[kind], bottom=bottom, color=color, label=kind.upper())
+            ax.bar(pv.index, pv[kind], bottom=bottom, color=color, label=kind_label(kind))
             for x, (b, v) in enumerate(zip(bottom, pv[kind], strict=True)):
                 if v > 4:
                     ax.text(x, b + v / 2, f"{v:.0f}%", ha="center", va="center", color="white",

@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from ..contracts import kind_colors, kind_label
 from .common import _save, source_note, source_tag, source_words, style
 
 
@@ -21,7 +22,7 @@ def fig_downloads(rows: pd.DataFrame, fit: pd.DataFrame, out: Path) -> list[Path
     d["what"] = np.where(d["direction"] == "upload", "upload", d["kind"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     kinds = sorted(d["device_kind"].unique())
-    colors = dict(zip(["gpu", "cpu", "dram"], ["#2a7ab9", "#e08a2c", "#7f7f7f"], strict=True))
+    colors = kind_colors()
     markers = {"dataset": "o", "model": "s", "upload": "^"}
     xs = np.linspace(0, d["gb"].max() * 1.05 if len(d) else 1, 50)
     for kind in kinds:
@@ -29,13 +30,14 @@ def fig_downloads(rows: pd.DataFrame, fit: pd.DataFrame, out: Path) -> list[Path
         f = fit[(fit["device_kind"] == kind) & (fit["direction"] == "download")]
         for what, gg in g.groupby("what"):
             axes[0].scatter(gg["gb"], gg["energy_j"], color=colors.get(kind, "k"),
-                            marker=markers.get(what, "o"), label=f"{kind.upper()} {what}", zorder=3)
+                            marker=markers.get(what, "o"), label=f"{kind_label(kind)} {what}",
+                            zorder=3)
             axes[0].errorbar(gg["gb"], gg["energy_j"], yerr=[gg["energy_j"] - gg["energy_lo_j"],
                              gg["energy_hi_j"] - gg["energy_j"]], fmt="none", ecolor="k", lw=0.7)
         if len(f) and np.isfinite(f["j_per_gb"].iat[0]):
             r = f.iloc[0]
             axes[0].plot(xs, r["j_intercept"] + r["j_per_gb"] * xs, color=colors.get(kind, "k"),
-                         lw=1, label=f"{kind.upper()} fit: {r['j_per_gb']:.0f} J/GB, "
+                         lw=1, label=f"{kind_label(kind)} fit: {r['j_per_gb']:.0f} J/GB, "
                                      f"R²={r['r2_energy']:.2f}")
     t = d.drop_duplicates("artefact")
     for what, gg in t.groupby("what"):

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from ..contracts import WAITING_PHASES
+from ..contracts import WAITING_PHASES, kind_label, kind_order
 from .common import _save, source_tag, style
 
 PARTS = (("work_j", "work", "#4c72b0"), ("at_floor_j", "waiting at idle floor", "#c7c7c7"),
@@ -67,18 +67,18 @@ def fig_waiting(runs: pd.DataFrame, out: Path, waiting: pd.DataFrame | None = No
     (waiting.csv), a second row: the waiting energy by phase."""
     style()
     r = runs.assign(cell=_cell(runs))
-    kinds = sorted(r["device_kind"].unique(), key=lambda k: (k != "gpu", k))
+    kinds = sorted(r["device_kind"].unique(), key=kind_order)
     rows = 2 if waiting is not None and len(waiting) else 1
     ncol = max(len(kinds), 1)
     fig, axes = plt.subplots(rows, ncol, figsize=(5.5 * ncol, 4.2 * rows), squeeze=False)
     for j, kind in enumerate(kinds):
         d = r[r["device_kind"] == kind]
         _split_panel(axes[0][j], d)
-        axes[0][j].set_title(f"{kind.upper()} {source_tag(d)}")
+        axes[0][j].set_title(f"{kind_label(kind)} {source_tag(d)}")
         if rows == 2 and waiting is not None:
             w = waiting[waiting["device_kind"] == kind]
             _phase_panel(axes[1][j], w.assign(cell=_cell(w)))
-            axes[1][j].set_title(f"{kind.upper()} waiting by phase {source_tag(w)}")
+            axes[1][j].set_title(f"{kind_label(kind)} waiting by phase {source_tag(w)}")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.suptitle("Work and waiting energy per cell (waiting share on each bar)")
     fig.tight_layout()
