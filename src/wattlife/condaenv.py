@@ -14,6 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from .errors import InputError
+
 PURPOSES = {
     "analysis": "the rules that read measurements (check, attribute, tables, figures, PFI, "
                 "predictor, allocation): the suite's own dependencies, no torch",
@@ -34,7 +36,7 @@ def read_pins(text: str) -> list[str]:
         if not line:
             continue
         if not _PIN.match(line):
-            raise ValueError(f"line {n}: {line!r} is not an exact pin (name==version)")
+            raise InputError(f"line {n}: {line!r} is not an exact pin (name==version)")
         pins.append(line)
     return pins
 
@@ -42,7 +44,7 @@ def read_pins(text: str) -> list[str]:
 def render(name: str, pins: list[str]) -> str:
     """The env file's text: a header saying what it is for and how it is made, then the env."""
     if name not in PURPOSES:
-        raise ValueError(f"env {name!r}: not one of {sorted(PURPOSES)}")
+        raise InputError(f"env {name!r}: not one of {sorted(PURPOSES)}")
     head = (f"Conda environment `{name}` of the workflow (`snakemake --sdm conda`): "
             f"{PURPOSES[name]}. Written by `make lock` (wattlife.condaenv) from "
             f"requirements/lock.txt: do not edit. envs/{name}.post-deploy.sh installs the suite "

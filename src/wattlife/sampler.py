@@ -25,6 +25,7 @@ from .config import SamplerSettings
 from .contracts import TRACE_HEADER, ZSTD_SUFFIX
 from .contracts.clock import WallSteps, now_ns
 from .devices.base import SensorBackend, SensorUnavailable
+from .errors import InputError, SetupError
 from .nodename import node_name
 from .safewrite import FrameAppender, SafeAppender
 
@@ -78,7 +79,7 @@ class Sampler:
             self._out = appender(self.trace_path, TRACE_HEADER, "sampler", truncate=True,
                                  strict_open=True)
         except OSError as exc:
-            raise RuntimeError(f"--trace {self.trace_path}: cannot open it: "
+            raise SetupError(f"--trace {self.trace_path}: cannot open it: "
                                f"{exc.strerror or exc}") from None
         self._out.flush()
         self.wall_steps = WallSteps()
@@ -192,7 +193,7 @@ def positive_seconds(value: Any, key: str) -> float:
     except (TypeError, ValueError):
         ms = math.nan
     if not (math.isfinite(ms) and ms > 0):
-        raise ValueError(f"{key} must be a number of milliseconds > 0, got {value!r}")
+        raise InputError(f"{key} must be a number of milliseconds > 0, got {value!r}")
     return ms / 1000.0
 
 

@@ -20,6 +20,8 @@ import subprocess
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
+from .errors import SetupError
+
 Runner = Callable[..., subprocess.CompletedProcess]
 
 # the sbatch flags every measuring job needs (whole nodes: every CPU, all allocatable memory),
@@ -202,7 +204,7 @@ def check_step(host: str) -> dict[str, Any] | None:
     print(f"wattlife: slurm step {json.dumps(view, sort_keys=True)}", file=sys.stderr, flush=True)
     problem = step_problem(view)
     if problem:
-        raise RuntimeError(problem)
+        raise SetupError(problem)
     return view
 
 

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
+
 
 def _log_to_stderr() -> None:
     if not logging.getLogger().handlers:
@@ -24,7 +26,7 @@ def _slice(text: str, of: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise ValueError(f"--slice: expected the {of}'s config slice as JSON ({exc})") from None
+        raise InputError(f"--slice: expected the {of}'s config slice as JSON ({exc})") from None
 
 
 def cmd_measure(a: argparse.Namespace) -> int:
@@ -81,7 +83,7 @@ def cmd_seal_derived(a: argparse.Namespace) -> int:
     if pointer is None:
         pub = published(Path(a.file).parent)
         if pub is None:
-            raise ValueError(f"{a.file}: no published seal (sealed-*.json) beside it; give "
+            raise InputError(f"{a.file}: no published seal (sealed-*.json) beside it; give "
                              "--pointer")
         pointer = pub[0]
     print(seal_derived(Path(a.file), pointer))

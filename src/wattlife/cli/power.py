@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from .options import _floats
 
 
@@ -55,11 +56,11 @@ def cmd_powercap(a: argparse.Namespace) -> int:
 
     if a.action == "restore":
         if not a.state:
-            raise ValueError("powercap restore: give --state, the powercap-state-<host>.json that "
+            raise InputError("powercap restore: give --state, the powercap-state-<host>.json that "
                              "launch-node wrote beside the run's trace (or in its --state-dir)")
         if not Path(a.state).exists():
             if not a.missing_ok:
-                raise ValueError(f"--state {a.state}: no such file, nothing restored (a misspelt "
+                raise InputError(f"--state {a.state}: no such file, nothing restored (a misspelt "
                                  "path? if no limit was ever saved there, give --missing-ok)")
             print(f"no state file {a.state}: no power limit was saved there, none to restore")
             return 0
@@ -70,7 +71,7 @@ def cmd_powercap(a: argparse.Namespace) -> int:
         from ..slurm_site import save_limits
 
         if not a.state:
-            raise ValueError("powercap save: give --state, the file to write the limits to")
+            raise InputError("powercap save: give --state, the file to write the limits to")
         print(f"saved GPU power limits to {a.state}: {save_limits(a.state, a.backend)}")
         return 0
     ctl = PowerCapController(backend=a.backend, state_file=a.state or "powercap-state.json",

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
+
 
 def _orphan_scope(a: argparse.Namespace) -> tuple[list[str] | None, str]:
     """The run IDs to act on (None: every wattlife_* job) and how to name them."""
@@ -18,11 +20,11 @@ def _orphan_scope(a: argparse.Namespace) -> tuple[list[str] | None, str]:
     if a.all:
         return None, "every run of the suite (job names wattlife_*)"
     if not a.results:
-        raise ValueError("give RESULTS (the results folder, the config's results_dir), --name "
+        raise InputError("give RESULTS (the results folder, the config's results_dir), --name "
                          "<SLURM run ID> or --all")
     names = recorded_runs(a.results)
     if not names:
-        raise ValueError(f"{Path(a.results) / RUNS_FILE}: no Slurm run recorded for results "
+        raise InputError(f"{Path(a.results) / RUNS_FILE}: no Slurm run recorded for results "
                          f"folder {a.results} (a run records its ID there at its start); "
                          "--name <SLURM run ID from the log> for one run, --all for every "
                          "wattlife_* job of yours")

@@ -3,6 +3,8 @@ the metric, phase and source names, the reference table folders; and `ContractEr
 
 from __future__ import annotations
 
+from ..errors import ContractError as ContractError  # defined there, named here as before
+
 # ----------------------------------------------------------------------------- file names
 TRACE_FILE = "trace.csv"  # also trace.csv.gz, trace.csv.zst or trace.parquet
 TRACE_FILES = (TRACE_FILE, "trace.csv.gz", "trace.csv.zst", "trace.parquet")
@@ -121,10 +123,6 @@ def warmup_count(n_steps: int) -> int:
 # ----------------------------------------------------------------------------- source names
 SOURCES_MEASURED = {"nvml-samples", "nvml-counter", "nvml-poll", "rapl"}
 SOURCES_NOT_MEASURED = {"estimate", "sim"}
-
-
-class ContractError(ValueError):
-    """A table does not follow its contract; the message names the file, line and column."""
 
 
 def device_kind(device: str) -> str:

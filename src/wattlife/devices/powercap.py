@@ -22,12 +22,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError, SensorError
 from ..simgpu_model import SimGpuModel
 
 BACKENDS = ("nvml", "nvidia-smi", "simulated")
 
 
-class PowerCapError(RuntimeError):
+class PowerCapError(SensorError):
     pass
 
 
@@ -108,7 +109,7 @@ def _make(backend: str, n_sim: int = 1) -> Any:
         return _NvidiaSmi()
     if backend == "simulated":
         return _Simulated(n_sim)
-    raise ValueError(f"powercap.backend must be one of {BACKENDS}, got {backend!r}")
+    raise InputError(f"powercap.backend must be one of {BACKENDS}, got {backend!r}")
 
 
 class PowerCapController:

@@ -16,6 +16,7 @@ import pandas as pd
 import seaborn as sns
 
 from ..contracts import COMPILE, LIFECYCLE_PHASES, UNATTRIBUTED, WARMUP
+from ..errors import InputError
 
 SOURCE_WORDS = {"sim": "SIMULATED", "estimate": "ESTIMATED", "measured": "measured",
                 "simulated/calibrated": "SIMULATED (calibrated to published PFIs)",
@@ -37,7 +38,7 @@ TEXT_COLUMNS = ("workload", "storage", "checkpoint", "phase", "device_kind")
 JITTER_SEED = 0
 
 
-class NothingToDraw(ValueError):
+class NothingToDraw(InputError):
     """A figure's table holds nothing the figure can show (the message says what is lacking);
     `draw_all` skips that figure with one line naming it and the table."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import WorkloadSpec
+from ..errors import InputError, SetupError
 from ..markers import ENV_RUN_ID, phase
 from .dist import Dist, barrier, init_distributed
 from .summary import Summary
@@ -24,7 +25,7 @@ def resolve_device(name: str, dist: Dist):
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
-            raise RuntimeError("workload asks for device 'cuda' but no GPU is visible")
+            raise SetupError("workload asks for device 'cuda' but no GPU is visible")
         return torch.device("cuda", dist.local_rank)
     return torch.device(name)
 
@@ -39,7 +40,7 @@ def stage_dataset(data_root: Path, storage: str, local_root: Path, dist: Dist) -
     if storage == "shared":
         return data_root
     if storage != "local":
-        raise ValueError(f"storage must be 'shared' or 'local', got {storage!r}")
+        raise InputError(f"storage must be 'shared' or 'local', got {storage!r}")
     dest = Path(os.path.expandvars(str(local_root))) / data_root.name
     with phase("stage_copy"):
         if dist.local_rank == 0:

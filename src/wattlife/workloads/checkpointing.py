@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from ..errors import InputError
 from ..markers import concurrent, now_ns, phase
 from .dist import Dist, barrier
 
@@ -41,7 +42,7 @@ def checkpoint_mode(value: str | bool) -> str:
     if value == "on":
         return "sync"
     if value not in CHECKPOINT_MODES:
-        raise ValueError(f"checkpoint: expected one of {list(CHECKPOINT_VALUES)}, got {value!r}")
+        raise InputError(f"checkpoint: expected one of {list(CHECKPOINT_VALUES)}, got {value!r}")
     return value
 
 

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ..config import ImageClassificationSpec
 from ..contracts import COMPILE
+from ..errors import InputError
 from ..markers import phase
 from .cell import checkpoint_dir, start_cell
 from .checkpointing import Checkpointer, dcp_state, make_checkpointer, save_atomically
@@ -103,7 +104,7 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
     """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell (`checkpoint`: a
     `checkpointing.CHECKPOINT_MODES` mode); writes work/summary.json."""
     if spec.image_size is None:
-        raise ValueError(f"workloads.{spec.name}.image_size: required for kind "
+        raise InputError(f"workloads.{spec.name}.image_size: required for kind "
                          "image_classification (pixels, e.g. 224)")
     dist, device, summary, root = start_cell(spec, data_root, storage, local_root, workdir)
     with phase("setup"):  # loading the GPU decoder's libraries took 1.1 s on the H200
@@ -237,7 +238,7 @@ def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device
             persistent_workers=workers > 0, collate_fn=_collate,
             prefetch_factor=spec.prefetch if workers > 0 else None)
     if len(loader) == 0:
-        raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
+        raise InputError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
                          f"fewer than one batch of {spec.batch_size}; use more images or a "
                          "smaller batch")
     val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec.batch_size,
