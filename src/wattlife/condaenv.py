@@ -9,12 +9,15 @@ so conda provides only the interpreter. The suite itself is no pip line (`-e ..`
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import textwrap
 from pathlib import Path
 
 from .errors import InputError
+
+log = logging.getLogger(__name__)
 
 PURPOSES = {
     "analysis": "the rules that read measurements (check, attribute, tables, figures, PFI, "
@@ -68,13 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m wattlife.condaenv NAME PINS_FILE`: the env file on stdout."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m wattlife.condaenv {analysis|training} PINS_FILE", file=sys.stderr)
+        log.error("usage: python -m wattlife.condaenv {analysis|training} PINS_FILE")
         return 2
     name, path = args
     try:
         sys.stdout.write(render(name, read_pins(Path(path).read_text())))
     except (OSError, ValueError) as exc:
-        print(f"wattlife.condaenv: {path}: {exc}", file=sys.stderr)
+        log.error(f"wattlife.condaenv: {path}: {exc}")
         return 1
     return 0
 

@@ -28,12 +28,15 @@ class StderrHandler(logging.Handler):
             self.handleError(record)
 
 
-def install(level: int = logging.INFO) -> logging.Logger:
-    """The `wattlife` logger with one `StderrHandler` (added once) at `level`."""
-    log = logging.getLogger(LOGGER_NAME)
+def install(level: int = logging.INFO, name: str = LOGGER_NAME,
+            fmt: str = "%(message)s") -> logging.Logger:
+    """The logger `name` with one `StderrHandler` (added once) writing `fmt`, at `level`; a
+    logger below `wattlife` given its own (e.g. `wattlife.measure`'s "name: LEVEL: message")
+    says its records in that format only."""
+    log = logging.getLogger(name)
     if not any(isinstance(h, StderrHandler) for h in log.handlers):
         handler = StderrHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(logging.Formatter(fmt))
         log.addHandler(handler)
     log.setLevel(level)
     log.propagate = False

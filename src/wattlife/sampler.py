@@ -13,8 +13,8 @@ every flush the wall clock is compared with its mapping (`WallSteps`: meta.json'
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +28,8 @@ from .devices.base import SensorBackend, SensorUnavailable
 from .errors import InputError, SetupError
 from .nodename import node_name
 from .safewrite import FrameAppender, SafeAppender
+
+log = logging.getLogger(__name__)
 
 
 class _SeriesStats:
@@ -132,7 +134,7 @@ class Sampler:
                         msg = f"{b.name}: {type(exc).__name__}: {exc}"
                         if msg not in self.errors:
                             self.errors.append(msg)
-                            print(f"wattlife sampler: {msg}", file=sys.stderr)
+                            log.warning(f"wattlife sampler: {msg}")
             polling = now_ns() - now  # time in the polls: a slow sensor is not a stall
             if stopping or time.monotonic() - last_flush >= self.flush_s:
                 if buf:
@@ -204,7 +206,7 @@ def with_sim_gpu_cap(settings: SamplerSettings, cap_w: float | None) -> SamplerS
                                                                      cap_w=cap_w))
 
 
-def build_backends(s: SamplerSettings, log: Callable[[str], Any] = print
+def build_backends(s: SamplerSettings, log: Callable[[str], Any] = log.warning
                    ) -> tuple[list[SensorBackend], list[str]]:
     """Backends from the typed `sampler` settings (built at the edge, by the CLI: nothing here
     reads a configuration mapping); returns them and the notes on missing sensors.

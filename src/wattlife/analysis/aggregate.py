@@ -145,7 +145,7 @@ def verify_sources(phase_files: list[str | Path]) -> None:
 
     loose = require_sound(list(phase_files))
     if loose:
-        logging.getLogger(__name__).info(
+        logging.getLogger(__name__).debug(
             "%d phases file(s) not under custody (no sealed cell beside them), used unverified: "
             "%s", len(loose), ", ".join(loose[:3]))
 

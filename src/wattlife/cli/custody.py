@@ -14,11 +14,16 @@ from typing import Any
 
 from ..errors import InputError
 
+LOG_FORMAT = "%(name)s: %(levelname)s: %(message)s"
+
 
 def _log_to_stderr() -> None:
+    """The controller's log lines as "wattlife.measure: INFO: ...", other libraries' alike."""
+    from ..diagnostics import install
+
+    install(logging.INFO, "wattlife.measure", LOG_FORMAT)
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                            format="%(name)s: %(levelname)s: %(message)s")
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
 
 
 def _slice(text: str, of: str) -> Any:

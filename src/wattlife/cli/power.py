@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from .options import _floats
+
+log = logging.getLogger(__name__)
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
@@ -34,7 +36,7 @@ def cmd_pfi_sweep(a: argparse.Namespace) -> int:
     try:
         df = sweep_matrix_cap(s, a.config, a.cell, a.cap, a.output, backend=a.backend)
     except InfrastructureFailure as exc:  # the job fails: Snakemake's retries, Slurm's requeue
-        print(f"wattlife pfi-sweep: {exc}", file=sys.stderr)
+        log.error(f"wattlife pfi-sweep: {exc}")
         return INFRASTRUCTURE_EXIT
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from .options import _nonnegative_s, _positive_ms
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..config import SamplerSettings
@@ -60,7 +62,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
     if not cmd:
-        print("wattlife run: give the command after --", file=sys.stderr)
+        log.error("wattlife run: give the command after --")
         return 2
     trace, events, meta = _run_files(a, cmd)
     settings = _sampler_settings(a.config, interval_ms=a.interval_ms, gpu=a.gpu, cpu=a.cpu,
@@ -79,11 +81,11 @@ def cmd_run(a: argparse.Namespace) -> int:
             rc = run_under_sampler(cmd, trace, events, meta, settings=settings,
                                    run_id=a.run_id, cell=cell)
         if not a.trace:  # a run folder of its own: say where, and what comes next
-            print(f"wattlife run: {trace.parent} (trace, events, meta.json); per-phase energy: "
-                  f"wattlife attribute {trace.parent}", file=sys.stderr)
+            log.info(f"wattlife run: {trace.parent} (trace, events, meta.json); per-phase energy: "
+                     f"wattlife attribute {trace.parent}")
         return rc
     except KeyboardInterrupt:  # before the sampler took over the signals: nothing was started
-        print("wattlife run: interrupted before CMD started", file=sys.stderr)
+        log.error("wattlife run: interrupted before CMD started")
         return 130
 
 

@@ -4,11 +4,13 @@ slurm-energy` (each measuring job's energy beside Slurm's own accounting); READM
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+
+log = logging.getLogger(__name__)
 
 
 def _orphan_scope(a: argparse.Namespace) -> tuple[list[str] | None, str]:
@@ -61,7 +63,7 @@ def cmd_slurm_energy(a: argparse.Namespace) -> int:
 
     ours = suite_energy(Path(a.results))
     if ours.empty:
-        print(f"{a.results}: no run with a Slurm job in its meta.json", file=sys.stderr)
+        log.warning(f"{a.results}: no run with a Slurm job in its meta.json")
         return 1
     slurm = query_accounting(sorted(set(ours["job_id"])), a.sacct, a.sstat)
     table = energy_table(ours, slurm)

@@ -15,15 +15,17 @@ min/max constraint; set them before the workload creates its CUDA context.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, SensorError
 from ..simgpu_model import SimGpuModel
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("nvml", "nvidia-smi", "simulated")
 
@@ -147,9 +149,9 @@ class PowerCapController:
         if self.state_file.exists():
             read_state(self.state_file)  # malformed: refuse before changing anything
             self._own_state = False
-            print(f"wattlife powercap: {self.state_file} already holds original limits (another "
-                  "controller, or a killed run not yet restored); it is kept as it is",
-                  file=sys.stderr)
+            log.warning(f"wattlife powercap: {self.state_file} already holds original limits "
+                        "(another controller, or a killed run not yet restored); it is kept as "
+                        "it is")
         else:
             self.state_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.state_file.with_name(self.state_file.name + f".{os.getpid()}.tmp")

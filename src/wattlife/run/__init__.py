@@ -37,7 +37,6 @@ started sampler), `meta` (meta.json).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,7 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
     except OSError as exc:
         raise SetupError(f"--events {events}: cannot create its folder: {exc.strerror}") from exc
     # everything that can refuse comes before the previous run's events are removed
-    backends, notes = build_backends(settings, log=lambda msg: print(msg, file=sys.stderr))
+    backends, notes = build_backends(settings)
     sampler, lock, trace_lock = _start_sampler(backends, trace, events, run_id)
     try:
         return run_started(RunState(cmd=cmd, events=events, meta=meta, run_id=run_id, cell=cell,

@@ -15,7 +15,7 @@ A corrupt JPEG is skipped and counted (reported in the summary), never silently 
 from __future__ import annotations
 
 import copy
-import sys
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +32,8 @@ from .gpu_decode import GpuDecodeLoader, choose_decode, split_workers
 from .summary import Summary
 from .training_loop import Batches, Schedule, backward_and_step, run_training_loop
 
+log = logging.getLogger(__name__)
+
 
 class _SkipCorrupt:
     """ImageFolder loader that turns an undecodable file into None (counted, then dropped)."""
@@ -44,7 +46,7 @@ class _SkipCorrupt:
                 img = Image.open(fh)
                 return img.convert("RGB")
         except (UnidentifiedImageError, OSError) as exc:
-            print(f"wattlife: skipping corrupt image {path}: {exc}", file=sys.stderr)
+            log.warning(f"wattlife: skipping corrupt image {path}: {exc}")
             return None
 
 
