@@ -3,16 +3,17 @@
 The `wattlife` command turns a `WattlifeError` into one line naming the file/option/key and the
 rule it breaks (exit 2); any other exception is a bug in wattlife and gets a bug report (exit
 `EXIT_BUG`). So raise one of these for the user's mistake or the site's state, never a bare
-builtin: a bare `ValueError` from our code would read as a bug. Each class keeps the builtin base
-its callers caught before the hierarchy existed (`except ValueError` still catches an
-`InputError`), and the classes defined elsewhere (`ConfigError`, `PathBusy`, `SensorUnavailable`,
-...) derive from these, so their names stay importable where they were.
+builtin: a bare `ValueError` from our code would read as a bug. (The CLI also says in one line
+what the OS and the parsers of the user's files raise: `OSError`, JSON/CSV/YAML errors.) Each
+class keeps the builtin base its callers caught before the hierarchy existed (`except ValueError`
+still catches an `InputError`), and the classes defined elsewhere (`ConfigError`, `PathBusy`,
+`SensorUnavailable`, ...) derive from these, so their names stay importable where they were.
 
     WattlifeError
-    +-- InputError (ValueError)            bad config, option, or file content
-    +-- ContractError (ValueError)         a table breaks its file contract
-    +-- SetupError (RuntimeError)  a missing tool, a busy path, Slurm/site/network
-        +-- SensorError                    a sensor or device control cannot be used here
+    +-- InputError (ValueError)      bad config, option, or file content
+    +-- ContractError (ValueError)   a table breaks its file contract
+    +-- SetupError (RuntimeError)    the environment: a missing tool, a busy path, Slurm, network
+        +-- SensorError              a sensor or device control cannot be used here
 """
 
 from __future__ import annotations

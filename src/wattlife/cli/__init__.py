@@ -68,8 +68,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 #: the top-level help's last line: what each exit status means
-EXIT_EPILOG = ("exit status: 0 done; 2 bad input or environment (one line on stderr); "
-               "70 a bug in wattlife (a bug report on stderr); 130 interrupted")
+EXIT_EPILOG = "exit status: 0 ok, 2 bad input or setup, 70 a bug in wattlife, 130 interrupted"
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
