@@ -224,6 +224,16 @@ def test_an_internal_error_is_a_bug_report_and_debug_gives_the_traceback(files, 
         main(args)
 
 
+def test_a_bug_report_without_a_writable_temp_folder_shows_the_traceback(files, capsys,
+                                                                         monkeypatch, tmp_path):
+    _with_pfi(monkeypatch, lambda a: 1 / 0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "absent"))
+    assert main(["pfi", f"{files}/curves.csv", "-o", f"{files}/o.csv"]) == EXIT_BUG
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ZeroDivisionError" in err, err
+    assert "traceback: " not in err and "please report it" in err.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize("exc", [ValueError("x"), KeyError("x"), RuntimeError("x")])
 def test_a_bare_builtin_error_is_a_bug_not_bad_input(files, capsys, monkeypatch, tmp_path, exc):
     """Before: ValueError, KeyError and RuntimeError read as the user's mistake (exit 2)."""
