@@ -9,10 +9,15 @@ so conda provides only the interpreter. The suite itself is no pip line (`-e ..`
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import textwrap
 from pathlib import Path
+
+from .errors import InputError
+
+log = logging.getLogger(__name__)
 
 PURPOSES = {
     "analysis": "the rules that read measurements (check, attribute, tables, figures, PFI, "
@@ -34,7 +39,7 @@ def read_pins(text: str) -> list[str]:
         if not line:
             continue
         if not _PIN.match(line):
-            raise ValueError(f"line {n}: {line!r} is not an exact pin (name==version)")
+            raise InputError(f"line {n}: {line!r} is not an exact pin (name==version)")
         pins.append(line)
     return pins
 
@@ -42,7 +47,7 @@ def read_pins(text: str) -> list[str]:
 def render(name: str, pins: list[str]) -> str:
     """The env file's text: a header saying what it is for and how it is made, then the env."""
     if name not in PURPOSES:
-        raise ValueError(f"env {name!r}: not one of {sorted(PURPOSES)}")
+        raise InputError(f"env {name!r}: not one of {sorted(PURPOSES)}")
     head = (f"Conda environment `{name}` of the workflow (`snakemake --sdm conda`): "
             f"{PURPOSES[name]}. Written by `make lock` (wattlife.condaenv) from "
             f"requirements/lock.txt: do not edit. envs/{name}.post-deploy.sh installs the suite "
@@ -66,13 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m wattlife.condaenv NAME PINS_FILE`: the env file on stdout."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m wattlife.condaenv {analysis|training} PINS_FILE", file=sys.stderr)
+        log.error("usage: python -m wattlife.condaenv {analysis|training} PINS_FILE")
         return 2
     name, path = args
     try:
         sys.stdout.write(render(name, read_pins(Path(path).read_text())))
     except (OSError, ValueError) as exc:
-        print(f"wattlife.condaenv: {path}: {exc}", file=sys.stderr)
+        log.error(f"wattlife.condaenv: {path}: {exc}")
         return 1
     return 0
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .config import Analysis, Attribution, settings
+from .errors import InputError
 
 Config = Mapping[str, Any]
 
@@ -49,7 +50,7 @@ def cell_slice(cfg: Config, workload: str, storage: str, checkpoint: str,
     """A training cell: the sampler, storage paths, its workload and how it is launched."""
     ex = cfg["execution"]
     if workload not in cfg["workloads"]:
-        raise ValueError(f"execution.workloads: {workload!r} has no entry under workloads")
+        raise InputError(f"execution.workloads: {workload!r} has no entry under workloads")
     return {"slice": "execute/" + cell_id(workload, storage, checkpoint, repeat),
             "sampler": _section(cfg, "sampler"), "storage": cfg["storage"],
             "execution": {"workloads": [workload], **{k: ex[k] for k in LAUNCH_KEYS if k in ex}},
@@ -69,7 +70,7 @@ def catalogue_entry(cfg: Config, name: str) -> dict[str, Any]:
     for e in _prep(cfg).get("catalogue") or []:
         if e["name"] == name:
             return e
-    raise ValueError(f"prepare.catalogue: no artefact named {name!r}")
+    raise InputError(f"prepare.catalogue: no artefact named {name!r}")
 
 
 def download_slice(cfg: Config, name: str, concurrent: int | None) -> dict[str, Any]:
@@ -113,7 +114,7 @@ def pfi_cap_slice(cfg: Config, cell: str, cap_w: float) -> dict[str, Any]:
     protocol, the cell and the cap."""
     m = cfg["pfi_matrix"]
     if cell not in m["cells"]:
-        raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
+        raise InputError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m['cells'])})")
     pc = _section(cfg, "powercap")
     return {"slice": f"pfi/{cell}/cap-{cap_w:g}", "sampler": _section(cfg, "sampler"),
             "storage": cfg["storage"],
@@ -131,7 +132,7 @@ def cell_caps(cfg: Config, name: str) -> list[float]:
     `large_job_gpus` - 1 GPUs, `grid_large_w` from there): `Settings.cell_caps`."""
     s = settings(cfg)
     if s.pfi_matrix is None or name not in s.pfi_matrix.cells:
-        raise ValueError(f"pfi_matrix.cells.{name}: no such cell")
+        raise InputError(f"pfi_matrix.cells.{name}: no such cell")
     return s.cell_caps(s.pfi_matrix.cells[name])
 
 
@@ -154,10 +155,10 @@ def allocate_options(a: Analysis) -> str:
 def nodes_for(gpus: int, gpus_per_node: int) -> tuple[int, int]:
     """(nodes, GPUs per node) of a job of `gpus` GPUs on nodes of `gpus_per_node`."""
     if gpus < 1 or gpus_per_node < 1:
-        raise ValueError(f"gpus ({gpus}) and gpus_per_node ({gpus_per_node}) must be >= 1")
+        raise InputError(f"gpus ({gpus}) and gpus_per_node ({gpus_per_node}) must be >= 1")
     nodes = -(-gpus // gpus_per_node)
     if gpus % nodes:
-        raise ValueError(f"{gpus} GPUs do not split evenly over {nodes} nodes of {gpus_per_node}")
+        raise InputError(f"{gpus} GPUs do not split evenly over {nodes} nodes of {gpus_per_node}")
     return nodes, gpus // nodes
 
 
@@ -166,7 +167,7 @@ def transfer_runtime_min(size_bytes: float, min_rate_mbps: float = 100.0, margin
     """Wall-clock minutes to ask for a transfer of `size_bytes`: the time at the slowest rate the
     site expects (`prepare.min_rate_mbps`), times a margin, plus a floor for start-up."""
     if min_rate_mbps <= 0:
-        raise ValueError(f"prepare.min_rate_mbps must be > 0, got {min_rate_mbps}")
+        raise InputError(f"prepare.min_rate_mbps must be > 0, got {min_rate_mbps}")
     return int(floor_min + math.ceil(margin * size_bytes * 8 / (min_rate_mbps * 1e6) / 60))
 
 

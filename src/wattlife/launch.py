@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Execution, SamplerSettings
+from .errors import InputError
 from .nodename import short_node_name
 
 RDZV_PORT = 29500
@@ -183,7 +184,7 @@ def run_node(cmd: list[str], *, settings: SamplerSettings, run_id: str, cell: di
         d = Path(node_dir) / host
         trace, events, meta = str(d / "trace.csv"), str(d / "events.csv"), str(d / "meta.json")
     if not (trace and events):
-        raise ValueError("launch-node: give --trace and --events, or --node-dir")
+        raise InputError("launch-node: give --trace and --events, or --node-dir")
     folder = Path(node_dir).parent if node_dir else Path(trace).parent
     if cap_w is None:
         with run_folder_lock(folder):  # one job per run folder (orphans of a killed controller)

@@ -49,6 +49,7 @@ from typing import Any, Callable
 
 from .contracts import EVENTS_HEADER, STEP, csv_cell, phase_name_problem
 from .contracts.clock import now_ns  # the one clock (re-exported: workloads stamp with it)
+from .errors import InputError
 from .nodename import node_name
 
 ENV_EVENTS = "WATTLIFE_EVENTS"
@@ -148,7 +149,7 @@ class Recorder:
         if out is None:
             problem = phase_name_problem(name)
             if problem:
-                raise ValueError(f"markers: {problem}")
+                raise InputError(f"markers: {problem}")
             out = self._cells[name] = csv_cell(name)
         return out
 
@@ -165,7 +166,7 @@ class Recorder:
     def end(self, op: "_Open", items: float | None = None) -> None:
         if not self._stack or self._stack[-1] is not op:
             open_names = [o.name for o in self._stack]
-            raise ValueError(f"phase '{op.name}' ended out of order; open phases: {open_names}")
+            raise InputError(f"phase '{op.name}' ended out of order; open phases: {open_names}")
         self._stack.pop()
         if items is not None:
             op.items = items

@@ -32,6 +32,7 @@ from .contracts import (
 )
 from .contracts.compact import as_categories, concat_compact
 from .contracts.zstd_frames import FrameWriter
+from .errors import ContractError
 from .node_clocks import alignment, checked, node_metas, read_node_clock, shift_hosts
 
 
@@ -152,5 +153,5 @@ def _read_events_compact(events: list[str | Path]) -> pd.DataFrame:
 def _refuse_shared_hosts(hosts_per_file: list[list[str]], n_traces: int) -> None:
     """Two node traces naming one host: an error."""
     if len({h for hs in hosts_per_file for h in hs}) < n_traces:
-        raise ValueError(f"two node traces share a host name ({hosts_per_file}): each node's "
+        raise ContractError(f"two node traces share a host name ({hosts_per_file}): each node's "
                          "sampler must write its own host")

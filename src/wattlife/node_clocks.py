@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from .contracts.clock import WALL_STEP_TOL_NS
+from .errors import InputError
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def read_node_clock(meta: Path) -> NodeClock | None:
     try:
         doc = json.loads(meta.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{meta}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        raise InputError(f"{meta}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     clock = doc.get("clock")
     if not clock:
         return None
@@ -55,7 +56,7 @@ def read_node_clock(meta: Path) -> NodeClock | None:
         steps = [int(s["step_ns"]) for s in clock.get("wall_steps", [])]
         return NodeClock(str(doc["host"]), int(clock["uncertainty_ns"]), sum(steps), len(steps))
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{meta}: key clock: a mapping needs host, uncertainty_ns and "
+        raise InputError(f"{meta}: key clock: a mapping needs host, uncertainty_ns and "
                          f"wall_steps[].step_ns as integers ({type(exc).__name__}: {exc})"
                          ) from None
 
@@ -64,7 +65,7 @@ def node_metas(traces: list[str | Path], metas: list[str | Path] | None) -> list
     """Each node's meta.json: the ones given, else the meta.json beside each trace if present."""
     if metas is not None:
         if len(metas) != len(traces):
-            raise ValueError(f"--metas: {len(metas)} file(s) for {len(traces)} trace(s): give "
+            raise InputError(f"--metas: {len(metas)} file(s) for {len(traces)} trace(s): give "
                              "one meta.json per node, in the traces' order")
         return [Path(m) for m in metas]
     found = [Path(t).with_name("meta.json") for t in traces]

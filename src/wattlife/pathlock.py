@@ -14,8 +14,10 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import SetupError
 
-class PathBusy(RuntimeError):
+
+class PathBusy(SetupError):
     """Another process holds the lock; the message is the holder's line."""
 
 
@@ -77,7 +79,7 @@ def one_writer(path: str | Path, what: str) -> Iterator[None]:
     try:
         lock.acquire()
     except PathBusy as busy:
-        raise RuntimeError(f"{path}: another {what} is writing it ({busy}); two writers must not "
+        raise SetupError(f"{path}: another {what} is writing it ({busy}); two writers must not "
                            "share an output: wait for it to end or choose another -o") from None
     try:
         yield

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .errors import SetupError
+
 LOCK_NAME = ".wattlife-run.lock"
 ENV = "WATTLIFE_RUN_LOCK"
 
@@ -119,12 +121,12 @@ def run_folder_lock(folder: str | Path,
         if holder_alive(doc, me, job_alive):
             stop = ("cancel it (wattlife slurm-orphans --cancel)" if doc.get("job_id") else
                     f"stop it (kill {doc.get('pid')} on {doc.get('host')})")
-            raise RuntimeError(
+            raise SetupError(
                 f"{folder}: {describe(doc)} is measuring this run already ({lock}); wait for "
                 f"it or {stop}, or remove the lock if it is gone")
         lock.unlink(missing_ok=True)
     else:
-        raise RuntimeError(f"{lock}: cannot take the run lock (another job took it meanwhile)")
+        raise SetupError(f"{lock}: cannot take the run lock (another job took it meanwhile)")
     before = os.environ.get(ENV)
     os.environ[ENV] = str(lock.resolve())
     try:

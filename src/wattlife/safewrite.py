@@ -14,11 +14,13 @@ ends on a row boundary) and written whole to the fallback file: no row is lost o
 from __future__ import annotations
 
 import errno
+import logging
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
+
+log = logging.getLogger(__name__)
 
 MAX_PENDING_BYTES = 64 << 20
 
@@ -53,8 +55,8 @@ class SafeAppender:
         msg = f"cannot {action} {self.path}: {exc.strerror or exc}"
         if msg not in self.errors:
             self.errors.append(msg)
-            print(f"wattlife {self.label}: {msg}; rows are kept in memory and written when it "
-                  "succeeds again, else to a fallback file at the end", file=sys.stderr)
+            log.warning(f"wattlife {self.label}: {msg}; rows are kept in memory and written when "
+                        "it succeeds again, else to a fallback file at the end")
             if self.on_error is not None:
                 try:
                     self.on_error({"label": self.label, "path": str(self.path), "error": msg})
@@ -190,13 +192,13 @@ class SafeAppender:
                 finally:
                     os.close(fd)
                 self.fallback, self.rows_in_fallback = name, n_rows
-                print(f"wattlife {self.label}: {n_rows} row(s) that could not be written to "
-                      f"{self.path} are in {name}", file=sys.stderr)
+                log.warning(f"wattlife {self.label}: {n_rows} row(s) that could not be written to "
+                            f"{self.path} are in {name}")
             except OSError as exc:
                 self.rows_dropped += n_rows
-                print(f"wattlife {self.label}: {n_rows} row(s) lost: neither {self.path} nor "
-                      f"a fallback file ({name or tempfile.gettempdir()}) can be written "
-                      f"({exc.strerror or exc})", file=sys.stderr)
+                log.error(f"wattlife {self.label}: {n_rows} row(s) lost: neither {self.path} nor "
+                          f"a fallback file ({name or tempfile.gettempdir()}) can be written "
+                          f"({exc.strerror or exc})")
             self._out.clear()
             self._header_nl = 0
         if self._fd is not None:

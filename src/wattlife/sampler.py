@@ -13,8 +13,8 @@ every flush the wall clock is compared with its mapping (`WallSteps`: meta.json'
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,8 +26,11 @@ from .contracts import TRACE_HEADER, ZSTD_SUFFIX
 from .contracts.clock import WallSteps, now_ns
 from .devices.base import Row, SensorBackend
 from .devices.registry import build_role, positive_seconds, roles
+from .errors import SetupError
 from .nodename import node_name
 from .safewrite import FrameAppender, SafeAppender
+
+log = logging.getLogger(__name__)
 
 
 class _SeriesStats:
@@ -79,7 +82,7 @@ class Sampler:
             self._out = appender(self.trace_path, TRACE_HEADER, "sampler", truncate=True,
                                  strict_open=True)
         except OSError as exc:
-            raise RuntimeError(f"--trace {self.trace_path}: cannot open it: "
+            raise SetupError(f"--trace {self.trace_path}: cannot open it: "
                                f"{exc.strerror or exc}") from None
         self._out.flush()
         self.wall_steps = WallSteps()
@@ -132,7 +135,7 @@ class Sampler:
                         msg = f"{b.name}: {type(exc).__name__}: {exc}"
                         if msg not in self.errors:
                             self.errors.append(msg)
-                            print(f"wattlife sampler: {msg}", file=sys.stderr)
+                            log.warning(f"wattlife sampler: {msg}")
             polling = now_ns() - now  # time in the polls: a slow sensor is not a stall
             if stopping or time.monotonic() - last_flush >= self.flush_s:
                 if buf:
@@ -192,7 +195,7 @@ def with_sim_gpu_cap(settings: SamplerSettings, cap_w: float | None) -> SamplerS
                                                                      cap_w=cap_w))
 
 
-def build_backends(s: SamplerSettings, log: Callable[[str], Any] = print
+def build_backends(s: SamplerSettings, log: Callable[[str], Any] = log.warning
                    ) -> tuple[list[SensorBackend], list[str]]:
     """Backends from the typed `sampler` settings (built at the edge, by the CLI: nothing here
     reads a configuration mapping); returns them and the notes on missing sensors.

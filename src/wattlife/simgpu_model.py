@@ -50,8 +50,10 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InputError
 
-class CapRefused(ValueError):
+
+class CapRefused(InputError):
     """The cap is below the lowest board power the simulated GPU reaches for this job."""
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from .contracts import node_part_kinds
+from .errors import InputError
 
 SACCT_FIELDS = "JobID,State,Elapsed,NodeList,ConsumedEnergyRaw"
 SSTAT_FIELDS = "JobID,ConsumedEnergyRaw"
@@ -84,7 +85,7 @@ def parse_sacct(text: str, tool: str = "sacct") -> pd.DataFrame:
     overlap on a node, so they are never summed), saying which in `slurm_source`."""
     tab = pd.read_csv(io.StringIO(text), sep="|", dtype=str, keep_default_na=False)
     if "JobID" not in tab or "ConsumedEnergyRaw" not in tab:
-        raise ValueError(f"{tool} output: expected the columns JobID and ConsumedEnergyRaw "
+        raise InputError(f"{tool} output: expected the columns JobID and ConsumedEnergyRaw "
                          f"(-P -o {SACCT_FIELDS}), got {list(tab.columns)}")
     tab["job"] = tab["JobID"].str.split(".").str[0]
     out = []

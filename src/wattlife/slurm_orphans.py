@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .errors import SetupError
+
 Runner = Callable[..., subprocess.CompletedProcess]
 
 JOBNAME_PREFIX = "wattlife"  # profiles/slurm: slurm-jobname-prefix (job names wattlife_<run id>)
@@ -94,9 +96,9 @@ def queued_jobs(names: Sequence[str] | None = None, run: Runner | None = None) -
         p = (run or subprocess.run)(["squeue", "-h", "--me", "-o", SQUEUE_FORMAT],
                                     capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"squeue failed ({exc}): is Slurm reachable from here?") from None
+        raise SetupError(f"squeue failed ({exc}): is Slurm reachable from here?") from None
     if p.returncode != 0:
-        raise RuntimeError(f"squeue failed: {p.stderr.strip()}: is Slurm reachable from here?")
+        raise SetupError(f"squeue failed: {p.stderr.strip()}: is Slurm reachable from here?")
     return parse_squeue(p.stdout, names)
 
 
@@ -107,7 +109,7 @@ def cancel_jobs(jobs: Sequence[SlurmJob], run: Runner | None = None) -> None:
     p = (run or subprocess.run)(["scancel", *(j.job_id for j in jobs)], capture_output=True,
                                 text=True, timeout=60)
     if p.returncode != 0:
-        raise RuntimeError("scancel failed for " + " ".join(j.job_id for j in jobs))
+        raise SetupError("scancel failed for " + " ".join(j.job_id for j in jobs))
 
 
 def job_table(jobs: Sequence[SlurmJob]) -> list[str]:

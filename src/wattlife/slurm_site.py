@@ -14,11 +14,16 @@ call `squeue`, `scancel` or `scontrol` (given `run`, for tests). A killed contro
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
+
+from .errors import SetupError
+
+log = logging.getLogger(__name__)
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
@@ -190,7 +195,6 @@ def check_step(host: str) -> dict[str, Any] | None:
     fewer CPUs than the job. Outside: None."""
     import json
     import os
-    import sys
 
     from .slurm_job import current
 
@@ -199,10 +203,10 @@ def check_step(host: str) -> dict[str, Any] | None:
     # the environment's view, completed by scontrol (memory per node, node list: slurm_job)
     view = {**step_view(os.environ, os.sched_getaffinity(0), host),
             **(current(host, job_allocation) or {})}
-    print(f"wattlife: slurm step {json.dumps(view, sort_keys=True)}", file=sys.stderr, flush=True)
+    log.info(f"wattlife: slurm step {json.dumps(view, sort_keys=True)}")
     problem = step_problem(view)
     if problem:
-        raise RuntimeError(problem)
+        raise SetupError(problem)
     return view
 
 

@@ -4,6 +4,7 @@ overwritten."""
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,14 @@ from wattlife import cli
 from wattlife.cli import main
 from wattlife.config import ConfigError, load_config
 from wattlife.contracts import atomic_path, write_csv
+from wattlife.errors import (
+    EXIT_BUG,
+    EXIT_USER,
+    ContractError,
+    InputError,
+    SensorError,
+    SetupError,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 MS = 1_000_000
@@ -176,28 +185,79 @@ def test_malformed_json_is_named(files, capsys):
     assert "rec.json:1:" in _one_line(capsys)
 
 
-def test_an_internal_error_is_one_line_and_debug_gives_the_traceback(files, capsys, monkeypatch):
-    def broken(a):
-        raise TypeError("unsupported operand")
-
+def _with_pfi(monkeypatch, fn) -> None:
+    """`wattlife pfi` runs `fn` instead of its command."""
     parser = cli.build_parser
 
     def patched():
         p = parser()
         sub = next(x for x in p._actions if x.dest == "command")
-        sub.choices["pfi"].set_defaults(fn=broken)
+        sub.choices["pfi"].set_defaults(fn=fn)
         return p
 
     monkeypatch.setattr(cli, "build_parser", patched)
+
+
+def test_an_internal_error_is_a_bug_report_and_debug_gives_the_traceback(files, capsys,
+                                                                         monkeypatch, tmp_path):
+    """Before: a bug was one line like a user's mistake (exit 1, a bare ValueError exit 2)."""
+    def broken(a):
+        return 1 / 0
+
+    _with_pfi(monkeypatch, broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     args = ["pfi", f"{files}/curves.csv", "-o", f"{files}/o.csv"]
-    assert main(args) == 1
-    line = _one_line(capsys)
-    assert "internal error: TypeError: unsupported operand" in line and "--debug" in line
-    with pytest.raises(TypeError):
+    assert main(args) == EXIT_BUG == 70
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "wattlife pfi: error:" not in err, err
+    lines = err.strip().splitlines()
+    assert lines[0] == "wattlife pfi: internal error: ZeroDivisionError: division by zero", err
+    assert f"wattlife pfi: command: wattlife pfi {files}/curves.csv -o {files}/o.csv" in lines
+    assert "this is a bug in wattlife, please report it" in lines[-1]
+    where = next(ln.split("traceback: ", 1)[1] for ln in lines if "traceback: " in ln)
+    text = Path(where).read_text()
+    assert Path(where).parent == tmp_path and "Traceback" in text and "1 / 0" in text, text
+    with pytest.raises(ZeroDivisionError):
         main(["--debug"] + args)
     monkeypatch.setenv("WATTLIFE_DEBUG", "1")
-    with pytest.raises(TypeError):
+    with pytest.raises(ZeroDivisionError):
         main(args)
+
+
+def test_a_bug_report_without_a_writable_temp_folder_shows_the_traceback(files, capsys,
+                                                                         monkeypatch, tmp_path):
+    _with_pfi(monkeypatch, lambda a: 1 / 0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "absent"))
+    assert main(["pfi", f"{files}/curves.csv", "-o", f"{files}/o.csv"]) == EXIT_BUG
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ZeroDivisionError" in err, err
+    assert "traceback: " not in err and "please report it" in err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("exc", [ValueError("x"), KeyError("x"), RuntimeError("x")])
+def test_a_bare_builtin_error_is_a_bug_not_bad_input(files, capsys, monkeypatch, tmp_path, exc):
+    """Before: ValueError, KeyError and RuntimeError read as the user's mistake (exit 2)."""
+    def broken(a):
+        raise exc
+
+    _with_pfi(monkeypatch, broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["pfi", f"{files}/curves.csv", "-o", f"{files}/o.csv"]) == EXIT_BUG
+    err = capsys.readouterr().err
+    assert f"internal error: {type(exc).__name__}" in err and "please report it" in err, err
+
+
+@pytest.mark.parametrize("exc", [InputError("--x 3: expected 1..2"),
+                                 ContractError("t.csv, line 2: empty t_ns"),
+                                 SetupError("squeue failed: is Slurm reachable from here?"),
+                                 SensorError("no GPU answers"), ConfigError("a.yaml: key x")])
+def test_a_wattlife_error_is_one_line_and_exit_2(files, capsys, monkeypatch, exc):
+    def refused(a):
+        raise exc
+
+    _with_pfi(monkeypatch, refused)
+    assert main(["pfi", f"{files}/curves.csv", "-o", f"{files}/o.csv"]) == EXIT_USER == 2
+    assert capsys.readouterr().err == f"wattlife pfi: error: {exc}\n"
 
 
 def test_the_installed_entry_point_prints_no_traceback(tmp_path):

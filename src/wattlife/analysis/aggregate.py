@@ -27,6 +27,7 @@ from ..contracts import (
     read_table,
     write_csv,
 )
+from ..errors import InputError
 from .performance import (
     items_from_events,
     step_throughput_from_events,
@@ -60,7 +61,7 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
     `phase_files` (the workflow passes them); absent, they are looked for beside each phases.csv."""
     for name, given in (("metas", metas), ("summaries", summaries), ("events", events)):
         if given is not None and len(given) != len(phase_files):
-            raise ValueError(f"{name}: {len(given)} files for {len(phase_files)} phases.csv")
+            raise InputError(f"{name}: {len(given)} files for {len(phase_files)} phases.csv")
     verify_sources(phase_files)
     frames = []
     unnamed: list[str] = []  # files with neither meta.json's cell nor a cell folder name
@@ -82,7 +83,7 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
             cell = {"workload": str(f), "repeat": 1}
         key = tuple(str(cell.get(k, "")) for k in CELL_KEYS)
         if key in runs:
-            raise ValueError(f"{runs[key]} and {f} are the same run "
+            raise InputError(f"{runs[key]} and {f} are the same run "
                              f"({dict(zip(CELL_KEYS, key, strict=True))}) by their meta.json or "
                              "folder; summing them would merge two runs: give each repeat its own "
                              "cell.repeat, and each phases.csv once")
@@ -95,7 +96,7 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
             df[col] = value
         frames.append(df)
     if not frames:
-        raise ValueError("no phases.csv to aggregate")
+        raise InputError("no phases.csv to aggregate")
     if unnamed:
         warnings.warn(f"no cell for {len(unnamed)} phases file(s) (neither meta.json's `cell` nor "
                       f"a <workload>-<storage>-ckpt<mode> folder): {'; '.join(unnamed)}; each is "
@@ -144,7 +145,7 @@ def verify_sources(phase_files: list[str | Path]) -> None:
 
     loose = require_sound(list(phase_files))
     if loose:
-        logging.getLogger(__name__).info(
+        logging.getLogger(__name__).debug(
             "%d phases file(s) not under custody (no sealed cell beside them), used unverified: "
             "%s", len(loose), ", ".join(loose[:3]))
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
 from .allocation_library import (
     PRODUCTION_MIXES,
     JobLibrary,
@@ -82,7 +83,7 @@ def _strategies_to_run(strategies: list[str] | None, lib: JobLibrary
     wanted = strategies or STRATEGIES
     bad = set(wanted) - set(STRATEGIES)
     if bad:
-        raise ValueError(f"unknown strategies {sorted(bad)}; choose from {STRATEGIES}")
+        raise InputError(f"unknown strategies {sorted(bad)}; choose from {STRATEGIES}")
     if "equal" not in wanted:
         wanted = ["equal"] + list(wanted)
     if "oracle" not in wanted:

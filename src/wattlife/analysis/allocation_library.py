@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
 from .curves import dram_copy_product, monotone_flag
 from .pfi import pfi_table
 
@@ -143,12 +144,12 @@ def build_library(curves: pd.DataFrame, pfi: pd.DataFrame | None = None,
                   objective: str = "relative") -> JobLibrary:
     """Curves table -> padded arrays and per-strategy weights."""
     if objective not in ("relative", "absolute"):
-        raise ValueError(f"objective must be relative or absolute, got {objective!r}")
+        raise InputError(f"objective must be relative or absolute, got {objective!r}")
     if pfi is None:
         pfi = pfi_table(curves, n_mc=0)
     jobs, cats, tasks, Ps, Ts, tele, flags = _job_curves(curves, objective)
     if not jobs:
-        raise ValueError("no job in the curves has two or more usable points")
+        raise InputError("no job in the curves has two or more usable points")
     P, T = _padded(Ps, Ts)
     pmax = np.array([p[-1] for p in Ps])  # highest power = uncapped point
     tmax = np.array([t[int(np.argmax(p))] for p, t in zip(Ps, Ts, strict=True)])
@@ -201,7 +202,7 @@ def parse_mix(mix: str) -> tuple[str, dict[str, float]] | None:
         try:
             wanted[k.strip()] = float(v)
         except ValueError:
-            raise ValueError(f"mix {mix!r}: expected 'random', one of {sorted(PRODUCTION_MIXES)}, "
+            raise InputError(f"mix {mix!r}: expected 'random', one of {sorted(PRODUCTION_MIXES)}, "
                              "category weights like 'dense=0.5,moe_pt=0.2,moe_ft=0.3' or task "
                              "weights like 'task:pretrain=0.3,finetune=0.7'") from None
     return col, wanted
@@ -220,11 +221,11 @@ def sample_workloads(lib: JobLibrary, n: int, m: int, mix: str,
         have = {str(x) for x in labels}  # numpy strings print as np.str_(...) otherwise
         unknown = {k for k, v in wanted.items() if v > 0} - have
         if unknown:
-            raise ValueError(f"mix {mix!r} names {col} {sorted(unknown)} that no job has "
+            raise InputError(f"mix {mix!r} names {col} {sorted(unknown)} that no job has "
                              f"(have {', '.join(sorted(have))})")
         per = pd.Series(labels).value_counts()
         prob = np.array([wanted.get(c, 0.0) / per[c] for c in labels])
         if prob.sum() <= 0:
-            raise ValueError(f"mix {mix!r} gives every job probability 0")
+            raise InputError(f"mix {mix!r} gives every job probability 0")
         prob /= prob.sum()
     return rng.choice(len(lib.jobs), size=(n, m), p=prob)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from ..errors import InputError
 from ..simgpu_model import CapRefused, SimGpuModel, SimJob
 
 _F = np.linspace(0.05, 1.0, 400)
@@ -113,7 +114,7 @@ def calibrate_to_pfi(target: float, caps: list[float], model: SimGpuModel | None
     vals = np.array([sim_pfi(model, m, caps) for m in grid])
     ok = np.isfinite(vals)
     if not ok.any():
-        raise ValueError(f"the simulated GPU gives no PFI on caps {caps} (it refuses a cap for "
+        raise InputError(f"the simulated GPU gives no PFI on caps {caps} (it refuses a cap for "
                          "every memory-bound share)")
     for k in range(len(grid) - 1):
         a, b = vals[k], vals[k + 1]
@@ -134,7 +135,7 @@ def calibrate_to_pfi(target: float, caps: list[float], model: SimGpuModel | None
     best = int(np.nanargmin(np.where(ok, np.abs(vals - target), np.inf)))
     if abs(vals[best] - target) <= tol or closest:
         return float(grid[best])
-    raise ValueError(f"PFI {target} is outside what the simulated GPU reaches on caps {caps} "
+    raise InputError(f"PFI {target} is outside what the simulated GPU reaches on caps {caps} "
                      f"({np.nanmin(vals):.3f}..{np.nanmax(vals):.3f})")
 
 
@@ -172,7 +173,7 @@ def calibrate_job(pfi: float, caps: list[float], pfi_4cap: float | None = None,
         except ValueError:
             continue
     if not fits:
-        raise ValueError(f"cannot calibrate PFI {pfi} on caps {caps} for any memory power share")
+        raise InputError(f"cannot calibrate PFI {pfi} on caps {caps} for any memory power share")
     miss = min(f[4] for f in fits)
     fits = [f for f in fits if f[4] <= max(tol, miss + 1e-6)]  # those that meet the grid's PFI
 
@@ -215,7 +216,7 @@ def estimated_tokens_per_s(model: str, arch: str, task: str, n_gpus: int,
                            peak: float = H200_PEAK_BF16) -> float:
     """Uncapped tokens/s of a study job from its size (an estimate, see ACTIVE_PARAMS)."""
     if model not in ACTIVE_PARAMS:
-        raise ValueError(f"no active-parameter count for model {model!r} "
+        raise InputError(f"no active-parameter count for model {model!r} "
                          f"(have {sorted(ACTIVE_PARAMS)})")
     k = 6.0 if task.upper().startswith("PT") or task == "pretrain" else 4.0
     mfu = ASSUMED_MFU["moe" if arch == "moe" else "dense"]
@@ -261,7 +262,7 @@ def _nearest_share_meeting(pfi: float, caps: list[float], model: SimGpuModel, sh
             return m, float(sh)
         tried.append((miss, m, float(sh)))
     if not tried:
-        raise ValueError(f"cannot calibrate PFI {pfi} on caps {caps} for any memory power share")
+        raise InputError(f"cannot calibrate PFI {pfi} on caps {caps} for any memory power share")
     _, m, sh = min(tried)
     return m, sh
 

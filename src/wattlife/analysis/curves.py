@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import CURVES_COLUMNS
+from ..errors import ContractError, InputError
 
 
 def dram_copy_product(dram_active, util_mem):
@@ -35,7 +36,7 @@ def steady_state(values: np.ndarray, rule: str = "top10", warmup_frac: float = 0
         return float(np.median(v))
     if rule == "mean":
         return float(np.mean(v))
-    raise ValueError(f"steady-state rule must be top10, median or mean, got {rule!r}")
+    raise InputError(f"steady-state rule must be top10, median or mean, got {rule!r}")
 
 
 def steady_state_se(values: np.ndarray, rule: str = "top10", warmup_frac: float = 0.2) -> float:
@@ -53,7 +54,7 @@ def steady_state_se(values: np.ndarray, rule: str = "top10", warmup_frac: float 
     n = len(v)
     n_eff = {"top10": max(n * 0.1, 1.0), "mean": float(n), "median": 2 * n / np.pi}.get(rule)
     if n_eff is None:
-        raise ValueError(f"steady-state rule must be top10, median or mean, got {rule!r}")
+        raise InputError(f"steady-state rule must be top10, median or mean, got {rule!r}")
     return float(np.std(v) / np.sqrt(n_eff))
 
 
@@ -63,7 +64,7 @@ def read_emerald_sweep(path: str | Path, gpu_model: str = "A100") -> pd.DataFram
     need = ["Workload", "GPU power cap", "throughput", "total GPU power", "power per GPU"]
     missing = [c for c in need if c not in d.columns]
     if missing:
-        raise ValueError(f"{path}: not an Emerald sweep file, missing columns {missing}")
+        raise ContractError(f"{path}: not an Emerald sweep file, missing columns {missing}")
     n_gpus = (d["total GPU power"] / d["power per GPU"]).round().astype(int)
     cat = d["Workload"].str.split("_").str[0].map({"ft": "finetune", "pt": "pretrain",
                                                   "infer": "inference"}).fillna("other")

@@ -17,6 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from ..contracts import TRANSFER_PHASES
+from ..errors import InputError
 
 GB = 1e9
 
@@ -187,7 +188,7 @@ def read_records(paths: list[str | Path]) -> list[dict[str, Any]]:
         try:
             recs.append(json.loads(Path(r).read_text()))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{r}:{exc.lineno}:{exc.colno}: not a valid JSON record "
+            raise InputError(f"{r}:{exc.lineno}:{exc.colno}: not a valid JSON record "
                              f"({exc.msg})") from None
     return recs
 
@@ -214,14 +215,14 @@ def prepare_tables_files(catalogue: list[dict[str, Any]], users_per_artefact: fl
     require_sound(list(phase_files))
     recs = read_records(records)
     if len(phase_files) != len(recs):
-        raise ValueError(f"--phases: {len(phase_files)} files for {len(recs)} --records")
+        raise InputError(f"--phases: {len(phase_files)} files for {len(recs)} --records")
     summary = summaries = cells = None
     if phase_summary and Path(phase_summary).exists():
         summary = pd.read_csv(phase_summary)
         cell_summaries = list(cell_summaries or [])
         metas = cell_metas or [Path(f).parents[1] / "meta.json" for f in cell_summaries]
         if len(metas) != len(cell_summaries):
-            raise ValueError(f"--cell-metas: {len(metas)} files for {len(cell_summaries)} "
+            raise InputError(f"--cell-metas: {len(metas)} files for {len(cell_summaries)} "
                              "--cell-summaries")
         require_sound(list(metas), derived=False)  # each cell whole: its work/summary.json too
         cells = [read_meta(m).cell or {} for m in metas]

@@ -29,6 +29,7 @@ from scipy import stats
 
 from ..config import Settings, resource_path
 from ..contracts import PFI_COLUMNS, write_table
+from ..errors import ContractError, InputError
 
 MIN_DELTA = 0.01
 
@@ -66,7 +67,7 @@ def _grid_missing(g: pd.DataFrame, grid: list[float], option: str, job: str, gpu
     have = np.round(g["cap_w"].to_numpy(float), 3)
     missing = [c for c in grid if round(float(c), 3) not in have]
     if missing:
-        raise ValueError(f"{option} {','.join(f'{c:g}' for c in grid)}: job {job} ({gpu}) has no "
+        raise InputError(f"{option} {','.join(f'{c:g}' for c in grid)}: job {job} ({gpu}) has no "
                          f"valid point at {','.join(f'{c:g}' for c in missing)} W (its caps: "
                          f"{','.join(f'{c:g}' for c in sorted(set(have)))}); give caps it has")
 
@@ -145,7 +146,7 @@ def compare_gpus(pfi: pd.DataFrame, gpu_a: str, gpu_b: str) -> dict[str, float]:
     b = pfi[pfi["gpu_model"] == gpu_b].set_index("job")["pfi"]
     common = a.index.intersection(b.index)
     if len(common) < 3:
-        raise ValueError(f"need >= 3 jobs measured on both {gpu_a} and {gpu_b}, have {len(common)}")
+        raise InputError(f"need >= 3 jobs measured on both {gpu_a} and {gpu_b}, have {len(common)}")
     rho, p = stats.spearmanr(a[common], b[common])
     return {"spearman_rho": float(rho), "p_value": float(p), "n_jobs": int(len(common))}
 
@@ -210,7 +211,7 @@ def read_study_jobs(path: str | Path | None = None) -> pd.DataFrame:
             "n_runs"}
     missing = need - set(d.columns)
     if missing:
-        raise ValueError(f"{p}: not the study's job table, missing columns {sorted(missing)}")
+        raise ContractError(f"{p}: not the study's job table, missing columns {sorted(missing)}")
     d["caps"] = d["cap_grid_w"].map(lambda s: [float(x) for x in str(s).split(";")])
     return d
 
@@ -220,7 +221,7 @@ def read_study_validation(path: str | Path | None = None) -> pd.DataFrame:
     p = Path(path) if path else STUDY_DIR / "pfi-study-validation.csv"
     d = pd.read_csv(p)
     if not {"job_id", "role", "pfi_h200", "pfi_h100"} <= set(d.columns):
-        raise ValueError(f"{p}: not the study's validation table (job_id, role, pfi_h200, "
+        raise ContractError(f"{p}: not the study's validation table (job_id, role, pfi_h200, "
                          f"pfi_h100)")
     return d
 

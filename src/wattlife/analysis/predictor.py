@@ -19,6 +19,7 @@ from sklearn.linear_model import LinearRegression
 from sklearn.metrics import mean_squared_error, r2_score
 from sklearn.model_selection import LeaveOneGroupOut, LeaveOneOut, cross_val_predict
 
+from ..errors import InputError
 from .curves import dram_copy_product
 
 FEATURE_SETS = {
@@ -40,7 +41,7 @@ def job_features(curves: pd.DataFrame, pfi: pd.DataFrame) -> pd.DataFrame:
     """One row per job: PFI and the features, from the uncapped (highest-cap) row's telemetry."""
     need = {"dram_active", "util_mem", "tensor_active"}
     if not need <= set(curves.columns):
-        raise ValueError(f"the curves have no telemetry columns {sorted(need)}; the predictor "
+        raise InputError(f"the curves have no telemetry columns {sorted(need)}; the predictor "
                          "needs an uncapped run's telemetry")
     top = curves.sort_values("cap_w").groupby(["job", "gpu_model"]).tail(1)
     df = top.merge(pfi[["job", "gpu_model", "pfi"]], on=["job", "gpu_model"])
@@ -95,7 +96,7 @@ def predictor_files(curves_path: str | Path, pfi_path: str | Path, out: str | Pa
     neg = pfi["pfi"] < 0
     if neg.any():
         i = int(np.flatnonzero(neg.to_numpy())[0])
-        raise ValueError(f"{pfi_path}:{i + 2}: job {pfi['job'].iloc[i]} has PFI "
+        raise InputError(f"{pfi_path}:{i + 2}: job {pfi['job'].iloc[i]} has PFI "
                          f"{pfi['pfi'].iloc[i]:g} < 0 (its power and throughput moved apart: a "
                          f"curve to check, not a training target); {int(neg.sum())} such job(s)")
     feats = job_features(curves, pfi)
@@ -117,12 +118,12 @@ def _enough_jobs(feats: pd.DataFrame, pfi: pd.DataFrame, pfi_path: str | Path,
     finite PFI (a job measured at one cap has none) and finite telemetry at their highest cap."""
     bad = feats[["dram_active", "util_mem", "tensor_active", "n_gpus"]].isna().any(axis=1)
     if bad.any():
-        raise ValueError(f"{curves_path}: job(s) {sorted(feats.loc[bad, 'job'].astype(str))} have "
+        raise InputError(f"{curves_path}: job(s) {sorted(feats.loc[bad, 'job'].astype(str))} have "
                          "no telemetry (dram_active, util_mem, tensor_active, n_gpus) at their "
                          "highest cap; the predictor needs it for every job")
     if len(feats) < MIN_JOBS:
         n_nan = int(pfi["pfi"].isna().sum())
-        raise ValueError(f"{pfi_path}: {len(feats)} job(s) with a finite PFI in both files "
+        raise InputError(f"{pfi_path}: {len(feats)} job(s) with a finite PFI in both files "
                          f"({n_nan} of {len(pfi)} PFI rows are NaN, e.g. a job measured at one "
                          f"cap); the predictor needs at least {MIN_JOBS} (leave-one-out "
                          "regression)")

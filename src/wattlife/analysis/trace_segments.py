@@ -37,6 +37,7 @@ import pandas as pd
 from ..attribution import device_series, interval_energy
 from ..attribution.steady import steady_steps
 from ..contracts import PAUSE_PHASES, POWER_W, device_kind, kind_name
+from ..errors import InputError
 from .curves import dram_copy_product
 
 SEGMENTS = ("warmup", "startup", "training", "pause", "tail")
@@ -126,7 +127,7 @@ def partition_trace(trace: pd.DataFrame, events: pd.DataFrame | None = None,
         else:
             p = g[(g["metric"] == POWER_W) & (g["t_ns"] >= t_mem)].sort_values("t_ns")
             if p.empty:
-                raise ValueError(f"{host}/{dev}: the trace has no power_w readings to find a "
+                raise InputError(f"{host}/{dev}: the trace has no power_w readings to find a "
                                  "steady state in")
             t = p["t_ns"].to_numpy(np.int64)
             method = "telemetry"

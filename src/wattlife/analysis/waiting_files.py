@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..contracts import PHASES_COLUMNS, read_meta, read_table, read_trace, write_csv
+from ..errors import InputError
 from .waiting import cell_summary, context_floor, run_summary, waiting_table
 from .waiting_whatif import waiting_facility, waiting_whatif
 
@@ -19,7 +20,7 @@ WAITING_FILES = {"waiting": "waiting.csv", "runs": "waiting_runs.csv",
 def context_floors(traces: list[str | Path], metas: list[str | Path]) -> pd.DataFrame:
     """`waiting.context_floor` of every run (trace i with meta i), with its `run_id`."""
     if len(traces) != len(metas):
-        raise ValueError(f"metas: {len(metas)} files for {len(traces)} traces")
+        raise InputError(f"metas: {len(metas)} files for {len(traces)} traces")
     frames = []
     for t, m in zip(traces, metas, strict=True):
         meta = read_meta(m)

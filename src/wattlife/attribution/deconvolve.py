@@ -30,6 +30,7 @@ import pandas as pd
 from scipy.optimize import lsq_linear, nnls
 
 from ..contracts import RESIDUAL, UNATTRIBUTED
+from ..errors import InputError
 from .response import SensorResponse
 from .series import DeviceSeries
 from .tree import PhaseTree, SegmentIndex, segment_index, segments
@@ -166,7 +167,7 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
     """Mean power per phase name by NNLS over all readings (see the module docstring); the
     readings' window is `response`, else a boxcar of `window_s`, else of the reading spacing."""
     if series.power_w is None:
-        raise ValueError(f"{series.device}: deconvolution needs power readings, the trace has only "
+        raise InputError(f"{series.device}: deconvolution needs power readings, the trace has only "
                          "an energy counter")
     index, bounds, seg_name = segment_index(tree, series)
     names = index.names
@@ -203,7 +204,7 @@ def estimate_window(series: DeviceSeries, tree: PhaseTree,
                     max_readings: int = 200_000) -> float:
     """The averaging window (s) among `factors` x spacing whose deconvolution fits best."""
     if series.power_w is None:
-        raise ValueError(f"{series.device}: estimating a window needs power readings")
+        raise InputError(f"{series.device}: estimating a window needs power readings")
     n = min(len(series.t_ns), max_readings)
     sub = DeviceSeries(series.host, series.device, series.t_ns[:n], series.energy_j[:n],
                        series.power_w[:n], series.source, series.max_power_w)
@@ -227,7 +228,7 @@ def estimate_response(series: DeviceSeries, tree: PhaseTree, bin_s: float = 0.00
     squares, starting from a boxcar of one spacing. Needs short phases of varied length and
     order; with long phases only, the readings say little about the weights."""
     if series.power_w is None:
-        raise ValueError(f"{series.device}: estimating a response needs power readings")
+        raise InputError(f"{series.device}: estimating a response needs power readings")
     n = min(len(series.t_ns), max_readings)
     index = segment_index(tree, series)[0]
     t, p = series.rel(series.t_ns[1:n]), series.power_w[1:n]

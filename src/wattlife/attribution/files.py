@@ -26,6 +26,7 @@ from ..contracts import (
     refuse_overwrite,
     write_table,
 )
+from ..errors import InputError
 from ..pathlock import one_writer
 from .chunked import SpilledTrace
 from .energy import attribute_energy
@@ -228,7 +229,7 @@ def _attribute_read(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path,
     if idle_split:
         idle = meta.idle_window
         if idle is None:
-            raise ValueError(f"--idle-split needs an idle baseline window in {meta_path} "
+            raise InputError(f"--idle-split needs an idle baseline window in {meta_path} "
                              "(sampler.idle_baseline_s > 0)")
     window_s = window_ms / 1000.0 if window_ms else None  # None: estimated per device
     events_df = _events_in(trace_in, trace, events, meta, has_meta, steady)

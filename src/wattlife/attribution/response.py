@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..errors import ContractError, InputError
+
 if TYPE_CHECKING:
     from .tree import SegmentIndex
 
@@ -33,12 +35,12 @@ class SensorResponse:
     def __post_init__(self) -> None:
         e, w = np.asarray(self.edges_s, float), np.asarray(self.weights, float)
         if len(e) != len(w) + 1 or len(w) == 0:
-            raise ValueError(f"sensor response: {len(w)} weights need {len(w) + 1} lag edges, "
+            raise InputError(f"sensor response: {len(w)} weights need {len(w) + 1} lag edges, "
                              f"got {len(e)}")
         if e[0] < 0 or np.any(np.diff(e) <= 0):
-            raise ValueError(f"sensor response: lag edges must start at >= 0 and increase, got {e}")
+            raise InputError(f"sensor response: lag edges must start at >= 0 and increase, got {e}")
         if np.any(w < 0) or not np.isclose(w.sum(), 1.0, atol=1e-6):
-            raise ValueError(f"sensor response: weights must be >= 0 and sum to 1, got {w}")
+            raise InputError(f"sensor response: weights must be >= 0 and sum to 1, got {w}")
 
     @classmethod
     def boxcar(cls, window_s: float) -> "SensorResponse":
@@ -81,13 +83,13 @@ class SensorResponse:
         df = pd.read_csv(path)
         need = {"lag_lo_ms", "lag_hi_ms", "weight"}
         if not need <= set(df.columns):
-            raise ValueError(f"{path}: expected columns {sorted(need)}, got {list(df.columns)}")
+            raise ContractError(f"{path}: expected columns {sorted(need)}, got {list(df.columns)}")
         lo, hi = df["lag_lo_ms"].to_numpy(float), df["lag_hi_ms"].to_numpy(float)
         gaps = np.flatnonzero(~np.isclose(lo[1:], hi[:-1]))
         if len(gaps):
-            raise ValueError(f"{path}, line {gaps[0] + 3}: lag_lo_ms {lo[gaps[0] + 1]} does not "
+            raise InputError(f"{path}, line {gaps[0] + 3}: lag_lo_ms {lo[gaps[0] + 1]} does not "
                              f"continue the previous bin's lag_hi_ms {hi[gaps[0]]}")
         try:
             return cls(tuple(np.append(lo, hi[-1]) / 1e3), tuple(df["weight"].astype(float)))
         except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from None
+            raise InputError(f"{path}: {exc}") from None

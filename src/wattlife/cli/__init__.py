@@ -12,13 +12,20 @@ guard, `checks` the range checks at the edge. Each `cmd_*` imports what it calls
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
+from typing import TextIO
 
+from ..diagnostics import install
+from ..errors import EXIT_BUG, EXIT_USER
 from . import custody, outputs, pfi, power, preparation, runs, slurm, workloads
 from .options import GUARDS, _guard
 from .runs import _load_sampler_cfg
 
 __all__ = ["GUARDS", "_guard", "_load_sampler_cfg", "build_parser", "main"]
+
+log = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .checks import OneLineParser
 
     p = OneLineParser(prog="wattlife", description=(
-        "Where the energy of AI training goes, and how flexible its power is."))
+        "Where the energy of AI training goes, and how flexible its power is."),
+        epilog=EXIT_EPILOG)
     p.add_argument("--debug", action="store_true",
                    help="show the full traceback of an error (also WATTLIFE_DEBUG=1; default: off)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -55,31 +63,67 @@ def _one_line(exc: BaseException) -> str:
         return f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
     if isinstance(exc, pd.errors.EmptyDataError):
         return f"empty CSV file (no header): {exc}"
-    if isinstance(exc, KeyError):
-        return f"missing key or column {exc}"
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run one command. Bad input or a fault: one line on stderr naming the file/option, exit 2
-    (1 for an unexpected internal error), no traceback unless --debug or WATTLIFE_DEBUG=1.
-    Warnings are one line each too."""
-    import os
-    import warnings
+#: the top-level help's last line: what each exit status means
+EXIT_EPILOG = "exit status: 0 ok, 2 bad input or setup, 70 a bug in wattlife, 130 interrupted"
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """What the user (their files, options, site) caused, each said in one line: wattlife's own
+    `WattlifeError`, and the errors the OS and the parsers of the user's files raise on their
+    own (a missing/read-only path, a file that is not CSV/JSON/YAML). Anything else is a bug."""
+    import json as _json
 
     import pandas as pd
     import yaml
+
+    from ..errors import WattlifeError
+
+    return (WattlifeError, OSError, _json.JSONDecodeError, pd.errors.ParserError,
+            pd.errors.EmptyDataError, yaml.YAMLError)
+
+
+def _bug_report(name: str, argv: list[str] | None, exc: BaseException) -> None:
+    """A short bug report on stderr: the command, the exception, where its traceback went."""
+    import shlex
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        fd, where = tempfile.mkstemp(prefix="wattlife-bug-", suffix=".txt")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    except OSError:
+        where = ""
+    args = sys.argv[1:] if argv is None else argv
+    log.error(f"{name}: internal error: {type(exc).__name__}: {_one_line(exc)}")
+    log.error(f"{name}: command: wattlife {shlex.join(args)}")
+    log.error(f"{name}: traceback: {where}" if where else text.rstrip("\n"))
+    log.error(f"{name}: this is a bug in wattlife, please report it "
+              "(the command, this message and the traceback)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command. Bad input or a fault: one line on stderr naming the file/option, exit 2;
+    anything else is a bug: a short bug report, exit `EXIT_BUG` (70). No traceback on stderr
+    unless --debug or WATTLIFE_DEBUG=1 (which also logs at DEBUG). Warnings are one line each."""
+    import warnings
 
     from .checks import PipeTolerantStdout, check_options
 
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("WATTLIFE_DEBUG", "") not in ("", "0")
+    install(logging.DEBUG if debug else logging.INFO)
     name = f"wattlife {args.command}"
 
-    def show(message, category, filename, lineno, file=None, line=None):
-        print(f"{name}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        log.warning(f"{name}: warning: {' '.join(str(message).split())}")
 
     stdout, sys.stdout = sys.stdout, PipeTolerantStdout(sys.stdout)
     with warnings.catch_warnings():
@@ -91,19 +135,17 @@ def main(argv: list[str] | None = None) -> int:
             _guard(args)
             return int(args.fn(args) or 0)
         except KeyboardInterrupt:
-            print(f"{name}: interrupted", file=sys.stderr)
+            log.error(f"{name}: interrupted")
             return 130
-        except (ValueError, OSError, RuntimeError, KeyError, pd.errors.ParserError,
-                pd.errors.EmptyDataError, yaml.YAMLError) as exc:
+        except _user_errors() as exc:
             if debug:
                 raise
-            print(f"{name}: error: {_one_line(exc)}", file=sys.stderr)
-            return 2
-        except Exception as exc:  # a bug, not bad input: still one line, the traceback on demand
+            log.error(f"{name}: error: {_one_line(exc)}")
+            return EXIT_USER
+        except Exception as exc:  # a bug, not bad input: a bug report, the traceback kept
             if debug:
                 raise
-            print(f"{name}: internal error: {type(exc).__name__}: {_one_line(exc)} "
-                  "(rerun with --debug or WATTLIFE_DEBUG=1 for the traceback)", file=sys.stderr)
-            return 1
+            _bug_report(name, argv, exc)
+            return EXIT_BUG
         finally:
             sys.stdout = stdout

@@ -12,6 +12,8 @@ import math
 import sys
 from typing import Any, NoReturn
 
+from ..errors import InputError
+
 SEED = (0, 2**32 - 1, "a seed")
 # (command, option dest) -> (lowest, highest, what); both ends accepted. A float range whose
 # lowest is 0 but 0 itself is refused is written with a tiny positive lowest.
@@ -87,12 +89,12 @@ def check_options(a: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
             if v is None:
                 continue
             if not (isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi):
-                raise ValueError(f"{option_name(parser, command, dest)}: expected "
+                raise InputError(f"{option_name(parser, command, dest)}: expected "
                                  f"{_range_text(lo, hi, what)}, got {v!r}")
     if a.command == "pfi" and a.compare is not None:
         parts = [p.strip() for p in a.compare.split(",")]
         if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-            raise ValueError(f"--compare: expected two different GPU models, e.g. 'H200,H100', "
+            raise InputError(f"--compare: expected two different GPU models, e.g. 'H200,H100', "
                              f"got {a.compare!r}")
 
 

@@ -12,11 +12,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
+
+LOG_FORMAT = "%(name)s: %(levelname)s: %(message)s"
+
 
 def _log_to_stderr() -> None:
+    """The controller's log lines as "wattlife.measure: INFO: ...", other libraries' alike."""
+    from ..diagnostics import install
+
+    install(logging.INFO, "wattlife.measure", LOG_FORMAT)
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                            format="%(name)s: %(levelname)s: %(message)s")
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
 
 
 def _slice(text: str, of: str) -> Any:
@@ -24,7 +31,7 @@ def _slice(text: str, of: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise ValueError(f"--slice: expected the {of}'s config slice as JSON ({exc})") from None
+        raise InputError(f"--slice: expected the {of}'s config slice as JSON ({exc})") from None
 
 
 def cmd_measure(a: argparse.Namespace) -> int:
@@ -81,7 +88,7 @@ def cmd_seal_derived(a: argparse.Namespace) -> int:
     if pointer is None:
         pub = published(Path(a.file).parent)
         if pub is None:
-            raise ValueError(f"{a.file}: no published seal (sealed-*.json) beside it; give "
+            raise InputError(f"{a.file}: no published seal (sealed-*.json) beside it; give "
                              "--pointer")
         pointer = pub[0]
     print(seal_derived(Path(a.file), pointer))

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
+
 
 def cmd_figures(a: argparse.Namespace) -> int:
     from ..figures import draw_all, draw_reference
@@ -19,7 +21,7 @@ def cmd_figures(a: argparse.Namespace) -> int:
         tables = tables / "tables"
         a.tables = str(tables)
     if not a.output:
-        raise ValueError("give -o OUT (only a run folder has a default)")
+        raise InputError("give -o OUT (only a run folder has a default)")
     if not tables.is_dir():
         raise FileNotFoundError(2, "No such folder of tables (expected a run's tables/ folder, or "
                                    "results/reference with --reference)", str(tables))
@@ -30,7 +32,7 @@ def cmd_figures(a: argparse.Namespace) -> int:
     paths = draw_reference(a.tables, a.output) if a.reference else draw_all(a.tables, a.output)
     if not paths:
         refs = " or the reference folders" if a.reference else ""
-        raise ValueError(f"{tables}: no table to draw from (expected e.g. phases.csv, curves.csv, "
+        raise InputError(f"{tables}: no table to draw from (expected e.g. phases.csv, curves.csv, "
                          f"pfi.csv{refs}); nothing drawn")
     for p in paths:
         print(p)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from .options import _floats
 
 
@@ -76,7 +77,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         return 0
     if not a.curves or a.tdp is None:
-        raise ValueError("calibrate-sim: give CURVES and --tdp, or --published JOBS.csv")
+        raise InputError("calibrate-sim: give CURVES and --tdp, or --published JOBS.csv")
     doc = calibrate_files(a.curves, a.tdp, a.output)
     print(json.dumps(doc, indent=2, default=float))
     return 0

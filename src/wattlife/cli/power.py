@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from .options import _floats
+
+log = logging.getLogger(__name__)
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
@@ -33,7 +36,7 @@ def cmd_pfi_sweep(a: argparse.Namespace) -> int:
     try:
         df = sweep_matrix_cap(s, a.config, a.cell, a.cap, a.output, backend=a.backend)
     except InfrastructureFailure as exc:  # the job fails: Snakemake's retries, Slurm's requeue
-        print(f"wattlife pfi-sweep: {exc}", file=sys.stderr)
+        log.error(f"wattlife pfi-sweep: {exc}")
         return INFRASTRUCTURE_EXIT
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
@@ -55,11 +58,11 @@ def cmd_powercap(a: argparse.Namespace) -> int:
 
     if a.action == "restore":
         if not a.state:
-            raise ValueError("powercap restore: give --state, the powercap-state-<host>.json that "
+            raise InputError("powercap restore: give --state, the powercap-state-<host>.json that "
                              "launch-node wrote beside the run's trace (or in its --state-dir)")
         if not Path(a.state).exists():
             if not a.missing_ok:
-                raise ValueError(f"--state {a.state}: no such file, nothing restored (a misspelt "
+                raise InputError(f"--state {a.state}: no such file, nothing restored (a misspelt "
                                  "path? if no limit was ever saved there, give --missing-ok)")
             print(f"no state file {a.state}: no power limit was saved there, none to restore")
             return 0
@@ -70,7 +73,7 @@ def cmd_powercap(a: argparse.Namespace) -> int:
         from ..slurm_site import save_limits
 
         if not a.state:
-            raise ValueError("powercap save: give --state, the file to write the limits to")
+            raise InputError("powercap save: give --state, the file to write the limits to")
         print(f"saved GPU power limits to {a.state}: {save_limits(a.state, a.backend)}")
         return 0
     ctl = PowerCapController(backend=a.backend, state_file=a.state or "powercap-state.json",

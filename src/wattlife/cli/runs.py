@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import InputError
 from .options import _nonnegative_s, _positive_ms
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..config import SamplerSettings
@@ -44,7 +47,7 @@ def _run_files(a: argparse.Namespace, cmd: list[str]) -> tuple[Path, Path, Path 
     (-o, default `run.naming.default_run_dir`: runs/<script>-<UTC time>/)."""
     if a.trace or a.events:
         if not (a.trace and a.events) or a.output:
-            raise ValueError("give --trace and --events together, or -o RUN_DIR "
+            raise InputError("give --trace and --events together, or -o RUN_DIR "
                              "(default runs/<script>-<UTC time>), not both")
         return Path(a.trace), Path(a.events), Path(a.meta) if a.meta else None
     from ..contracts import EVENTS_FILE, META_FILE
@@ -59,7 +62,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
     if not cmd:
-        print("wattlife run: give the command after --", file=sys.stderr)
+        log.error("wattlife run: give the command after --")
         return 2
     trace, events, meta = _run_files(a, cmd)
     settings = _sampler_settings(a.config, interval_ms=a.interval_ms, gpu=a.gpu, cpu=a.cpu,
@@ -67,7 +70,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     try:
         cell = json.loads(a.cell) if a.cell else None
     except ValueError as exc:
-        raise ValueError(f"--cell: expected JSON, got {a.cell!r} ({exc})") from None
+        raise InputError(f"--cell: expected JSON, got {a.cell!r} ({exc})") from None
     from ..launch import short_host
     from ..runlock import run_folder_lock
     from ..slurm_site import check_step
@@ -78,11 +81,11 @@ def cmd_run(a: argparse.Namespace) -> int:
             rc = run_under_sampler(cmd, trace, events, meta, settings=settings,
                                    run_id=a.run_id, cell=cell)
         if not a.trace:  # a run folder of its own: say where, and what comes next
-            print(f"wattlife run: {trace.parent} (trace, events, meta.json); per-phase energy: "
-                  f"wattlife attribute {trace.parent}", file=sys.stderr)
+            log.info(f"wattlife run: {trace.parent} (trace, events, meta.json); per-phase energy: "
+                     f"wattlife attribute {trace.parent}")
         return rc
     except KeyboardInterrupt:  # before the sampler took over the signals: nothing was started
-        print("wattlife run: interrupted before CMD started", file=sys.stderr)
+        log.error("wattlife run: interrupted before CMD started")
         return 130
 
 
@@ -99,7 +102,7 @@ def _attribute_files(a: argparse.Namespace) -> tuple[str, str, str]:
         return (a.trace or str(found), a.events or str(run / "events.csv"),
                 a.output or str(run / "phases.csv"))
     if not (a.trace and a.events and a.output):
-        raise ValueError("give RUN_DIR, or --trace, --events and -o")
+        raise InputError("give RUN_DIR, or --trace, --events and -o")
     return a.trace, a.events, a.output
 
 
@@ -165,12 +168,12 @@ def cmd_launch_node(a: argparse.Namespace) -> int:
 
     if a.merge_meta:
         if not a.meta:
-            raise ValueError("launch-node --merge-meta DIR needs --meta OUT")
+            raise InputError("launch-node --merge-meta DIR needs --meta OUT")
         merge_meta(a.merge_meta, a.meta)
         return 0
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
     if not cmd:
-        raise ValueError("launch-node: give the command after --")
+        raise InputError("launch-node: give the command after --")
     return run_node(cmd, settings=_sampler_settings(a.config), run_id=a.run_id,
                     cell=json.loads(a.cell) if a.cell else {}, trace=a.trace, events=a.events,
                     meta=a.meta, node_dir=a.node_dir, cap_w=a.cap, backend=a.powercap_backend,

@@ -4,9 +4,13 @@ slurm-energy` (each measuring job's energy beside Slurm's own accounting); READM
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from pathlib import Path
 from typing import Any
+
+from ..errors import InputError
+
+log = logging.getLogger(__name__)
 
 
 def _orphan_scope(a: argparse.Namespace) -> tuple[list[str] | None, str]:
@@ -18,11 +22,11 @@ def _orphan_scope(a: argparse.Namespace) -> tuple[list[str] | None, str]:
     if a.all:
         return None, "every run of the suite (job names wattlife_*)"
     if not a.results:
-        raise ValueError("give RESULTS (the results folder, the config's results_dir), --name "
+        raise InputError("give RESULTS (the results folder, the config's results_dir), --name "
                          "<SLURM run ID> or --all")
     names = recorded_runs(a.results)
     if not names:
-        raise ValueError(f"{Path(a.results) / RUNS_FILE}: no Slurm run recorded for results "
+        raise InputError(f"{Path(a.results) / RUNS_FILE}: no Slurm run recorded for results "
                          f"folder {a.results} (a run records its ID there at its start); "
                          "--name <SLURM run ID from the log> for one run, --all for every "
                          "wattlife_* job of yours")
@@ -59,7 +63,7 @@ def cmd_slurm_energy(a: argparse.Namespace) -> int:
 
     ours = suite_energy(Path(a.results))
     if ours.empty:
-        print(f"{a.results}: no run with a Slurm job in its meta.json", file=sys.stderr)
+        log.warning(f"{a.results}: no run with a Slurm job in its meta.json")
         return 1
     slurm = query_accounting(sorted(set(ours["job_id"])), a.sacct, a.sstat)
     table = energy_table(ours, slurm)

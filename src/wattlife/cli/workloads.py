@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..errors import InputError
+
 
 def cmd_gen_images(a: argparse.Namespace) -> int:
     from ..workloads.datagen import make_image_tree
@@ -30,7 +32,7 @@ def cmd_train(a: argparse.Namespace) -> int:
 
     s = settings(load_config(a.config))
     if a.workload not in s.workloads:
-        raise ValueError(f"--workload {a.workload}: not a key of {a.config}'s workloads "
+        raise InputError(f"--workload {a.workload}: not a key of {a.config}'s workloads "
                          f"(defined: {sorted(s.workloads)})")
     return train_cell(s, a.workload, a.storage, a.checkpoint, a.workdir)
 

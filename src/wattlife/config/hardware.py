@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import InputError
 from .build import _frozen
 from .loading import ConfigError, resource_path, strict_yaml
 
@@ -47,5 +48,5 @@ def hardware_profile(name_or_path: str | Path) -> HardwareProfile:
     prof = HardwareProfile(**{k: _frozen(d[k]) for k in names})
     bad = [c for c in prof.grid_w + prof.grid_large_w if not prof.min_cap_w <= c <= prof.max_cap_w]
     if bad:
-        raise ValueError(f"{p}: caps {bad} outside [{prof.min_cap_w}, {prof.max_cap_w}] W")
+        raise InputError(f"{p}: caps {bad} outside [{prof.min_cap_w}, {prof.max_cap_w}] W")
     return prof

@@ -18,8 +18,10 @@ from typing import Any
 import jsonschema
 import yaml
 
+from ..errors import InputError
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError):
     """The config does not follow config/schema.yaml."""
 
 

@@ -3,6 +3,8 @@ the metric, phase and source names, the reference table folders; and `ContractEr
 
 from __future__ import annotations
 
+from ..errors import ContractError as ContractError  # defined there, named here as before
+
 # ----------------------------------------------------------------------------- file names
 TRACE_FILE = "trace.csv"  # also trace.csv.gz, trace.csv.zst or trace.parquet
 TRACE_FILES = (TRACE_FILE, "trace.csv.gz", "trace.csv.zst", "trace.parquet")
@@ -112,11 +114,6 @@ def warmup_count(n_steps: int) -> int:
 # declared once in the source registry (`contracts.sources`); these names stay importable
 from .sources import SOURCES_MEASURED as SOURCES_MEASURED  # noqa: E402
 from .sources import SOURCES_NOT_MEASURED as SOURCES_NOT_MEASURED  # noqa: E402
-
-
-class ContractError(ValueError):
-    """A table does not follow its contract; the message names the file, line and column."""
-
 
 #: the folders (under `wattlife figures --reference`'s output) of the tables that
 #: `analysis.reference.write_reference_tables` makes from the committed raw reference files and

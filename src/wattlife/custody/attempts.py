@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contracts import write_text
+from ..errors import SetupError
 from .seal import SEAL_FILE, read_seal
 
 ATTEMPTS = "attempts"
@@ -56,7 +57,7 @@ def new_attempt(root: Path) -> Path:
             return folder
         except FileExistsError:
             continue
-    raise RuntimeError(f"{root}: cannot create a new attempt folder")
+    raise SetupError(f"{root}: cannot create a new attempt folder")
 
 
 def mark(folder: Path, name: str, **doc: Any) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import SetupError
 from ..runlock import describe, holder_alive, owner_here, slurm_job_alive, take_file
 
 LOCK = ".wattlife-controller.lock"
@@ -40,11 +41,11 @@ def take(results: str | Path, me: dict[str, Any] | None = None,
             doc = {"host": "?", "pid": "?"}
         if holder_alive(doc, me, job_alive):
             since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(doc.get("started") or 0))
-            raise RuntimeError(
+            raise SetupError(
                 f"{results}: another controller runs on this results folder: {describe(doc)}, "
                 f"since {since} ({lock}); wait for it to end, or remove the lock if it is gone")
         lock.unlink(missing_ok=True)
-    raise RuntimeError(f"{lock}: cannot take the controller lock (another controller took it)")
+    raise SetupError(f"{lock}: cannot take the controller lock (another controller took it)")
 
 
 def release(results: str | Path, pid: int | None = None) -> None:

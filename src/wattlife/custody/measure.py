@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contracts import write_text
+from ..errors import InputError
 from ..runlock import run_folder_lock
 from .attempts import Attempt, attempts_dir, attempts_of, cell_dir, mark, new_attempt
 from .publish import pointer_name, publish, published
@@ -44,7 +45,7 @@ FORWARD = (signal.SIGINT, signal.SIGTERM)
 def cell_keys(cell: str) -> dict[str, str]:
     m = CELL_ID.match(cell)
     if not m:
-        raise ValueError(f"--cell {cell!r}: expected <workload>/<storage>/ckpt-<mode>/r<N>")
+        raise InputError(f"--cell {cell!r}: expected <workload>/<storage>/ckpt-<mode>/r<N>")
     return m.groupdict()
 
 
@@ -56,7 +57,7 @@ def cell_command(slice_doc: dict[str, Any], cell: str, attempt: Path) -> str:
     k = cell_keys(cell)
     ex = J.slice_execution(slice_doc)
     if ex is None:
-        raise ValueError(f"--slice of {cell}: no `execution` section")
+        raise InputError(f"--slice of {cell}: no `execution` section")
     spec = LaunchSpec.for_execution(ex)
     conf = str(attempt / "config.json")
     inner = train_args(conf, k["workload"], k["storage"], k["checkpoint"], str(attempt / "work"))
@@ -224,6 +225,6 @@ def measure_cell(results: str | Path, cell: str, slice_doc: dict[str, Any],
     cell_keys(cell)
     h = slice_hash(slice_doc)
     if pointer is not None and Path(pointer).name != pointer_name(h):
-        raise ValueError(f"--pointer {pointer}: the slice's hash is {h} ({pointer_name(h)})")
+        raise InputError(f"--pointer {pointer}: the slice's hash is {h} ({pointer_name(h)})")
     return under_custody(results, cell_target(results, cell), slice_doc,
                          lambda attempt: cell_command(slice_doc, cell, attempt), poll_s)

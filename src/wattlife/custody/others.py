@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from .attempts import attempts_dir
 from .measure import Target, under_custody
 
@@ -46,7 +47,7 @@ KINDS: dict[str, Callable[[Path], bool] | None] = {"pfi-cap": _point_ok, "transf
 def attempt_command(argv: Sequence[str], attempt: Path) -> str:
     """The command line (bash) with `@ATTEMPT@` replaced by the attempt folder."""
     if not argv:
-        raise ValueError("wattlife attempt: no command after --")
+        raise InputError("wattlife attempt: no command after --")
     return shlex.join(w.replace(PLACEHOLDER, str(attempt)) for w in argv)
 
 
@@ -55,13 +56,13 @@ def attempt_job(results: str | Path, into: str | Path, kind: str, slice_doc: dic
     """The `wattlife attempt` command (see the module docstring); its exit status."""
     results, into = Path(results), Path(into)
     if kind not in KINDS:
-        raise ValueError(f"--kind {kind}: expected one of {', '.join(KINDS)}")
+        raise InputError(f"--kind {kind}: expected one of {', '.join(KINDS)}")
     try:
         rel = into.resolve().relative_to(results.resolve()).as_posix()
     except ValueError:
-        raise ValueError(f"--into {into}: not inside --results {results}") from None
+        raise InputError(f"--into {into}: not inside --results {results}") from None
     if rel in ("", ".") or rel.split("/")[0] in ("runs", "attempts"):
-        raise ValueError(f"--into {into}: a job's own folder under the results folder (not "
+        raise InputError(f"--into {into}: a job's own folder under the results folder (not "
                          f"runs/ or attempts/: those are the cells' and the attempts')")
     attempt_command(argv, into)  # refuses an empty command before anything is locked
     t = Target(rel, attempts_dir(results, rel), into, output=None, adopt_if=KINDS[kind])

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contracts import write_text
+from ..errors import SetupError
 from .attempts import mark
 from .seal import SEAL_FILE, file_entry, read_seal, verify_files
 
@@ -91,10 +92,10 @@ def publish(results: Path, attempt: Path, cell: Path, fresh: dict[str, Any] | No
     this process has just written from the files (read-only since): they are not read again."""
     seal = read_seal(attempt / SEAL_FILE)
     if seal is None:
-        raise RuntimeError(f"{attempt}: not sealed; an unsealed attempt is never published")
+        raise SetupError(f"{attempt}: not sealed; an unsealed attempt is never published")
     bad = [] if fresh is not None and fresh == seal else verify_files(attempt, seal["files"])
     if bad:
-        raise RuntimeError(f"{bad[0][0]}: {bad[0][1]}; attempt {attempt} is damaged, not published")
+        raise SetupError(f"{bad[0][0]}: {bad[0][1]}; attempt {attempt} is damaged, not published")
     cell.mkdir(parents=True, exist_ok=True)
     old = published(cell)
     for p in cell.glob(POINTER_GLOB):  # from here until the new pointer: the cell is unpublished
@@ -120,13 +121,13 @@ def relink(results: Path, cell: Path) -> Path:
     no pointer or its attempt is missing or damaged (then re-measure)."""
     pub = published(cell)
     if pub is None:
-        raise RuntimeError(f"{cell}: no published seal (sealed-*.json); measure the cell")
+        raise SetupError(f"{cell}: no published seal (sealed-*.json); measure the cell")
     pointer, doc = pub
     attempt = results / doc.get("attempt_path", "")
     # sizes only: every reader of the links verifies their sha256 (the attempt's own inodes)
     bad = verify_files(attempt, doc["files"], quick=True)
     if bad:
-        raise RuntimeError(f"{bad[0][0]}: {bad[0][1]}; the published attempt is damaged: "
+        raise SetupError(f"{bad[0][0]}: {bad[0][1]}; the published attempt is damaged: "
                            f"re-measure the cell (wattlife retire {results} {doc['cell']})")
     _remove_leftovers(cell, None, doc)
     _link_all(attempt, cell, doc)
@@ -138,7 +139,7 @@ def seal_derived(path: Path, pointer: Path) -> Path:
     attempt) it was derived from."""
     src = read_seal(pointer)
     if src is None:
-        raise RuntimeError(f"{pointer}: no published seal to derive {path.name} from")
+        raise SetupError(f"{pointer}: no published seal to derive {path.name} from")
     doc = {"file": path.name, **file_entry(path), "from": pointer.name,
            "attempt": src.get("attempt"), "sealed_at": time.time()}
     out = path.with_name(path.name + DERIVED_SUFFIX)

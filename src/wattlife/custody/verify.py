@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..errors import InputError
 from .publish import DERIVED_SUFFIX, published
 from .seal import check_file, verify_files
 
@@ -84,5 +85,5 @@ def require_sound(files: list[str | Path], derived: bool = True) -> list[str]:
         bad += cell_problems(cell, tuple(names) if derived else ())
     if bad:
         more = f" (and {len(bad) - 1} more problem(s))" if len(bad) > 1 else ""
-        raise ValueError(f"{bad[0][0]}: {bad[0][1]}{more}; refusing to use it")
+        raise InputError(f"{bad[0][0]}: {bad[0][1]}{more}; refusing to use it")
     return loose

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import SensorError
+
 Row = tuple[int, str, str, float, str]  # t_ns, device, metric, value, source
 
 
-class SensorUnavailable(RuntimeError):
+class SensorUnavailable(SensorError):
     """A backend cannot read its sensor here; the message says why, in words for the user."""
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import InputError
 from .base import Row, SensorBackend
 from .cpu_load import TreeLoad, WatchesTree
 
@@ -28,7 +29,7 @@ class CpuEstimateBackend(WatchesTree, SensorBackend):
     def __init__(self, idle_w: float = 50.0, max_w: float = 200.0,
                  interval_s: float = 0.05) -> None:
         if not 0 <= idle_w <= max_w:
-            raise ValueError("sampler.cpu_estimate: need 0 <= idle_w <= max_w, "
+            raise InputError("sampler.cpu_estimate: need 0 <= idle_w <= max_w, "
                              f"got {idle_w}, {max_w}")
         self.idle_w, self.max_w, self.interval_s = idle_w, max_w, interval_s
         self.load = TreeLoad()

@@ -22,9 +22,9 @@ NVML errors are never dropped silently: each is counted per call site, device an
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-import sys
 import time
 from collections import Counter
 from typing import Any
@@ -32,6 +32,8 @@ from typing import Any
 from ..contracts.clock import now_ns as now
 from ..contracts.clock import wall_step_ns
 from .base import Row, SensorBackend, SensorUnavailable
+
+log = logging.getLogger(__name__)
 
 GPM_METRICS = {  # trace metric -> pynvml constant name
     "dram_active": "NVML_GPM_METRIC_DRAM_BW_UTIL",
@@ -197,7 +199,7 @@ class NvmlBackend(SensorBackend):
             chosen, self.notes = resolve_visible_devices(visible, nv)
             pairs = list(zip(chosen, range(len(chosen)), strict=True))
         for note in self.notes:
-            print(f"wattlife nvml: {note}", file=sys.stderr)
+            log.info(f"wattlife nvml: {note}")
         if not pairs:
             raise SensorUnavailable(f"NVML: no GPU to sample ({'; '.join(self.notes)})")
         self.gpus = [_Gpu(nv, i, gpm, k, self._err) for i, k in pairs]
@@ -209,8 +211,7 @@ class NvmlBackend(SensorBackend):
         """Count an NVML error (call site, device, error); print its first occurrence."""
         key = (call, device, type(exc).__name__ + (f": {exc}" if str(exc) else ""))
         if key not in self.errors:
-            print(f"wattlife nvml: {device} {call}: {key[2]} (counted in meta.json)",
-                  file=sys.stderr)
+            log.warning(f"wattlife nvml: {device} {call}: {key[2]} (counted in meta.json)")
         self.errors[key] += 1
 
     def _due(self, key: str, now_ns: int, period_s: float) -> bool:

@@ -15,19 +15,22 @@ min/max constraint; set them before the workload creates its CUDA context.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError, SensorError
 from ..simgpu_model import SimGpuModel
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("nvml", "nvidia-smi", "simulated")
 
 
-class PowerCapError(RuntimeError):
+class PowerCapError(SensorError):
     pass
 
 
@@ -108,7 +111,7 @@ def _make(backend: str, n_sim: int = 1) -> Any:
         return _NvidiaSmi()
     if backend == "simulated":
         return _Simulated(n_sim)
-    raise ValueError(f"powercap.backend must be one of {BACKENDS}, got {backend!r}")
+    raise InputError(f"powercap.backend must be one of {BACKENDS}, got {backend!r}")
 
 
 class PowerCapController:
@@ -146,9 +149,9 @@ class PowerCapController:
         if self.state_file.exists():
             read_state(self.state_file)  # malformed: refuse before changing anything
             self._own_state = False
-            print(f"wattlife powercap: {self.state_file} already holds original limits (another "
-                  "controller, or a killed run not yet restored); it is kept as it is",
-                  file=sys.stderr)
+            log.warning(f"wattlife powercap: {self.state_file} already holds original limits "
+                        "(another controller, or a killed run not yet restored); it is kept as "
+                        "it is")
         else:
             self.state_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.state_file.with_name(self.state_file.name + f".{os.getpid()}.tmp")

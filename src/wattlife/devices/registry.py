@@ -29,6 +29,7 @@ from typing import Any
 
 from ..contracts.kinds import CPU, DRAM, GPU, KINDS
 from ..contracts.sources import source_spec
+from ..errors import InputError
 from .base import SensorBackend, SensorUnavailable
 
 AUTO = "auto"
@@ -75,7 +76,7 @@ def positive_seconds(value: Any, key: str) -> float:
     except (TypeError, ValueError):
         ms = math.nan
     if not (math.isfinite(ms) and ms > 0):
-        raise ValueError(f"{key} must be a number of milliseconds > 0, got {value!r}")
+        raise InputError(f"{key} must be a number of milliseconds > 0, got {value!r}")
     return ms / 1000.0
 
 
@@ -205,7 +206,7 @@ def build_role(role: RoleSpec, s: Any, interval_s: float,
         return [], []
     allowed = choices(role.role)
     if choice not in allowed:
-        raise ValueError(f"sampler.{role.role}: expected one of {allowed}, got {choice!r}")
+        raise InputError(f"sampler.{role.role}: expected one of {allowed}, got {choice!r}")
     tried = [b for b in backend_specs(role.role) if b.auto] if choice == AUTO \
         else [_BACKENDS[choice]]
     notes: list[str] = []
@@ -221,7 +222,7 @@ def build_role(role: RoleSpec, s: Any, interval_s: float,
     if fallback == NONE:
         return [], notes
     if fallback not in fallback_choices(role.role):
-        raise ValueError(f"sampler.{role.fallback_key}: expected one of "
+        raise InputError(f"sampler.{role.fallback_key}: expected one of "
                          f"{fallback_choices(role.role)}, got {fallback!r}")
     built, more = _BACKENDS[fallback].factory(s, interval_s)
     return built, notes + more

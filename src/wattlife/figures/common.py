@@ -18,6 +18,7 @@ from matplotlib.colors import to_rgb
 
 from ..contracts import DRAWN_PHASES, PHASES
 from ..contracts.sources import SOURCE_WORDS  # the words of the source registry, re-exported
+from ..errors import InputError
 
 #: the phases' order in the figures: the phase registry's drawn phases (`contracts.PHASES`)
 PHASE_ORDER = list(DRAWN_PHASES)
@@ -46,7 +47,7 @@ TEXT_COLUMNS = ("workload", "storage", "checkpoint", "phase", "device_kind")
 JITTER_SEED = 0
 
 
-class NothingToDraw(ValueError):
+class NothingToDraw(InputError):
     """A figure's table holds nothing the figure can show (the message says what is lacking);
     `draw_all` skips that figure with one line naming it and the table."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..errors import InputError, SetupError
 from .allocation import fig_allocation
 from .common import NothingToDraw, read_figure_table
 from .lifecycle import fig_device_share, fig_phase_energy, fig_storage_checkpoint
@@ -76,7 +77,7 @@ def _reader(tables: Path) -> Have:
         except pd.errors.EmptyDataError:  # no header either (an empty break-even table)
             if name == "staging_breakeven.csv":
                 return pd.DataFrame(columns=STAGING_COLUMNS)
-            raise ValueError(f"{p}: empty file (expected a CSV table with a header)") from None
+            raise InputError(f"{p}: empty file (expected a CSV table with a header)") from None
     return have
 
 
@@ -103,6 +104,6 @@ def draw_all(tables: str | Path, out: str | Path, expect: list[str] | None = Non
     missing = [p for p in expect or [] if p not in {str(m) for m in made}]
     if missing:
         why_ = f" ({'; '.join(skipped)})" if skipped else ""
-        raise RuntimeError(f"figures not drawn (their tables are missing?): {missing}{why_}")
+        raise SetupError(f"figures not drawn (their tables are missing?): {missing}{why_}")
     return made
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config import Prepare
 from ..contracts import write_text
+from ..errors import InputError
 
 SOURCES = ("hf", "kaggle", "http", "path", "generated")
 KINDS = ("dataset", "model")
@@ -29,19 +30,19 @@ def check_catalogue(entries: list[dict[str, Any]], where: str = "prepare.catalog
         at = f"{where}[{i}]"
         for key in ("name", "kind", "source", "size_bytes"):
             if key not in e:
-                raise ValueError(f"{at}: missing '{key}'")
+                raise InputError(f"{at}: missing '{key}'")
         if e["kind"] not in KINDS:
-            raise ValueError(f"{at}.kind: expected one of {KINDS}, got {e['kind']!r}")
+            raise InputError(f"{at}.kind: expected one of {KINDS}, got {e['kind']!r}")
         if e["source"] not in SOURCES:
-            raise ValueError(f"{at}.source: expected one of {SOURCES}, got {e['source']!r}")
+            raise InputError(f"{at}.source: expected one of {SOURCES}, got {e['source']!r}")
         if e["source"] != "generated" and not e.get("id"):
-            raise ValueError(f"{at}.id: a {e['source']} source needs an id (repository, slug, URL "
+            raise InputError(f"{at}.id: a {e['source']} source needs an id (repository, slug, URL "
                              f"or path)")
         if not isinstance(e["size_bytes"], (int, float)) or e["size_bytes"] <= 0:
-            raise ValueError(f"{at}.size_bytes: expected a positive number, got "
+            raise InputError(f"{at}.size_bytes: expected a positive number, got "
                              f"{e['size_bytes']!r}")
         if e["name"] in names:
-            raise ValueError(f"{at}.name: {e['name']!r} appears twice")
+            raise InputError(f"{at}.name: {e['name']!r} appears twice")
         names.add(e["name"])
     return entries
 

@@ -30,12 +30,13 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ..errors import InputError, SetupError
 from ..pathlock import PathBusy, PathLock
 
 CHUNK = 1 << 20
 
 
-class FetchError(RuntimeError):
+class FetchError(SetupError):
     """A download failed for good; the message names the artefact and why."""
 
 
@@ -373,7 +374,7 @@ def fetch_artefact(output: str | Path, *, url: str | None = None, hf: str | None
         r["client"] = "kaggle"
     else:
         if path is None:
-            raise ValueError("fetch: give one source (--url, --hf, --kaggle or --path)")
+            raise InputError("fetch: give one source (--url, --hf, --kaggle or --path)")
         r = fetch_path(path, output, force=force)
         r["client"] = "copy"
     r["direction"] = "download"

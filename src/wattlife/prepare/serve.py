@@ -10,6 +10,7 @@ demo says so in its download rows (`server: loopback`)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import threading
 import time
@@ -17,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
+
+log = logging.getLogger(__name__)
 
 STEP = 64 * 1024
 
@@ -122,7 +125,7 @@ class _Server(ThreadingHTTPServer):
         exc = sys.exc_info()[1]
         if isinstance(exc, (ConnectionError, TimeoutError)):
             return
-        print(f"wattlife loopback server: {type(exc).__name__}: {exc}", file=sys.stderr)
+        log.error(f"wattlife loopback server: {type(exc).__name__}: {exc}")
 
 
 class ArtefactServer:

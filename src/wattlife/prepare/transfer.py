@@ -10,13 +10,15 @@ counted later (`analysis.downloads`), from the windows.
 from __future__ import annotations
 
 import json
-import sys
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..contracts import write_text
 from ..contracts.clock import now_ns
+
+log = logging.getLogger(__name__)
 
 
 def transfer_record(result: dict[str, Any], start_ns: int, end_ns: int,
@@ -58,7 +60,7 @@ def report_transfer(record: dict[str, Any], record_path: str | Path | None = Non
     if record.get("skipped"):
         how = ("verified by its sha256" if record.get("verified")
                else "kept existing file, not verified (no --sha256)")
-        print(f"wattlife: {record.get('dest', '')} is already there ({how}): nothing "
-              "transferred; --force fetches again", file=sys.stderr)
+        log.info(f"wattlife: {record.get('dest', '')} is already there ({how}): nothing "
+                 "transferred; --force fetches again")
     if record_path:
         write_text(record_path, json.dumps(record, indent=1))

@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from .fetch import FetchError, fetch_path, http_final, sha256_of
 
 
@@ -116,7 +117,7 @@ def upload_artefact(src: str | Path, *, put: str | None = None, hf: str | None =
         r["client"] = "huggingface_hub"
     else:
         if copy is None:
-            raise ValueError("upload: give one target (--put, --hf or --copy)")
+            raise InputError("upload: give one target (--put, --hf or --copy)")
         r = fetch_path(src, copy, force=force, verb="upload", option="--copy",
                        existing=refuse_different)
         r["client"] = "copy"

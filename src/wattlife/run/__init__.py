@@ -37,13 +37,13 @@ started sampler), `meta` (meta.json).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..config import SamplerSettings
 from ..contracts import EVENTS_HEADER, META_FILE
 from ..devices.base import SensorBackend
+from ..errors import SetupError
 from ..sampler import Sampler, build_backends
 from .meta import LAUNCHERS, LIBRARIES, library_versions, single_process_gpus, write_meta
 from .process import EventsLock, StatusListener, shell_status
@@ -77,9 +77,9 @@ def run_under_sampler(cmd: list[str], trace: str | Path, events: str | Path,
     try:
         events.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise RuntimeError(f"--events {events}: cannot create its folder: {exc.strerror}") from exc
+        raise SetupError(f"--events {events}: cannot create its folder: {exc.strerror}") from exc
     # everything that can refuse comes before the previous run's events are removed
-    backends, notes = build_backends(settings, log=lambda msg: print(msg, file=sys.stderr))
+    backends, notes = build_backends(settings)
     sampler, lock, trace_lock = _start_sampler(backends, trace, events, run_id)
     try:
         return run_started(RunState(cmd=cmd, events=events, meta=meta, run_id=run_id, cell=cell,
@@ -126,17 +126,17 @@ def _fresh_events(events: Path) -> None:
         for old in events.parent.glob(f"{events.stem}.rank*{events.suffix}"):
             old.unlink()
     except OSError as exc:
-        raise RuntimeError(f"--events {events}: cannot remove the previous run's events: "
+        raise SetupError(f"--events {events}: cannot remove the previous run's events: "
                            f"{exc.strerror}") from exc
     try:
         fd = os.open(events, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return  # not a regular file: left alone
     except OSError as exc:
-        raise RuntimeError(f"--events {events}: cannot create it: {exc.strerror}") from exc
+        raise SetupError(f"--events {events}: cannot create it: {exc.strerror}") from exc
     try:
         os.write(fd, EVENTS_HEADER.encode())
     except OSError as exc:
-        raise RuntimeError(f"--events {events}: cannot write its header: {exc.strerror}") from exc
+        raise SetupError(f"--events {events}: cannot write its header: {exc.strerror}") from exc
     finally:
         os.close(fd)

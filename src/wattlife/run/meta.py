@@ -4,6 +4,7 @@ its recording went; written atomically, and to a fallback file if its own path f
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import signal
@@ -17,6 +18,8 @@ from .. import slurm_job
 from ..contracts import ContractError, RunMeta, meta_text
 from ..nodename import node_name
 from .state import RunState
+
+log = logging.getLogger(__name__)
 
 LIBRARIES = ["wattlife", "torch", "torchvision", "transformers", "nvidia-ml-py", "numpy", "pandas",
              "snakemake", "psutil"]
@@ -102,7 +105,7 @@ def write_meta(meta: Path, doc: RunMeta) -> str:
     try:
         text = meta_text(doc)
     except ContractError as exc:  # a bug here must not lose the record: write it as it is
-        print(f"wattlife run: {exc}; written anyway", file=sys.stderr)
+        log.warning(f"wattlife run: {exc}; written anyway")
         text = json.dumps(doc.to_dict(), indent=2, default=str)
     try:
         meta.parent.mkdir(parents=True, exist_ok=True)
@@ -120,10 +123,10 @@ def write_meta(meta: Path, doc: RunMeta) -> str:
             with os.fdopen(fd, "w") as fh:
                 fh.write(text)
         except OSError as exc2:
-            print(f"wattlife run: cannot write {meta} ({exc.strerror or exc}) nor a fallback "
-                  f"({exc2.strerror or exc2}); meta.json follows on stderr", file=sys.stderr)
-            print(text, file=sys.stderr)
+            log.error(f"wattlife run: cannot write {meta} ({exc.strerror or exc}) nor a fallback "
+                      f"({exc2.strerror or exc2}); meta.json follows on stderr")
+            log.error(text)
             return "<stderr>"
-        print(f"wattlife run: cannot write {meta} ({exc.strerror or exc}); meta.json is in {name}",
-              file=sys.stderr)
+        log.warning(f"wattlife run: cannot write {meta} ({exc.strerror or exc}); meta.json is in "
+                    f"{name}")
         return name

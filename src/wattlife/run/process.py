@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import SetupError
 from ..pathlock import PathBusy, PathLock
 
 PR_SET_PDEATHSIG = 1
@@ -57,11 +58,11 @@ class EventsLock:
             events.parent.mkdir(parents=True, exist_ok=True)
             self.lock.acquire()
         except PathBusy as busy:
-            raise RuntimeError(
+            raise SetupError(
                 f"{option} {events} is in use by another wattlife run ({busy}); two runs "
                 f"must not share it: give this run its own {option}") from None
         except OSError as exc:
-            raise RuntimeError(f"{option} {events}: cannot create its lock file {self.path}: "
+            raise SetupError(f"{option} {events}: cannot create its lock file {self.path}: "
                                f"{exc.strerror}") from exc
 
     def release(self) -> None:

@@ -5,10 +5,10 @@ recorded in meta.json whatever happened."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import subprocess
-import sys
 
 from .. import guardian, workload_cgroup
 from ..contracts.clock import ENV_CLOCK, env_value, now_ns
@@ -16,6 +16,8 @@ from ..markers import ENV_EVENTS, ENV_RUN_ID, ENV_STATUS
 from .meta import run_meta, write_meta
 from .process import StatusListener, _die_with_parent, shell_status
 from .state import RunState
+
+log = logging.getLogger(__name__)
 
 LEFTOVER_GRACE_S = 5.0
 
@@ -52,7 +54,7 @@ def _load_notes(st: RunState) -> None:
     for b in st.backends:
         for line in getattr(b, "end_notes", lambda: [])():
             st.notes.append(line)
-            print(f"wattlife run: warning: {line}", file=sys.stderr)
+            log.warning(f"wattlife run: warning: {line}")
 
 
 def _idle_then_run(st: RunState, status_address: str | None) -> None:
@@ -97,14 +99,14 @@ def _start_cmd(st: RunState, env: dict[str, str]) -> None:
     except OSError as exc:
         st.rc = 127 if exc.errno == errno.ENOENT else 126
         st.start_error = f"cannot start {st.cmd[0]!r}: {exc.strerror or exc}"
-        print(f"wattlife run: {st.start_error}", file=sys.stderr)
+        log.error(f"wattlife run: {st.start_error}")
 
 
 def _tie_to_cgroup(st: RunState) -> None:
     """End what killed runs left in cgroups beside this one (said on stderr and in meta.json),
     then make CMD's cgroup where the machine offers one (`workload_cgroup`)."""
     for line in workload_cgroup.reap_leftovers():
-        print(f"wattlife run: {line}", file=sys.stderr)
+        log.warning(f"wattlife run: {line}")
         st.notes.append(line)
     st.cgroup, st.cgroup_note = workload_cgroup.WorkloadCgroup.create()
 

@@ -19,6 +19,8 @@ import sys
 from collections import deque
 from typing import TextIO
 
+from ..errors import SetupError
+
 # out of memory (GPU or host): the cap's setting ran out, a recorded point
 DATA_MARKERS = (
     r"CUDA out of memory", r"OutOfMemoryError", r"\bout of memory\b", r"oom[-_ ]kill",
@@ -35,7 +37,7 @@ TAIL_LINES = 400
 INFRASTRUCTURE_EXIT = 75  # EX_TEMPFAIL: `wattlife pfi-sweep`'s exit on an infrastructure failure
 
 
-class InfrastructureFailure(RuntimeError):
+class InfrastructureFailure(SetupError):
     """A run that failed for a reason outside the measured setting (node, network, signal)."""
 
 

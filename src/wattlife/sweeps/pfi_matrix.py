@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from ..config import HardwareProfile, PfiCell, Settings, schema
+from ..errors import InputError
 
 # fields of a pfi_matrix cell that describe the cell (its name, study label, set, grid, hardware)
 # and are not settings of the causal_lm workload
@@ -27,10 +28,10 @@ def matrix_cell_workload(s: Settings, cell: str
     and its hardware profile (the cell's `hardware`, else `powercap.hardware`)."""
     m = s.pfi_matrix
     if m is None or not m.cells:
-        raise ValueError("pfi_matrix.cells: missing from the config; pfi-sweep needs a config "
+        raise InputError("pfi_matrix.cells: missing from the config; pfi-sweep needs a config "
                          "with a pfi_matrix (e.g. config/pfi.yaml)")
     if cell not in m.cells:
-        raise ValueError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m.cells)})")
+        raise InputError(f"pfi_matrix.cells.{cell}: no such cell (have: {sorted(m.cells)})")
     c = m.cells[cell]
     prof = s.cell_hardware(c)
     known = _workload_keys()

@@ -24,6 +24,7 @@ from ..analysis.curves import steady_state, steady_state_se
 from ..config import SamplerSettings, Settings, schema_default
 from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_csv, write_table
 from ..devices.powercap import PowerCapController
+from ..errors import InputError, SetupError
 from ..sampler import with_sim_gpu_cap
 from ..simgpu_model import SimGpuModel
 from .failures import InfrastructureFailure, classify, run_logged
@@ -38,16 +39,16 @@ def _steps_from_run(trace_path: Path, events_path: Path) -> pd.DataFrame:
     ev = read_events(events_path)
     steps = ev[(ev["phase"] == "step") & (ev["rank"] == ev["rank"].min())].sort_values("start_ns")
     if steps.empty:
-        raise ValueError(f"{events_path}: no `step` phases; mark steps with wattlife.markers.step")
+        raise InputError(f"{events_path}: no `step` phases; mark steps with wattlife.markers.step")
     if steps["items"].isna().all():
-        raise ValueError(f"{events_path}: steps carry no `items`; use step(items=...)")
+        raise InputError(f"{events_path}: steps carry no `items`; use step(items=...)")
     dt = (steps["end_ns"] - steps["start_ns"]).to_numpy() / 1e9
     world = ev["rank"].nunique()
     out = pd.DataFrame({"throughput": steps["items"].to_numpy() * world / dt})
     tr = read_trace(trace_path)
     gpus = [s for s in device_series(tr) if device_kind(s.device) == "gpu"]
     if not gpus:
-        raise ValueError(f"{trace_path}: no GPU power in the trace")
+        raise InputError(f"{trace_path}: no GPU power in the trace")
     a, b = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
     out["power_w"] = sum((s.energy_at(b) - s.energy_at(a)) / dt for s in gpus)
     out.attrs["source"] = ",".join(sorted({s.source for s in gpus}))
@@ -86,7 +87,7 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
                                        settings=run_settings, run_id=run_dir.name,
                                        cell={"job": job, "cap_w": cap}, reraise_signals=True)
                 if rc != 0:
-                    raise RuntimeError(f"command exited with {rc}")
+                    raise SetupError(f"command exited with {rc}")
                 row.update(curve_point(run_dir / "trace.csv", run_dir / "events.csv", rule,
                                        warmup_frac))
             except Exception as exc:  # recorded; the sweep goes on
@@ -138,7 +139,7 @@ def device_label(device: str | None, profile_gpu: str, simulated: bool, cell: st
         return device
     model = profile_gpu.split()[-1].lower()
     if model not in device.lower().replace("-", " ").split():
-        raise ValueError(f"pfi_matrix.cells.{cell}: its hardware is {profile_gpu} but the job ran "
+        raise InputError(f"pfi_matrix.cells.{cell}: its hardware is {profile_gpu} but the job ran "
                          f"on {device} (place it with slurm.partitions / slurm.constraints)")
     return profile_gpu
 
@@ -191,7 +192,7 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
         raise InfrastructureFailure(f"pfi_matrix.cells.{cell} at {cap_w:g} W: {why}; no point")
     try:
         if rc != 0:
-            raise RuntimeError(f"the run exited with {rc}: {why} (see run.log)")
+            raise SetupError(f"the run exited with {rc}: {why} (see run.log)")
         device = json.loads((d / "meta.json").read_text()).get("gpu_model")
         row["gpu_model"] = device_label(device, prof.gpu_model, simulated, cell)
         row["device"] = device or ""
@@ -260,7 +261,7 @@ def aggregate_curve_files(paths: list[str | Path], out: str | Path, job: str | N
     from ..custody import require_sound
 
     if caps and not job:
-        raise ValueError("aggregate-curves: --caps needs --job (the cell whose caps they are)")
+        raise InputError("aggregate-curves: --caps needs --job (the cell whose caps they are)")
     present = [f for f in paths if Path(f).exists() or not caps]
     require_sound(present, derived=False)  # a PFI cap's published point: as sealed
     points = [read_curves(f) for f in present]

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from ..analysis.curves import steady_state, steady_state_se
 from ..config import PowerCapSettings, schema_default
 from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_table
+from ..errors import InputError
 from ..simgpu_model import CapRefused, SimGpuModel, SimJob
 
 
@@ -96,7 +97,7 @@ def sweep_simulated(jobs: list[SimJob], grid: list[float], model: SimGpuModel | 
 def simulated_jobs(powercap: PowerCapSettings) -> list[SimJob]:
     """The simulated jobs of `powercap.jobs` (name → SimJob settings)."""
     if not powercap.jobs:
-        raise ValueError("powercap.jobs: no jobs to sweep in the config")
+        raise InputError("powercap.jobs: no jobs to sweep in the config")
     return [SimJob(name, **spec) for name, spec in powercap.jobs.items()]
 
 
@@ -105,13 +106,13 @@ def sweep_jobs(powercap: PowerCapSettings, out: str | Path, job: str | None = No
     """`wattlife sweep`: the simulated jobs of `powercap.jobs` (or only `job`) swept on the
     section's grids, the curves written to `out`."""
     if powercap.backend != "simulated":
-        raise ValueError("sweep from config runs the simulated backend; real sweeps run through "
+        raise InputError("sweep from config runs the simulated backend; real sweeps run through "
                          "the Snakemake rule `powercap_real` on a GPU node")
     jobs = simulated_jobs(powercap)
     if job:
         jobs = [j for j in jobs if j.name == job]
         if not jobs:
-            raise ValueError(f"powercap.jobs.{job}: no such job")
+            raise InputError(f"powercap.jobs.{job}: no such job")
     df = sweep_simulated(jobs, list(powercap.grid_w), large_grid=list(powercap.grid_large_w),
                          n_steps=powercap.window_steps, rule=powercap.steady_rule,
                          warmup_frac=powercap.warmup_frac)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import CausalLMSpec, ImageClassificationSpec, Settings
+from ..errors import InputError, SetupError
 
 
 def train_cell(s: Settings, workload: str, storage: str, checkpoint: str | bool,
@@ -18,7 +19,7 @@ def train_cell(s: Settings, workload: str, storage: str, checkpoint: str | bool,
 
     checkpoint = checkpoint_mode(checkpoint)
     if workload not in s.workloads:
-        raise ValueError(f"workloads.{workload}: not in the config (have: {sorted(s.workloads)})")
+        raise InputError(f"workloads.{workload}: not in the config (have: {sorted(s.workloads)})")
     spec = s.workloads[workload]
     shared_root = Path(s.storage["shared"])
     local_root = Path(s.storage["local"])
@@ -43,7 +44,7 @@ def _need_torchvision(workload: str, spec: ImageClassificationSpec) -> None:
     try:
         import torchvision  # noqa: F401
     except ImportError as exc:
-        raise RuntimeError(
+        raise SetupError(
             f"workloads.{workload} (kind image_classification, model {spec.model}) needs "
             "torchvision, which this environment lacks (the CPU set-up, WATTLIFE_CPU=1, installs "
             "none): run it from the full set-up (make install), or run a causal_lm workload"

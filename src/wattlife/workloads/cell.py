@@ -10,6 +10,7 @@ from typing import Any
 
 from ..config import WorkloadSpec
 from ..contracts import STAGE_COPY
+from ..errors import InputError, SetupError
 from ..markers import ENV_RUN_ID, phase
 from .dist import Dist, barrier, init_distributed
 from .summary import Summary
@@ -25,7 +26,7 @@ def resolve_device(name: str, dist: Dist):
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
-            raise RuntimeError("workload asks for device 'cuda' but no GPU is visible")
+            raise SetupError("workload asks for device 'cuda' but no GPU is visible")
         return torch.device("cuda", dist.local_rank)
     return torch.device(name)
 
@@ -40,7 +41,7 @@ def stage_dataset(data_root: Path, storage: str, local_root: Path, dist: Dist) -
     if storage == "shared":
         return data_root
     if storage != "local":
-        raise ValueError(f"storage must be 'shared' or 'local', got {storage!r}")
+        raise InputError(f"storage must be 'shared' or 'local', got {storage!r}")
     dest = Path(os.path.expandvars(str(local_root))) / data_root.name
     with phase(STAGE_COPY):
         if dist.local_rank == 0:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..contracts import CHECKPOINT, CHECKPOINT_STAGE, CHECKPOINT_WAIT, CHECKPOINT_WRITE
+from ..errors import InputError
 from ..markers import concurrent, now_ns, phase
 from .dist import Dist, barrier
 
@@ -42,7 +43,7 @@ def checkpoint_mode(value: str | bool) -> str:
     if value == "on":
         return "sync"
     if value not in CHECKPOINT_MODES:
-        raise ValueError(f"checkpoint: expected one of {list(CHECKPOINT_VALUES)}, got {value!r}")
+        raise InputError(f"checkpoint: expected one of {list(CHECKPOINT_VALUES)}, got {value!r}")
     return value
 
 

@@ -23,8 +23,10 @@ the gradients are right (tests/test_cuda_graphs.py, three SGD steps against eage
 
 from __future__ import annotations
 
-import sys
+import logging
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 WARMUP_ITERS = 3  # make_graphed_callables' default
 
@@ -48,8 +50,8 @@ def choose_graphs(name: str, requested: bool, device: Any,
     why = unavailable_reason(device, world)
     if why is None:
         return True, None
-    print(f"wattlife: workloads.{name}.cuda_graphs: not available here ({why}); running the "
-          "model eagerly instead", file=sys.stderr)
+    log.warning(f"wattlife: workloads.{name}.cuda_graphs: not available here ({why}); running the "
+                "model eagerly instead")
     return False, why
 
 

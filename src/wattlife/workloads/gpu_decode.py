@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import collections
 import functools
+import logging
 import os
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +33,8 @@ from typing import Any
 
 from .gpu_augment import augment_batch, normalise, small_tensor
 from .raw_jpegs import Box, RawJpegs, collate_raw, pack_raw, unpack_raw
+
+log = logging.getLogger(__name__)
 
 ROI = True  # decode only each crop's region (benchmarks/decode_rates.py measures both)
 AHEAD = 3  # batches decoded ahead of the training step
@@ -78,8 +80,8 @@ def choose_decode(name: str, requested: str, device: Any) -> tuple[str, str | No
     why = unavailable_reason(device)
     if why is None:
         return "gpu", None
-    print(f"wattlife: workloads.{name}.decode: gpu is not available here ({why}); decoding on "
-          "the CPU (PIL in the loader workers) instead", file=sys.stderr)
+    log.warning(f"wattlife: workloads.{name}.decode: gpu is not available here ({why}); decoding "
+                "on the CPU (PIL in the loader workers) instead")
     return "cpu", why
 
 

@@ -15,12 +15,13 @@ A corrupt JPEG is skipped and counted (reported in the summary), never silently 
 from __future__ import annotations
 
 import copy
-import sys
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
 from ..config import ImageClassificationSpec
 from ..contracts import COMPILE, FORWARD, H2D, MODEL_LOAD, SETUP
+from ..errors import InputError
 from ..markers import phase
 from .cell import checkpoint_dir, start_cell
 from .checkpointing import Checkpointer, dcp_state, make_checkpointer, save_atomically
@@ -30,6 +31,8 @@ from .gpu_augment import MEAN, STD
 from .gpu_decode import GpuDecodeLoader, choose_decode, split_workers
 from .summary import Summary
 from .training_loop import Batches, Schedule, backward_and_step, run_training_loop
+
+log = logging.getLogger(__name__)
 
 
 class _SkipCorrupt:
@@ -43,7 +46,7 @@ class _SkipCorrupt:
                 img = Image.open(fh)
                 return img.convert("RGB")
         except (UnidentifiedImageError, OSError) as exc:
-            print(f"wattlife: skipping corrupt image {path}: {exc}", file=sys.stderr)
+            log.warning(f"wattlife: skipping corrupt image {path}: {exc}")
             return None
 
 
@@ -103,7 +106,7 @@ def train_image(spec: ImageClassificationSpec, data_root: Path, storage: str, lo
     """Train workload `spec` (a config's `workloads.<name>`) in one matrix cell (`checkpoint`: a
     `checkpointing.CHECKPOINT_MODES` mode); writes work/summary.json."""
     if spec.image_size is None:
-        raise ValueError(f"workloads.{spec.name}.image_size: required for kind "
+        raise InputError(f"workloads.{spec.name}.image_size: required for kind "
                          "image_classification (pixels, e.g. 224)")
     dist, device, summary, root = start_cell(spec, data_root, storage, local_root, workdir)
     with phase(SETUP):  # loading the GPU decoder's libraries took 1.1 s on the H200
@@ -237,7 +240,7 @@ def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device
             persistent_workers=workers > 0, collate_fn=_collate,
             prefetch_factor=spec.prefetch if workers > 0 else None)
     if len(loader) == 0:
-        raise ValueError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
+        raise InputError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
                          f"fewer than one batch of {spec.batch_size}; use more images or a "
                          "smaller batch")
     val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec.batch_size,

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..config import CausalLMSpec
 from ..contracts import atomic_path
+from ..errors import InputError
 from .dist import Dist, barrier
 
 
@@ -59,7 +60,7 @@ def pack(tokenizer, text_file: Path, seq_len: int):
             ids.append(eos)
     n = len(ids) // seq_len
     if n == 0:
-        raise ValueError(f"{text_file}: {len(ids)} tokens, fewer than one block of {seq_len}")
+        raise InputError(f"{text_file}: {len(ids)} tokens, fewer than one block of {seq_len}")
     return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
 
 
@@ -91,7 +92,7 @@ def make_loader(blocks, spec: CausalLMSpec, dist: Dist, device) -> tuple[Any, An
 
     bs = spec.batch_size
     if len(blocks) < bs * dist.world:
-        raise ValueError(f"only {len(blocks)} packed blocks of {blocks.shape[1]} tokens for batch "
+        raise InputError(f"only {len(blocks)} packed blocks of {blocks.shape[1]} tokens for batch "
                          f"size {bs} x {dist.world} ranks: use more data or a shorter seq_len")
     sampler: Any = None
     if dist.world > 1:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import CausalLMSpec
+from ..errors import InputError
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                 "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
@@ -32,7 +33,7 @@ def lora_plan(model, spec: CausalLMSpec,
                 params = [f"experts.{pn}" for pn in EXPERT_PARAMETERS if pn in own]
                 break
     if not modules and not params:
-        raise ValueError(f"{type(model).__name__}: none of the LoRA target modules {LORA_TARGETS} "
+        raise InputError(f"{type(model).__name__}: none of the LoRA target modules {LORA_TARGETS} "
                          "exists; set workloads.<name>.lora_targets")
     return {"lora_target_modules": modules, "lora_target_parameters": params}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import CausalLMSpec, resource_path
+from ..errors import InputError
 from .dist import Dist
 from .lm_flops import is_moe, parameter_counts
 from .lm_lora import with_lora
@@ -34,7 +35,7 @@ def model_config(name_or_path: str):
                                 f"{MODELS_DIR}: {shipped})")
     d = {k: v for k, v in json.loads(p.read_text()).items() if not k.startswith("_")}
     if "model_type" not in d:
-        raise ValueError(f"{p}: a model config needs 'model_type' (e.g. qwen3, qwen3_moe, llama)")
+        raise InputError(f"{p}: a model config needs 'model_type' (e.g. qwen3, qwen3_moe, llama)")
     return AutoConfig.for_model(d.pop("model_type"), **d)
 
 
@@ -43,7 +44,7 @@ def experts_implementation(spec: CausalLMSpec, device) -> str:
     config, `auto` = `grouped_mm` on CUDA, `eager` elsewhere (the CPU path the tests run)."""
     want = spec.experts_implementation
     if want not in EXPERTS_IMPLEMENTATIONS:
-        raise ValueError(f"experts_implementation: expected one of "
+        raise InputError(f"experts_implementation: expected one of "
                          f"{list(EXPERTS_IMPLEMENTATIONS)}, got {want!r}")
     if want == "auto":
         return "grouped_mm" if getattr(device, "type", str(device)) == "cuda" else "eager"
@@ -63,7 +64,7 @@ def model_vocab(tokenizer_len: int, multiple: int = 64) -> int:
     """The vocabulary a random-init model is built with: the tokenizer's, rounded up to
     `multiple`."""
     if multiple < 1:
-        raise ValueError(f"vocab_multiple: expected an integer >= 1, got {multiple}")
+        raise InputError(f"vocab_multiple: expected an integer >= 1, got {multiple}")
     return -(-int(tokenizer_len) // multiple) * multiple
 
 
@@ -91,7 +92,7 @@ def model_config_for(spec: CausalLMSpec, device: Any) -> tuple[Any, str | None]:
     # e.g. fewer layers to fit one GPU
     for key, value in (spec.model_overrides or {}).items():
         if not hasattr(cfg, key):
-            raise ValueError(f"model_overrides.{key}: {cfg.model_type} configs have no such field")
+            raise InputError(f"model_overrides.{key}: {cfg.model_type} configs have no such field")
         setattr(cfg, key, value)
     experts = experts_implementation(spec, device) if is_moe(cfg) else None
     if experts and not _has_experts_backends():
