@@ -37,7 +37,7 @@ from outdir import out_dir
 
 import wattlife.workloads.gpu_decode as gd
 from wattlife.workloads.gpu_decode import GpuDecodeLoader
-from wattlife.workloads.image import _collate, _dataset
+from wattlife.workloads.image import collate, image_dataset
 
 
 def _pil_decode(datas, boxes, stream):  # --device cpu: a real decoder in nvImageCodec's place
@@ -104,7 +104,7 @@ def run_mode(mode: str, a: argparse.Namespace, dev, model, opt, data, out: Path)
     synth = synthetic_batches(a.batch, dev)
     loader = None
     if mode != "synthetic":
-        loader = GpuDecodeLoader(data, a.batch, 224, dev, collate=_collate, readers=a.readers,
+        loader = GpuDecodeLoader(data, a.batch, 224, dev, collate=collate, readers=a.readers,
                                  helpers=a.helpers if mode == "decoded+helpers" else 0,
                                  decode=None if cuda else _pil_decode)
         loader.decode = _timed(loader.decode, "decode_call_ms")
@@ -191,7 +191,7 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     model = torchvision.models.resnet50().to(dev, memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    data = _dataset(root, True, 224)
+    data = image_dataset(root, True, 224)
     rows = []
     for mode in a.modes.split(","):
         for ms in ["5"] if mode == "synthetic" else a.switch_ms.split(","):

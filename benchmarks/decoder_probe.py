@@ -44,11 +44,11 @@ def decoder_probe(root: Path, batches: int = 12, size: int = 224) -> dict:
     from nvidia import nvimgcodec as nv
 
     from wattlife.workloads.gpu_decode import NvDecode
-    from wattlife.workloads.image import _dataset
+    from wattlife.workloads.image import image_dataset
     from wattlife.workloads.raw_jpegs import RawJpegs
 
     dev = torch.device("cuda", 0)
-    raw = RawJpegs(_dataset(root, True, size).samples)
+    raw = RawJpegs(image_dataset(root, True, size).samples)
     items = [raw[i] for i in range(128 * batches)]
     res: dict = {"nvimgcodec": getattr(nv, "__version__", "?")}
     stream = torch.cuda.Stream(dev)

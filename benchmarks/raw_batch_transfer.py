@@ -66,12 +66,12 @@ def main() -> None:
     if a.images < a.batch * (a.batches + 1):  # one batch to start the workers, then the timed
         ap.error(f"--images {a.images} is fewer than --batch x (--batches + 1) = "
                  f"{a.batch * (a.batches + 1)}: one epoch must hold every batch timed")
-    from wattlife.workloads.image import _dataset, _uint8_crops
+    from wattlife.workloads.image import image_dataset, uint8_crops
     from wattlife.workloads.raw_jpegs import RawJpegs, collate_raw, pack_raw, unpack_raw
 
     root = Path(a.work) / "jpeg500"
     make_tree(root, 2, a.images // 2, 500, 375)
-    train = _dataset(root, True, 224)  # the split listed once, for every measurement below
+    train = image_dataset(root, True, 224)  # the split listed once, for every measurement below
     raw = RawJpegs(train.samples)
     for name, collate in (("bytes through a pipe (collate_raw)", collate_raw),
                           ("one shared-memory tensor (pack_raw)", pack_raw)):
@@ -90,7 +90,7 @@ def main() -> None:
               f"{min(ms):.2f}-{max(ms):.2f} ms; unpack median {statistics.median(unpack):.2f} "
               f"ms; first read of the bytes median {statistics.median(touch):.2f} ms; "
               f"{mb:.1f} MB a batch")
-    helpers = {"float": train, "uint8": _uint8_crops(train, 224)}
+    helpers = {"float": train, "uint8": uint8_crops(train, 224)}
     helper_transforms(helpers, a.batch, min(a.images, 400))
     helper_hand_over(helpers, a)
 
@@ -117,12 +117,12 @@ def helper_hand_over(helpers: dict, a: argparse.Namespace) -> None:
     touch of the shared memory; `pin_memory()` where CUDA is available, else `clone()`)."""
     import torch
 
-    from wattlife.workloads.image import _collate
+    from wattlife.workloads.image import collate
 
     pin = torch.cuda.is_available()
     for kind in ("float", "uint8"):
         name = f"helpers' {kind} batches"
-        got = receive_ms(helpers[kind], _collate, a.batch, a.readers, a.batches, a.fill_s)
+        got = receive_ms(helpers[kind], collate, a.batch, a.readers, a.batches, a.fill_s)
         copy = []
         for _, (x, _, _) in got:
             t = time.perf_counter()

@@ -174,7 +174,7 @@ def _task_of(g: pd.DataFrame) -> str:
     return "other"
 
 
-def _eval_curves(lib: JobLibrary, idx: np.ndarray, power: np.ndarray) -> np.ndarray:
+def eval_curves(lib: JobLibrary, idx: np.ndarray, power: np.ndarray) -> np.ndarray:
     """Throughput of jobs idx at power (same shape), piecewise-linear, clamped to the range."""
     P, T = lib.P[idx], lib.T[idx]  # (..., K)
     x = np.clip(power, P[..., 0], P[..., -1])[..., None]

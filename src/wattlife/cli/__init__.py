@@ -15,10 +15,10 @@ import argparse
 import sys
 
 from . import custody, outputs, pfi, power, preparation, runs, slurm, workloads
-from .options import GUARDS, _guard
-from .runs import _load_sampler_cfg
+from .options import GUARDS, guard_outputs
+from .runs import load_sampler_cfg
 
-__all__ = ["GUARDS", "_guard", "_load_sampler_cfg", "build_parser", "main"]
+__all__ = ["GUARDS", "guard_outputs", "load_sampler_cfg", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = show
         try:
             check_options(args, parser)
-            _guard(args)
+            guard_outputs(args)
             return int(args.fn(args) or 0)
         except KeyboardInterrupt:
             print(f"{name}: interrupted", file=sys.stderr)

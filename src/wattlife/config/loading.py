@@ -199,7 +199,7 @@ def load_section(path: str | Path, section: str) -> dict[str, Any]:
     return _defaults(full["properties"][section], dict(cfg[section]))
 
 
-def _node(*path: str) -> dict[str, Any]:
+def schema_node(*path: str) -> dict[str, Any]:
     """The schema node at `path` (property names; "*" = additionalProperties)."""
     node = schema()
     for key in path:
@@ -210,4 +210,4 @@ def _node(*path: str) -> dict[str, Any]:
 def schema_default(*path: str) -> Any:
     """The schema's default of the key at `path` (e.g. "sampler", "idle_baseline_s"); None when
     the schema gives none."""
-    return copy.deepcopy(_node(*path).get("default"))
+    return copy.deepcopy(schema_node(*path).get("default"))

@@ -29,7 +29,7 @@ PHASE_ORDER = (["idle_baseline", "process_startup", "setup"] + LIFECYCLE_PHASES[
 # first colours for the last phases)
 _COLOURS = sns.color_palette("tab20", 20) + [sns.color_palette("tab20b", 20)[i]
                                              for i in (0, 4, 8, 12, 16)]
-_PALETTE = dict(zip(PHASE_ORDER, _COLOURS[:len(PHASE_ORDER)], strict=True))
+PHASE_PALETTE = dict(zip(PHASE_ORDER, _COLOURS[:len(PHASE_ORDER)], strict=True))
 #: text columns of the run-level tables that may be empty (a run without a cell: no storage, no
 #: checkpoint); read as text, empty as "", never as a float NaN column
 TEXT_COLUMNS = ("workload", "storage", "checkpoint", "phase", "device_kind")
@@ -106,7 +106,7 @@ def source_tag(df: pd.DataFrame) -> str:
     return "(" + ", ".join(_word(x) for x in _sources(df["source"])) + ")"
 
 
-def _save(fig: plt.Figure, out: Path) -> list[Path]:
+def save_figure(fig: plt.Figure, out: Path) -> list[Path]:
     """The figure as `out`.png and `out`.pdf; the PDF without its creation date, so that the same
     tables give byte-identical files (the PNG carries no date)."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +117,6 @@ def _save(fig: plt.Figure, out: Path) -> list[Path]:
     return paths
 
 
-def _phase_sort(phases: pd.Series) -> list[str]:
+def phase_sort(phases: pd.Series) -> list[str]:
     known = [p for p in PHASE_ORDER if p in set(phases)]
     return known + sorted(set(phases) - set(known))

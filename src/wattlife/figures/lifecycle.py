@@ -20,10 +20,10 @@ from matplotlib.patches import Patch
 
 from ..contracts import PER_STEP_PHASES
 from .common import (
-    _PALETTE,
+    PHASE_PALETTE,
     NothingToDraw,
-    _phase_sort,
-    _save,
+    phase_sort,
+    save_figure,
     source_note,
     source_tag,
     source_words,
@@ -130,7 +130,7 @@ def _time_panel(ax2: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) -> 
         tl = rows.groupby("phase")["time_repeat_lo_s"].max().reindex(order).fillna(t)
         th = rows.groupby("phase")["time_repeat_hi_s"].max().reindex(order).fillna(t)
         terr = np.vstack([np.clip(t - tl, 0, None), np.clip(th - t, 0, None)])
-    ax2.barh(order, t, color=[_PALETTE.get(p, "#999999") for p in order], xerr=terr,
+    ax2.barh(order, t, color=[PHASE_PALETTE.get(p, "#999999") for p in order], xerr=terr,
              error_kw={"lw": 0.8, "capsize": 2})
     ax2.invert_yaxis()
     ax2.set_xlabel("time per run (s)")
@@ -160,7 +160,7 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
                        & (summary["storage"] == cell["storage"])
                        & (summary["checkpoint"] == cell["checkpoint"])]
         n = _n(rows)
-        order = _phase_sort(rows["phase"])
+        order = phase_sort(rows["phase"])
         lo, hi, words = _energy_interval(rows, n)
         label = _cell_label(cell["workload"], cell["storage"], cell["checkpoint"], " — ")
         if f"{cell['workload']}: {words}" not in notes:
@@ -178,7 +178,7 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
     fig.text(0.01, -0.01, "\n".join(notes) + "\nSources — " + source_note(summary), fontsize=8,
              ha="left", va="top")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
@@ -205,7 +205,7 @@ def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
     ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
     ax.set_title("CPU / GPU share of energy")
     fig.text(0.01, -0.1, "Sources — " + source_note(share), fontsize=8, ha="left", va="top")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def effect_caption(deltas: pd.DataFrame) -> str:
@@ -246,7 +246,7 @@ def fig_storage_checkpoint(deltas: pd.DataFrame, out: Path) -> list[Path]:
                              squeeze=False)
     for r, w in enumerate(workloads):
         g = d[d["workload"] == w]
-        order = _phase_sort(g["phase"])
+        order = phase_sort(g["phase"])
         y = np.arange(len(order))
         h = 0.8 / max(len(cells), 1)
         panels = (("d_energy_j", "d_energy_lo_j", "d_energy_hi_j", "significant",
@@ -287,4 +287,4 @@ def fig_storage_checkpoint(deltas: pd.DataFrame, out: Path) -> list[Path]:
     fig.text(0.01, -0.01, effect_caption(deltas) + "\nSources — " + source_note(deltas, by=None),
              fontsize=8, ha="left", va="top")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .common import SOURCE_WORDS, _save, source_note, source_tag, style
+from .common import SOURCE_WORDS, save_figure, source_note, source_tag, style
 
 
 def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
@@ -42,7 +42,7 @@ def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
     fig.text(0.01, -0.02, "Sources — " + source_note(c, by="gpu_model"), fontsize=8, ha="left",
              va="top")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def _pfi_by_category(ax: plt.Axes, p: pd.DataFrame) -> None:
@@ -106,7 +106,7 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
     fig.text(0.01, -0.02, "Sources — " + source_note(pfi, by="gpu_model"), fontsize=8, ha="left",
              va="top")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
@@ -161,5 +161,5 @@ def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
              "construction; its 4-cap PFI tests the simulator's curve shape.", fontsize=8,
              ha="left", va="top", wrap=True)
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 

@@ -11,7 +11,7 @@ import pandas as pd
 import seaborn as sns
 
 from ..contracts import WAITING_PHASES
-from .common import _save, source_tag, style
+from .common import save_figure, source_tag, style
 
 PARTS = (("work_j", "work", "#4c72b0"), ("at_floor_j", "waiting at idle floor", "#c7c7c7"),
          ("above_floor_j", "waiting above idle floor", "#dd8452"))
@@ -83,4 +83,4 @@ def fig_waiting(runs: pd.DataFrame, out: Path, waiting: pd.DataFrame | None = No
     fig.suptitle("Work and waiting energy per cell (waiting share on each bar)")
     fig.tight_layout()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3)
-    return _save(fig, out)
+    return save_figure(fig, out)
