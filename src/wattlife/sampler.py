@@ -86,7 +86,7 @@ class Sampler:
         self._thread = threading.Thread(target=self._loop, name="wattlife-sampler", daemon=True)
         self._thread.start()
 
-    def _record(self, rows: list[tuple], out: list[str]) -> None:
+    def _record(self, rows: list[tuple[Any, ...]], out: list[str]) -> None:
         host = self.host
         stats = self._stats
         for t, dev, metric, value, source in rows:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-Runner = Callable[..., subprocess.CompletedProcess]
+Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 JOBNAME_PREFIX = "wattlife"  # profiles/slurm: slurm-jobname-prefix (job names wattlife_<run id>)
 RUNS_FILE = Path("slurm") / "runs.csv"  # under the results folder

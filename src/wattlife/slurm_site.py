@@ -20,7 +20,7 @@ import subprocess
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-Runner = Callable[..., subprocess.CompletedProcess]
+Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 # the sbatch flags every measuring job needs (whole nodes: every CPU, all allocatable memory),
 # kept whatever a user's `slurm_extra` says

@@ -72,7 +72,8 @@ def weighted_cut(weights: np.ndarray, room: np.ndarray, total_cut: np.ndarray,
         over = s > total_cut
         hi = np.where(over, mid, hi)
         lo = np.where(over, lo, mid)
-    return np.minimum(hi[:, None] * w, room)
+    result: np.ndarray = np.minimum(hi[:, None] * w, room)
+    return result
 
 
 def _strategies_to_run(strategies: list[str] | None, lib: JobLibrary

@@ -6,6 +6,7 @@ the production mix, or by category)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -60,7 +61,7 @@ def _upper_hull(p: np.ndarray, t: np.ndarray) -> list[int]:
     return h
 
 
-def _job_curves(curves: pd.DataFrame, objective: str) -> tuple[list, ...]:
+def _job_curves(curves: pd.DataFrame, objective: str) -> tuple[list[Any], ...]:
     """Per job with two or more usable points: (names, categories, tasks, powers, throughputs,
     uncapped telemetry, monotone flags), powers ascending."""
     jobs, cats, tasks, Ps, Ts, tele, flags = [], [], [], [], [], [], []
@@ -116,7 +117,7 @@ def _hull_segments(Ps: list[np.ndarray], Ts: list[np.ndarray], S: int
 
 
 def _strategy_weights(curves: pd.DataFrame, pfi: pd.DataFrame, jobs: list[str],
-                      cat_arr: np.ndarray, pmax: np.ndarray, tmax: np.ndarray, tele: list,
+                      cat_arr: np.ndarray, pmax: np.ndarray, tmax: np.ndarray, tele: list[Any],
                       objective: str) -> dict[str, np.ndarray]:
     """Each weighted strategy's per-job weight (the cut is proportional to it)."""
     pfi_keys = (pfi["job"] if curves["gpu_model"].nunique() == 1
@@ -184,7 +185,8 @@ def eval_curves(lib: JobLibrary, idx: np.ndarray, power: np.ndarray) -> np.ndarr
     t0 = np.take_along_axis(T, k, -1)
     t1 = np.take_along_axis(T, k + 1, -1)
     frac = np.where(p1 > p0, (x - p0) / np.where(p1 > p0, p1 - p0, 1.0), 0.0)
-    return (t0 + frac * (t1 - t0))[..., 0]
+    result: np.ndarray = (t0 + frac * (t1 - t0))[..., 0]
+    return result
 
 
 def parse_mix(mix: str) -> tuple[str, dict[str, float]] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TextIO
 
 from . import custody, outputs, pfi, power, preparation, runs, slurm, workloads
 from .options import GUARDS, guard_outputs
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug or os.environ.get("WATTLIFE_DEBUG", "") not in ("", "0")
     name = f"wattlife {args.command}"
 
-    def show(message, category, filename, lineno, file=None, line=None):
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
         print(f"{name}: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
     stdout, sys.stdout = sys.stdout, PipeTolerantStdout(sys.stdout)

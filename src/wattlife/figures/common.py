@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.figure import Figure
 
 from ..contracts import COMPILE, LIFECYCLE_PHASES, UNATTRIBUTED, WARMUP
 
@@ -106,7 +107,7 @@ def source_tag(df: pd.DataFrame) -> str:
     return "(" + ", ".join(_word(x) for x in _sources(df["source"])) + ")"
 
 
-def save_figure(fig: plt.Figure, out: Path) -> list[Path]:
+def save_figure(fig: Figure, out: Path) -> list[Path]:
     """The figure as `out`.png and `out`.pdf; the PDF without its creation date, so that the same
     tables give byte-identical files (the PNG carries no date)."""
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 
 from .common import save_figure, style
 
@@ -21,7 +22,7 @@ PANELS = [("throughput", "step throughput (items/s)"),
 TOP_PHASES = 6
 
 
-def _bars(ax: plt.Axes, rows: pd.DataFrame, sides: list[tuple[str, str]]) -> None:
+def _bars(ax: Axes, rows: pd.DataFrame, sides: list[tuple[str, str]]) -> None:
     """One group of bars a row (cell or phase), one bar a model, whiskers at the t95 bounds."""
     x = np.arange(len(rows))
     width = 0.8 / len(sides)

@@ -16,6 +16,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
 from ..contracts import PER_STEP_PHASES
@@ -41,7 +42,7 @@ def _n(df: pd.DataFrame) -> int:
     return int(df[col].min()) if col and len(df) else 1
 
 
-def _bars(ax: plt.Axes, rows: pd.DataFrame, order: list[str], value: str, lo: str, hi: str,
+def _bars(ax: Axes, rows: pd.DataFrame, order: list[str], value: str, lo: str, hi: str,
           scale: float = 1.0) -> None:
     """Grouped horizontal bars, one per device kind, with the given interval columns."""
     kinds = [(k, c) for k, c in KIND_COLORS if k in set(rows["device_kind"])]
@@ -85,7 +86,7 @@ def _cells(summary: pd.DataFrame) -> pd.DataFrame:
         ["workload", "storage", "checkpoint"]]
 
 
-def _share_labels(ax: plt.Axes, rows: pd.DataFrame, order: list[str], scale: float) -> None:
+def _share_labels(ax: Axes, rows: pd.DataFrame, order: list[str], scale: float) -> None:
     """Each phase's share of the cell's energy (all device kinds), written after its bars."""
     per_phase = rows.groupby("phase")["energy_j"].sum().reindex(order).fillna(0.0)
     total = float(per_phase.sum())
@@ -100,7 +101,7 @@ def _share_labels(ax: plt.Axes, rows: pd.DataFrame, order: list[str], scale: flo
     ax.set_xlim(right=float(np.nanmax(ends.to_numpy(float))) * 1.15 or None)
 
 
-def _per_item_panel(ax: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
+def _per_item_panel(ax: Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
     """Fig. 1's middle panel: energy per item of the per-step phases, or a note without items."""
     step = rows[rows["phase"].isin(PER_STEP_PHASES)]
     unit = (step["item_unit"].dropna().iloc[0]
@@ -122,7 +123,7 @@ def _per_item_panel(ax: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) 
     ax.set_title("per item (per-step phases)")
 
 
-def _time_panel(ax2: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
+def _time_panel(ax2: Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
     """Fig. 1's right panel: time per phase, with the t95 across repeats where n >= 2."""
     t = rows.groupby("phase")["time_s"].max().reindex(order).fillna(0)
     terr = None

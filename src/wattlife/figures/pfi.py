@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.axes import Axes
 
 from .common import SOURCE_WORDS, save_figure, source_note, source_tag, style
 
@@ -45,7 +46,7 @@ def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
     return save_figure(fig, out)
 
 
-def _pfi_by_category(ax: plt.Axes, p: pd.DataFrame) -> None:
+def _pfi_by_category(ax: Axes, p: pd.DataFrame) -> None:
     """Each job's PFI at its category, spread evenly across the category's width (the same
     places on every redraw), with its 95 % interval from pfi.csv (`pfi_lo`, `pfi_hi`) as whiskers
     where the table has one (none where they are NaN), and the category's median as a bar."""

@@ -9,6 +9,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+from matplotlib.axes import Axes
 
 from ..contracts import WAITING_PHASES
 from .common import save_figure, source_tag, style
@@ -24,7 +25,7 @@ def _cell(df: pd.DataFrame) -> pd.Series:
             + df["checkpoint"].astype(str))
 
 
-def _split_panel(ax: plt.Axes, d: pd.DataFrame) -> None:
+def _split_panel(ax: Axes, d: pd.DataFrame) -> None:
     """Stacked work / at floor / above floor per cell (mean over runs), the waiting share and n
     written on each bar."""
     m = d.groupby("cell", sort=True)[[c for c, _, _ in PARTS] + ["energy_j"]].mean()
@@ -43,7 +44,7 @@ def _split_panel(ax: plt.Axes, d: pd.DataFrame) -> None:
     ax.margins(y=0.15)
 
 
-def _phase_panel(ax: plt.Axes, d: pd.DataFrame) -> None:
+def _phase_panel(ax: Axes, d: pd.DataFrame) -> None:
     """Waiting energy per cell by phase (mean over the cell's runs; a run without the phase
     counts 0)."""
     runs = d.groupby("cell")["run_id"].nunique()

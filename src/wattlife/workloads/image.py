@@ -62,13 +62,13 @@ def _transform(train: bool, size: int, uint8: bool = False) -> Callable[[Any], A
                  transforms.ToTensor(), transforms.Normalize(list(MEAN), list(STD))]
     tf = transforms.Compose(steps)
 
-    def guarded(img):
+    def guarded(img: Any) -> Any:
         return None if img is None else tf(img)
 
     return guarded
 
 
-def image_dataset(root: Path, train: bool, size: int):
+def image_dataset(root: Path, train: bool, size: int) -> Any:
     from torchvision import datasets
 
     split = root / ("train" if train else "val")
@@ -87,7 +87,7 @@ def uint8_crops(train_ds: Any, size: int) -> Any:
     return ds
 
 
-def collate(batch):
+def collate(batch: list[tuple[Any, Any]]) -> tuple[Any, Any, int]:
     import torch
 
     kept = [(x, y) for x, y in batch if x is not None]
@@ -189,7 +189,8 @@ def _checkpointer(model: Any, opt: Any, checkpoint: str, ckpt_dir: Path, dist: D
         ckpt_dir, dist, device, {"adapters_only": False}, collective=False)
 
 
-def _build(spec: ImageClassificationSpec, root: Path, dist: Dist, device: Any):
+def _build(spec: ImageClassificationSpec, root: Path, dist: Dist, device: Any
+           ) -> tuple[Any, Any, Any, Any]:
     """The datasets, the model (channels_last; DDP under torchrun; cuDNN picking its fastest
     kernels on the first steps, which lie in the warm-up) and its optimiser."""
     import torch
@@ -209,7 +210,7 @@ def _build(spec: ImageClassificationSpec, root: Path, dist: Dist, device: Any):
     return train_ds, val_ds, model, opt
 
 
-def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device: Any,
+def _loaders(train_ds: Any, val_ds: Any, spec: ImageClassificationSpec, dist: Dist, device: Any,
              root: Path, decode: str) -> tuple[Batches, Any]:
     """The training batches (shuffled; a DistributedSampler under torchrun; an epoch ends before
     an incomplete batch; decoded on the GPU for `decode` gpu) and the validation loader (the CPU
@@ -246,7 +247,7 @@ def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device
     return Batches(loader, None if decode == "gpu" else sampler), val_loader
 
 
-def _validate(model, loader, device, amp: bool, max_steps: int) -> float:
+def _validate(model: Any, loader: Any, device: Any, amp: bool, max_steps: int) -> float:
     import torch
 
     model.eval()
