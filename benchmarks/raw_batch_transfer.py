@@ -21,13 +21,14 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from jpeg_tree import make_tree
 
 
-def receive_ms(raw, collate, batch: int, readers: int, batches: int,
-               fill_s: float, pin: bool = False) -> list[tuple[float, object]]:
+def receive_ms(raw: Any, collate: Any, batch: int, readers: int, batches: int,
+               fill_s: float, pin: bool = False) -> list[tuple[float, Any]]:
     """(ms, batch) per next() of a full DataLoader queue of batches of `raw` collated by
     `collate` (`pin`: through the DataLoader's pin-memory thread, as the helpers' batches)."""
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
@@ -46,7 +47,7 @@ def receive_ms(raw, collate, batch: int, readers: int, batches: int,
             out.append(((time.perf_counter() - t) * 1e3, b))
         return out
     finally:
-        it._shutdown_workers()
+        it._shutdown_workers()  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -95,7 +96,7 @@ def main() -> None:
     helper_hand_over(helpers, a)
 
 
-def helper_transforms(helpers: dict, batch: int, n: int) -> None:
+def helper_transforms(helpers: dict[str, Any], batch: int, n: int) -> None:
     """ms an image of the helpers' transform (`helpers`: the float and the uint8 training
     split), and a batch's MB."""
     import torch
@@ -111,7 +112,7 @@ def helper_transforms(helpers: dict, batch: int, n: int) -> None:
               f"{x[0].element_size() * x[0].numel() * batch / 1e6:.1f} MB a batch of {batch}")
 
 
-def helper_hand_over(helpers: dict, a: argparse.Namespace) -> None:
+def helper_hand_over(helpers: dict[str, Any], a: argparse.Namespace) -> None:
     """The helpers' hand-over, float against uint8: ms a next() of a full queue of transformed
     batches, then ms to copy each received batch as the loaders' pin-memory thread does (its first
     touch of the shared memory; `pin_memory()` where CUDA is available, else `clone()`)."""
