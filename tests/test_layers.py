@@ -49,6 +49,14 @@ def test_every_contract_holds_on_the_package():
     assert f"Contracts: {len(IDS)} kept, 0 broken." in out.stdout
 
 
+def test_make_lint_runs_the_contracts_and_checks_benchmarks_and_scripts():
+    lint = (ROOT / "Makefile").read_text().split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    assert "lint-imports" in lint and "ruff check src tests benchmarks scripts" in lint
+    mypy = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert mypy["strict"] is True
+    assert set(mypy["files"]) == {"src/wattlife", "benchmarks", "scripts"}
+
+
 def test_every_contract_has_a_bad_import_below():
     assert sorted(BAD_IMPORTS) == sorted(IDS)
 
