@@ -98,11 +98,13 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
-# ruff, mypy and snakefmt with the pyproject settings (versions pinned in the `dev` extra), and
-# Snakemake's own linter over the workflow; .ci/run runs it before `make test`.
+# ruff, mypy (strict, on src/, benchmarks/ and scripts/), the import contracts (lint-imports) and
+# snakefmt with the pyproject settings (versions pinned in the `dev` extra), and Snakemake's own
+# linter over the workflow; .ci/run runs it before `make test`.
 lint: install
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/snakefmt --check Snakefile rules/
 	$(VENV)/bin/snakemake --lint
 

@@ -29,6 +29,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,7 +55,7 @@ KIND_SETS = {  # attribution runs: phase kinds run long (ground truth) and short
 
 
 def under_sampler(run_dir: Path, cmd: list[str],
-                  env: dict | None = None) -> subprocess.CompletedProcess:
+                  env: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
     run_dir.mkdir(parents=True, exist_ok=True)
     full = [PY, "-m", "wattlife.cli", "run", "--trace", str(run_dir / "trace.csv"),
             "--events", str(run_dir / "events.csv"), "--gpu", "nvml", "--cpu", "auto",
@@ -70,7 +71,7 @@ def gpu_power(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return g[g["metric"] == "power_w"], g[g["metric"] == "energy_j"]
 
 
-def check_accuracy(work: Path, seconds: float) -> dict:
+def check_accuracy(work: Path, seconds: float) -> dict[str, Any]:
     d = work / "accuracy"
     r = under_sampler(d, [PY, str(HERE / "gpu_loads.py"), "--mode", "varying",
                           "--seconds", str(seconds)])
@@ -90,13 +91,14 @@ def check_accuracy(work: Path, seconds: float) -> dict:
     total_counter = float(e[-1] - e[0])
     total_samples = float(integ[-1] - integ[0])
     p = series.power_w
+    assert p is not None  # a power source: its readings are watts
     return {"span_s": float((t[-1] - t[0]) / 1e9), "counter_j": total_counter,
             "samples_j": total_samples, "rel_error": total_samples / total_counter - 1,
             "n_samples": int(len(p)), "sample_period_ms": series.spacing_s * 1e3,
             "power_min_w": float(p.min()), "power_max_w": float(p.max()), "source": series.source}
 
 
-def check_resolution(work: Path) -> dict:
+def check_resolution(work: Path) -> dict[str, Any]:
     d = work / "resolution"
     r = under_sampler(d, [PY, str(HERE / "gpu_loads.py"), "--mode", "square", "--seconds", "8",
                           "--on-ms", "40", "--off-ms", "40"])
@@ -122,7 +124,7 @@ def check_resolution(work: Path) -> dict:
                                        (p < lo_p + 0.6 * (hi_p - lo_p))).mean())}
 
 
-def check_overhead(work: Path, pairs: int, steps: int) -> tuple[pd.DataFrame, dict]:
+def check_overhead(work: Path, pairs: int, steps: int) -> tuple[pd.DataFrame, dict[str, Any]]:
     rows = []
     loop = [PY, str(HERE / "train_loop.py"), "--steps", str(steps)]
     for i in range(pairs):
@@ -188,7 +190,8 @@ def run_attribution(work: Path, long_s: float, short_s: float, kinds: list[str],
             raise RuntimeError(r.stderr[-2000:])
 
 
-def comparison_rows(kinds: list[str], out: dict, blocks: dict, clocks: dict) -> list[dict]:
+def comparison_rows(kinds: list[str], out: dict[str, Any], blocks: dict[str, Any],
+                    clocks: dict[str, Any]) -> list[dict[str, Any]]:
     """Per kind: the long phases' integrated power (the truth) beside the short phases' block
     regression, deconvolution (boxcar and estimated response) and both runs' clocks."""
     cmp_rows = []
@@ -217,7 +220,8 @@ def comparison_rows(kinds: list[str], out: dict, blocks: dict, clocks: dict) -> 
     return cmp_rows
 
 
-def analyse_attribution(work: Path, kinds: list[str], tag: str) -> tuple[pd.DataFrame, dict]:
+def analyse_attribution(work: Path, kinds: list[str], tag: str
+                        ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Long-phase ground truth vs the short phases' deconvolution (boxcar window, estimated
     sensor response) and block regression, with each kind's SM clock in both runs. Runs on
     the saved traces, so it can be repeated without a GPU."""
@@ -319,7 +323,7 @@ def block_regression(gpu: pd.DataFrame, ev: pd.DataFrame, out_csv: Path) -> dict
     return dict(zip(names + ["gap"], beta, strict=False))
 
 
-def gpu_name(summary: dict) -> None:
+def gpu_name(summary: dict[str, Any]) -> None:
     """The first GPU's name and the driver into `summary` (`gpu`: unknown and why, without)."""
     try:
         import pynvml
@@ -350,8 +354,8 @@ def main() -> None:
     out = out_dir(a.out)
     work = Path(a.work) if a.work else Path(os.environ.get("TMPDIR", "/tmp")) / "wattlife-h200"
     work.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                     "analysed_from": str(work) if a.analyse_only else "this run"}
+    summary: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                               "analysed_from": str(work) if a.analyse_only else "this run"}
     gpu_name(summary)
     for part in a.only.split(","):
         t = time.time()

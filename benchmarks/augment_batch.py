@@ -13,9 +13,10 @@ line a way. Changes no GPU setting.
 import argparse
 import statistics
 import time
+from typing import Any
 
 
-def crops(n: int, device: str, seed: int = 0):
+def crops(n: int, device: str, seed: int = 0) -> Any:
     """`n` region-decoded crops (uint8 HxWx3) of 500 x 375 images, their boxes and flips."""
     import torch
     from PIL import Image
@@ -36,7 +37,7 @@ VIEWS = {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::permute",
          "aten::_unsafe_view", "aten::squeeze"}
 
 
-def calls(fn) -> tuple[int, int]:
+def calls(fn: Any) -> tuple[int, int]:
     """Top-level aten operator calls of `fn()` (nested calls inside an operator not counted):
     all, and those that are not views (each of those launches a kernel or more on a GPU)."""
     from torch.profiler import ProfilerActivity, profile

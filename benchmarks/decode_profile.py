@@ -27,6 +27,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pandas as pd
 import torch
@@ -37,10 +38,11 @@ from outdir import out_dir
 
 import wattlife.workloads.gpu_decode as gd
 from wattlife.workloads.gpu_decode import GpuDecodeLoader
-from wattlife.workloads.image import _collate, _dataset
+from wattlife.workloads.image import collate, image_dataset
 
 
-def _pil_decode(datas, boxes, stream):  # --device cpu: a real decoder in nvImageCodec's place
+# --device cpu: a real decoder in nvImageCodec's place
+def _pil_decode(datas: Any, boxes: Any, stream: Any) -> Any:
     import numpy as np
     from PIL import Image
 
@@ -51,9 +53,9 @@ def _pil_decode(datas, boxes, stream):  # --device cpu: a real decoder in nvImag
 TIMES: dict[str, list[float]] = {"decode_call_ms": [], "augment_ms": []}
 
 
-def _timed(fn, key: str):
+def _timed(fn: Any, key: str) -> Any:
     """`fn`, its wall time a call (in the decode thread) appended to TIMES[key]."""
-    def wrapped(*args, **kw):
+    def wrapped(*args: Any, **kw: Any) -> Any:
         t = time.perf_counter()
         try:
             return fn(*args, **kw)
@@ -62,7 +64,7 @@ def _timed(fn, key: str):
     return wrapped
 
 
-def _batches(loader):
+def _batches(loader: Any) -> Any:
     while True:
         for x, y, _ in loader:
             if x is not None:
@@ -77,13 +79,13 @@ def _kernels(trace: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["stream", "name", "ts", "dur"])
 
 
-def synthetic_batches(batch: int, dev) -> list:
+def synthetic_batches(batch: int, dev: Any) -> list[Any]:
     """4 random channels-last image batches with labels, on `dev`."""
     return [(torch.randn(batch, 3, 224, 224, device=dev).to(memory_format=torch.channels_last),
              torch.randint(0, 1000, (batch,), device=dev)) for _ in range(4)]
 
 
-def stream_split(k: pd.DataFrame, step_ms: float, steps: int, csv: Path) -> dict:
+def stream_split(k: pd.DataFrame, step_ms: float, steps: int, csv: Path) -> dict[str, Any]:
     """The training stream's (the busiest) kernel ms per step, its idle rest and the other
     streams' kernel ms; the 40 costliest kernels into `csv`. Nothing without kernels."""
     if not len(k):
@@ -97,20 +99,21 @@ def stream_split(k: pd.DataFrame, step_ms: float, steps: int, csv: Path) -> dict
             "other_streams_kernel_ms_per_step": other["dur"].sum() / 1e3 / steps}
 
 
-def run_mode(mode: str, a: argparse.Namespace, dev, model, opt, data, out: Path) -> dict:
+def run_mode(mode: str, a: argparse.Namespace, dev: Any, model: Any, opt: Any, data: Any,
+             out: Path) -> dict[str, Any]:
     """Train `a.warmup + a.steps` steps in `mode`, the last `a.profile_steps` under the
     profiler; the mode's row."""
     cuda = dev.type == "cuda"
     synth = synthetic_batches(a.batch, dev)
     loader = None
     if mode != "synthetic":
-        loader = GpuDecodeLoader(data, a.batch, 224, dev, collate=_collate, readers=a.readers,
+        loader = GpuDecodeLoader(data, a.batch, 224, dev, collate=collate, readers=a.readers,
                                  helpers=a.helpers if mode == "decoded+helpers" else 0,
                                  decode=None if cuda else _pil_decode)
         loader.decode = _timed(loader.decode, "decode_call_ms")
     for v in TIMES.values():
         v.clear()
-    feed = _batches(loader) if loader is not None else None
+    feed: Any = _batches(loader) if loader is not None else None  # None: synthetic alone
 
     def one(i: int) -> None:
         x, y = synth[i % 4]
@@ -122,13 +125,13 @@ def run_mode(mode: str, a: argparse.Namespace, dev, model, opt, data, out: Path)
         with torch.autocast(dev.type, dtype=torch.bfloat16):
             loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
 
     try:
         for i in range(a.warmup):
             one(i)
-        sync = torch.cuda.synchronize if cuda else (lambda: None)
+        sync: Callable[[], None] = torch.cuda.synchronize if cuda else (lambda: None)
         sync()
         t = time.perf_counter()
         for i in range(a.steps - a.profile_steps):
@@ -180,7 +183,8 @@ def main() -> None:
                          "decoding mode runs with, comma-separated (default 5, Python's own)")
     a = ap.parse_args()
     out = out_dir(a.out)
-    gd.augment_batch = _timed(gd.augment_batch, "augment_ms")
+    # patched where gpu_decode looks it up (its import of gpu_augment's function)
+    gd.augment_batch = _timed(gd.augment_batch, "augment_ms")  # type: ignore[attr-defined]
     dev = torch.device(a.device, 0) if a.device == "cuda" else torch.device(a.device)
     cpu = dev.type == "cpu"
     root = Path(a.work) / "jpeg500"
@@ -191,7 +195,7 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     model = torchvision.models.resnet50().to(dev, memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    data = _dataset(root, True, 224)
+    data = image_dataset(root, True, 224)
     rows = []
     for mode in a.modes.split(","):
         for ms in ["5"] if mode == "synthetic" else a.switch_ms.split(","):

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 from execution_stage import cell
-from gpu_decode_table import phase_row, select_best, settings_summary
+from gpu_decode_table import Row, phase_row, select_best, settings_summary
 from jpeg_tree import make_tree
 from outdir import out_dir
 
@@ -117,8 +117,9 @@ class Call:
 
     def __init__(self, a: argparse.Namespace, out: Path) -> None:
         self.a, self.out, self.work = a, out, Path(a.work)
-        self.res: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv}
-        self.t0, self.longest = time.time(), {}
+        self.res: Row = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv}
+        self.t0 = time.time()
+        self.longest: dict[str, float] = {}
         # runs kept in reserve for the confirming rounds while screening: {kind: count}
         self.reserve: dict[str, int] = {}
         self.multi = a.repeats > 1 or a.confirm > 0  # runs named `<name>-r<round>`
@@ -159,7 +160,7 @@ class Call:
 
 
 def run_cells(call: Call, names: list[str], synthetic: dict[bool, float | None],
-              round_no: int) -> list[dict]:
+              round_no: int) -> list[Row]:
     """One round of the workload's cells `names` (and the decoder probe after the first `gpu`
     cell of the call); table rows, each cell's share against the round's synthetic rate of the
     same kind (`synthetic[cuda_graphs]`: eager, or with CUDA graphs) and the eager one. Each round
@@ -219,7 +220,7 @@ def synthetic_rate(call: Call, key: str, graphs: bool = False) -> float | None:
 
 
 def run_round(call: Call, names: list[str], round_no: int, stage: str,
-              eager: bool = True) -> tuple[list[dict], dict[bool, float | None]]:
+              eager: bool = True) -> tuple[list[Row], dict[bool, float | None]]:
     """A round: the synthetic rates it needs (with graphs where a cell runs graphs; eagerly
     where `eager` or a cell runs eagerly), then its cells; rows marked with `stage`."""
     kinds = {cell_settings(n)[3] for n in names}
@@ -230,12 +231,12 @@ def run_round(call: Call, names: list[str], round_no: int, stage: str,
     return [{**r, "stage": stage} for r in rows], synthetic
 
 
-def ladder(call: Call, rows: list[dict], synthetic: dict[bool, float | None]) -> list[dict]:
+def ladder(call: Call, rows: list[Row], synthetic: dict[bool, float | None]) -> list[Row]:
     """`--ladder`: after the screening rounds, each step runs the `gpu` cell of the highest share
     so far (`select_best` over every screening row) with the step's settings added, in the last
     screening round (its synthetic rates; one measured now where a step needs another kind): a
     greedy search, n = 1 a step. Stops where the budget does."""
-    added: list[dict] = []
+    added: list[Row] = []
     for step in listed(call.a.ladder):
         choice = select_best(pd.DataFrame(rows + added))
         if choice is None:
@@ -267,7 +268,7 @@ def confirm_reserve(a: argparse.Namespace) -> dict[str, int]:
     return {k: a.confirm * v for k, v in (*runs.items(), ("synthetic", synthetic))}
 
 
-def confirm_rounds(call: Call, screen: list[dict]) -> list[dict]:
+def confirm_rounds(call: Call, screen: list[Row]) -> list[Row]:
     """`--confirm` rounds of the `decode: gpu` setting the screening rounds ran best
     (`select_best`, recorded as `selection`) and the `--confirm-with` cells, numbered after the
     screening rounds; a round that would overrun `--budget-s` is not started."""
@@ -282,7 +283,7 @@ def confirm_rounds(call: Call, screen: list[dict]) -> list[dict]:
     names = [choice["setting"]] + listed(call.a.confirm_with)
     runs = Counter(cell_settings(n)[0] for n in names)
     synthetic = len({cell_settings(n)[3] for n in names})  # eager and/or with graphs
-    rows: list[dict] = []
+    rows: list[Row] = []
     for k in range(1, call.a.confirm + 1):
         round_no = call.a.repeats + k
         if not call.fits(f"confirming round {round_no}", **runs, synthetic=synthetic):
@@ -292,7 +293,7 @@ def confirm_rounds(call: Call, screen: list[dict]) -> list[dict]:
     return rows
 
 
-def report(call: Call, rows: list[dict], confirmed: list[dict]) -> None:
+def report(call: Call, rows: list[Row], confirmed: list[Row]) -> None:
     """DIR/gpu_decode_summary.csv over the confirming rounds (else over all rounds, where more
     than one ran), and the short tables on stdout."""
     basis = confirmed if call.a.confirm else rows
@@ -376,13 +377,12 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     a = parse_args()
     call = Call(a, out_dir(a.out))
-    call.res["data"] = make_tree(call.work / "shared" / "jpeg500",
-                                 *(2, 6) if DRY else (a.classes, a.per_class),
-                                 *(64, 48) if DRY else (500, 375))
+    classes, per_class, w, h = (2, 6, 64, 48) if DRY else (a.classes, a.per_class, 500, 375)
+    call.res["data"] = make_tree(call.work / "shared" / "jpeg500", classes, per_class, w, h)
     call.save()
     if a.confirm:  # screening leaves room for the confirming rounds
         call.reserve = confirm_reserve(a)
-    rows: list[dict] = []
+    rows: list[Row] = []
     for round_no in range(1, a.repeats + 1):
         new, synthetic = run_round(call, listed(a.cells), round_no,
                                    "screen" if a.confirm or a.ladder else "round")

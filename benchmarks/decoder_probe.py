@@ -10,9 +10,10 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 
-def _rate(dec, items: list, stream, size: int, augment: str, batches: int) -> float:
+def _rate(dec: Any, items: list[Any], stream: Any, size: int, augment: str, batches: int) -> float:
     """Images/s of `dec` over 128-image batches, with no augment (`""`) or the loader's
     `augment_batch` image by image (`"per-image"`) or batched (`"batched"`). (The committed
     probes up to gpu-decode-graphs/call-1 timed the per-image way without its flips.)"""
@@ -20,7 +21,7 @@ def _rate(dec, items: list, stream, size: int, augment: str, batches: int) -> fl
 
     from wattlife.workloads import gpu_augment
 
-    def one(b: list) -> None:
+    def one(b: list[Any]) -> None:
         with torch.cuda.stream(stream):
             imgs = dec([r[0] for r in b], [r[1] for r in b], stream)
             if augment:
@@ -37,21 +38,21 @@ def _rate(dec, items: list, stream, size: int, augment: str, batches: int) -> fl
     return 128 * batches / (time.perf_counter() - t)
 
 
-def decoder_probe(root: Path, batches: int = 12, size: int = 224) -> dict:
+def decoder_probe(root: Path, batches: int = 12, size: int = 224) -> dict[str, Any]:
     """Decode (+ resize + normalise) rate of 128-image batches on the GPU, full vs region, and
     which nvImageCodec backends decode full images and regions."""
     import torch
     from nvidia import nvimgcodec as nv
 
     from wattlife.workloads.gpu_decode import NvDecode
-    from wattlife.workloads.image import _dataset
+    from wattlife.workloads.image import image_dataset
     from wattlife.workloads.raw_jpegs import RawJpegs
 
     dev = torch.device("cuda", 0)
-    raw = RawJpegs(_dataset(root, True, size).samples)
+    raw = RawJpegs(image_dataset(root, True, size).samples)
     items = [raw[i] for i in range(128 * batches)]
-    res: dict = {"nvimgcodec": getattr(nv, "__version__", "?")}
-    stream = torch.cuda.Stream(dev)
+    res: dict[str, Any] = {"nvimgcodec": getattr(nv, "__version__", "?")}
+    stream = torch.cuda.Stream(dev)  # type: ignore[no-untyped-call]
     for name, roi in (("region", True), ("full", False)):
         dec = NvDecode(dev, roi=roi)
         for mode, aug in (("decode", ""), ("decode+augment_batched", "batched"),
@@ -64,9 +65,9 @@ def decoder_probe(root: Path, batches: int = 12, size: int = 224) -> dict:
             srcs = [nv.CodeStream(r[0]) for r in few]
             regions = [nv.Region(t, left, t + h, left + w) for t, left, h, w in
                        (r[1] for r in few)]
-            roi = [s.get_sub_code_stream(region=g) for s, g in zip(srcs, regions, strict=True)]
+            subs = [s.get_sub_code_stream(region=g) for s, g in zip(srcs, regions, strict=True)]
             res[f"{kind}_full_decoded"] = sum(x is not None for x in d.decode(srcs))
-            res[f"{kind}_region_decoded"] = sum(x is not None for x in d.decode(roi))
+            res[f"{kind}_region_decoded"] = sum(x is not None for x in d.decode(subs))
         except Exception as exc:  # noqa: BLE001 (a probe: record what the library said)
             res[f"{kind}_error"] = str(exc)[:200]
     return res

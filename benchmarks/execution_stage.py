@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from outdir import out_dir
@@ -31,8 +32,8 @@ DRY = os.environ.get("WL_DRY") == "1"  # CPU rehearsal: tiny sizes, simulated GP
 HERE = Path(__file__).resolve().parent
 
 
-def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, out: Path,
-         prelude: str = "") -> dict:
+def cell(work: Path, name: str, cfg: dict[str, Any], wl: str, storage: str, ckpt: bool, out: Path,
+         prelude: str = "") -> dict[str, Any]:
     """One cell under `wattlife run`, attributed; `prelude`: Python run first in the cell's
     process (a benchmark's setting of a module constant)."""
     d = work / name
@@ -80,15 +81,15 @@ def cell(work: Path, name: str, cfg: dict, wl: str, storage: str, ckpt: bool, ou
             "skipped": s.get("skipped_items"), "checkpoints": len(s.get("checkpoints", []))}
 
 
-def n(big, small):
+def n(big: Any, small: Any) -> Any:
     """`small` in a dry run (no GPU), else `big`."""
     return small if DRY else big
 
 
-def resnet_part(a: argparse.Namespace, work: Path, shared: Path, dev: str, res: dict, save,
-                out: Path) -> None:
+def resnet_part(a: argparse.Namespace, work: Path, shared: Path, dev: str, res: dict[str, Any],
+                save: Any, out: Path) -> None:
     """JPEGs generated, then the ResNet-50 cells (checkpointing on, and off unless --quick)."""
-    def q(full, quick):
+    def q(full: Any, quick: Any) -> Any:
         return quick if a.quick else full
     ckpts = (True,) if a.quick else (True, False)
     t = time.time()
@@ -111,10 +112,10 @@ def resnet_part(a: argparse.Namespace, work: Path, shared: Path, dev: str, res: 
         save()
 
 
-def qwen_part(a: argparse.Namespace, work: Path, shared: Path, dev: str, res: dict, save,
-              out: Path) -> None:
+def qwen_part(a: argparse.Namespace, work: Path, shared: Path, dev: str, res: dict[str, Any],
+              save: Any, out: Path) -> None:
     """A text corpus generated, then the Qwen3-1.7B cells (as `resnet_part`)."""
-    def q(full, quick):
+    def q(full: Any, quick: Any) -> Any:
         return quick if a.quick else full
     ckpts = (True,) if a.quick else (True, False)
     from wattlife.workloads.datagen import make_text_corpus
@@ -149,9 +150,9 @@ def main() -> None:
     out = out_dir(a.out)
     work = Path("/tmp/wl-exec")
     shared = work / "shared"
-    res: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    res: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
-    def save():
+    def save() -> None:
         (out / "execution_summary.json").write_text(json.dumps(res, indent=1, default=str))
 
     parts = a.only.split(",")

@@ -49,10 +49,11 @@ def reference_series(root: Path) -> list[DeviceSeries]:
 
 
 def flags(series: list[DeviceSeries], k: float, floor_s: float
-          ) -> tuple[int, Counter, float, float]:
+          ) -> tuple[int, Counter[str], float, float]:
     """Gaps found above max(k x median spacing, floor): count, series by source, the longest
     (s), and the largest share of a device's energy they bridge."""
-    n, by_source, longest, worst = 0, Counter(), 0.0, 0.0
+    by_source: Counter[str] = Counter()
+    n, longest, worst = 0, 0.0, 0.0
     for s in series:
         dt = np.diff(s.t_ns)
         if len(dt) < 2:

@@ -60,6 +60,7 @@ def _load(run: Path, label: str) -> dict[str, object]:
     missing = [str(p) for p in need if not p.exists()] + ([] if trace else [f"{run}/trace.csv"])
     if missing:
         raise FileNotFoundError(", ".join(missing))
+    assert trace is not None  # in `missing` otherwise
     meta = json.loads((run / "meta.json").read_text())
     summary = json.loads((run / "work" / "summary.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:  # re-attributed by today's code, both models alike

@@ -8,11 +8,15 @@ functions of tables and a cell's files, tested on hand-made tables.
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+#: one row of a decode-rate table: column -> value
+Row = dict[str, Any]
 
-def steady_busy(cell_dir: Path) -> dict:
+
+def steady_busy(cell_dir: Path) -> dict[str, Any]:
     """Median and 90th percentile over a cell's steady steps (rank 0's steps after warm-up, the
     step basis's) of the host's busy share, % of all its cores (`util_cpu`: psutil's, the CPU
     estimate's input), and the GPU's `sm_active` (NVML GPM, a fraction); None where not traced."""
@@ -23,7 +27,7 @@ def steady_busy(cell_dir: Path) -> dict:
     steps = steady_steps(ev[ev["rank"] == ev["rank"].min()])
     trace = read_trace(cell_dir / "trace.csv.gz")
     win = trace[trace["t_ns"].between(steps["start_ns"].min(), steps["end_ns"].max())]
-    row: dict = {}
+    row: dict[str, Any] = {}
     for metric, name in (("util_cpu", "host_busy_pct"), ("sm_active", "sm_active")):
         v = win.loc[win["metric"] == metric, "value"]
         row[f"{name}_median"] = float(v.median()) if len(v) else None
@@ -38,7 +42,7 @@ def steps_rate(steps_csv: Path, batch: int = 128) -> float:
     return batch * len(ms) / (float(ms.sum()) / 1e3)
 
 
-def phase_row(out: Path, name: str, r: dict, synthetic: float | None) -> dict:
+def phase_row(out: Path, name: str, r: dict[str, Any], synthetic: float | None) -> dict[str, Any]:
     """The table row of one cell from its attributed phases and summary."""
     c = out / "cells" / name
     if "error" in r:
@@ -100,7 +104,7 @@ def settings_summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def select_best(table: pd.DataFrame) -> dict | None:
+def select_best(table: pd.DataFrame) -> dict[str, Any] | None:
     """The `decode: gpu` setting (a name starting `gpu`) of the highest mean over `table`'s rows
     (the screening rounds) of its share of synthetic (over the synthetic rate of its kind), or of
     its step rate where a candidate has no share (a CPU rehearsal measures no synthetic rate);

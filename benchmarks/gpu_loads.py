@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,20 +56,21 @@ class Kinds:
         self.mm_ms = self._time(lambda: torch.matmul(self.a, self.b, out=self.c))
         self.cp_ms = self._time(lambda: self.dst.copy_(self.src))
         self.nar_ms = self._time(lambda: torch.matmul(self.a_nar, self.b, out=self.c_nar), n=200)
-        self.spin_cycles_per_ms = 1e6 / self._time(lambda: torch.cuda._sleep(1_000_000))
+        self.spin_cycles_per_ms = 1e6 / self._time(
+            lambda: torch.cuda._sleep(1_000_000))  # type: ignore[no-untyped-call]
         self.n_sm = torch.cuda.get_device_properties(0).multi_processor_count
         self.part_ms = {f: self._time(lambda f=f: self._matmul_part(f), n=10) for f in (2, 4)}
         self._copy_kernel = _strided_copy_kernel()
         self.cpq_ms = self._time(self._copy_part, n=10)
 
     @staticmethod
-    def _repeat(fn, unit_ms: float, ms: float) -> None:
+    def _repeat(fn: Any, unit_ms: float, ms: float) -> None:
         """Call `fn` (one launch of about `unit_ms`) often enough to fill `ms`, at least once."""
         for _ in range(max(1, round(ms / unit_ms))):
             fn()
 
     @staticmethod
-    def _time(fn, n: int = 20) -> float:
+    def _time(fn: Any, n: int = 20) -> float:
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
@@ -110,7 +112,7 @@ class Kinds:
         self._repeat(lambda: self._matmul_part(4), self.part_ms[4], ms)
 
     def wait_spin(self, ms: float) -> None:
-        torch.cuda._sleep(int(ms * self.spin_cycles_per_ms))
+        torch.cuda._sleep(int(ms * self.spin_cycles_per_ms))  # type: ignore[no-untyped-call]
 
     def copy(self, ms: float) -> None:
         n_el = self.src.numel()
@@ -129,14 +131,15 @@ class Kinds:
         getattr(self, kind)(ms)
 
 
-def _strided_copy_kernel():
+def _strided_copy_kernel() -> Any:
     """A grid-stride copy kernel (Triton): each of the launched programs copies every
     n-th block, so the number of programs sets how many SMs take part."""
     import triton
     import triton.language as tl
 
-    @triton.jit
-    def strided_copy(src, dst, n, BLOCK: tl.constexpr):
+    # Triton reads a kernel's annotations (tl.constexpr), so its other parameters carry none
+    @triton.jit  # type: ignore[untyped-decorator]
+    def strided_copy(src, dst, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
         step = tl.num_programs(0) * BLOCK
         for start in range(tl.program_id(0) * BLOCK, n, step):
             offs = start + tl.arange(0, BLOCK)
@@ -156,7 +159,8 @@ class ClockPoller:
 
         pynvml.nvmlInit()
         self.nv, self.h = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
-        self.path, self.period_s, self.rows = path, period_s, []
+        self.path, self.period_s = path, period_s
+        self.rows: list[Any] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
@@ -200,7 +204,7 @@ def _options() -> tuple[argparse.Namespace, list[str]]:
     return a, kinds
 
 
-def mode_varying(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
+def mode_varying(k: Kinds, a: Any, kinds: list[str], rng: Any, t_end: float) -> None:
     """Segments of 2-6 s of matmul or copy at a random duty cycle."""
     while time.monotonic() < t_end:
         duty = rng.uniform(0.1, 1.0)
@@ -212,7 +216,7 @@ def mode_varying(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
                 k.wait(50 * (1 - duty))
 
 
-def mode_square(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
+def mode_square(k: Kinds, a: Any, kinds: list[str], rng: Any, t_end: float) -> None:
     """`on` (matmul) and `off` (wait) phases of --on-ms / --off-ms."""
     while time.monotonic() < t_end:
         with phase("on"):
@@ -222,7 +226,7 @@ def mode_square(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
             k.wait(a.off_ms)
 
 
-def mode_long(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
+def mode_long(k: Kinds, a: Any, kinds: list[str], rng: Any, t_end: float) -> None:
     """Each kind for --phase-ms in random order; with --zeus-csv a Zeus window around each."""
     mon, windows = None, []
     if a.zeus_csv:
@@ -245,7 +249,7 @@ def mode_long(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
                                                                               index=False)
 
 
-def mode_step(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
+def mode_step(k: Kinds, a: Any, kinds: list[str], rng: Any, t_end: float) -> None:
     """Per kind, 1.5 s idle then 3 s of it (a step response)."""
     for kind in kinds:
         with phase(f"idle_before_{kind}"):
@@ -254,7 +258,7 @@ def mode_step(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
             k.run(kind, 3000)
 
 
-def mode_short(k: Kinds, a, kinds: list[str], rng, t_end: float) -> None:
+def mode_short(k: Kinds, a: Any, kinds: list[str], rng: Any, t_end: float) -> None:
     """2 s blocks of 5-20 ms phases of the kinds in a random mix."""
     while time.monotonic() < t_end:
         mix = rng.dirichlet(np.ones(len(kinds)))

@@ -6,11 +6,12 @@ each, training and validation splits, written in parallel and kept where they ex
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 
-def _write_jpegs(job: tuple) -> int:
+def _write_jpegs(job: tuple[Path, int, int, int, int]) -> int:
     """One class's JPEGs: 500 x 375, a class-dependent pattern plus noise (~74 KB at q90)."""
     from PIL import Image
 
@@ -32,7 +33,7 @@ def _write_jpegs(job: tuple) -> int:
     return n
 
 
-def make_tree(root: Path, classes: int, per_class: int, w: int, h: int) -> dict:
+def make_tree(root: Path, classes: int, per_class: int, w: int, h: int) -> dict[str, Any]:
     from multiprocessing import Pool
 
     t = time.time()

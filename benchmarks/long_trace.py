@@ -181,7 +181,8 @@ def write_trace(run: Path, hours: float, forms: list[str], seed: int = 0) -> int
 
     head = TRACE_HEADER.encode()
     for f, fh in outs.items():
-        (gz if f == "gz" else fh).write(compress_frame(head) if f == "zst" else head)
+        (gz if gz is not None and f == "gz" else fh).write(
+            compress_frame(head) if f == "zst" else head)
     energy = np.zeros(len(DEVICES))
     for a in range(0, n_ticks, 50_000):
         data, energy = _trace_chunk(rng, np.arange(a, min(a + 50_000, n_ticks)), bounds, power,
@@ -190,7 +191,7 @@ def write_trace(run: Path, hours: float, forms: list[str], seed: int = 0) -> int
             if f == "zst":
                 fh.write(b"".join(_zst_frames(data, 25 * ROWS_PER_TICK)))
             else:
-                (gz if f == "gz" else fh).write(data)
+                (gz if gz is not None and f == "gz" else fh).write(data)
     if gz is not None:
         gz.close()
     for fh in outs.values():

@@ -21,6 +21,7 @@ import argparse
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,7 +91,7 @@ def matmul_flops(tokens: float, expert_active: float, active: float,
             "attention (sdpa)": attn_per_token * tokens}
 
 
-def build(vocab: int, layers: int):
+def build(vocab: int, layers: int) -> Any:
     from transformers import AutoModelForCausalLM
 
     from wattlife.workloads.causal_lm import model_config, parameter_counts
@@ -102,7 +103,7 @@ def build(vocab: int, layers: int):
     cfg._attn_implementation = "sdpa"
     cfg._experts_implementation = "grouped_mm"
     with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)  # type: ignore[no-untyped-call]
     return model, model.config, parameter_counts(model, model.config)
 
 
@@ -122,14 +123,15 @@ def _options() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def timed_steps(step, warmup: int, steps: int) -> list[float]:
+def timed_steps(step: Any, warmup: int, steps: int) -> list[float]:
     """`warmup` steps (the first compiles), then `steps` GPU-timed ones: their seconds."""
     t0 = time.time()
     for i in range(warmup):
         step(i)
     torch.cuda.synchronize()
     print(f"warm-up {warmup} steps (compile included) {time.time() - t0:.1f} s", flush=True)
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+    ev = [(torch.cuda.Event(enable_timing=True),  # type: ignore[no-untyped-call]
+           torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
           for _ in range(steps)]
     for i, (s, e) in enumerate(ev):
         s.record()
@@ -139,7 +141,7 @@ def timed_steps(step, warmup: int, steps: int) -> list[float]:
     return [s.elapsed_time(e) / 1e3 for s, e in ev]
 
 
-def profiled_kernels(step, n: int) -> tuple[pd.DataFrame, float]:
+def profiled_kernels(step: Any, n: int) -> tuple[pd.DataFrame, float]:
     """`n` steps under torch.profiler: every CUDA kernel (name, seconds, start/end µs) and the
     profiled wall seconds."""
     from torch.profiler import ProfilerActivity, profile
@@ -151,7 +153,8 @@ def profiled_kernels(step, n: int) -> tuple[pd.DataFrame, float]:
             step(i)
         torch.cuda.synchronize()
         prof_wall = time.perf_counter() - t_prof
-    kern = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    cuda = torch.autograd.DeviceType.CUDA  # type: ignore[attr-defined]
+    kern = [e for e in prof.events() if e.device_type == cuda]
     kt = pd.DataFrame({"kernel": [e.name for e in kern],
                        "time_s": [e.time_range.elapsed_us() / 1e6 for e in kern],
                        "start_us": [e.time_range.start for e in kern],
@@ -193,7 +196,7 @@ def main() -> None:
     vocab, peak = 3008, 989e12
     model, cfg, counts = build(vocab, 8)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
-    cmodel = torch.compile(model)
+    cmodel: Any = torch.compile(model)
     xs = [torch.randint(0, vocab, (a.batch, a.seq), device="cuda") for _ in range(4)]
 
     def step(i: int) -> None:

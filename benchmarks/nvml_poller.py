@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import pandas as pd
 
@@ -13,7 +14,7 @@ class Poller:
     """Calls `fn` (-> (value, driver timestamp or 0)) every `period_s` in a thread: rows of
     (t_before_ns, t_after_ns, value, stamp). Gives up after 50 failures in a row."""
 
-    def __init__(self, name: str, fn, period_s: float = 0.001) -> None:
+    def __init__(self, name: str, fn: Any, period_s: float = 0.001) -> None:
         self.name, self.fn, self.period_s = name, fn, period_s
         self.rows: list[tuple[int, int, float, int]] = []
         self.errors: Counter[str] = Counter()

@@ -37,6 +37,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -66,7 +67,7 @@ def block_cost_s(L: float) -> float:
 class Gpu:
     """The load (GPU-timed) and the map of CUDA events to the host's epoch-ns clock."""
 
-    def __init__(self, torch, kind: str, ordinal: int) -> None:
+    def __init__(self, torch: Any, kind: str, ordinal: int) -> None:
         self.torch, self.notes = torch, []
         torch.cuda.set_device(ordinal)
         d = torch.device("cuda", ordinal)
@@ -74,7 +75,7 @@ class Gpu:
         self.a = torch.randn(n, n, device=d, dtype=torch.bfloat16)
         self.b = torch.randn(n, n, device=d, dtype=torch.bfloat16)
         self.c = torch.empty(n, n, device=d, dtype=torch.bfloat16)
-        self.op = lambda: torch.matmul(self.a, self.b, out=self.c)
+        self.op: Callable[[], Any] = lambda: torch.matmul(self.a, self.b, out=self.c)
         self.kind, self.full_ms = kind, self._time()
         if kind == "copy":
             self.src = torch.empty(64 * 2**20, device=d, dtype=torch.float32)
@@ -100,7 +101,8 @@ class Gpu:
             self.op()
         e1.record()
         e1.synchronize()
-        return e0.elapsed_time(e1) / n
+        result: float = e0.elapsed_time(e1) / n
+        return result
 
     def anchor(self) -> None:
         ev = self.torch.cuda.Event(enable_timing=True)
@@ -108,15 +110,16 @@ class Gpu:
         ev.synchronize()
         self.anchor_ev = (ev, time.time_ns())
 
-    def event(self):
+    def event(self) -> Any:
         ev = self.torch.cuda.Event(enable_timing=True)
         ev.record()
         return ev, self.anchor_ev
 
     @staticmethod
-    def to_ns(rec) -> int:
+    def to_ns(rec: Any) -> int:
         ev, (a, t0) = rec
-        return t0 + int(round(a.elapsed_time(ev) * 1e6))
+        result: int = t0 + int(round(a.elapsed_time(ev) * 1e6))
+        return result
 
     def launch(self, n: int) -> None:
         """n kernels, in chunks of ~20 ms with at most 3 queued: the GPU never starves and the
@@ -141,17 +144,17 @@ class Gpu:
         return self.to_ns(s), self.to_ns(e)
 
 
-def nvml_handle(nv, gpu: int):
+def nvml_handle(nv: Any, gpu: int) -> Any:
     from wattlife.devices.nvml import resolve_visible_devices
 
     indices, _ = resolve_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), nv)
     return indices[gpu], nv.nvmlDeviceGetHandleByIndex(indices[gpu])
 
 
-def field_fn(nv, h, fid: int):
+def field_fn(nv: Any, h: Any, fid: int) -> Any:
     from wattlife.devices.nvml import sample_value
 
-    def f():
+    def f() -> Any:
         v = nv.nvmlDeviceGetFieldValues(h, [fid])[0]
         if v.nvmlReturn != 0:
             raise nv.NVMLError(v.nvmlReturn)
@@ -159,7 +162,8 @@ def field_fn(nv, h, fid: int):
     return f
 
 
-def part_spacing(a, g: Gpu, nv, h, summary: dict, loads: list, left) -> None:
+def part_spacing(a: Any, g: Gpu, nv: Any, h: Any, summary: dict[str, Any], loads: list[Any],
+                 left: Any) -> None:
     """Power usage and the power fields polled every ~1 ms under 2.5 s of load."""
     fns = {"power_usage": lambda: (nv.nvmlDeviceGetPowerUsage(h), 0)}
     for nm in ("NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_POWER_AVERAGE"):
@@ -177,7 +181,8 @@ def part_spacing(a, g: Gpu, nv, h, summary: dict, loads: list, left) -> None:
             p.stop()
 
 
-def part_window(a, g: Gpu, nv, h, summary: dict, loads: list, left) -> None:
+def part_window(a: Any, g: Gpu, nv: Any, h: Any, summary: dict[str, Any], loads: list[Any],
+                left: Any) -> None:
     """Idle -> load -> idle steps at random offsets to the reading grid (as many as leave room
     for the lengths, at least 4)."""
     rng = np.random.default_rng(a.seed)
@@ -194,7 +199,8 @@ def part_window(a, g: Gpu, nv, h, summary: dict, loads: list, left) -> None:
     time.sleep(STEP_IDLE_S)
 
 
-def part_lengths(a, g: Gpu, nv, h, summary: dict, loads: list, left) -> None:
+def part_lengths(a: Any, g: Gpu, nv: Any, h: Any, summary: dict[str, Any], loads: list[Any],
+                 left: Any) -> None:
     """Per length, shortest first, its block of load phases and idle gaps; a block that would
     overrun the budget is dropped (and so every longer one)."""
     rng = np.random.default_rng(a.seed + 1)
@@ -216,7 +222,7 @@ def part_lengths(a, g: Gpu, nv, h, summary: dict, loads: list, left) -> None:
         print(f"  L = {L:g} ms: {len(block)} phases, {(be - bs) / 1e9:.1f} s", flush=True)
 
 
-def archive(work: Path, out: Path, summary: dict) -> None:
+def archive(work: Path, out: Path, summary: dict[str, Any]) -> None:
     """Raw files into sensor_raw.tar.gz (<= 10 MB: the polls go first if it is larger)."""
     names = ["trace.csv.gz", "events.csv", "polls.csv.gz", "window_points.csv",
              "phases_per_instance.csv", "suite_phases.csv"]
@@ -234,10 +240,10 @@ def archive(work: Path, out: Path, summary: dict) -> None:
     summary["raw_left_out"] = drop
 
 
-def gpu_info(nv, h, torch) -> dict:
+def gpu_info(nv: Any, h: Any, torch: Any) -> dict[str, Any]:
     from importlib.metadata import version
 
-    txt = lambda v: v.decode() if isinstance(v, bytes) else str(v)  # noqa: E731
+    txt: Callable[[Any], str] = lambda v: v.decode() if isinstance(v, bytes) else str(v)  # noqa: E731
     info = {"torch": torch.__version__, "cuda": torch.version.cuda,
             "python": sys.version.split()[0]}
     for k, fn in (("gpu", lambda: txt(nv.nvmlDeviceGetName(h))),
@@ -279,16 +285,18 @@ def main() -> None:
         idx, h = nvml_handle(nv, a.gpu)
     except (nv.NVMLError, IndexError) as exc:
         sys.exit(f"nvml_sensor: no NVML handle for CUDA device {a.gpu} ({exc}); nothing was run")
-    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "budget_s": a.budget_s,
-                     "args": {k: v for k, v in vars(a).items()}, "nvml_index": idx,
-                     **gpu_info(nv, h, torch), "dropped_lengths_ms": [], "errors": {}}
+    summary: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "budget_s": a.budget_s,
+        "args": {k: v for k, v in vars(a).items()}, "nvml_index": idx,
+        **gpu_info(nv, h, torch), "dropped_lengths_ms": [], "errors": {}}
     work = Path(tempfile.mkdtemp(prefix="nvml-sensor-"))
     loads, counter = measure(a, torch, nv, h, idx, work, summary, t_start)
     finish(a, out, work, idx, loads, counter, summary, t_start)
 
 
-def measure(a, torch, nv, h, idx: int, work: Path, summary: dict, t_start: float
-            ) -> tuple[list[dict], Poller]:
+def measure(a: Any, torch: Any, nv: Any, h: Any, idx: int, work: Path, summary: dict[str, Any],
+            t_start: float
+            ) -> tuple[list[dict[str, Any]], Poller]:
     """The suite's sampler and the counter poller around the GPU parts; the load phases."""
     from wattlife.devices.nvml import NvmlBackend
     from wattlife.sampler import Sampler
@@ -297,7 +305,7 @@ def measure(a, torch, nv, h, idx: int, work: Path, summary: dict, t_start: float
     counter = Poller("energy_counter",
                      lambda: (nv.nvmlDeviceGetTotalEnergyConsumption(h), 0)).start()
     sampler.start()
-    loads: list[dict] = []
+    loads: list[dict[str, Any]] = []
     try:
         g = Gpu(torch, a.load, a.gpu)
         summary.update(load=g.kind, load_notes=g.notes, kernel_ms=g.unit_ms,
@@ -325,12 +333,12 @@ def measure(a, torch, nv, h, idx: int, work: Path, summary: dict, t_start: float
     return loads, counter
 
 
-def finish(a, out: Path, work: Path, idx: int, loads: list[dict], counter: Poller,
-           summary: dict, t_start: float) -> None:
+def finish(a: Any, out: Path, work: Path, idx: int, loads: list[dict[str, Any]], counter: Poller,
+           summary: dict[str, Any], t_start: float) -> None:
     """Events through the contract, the analysis, the tables (always), the archive, summary."""
     ld = pd.DataFrame(loads, columns=["part", "name", "L_ms", "start_ns", "end_ns",
                                       "block_start_ns", "block_end_ns"])
-    tables: dict = {}
+    tables: dict[str, Any] = {}
     try:
         host = str(pd.read_csv(work / "trace.csv", nrows=1)["host"].iat[0])
         ev = ld.assign(run_id="nvml-sensor", host=host, rank=0, step=np.nan, items=np.nan,

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from wattlife.analysis.sensor_lengths import analyse_run
 
 __all__ = ["analyse_run", "findings", "print_table"]
 
 
-def findings(summary: dict, tables: dict) -> None:
+def findings(summary: dict[str, Any], tables: dict[str, Any]) -> None:
     w = tables.get("window")
     if w is not None and len(w):
         r = w.set_index("direction").loc["both"]
@@ -29,7 +30,7 @@ def findings(summary: dict, tables: dict) -> None:
             "attribution.settle.KNOWN takes it for this GPU model once committed")
 
 
-def print_table(tables: dict, summary: dict) -> None:
+def print_table(tables: dict[str, Any], summary: dict[str, Any]) -> None:
     keys = ("gpu", "driver", "load", "kernel_ms", "kernel_full_gpu_matmul_ms", "spacing_ms",
             "counter_update_ms", "truth", "window_finding", "settle_finding",
             "dropped_lengths_ms", "poll_errors", "gpu_s", "total_s")

@@ -35,6 +35,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -65,7 +66,7 @@ def zeus_env(work: Path, wheels: list[str]) -> dict[str, str]:
     return env
 
 
-def under_sampler(d: Path, cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+def under_sampler(d: Path, cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     d.mkdir(parents=True, exist_ok=True)
     full = [PY, "-m", "wattlife.cli", "run", "--trace", str(d / "trace.csv"), "--events",
             str(d / "events.csv"), "--gpu", "nvml", "--idle-s", "1", "--run-id", d.name, "--"] + cmd
@@ -80,8 +81,10 @@ def attribute(d: Path) -> pd.DataFrame:
     return ph[ph["device_kind"] == "gpu"]
 
 
-def _last_json(stdout: str) -> dict:
-    return json.loads([ln for ln in stdout.splitlines() if ln.startswith("{")][-1])
+def _last_json(stdout: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(
+        [ln for ln in stdout.splitlines() if ln.startswith("{")][-1])
+    return result
 
 
 def overhead_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -155,7 +158,7 @@ def _options() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def overhead_rounds(a: argparse.Namespace, work: Path, env: dict
+def overhead_rounds(a: argparse.Namespace, work: Path, env: dict[str, Any]
                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Interleaved rounds of the training loop in every mode: one row per run, and the Zeus
     windows of the `zeus_phase` runs."""
@@ -180,7 +183,7 @@ def overhead_rounds(a: argparse.Namespace, work: Path, env: dict
     return pd.DataFrame(runs), pd.concat(zeus_windows, ignore_index=True)
 
 
-def long_phases(a: argparse.Namespace, d: Path, env: dict) -> pd.DataFrame:
+def long_phases(a: argparse.Namespace, d: Path, env: dict[str, Any]) -> pd.DataFrame:
     """The long kinds under the sampler with a Zeus window around each: both energies."""
     secs = a.long_phase_s * len(LONG_KINDS) * a.long_rounds - 1
     p = under_sampler(d, [PY, str(HERE / "gpu_loads.py"), "--mode", "long", "--kinds",
@@ -207,8 +210,8 @@ def main() -> None:
     out, work = out_dir(a.out), Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     env = zeus_env(work, a.zeus_wheel)
-    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                     "zeus_version": env["ZEUS_VERSION"]}
+    summary: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                               "zeus_version": env["ZEUS_VERSION"]}
     runs_df, zw = overhead_rounds(a, work, env)
     runs_df.to_csv(out / "overhead_runs.csv", index=False)
     ovh = overhead_table(runs_df)

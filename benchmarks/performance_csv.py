@@ -33,6 +33,7 @@ import json
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pandas as pd
 from outdir import out_dir
@@ -42,7 +43,7 @@ from wattlife.analysis.performance import performance_table
 ARCHIVES = ("*.tar.gz", "*.tgz")
 
 
-def model_name(summary: dict) -> str:
+def model_name(summary: dict[str, Any]) -> str:
     """The run's model: `resnet50` for the image workload, the shipped config's name for the
     causal LMs measured so far (Qwen3-1.7B; Qwen3-30B-A3B reduced to 8 layers), else the model
     type and its parameter count."""
@@ -56,7 +57,7 @@ def model_name(summary: dict) -> str:
     return f"{kind} ({params / 1e9:.2f} B parameters)"
 
 
-def attention_flops(summary: dict, model: str) -> float | None:
+def attention_flops(summary: dict[str, Any], model: str) -> float | None:
     """Attention FLOPs per token of a causal LM run (the workload's own formula on the shipped
     model config, with the 8-layer override of the reduced MoE); None for other runs and for
     models without a shipped config."""
@@ -87,7 +88,8 @@ def events_beside(names: set[str], summary: str) -> str | None:
     return None
 
 
-def committed_runs(root: Path) -> Iterator[tuple[str, dict, pd.DataFrame, dict]]:
+def committed_runs(root: Path
+                   ) -> Iterator[tuple[str, dict[str, Any], pd.DataFrame, dict[str, Any]]]:
     """(label, summary, events, meta) of every committed workload run under `root` (module
     docstring), in path order."""
     files = {str(p.relative_to(root)) for p in root.rglob("*")
@@ -112,7 +114,8 @@ def member(tar: tarfile.TarFile, name: str) -> bytes:
     return f.read()
 
 
-def archive_runs(arc: Path, label: str) -> Iterator[tuple[str, dict, pd.DataFrame, dict]]:
+def archive_runs(arc: Path, label: str
+                 ) -> Iterator[tuple[str, dict[str, Any], pd.DataFrame, dict[str, Any]]]:
     """`committed_runs` of one archive."""
     with tarfile.open(arc) as tar:
         # a published cell's files are hard links to its sealed attempt: the cell is counted by

@@ -38,6 +38,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from outdir import out_dir
@@ -45,7 +46,7 @@ from outdir import out_dir
 PY = sys.executable
 DRY = os.environ.get("WL_DRY") == "1"  # CPU rehearsal: tiny models, simulated GPU
 
-CELLS = {
+CELLS: dict[str, dict[str, Any]] = {
     "qwen3-1.7b-pretrain": {"model_config": "qwen3-1.7b", "task": "pretrain"},
     "qwen3-1.7b-lora": {"model_config": "qwen3-1.7b", "task": "lora"},
     "qwen3-30b-a3b-8l-pretrain": {"model_config": "qwen3-30b-a3b", "task": "pretrain",
@@ -72,7 +73,7 @@ def util50_window_power(tr: pd.DataFrame) -> float:
     return e / dt if dt > 0 else float("nan")
 
 
-def window_columns(tr: pd.DataFrame, ev: pd.DataFrame, d: Path) -> dict:
+def window_columns(tr: pd.DataFrame, ev: pd.DataFrame, d: Path) -> dict[str, Any]:
     """The training window from the events (written as segments.csv), its aggregates, the steady
     steps' own mean power, the telemetry detector's window and the former util >= 50 % window."""
     from wattlife.analysis.performance import step_throughput_from_events
@@ -84,7 +85,7 @@ def window_columns(tr: pd.DataFrame, ev: pd.DataFrame, d: Path) -> dict:
 
     seg = partition_trace(tr, ev)
     seg.to_csv(d / "segments.csv", index=False)
-    row: dict = {"events_step_tokens_per_s": step_throughput_from_events(ev)}
+    row: dict[str, Any] = {"events_step_tokens_per_s": step_throughput_from_events(ev)}
     agg = training_aggregates(tr, seg)
     if len(agg):
         a = agg.iloc[0].to_dict()
@@ -104,7 +105,8 @@ def window_columns(tr: pd.DataFrame, ev: pd.DataFrame, d: Path) -> dict:
     return row
 
 
-def run_cell(work: Path, name: str, over: dict, duration: float, compile_: bool) -> dict:
+def run_cell(work: Path, name: str, over: dict[str, Any], duration: float,
+             compile_: bool) -> dict[str, Any]:
     from wattlife.contracts import read_events, read_trace
 
     d = work / name

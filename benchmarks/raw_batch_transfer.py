@@ -21,13 +21,14 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from jpeg_tree import make_tree
 
 
-def receive_ms(raw, collate, batch: int, readers: int, batches: int,
-               fill_s: float, pin: bool = False) -> list[tuple[float, object]]:
+def receive_ms(raw: Any, collate: Any, batch: int, readers: int, batches: int,
+               fill_s: float, pin: bool = False) -> list[tuple[float, Any]]:
     """(ms, batch) per next() of a full DataLoader queue of batches of `raw` collated by
     `collate` (`pin`: through the DataLoader's pin-memory thread, as the helpers' batches)."""
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
@@ -46,7 +47,7 @@ def receive_ms(raw, collate, batch: int, readers: int, batches: int,
             out.append(((time.perf_counter() - t) * 1e3, b))
         return out
     finally:
-        it._shutdown_workers()
+        it._shutdown_workers()  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -66,12 +67,12 @@ def main() -> None:
     if a.images < a.batch * (a.batches + 1):  # one batch to start the workers, then the timed
         ap.error(f"--images {a.images} is fewer than --batch x (--batches + 1) = "
                  f"{a.batch * (a.batches + 1)}: one epoch must hold every batch timed")
-    from wattlife.workloads.image import _dataset, _uint8_crops
+    from wattlife.workloads.image import image_dataset, uint8_crops
     from wattlife.workloads.raw_jpegs import RawJpegs, collate_raw, pack_raw, unpack_raw
 
     root = Path(a.work) / "jpeg500"
     make_tree(root, 2, a.images // 2, 500, 375)
-    train = _dataset(root, True, 224)  # the split listed once, for every measurement below
+    train = image_dataset(root, True, 224)  # the split listed once, for every measurement below
     raw = RawJpegs(train.samples)
     for name, collate in (("bytes through a pipe (collate_raw)", collate_raw),
                           ("one shared-memory tensor (pack_raw)", pack_raw)):
@@ -90,12 +91,12 @@ def main() -> None:
               f"{min(ms):.2f}-{max(ms):.2f} ms; unpack median {statistics.median(unpack):.2f} "
               f"ms; first read of the bytes median {statistics.median(touch):.2f} ms; "
               f"{mb:.1f} MB a batch")
-    helpers = {"float": train, "uint8": _uint8_crops(train, 224)}
+    helpers = {"float": train, "uint8": uint8_crops(train, 224)}
     helper_transforms(helpers, a.batch, min(a.images, 400))
     helper_hand_over(helpers, a)
 
 
-def helper_transforms(helpers: dict, batch: int, n: int) -> None:
+def helper_transforms(helpers: dict[str, Any], batch: int, n: int) -> None:
     """ms an image of the helpers' transform (`helpers`: the float and the uint8 training
     split), and a batch's MB."""
     import torch
@@ -111,18 +112,18 @@ def helper_transforms(helpers: dict, batch: int, n: int) -> None:
               f"{x[0].element_size() * x[0].numel() * batch / 1e6:.1f} MB a batch of {batch}")
 
 
-def helper_hand_over(helpers: dict, a: argparse.Namespace) -> None:
+def helper_hand_over(helpers: dict[str, Any], a: argparse.Namespace) -> None:
     """The helpers' hand-over, float against uint8: ms a next() of a full queue of transformed
     batches, then ms to copy each received batch as the loaders' pin-memory thread does (its first
     touch of the shared memory; `pin_memory()` where CUDA is available, else `clone()`)."""
     import torch
 
-    from wattlife.workloads.image import _collate
+    from wattlife.workloads.image import collate
 
     pin = torch.cuda.is_available()
     for kind in ("float", "uint8"):
         name = f"helpers' {kind} batches"
-        got = receive_ms(helpers[kind], _collate, a.batch, a.readers, a.batches, a.fill_s)
+        got = receive_ms(helpers[kind], collate, a.batch, a.readers, a.batches, a.fill_s)
         copy = []
         for _, (x, _, _) in got:
             t = time.perf_counter()

@@ -22,6 +22,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from outdir import out_dir  # noqa: E402
@@ -49,7 +50,7 @@ def make_inputs(src: Path, storage: Path, mb: float, ckpt_mb: float) -> None:
     write_big(ckpt / "model.pt", ckpt_mb, b"\x00" * 4096)
 
 
-def timed(fn, *args, **kw) -> tuple[float, object]:
+def timed(fn: Any, *args: Any, **kw: Any) -> tuple[float, object]:
     t = time.perf_counter()
     out = fn(*args, **kw)
     return time.perf_counter() - t, out
@@ -62,9 +63,9 @@ def run(out: Path, mb: float, ckpt_mb: float) -> dict[str, float]:
     src, results = out / "made", out / "results"
     shutil.rmtree(results, ignore_errors=True)
     make_inputs(src, out / "storage", mb, ckpt_mb)
-    M.cell_command = lambda _s, _c, a: (  # the measured command: the files appear at once
-        f"ln {src}/trace.csv {src}/events.csv {src}/meta.json {a}/ && mkdir {a}/work && "
-        f"ln {src}/summary.json {a}/work/")
+    M.cell_command = lambda slice_doc, cell, attempt: (  # the measured command: files at once
+        f"ln {src}/trace.csv {src}/events.csv {src}/meta.json {attempt}/ && "
+        f"mkdir {attempt}/work && ln {src}/summary.json {attempt}/work/")
     t_measure, rc = timed(M.measure_new, results, CELL, {"slice": "bench"})
     assert rc == 0, f"measure_new exited {rc}"
     cell = cell_dir(results, CELL)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -25,12 +26,13 @@ from wattlife import markers
 from wattlife.markers import phase, step
 
 
-def timed(body, steps: int, batch: int, steps_csv: str | None) -> tuple[float, dict]:
+def timed(body: Any, steps: int, batch: int, steps_csv: str | None) -> tuple[float, dict[str, Any]]:
     """Wall seconds of `steps` calls of `body` (synchronised before and after); with `steps_csv`,
     each step's GPU ms (CUDA events on the current stream) written there as `step,gpu_ms` and
     their rate returned as `images_per_s_steps`."""
     torch.cuda.synchronize()
-    marks = [torch.cuda.Event(enable_timing=True) for _ in range(2 * steps)] if steps_csv else []
+    marks = ([torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+              for _ in range(2 * steps)] if steps_csv else [])
     t = time.perf_counter()
     for i in range(steps):
         if marks:
@@ -88,7 +90,7 @@ class Loop:
 
             self.mon = ZeusMonitor(gpu_indices=[0])
 
-    def _loss(self, i: int):
+    def _loss(self, i: int) -> Any:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             return F.cross_entropy(self.fwd(self.xs[i % 4]), self.ys[i % 4])
 
@@ -108,11 +110,11 @@ class Loop:
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     loss = F.cross_entropy(self.fwd(x), y)
             with phase("backward"):
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
             with phase("optimizer"):
                 self._optim()
 
-    def _win(self, name: str, i: int, fn):
+    def _win(self, name: str, i: int, fn: Any) -> Any:
         assert self.mon is not None
         self.mon.begin_window(name)
         out = fn()

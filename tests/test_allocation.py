@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from wattlife.analysis.allocation import (
-    _eval_curves,
     build_library,
+    eval_curves,
     oracle,
     simulate_allocation,
     weighted_cut,
@@ -44,7 +44,7 @@ def _brute_force(lib, jobs, budget, grid=40):
     combos = np.array(list(itertools.product(*opts)))
     combos = combos[combos.sum(1) <= budget + 1e-9]
     idx = np.tile(np.array(jobs), (len(combos), 1))
-    return _eval_curves(lib, idx, combos).sum(1).max()
+    return eval_curves(lib, idx, combos).sum(1).max()
 
 
 def _lp_optimum(lib, jobs, budget):
@@ -87,7 +87,7 @@ def test_milp_oracle_is_exact_without_time_sharing(seed, cut):
     if budget[0] < lib.pmin[jobs].sum():
         return
     power, thr, _ = oracle(lib, jobs, budget, exact=True)
-    got = _eval_curves(lib, jobs, power).sum()
+    got = eval_curves(lib, jobs, power).sum()
     assert got == pytest.approx(thr[0])
     assert power.sum() <= budget[0] * (1 + 1e-7)  # MILP feasibility tolerance
     assert got >= _brute_force(lib, [0, 1, 2], budget[0]) - 1e-6

@@ -32,14 +32,14 @@ def test_run_options_go_over_the_sampler_section_and_help_names_the_schemas_defa
     was 0 s before issue 42), as its --help names them."""
     from pathlib import Path
 
-    from wattlife.cli import _load_sampler_cfg
+    from wattlife.cli import load_sampler_cfg
     from wattlife.config import load_config, schema_default
 
-    assert _load_sampler_cfg(None, gpu=None, cpu="estimate", interval_ms=None) == {
+    assert load_sampler_cfg(None, gpu=None, cpu="estimate", interval_ms=None) == {
         "cpu": "estimate"}
     cfg = Path(__file__).resolve().parents[1] / "config/config.yaml"
     section = load_config(cfg)["sampler"]
-    got = _load_sampler_cfg(str(cfg), interval_ms=20.0, idle_baseline_s=0.0)
+    got = load_sampler_cfg(str(cfg), interval_ms=20.0, idle_baseline_s=0.0)
     assert got == {**section, "interval_ms": 20.0, "idle_baseline_s": 0.0}
     assert list(got) == list(section)  # keys keep their place: meta.json's order unchanged
     with pytest.raises(SystemExit):

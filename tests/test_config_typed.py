@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from wattlife import jobs as J
-from wattlife.cli import _load_sampler_cfg, build_parser
+from wattlife.cli import build_parser, load_sampler_cfg
 from wattlife.config import (
     Analysis,
     Attribution,
@@ -74,8 +74,8 @@ def test_idle_baseline_default_is_the_schemas_and_the_cli_documents_its_own(caps
     assert SamplerSettings.from_dict({"gpu": "sim"}).idle_baseline_s == 2
     # `wattlife run` without --config: the schema's too (a measured baseline by default; 0 s
     # before issue 42), as its --idle-s help says
-    assert "idle_baseline_s" not in _load_sampler_cfg(None)
-    assert SamplerSettings.from_dict(_load_sampler_cfg(None)).idle_baseline_s == 2
+    assert "idle_baseline_s" not in load_sampler_cfg(None)
+    assert SamplerSettings.from_dict(load_sampler_cfg(None)).idle_baseline_s == 2
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--help"])
     assert "idle_baseline_s, else the schema's, 2" in " ".join(capsys.readouterr().out.split())

@@ -98,7 +98,8 @@ def test_reference_figures_are_drawn_only_from_written_tables(tmp_path):
 
 def test_every_phase_has_a_colour_of_its_own():
     """Fig. 1's bars: no two phases share a colour (tab20 alone repeats after 20)."""
-    from wattlife.figures.common import _PALETTE, PHASE_ORDER
+    from wattlife.figures.common import PHASE_ORDER, PHASE_PALETTE
 
-    assert set(_PALETTE) == set(PHASE_ORDER)
-    assert len({tuple(round(c, 6) for c in rgb) for rgb in _PALETTE.values()}) == len(PHASE_ORDER)
+    assert set(PHASE_PALETTE) == set(PHASE_ORDER)
+    assert len({tuple(round(c, 6) for c in rgb)
+                for rgb in PHASE_PALETTE.values()}) == len(PHASE_ORDER)

@@ -17,7 +17,7 @@ from wattlife.workloads.gpu_decode import (
     split_workers,
     unavailable_reason,
 )
-from wattlife.workloads.image import _collate, _dataset, _uint8_crops
+from wattlife.workloads.image import collate, image_dataset, uint8_crops
 from wattlife.workloads.raw_jpegs import RawJpegs
 
 # The GPU path's resize (torch, bilinear, antialiased) against the CPU path's (PIL, bilinear,
@@ -67,7 +67,7 @@ def _pil_decode(datas, boxes, stream):
 def test_gpu_path_gives_the_cpu_paths_crop_flip_and_normalisation(tree):
     import torch
 
-    ds = _dataset(tree, True, 32)
+    ds = image_dataset(tree, True, 32)
     raw = RawJpegs(ds.samples)
     flips = set()
     for seed in range(12):
@@ -94,7 +94,7 @@ def test_the_batched_augment_is_the_per_image_one_stacked(tree):
     crop boxes, and region-decoded ones, of different sizes, both flips."""
     import torch
 
-    raw = RawJpegs(_dataset(tree, True, 24).samples)
+    raw = RawJpegs(image_dataset(tree, True, 24).samples)
     torch.manual_seed(3)
     items = [raw[i % len(raw)] for i in range(10)]
     imgs = _pil_decode([r[0] for r in items], None, None)
@@ -114,8 +114,8 @@ def test_the_pipeline_trains_each_image_once_per_epoch_and_ends_its_workers(tree
 
     bad = sorted((tree / "train").rglob("*.JPEG"))[0]
     bad.write_bytes(b"not a jpeg")
-    ds = _dataset(tree, True, 16)
-    loader = GpuDecodeLoader(ds, 2, 16, torch.device("cpu"), collate=_collate, readers=1,
+    ds = image_dataset(tree, True, 16)
+    loader = GpuDecodeLoader(ds, 2, 16, torch.device("cpu"), collate=collate, readers=1,
                              helpers=1, ahead=2, decode=_pil_decode)
     labels, skipped, batches = [], 0, []
     try:
@@ -159,8 +159,8 @@ def test_uint8_helpers_give_the_cpu_paths_normalised_crops(tree):
 
     from wattlife.workloads.gpu_augment import normalise
 
-    ds = _dataset(tree, True, 16)
-    ds8 = _uint8_crops(ds, 16)
+    ds = image_dataset(tree, True, 16)
+    ds8 = uint8_crops(ds, 16)
     for i in range(len(ds)):
         torch.manual_seed(i)
         want, label = ds[i]
@@ -175,7 +175,7 @@ def test_uint8_helpers_give_the_cpu_paths_normalised_crops(tree):
             time.sleep(0.01)
         return _pil_decode(datas, boxes, stream)
 
-    loader = GpuDecodeLoader(ds, 2, 16, torch.device("cpu"), collate=_collate, readers=0,
+    loader = GpuDecodeLoader(ds, 2, 16, torch.device("cpu"), collate=collate, readers=0,
                              helpers=1, decode=after_a_helper, helper_dataset=ds8)
     try:
         got = [b for _, b in zip(range(6), loader, strict=False)]
@@ -222,8 +222,8 @@ def test_a_decoder_error_reaches_the_training_thread(tree):
     def broken(datas, boxes, stream):
         raise RuntimeError("decoder broke")
 
-    loader = GpuDecodeLoader(_dataset(tree, True, 16), 2, 16, torch.device("cpu"),
-                             collate=_collate, readers=0, decode=broken)
+    loader = GpuDecodeLoader(image_dataset(tree, True, 16), 2, 16, torch.device("cpu"),
+                             collate=collate, readers=0, decode=broken)
     try:
         with pytest.raises(RuntimeError, match="decoder broke"):
             next(iter(loader))
@@ -321,9 +321,9 @@ def test_nvimagecodec_decodes_on_the_gpu_as_pil_does(tree):
     pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec not installed")
     from wattlife.workloads.gpu_decode import NvDecode
 
-    ds = _dataset(tree, True, 32)
+    ds = image_dataset(tree, True, 32)
     dev = torch.device("cuda", 0)
-    loader = GpuDecodeLoader(ds, 2, 32, dev, collate=_collate, readers=0,
+    loader = GpuDecodeLoader(ds, 2, 32, dev, collate=collate, readers=0,
                              decode=NvDecode(dev, roi=True))
     try:
         x, y, skipped = next(iter(loader))
@@ -353,8 +353,8 @@ def test_the_loader_on_a_gpu_gives_normalised_batches_from_both_sides(tree, monk
     for name, value in settings.items():
         monkeypatch.setattr(gpu_augment if name == "BATCHED" else gpu_decode, name, value)
     dev = torch.device("cuda", 0)
-    ds = _dataset(tree, True, 32)
-    ds8 = _uint8_crops(ds, 32)
+    ds = image_dataset(tree, True, 32)
+    ds8 = uint8_crops(ds, 32)
     nv = gpu_decode.NvDecode(dev)
 
     class AfterAHelper:  # the GPU side waits for a helper's batch, so both sides deliver
@@ -366,7 +366,7 @@ def test_the_loader_on_a_gpu_gives_normalised_batches_from_both_sides(tree, monk
                 time.sleep(0.01)
             return nv(datas, boxes, stream)
 
-    loader = GpuDecodeLoader(ds, 2, 32, dev, collate=_collate, readers=1, helpers=1,
+    loader = GpuDecodeLoader(ds, 2, 32, dev, collate=collate, readers=1, helpers=1,
                              helper_dataset=ds8, decode=AfterAHelper())
     got = []
     try:
@@ -394,8 +394,8 @@ def test_nice_helpers_start_with_their_niceness_raised(tree, monkeypatch):
     from wattlife.workloads import gpu_decode
 
     def built() -> GpuDecodeLoader:
-        return GpuDecodeLoader(_dataset(tree, True, 16), 2, 16, torch.device("cpu"),
-                               collate=_collate, readers=1, helpers=1, decode=_pil_decode)
+        return GpuDecodeLoader(image_dataset(tree, True, 16), 2, 16, torch.device("cpu"),
+                               collate=collate, readers=1, helpers=1, decode=_pil_decode)
 
     assert dict(built().loaders)["cpu"].worker_init_fn is None  # not started: nothing to close
     monkeypatch.setattr(gpu_decode, "HELPERS_NICE", 3)

@@ -266,7 +266,7 @@ def test_the_allocation_figure_says_flagged_and_assumed(monkeypatch, tmp_path):
         texts.extend(ax.get_title() for ax in fig.axes)
         return []
 
-    monkeypatch.setattr(figs, "_save", keep)
+    monkeypatch.setattr(figs, "save_figure", keep)
     s = pd.DataFrame({"cut": [0.0, 0.2] * 3, "strategy": ["equal"] * 2 + ["oracle"] * 2
                       + ["pfi_measured"] * 2, "rel_to_oracle": 0.9, "gap_recovered": 0.5,
                       "mix": "random", "objective": "absolute",

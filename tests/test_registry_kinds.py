@@ -140,7 +140,7 @@ def test_a_declared_kind_reaches_the_tables_and_slurms_comparison(
 def _drawn(monkeypatch: pytest.MonkeyPatch) -> list:
     """The figures the lifecycle module draws, kept instead of saved."""
     figs: list = []
-    monkeypatch.setattr(lifecycle, "_save", lambda fig, out: figs.append(fig) or [])
+    monkeypatch.setattr(lifecycle, "save_figure", lambda fig, out: figs.append(fig) or [])
     return figs
 
 

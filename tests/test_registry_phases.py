@@ -47,11 +47,11 @@ import json, sys
 import pandas as pd
 from wattlife.analysis.waiting import waiting_table
 from wattlife.contracts import LIFECYCLE_PHASES, PER_STEP_PHASES, WAITING_PHASES
-from wattlife.figures.common import _PALETTE, PHASE_ORDER
+from wattlife.figures.common import PHASE_PALETTE, PHASE_ORDER
 phases = pd.read_csv(sys.argv[1])
 print(json.dumps({
-    "order": PHASE_ORDER, "colour": _PALETTE.get("fake_wait"),
-    "today": [_PALETTE[p] for p in PHASE_ORDER if not p.startswith("fake")],
+    "order": PHASE_ORDER, "colour": PHASE_PALETTE.get("fake_wait"),
+    "today": [PHASE_PALETTE[p] for p in PHASE_ORDER if not p.startswith("fake")],
     "lifecycle": "fake_wait" in LIFECYCLE_PHASES, "per_step": "fake_wait" in PER_STEP_PHASES,
     "waiting": "fake_wait" in WAITING_PHASES,
     "waiting_rows": sorted(set(waiting_table(phases)["phase"])),
@@ -203,7 +203,7 @@ def test_the_scan_finds_a_list_of_phase_names():
 def test_every_phase_gets_a_colour_today_s_unchanged_and_a_pinned_one_kept(monkeypatch):
     from wattlife.figures import common
 
-    today = dict(common._PALETTE)
+    today = dict(common.PHASE_PALETTE)
     many = registry.PHASES + tuple(registry.PhaseSpec(f"extra{i}") for i in range(80))
     monkeypatch.setattr(common, "PHASES", many)
     colours = common._phase_colours()

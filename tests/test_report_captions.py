@@ -41,7 +41,7 @@ def drawn(tmp_path_factory):
     from wattlife.figures import draw_all
 
     figures: dict[str, object] = {}
-    original = common._save
+    original = common.save_figure
 
     def keep(fig, out: Path):
         figures[Path(out).name.split("_")[0]] = fig
@@ -50,12 +50,12 @@ def drawn(tmp_path_factory):
 
     mp = pytest.MonkeyPatch()
     for name in FIGURE_MODULES:
-        mp.setattr(importlib.import_module(f"wattlife.figures.{name}"), "_save", keep)
+        mp.setattr(importlib.import_module(f"wattlife.figures.{name}"), "save_figure", keep)
     try:
         draw_all(TABLES, tmp_path_factory.mktemp("figs"))
     finally:
         mp.undo()
-    assert common._save is original
+    assert common.save_figure is original
     yield figures
     import matplotlib.pyplot as plt
 

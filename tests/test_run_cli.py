@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wattlife.cli import _load_sampler_cfg, build_parser
+from wattlife.cli import build_parser, load_sampler_cfg
 from wattlife.config import ConfigError, load_config, load_section
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def test_a_misspelt_sampler_key_is_one_error_naming_file_key_and_allowed_keys(
 def test_a_whole_workflow_config_gives_its_sampler_section():
     cfg = REPO / "config" / "config.yaml"
     assert load_section(cfg, "sampler") == load_config(cfg)["sampler"]
-    assert _load_sampler_cfg(str(cfg)) == load_config(cfg)["sampler"]
+    assert load_sampler_cfg(str(cfg)) == load_config(cfg)["sampler"]
 
 
 @pytest.mark.parametrize("text,expected", [

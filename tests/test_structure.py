@@ -72,3 +72,66 @@ def test_no_module_over_400_lines():
 def test_no_function_over_60_lines():
     bad = _unexpected(_over_bounds("function"))
     assert not bad, f"functions over {MAX_FUNCTION_LINES} lines (split them): {bad}"
+
+
+# No module imports another module's `_private` names (issue 44): a name other modules need is
+# public in its module. Read with `ast` over the package, benchmarks/ and scripts/; tests/ may
+# import the privates of the code they test (a white-box test of a helper is no caller).
+CALLERS = [PKG, PKG.parents[1] / "benchmarks", PKG.parents[1] / "scripts"]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _wattlife_modules(tree: ast.AST) -> set[str]:
+    """The names a file binds to wattlife modules (`import wattlife.x as m`, `from . import m`)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.asname or a.name.split(".")[0] for a in node.names
+                    if a.name.split(".")[0] == "wattlife"}
+        elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(
+                "wattlife")):
+            out |= {a.asname or a.name for a in node.names if (a.asname or a.name).islower()}
+    return out
+
+
+def private_imports(text: str, where: str = "<text>") -> list[str]:
+    """Each `_private` name of a wattlife module that the source `text` imports or reaches as an
+    attribute of a module it imported: 'where:line: what'."""
+    tree = ast.parse(text)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0]
+                                                 == "wattlife"):
+            parts = (node.module or "").split(".")
+            found += [f"{where}:{node.lineno}: from {'.' * node.level}{node.module or ''} "
+                      f"import {a.name}" for a in node.names if _private(a.name)]
+            if any(_private(p) for p in parts):
+                found.append(f"{where}:{node.lineno}: from {node.module}")
+        elif isinstance(node, ast.Import):
+            found += [f"{where}:{node.lineno}: import {a.name}" for a in node.names
+                      if a.name.split(".")[0] == "wattlife"
+                      and any(_private(p) for p in a.name.split("."))]
+    modules = _wattlife_modules(tree)
+    found += [f"{where}:{n.lineno}: {n.value.id}.{n.attr}" for n in ast.walk(tree)
+              if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+              and n.value.id in modules and _private(n.attr)]
+    return found
+
+
+def test_the_private_import_check_finds_each_form():
+    text = ("from .findings import _capped, capped\nfrom wattlife.x import __version__\n"
+            "import wattlife.run.process as proc\nfrom wattlife.figures import common\n"
+            "import os\nproc._die()\ncommon._save()\nos._exit(0)\nself._x = 1\n"
+            "import wattlife._hidden\n")
+    assert private_imports(text) == ["<text>:1: from .findings import _capped",
+                                     "<text>:10: import wattlife._hidden",
+                                     "<text>:6: proc._die", "<text>:7: common._save"]
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = [hit for root in CALLERS for p in sorted(root.rglob("*.py"))
+             for hit in private_imports(p.read_text(), str(p.relative_to(PKG.parents[1])))]
+    assert not found, f"imports of another module's _private names (make the name public): {found}"

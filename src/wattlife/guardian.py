@@ -139,7 +139,7 @@ def reap_adopted(keep: set[int]) -> None:
                 pass
 
 
-def _start_script(args: list[str]) -> subprocess.Popen | None:
+def _start_script(args: list[str]) -> subprocess.Popen[bytes] | None:
     """This file run as a script with `args`, a pipe from this process on its stdin, in its own
     process group; None if it cannot start. The script is read through an inherited descriptor,
     so its command line (`python -S /dev/fd/N ...`) does not name wattlife: a `pkill -f
@@ -201,7 +201,7 @@ class Guardian:
                 proc.wait()
 
 
-def _say(proc: subprocess.Popen | None, line: str) -> None:
+def _say(proc: subprocess.Popen[bytes] | None, line: str) -> None:
     if proc is not None and proc.stdin is not None:
         try:
             proc.stdin.write(line.encode() + b"\n")

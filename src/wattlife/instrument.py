@@ -25,7 +25,7 @@ from .markers import begin, end, phase, step
 from .workloads.training_loop import backward_and_step
 
 
-def marked_batches(iterable: Iterable, name: str = DATA_LOAD) -> Iterator:
+def marked_batches(iterable: Iterable[Any], name: str = DATA_LOAD) -> Iterator[Any]:
     """Yield from `iterable`, marking the time spent waiting for each item."""
     it = iter(iterable)
     while True:
@@ -39,8 +39,8 @@ def marked_batches(iterable: Iterable, name: str = DATA_LOAD) -> Iterator:
         yield item
 
 
-def train_step(model: Any, batch: tuple, loss_fn: Callable, optimizer: Any, device: Any = None,
-               items: float | None = None) -> Any:
+def train_step(model: Any, batch: tuple[Any, ...], loss_fn: Callable[..., Any], optimizer: Any,
+               device: Any = None, items: float | None = None) -> Any:
     """forward/backward/optimizer of one (inputs, targets) batch inside a `step` phase; returns
     the loss tensor."""
     x, y = batch
@@ -54,7 +54,7 @@ def train_step(model: Any, batch: tuple, loss_fn: Callable, optimizer: Any, devi
     return loss
 
 
-def _trainer_callback_base():
+def _trainer_callback_base() -> Any:
     from transformers import TrainerCallback
 
     return TrainerCallback
@@ -74,14 +74,14 @@ class _CallbackMixin:
             return
         cb = self
 
-        def pre(_m, _a):
+        def pre(_m: Any, _a: Any) -> None:
             if cb._step is not None and cb._fwd is None:
                 if cb._bwd is not None:
                     end(cb._bwd)
                     cb._bwd = None
                 cb._fwd = begin(FORWARD)
 
-        def post(_m, _a, _o):
+        def post(_m: Any, _a: Any, _o: Any) -> None:
             if cb._fwd is not None:
                 end(cb._fwd)
                 cb._fwd = None
@@ -92,25 +92,27 @@ class _CallbackMixin:
         model.register_forward_hook(post)
         self._hooked = True
 
-    def on_train_begin(self, args, state, control, model=None, **kw):
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
+                       **kw: Any) -> None:
         self._hook(model)
 
-    def on_step_begin(self, args, state, control, model=None, **kw):
+    def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None,
+                      **kw: Any) -> None:
         self._hook(model)
         self._step = begin(STEP, self.items)
 
-    def on_pre_optimizer_step(self, args, state, control, **kw):
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self._bwd is not None:
             end(self._bwd)
             self._bwd = None
         self._opt = begin(OPTIMIZER)
 
-    def on_optimizer_step(self, args, state, control, **kw):
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self._opt is not None:
             end(self._opt)
             self._opt = None
 
-    def on_step_end(self, args, state, control, **kw):
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         for name in ("_bwd", "_opt"):
             tok = getattr(self, name)
             if tok is not None:
@@ -120,22 +122,22 @@ class _CallbackMixin:
             end(self._step)
             self._step = None
 
-    def on_prediction_step(self, args, state, control, **kw):
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self._eval is None:
             self._eval = begin(VALIDATION)
 
-    def on_evaluate(self, args, state, control, **kw):
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self._eval is not None:
             end(self._eval)
             self._eval = None
 
-    def on_save(self, args, state, control, **kw):
+    def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         # Trainer calls on_save after writing; mark the instant so the event exists even though
         # its duration is not observable from a callback (the checkpoint helper times it).
         end(begin(CHECKPOINT_SAVED))
 
 
-def WattlifeCallback(items_per_step: float | None = None):  # noqa: N802 - reads as a class
+def WattlifeCallback(items_per_step: float | None = None) -> Any:  # noqa: N802 - reads as a class
     """A `transformers.TrainerCallback` instance marking the Trainer's phases."""
     base = _trainer_callback_base()
     cls = type("WattlifeCallback", (_CallbackMixin, base), {})

@@ -67,6 +67,7 @@ def _prep(cfg: Config) -> dict[str, Any]:
 
 
 def catalogue_entry(cfg: Config, name: str) -> dict[str, Any]:
+    e: dict[str, Any]
     for e in _prep(cfg).get("catalogue") or []:
         if e["name"] == name:
             return e

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .contracts import EVENTS_HEADER, STEP, csv_cell, phase_name_problem
-from .contracts.clock import now_ns  # the one clock (re-exported: workloads stamp with it)
+from .contracts.clock import now_ns as now_ns  # the one clock (re-exported: workloads stamp)
 from .errors import InputError
 from .nodename import node_name
 
@@ -78,14 +78,14 @@ class _CudaClock:
         self._anchor()
 
     def _anchor(self) -> None:
-        ev = self.torch.cuda.Event(enable_timing=True)
+        ev = self.torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         ev.record()
         ev.synchronize()
         self.anchors.append((ev, now_ns()))
         self.anchored_at = time.monotonic()
 
     def event(self) -> tuple[Any, int]:
-        ev = self.torch.cuda.Event(enable_timing=True)
+        ev = self.torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         ev.record()
         return ev, len(self.anchors) - 1
 
@@ -112,7 +112,8 @@ class Recorder:
         self._cells: dict[str, str] = {}  # phase name -> its CSV cell, checked once per name
         self._stack: list[_Open] = []
         self._rows: list[str] = []
-        self._pending: list[tuple] = []  # GPU-timeline rows whose events are not resolved yet
+        # GPU-timeline rows whose events are not resolved yet
+        self._pending: list[tuple[Any, ...]] = []
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
         self.step_index = 0
@@ -309,7 +310,7 @@ class phase:
             _recorder.end(self._op, self.items)  # the body may have set the items it did
             self._op = None
 
-    def __call__(self, fn: Callable) -> Callable:
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         name, items = self.name, self.items
 
         @functools.wraps(fn)

@@ -111,7 +111,8 @@ class SimGpuModel:
         busy = ((1.0 - m) / f) / self.step_time(f, m, g)
         loaded = (self.p_static + self.p_mem * np.asarray(g, dtype=float) * (1 - busy)
                   + self.p_sm * f**self.alpha * (busy + self.gamma * (1 - busy)))
-        return self.idle_w + activity * (loaded - self.idle_w)
+        result: np.ndarray = self.idle_w + activity * (loaded - self.idle_w)
+        return result
 
     def lowest_power_w(self, m: float) -> float:
         """The lowest board power the GPU reaches for this job (f_min, g_min): caps below it

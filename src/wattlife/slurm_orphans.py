@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .errors import SetupError
 
-Runner = Callable[..., subprocess.CompletedProcess]
+Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 JOBNAME_PREFIX = "wattlife"  # profiles/slurm: slurm-jobname-prefix (job names wattlife_<run id>)
 RUNS_FILE = Path("slurm") / "runs.csv"  # under the results folder

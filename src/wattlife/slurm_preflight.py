@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-Runner = Callable[..., subprocess.CompletedProcess]
+Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 #: config/site.yaml's placeholder account (tests/test_slurm_user.py keeps the two the same)
 PLACEHOLDER_ACCOUNT = "my-account"

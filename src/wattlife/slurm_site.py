@@ -25,7 +25,7 @@ from .errors import SetupError
 
 log = logging.getLogger(__name__)
 
-Runner = Callable[..., subprocess.CompletedProcess]
+Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 # the sbatch flags every measuring job needs (whole nodes: every CPU, all allocatable memory),
 # kept whatever a user's `slurm_extra` says

@@ -8,6 +8,7 @@ import logging
 import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -65,7 +66,7 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
     verify_sources(phase_files)
     frames = []
     unnamed: list[str] = []  # files with neither meta.json's cell nor a cell folder name
-    runs: dict[tuple, Path] = {}
+    runs: dict[tuple[Any, ...], Path] = {}
     for i, f in enumerate(phase_files):
         f = Path(f)
         df = read_table(f, PHASES_COLUMNS)

@@ -43,14 +43,14 @@ from ..errors import InputError
 from .allocation_library import (
     PRODUCTION_MIXES,
     JobLibrary,
-    _eval_curves,
     build_library,
+    eval_curves,
     parse_mix,
     sample_workloads,
 )
 from .allocation_oracle import oracle
 
-__all__ = ["PRODUCTION_MIXES", "STRATEGIES", "JobLibrary", "_eval_curves", "allocate_files",
+__all__ = ["PRODUCTION_MIXES", "STRATEGIES", "JobLibrary", "eval_curves", "allocate_files",
            "build_library", "oracle", "parse_mix", "sample_workloads", "simulate_allocation",
            "weighted_cut"]
 
@@ -73,7 +73,8 @@ def weighted_cut(weights: np.ndarray, room: np.ndarray, total_cut: np.ndarray,
         over = s > total_cut
         hi = np.where(over, mid, hi)
         lo = np.where(over, lo, mid)
-    return np.minimum(hi[:, None] * w, room)
+    result: np.ndarray = np.minimum(hi[:, None] * w, room)
+    return result
 
 
 def _strategies_to_run(strategies: list[str] | None, lib: JobLibrary
@@ -115,7 +116,7 @@ def _run_cuts(lib: JobLibrary, idx: np.ndarray, cuts: list[float], usable: list[
                 power, thr, n_ts = oracle(lib, idx, budget, exact=exact)
             else:
                 power = pmax - weighted_cut(lib.weights[s][idx], room, cut_total)
-                thr = _eval_curves(lib, idx, power).sum(1)
+                thr = eval_curves(lib, idx, power).sum(1)
             bar.update()
             out.append(pd.DataFrame({"workload": np.arange(n_workloads), "cut": c, "strategy": s,
                                      "total_throughput": thr, "throughput_per_job": thr / n_jobs,

@@ -6,6 +6,7 @@ the production mix, or by category)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -61,7 +62,7 @@ def _upper_hull(p: np.ndarray, t: np.ndarray) -> list[int]:
     return h
 
 
-def _job_curves(curves: pd.DataFrame, objective: str) -> tuple[list, ...]:
+def _job_curves(curves: pd.DataFrame, objective: str) -> tuple[list[Any], ...]:
     """Per job with two or more usable points: (names, categories, tasks, powers, throughputs,
     uncapped telemetry, monotone flags), powers ascending."""
     jobs, cats, tasks, Ps, Ts, tele, flags = [], [], [], [], [], [], []
@@ -117,7 +118,7 @@ def _hull_segments(Ps: list[np.ndarray], Ts: list[np.ndarray], S: int
 
 
 def _strategy_weights(curves: pd.DataFrame, pfi: pd.DataFrame, jobs: list[str],
-                      cat_arr: np.ndarray, pmax: np.ndarray, tmax: np.ndarray, tele: list,
+                      cat_arr: np.ndarray, pmax: np.ndarray, tmax: np.ndarray, tele: list[Any],
                       objective: str) -> dict[str, np.ndarray]:
     """Each weighted strategy's per-job weight (the cut is proportional to it)."""
     pfi_keys = (pfi["job"] if curves["gpu_model"].nunique() == 1
@@ -175,7 +176,7 @@ def _task_of(g: pd.DataFrame) -> str:
     return "other"
 
 
-def _eval_curves(lib: JobLibrary, idx: np.ndarray, power: np.ndarray) -> np.ndarray:
+def eval_curves(lib: JobLibrary, idx: np.ndarray, power: np.ndarray) -> np.ndarray:
     """Throughput of jobs idx at power (same shape), piecewise-linear, clamped to the range."""
     P, T = lib.P[idx], lib.T[idx]  # (..., K)
     x = np.clip(power, P[..., 0], P[..., -1])[..., None]
@@ -185,7 +186,8 @@ def _eval_curves(lib: JobLibrary, idx: np.ndarray, power: np.ndarray) -> np.ndar
     t0 = np.take_along_axis(T, k, -1)
     t1 = np.take_along_axis(T, k + 1, -1)
     frac = np.where(p1 > p0, (x - p0) / np.where(p1 > p0, p1 - p0, 1.0), 0.0)
-    return (t0 + frac * (t1 - t0))[..., 0]
+    result: np.ndarray = (t0 + frac * (t1 - t0))[..., 0]
+    return result
 
 
 def parse_mix(mix: str) -> tuple[str, dict[str, float]] | None:

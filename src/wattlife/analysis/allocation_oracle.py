@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from .allocation_library import JobLibrary, _eval_curves
+from .allocation_library import JobLibrary, eval_curves
 
 
 def oracle(lib: JobLibrary, idx: np.ndarray, budget: np.ndarray, exact: bool = False
@@ -47,7 +47,7 @@ def oracle(lib: JobLibrary, idx: np.ndarray, budget: np.ndarray, exact: bool = F
         if excess > 0:
             jj = int(np.argmax(power[r] - lib.pmin[idx[r]]))
             power[r, jj] -= excess
-        thr[r] = _eval_curves(lib, idx[r][None], power[r][None]).sum()
+        thr[r] = eval_curves(lib, idx[r][None], power[r][None]).sum()
     return power, thr, int(timeshared.sum())
 
 

@@ -25,7 +25,8 @@ _F = np.linspace(0.05, 1.0, 400)
 def _predict(model: SimGpuModel, m: float, p_rel: np.ndarray) -> np.ndarray:
     p = model.power(_F, m)
     t = 1.0 / model.step_time(_F, m)
-    return np.interp(p_rel, p / p[-1], t / t[-1])
+    result: np.ndarray = np.interp(p_rel, p / p[-1], t / t[-1])
+    return result
 
 
 def normalised_points(curves: pd.DataFrame) -> pd.DataFrame:
@@ -38,7 +39,8 @@ def normalised_points(curves: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
-def calibrate(curves: pd.DataFrame, tdp_w: float) -> tuple[SimGpuModel, pd.DataFrame, dict]:
+def calibrate(curves: pd.DataFrame, tdp_w: float
+              ) -> tuple[SimGpuModel, pd.DataFrame, dict[str, Any]]:
     """Fit the shared parameters and per-job memory shares; returns (model, per-job m, fit)."""
     pts = normalised_points(curves)
     jobs = sorted(pts["job"].unique())
@@ -177,7 +179,7 @@ def calibrate_job(pfi: float, caps: list[float], pfi_4cap: float | None = None,
     miss = min(f[4] for f in fits)
     fits = [f for f in fits if f[4] <= max(tol, miss + 1e-6)]  # those that meet the grid's PFI
 
-    def err(f: tuple) -> float:
+    def err(f: tuple[Any, ...]) -> float:
         return abs(f[3] - pfi_4cap) if np.isfinite(f[3]) else np.inf
 
     best = min(fits, key=err)
@@ -267,7 +269,7 @@ def _nearest_share_meeting(pfi: float, caps: list[float], model: SimGpuModel, sh
     return m, sh
 
 
-_FITS_CACHE: dict[tuple, pd.DataFrame] = {}
+_FITS_CACHE: dict[tuple[Any, ...], pd.DataFrame] = {}
 
 
 def calibrated_study_curves(jobs: pd.DataFrame | None = None, model: SimGpuModel | None = None,

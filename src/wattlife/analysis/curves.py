@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,7 @@ from ..contracts import CURVES_COLUMNS
 from ..errors import ContractError, InputError
 
 
-def dram_copy_product(dram_active, util_mem):
+def dram_copy_product(dram_active: Any, util_mem: Any) -> Any:
     """The PFI predictor's best single signal: DRAM bandwidth activity (fraction 0-1) x NVML
     memory-copy utilisation (percent 0-100) / 100. Scalars or arrays/Series alike."""
     return dram_active * util_mem / 100.0

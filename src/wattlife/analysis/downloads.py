@@ -27,12 +27,12 @@ def overlapping(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     s, e = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
     hit = (s[None, :] < e[:, None]) & (e[None, :] > s[:, None])
     np.fill_diagonal(hit, False)
-    out = hit.sum(axis=1).astype(float)
+    out: np.ndarray = hit.sum(axis=1).astype(float)
     out[np.isnan(s) | np.isnan(e)] = np.nan
     return out
 
 
-def download_rows(records: list[dict], phases: list[pd.DataFrame]) -> pd.DataFrame:
+def download_rows(records: list[dict[str, Any]], phases: list[pd.DataFrame]) -> pd.DataFrame:
     """One row per transfer x device kind: artefact, kind, client, bytes, seconds, network bytes,
     energy of its phase on that device kind with the 95% interval, and the source of each number.
 

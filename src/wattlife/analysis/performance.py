@@ -107,7 +107,7 @@ def items_from_events(events: pd.DataFrame, steady: bool) -> float | None:
     return float(s["items"].sum())
 
 
-def performance_table(runs: list[tuple]) -> pd.DataFrame:
+def performance_table(runs: list[tuple[Any, ...]]) -> pd.DataFrame:
     """(run, model, summary, events[, attention_flops]) tuples -> the performance table
     (PERFORMANCE_COLUMNS)."""
     rows = [r for run in runs for r in performance_rows(*run)]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -160,7 +160,7 @@ def run_pfi_study(out: str | Path, n_workloads: int = 500, n_jobs: int = 100,
                   mixes: tuple[str, ...] = ("random", "production"),
                   objectives: tuple[str, ...] = ("relative", "absolute"),
                   a100: str | Path | None = None, figures: bool = True,
-                  sensitivity_workloads: int = 100, sensitivity_kw: dict | None = None
+                  sensitivity_workloads: int = 100, sensitivity_kw: dict[str, Any] | None = None
                   ) -> dict[str, Path]:
     """Write the calibrated curves, PFI beside the published values, the allocation summaries,
     the gap table, the sensitivity grid (`sensitivity_workloads` workloads per point; 0: none)

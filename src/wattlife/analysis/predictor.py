@@ -34,7 +34,9 @@ FEATURE_SETS = {
 def loo_predictions(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Leave-one-out predictions of y from a single feature x (linear)."""
     x = np.asarray(x, float).reshape(-1, 1)
-    return cross_val_predict(LinearRegression(), x, np.asarray(y, float), cv=LeaveOneOut())
+    result: np.ndarray = cross_val_predict(LinearRegression(), x, np.asarray(y, float),
+                                           cv=LeaveOneOut())
+    return result
 
 
 def job_features(curves: pd.DataFrame, pfi: pd.DataFrame) -> pd.DataFrame:

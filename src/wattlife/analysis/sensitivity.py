@@ -39,7 +39,8 @@ def throughput_source(dense: float = 1.0, moe: float = 1.0) -> str:
 
 def is_moe(curves: pd.DataFrame) -> np.ndarray:
     """True for the rows of MoE jobs (category moe_*)."""
-    return curves["category"].astype(str).str.startswith("moe").to_numpy()
+    result: np.ndarray = curves["category"].astype(str).str.startswith("moe").to_numpy()
+    return result
 
 
 def scale_throughput(curves: pd.DataFrame, dense: float, moe: float) -> pd.DataFrame:

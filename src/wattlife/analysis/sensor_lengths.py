@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import traceback
 import warnings
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,8 +24,9 @@ def interp_energy(t_ns: np.ndarray, e_j: np.ndarray, at_ns: np.ndarray) -> np.nd
     """Cumulative energy at `at_ns`, linear between readings (relative times: no float64 loss)."""
     t = np.asarray(t_ns, np.int64)
     base = t[0] if len(t) else 0
-    return np.interp((np.asarray(at_ns, np.int64) - base).astype(float),
-                     (t - base).astype(float), np.asarray(e_j, float))
+    result: np.ndarray = np.interp((np.asarray(at_ns, np.int64) - base).astype(float),
+                                   (t - base).astype(float), np.asarray(e_j, float))
+    return result
 
 
 def block_events(loads: pd.DataFrame, start_ns: int, end_ns: int, host: str,
@@ -67,9 +69,10 @@ def truth_power(series_t: np.ndarray, series_e: np.ndarray, counter_t: np.ndarra
     return e_r / secs, e_c / secs, secs
 
 
-def _pct(x, truth) -> np.ndarray:
+def _pct(x: Any, truth: Any) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        return 100.0 * (np.asarray(x, float) / np.asarray(truth, float) - 1.0)
+        result: np.ndarray = 100.0 * (np.asarray(x, float) / np.asarray(truth, float) - 1.0)
+        return result
 
 
 SUITE_COLUMNS = ["phase", "device", "energy_j", "energy_lo_j", "energy_hi_j", "time_s", "method",
@@ -105,7 +108,8 @@ def _phase_frame(loads: pd.DataFrame, st: np.ndarray, ee: np.ndarray, counter_t:
     return ph
 
 
-def _aggregated(row: dict, key: str, tab: pd.DataFrame, t_sum: float, c_sum: float) -> None:
+def _aggregated(row: dict[str, Any], key: str, tab: pd.DataFrame, t_sum: float,
+                c_sum: float) -> None:
     """The `load` row of an attribution with one name for all phases, against the truth."""
     if "load" not in set(tab["phase"]):
         return
@@ -132,8 +136,8 @@ def _coverage(ph: pd.DataFrame, prefix: str, of: str = "truth_j") -> pd.Series:
     return (ph[f"{prefix}_lo_j"] <= ph[of]) & (ph[of] <= ph[f"{prefix}_hi_j"])
 
 
-def _length_row(loads: pd.DataFrame, ph: pd.DataFrame, inst: pd.DataFrame, block: dict,
-                have_c: bool) -> dict:
+def _length_row(loads: pd.DataFrame, ph: pd.DataFrame, inst: pd.DataFrame, block: dict[str, Any],
+                have_c: bool) -> dict[str, Any]:
     """One L's row: lengths, block conservation, each estimate's error against the truth and the
     per-instance intervals' coverage of it."""
     t = ph["truth_j"].to_numpy(float)
@@ -168,7 +172,7 @@ def _length_row(loads: pd.DataFrame, ph: pd.DataFrame, inst: pd.DataFrame, block
 def length_block(trace: pd.DataFrame, loads: pd.DataFrame, counter_t: np.ndarray,
                  counter_e: np.ndarray, p_truth_w: float, p_truth_counter_w: float,
                  n_boot: int = 200, settle: SensorSettle | None = None
-                 ) -> tuple[dict, pd.DataFrame, pd.DataFrame, list[str]]:
+                 ) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame, list[str]]:
     """One phase length's block: (table row, per-phase rows, the suite's phases rows, warnings).
 
     `trace`: gpu0's rows of the block's span; `loads`: its load phases (name, L_ms, start_ns,
@@ -209,7 +213,8 @@ def length_block(trace: pd.DataFrame, loads: pd.DataFrame, counter_t: np.ndarray
 
 
 def length_rows(g: pd.DataFrame, loads: pd.DataFrame, ct: np.ndarray, ce: np.ndarray,
-                summary: dict, n_boot: int, long_ms: float, settle: SensorSettle | None = None
+                summary: dict[str, Any], n_boot: int, long_ms: float,
+                settle: SensorSettle | None = None
                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The phase-length table (one row per L), the per-phase rows and the suite's phases rows,
     from gpu0's trace rows `g`, every load phase and the counter (J at host ns). The truth's
@@ -241,7 +246,7 @@ def length_rows(g: pd.DataFrame, loads: pd.DataFrame, ct: np.ndarray, ce: np.nda
 
 
 def analyse_run(g: pd.DataFrame, loads: pd.DataFrame, polls: dict[str, pd.DataFrame],
-                summary: dict, n_boot: int, long_ms: float
+                summary: dict[str, Any], n_boot: int, long_ms: float
                 ) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
     """The three tables from gpu0's trace rows `g`, the load phases and the polls (the energy
     counter's in mJ), and the raw frames to keep ({file name: frame}); a part's failure is

@@ -11,6 +11,8 @@ window width); a step's `frac` is the share of the new level a reading shows (0 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -23,7 +25,7 @@ W_GRID_MS = np.arange(0.5, 150.01, 0.5)
 D_GRID_MS = np.arange(-20.0, 80.01, 0.5)
 
 
-def _stats(x: np.ndarray, prefix: str) -> dict:
+def _stats(x: np.ndarray, prefix: str) -> dict[str, Any]:
     x = np.asarray(x, float)
     if len(x) == 0:
         return {f"{prefix}_median_ms": np.nan, f"{prefix}_p5_ms": np.nan,
@@ -33,13 +35,13 @@ def _stats(x: np.ndarray, prefix: str) -> dict:
             f"{prefix}_p95_ms": float(np.percentile(x, 95)), f"{prefix}_mean_ms": float(np.mean(x))}
 
 
-def spacing_stats(t_ns: np.ndarray) -> dict:
+def spacing_stats(t_ns: np.ndarray) -> dict[str, Any]:
     """Deltas between consecutive distinct timestamps (ms): median, p5, p95, mean, n readings."""
     t = np.unique(np.asarray(t_ns, np.int64))
     return {"n": int(len(t)), **_stats(np.diff(t) / 1e6, "spacing")}
 
 
-def update_stats(t_ns: np.ndarray, values: np.ndarray) -> dict:
+def update_stats(t_ns: np.ndarray, values: np.ndarray) -> dict[str, Any]:
     """A value polled faster than it updates: poll spacing, the time between changes of value
     (the update period, known to one poll spacing) and the size of the changes (a counter's
     step: median and smallest non-zero change)."""
@@ -91,7 +93,7 @@ def _grid_fit(tau: np.ndarray, f: np.ndarray, ws: np.ndarray, ds: np.ndarray
     return best
 
 
-def fit_boxcar(tau_ms: np.ndarray, frac: np.ndarray) -> dict:
+def fit_boxcar(tau_ms: np.ndarray, frac: np.ndarray) -> dict[str, Any]:
     """Least squares of the boxcar model to the pooled step readings: over a 2 ms grid of (w, d),
     then a 0.25 ms grid around the best."""
     tau = np.asarray(tau_ms, float)
@@ -120,7 +122,7 @@ def isotonic(y: np.ndarray) -> np.ndarray:
     return np.repeat(vals, np.asarray(wts, int))
 
 
-def rise_times(tau_ms: np.ndarray, frac: np.ndarray) -> dict:
+def rise_times(tau_ms: np.ndarray, frac: np.ndarray) -> dict[str, Any]:
     """10 % and 90 % crossings of the monotone fit of frac against tau, and the 10-90 % rise."""
     o = np.argsort(tau_ms)
     t, f = np.asarray(tau_ms, float)[o], isotonic(np.asarray(frac, float)[o])

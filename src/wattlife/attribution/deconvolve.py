@@ -62,8 +62,10 @@ def _nnls_normal(g: np.ndarray, h: np.ndarray, prior_w: float = 0.0,
         lo = min(max(min_w, 0.0), max_w)
         if lo == max_w:  # a device that never varied: one possible power
             return np.full(len(h), lo)
-        return lsq_linear(r, d, bounds=(lo, max_w), method="bvls").x
-    return nnls(r, d)[0]
+        result_: np.ndarray = lsq_linear(r, d, bounds=(lo, max_w), method="bvls").x
+        return result_
+    result: np.ndarray = nnls(r, d)[0]
+    return result
 
 
 def _normal_blocks(response: SensorResponse, index: SegmentIndex, t: np.ndarray, p: np.ndarray,

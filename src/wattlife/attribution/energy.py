@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -49,7 +49,7 @@ class EventsByRank(Protocol):
 PROGRESS_MIN_READINGS = 2_000_000  # show a progress bar when a trace has more readings
 
 
-def _progress(n_devices: int, n_readings: int, desc: str):
+def _progress(n_devices: int, n_readings: int, desc: str) -> Any:
     """A tqdm bar over devices for large traces (stderr; silent when small or not a terminal)."""
     from tqdm.auto import tqdm
 
@@ -91,7 +91,8 @@ def _idle_events(series: DeviceSeries, run_id: str) -> pd.DataFrame:
                          "step": [np.nan], "items": [np.nan]})
 
 
-def _events_for(series: DeviceSeries, pmap: Mapping, events: pd.DataFrame) -> pd.DataFrame:
+def _events_for(series: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
+                events: pd.DataFrame) -> pd.DataFrame:
     """The events of the rank that drives this device; for a GPU no rank uses, one `idle`
     interval (never another rank's phases)."""
     per_rank = KINDS[device_kind(series.device)].per_rank
@@ -128,7 +129,8 @@ def _unclaimed_busy(series: DeviceSeries, floor_w: float) -> str | None:
             "energy is labelled idle")
 
 
-def _idle_floors(series: Sequence[DeviceSeries], window: tuple[int, int] | None) -> dict:
+def _idle_floors(series: Sequence[DeviceSeries], window: tuple[int, int] | None
+                 ) -> dict[tuple[str, str], float]:
     """Each GPU's idle floor: its mean power over the idle baseline `window`, else the lowest
     power reading of any GPU on its host (GPUs of one host idle alike). One pass over `series`
     (a `SpilledSeries` loads each device once)."""
@@ -202,7 +204,8 @@ def _label_device(df: pd.DataFrame, s: DeviceSeries, frac: pd.Series,
     return df
 
 
-def _warn_busy(s: DeviceSeries, floors: dict, strict: bool, where: str) -> None:
+def _warn_busy(s: DeviceSeries, floors: dict[tuple[str, str], float], strict: bool,
+               where: str) -> None:
     """A GPU no rank claimed whose mean power is well above its idle floor: a warning (an error
     with `strict`), never silently idle."""
     busy = _unclaimed_busy(s, floors.get((s.host, s.device), np.nan))
@@ -219,8 +222,9 @@ def _n_readings(series: Sequence[DeviceSeries]) -> int:
     return int(n) if n is not None else sum(len(x.t_ns) for x in series)
 
 
-def _attribute_devices(series: Sequence[DeviceSeries], pmap: Mapping, events: pd.DataFrame,
-                       floors: dict, method: str, window_s: float | None,
+def _attribute_devices(series: Sequence[DeviceSeries],
+                       pmap: Mapping[tuple[str, str], pd.DataFrame], events: pd.DataFrame,
+                       floors: dict[tuple[str, str], float], method: str, window_s: float | None,
                        response: SensorResponse | str | None, n_boot: int,
                        idle_window: tuple[int, int] | None, strict: bool, where: str,
                        settles: Mapping[str, SensorSettle] | None = None

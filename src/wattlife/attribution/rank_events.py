@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ from .tree import clamp_events, timeline
 _SCAN = ["run_id", "host", "rank", "local_rank", "phase"]
 
 
-def _scan(path: Path) -> dict | None:
+def _scan(path: Path) -> dict[str, Any] | None:
     """(host, rank, local_rank, rows, run ids, has compile) of one events file, or None when it
     is not one rank's file with complete local ranks, or pyarrow cannot parse it as typed."""
     import pyarrow as pa
@@ -57,14 +58,14 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
     device asks for it (the last one kept). `prepare(frame, any_compile)` is the in-memory
     path's preparation of the events read (steady labels, wrapper intervals)."""
 
-    def __init__(self, files: list[Path], scans: list[dict],
+    def __init__(self, files: list[Path], scans: list[dict[str, Any]],
                  prepare: Callable[[pd.DataFrame, bool], pd.DataFrame], where: str) -> None:
         self.files, self.scans, self._prepare, self._where = files, scans, prepare, where
         self.any_compile = any(s["compile"] for s in scans)
         self.run_ids = sorted(set().union(*(s["run_ids"] for s in scans)))
         self._keys: dict[tuple[str, str], int] = {}
         self._mapping: tuple[list[int] | None, dict[int, list[int]] | None] = (None, None)
-        self._cache: tuple[int, dict] | None = None
+        self._cache: tuple[int, dict[tuple[str, str], pd.DataFrame]] | None = None
         self._head: pd.DataFrame | None = None
 
     @classmethod

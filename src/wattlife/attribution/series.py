@@ -45,10 +45,12 @@ class DeviceSeries:
     def rel(self, t_ns: np.ndarray) -> np.ndarray:
         """Seconds-scale float times relative to the first reading (epoch ns in float64 would
         lose precision: 2**-52 * 1.7e18 ns is hundreds of ns)."""
-        return (np.asarray(t_ns, dtype=np.int64) - self.t_ns[0]).astype(np.float64)
+        result: np.ndarray = (np.asarray(t_ns, dtype=np.int64) - self.t_ns[0]).astype(np.float64)
+        return result
 
     def energy_at(self, t_ns: np.ndarray) -> np.ndarray:
-        return np.interp(self.rel(t_ns), self.rel(self.t_ns), self.energy_j)
+        result: np.ndarray = np.interp(self.rel(t_ns), self.rel(self.t_ns), self.energy_j)
+        return result
 
     @property
     def spacing_s(self) -> float:

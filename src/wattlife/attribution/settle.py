@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,7 +56,7 @@ def settle_for(model: str | None) -> SensorSettle | None:
     return KNOWN.get(model) if model else None
 
 
-def settle_by_device(gpus: list[dict], gpu_model: str | None) -> dict[str, SensorSettle]:
+def settle_by_device(gpus: list[dict[str, Any]], gpu_model: str | None) -> dict[str, SensorSettle]:
     """{device: settling} for the GPUs of a run's meta.json (`gpus[].device`, `.name`; the run's
     `gpu_model` where a GPU has no name), the studied models only."""
     out = {}

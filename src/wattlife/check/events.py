@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..attribution import OVERLAP_TOL_NS, nest, resolve_overlaps, timeline
 from ..contracts import CONCURRENT_PHASES, file_line
-from .findings import ERROR, WARNING, Finding, _capped, check_clock
+from .findings import ERROR, WARNING, Finding, capped, check_clock
 
 
 def nesting(ev: pd.DataFrame, tol_ns: int = OVERLAP_TOL_NS) -> pd.DataFrame:
@@ -47,7 +47,7 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
             f += check_clock(g[col], g["line_no"], col, str(file), now_ns, max_rows)
     neg = (ev["end_ns"] < ev["start_ns"]).to_numpy()
     for file, g in ev[neg].groupby("file_name", sort=False):
-        f += _capped(ERROR, "events.end-before-start", str(file), g["line_no"],
+        f += capped(ERROR, "events.end-before-start", str(file), g["line_no"],
                      [f"phase '{r.phase}' ends {(r.start_ns - r.end_ns) / 1e6:.3f} ms before it "
                       "starts" for r in g.head(max_rows).itertuples()], max_rows)
     ok = ev[~neg & ev["start_ns"].notna() & ev["end_ns"].notna()].copy()
@@ -57,7 +57,7 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
         tree = nesting(ok)
         moved = ok[(tree["clamp_ns"] > 0).to_numpy()]
         for file, g in moved.groupby("file_name", sort=False):
-            f += _capped(WARNING, "events.overlap-clamped", str(file), g["line_no"],
+            f += capped(WARNING, "events.overlap-clamped", str(file), g["line_no"],
                          [f"phase '{r.phase}' overlaps a neighbour by "
                           f"{tree.loc[r.Index, 'clamp_ns'] / 1e3:.1f} us (at most "
                           f"{OVERLAP_TOL_NS / 1e6:g} ms: a cross-clock boundary); attribution "
@@ -65,7 +65,7 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
         bad = ok[tree["overlap"].to_numpy()]
         for file, g in bad.groupby("file_name", sort=False):
             p = ok.loc[tree.loc[g.index, "parent"]]
-            f += _capped(ERROR, "events.overlap", str(file), g["line_no"],
+            f += capped(ERROR, "events.overlap", str(file), g["line_no"],
                          [f"phase '{r.phase}' [{r.start_ns}, {r.end_ns}] overlaps '{q.phase}' "
                           f"({_in_file(q)}[{q.start_ns}, {q.end_ns}]) without "
                           f"nesting inside it (host {r.host}, rank {r.rank})"
@@ -75,12 +75,12 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
     steps = ev[ev["phase"] == "step"]
     no_items = (steps["items"].isna() | (steps["items"] < 0)).to_numpy()
     for file, g in steps[no_items].groupby("file_name", sort=False):
-        f += _capped(ERROR, "events.step-items", str(file), g["line_no"],
+        f += capped(ERROR, "events.step-items", str(file), g["line_no"],
                      [f"step {r.step} carries no items (got {r.items}); throughput needs the "
                       "images/tokens of each step: step(items=...)"
                       for r in g.head(max_rows).itertuples()], max_rows)
     for file, g in steps[(steps["items"] == 0).to_numpy()].groupby("file_name", sort=False):
-        f += _capped(WARNING, "events.step-zero-items", str(file), g["line_no"],
+        f += capped(WARNING, "events.step-zero-items", str(file), g["line_no"],
                      [f"step {r.step} trained 0 items (e.g. every image of its batch was "
                       "corrupt): its time counts in throughput, its items do not"
                       for r in g.head(max_rows).itertuples()], max_rows)
@@ -101,7 +101,7 @@ def _concurrent_unfinished(ev: pd.DataFrame, max_rows: int) -> list[Finding]:
         return []
     last = timeline(ev).groupby(["host", "rank"])["end_ns"].max()
     late = ev[conc & (ev["end_ns"] > ev.set_index(["host", "rank"]).index.map(last).to_numpy())]
-    return [x for file, g in late.groupby("file_name", sort=False) for x in _capped(
+    return [x for file, g in late.groupby("file_name", sort=False) for x in capped(
         ERROR, "events.concurrent-unfinished", str(file), g["line_no"],
         [f"'{r.phase}' ends after rank {r.rank}'s last phase: the run did not wait for it"
          for r in g.head(max_rows).itertuples()], max_rows)]

@@ -32,7 +32,7 @@ class Finding:
         return f"{self.severity}: {where}: {self.message} [{self.code}]"
 
 
-def _capped(severity: str, code: str, file: str, lines: Iterable[Any], messages: Iterable[str],
+def capped(severity: str, code: str, file: str, lines: Iterable[Any], messages: Iterable[str],
             max_rows: int) -> list[Finding]:
     """One finding per offending row up to `max_rows`, then one saying how many more there are."""
     lines, messages = list(lines), list(messages)
@@ -56,10 +56,10 @@ def merge_capped(findings: Iterable[Finding], max_rows: int, order: Iterable[str
     """Findings of the chunks of one file, in file order, merged as one pass over the whole
     file gives them: per code (in `order`, then as first seen; one code's findings on several
     columns, "column 'c' ...", in the order of `columns`) the first `max_rows` rows and one
-    finding counting the rest (`_capped`); the `ONCE_BY` codes once per message."""
+    finding counting the rest (`capped`); the `ONCE_BY` codes once per message."""
     by: dict[tuple[str, str], list[Finding]] = {}
     group = ("", "")
-    for x in findings:  # a `_capped` count follows its rows: it joins their group
+    for x in findings:  # a `capped` count follows its rows: it joins their group
         if not _MORE.match(x.message) or x.code != group[0]:
             col = _COLUMN.match(x.message)
             group = (x.code, col.group(1) if col else "")
@@ -89,7 +89,7 @@ def merge_capped(findings: Iterable[Finding], max_rows: int, order: Iterable[str
     return out
 
 
-def _unit_guess(v: float) -> str:
+def unit_guess(v: float) -> str:
     for unit, scale in (("seconds", 1e9), ("milliseconds", 1e6), ("microseconds", 1e3)):
         if MIN_EPOCH_NS / scale <= v <= 4.2e18 / scale:
             return f"; looks like epoch {unit} (the contract is epoch nanoseconds)"
@@ -103,12 +103,12 @@ def check_clock(t: pd.Series, lines: pd.Series, col: str, file: str, now_ns: int
     findings: list[Finding] = []
     early = (v < MIN_EPOCH_NS).to_numpy()
     if early.any():
-        findings += _capped(ERROR, "clock.before-2000", file, lines[early],
-                            [f"{col}={int(x)} is before 2000-01-01{_unit_guess(float(x))}"
+        findings += capped(ERROR, "clock.before-2000", file, lines[early],
+                            [f"{col}={int(x)} is before 2000-01-01{unit_guess(float(x))}"
                              for x in v[early].head(max_rows)], max_rows)
     late = (v > now_ns + FUTURE_SLACK_NS).to_numpy()
     if late.any():
-        findings += _capped(ERROR, "clock.future", file, lines[late],
+        findings += capped(ERROR, "clock.future", file, lines[late],
                             [f"{col}={int(x)} is {(x - now_ns) / 3.6e12:.1f} h in the future"
                              for x in v[late].head(max_rows)], max_rows)
     return findings

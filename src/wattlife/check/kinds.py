@@ -20,7 +20,7 @@ from ..contracts import (
     TOKENIZE,
 )
 from .events import nesting
-from .findings import ERROR, Finding, _capped
+from .findings import ERROR, Finding, capped
 
 #: phases every run of a workload kind marks at least once (src/wattlife/workloads/)
 KIND_PHASES = {
@@ -101,7 +101,7 @@ def check_kind_phases(ev: pd.DataFrame, kind: str, meta: dict[str, Any] | None,
         st = steps[lacking.to_numpy()]
         for file, g in st.groupby("file_name", sort=False):
             miss = present.loc[g.index]
-            f += _capped(ERROR, "events.step-children", str(file), g["line_no"],
+            f += capped(ERROR, "events.step-children", str(file), g["line_no"],
                          [f"step {r.step} (rank {r.rank}) has no "
                           f"{[c for c in children if not miss.loc[r.Index, c]]} inside it"
                           for r in g.head(max_rows).itertuples()], max_rows)

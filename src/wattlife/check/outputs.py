@@ -16,8 +16,8 @@ from .findings import (
     MIN_EPOCH_NS,
     WARNING,
     Finding,
-    _capped,
-    _unit_guess,
+    capped,
+    unit_guess,
 )
 
 
@@ -51,7 +51,7 @@ def check_meta(meta: dict[str, Any], file: str, now_ns: int) -> list[Finding]:
             continue  # a meta.type finding above
         if v < MIN_EPOCH_NS:
             f.append(Finding(ERROR, "clock.before-2000", file, None,
-                             f"{k}={v} is before 2000-01-01{_unit_guess(float(v))}"))
+                             f"{k}={v} is before 2000-01-01{unit_guess(float(v))}"))
         elif v > now_ns + FUTURE_SLACK_NS:
             f.append(Finding(ERROR, "clock.future", file, None, f"{k}={v} is in the future"))
     f += _wall_steps(meta.get("clock"), file)
@@ -109,11 +109,11 @@ def check_phases_table(ph: pd.DataFrame, file: str, max_rows: int = 5) -> list[F
     f: list[Finding] = []
     empty = (ph["source"].astype(str).str.strip() == "").to_numpy()
     if empty.any():
-        f += _capped(ERROR, "phases.source-missing", file, ph["line_no"][empty],
+        f += capped(ERROR, "phases.source-missing", file, ph["line_no"][empty],
                      ["empty source"] * int(empty.sum()), max_rows)
     meth = ~ph["method"].isin(PHASES_METHODS).to_numpy()
     if meth.any():
-        f += _capped(WARNING, "phases.method", file, ph["line_no"][meth],
+        f += capped(WARNING, "phases.method", file, ph["line_no"][meth],
                      [f"method {m!r} is not one of {sorted(PHASES_METHODS)}"
                       for m in ph["method"][meth].head(max_rows)], max_rows)
     e, lo, hi = (ph[c].to_numpy(float) for c in ("energy_j", "energy_lo_j", "energy_hi_j"))
@@ -121,7 +121,7 @@ def check_phases_table(ph: pd.DataFrame, file: str, max_rows: int = 5) -> list[F
         tol = 1e-9 * np.maximum(np.abs(e), 1.0)
         order = (lo > e + tol) | (e > hi + tol)
     if order.any():
-        f += _capped(WARNING, "phases.interval", file, ph["line_no"][order],
+        f += capped(WARNING, "phases.interval", file, ph["line_no"][order],
                      [f"energy_j {r.energy_j} outside [{r.energy_lo_j}, {r.energy_hi_j}]"
                       for r in ph[order].head(max_rows).itertuples()], max_rows)
     return f

@@ -21,7 +21,7 @@ from ..contracts import (
     record_lines,
     streaming,
 )
-from .findings import ERROR, WARNING, Finding, _capped
+from .findings import ERROR, WARNING, Finding, capped
 
 #: the reading's finding codes in the order `read_csv_lines` reports them
 READ_CODES = ("file.gzip", "file.empty", "csv.truncated-header", "csv.truncated-line",
@@ -101,7 +101,7 @@ def _drop_bad_field_counts(data: bytes, name: str, max_rows: int, offset: int = 
         return data, line_no[~blank][1:], []
     starts = np.concatenate([[0], nl[:-1] + 1])
     idx = np.flatnonzero(bad)
-    findings = _capped(
+    findings = capped(
         ERROR, "csv.field-count", name, line_no[idx],
         [f"{per_line[i]} fields, header has {expected}: "
          f"{data[starts[i]:nl[i]][:80].decode('utf-8', 'replace')!r}" for i in idx[:max_rows]],
@@ -192,7 +192,7 @@ def to_numbers(df: pd.DataFrame, kinds: dict[str, str], file: str, max_rows: int
         bad = ~ok & ~(empty & (col in empty_ok))
         if bad.any():
             what = int_form(col) if kind == "int" else "a number"
-            findings += _capped(ERROR, "value.type", file, out["line_no"][bad],
+            findings += capped(ERROR, "value.type", file, out["line_no"][bad],
                                 [f"column '{col}' expects {what}, got {v!r}"
                                  for v in raw[bad].head(max_rows)], max_rows)
         out[col] = vals if kind == "int" else pd.to_numeric(vals, errors="coerce")

@@ -75,7 +75,8 @@ def stall_mask(r: GapRecord, stalls: Stalls | None) -> np.ndarray:
     w = np.asarray(stalls[1], dtype=np.int64).reshape(-1, 2)
     a, b = r.start_ns[:, None], r.end_ns[:, None]
     cover = np.clip(np.minimum(w[None, :, 1], b) - np.maximum(w[None, :, 0], a), 0, None)
-    return cover.sum(axis=1) >= (r.end_ns - r.start_ns) / 2
+    result: np.ndarray = cover.sum(axis=1) >= (r.end_ns - r.start_ns) / 2
+    return result
 
 
 def gap_record_findings(records: Iterable[GapRecord], file: str,

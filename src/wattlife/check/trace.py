@@ -12,7 +12,7 @@ from ..attribution import (
     device_series,
 )
 from ..contracts import device_forms, device_pattern, sensor_source_ids
-from .findings import ERROR, WARNING, Finding, _capped, check_clock
+from .findings import ERROR, WARNING, Finding, capped, check_clock
 from .stalls import Stalls, gap_record, gap_record_findings
 
 #: the trace checks' codes in the order `check_trace` reports them (chunks' findings merged in it)
@@ -41,14 +41,14 @@ def check_trace_rows(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5
     f = check_clock(tr["t_ns"], tr["line_no"], "t_ns", file, now_ns, max_rows)
     bad_v = ~np.isfinite(tr["value"].to_numpy(float)) & tr["value"].notna().to_numpy()
     if bad_v.any():
-        f += _capped(ERROR, "trace.value", file, tr["line_no"][bad_v],
+        f += capped(ERROR, "trace.value", file, tr["line_no"][bad_v],
                      [f"value {x} is not finite" for x in tr["value"][bad_v].head(max_rows)],
                      max_rows)
     known = set(sensor_source_ids())  # the source registry's (`contracts.sources`)
     src = tr["source"]
     empty = src.isna().to_numpy() | src.isin([""]).to_numpy()
     if empty.any():
-        f += _capped(ERROR, "trace.source-missing", file, tr["line_no"][empty],
+        f += capped(ERROR, "trace.source-missing", file, tr["line_no"][empty],
                      ["empty source: every reading says whether it is measured, estimated or "
                       "simulated"] * int(empty.sum()), max_rows)
     unknown = sorted(set(map(str, src[~empty].unique())) - known)
@@ -71,7 +71,7 @@ def check_trace_series(tr: pd.DataFrame, file: str, max_rows: int = 5) -> list[F
     keys = ["host", "device", "metric"]
     back = (tr.groupby(keys, sort=False, observed=True)["t_ns"].diff() < 0).to_numpy()
     if back.any():
-        f += _capped(ERROR, "clock.not-monotone", file, tr["line_no"][back],
+        f += capped(ERROR, "clock.not-monotone", file, tr["line_no"][back],
                      [f"t_ns goes back in time within series {r.host}/{r.device}/{r.metric}"
                       for r in tr[back].head(max_rows).itertuples()], max_rows)
     en = tr[tr["metric"] == "energy_j"]
@@ -79,7 +79,7 @@ def check_trace_series(tr: pd.DataFrame, file: str, max_rows: int = 5) -> list[F
         fall = (en.groupby(["host", "device"], sort=False, observed=True)["value"].diff()
                 < 0).to_numpy()
         if fall.any():
-            f += _capped(WARNING, "trace.energy-falls", file, en["line_no"][fall],
+            f += capped(WARNING, "trace.energy-falls", file, en["line_no"][fall],
                          [f"cumulative energy_j of {r.host}/{r.device} falls to {r.value}"
                           for r in en[fall].head(max_rows).itertuples()], max_rows)
     return f
@@ -128,7 +128,7 @@ def check_span(span: pd.DataFrame, ev: pd.DataFrame, trace_file: str,
     out = ((e["start_ns"] < lo) | (e["end_ns"] > hi)).to_numpy()
     bad = e[out]
     for file, g in bad.groupby("file_name", sort=False):
-        f += _capped(ERROR, "events.outside-trace", str(file), g["line_no"],
+        f += capped(ERROR, "events.outside-trace", str(file), g["line_no"],
                      [f"phase '{r.phase}' [{r.start_ns}, {r.end_ns}] lies outside the trace span "
                       f"[{span.loc[r.host_key, 'min']}, {span.loc[r.host_key, 'max']}] "
                       f"of host {r.host_key}"
@@ -138,7 +138,7 @@ def check_span(span: pd.DataFrame, ev: pd.DataFrame, trace_file: str,
         outw = ((ev["start_ns"] < w0) | (ev["end_ns"] > w1)).to_numpy() & ~np.isin(
             ev.index, bad.index)
         for file, g in ev[outw].groupby("file_name", sort=False):
-            f += _capped(WARNING, "events.outside-workload", str(file), g["line_no"],
+            f += capped(WARNING, "events.outside-workload", str(file), g["line_no"],
                          [f"phase '{r.phase}' lies outside meta.json's workload window "
                           f"[{w0}, {w1}]" for r in g.head(max_rows).itertuples()], max_rows)
     return f

@@ -20,10 +20,10 @@ from typing import TextIO
 from ..diagnostics import install
 from ..errors import EXIT_BUG, EXIT_USER
 from . import custody, outputs, pfi, power, preparation, runs, slurm, workloads
-from .options import GUARDS, _guard
-from .runs import _load_sampler_cfg
+from .options import GUARDS, guard_outputs
+from .runs import load_sampler_cfg
 
-__all__ = ["GUARDS", "_guard", "_load_sampler_cfg", "build_parser", "main"]
+__all__ = ["GUARDS", "guard_outputs", "load_sampler_cfg", "build_parser", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = show
         try:
             check_options(args, parser)
-            _guard(args)
+            guard_outputs(args)
             return int(args.fn(args) or 0)
         except KeyboardInterrupt:
             log.error(f"{name}: interrupted")

@@ -120,7 +120,7 @@ def numeric_actions(parser: argparse.ArgumentParser) -> list[tuple[str, Any]]:
         for act in p._actions:
             t = act.type
             name = getattr(t, "__name__", "")
-            if t in (int, float) or name in ("_positive_ms", "_nonnegative_s", "_floats"):
+            if t in (int, float) or name in ("positive_ms", "nonnegative_s", "floats"):
                 out.append((command, act))
     return out
 

@@ -6,14 +6,14 @@ import argparse
 from pathlib import Path
 
 
-def _floats(text: str) -> list[float]:
+def floats(text: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
 
 
-def _positive_ms(text: str) -> float:
+def positive_ms(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
@@ -23,7 +23,7 @@ def _positive_ms(text: str) -> float:
     return v
 
 
-def _nonnegative_s(text: str) -> float:
+def nonnegative_s(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
@@ -33,7 +33,7 @@ def _nonnegative_s(text: str) -> float:
     return v
 
 
-def _sha256(text: str) -> str:
+def sha256_digest(text: str) -> str:
     """A sha256 digest: 64 hexadecimal characters (checked before any download starts)."""
     import re
 
@@ -67,7 +67,7 @@ GUARDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def _guard(a: argparse.Namespace) -> None:
+def guard_outputs(a: argparse.Namespace) -> None:
     from ..contracts import refuse_overwrite
 
     outs, ins = GUARDS.get(a.command, ((), ()))

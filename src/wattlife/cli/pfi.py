@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .options import _floats
+from .options import floats
 
 
 def cmd_pfi(a: argparse.Namespace) -> int:
@@ -88,11 +88,11 @@ def _add_pfi(sub: Any) -> None:
     f = sub.add_parser("pfi", help="Power Flexibility Index per job from curves.csv")
     f.add_argument("curves", help="curves.csv (the contract's columns) or an Emerald sweep CSV")
     f.add_argument("-o", "--output", required=True, help="pfi.csv to write")
-    f.add_argument("--grid", type=_floats, help="cap grid (W) to restrict to, e.g. 200,400,700 "
+    f.add_argument("--grid", type=floats, help="cap grid (W) to restrict to, e.g. 200,400,700 "
                                                 "(default: every cap of each job)")
     f.add_argument("--mc", type=int, default=2000,
                    help="Monte Carlo draws for the interval (default 2000)")
-    f.add_argument("--subgrid", type=_floats,
+    f.add_argument("--subgrid", type=floats,
                    help="also recompute on this sub-grid (grid sensitivity), e.g. 200,500,600,700 "
                         "(default: none)")
     f.add_argument("--compare", help="two GPU models, 'H200,H100': Spearman rho of their PFIs "
@@ -121,7 +121,7 @@ def _add_allocate(sub: Any) -> None:
     al.add_argument("curves", help="curves.csv (or an Emerald sweep file)")
     al.add_argument("-o", "--output", required=True,
                     help="per-workload rows CSV; the summary is written beside it (*_summary.csv)")
-    al.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4],
+    al.add_argument("--cuts", type=floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4],
                     help="global cuts as fractions of uncapped power (default 0,0.05,...,0.4)")
     al.add_argument("--workloads", type=int, default=500, help="workloads sampled (default 500)")
     al.add_argument("--jobs", type=int, default=100, help="jobs per workload (default 100)")
@@ -151,7 +151,7 @@ def _add_pfi_study(sub: Any) -> None:
                     help="folder for the tables and figures (default results/reference/pfi-study)")
     st.add_argument("--workloads", type=int, default=500, help="workloads (default 500)")
     st.add_argument("--jobs", type=int, default=100, help="jobs per workload (default 100)")
-    st.add_argument("--cuts", type=_floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4],
+    st.add_argument("--cuts", type=floats, default=[0, .05, .1, .15, .2, .25, .3, .35, .4],
                     help="cuts (default 0,0.05,...,0.4)")
     st.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     st.add_argument("--a100", default="results/reference/a100-emerald/dvfs_sweep.csv",

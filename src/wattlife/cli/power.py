@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .options import _floats
+from .options import floats
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def _add_aggregate_curves(sub: Any) -> None:
                                                   "missing)")
     acu.add_argument("curves", nargs="+", help="curve-point.csv or curves.csv files")
     acu.add_argument("--job", help="the one job (cell) these points belong to (default: as read)")
-    acu.add_argument("--caps", type=_floats, help="the job's expected caps (W); a cap without a "
+    acu.add_argument("--caps", type=floats, help="the job's expected caps (W); a cap without a "
                                                   "point gets a row with status=missing (default: "
                                                   "none expected)")
     acu.add_argument("-o", "--output", required=True, help="the combined curves.csv to write")

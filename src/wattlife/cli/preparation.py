@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .options import _sha256
+from .options import sha256_digest
 
 
 def cmd_fetch(a: argparse.Namespace) -> int:
@@ -90,7 +90,7 @@ def _add_fetch(sub: Any) -> None:
     fe.add_argument("--revision", help="Hugging Face revision (default main)")
     fe.add_argument("--endpoint", help="Hugging Face endpoint (default HF_ENDPOINT or the Hub)")
     fe.add_argument("-o", "--output", required=True, help="final path of the artefact")
-    fe.add_argument("--sha256", type=_sha256,
+    fe.add_argument("--sha256", type=sha256_digest,
                     help="expected sha256 of the file (64 hex characters; default: not verified)")
     fe.add_argument("--kind", choices=["dataset", "model"], default="dataset",
                     help="what is fetched: names the phase download_<kind> (default dataset)")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from .options import _nonnegative_s, _positive_ms
+from .options import nonnegative_s, positive_ms
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..config import SamplerSettings
 
 
-def _load_sampler_cfg(path: str | None, **given: Any) -> dict[str, Any]:
+def load_sampler_cfg(path: str | None, **given: Any) -> dict[str, Any]:
     """The `sampler` section a run uses: the config's, or without --config none (every key the
     schema's default: a measured idle baseline of `sampler.idle_baseline_s`, 2 s); the options
     `given` (None = not given) on top. Only that section of the file is read and validated
@@ -34,12 +34,12 @@ def _load_sampler_cfg(path: str | None, **given: Any) -> dict[str, Any]:
 
 
 def _sampler_settings(path: str | None, **given: Any) -> SamplerSettings:
-    """The typed settings a run's sampler uses: `_load_sampler_cfg`'s section read as
+    """The typed settings a run's sampler uses: `load_sampler_cfg`'s section read as
     `SamplerSettings` (absent keys: the schema's defaults), here at the edge, once; everything
     below the CLI receives this object, never a mapping."""
     from ..config import SamplerSettings
 
-    return SamplerSettings.from_dict(_load_sampler_cfg(path, **given))
+    return SamplerSettings.from_dict(load_sampler_cfg(path, **given))
 
 
 def _run_files(a: argparse.Namespace, cmd: list[str]) -> tuple[Path, Path, Path | None]:
@@ -212,13 +212,13 @@ def _add_run(sub: Any) -> None:
     r.add_argument("--config", help="config YAML whose `sampler` section to use; only that "
                                     "section is read and checked, the file may hold it alone "
                                     "(default: none, the built-in sampler defaults)")
-    r.add_argument("--interval-ms", type=_positive_ms,
+    r.add_argument("--interval-ms", type=positive_ms,
                    help="sampler interval in ms, > 0 (default: the config's, else 50)")
     r.add_argument("--gpu", choices=backend_choices("gpu"),
                    help="GPU backend (default: the config's, else auto)")
     r.add_argument("--cpu", choices=backend_choices("cpu"),
                    help="CPU backend (default: the config's, else auto)")
-    r.add_argument("--idle-s", type=_nonnegative_s,
+    r.add_argument("--idle-s", type=nonnegative_s,
                    help="seconds of idle baseline measured before CMD starts, >= 0 (default: "
                         "the config's sampler.idle_baseline_s, else the schema's, 2)")
     r.add_argument("--run-id", help="run id (default: the trace's folder name)")

@@ -9,17 +9,17 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from .loading import _node
+from .loading import schema_node
 
 
-def _frozen(v: Any) -> Any:
-    return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
+def freeze(v: Any) -> Any:
+    return tuple(freeze(x) for x in v) if isinstance(v, list) else v
 
 
 T = TypeVar("T")
 
 
-def _at(*path: str) -> dict[str, tuple[str, ...]]:
+def field_at(*path: str) -> dict[str, tuple[str, ...]]:
     """Field metadata: read the field from `path` inside its section (default: its own name)."""
     return {"path": path}
 
@@ -30,11 +30,11 @@ def _default_at(node: dict[str, Any], path: tuple[str, ...]) -> Any:
     return copy.deepcopy(node.get("default"))
 
 
-def _build(cls: type[T], data: Mapping[str, Any] | None, *section: str) -> T:
+def build(cls: type[T], data: Mapping[str, Any] | None, *section: str) -> T:
     """`cls` from the config mapping of schema `section`: each field its value, else the
     schema's default, else None."""
     data = data or {}
-    node = _node(*section)
+    node = schema_node(*section)
     kwargs = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         path = f.metadata.get("path", (f.name,))
@@ -44,5 +44,5 @@ def _build(cls: type[T], data: Mapping[str, Any] | None, *section: str) -> T:
                 value = _default_at(node, path)
                 break
             value = value[key]
-        kwargs[f.name] = _frozen(value)
+        kwargs[f.name] = freeze(value)
     return cls(**kwargs)

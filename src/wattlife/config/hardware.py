@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from .build import _frozen
+from .build import freeze
 from .loading import ConfigError, resource_path, strict_yaml
 
 
@@ -45,7 +45,7 @@ def hardware_profile(name_or_path: str | Path) -> HardwareProfile:
     missing = [k for k in names if k not in d]
     if missing:
         raise ConfigError(f"{p}: missing hardware profile keys {missing}")
-    prof = HardwareProfile(**{k: _frozen(d[k]) for k in names})
+    prof = HardwareProfile(**{k: freeze(d[k]) for k in names})
     bad = [c for c in prof.grid_w + prof.grid_large_w if not prof.min_cap_w <= c <= prof.max_cap_w]
     if bad:
         raise InputError(f"{p}: caps {bad} outside [{prof.min_cap_w}, {prof.max_cap_w}] W")

@@ -39,7 +39,8 @@ def schema_path() -> Path:
 @functools.cache
 def schema() -> dict[str, Any]:
     """The configuration schema, read once per process."""
-    return yaml.safe_load(schema_path().read_text())
+    result: dict[str, Any] = yaml.safe_load(schema_path().read_text())
+    return result
 
 
 def _describe(err: jsonschema.ValidationError) -> str:
@@ -117,13 +118,13 @@ def _defaults(schema: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-class _DuplicateKey(yaml.YAMLError):
+class _DuplicateKey(yaml.YAMLError):  # type: ignore[misc]
     def __init__(self, key: Any, line: int, first: int) -> None:
         super().__init__(f"duplicate key {key!r}")
         self.key, self.line, self.first = key, line, first
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]
     """PyYAML's safe loader refusing a key given twice in one mapping (a merge `<<` may still
     be overridden: that is what it is for)."""
 
@@ -140,7 +141,8 @@ class _StrictLoader(yaml.SafeLoader):
             if first is not None:
                 raise _DuplicateKey(key, key_node.start_mark.line + 1, first)
             seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep)
+        result: dict[Any, Any] = super().construct_mapping(node, deep)
+        return result
 
 
 def strict_yaml(text: str, where: str | Path) -> Any:
@@ -201,7 +203,7 @@ def load_section(path: str | Path, section: str) -> dict[str, Any]:
     return _defaults(full["properties"][section], dict(cfg[section]))
 
 
-def _node(*path: str) -> dict[str, Any]:
+def schema_node(*path: str) -> dict[str, Any]:
     """The schema node at `path` (property names; "*" = additionalProperties)."""
     node = schema()
     for key in path:
@@ -212,4 +214,4 @@ def _node(*path: str) -> dict[str, Any]:
 def schema_default(*path: str) -> Any:
     """The schema's default of the key at `path` (e.g. "sampler", "idle_baseline_s"); None when
     the schema gives none."""
-    return copy.deepcopy(_node(*path).get("default"))
+    return copy.deepcopy(schema_node(*path).get("default"))

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .build import _at, _build
+from .build import build, field_at
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,11 @@ class SamplerSettings(_SamplerTop):
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> SamplerSettings:
         d = dict(d or {})
-        return cls(**{**dataclasses.asdict(_build(_SamplerTop, d, "sampler")),
-                      "cpu_estimate": _build(CpuEstimateSettings, d.get("cpu_estimate"),
+        return cls(**{**dataclasses.asdict(build(_SamplerTop, d, "sampler")),
+                      "cpu_estimate": build(CpuEstimateSettings, d.get("cpu_estimate"),
                                              "sampler", "cpu_estimate"),
-                      "sim_gpu": _build(SimGpuSettings, d.get("sim_gpu"), "sampler", "sim_gpu"),
-                      "nvml": _build(NvmlSettings, d.get("nvml"), "sampler", "nvml")})
+                      "sim_gpu": build(SimGpuSettings, d.get("sim_gpu"), "sampler", "sim_gpu"),
+                      "nvml": build(NvmlSettings, d.get("nvml"), "sampler", "nvml")})
 
     def as_dict(self) -> dict[str, Any]:
         """The section as the sampler takes it, every default filled (None left out)."""
@@ -151,11 +151,11 @@ class Analysis:
     allocation_jobs: int
     allocation_cuts: tuple[float, ...]
     allocation_mix: str
-    pfi_study_workloads: int = field(metadata=_at("pfi_study", "workloads"))
-    pfi_study_jobs: int = field(metadata=_at("pfi_study", "jobs"))
+    pfi_study_workloads: int = field(metadata=field_at("pfi_study", "workloads"))
+    pfi_study_jobs: int = field(metadata=field_at("pfi_study", "jobs"))
     reference_curves: tuple[str, ...] | None
-    waiting_jobs_per_year: float = field(metadata=_at("waiting", "jobs_per_year"))
-    waiting_caps_w: tuple[float, ...] | None = field(metadata=_at("waiting", "caps_w"))
+    waiting_jobs_per_year: float = field(metadata=field_at("waiting", "jobs_per_year"))
+    waiting_caps_w: tuple[float, ...] | None = field(metadata=field_at("waiting", "caps_w"))
 
 
 @dataclass(frozen=True)
@@ -165,15 +165,15 @@ class Prepare:
     download_on: str
     upload_on: str
     min_rate_mbps: float
-    loopback_rate_mbps: float | None = field(metadata=_at("loopback", "rate_mbps"))
-    users_per_artefact: float = field(metadata=_at("facility", "users_per_artefact"))
+    loopback_rate_mbps: float | None = field(metadata=field_at("loopback", "rate_mbps"))
+    users_per_artefact: float = field(metadata=field_at("facility", "users_per_artefact"))
     downloads_per_user_per_month: float = field(
-        metadata=_at("facility", "downloads_per_user_per_month"))
+        metadata=field_at("facility", "downloads_per_user_per_month"))
     upload: dict[str, Any] | None
-    upload_cell: str | None = field(metadata=_at("upload", "cell"))
-    upload_to: str = field(metadata=_at("upload", "to"))
-    upload_target: str | None = field(metadata=_at("upload", "target"))
-    upload_size_bytes: float = field(metadata=_at("upload", "size_bytes"))
+    upload_cell: str | None = field(metadata=field_at("upload", "cell"))
+    upload_to: str = field(metadata=field_at("upload", "to"))
+    upload_target: str | None = field(metadata=field_at("upload", "target"))
+    upload_size_bytes: float = field(metadata=field_at("upload", "size_bytes"))
     catalogue: tuple[dict[str, Any], ...] | None
 
 
@@ -181,13 +181,13 @@ class Prepare:
 class DataSets:
     """`data`: the generated offline datasets (demo, tests)."""
 
-    images_name: str = field(metadata=_at("images", "name"))
-    images_classes: int = field(metadata=_at("images", "classes"))
-    images_train_per_class: int = field(metadata=_at("images", "train_per_class"))
-    images_val_per_class: int = field(metadata=_at("images", "val_per_class"))
-    images_size: int = field(metadata=_at("images", "size"))
-    text_name: str = field(metadata=_at("text", "name"))
-    text_words: int = field(metadata=_at("text", "words"))
+    images_name: str = field(metadata=field_at("images", "name"))
+    images_classes: int = field(metadata=field_at("images", "classes"))
+    images_train_per_class: int = field(metadata=field_at("images", "train_per_class"))
+    images_val_per_class: int = field(metadata=field_at("images", "val_per_class"))
+    images_size: int = field(metadata=field_at("images", "size"))
+    text_name: str = field(metadata=field_at("text", "name"))
+    text_words: int = field(metadata=field_at("text", "words"))
     defined: tuple[str, ...]  # the `data` entries present in the config
 
 

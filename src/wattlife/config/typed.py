@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .build import _build
+from .build import build
 from .hardware import HardwareProfile, hardware_profile
 from .matrix import Cell, Execution
 from .sections import (
@@ -75,16 +75,16 @@ def settings(cfg: Mapping[str, Any]) -> Settings:
         run_name=cfg.get("run_name"), results_dir=cfg.get("results_dir"),
         storage=dict(cfg.get("storage") or {}),
         sampler=SamplerSettings.from_dict(cfg.get("sampler")),
-        execution=None if ex is None else _build(Execution, ex, "execution"),
+        execution=None if ex is None else build(Execution, ex, "execution"),
         workloads={n: workload_spec(n, w) for n, w in (cfg.get("workloads") or {}).items()},
-        powercap=_build(PowerCapSettings, cfg.get("powercap"), "powercap"),
-        pfi_matrix=None if pm is None else _build(PfiMatrix, {**pm, "cells": {
-            n: _build(PfiCell, {**c, "name": n}, "pfi_matrix", "cells", "*")
+        powercap=build(PowerCapSettings, cfg.get("powercap"), "powercap"),
+        pfi_matrix=None if pm is None else build(PfiMatrix, {**pm, "cells": {
+            n: build(PfiCell, {**c, "name": n}, "pfi_matrix", "cells", "*")
             for n, c in pm["cells"].items()}}, "pfi_matrix"),
-        attribution=_build(Attribution, cfg.get("attribution"), "attribution"),
-        analysis=_build(Analysis, cfg.get("analysis"), "analysis"),
-        prepare=_build(Prepare, cfg.get("prepare"), "prepare"),
-        data=_build(DataSets, {**da, "defined": [d.get("name") for d in da.values()
+        attribution=build(Attribution, cfg.get("attribution"), "attribution"),
+        analysis=build(Analysis, cfg.get("analysis"), "analysis"),
+        prepare=build(Prepare, cfg.get("prepare"), "prepare"),
+        data=build(DataSets, {**da, "defined": [d.get("name") for d in da.values()
                                                  if isinstance(d, dict)]}, "data"),
-        slurm=_build(Slurm, cfg.get("slurm"), "slurm"),
+        slurm=build(Slurm, cfg.get("slurm"), "slurm"),
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from .build import _build
+from .build import build
 from .loading import ConfigError
 
 
@@ -105,4 +105,4 @@ def workload_spec(name: str, d: Mapping[str, Any]) -> WorkloadSpec:
     if cls is None:
         raise ConfigError(f"workloads.{name}.kind: expected one of {sorted(WORKLOAD_SPECS)}, "
                           f"got {d.get('kind')!r}")
-    return _build(cls, {**cls.KIND_DEFAULTS, **d, "name": name}, "workloads", "*")
+    return build(cls, {**cls.KIND_DEFAULTS, **d, "name": name}, "workloads", "*")

@@ -50,8 +50,9 @@ def arrow_small_ints(raw: pd.Series) -> np.ndarray | None:
     if arr.null_count or not pc.all(pc.match_substring_regex(arr, r"^[0-9]{0,15}$")).as_py():
         return None
     empty = pc.equal(arr, "")
-    return pc.cast(pc.if_else(empty, pa.scalar(None, arr.type), arr), pa.float64()
-                   ).to_numpy(zero_copy_only=False)
+    result: np.ndarray = pc.cast(pc.if_else(empty, pa.scalar(None, arr.type), arr),
+                                 pa.float64()).to_numpy(zero_copy_only=False)
+    return result
 
 
 def exact_ints(raw: pd.Series) -> tuple[pd.Series, np.ndarray]:

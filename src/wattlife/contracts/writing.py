@@ -7,7 +7,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .names import ContractError
 
@@ -47,7 +47,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             tmp.unlink()
 
 
-def write_csv(df: pd.DataFrame, path: str | Path, **kw) -> Path:
+def write_csv(df: pd.DataFrame, path: str | Path, **kw: Any) -> Path:
     """`df.to_csv(path, index=False)`, atomically."""
     with atomic_path(path) as tmp:
         df.to_csv(tmp, index=False, **kw)

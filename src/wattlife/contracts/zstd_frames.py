@@ -139,7 +139,8 @@ class FrameReader(io.RawIOBase):
             if size >= 0:
                 return bytes(pa.decompress(raw, decompressed_size=size, codec="zstd",
                                            asbytes=True))
-            return pa.input_stream(pa.BufferReader(raw), compression="zstd").read()
+            result: bytes = pa.input_stream(pa.BufferReader(raw), compression="zstd").read()
+            return result
         except (OSError, ValueError) as exc:
             raise ContractError(f"{self.path}: zstd frame at byte {self._cpos + a} is not "
                                 f"readable ({exc})") from None

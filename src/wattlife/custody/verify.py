@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 from .publish import DERIVED_SUFFIX, published
 from .seal import check_file, verify_files
 
 
-def results_of(cell: Path, doc: dict) -> Path:
+def results_of(cell: Path, doc: dict[str, Any]) -> Path:
     """The results folder of a published folder: `folder` in its pointer (relative to the
     results folder), else a cell folder `<results>/runs/<cell id>`."""
     rel = doc.get("folder") or Path("runs", doc["cell"]).as_posix()
     return cell.parents[len(Path(rel).parts) - 1]
 
 
-def _measured(cell: Path, doc: dict) -> list[tuple[str, str]]:
+def _measured(cell: Path, doc: dict[str, Any]) -> list[tuple[str, str]]:
     bad = verify_files(cell, doc["files"])
     if not bad:
         return []
@@ -32,7 +33,7 @@ def _measured(cell: Path, doc: dict) -> list[tuple[str, str]]:
     return [(f, f"{why}; {how}") for f, why in bad]
 
 
-def _derived(cell: Path, name: str, pointer: Path, doc: dict, measured_ok: bool
+def _derived(cell: Path, name: str, pointer: Path, doc: dict[str, Any], measured_ok: bool
              ) -> list[tuple[str, str]]:
     path = cell / name
     how = (f"re-attribute it (snakemake --forcerun {path}; the trace and events are intact)"

@@ -42,7 +42,7 @@ GPM_METRICS = {  # trace metric -> pynvml constant name
 }
 
 
-def _nvml():
+def _nvml() -> Any:
     try:
         import pynvml
     except ImportError as exc:  # pragma: no cover - dependency of the package
@@ -52,7 +52,7 @@ def _nvml():
 
 def sample_value(nv: Any, value_type: int, value: Any) -> float:
     """An NVML sample or field value as a float, whatever its value type."""
-    return {
+    result: float = {
         nv.NVML_VALUE_TYPE_DOUBLE: lambda v: v.dVal,
         nv.NVML_VALUE_TYPE_UNSIGNED_INT: lambda v: v.uiVal,
         nv.NVML_VALUE_TYPE_UNSIGNED_LONG: lambda v: v.ulVal,
@@ -60,6 +60,7 @@ def sample_value(nv: Any, value_type: int, value: Any) -> float:
         nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: lambda v: v.sllVal,
         nv.NVML_VALUE_TYPE_SIGNED_INT: lambda v: v.siVal,
     }[value_type](value)
+    return result
 
 
 def _text(v: Any) -> str:

@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import InputError, SensorError
 from ..simgpu_model import SimGpuModel
@@ -47,20 +47,22 @@ class _Nvml:
             raise PowerCapError(f"NVML is not available ({exc}): no NVIDIA driver here") from None
 
     def count(self) -> int:
-        return self.nv.nvmlDeviceGetCount()
+        result: int = self.nv.nvmlDeviceGetCount()
+        return result
 
-    def _h(self, i: int):
+    def _h(self, i: int) -> Any:
         return self.nv.nvmlDeviceGetHandleByIndex(i)
 
-    def _call(self, what: str, i: int, fn, *args):
+    def _call(self, what: str, i: int, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(self._h(i), *args)
         except self.nv.NVMLError as exc:
             raise PowerCapError(f"GPU {i}: NVML cannot {what}: {exc}") from None
 
     def get(self, i: int) -> float:
-        return self._call("read the power limit", i,
-                          self.nv.nvmlDeviceGetPowerManagementLimit) / 1000.0
+        result: float = self._call("read the power limit", i,
+                                   self.nv.nvmlDeviceGetPowerManagementLimit) / 1000.0
+        return result
 
     def constraints(self, i: int) -> tuple[float, float, float]:
         lo, hi = self._call("read the power limit range", i,

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .common import SOURCE_WORDS, _save, style
+from .common import SOURCE_WORDS, save_figure, style
 
 SERIES = [("gap_pfi_predicted", "PFI-aware, predicted PFI", "tab:blue", "o"),
           ("gap_pfi_measured", "PFI-aware, measured (= published) PFI", "tab:green", "s"),
@@ -63,7 +63,7 @@ def fig_sensitivity(grid: pd.DataFrame, out: Path, paper: float | None = None) -
              fontsize=8, ha="left", va="top", wrap=True)
     fig.tight_layout()
     fig.suptitle("Allocation headline vs its assumptions (absolute tokens/s, ASSUMED)", y=1.02)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def worse_than_equal_note(summary: pd.DataFrame, strategies: list[str] | None = None) -> str:
@@ -134,5 +134,5 @@ def fig_allocation(summary: pd.DataFrame, out: Path, title: str = "") -> list[Pa
     fig.tight_layout()
     if title:
         fig.suptitle(title, y=1.0 + 0.02 / len(combos))
-    return _save(fig, out)
+    return save_figure(fig, out)
 

@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
 
 from ..contracts import DRAWN_PHASES, PHASES
-from ..contracts.sources import SOURCE_WORDS  # the words of the source registry, re-exported
+from ..contracts.sources import SOURCE_WORDS as SOURCE_WORDS  # the registry's words, re-exported
 from ..errors import InputError
 
 #: the phases' order in the figures: the phase registry's drawn phases (`contracts.PHASES`)
@@ -39,7 +40,7 @@ def _phase_colours() -> dict[str, tuple[float, float, float]]:
             for i, s in enumerate(specs)}
 
 
-_PALETTE = _phase_colours()
+PHASE_PALETTE = _phase_colours()
 #: text columns of the run-level tables that may be empty (a run without a cell: no storage, no
 #: checkpoint); read as text, empty as "", never as a float NaN column
 TEXT_COLUMNS = ("workload", "storage", "checkpoint", "phase", "device_kind")
@@ -116,7 +117,7 @@ def source_tag(df: pd.DataFrame) -> str:
     return "(" + ", ".join(_word(x) for x in _sources(df["source"])) + ")"
 
 
-def _save(fig: plt.Figure, out: Path) -> list[Path]:
+def save_figure(fig: Figure, out: Path) -> list[Path]:
     """The figure as `out`.png and `out`.pdf; the PDF without its creation date, so that the same
     tables give byte-identical files (the PNG carries no date)."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +128,6 @@ def _save(fig: plt.Figure, out: Path) -> list[Path]:
     return paths
 
 
-def _phase_sort(phases: pd.Series) -> list[str]:
+def phase_sort(phases: pd.Series) -> list[str]:
     known = [p for p in PHASE_ORDER if p in set(phases)]
     return known + sorted(set(phases) - set(known))

@@ -10,8 +10,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 
-from .common import _save, style
+from .common import save_figure, style
 
 PANELS = [("throughput", "step throughput (items/s)"),
           ("steady_power_w", "mean GPU power, steady steps (W)"),
@@ -21,7 +22,7 @@ PANELS = [("throughput", "step throughput (items/s)"),
 TOP_PHASES = 6
 
 
-def _bars(ax: plt.Axes, rows: pd.DataFrame, sides: list[tuple[str, str]]) -> None:
+def _bars(ax: Axes, rows: pd.DataFrame, sides: list[tuple[str, str]]) -> None:
     """One group of bars a row (cell or phase), one bar a model, whiskers at the t95 bounds."""
     x = np.arange(len(rows))
     width = 0.8 / len(sides)
@@ -61,7 +62,7 @@ def draw_workload(cells: pd.DataFrame, workload: str, out: Path) -> list[Path]:
     fig.suptitle(f"{workload}: {w['first'].iat[0]} vs {w['second'].iat[0]} — GPU measured "
                  f"(NVML); bars: mean over repeats, whiskers: 95 % t interval (none for n = 1)",
                  fontsize=10)
-    return _save(fig, out / f"fig_gpu_compare_{workload}")
+    return save_figure(fig, out / f"fig_gpu_compare_{workload}")
 
 
 def draw_gpu_compare(cells: pd.DataFrame, out: Path) -> list[Path]:

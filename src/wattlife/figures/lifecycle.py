@@ -16,14 +16,15 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
 from ..contracts import PER_STEP_PHASES, kind_colors, kind_label
 from .common import (
-    _PALETTE,
+    PHASE_PALETTE,
     NothingToDraw,
-    _phase_sort,
-    _save,
+    phase_sort,
+    save_figure,
     source_note,
     source_tag,
     source_words,
@@ -40,7 +41,7 @@ def _n(df: pd.DataFrame) -> int:
     return int(df[col].min()) if col and len(df) else 1
 
 
-def _bars(ax: plt.Axes, rows: pd.DataFrame, order: list[str], value: str, lo: str, hi: str,
+def _bars(ax: Axes, rows: pd.DataFrame, order: list[str], value: str, lo: str, hi: str,
           scale: float = 1.0) -> None:
     """Grouped horizontal bars, one per device kind, with the given interval columns."""
     kinds = [(k, c) for k, c in kind_colors().items() if k in set(rows["device_kind"])]
@@ -84,7 +85,7 @@ def _cells(summary: pd.DataFrame) -> pd.DataFrame:
         ["workload", "storage", "checkpoint"]]
 
 
-def _share_labels(ax: plt.Axes, rows: pd.DataFrame, order: list[str], scale: float) -> None:
+def _share_labels(ax: Axes, rows: pd.DataFrame, order: list[str], scale: float) -> None:
     """Each phase's share of the cell's energy (all device kinds), written after its bars."""
     per_phase = rows.groupby("phase")["energy_j"].sum().reindex(order).fillna(0.0)
     total = float(per_phase.sum())
@@ -99,7 +100,7 @@ def _share_labels(ax: plt.Axes, rows: pd.DataFrame, order: list[str], scale: flo
     ax.set_xlim(right=float(np.nanmax(ends.to_numpy(float))) * 1.15 or None)
 
 
-def _per_item_panel(ax: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
+def _per_item_panel(ax: Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
     """Fig. 1's middle panel: energy per item of the per-step phases, or a note without items."""
     step = rows[rows["phase"].isin(PER_STEP_PHASES)]
     unit = (step["item_unit"].dropna().iloc[0]
@@ -121,7 +122,7 @@ def _per_item_panel(ax: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) 
     ax.set_title("per item (per-step phases)")
 
 
-def _time_panel(ax2: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
+def _time_panel(ax2: Axes, rows: pd.DataFrame, order: list[str], n: int) -> None:
     """Fig. 1's right panel: time per phase, with the t95 across repeats where n >= 2."""
     t = rows.groupby("phase")["time_s"].max().reindex(order).fillna(0)
     terr = None
@@ -129,7 +130,7 @@ def _time_panel(ax2: plt.Axes, rows: pd.DataFrame, order: list[str], n: int) -> 
         tl = rows.groupby("phase")["time_repeat_lo_s"].max().reindex(order).fillna(t)
         th = rows.groupby("phase")["time_repeat_hi_s"].max().reindex(order).fillna(t)
         terr = np.vstack([np.clip(t - tl, 0, None), np.clip(th - t, 0, None)])
-    ax2.barh(order, t, color=[_PALETTE.get(p, "#999999") for p in order], xerr=terr,
+    ax2.barh(order, t, color=[PHASE_PALETTE.get(p, "#999999") for p in order], xerr=terr,
              error_kw={"lw": 0.8, "capsize": 2})
     ax2.invert_yaxis()
     ax2.set_xlabel("time per run (s)")
@@ -159,7 +160,7 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
                        & (summary["storage"] == cell["storage"])
                        & (summary["checkpoint"] == cell["checkpoint"])]
         n = _n(rows)
-        order = _phase_sort(rows["phase"])
+        order = phase_sort(rows["phase"])
         lo, hi, words = _energy_interval(rows, n)
         label = _cell_label(cell["workload"], cell["storage"], cell["checkpoint"], " — ")
         if f"{cell['workload']}: {words}" not in notes:
@@ -177,7 +178,7 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
     fig.text(0.01, -0.01, "\n".join(notes) + "\nSources — " + source_note(summary), fontsize=8,
              ha="left", va="top")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
@@ -204,7 +205,7 @@ def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
     ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
     ax.set_title("CPU / GPU share of energy")
     fig.text(0.01, -0.1, "Sources — " + source_note(share), fontsize=8, ha="left", va="top")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def effect_caption(deltas: pd.DataFrame) -> str:
@@ -245,7 +246,7 @@ def fig_storage_checkpoint(deltas: pd.DataFrame, out: Path) -> list[Path]:
                              squeeze=False)
     for r, w in enumerate(workloads):
         g = d[d["workload"] == w]
-        order = _phase_sort(g["phase"])
+        order = phase_sort(g["phase"])
         y = np.arange(len(order))
         h = 0.8 / max(len(cells), 1)
         panels = (("d_energy_j", "d_energy_lo_j", "d_energy_hi_j", "significant",
@@ -286,4 +287,4 @@ def fig_storage_checkpoint(deltas: pd.DataFrame, out: Path) -> list[Path]:
     fig.text(0.01, -0.01, effect_caption(deltas) + "\nSources — " + source_note(deltas, by=None),
              fontsize=8, ha="left", va="top")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)

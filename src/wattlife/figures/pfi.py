@@ -10,8 +10,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.axes import Axes
 
-from .common import SOURCE_WORDS, _save, source_note, source_tag, style
+from .common import SOURCE_WORDS, save_figure, source_note, source_tag, style
 
 
 def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
@@ -42,10 +43,10 @@ def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:
     fig.text(0.01, -0.02, "Sources — " + source_note(c, by="gpu_model"), fontsize=8, ha="left",
              va="top")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
-def _pfi_by_category(ax: plt.Axes, p: pd.DataFrame) -> None:
+def _pfi_by_category(ax: Axes, p: pd.DataFrame) -> None:
     """Each job's PFI at its category, spread evenly across the category's width (the same
     places on every redraw), with its 95 % interval from pfi.csv (`pfi_lo`, `pfi_hi`) as whiskers
     where the table has one (none where they are NaN), and the category's median as a bar."""
@@ -106,7 +107,7 @@ def fig_pfi(pfi: pd.DataFrame, features: pd.DataFrame | None, predictor: pd.Data
     fig.text(0.01, -0.02, "Sources — " + source_note(pfi, by="gpu_model"), fontsize=8, ha="left",
              va="top")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
@@ -161,5 +162,5 @@ def fig_pfi_published(pfi: pd.DataFrame, out: Path) -> list[Path]:
              "construction; its 4-cap PFI tests the simulator's curve shape.", fontsize=8,
              ha="left", va="top", wrap=True)
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 

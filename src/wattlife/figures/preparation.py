@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import kind_colors, kind_label
-from .common import _save, source_note, source_tag, source_words, style
+from .common import save_figure, source_note, source_tag, source_words, style
 
 
 def fig_downloads(rows: pd.DataFrame, fit: pd.DataFrame, out: Path) -> list[Path]:
@@ -63,7 +63,7 @@ def fig_downloads(rows: pd.DataFrame, fit: pd.DataFrame, out: Path) -> list[Path
              + (" · server on this machine: its CPU time is in the energy"
                 if "loopback" in server else ""), fontsize=8, ha="left", va="top")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def fig_staging(be: pd.DataFrame, out: Path) -> list[Path]:
@@ -103,5 +103,5 @@ def fig_staging(be: pd.DataFrame, out: Path) -> list[Path]:
              "measured on the execution matrix; both linear in size, so one break-even per "
              "workload · Sources — " + source_note(be, by=None), fontsize=8, ha="left", va="top")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 

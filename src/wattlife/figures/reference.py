@@ -13,7 +13,7 @@ import seaborn as sns
 
 from ..contracts import A100_TABLES, H200_EXECUTION_TABLES
 from .allocation import fig_allocation
-from .common import _save, read_figure_table, seeded_jitter, style
+from .common import read_figure_table, save_figure, seeded_jitter, style
 from .lifecycle import fig_device_share, fig_phase_energy
 from .pfi import fig_curves, fig_pfi, fig_pfi_published
 
@@ -51,7 +51,7 @@ def fig_h200_sampler(ref: Path, out: Path) -> list[Path]:
     ax.set_ylabel("ResNet-50 images/s (measured)")
     ax.set_title("overhead (5 interleaved runs each; bar = median)")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def fig_h200_attribution(ref: Path, out: Path) -> list[Path]:
@@ -88,7 +88,7 @@ def fig_h200_attribution(ref: Path, out: Path) -> list[Path]:
     fig.suptitle("H200: per-kind power, long vs short phases (labels: error vs long, boxcar / "
                  "estimated response)", fontsize=10)
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def draw_reference(ref_root: str | Path, out: str | Path) -> list[Path]:

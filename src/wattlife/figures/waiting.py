@@ -9,9 +9,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+from matplotlib.axes import Axes
 
 from ..contracts import WAITING_PHASES, kind_label, kind_order
-from .common import _save, source_tag, style
+from .common import save_figure, source_tag, style
 
 PARTS = (("work_j", "work", "#4c72b0"), ("at_floor_j", "waiting at idle floor", "#c7c7c7"),
          ("above_floor_j", "waiting above idle floor", "#dd8452"))
@@ -24,7 +25,7 @@ def _cell(df: pd.DataFrame) -> pd.Series:
             + df["checkpoint"].astype(str))
 
 
-def _split_panel(ax: plt.Axes, d: pd.DataFrame) -> None:
+def _split_panel(ax: Axes, d: pd.DataFrame) -> None:
     """Stacked work / at floor / above floor per cell (mean over runs), the waiting share and n
     written on each bar."""
     m = d.groupby("cell", sort=True)[[c for c, _, _ in PARTS] + ["energy_j"]].mean()
@@ -43,7 +44,7 @@ def _split_panel(ax: plt.Axes, d: pd.DataFrame) -> None:
     ax.margins(y=0.15)
 
 
-def _phase_panel(ax: plt.Axes, d: pd.DataFrame) -> None:
+def _phase_panel(ax: Axes, d: pd.DataFrame) -> None:
     """Waiting energy per cell by phase (mean over the cell's runs; a run without the phase
     counts 0)."""
     runs = d.groupby("cell")["run_id"].nunique()
@@ -83,4 +84,4 @@ def fig_waiting(runs: pd.DataFrame, out: Path, waiting: pd.DataFrame | None = No
     fig.suptitle("Work and waiting energy per cell (waiting share on each bar)")
     fig.tight_layout()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3)
-    return _save(fig, out)
+    return save_figure(fig, out)

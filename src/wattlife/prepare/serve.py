@@ -30,10 +30,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     server: _Server
 
-    def log_message(self, *a):  # quiet
+    def log_message(self, *a: Any) -> None:  # quiet
         pass
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         outer = self.server.artefacts
         path = unquote(self.path.split("?")[0])
         outer.requests.append((path, self.headers.get("Range")))
@@ -76,7 +76,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(chunk)
             sent += len(chunk)
 
-    def do_PUT(self):
+    def do_PUT(self) -> None:
         outer = self.server.artefacts
         path = unquote(self.path.split("?")[0]).lstrip("/")
         n = int(self.headers.get("Content-Length", 0))
@@ -156,7 +156,7 @@ class ArtefactServer:
         self.thread.start()
         return self
 
-    def __exit__(self, *a) -> None:
+    def __exit__(self, *a: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
 

@@ -31,7 +31,7 @@ def shell_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _die_with_parent(parent_pid: int, pdeathsig: bool = True,
+def die_with_parent(parent_pid: int, pdeathsig: bool = True,
                      join: Callable[[], None] | None = None) -> Callable[[], None]:
     """preexec_fn: the kernel SIGKILLs the child when its parent dies (even by SIGKILL), unless
     the guardian does it (`pdeathsig` False: CMD must outlive wattlife by the moment the guardian

@@ -22,7 +22,7 @@ class SignalRelay:
         self.received: list[str] = []
         self.forwarded: list[str] = []
         self.pending: list[int] = []  # got while CMD was being started: forwarded once it exists
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.stop_idle = threading.Event()
         self.old: dict[int, Any] = {}
 

@@ -14,7 +14,7 @@ from .. import guardian, workload_cgroup
 from ..contracts.clock import ENV_CLOCK, env_value, now_ns
 from ..markers import ENV_EVENTS, ENV_RUN_ID, ENV_STATUS
 from .meta import run_meta, write_meta
-from .process import StatusListener, _die_with_parent, shell_status
+from .process import StatusListener, die_with_parent, shell_status
 from .state import RunState
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def _start_cmd(st: RunState, env: dict[str, str]) -> None:
         st.keep |= guard.pids
         st.relay.proc = proc = subprocess.Popen(
             st.cmd, env=env, stdin=stdin, process_group=0,
-            preexec_fn=_die_with_parent(os.getpid(), not guard.pid,
+            preexec_fn=die_with_parent(os.getpid(), not guard.pid,
                                         st.cgroup.join_self if st.cgroup else None))
         guard.watch(proc.pid)
         if st.cgroup is not None and not st.cgroup.holds(proc.pid):

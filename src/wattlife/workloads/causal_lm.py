@@ -201,7 +201,7 @@ def _step_function(model: Any, opt: Any, batches: Batches, device: Any, items: f
     return train_step
 
 
-def _val_loss(model, blocks, bs: int, device, max_steps: int) -> float:
+def _val_loss(model: Any, blocks: Any, bs: int, device: Any, max_steps: int) -> float:
     """Mean cross-entropy over the first `max_steps` validation batches (at least one)."""
     import torch
 

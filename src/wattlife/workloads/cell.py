@@ -19,7 +19,7 @@ __all__ = ["Dist", "barrier", "checkpoint_dir", "init_distributed", "resolve_dev
            "stage_dataset", "start_cell"]
 
 
-def resolve_device(name: str, dist: Dist):
+def resolve_device(name: str, dist: Dist) -> Any:
     import torch
 
     if name == "auto":

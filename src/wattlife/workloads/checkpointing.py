@@ -119,9 +119,9 @@ class AsyncCheckpointer:
                 # (a reused one then fails on its next staging), 2.14's leaves it open
                 stager = _stager(self.cuda)
                 try:
-                    resp = dcp.async_save(self.state(), checkpoint_id=str(tmp),
-                                          async_stager=stager, process_group=self.group,
-                                          no_dist=not self.distributed)
+                    resp = dcp.async_save(  # type: ignore[attr-defined]
+                        self.state(), checkpoint_id=str(tmp), async_stager=stager,
+                        process_group=self.group, no_dist=not self.distributed)
                 finally:
                     if stager is not None:
                         stager.close()  # the staged copy lives on in the write it feeds
@@ -219,7 +219,8 @@ def save_checkpoint(model: Any, opt: Any, ckpt_dir: Path, step_no: int, dist: Di
         if dist.rank == 0 and tmp.exists():
             shutil.rmtree(tmp)
         barrier(dist)
-        dcp.save(dcp_state(model, opt, adapters_only), checkpoint_id=str(tmp))
+        dcp.save(  # type: ignore[attr-defined]
+            dcp_state(model, opt, adapters_only), checkpoint_id=str(tmp))
         if dist.rank == 0:
             info = {"step": step_no, "adapters_only": adapters_only, "world_size": dist.world,
                     "format": "dcp", "mode": "sync"}
@@ -254,11 +255,12 @@ def load_checkpoint(model: Any, opt: Any, path: Path, fsdp: bool | None = None) 
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-        info = json.loads((path / "wattlife.json").read_text())
+        info: dict[str, Any] = json.loads((path / "wattlife.json").read_text())
         state: dict[str, Any] = dcp_state(model, opt, info["adapters_only"])
         with warnings.catch_warnings():  # one writer (the image workload's rank 0): one reader
             warnings.filterwarnings("ignore", "torch.distributed is disabled")
-            dcp.load(state, checkpoint_id=str(path), no_dist=info.get("world_size", 1) == 1)
+            dcp.load(state, checkpoint_id=str(path),  # type: ignore[attr-defined]
+                     no_dist=info.get("world_size", 1) == 1)
         set_state_dict(model, opt, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"],
                        options=StateDictOptions(strict=not info["adapters_only"]))

@@ -9,12 +9,13 @@ from a Zipf-distributed vocabulary with headings, as WikiText has.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 
-def _write_image(job: tuple) -> None:
+def _write_image(job: tuple[Any, ...]) -> None:
     from PIL import Image
 
     path, c, size, seed = job

@@ -176,7 +176,7 @@ def _to_tensor(im: Any, device: Any) -> Any:
     except (TypeError, RuntimeError, ValueError):
         pass
     try:
-        return torch.from_dlpack(im)
+        return torch.from_dlpack(im)  # type: ignore[attr-defined]
     except (TypeError, RuntimeError, ValueError, AttributeError):
         return torch.from_numpy(np.asarray(im.cpu())).to(device)
 
@@ -206,8 +206,10 @@ class GpuDecodeLoader:
         self.decode: Decode = decode if decode is not None else NvDecode(device)
         self.cropped = bool(getattr(self.decode, "roi", False))
         cuda = device.type == "cuda"
-        self.stream = torch.cuda.Stream(device, priority=PRIORITY) if cuda else None
-        self.helper_stream = torch.cuda.Stream(device, priority=PRIORITY) if cuda else None
+        self.stream = torch.cuda.Stream(  # type: ignore[no-untyped-call]
+            device, priority=PRIORITY) if cuda else None
+        self.helper_stream = torch.cuda.Stream(  # type: ignore[no-untyped-call]
+            device, priority=PRIORITY) if cuda else None
         self._in_flight: collections.deque[tuple[Any, Any]] = collections.deque()
         raw: Any = RawJpegs(dataset.samples)  # a map-style dataset (len + getitem)
         # 2 batches a worker ahead (the least): the batches go to whichever side is faster
@@ -324,7 +326,7 @@ class GpuDecodeLoader:
             x = x.to(self.device, non_blocking=True)  # pinned: the copy overlaps the training
             y = y.to(self.device, non_blocking=True)
             x = normalise(x.float()).contiguous(memory_format=torch.channels_last)
-            event = torch.cuda.Event()
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(self.helper_stream)
         self._clock("cpu", "copy", t0)
         return x, y, skipped, event
@@ -354,7 +356,7 @@ class GpuDecodeLoader:
             labels = small_tensor([r[3] for r, _ in done], self.device)
             event = None
             if self.stream is not None:
-                event = torch.cuda.Event()
+                event = torch.cuda.Event()  # type: ignore[no-untyped-call]
                 event.record(self.stream)
             t0 = self._clock("gpu", "augment", t0)
         if event is not None:  # the decoder's buffers may be freed once its work is done

@@ -65,13 +65,13 @@ def _transform(train: bool, size: int, uint8: bool = False) -> Callable[[Any], A
                  transforms.ToTensor(), transforms.Normalize(list(MEAN), list(STD))]
     tf = transforms.Compose(steps)
 
-    def guarded(img):
+    def guarded(img: Any) -> Any:
         return None if img is None else tf(img)
 
     return guarded
 
 
-def _dataset(root: Path, train: bool, size: int):
+def image_dataset(root: Path, train: bool, size: int) -> Any:
     from torchvision import datasets
 
     split = root / ("train" if train else "val")
@@ -82,7 +82,7 @@ def _dataset(root: Path, train: bool, size: int):
                                 loader=_SkipCorrupt())
 
 
-def _uint8_crops(train_ds: Any, size: int) -> Any:
+def uint8_crops(train_ds: Any, size: int) -> Any:
     """The training split `train_ds` with its crops left as uint8 tensors (`decode: gpu`'s CPU
     helpers): the same files in the same order, not listed again."""
     ds = copy.copy(train_ds)
@@ -90,7 +90,7 @@ def _uint8_crops(train_ds: Any, size: int) -> Any:
     return ds
 
 
-def _collate(batch):
+def collate(batch: list[tuple[Any, Any]]) -> tuple[Any, Any, int]:
     import torch
 
     kept = [(x, y) for x, y in batch if x is not None]
@@ -192,15 +192,16 @@ def _checkpointer(model: Any, opt: Any, checkpoint: str, ckpt_dir: Path, dist: D
         ckpt_dir, dist, device, {"adapters_only": False}, collective=False)
 
 
-def _build(spec: ImageClassificationSpec, root: Path, dist: Dist, device: Any):
+def _build(spec: ImageClassificationSpec, root: Path, dist: Dist, device: Any
+           ) -> tuple[Any, Any, Any, Any]:
     """The datasets, the model (channels_last; DDP under torchrun; cuDNN picking its fastest
     kernels on the first steps, which lie in the warm-up) and its optimiser."""
     import torch
     import torchvision
 
     assert spec.image_size is not None  # checked by train_image
-    train_ds = _dataset(root, True, spec.image_size)
-    val_ds = _dataset(root, False, spec.image_size)
+    train_ds = image_dataset(root, True, spec.image_size)
+    val_ds = image_dataset(root, False, spec.image_size)
     model = getattr(torchvision.models, spec.model)(num_classes=len(train_ds.classes))
     model = model.to(device, memory_format=torch.channels_last)
     torch.backends.cudnn.benchmark = True  # the reference recipe's; fixed-size inputs
@@ -212,7 +213,7 @@ def _build(spec: ImageClassificationSpec, root: Path, dist: Dist, device: Any):
     return train_ds, val_ds, model, opt
 
 
-def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device: Any,
+def _loaders(train_ds: Any, val_ds: Any, spec: ImageClassificationSpec, dist: Dist, device: Any,
              root: Path, decode: str) -> tuple[Batches, Any]:
     """The training batches (shuffled; a DistributedSampler under torchrun; an epoch ends before
     an incomplete batch; decoded on the GPU for `decode` gpu) and the validation loader (the CPU
@@ -230,26 +231,26 @@ def _loaders(train_ds, val_ds, spec: ImageClassificationSpec, dist: Dist, device
         assert spec.image_size is not None  # checked by train_image
         readers, helpers = split_workers(workers)
         loader = GpuDecodeLoader(train_ds, spec.batch_size, spec.image_size, device,
-                                 collate=_collate, sampler=sampler, readers=readers,
+                                 collate=collate, sampler=sampler, readers=readers,
                                  helpers=helpers,
-                                 helper_dataset=_uint8_crops(train_ds, spec.image_size))
+                                 helper_dataset=uint8_crops(train_ds, spec.image_size))
     else:
         loader = torch.utils.data.DataLoader(
             train_ds, batch_size=spec.batch_size, shuffle=sampler is None, sampler=sampler,
             num_workers=workers, pin_memory=device.type == "cuda", drop_last=True,
-            persistent_workers=workers > 0, collate_fn=_collate,
+            persistent_workers=workers > 0, collate_fn=collate,
             prefetch_factor=spec.prefetch if workers > 0 else None)
     if len(loader) == 0:
         raise InputError(f"{root / 'train'}: {len(train_ds)} images for {dist.world} rank(s), "
                          f"fewer than one batch of {spec.batch_size}; use more images or a "
                          "smaller batch")
     val_loader = torch.utils.data.DataLoader(val_ds, batch_size=spec.batch_size,
-                                             num_workers=workers, collate_fn=_collate)
+                                             num_workers=workers, collate_fn=collate)
     # the GPU path shuffles each epoch itself (its epochs overlap)
     return Batches(loader, None if decode == "gpu" else sampler), val_loader
 
 
-def _validate(model, loader, device, amp: bool, max_steps: int) -> float:
+def _validate(model: Any, loader: Any, device: Any, amp: bool, max_steps: int) -> float:
     import torch
 
     model.eval()

@@ -14,7 +14,7 @@ from .dist import Dist, barrier
 
 
 def load_tokenizer(pretrained: Path | None, train_file: Path, vocab_size: int, cache_dir: Path,
-                   dist: Dist | None = None):
+                   dist: Dist | None = None) -> Any:
     """The pretrained folder's tokenizer, or a byte-level BPE trained on the corpus (cached in
     `cache_dir`). Under several ranks rank 0 trains it and the others wait, then load its file; a
     rank that does not share rank 0's folder trains its own (the same corpus gives the same BPE)."""
@@ -29,7 +29,8 @@ def load_tokenizer(pretrained: Path | None, train_file: Path, vocab_size: int, c
     barrier(dist)  # every rank, whatever it found: a barrier only some entered would hang
     if not cached.exists():
         _train_bpe(train_file, vocab_size, cached)
-    return PreTrainedTokenizerFast(tokenizer_file=str(cached), eos_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_file=str(cached), eos_token="<|endoftext|>")
 
 
 def _train_bpe(train_file: Path, vocab_size: int, path: Path) -> None:
@@ -47,7 +48,7 @@ def _train_bpe(train_file: Path, vocab_size: int, path: Path) -> None:
         tok.save(str(tmp))
 
 
-def pack(tokenizer, text_file: Path, seq_len: int):
+def pack(tokenizer: Any, text_file: Path, seq_len: int) -> Any:
     """Token ids of the whole file, EOS after each line, packed as (n_blocks, seq_len)."""
     import torch
 
@@ -86,7 +87,7 @@ def tokenize_corpus(spec: CausalLMSpec, cfg: Any, pretrained: Path | None, train
     return tok, blocks, val_blocks
 
 
-def make_loader(blocks, spec: CausalLMSpec, dist: Dist, device) -> tuple[Any, Any]:
+def make_loader(blocks: Any, spec: CausalLMSpec, dist: Dist, device: Any) -> tuple[Any, Any]:
     """The training batches: shuffled packed blocks (a DistributedSampler under torchrun)."""
     import torch
 

@@ -14,7 +14,7 @@ EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k_experts")
 
 
-def _first(cfg, keys: tuple[str, ...]) -> int | None:
+def _first(cfg: Any, keys: tuple[str, ...]) -> int | None:
     for k in keys:
         v = getattr(cfg, k, None)
         if v:
@@ -22,12 +22,12 @@ def _first(cfg, keys: tuple[str, ...]) -> int | None:
     return None
 
 
-def is_moe(cfg) -> bool:
+def is_moe(cfg: Any) -> bool:
     """Whether the config routes tokens to experts."""
     return bool(_first(cfg, EXPERT_COUNT_KEYS))
 
 
-def parameter_counts(model, cfg) -> dict[str, int]:
+def parameter_counts(model: Any, cfg: Any) -> dict[str, int]:
     """Total, trained, and active (per token) matmul parameters; see the module docstring.
 
     Routed experts live under `.experts.` in transformers' MoE models (shared experts under
@@ -53,7 +53,7 @@ def parameter_counts(model, cfg) -> dict[str, int]:
             "experts_per_token": top_k or 0}
 
 
-def attention_flops_per_token(cfg, seq_len: int) -> float:
+def attention_flops_per_token(cfg: Any, seq_len: int) -> float:
     """Scores and values, forward and backward, summed over layers (sliding-window layers see at
     most their window; MLA's query/key and value head sizes may differ)."""
     heads = cfg.num_attention_heads
@@ -68,13 +68,13 @@ def attention_flops_per_token(cfg, seq_len: int) -> float:
     return float(sum(6.0 * s * heads * (qk + v) for s in s_eff))
 
 
-def flops_per_token(cfg, counts: dict[str, int], seq_len: int) -> float:
+def flops_per_token(cfg: Any, counts: dict[str, int], seq_len: int) -> float:
     """Model FLOPs per trained token (see the module docstring)."""
     return (4.0 * counts["active_parameters"] + 2.0 * counts["trained_active_parameters"]
             + attention_flops_per_token(cfg, seq_len))
 
 
-def peak_flops(device, spec: CausalLMSpec) -> float | None:
+def peak_flops(device: Any, spec: CausalLMSpec) -> float | None:
     """Peak bf16 dense FLOP/s of one GPU: `peak_tflops`, else from the GPU's name (None: CPU or
     a GPU not in `PEAK_TFLOPS`)."""
     if spec.peak_tflops:

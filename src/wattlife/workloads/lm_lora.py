@@ -15,7 +15,7 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 EXPERT_PARAMETERS = ("gate_up_proj", "down_proj")
 
 
-def lora_plan(model, spec: CausalLMSpec,
+def lora_plan(model: Any, spec: CausalLMSpec,
               peft_has_target_parameters: bool) -> dict[str, list[str]]:
     """Which modules and parameters get LoRA adapters (see the module docstring): the attention
     and dense-MLP Linear layers the model has (`lora_targets` overrides), and the routed experts'
@@ -38,7 +38,7 @@ def lora_plan(model, spec: CausalLMSpec,
     return {"lora_target_modules": modules, "lora_target_parameters": params}
 
 
-def with_lora(model, spec: CausalLMSpec) -> tuple[Any, dict[str, Any]]:
+def with_lora(model: Any, spec: CausalLMSpec) -> tuple[Any, dict[str, Any]]:
     """Freeze the base model; LoRA adapters as `lora_plan` says. Returns the PEFT model and what
     carries adapters (for the summary)."""
     import inspect

@@ -20,7 +20,7 @@ MODELS_DIR = resource_path("models")
 EXPERTS_IMPLEMENTATIONS = ("auto", "eager", "grouped_mm", "batched_mm")
 
 
-def model_config(name_or_path: str):
+def model_config(name_or_path: str) -> Any:
     """A transformers config from a shipped name or a config.json path (its `model_type`
     decides)."""
     from transformers import AutoConfig
@@ -39,7 +39,7 @@ def model_config(name_or_path: str):
     return AutoConfig.for_model(d.pop("model_type"), **d)
 
 
-def experts_implementation(spec: CausalLMSpec, device) -> str:
+def experts_implementation(spec: CausalLMSpec, device: Any) -> str:
     """The transformers experts backend the workload asks for: `experts_implementation` from the
     config, `auto` = `grouped_mm` on CUDA, `eager` elsewhere (the CPU path the tests run)."""
     want = spec.experts_implementation
@@ -68,17 +68,17 @@ def model_vocab(tokenizer_len: int, multiple: int = 64) -> int:
     return -(-int(tokenizer_len) // multiple) * multiple
 
 
-def model_vocab_size(model) -> int:
+def model_vocab_size(model: Any) -> int:
     """Rows of the model's input embedding (= columns of its output projection)."""
     return int(base_model(model).get_input_embeddings().weight.shape[0])
 
 
-def attn_implementation(cfg) -> str:
+def attn_implementation(cfg: Any) -> str:
     """SDPA where the architecture supports it (gpt-oss's attention sinks need eager)."""
     return "eager" if cfg.model_type in ("gpt_oss",) else "sdpa"
 
 
-def base_model(model):
+def base_model(model: Any) -> Any:
     """The transformers model under PEFT/DDP/compile wrappers."""
     inner = getattr(model, "_orig_mod", model)
     inner = getattr(inner, "module", inner)
@@ -159,7 +159,8 @@ def _construct(spec: CausalLMSpec, cfg: Any, experts: str | None, tok: Any,
     if experts:
         cfg._experts_implementation = experts
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+            cfg, dtype=dtype)
     return model, "random-init"
 
 
