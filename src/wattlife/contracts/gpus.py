@@ -12,7 +12,7 @@ own index; the JSON key keeps its first name).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, cast
 
 from .names import ContractError
 
@@ -81,6 +81,10 @@ class GpuIdentity:
             if doc[k] is None:
                 del doc[k]
         return {**doc, **{k: v for k, v in self.extra.items() if k not in doc}}
+
+    def to_json(self) -> GpuIdentityDict:
+        """`to_dict` typed as the JSON layout (for a backend's typed `info()`)."""
+        return cast(GpuIdentityDict, self.to_dict())
 
     @classmethod
     def from_dict(cls, entry: Any, where: str = "meta.json: gpus[0]") -> GpuIdentity:
