@@ -33,8 +33,15 @@ from typing import Any, NotRequired
 from ..contracts.clock import now_ns as now
 from ..contracts.clock import wall_step_ns
 from .base import GpuBackendInfo, Row, SensorBackend, SensorUnavailable
-from .nvidia import GpmWindow, NvidiaGpu, NvidiaGpus, NvmlError, error_reason, identity, \
-    sample_value
+from .nvidia import (
+    GpmWindow,
+    NvidiaGpu,
+    NvidiaGpus,
+    NvmlError,
+    error_reason,
+    identity,
+    sample_value,
+)
 
 
 class NvmlInfo(GpuBackendInfo):
