@@ -271,8 +271,10 @@ class PowerCapController:
             self._old_handlers.clear()
 
 
-STATE_FORM = ('JSON {"backend": ' + "|".join(f'"{b}"' for b in CAP_BACKENDS)
-              + ', "limits_w": {"<gpu index>": <watts>, ...}}')
+def state_form() -> str:
+    """The state file's form, for messages (the backends: the registry's)."""
+    return ('JSON {"backend": ' + "|".join(f'"{b}"' for b in CAP_BACKENDS)
+            + ', "limits_w": {"<gpu index>": <watts>, ...}}')
 
 
 def read_state(state_file: str | Path) -> tuple[str, dict[int, float]]:
@@ -283,7 +285,7 @@ def read_state(state_file: str | Path) -> tuple[str, dict[int, float]]:
     except OSError as exc:
         raise PowerCapError(f"state file {state_file}: cannot read it: {exc.strerror}") from None
     except ValueError as exc:
-        raise PowerCapError(f"state file {state_file}: not JSON ({exc}); expected {STATE_FORM}"
+        raise PowerCapError(f"state file {state_file}: not JSON ({exc}); expected {state_form()}"
                             ) from None
     try:
         backend = doc["backend"]
@@ -295,7 +297,7 @@ def read_state(state_file: str | Path) -> tuple[str, dict[int, float]]:
             raise ValueError(f"limits {doc['limits_w']}")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         what = f"missing key {exc}" if isinstance(exc, KeyError) else f"bad {exc}"
-        raise PowerCapError(f"state file {state_file}: {what}; expected {STATE_FORM}") from None
+        raise PowerCapError(f"state file {state_file}: {what}; expected {state_form()}") from None
     return backend, limits
 
 
