@@ -60,7 +60,7 @@ def steady_mask(t_ns: np.ndarray, power_w: np.ndarray, window_s: float = 5.0,
     plateau, floor = float(np.nanpercentile(roll, 95)), float(np.nanpercentile(roll, 5))
     if plateau < floor + max(30.0, 0.25 * floor):  # never well above its floor: no training
         return np.zeros(len(roll), dtype=bool)
-    return roll >= (1 - tol) * plateau
+    return np.asarray(roll >= (1 - tol) * plateau, dtype=bool)
 
 
 def _runs(t_ns: np.ndarray, mask: np.ndarray, min_s: float) -> list[tuple[int, int]]:

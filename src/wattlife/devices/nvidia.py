@@ -247,7 +247,7 @@ class NvidiaGpus:
 def identity(gpu: NvidiaGpu, model: str | None, uuid: str | None, bus_id: str | None,
              memory_total_b: int | None, limits_w: dict[str, float]) -> GpuIdentity:
     """The vendor-neutral identity (`contracts.gpus`) of a GPU whose facts were read."""
-    rng = {k: limits_w[k] for k in ("default", "min", "max") if k in limits_w}
+    rng: dict[str, float] = {k: limits_w[k] for k in ("default", "min", "max") if k in limits_w}
     return GpuIdentity(device=gpu.device, ordinal=gpu.ordinal, vendor_index=gpu.index, uuid=uuid,
                        model=model, bus_id=bus_id, local_rank=gpu.ordinal,
                        memory_total_b=memory_total_b, power_limits_w=rng or None)
