@@ -65,7 +65,7 @@ def test_every_committed_reference_meta_json_reads_as_identities():
 def test_a_malformed_entry_names_the_entry_and_the_key():
     meta = RunMeta.from_dict({"gpus": [{"device": "gpu0"}, {"device": "gpu1", "nvml_index": "2"}]})
     with pytest.raises(ContractError, match=r"gpus\[1\]: key 'nvml_index' expects an integer"):
-        meta.gpu_identities
+        _ = meta.gpu_identities
 
 
 def test_the_writer_takes_the_gpu_facts_from_the_backend_whose_role_is_gpu(fake):
@@ -95,7 +95,7 @@ def test_sensing_and_capping_number_the_gpus_alike(fake, tmp_path, monkeypatch):
     gpus, notes = NvidiaGpus().visible("2,0")
     assert [(g.device, g.index) for g in gpus] == [("gpu0", 2), ("gpu1", 0)] and notes == []
     b = NvmlBackend(interval_s=0.01, telemetry_s=0.01, gpm=False)
-    ids = [GpuIdentity.from_dict(e) for e in b.info()["gpus"]]
+    ids = [GpuIdentity.from_json(e) for e in b.info()["gpus"]]
     assert [(g.device, g.ordinal, g.vendor_index, g.uuid) for g in ids] == [
         ("gpu0", 0, 2, fake.gpus[2].uuid), ("gpu1", 1, 0, fake.gpus[0].uuid)]
     with PowerCapController("nvml", state_file=tmp_path / "s.json", allow_real=True,

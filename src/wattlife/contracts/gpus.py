@@ -1,7 +1,7 @@
 """A GPU's identity in meta.json, vendor-neutral: `GpuIdentity`, its JSON layout and its reader.
 
 `wattlife run` writes one entry per sampled GPU under meta.json's `gpus` (`GpuIdentity.to_dict`);
-attribution reads them back (`RunMeta.gpu_identities`, `GpuIdentity.from_dict`) to know which
+attribution reads them back (`RunMeta.gpu_identities`, `GpuIdentity.from_json`) to know which
 rank drives which trace device. The JSON keys are the layout written since the first version
 (`device`, `cuda_ordinal`, `nvml_index`, `uuid`, `pci_bus_id`, `name`, `local_rank`), so files
 already written read unchanged; `memory_total_b` and `power_limits_w` were added later and are
@@ -87,7 +87,7 @@ class GpuIdentity:
         return cast(GpuIdentityDict, self.to_dict())
 
     @classmethod
-    def from_dict(cls, entry: Any, where: str = "meta.json: gpus[0]") -> GpuIdentity:
+    def from_json(cls, entry: Any, where: str = "meta.json: gpus[0]") -> GpuIdentity:
         """Read one entry (any layout written so far); a value of the wrong type is a
         ContractError naming `where` and the key."""
         if not isinstance(entry, dict):
@@ -118,4 +118,4 @@ def gpu_identities(gpus: Any) -> list[GpuIdentity]:
     """meta.json's `gpus` list as identities; ContractError naming the entry and key."""
     if not isinstance(gpus, list):
         raise ContractError(f"meta.json: key 'gpus' expects a list, got {gpus!r}")
-    return [GpuIdentity.from_dict(g, f"meta.json: gpus[{i}]") for i, g in enumerate(gpus)]
+    return [GpuIdentity.from_json(g, f"meta.json: gpus[{i}]") for i, g in enumerate(gpus)]

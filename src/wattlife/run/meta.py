@@ -65,7 +65,7 @@ def gpu_facts(infos: list[tuple[SensorBackend, BackendInfo]]
     for b, i in infos:
         if b.role == "gpu" and "error" not in i:
             g = cast(GpuBackendInfo, i)
-            ids = [GpuIdentity.from_dict(e, f"{b.name} info: gpus[{k}]")
+            ids = [GpuIdentity.from_json(e, f"{b.name} info: gpus[{k}]")
                    for k, e in enumerate(g.get("gpus", []))]
             return g.get("gpu_model"), g.get("driver"), ids
     return None, None, []
