@@ -105,3 +105,18 @@ def test_sensing_and_capping_number_the_gpus_alike(fake, tmp_path, monkeypatch):
         assert limits == {"gpu0": 400.0, "gpu1": 700.0}
     b.close()
     assert [g.limit_mw for g in fake.gpus] == [700_000] * 4
+
+
+def test_a_backend_with_malformed_gpus_leaves_meta_json_without_them(capsys):
+    class Bad(SensorBackend):
+        name, role = "bad-gpu", "gpu"
+
+    info = {"backend": "bad-gpu", "gpu_model": "M", "driver": "d", "gpus": [{"device": 3}]}
+    assert gpu_facts([(Bad(), info)]) == ("M", "d", [])
+    assert "bad-gpu info: gpus[0]: key 'device' expects a string" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device, number", [("gpu7", 7), ("gpu", None), ("cpu0", None),
+                                            ("gpu²", None), (None, None)])
+def test_the_device_number_is_that_of_gpu_n_only(device, number):
+    assert GpuIdentity(device=device).number == number

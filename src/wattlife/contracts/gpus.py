@@ -70,8 +70,9 @@ class GpuIdentity:
     def number(self) -> int | None:
         """N of the device name `gpu<N>`; None when the name is not of that form."""
         rest = (self.device or "").removeprefix("gpu")
-        return int(rest) if self.device and self.device.startswith("gpu") and rest.isdigit() \
-            else None
+        ok = bool(self.device) and (self.device or "").startswith("gpu") and rest.isascii() \
+            and rest.isdigit()
+        return int(rest) if ok else None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON entry: the first layout's keys in their order, then the later ones where

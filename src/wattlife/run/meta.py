@@ -65,8 +65,13 @@ def gpu_facts(infos: list[tuple[SensorBackend, BackendInfo]]
     for b, i in infos:
         if b.role == "gpu" and "error" not in i:
             g = cast(GpuBackendInfo, i)
-            ids = [GpuIdentity.from_json(e, f"{b.name} info: gpus[{k}]")
-                   for k, e in enumerate(g.get("gpus", []))]
+            try:
+                ids = [GpuIdentity.from_json(e, f"{b.name} info: gpus[{k}]")
+                       for k, e in enumerate(g.get("gpus", []))]
+            except ContractError as exc:  # a backend's bug must not lose the run's record
+                print(f"wattlife run: {exc}; meta.json's gpus left empty (its sampler.backends "
+                      "keeps the backend's own list)", file=sys.stderr)
+                ids = []
             return g.get("gpu_model"), g.get("driver"), ids
     return None, None, []
 
