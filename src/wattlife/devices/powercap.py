@@ -24,12 +24,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .nvidia import NvidiaGpu, NvidiaGpus, NvmlError
 
 if TYPE_CHECKING:  # imported where used: the CLI lists the backends without loading numpy
     from ..simgpu_model import SimGpuModel
+
+T = TypeVar("T")
+
 
 class PowerCapError(RuntimeError):
     pass
@@ -97,29 +100,21 @@ class _Nvml:
     def count(self) -> int:
         return self.gpus.count()
 
-    def _gpu(self, i: int) -> NvidiaGpu:
+    def _on(self, i: int, act: Callable[[NvidiaGpu], T]) -> T:
+        """`act` on GPU `i` (NVML index); the vendor class's NvmlError as a PowerCapError."""
         try:
-            return self.gpus.by_index(i)
+            return act(self.gpus.by_index(i))
         except NvmlError as exc:
             raise PowerCapError(str(exc)) from None
 
     def get(self, i: int) -> float:
-        try:
-            return self._gpu(i).power_limit_w()
-        except NvmlError as exc:
-            raise PowerCapError(str(exc)) from None
+        return self._on(i, NvidiaGpu.power_limit_w)
 
     def constraints(self, i: int) -> tuple[float, float, float]:
-        try:
-            return self._gpu(i).limit_range_w()
-        except NvmlError as exc:
-            raise PowerCapError(str(exc)) from None
+        return self._on(i, NvidiaGpu.limit_range_w)
 
     def set(self, i: int, watts: float) -> None:
-        try:
-            self._gpu(i).set_power_limit_w(watts)
-        except NvmlError as exc:
-            raise PowerCapError(str(exc)) from None
+        self._on(i, lambda g: g.set_power_limit_w(watts))
 
 
 class _NvidiaSmi(_Nvml):
