@@ -145,14 +145,14 @@ class Gpu:
 
 
 def nvml_handle(nv: Any, gpu: int) -> Any:
-    from wattlife.devices.nvml import resolve_visible_devices
+    from wattlife.devices.nvidia import resolve_visible_devices
 
     indices, _ = resolve_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), nv)
     return indices[gpu], nv.nvmlDeviceGetHandleByIndex(indices[gpu])
 
 
 def field_fn(nv: Any, h: Any, fid: int) -> Any:
-    from wattlife.devices.nvml import sample_value
+    from wattlife.devices.nvidia import sample_value
 
     def f() -> Any:
         v = nv.nvmlDeviceGetFieldValues(h, [fid])[0]

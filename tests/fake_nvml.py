@@ -192,7 +192,7 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetMemoryInfo(self, h):
         self._gpu("nvmlDeviceGetMemoryInfo", h)
-        return SimpleNamespace(used=1 << 30)
+        return SimpleNamespace(used=1 << 30, total=141 << 30)
 
     def nvmlDeviceGetTemperature(self, h, kind: int) -> int:
         self._gpu("nvmlDeviceGetTemperature", h)

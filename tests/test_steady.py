@@ -12,7 +12,7 @@ import pytest
 from synth import T0, trace_frame
 from wattlife.attribution import attribute_files
 from wattlife.attribution.steady import label_steady, step_rows, with_compile_rows
-from wattlife.contracts import ContractError
+from wattlife.contracts import ContractError, GpuIdentity
 from wattlife.run import single_process_gpus
 
 S = 1_000_000_000
@@ -134,8 +134,8 @@ def test_an_overlap_names_the_phases_and_lines_the_file_records(tmp_path):
 
 
 def test_wattlife_run_gives_a_single_process_every_visible_gpu():
-    gpus = [{"device": f"gpu{k}", "local_rank": k} for k in range(2)]
-    assert [g["local_rank"] for g in single_process_gpus(["python", "train.py"], gpus)] == [0, 0]
+    gpus = [GpuIdentity(device=f"gpu{k}", ordinal=k, local_rank=k) for k in range(2)]
+    assert [g.local_rank for g in single_process_gpus(["python", "train.py"], gpus)] == [0, 0]
     for cmd in (["torchrun", "--nproc-per-node", "2", "x.py"], ["/usr/bin/torchrun", "x"],
                 ["python", "-m", "torch.distributed.run", "x.py"], ["sh", "-c", "srun python x"]):
         assert single_process_gpus(cmd, gpus) == gpus

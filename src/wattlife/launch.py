@@ -172,7 +172,7 @@ def run_node(cmd: list[str], *, settings: SamplerSettings, run_id: str, cell: di
     under its own sampler, return `cmd`'s exit code. With `node_dir`, files go to
     node_dir/<host>/ (one folder per node of a multi-node job). `settings`: the typed `sampler`
     settings (the CLI builds them from the job's --config)."""
-    from .devices.powercap import PowerCapController
+    from .devices.powercap import PowerCapController, cap_backend
     from .run import run_under_sampler
     from .runlock import run_folder_lock
     from .sampler import with_sim_gpu_cap
@@ -194,7 +194,7 @@ def run_node(cmd: list[str], *, settings: SamplerSettings, run_id: str, cell: di
     with run_folder_lock(folder), \
             PowerCapController(backend, state_file=state, allow_real=allow_real) as ctl:
         ctl.set_cap(cap_w)
-        if backend == "simulated":  # the simulated GPU's power follows the cap
+        if cap_backend(backend).simulated:  # the simulated GPU's power follows the cap
             settings = with_sim_gpu_cap(settings, ctl.dev.get(0))
         return run_under_sampler(cmd, trace, events, meta, settings=settings, run_id=run_id,
                                  cell={**cell, "cap_w": cap_w})

@@ -14,7 +14,8 @@ import pytest
 from fake_nvml import FakeNvml, NVMLError_GpuIsLost, NVMLError_NotSupported, NVMLError_Unknown
 from wattlife.config import SamplerSettings
 from wattlife.devices.base import SensorUnavailable
-from wattlife.devices.nvml import NvmlBackend, resolve_visible_devices
+from wattlife.devices.nvidia import resolve_visible_devices
+from wattlife.devices.nvml import NvmlBackend
 from wattlife.devices.powercap import PowerCapController, PowerCapError, restore_from_state
 
 

@@ -31,12 +31,14 @@ the mean of the top 10 % of the readings inside the training rows (the PFI study
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
 from ..attribution import device_series, interval_energy
 from ..attribution.steady import steady_steps
-from ..contracts import PAUSE_PHASES, POWER_W, device_kind, kind_name
+from ..contracts import PAUSE_PHASES, POWER_W, GpuIdentity, device_kind, kind_name
 from ..errors import InputError
 from .curves import dram_copy_product
 
@@ -59,8 +61,7 @@ def steady_mask(t_ns: np.ndarray, power_w: np.ndarray, window_s: float = 5.0,
     plateau, floor = float(np.nanpercentile(roll, 95)), float(np.nanpercentile(roll, 5))
     if plateau < floor + max(30.0, 0.25 * floor):  # never well above its floor: no training
         return np.zeros(len(roll), dtype=bool)
-    result: np.ndarray = roll >= (1 - tol) * plateau
-    return result
+    return np.asarray(roll >= (1 - tol) * plateau, dtype=bool)
 
 
 def _runs(t_ns: np.ndarray, mask: np.ndarray, min_s: float) -> list[tuple[int, int]]:
@@ -96,12 +97,15 @@ def step_windows(events: pd.DataFrame) -> list[tuple[int, int]]:
     return out
 
 
-def _rank_events(events: pd.DataFrame | None, host: str, dev: str) -> pd.DataFrame | None:
-    """The events of the rank driving GPU `dev` (local rank k drives gpu<k>)."""
+def _rank_events(events: pd.DataFrame | None, host: str, dev: str,
+                 gpus: Sequence[GpuIdentity] | None = None) -> pd.DataFrame | None:
+    """The events of the rank driving GPU `dev`: the local rank meta.json's identity of `dev`
+    names (`gpus`, `RunMeta.gpu_identities`), else local rank k drives gpu<k>."""
     if events is None or events.empty:
         return None
     col = "local_rank" if "local_rank" in events.columns else "rank"
-    k = int(dev.removeprefix("gpu"))
+    named = {g.device: g.local_rank for g in gpus or [] if g.local_rank is not None}
+    k = named.get(dev, int(dev.removeprefix("gpu")))
     own = events[events["host"] == host] if (events["host"] == host).any() else events
     own = own[own[col].fillna(own["rank"]) == k]
     return own if (own["phase"] == "step").any() else None
@@ -109,9 +113,11 @@ def _rank_events(events: pd.DataFrame | None, host: str, dev: str) -> pd.DataFra
 
 def partition_trace(trace: pd.DataFrame, events: pd.DataFrame | None = None,
                     mem_rise_b: float = 1 << 30, window_s: float = 5.0,
-                    tol: float = 0.15) -> pd.DataFrame:
+                    tol: float = 0.15, gpus: Sequence[GpuIdentity] | None = None
+                    ) -> pd.DataFrame:
     """Rows (host, device, segment, start_ns, end_ns, method) per GPU; see the module docstring.
-    `events`: the run's events (all ranks), for the `steps` method."""
+    `events`: the run's events (all ranks), for the `steps` method; `gpus`: meta.json's GPU
+    identities, which say which local rank drives which device (default: rank k, gpu<k>)."""
     rows = []
     gpu = trace[trace["device"].isin([d for d in trace["device"].unique()
                                       if kind_name(str(d)) == "gpu"])]
@@ -122,7 +128,7 @@ def partition_trace(trace: pd.DataFrame, events: pd.DataFrame | None = None,
         if not mem.empty:
             above = mem["value"].to_numpy() >= mem["value"].iat[0] + mem_rise_b
             t_mem = int(mem["t_ns"].to_numpy()[above.argmax()]) if above.any() else t0
-        ev = _rank_events(events, str(host), str(dev))
+        ev = _rank_events(events, str(host), str(dev), gpus)
         if ev is not None:
             method, wins = "steps", step_windows(ev)
         else:

@@ -37,22 +37,31 @@ from .steady import label_steady
 from .time_units import check_time_units
 
 
+def _rank_numbers(meta: RunMeta) -> list[tuple[int, int]] | None:
+    """(local rank, N of `gpu<N>`) per entry of meta.json's `gpus` (`RunMeta.gpu_identities`);
+    None when it has no entries. An entry without both is a ContractError."""
+    ids = meta.gpu_identities
+    if not ids:
+        return None
+    pairs = [(g.local_rank, g.number) for g in ids]
+    if any(r is None or n is None for r, n in pairs):
+        raise ContractError(f"meta.json: gpus entries need device 'gpu<N>' and local_rank, "
+                            f"got {meta.gpus!r}")
+    return [(int(r), int(n)) for r, n in pairs if r is not None and n is not None]
+
+
 def gpu_mapping(meta: RunMeta) -> list[int] | None:
     """Local rank -> the GPU's number in the trace's device names (`gpu<N>`), from meta.json.
 
-    `wattlife run` records `gpus: [{device, local_rank, cuda_ordinal, nvml_index, ...}]`; its trace
-    names each GPU by CUDA ordinal, so rank k drives `device` of the entry whose local_rank is k.
-    An explicit `cuda_to_nvml` list (top level or under `gpu_mapping`) is for traces named by NVML
-    index. None if meta.json has neither (then rank k drives gpu k)."""
-    gpus = meta.gpus
-    if isinstance(gpus, list) and gpus and all(isinstance(g, dict) for g in gpus):
-        try:
-            by_rank = {int(g["local_rank"]): int(str(g["device"]).removeprefix("gpu"))
-                       for g in gpus}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ContractError(f"meta.json: gpus entries need device 'gpu<N>' and local_rank, "
-                                f"got {gpus!r}") from exc
-        ranks = [int(g["local_rank"]) for g in gpus]
+    `wattlife run` records `gpus` (`contracts.gpus.GpuIdentity`: device, local rank, visible
+    ordinal, vendor index, ...); its trace names each GPU by visible (CUDA) ordinal, so rank k
+    drives `device` of the entry whose local_rank is k. An explicit `cuda_to_nvml` list (top
+    level or under `gpu_mapping`) is for traces named by NVML index. None if meta.json has
+    neither (then rank k drives gpu k)."""
+    pairs = _rank_numbers(meta)
+    if pairs is not None:
+        by_rank = dict(pairs)
+        ranks = [r for r, _ in pairs]
         if len(set(ranks)) == len(ranks) and sorted(by_rank) == list(range(len(by_rank))):
             return [by_rank[k] for k in range(len(by_rank))]
     m = meta.get("cuda_to_nvml")
@@ -71,17 +80,9 @@ def rank_devices(meta: RunMeta) -> dict[int, list[int]] | None:
     local rank for more than one device (one process driving several GPUs: `device_map="auto"`,
     pipeline or tensor parallel in one process; `wattlife run` records it so for a single
     process). None otherwise (one GPU per rank: `gpu_mapping`)."""
-    gpus = meta.gpus
-    if not (isinstance(gpus, list) and gpus and all(isinstance(g, dict) for g in gpus)):
-        return None
     out: dict[int, list[int]] = {}
-    try:
-        for g in gpus:
-            out.setdefault(int(g["local_rank"]), []).append(
-                int(str(g["device"]).removeprefix("gpu")))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ContractError(f"meta.json: gpus entries need device 'gpu<N>' and local_rank, "
-                            f"got {gpus!r}") from exc
+    for r, n in _rank_numbers(meta) or []:
+        out.setdefault(r, []).append(n)
     return out if any(len(v) > 1 for v in out.values()) else None
 
 
@@ -237,7 +238,7 @@ def _attribute_read(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path,
                           response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
                           where=f"{trace} x {events}", rank_devices=rank_devices(meta),
                           floor_window=meta.idle_window,
-                          settles=settle_by_device(meta.gpus, meta.gpu_model))
+                          settles=settle_by_device(meta.gpu_identities, meta.gpu_model))
     write_table(df, out, PHASES_COLUMNS)
     out = Path(out)
     for (host, device), r in df.attrs["sensor_responses"].items():

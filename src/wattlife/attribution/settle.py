@@ -21,12 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..contracts import UNATTRIBUTED
+from ..contracts import UNATTRIBUTED, GpuIdentity
 from .integrate import integrate
 from .series import DeviceSeries
 from .tree import PhaseTree
@@ -56,14 +55,15 @@ def settle_for(model: str | None) -> SensorSettle | None:
     return KNOWN.get(model) if model else None
 
 
-def settle_by_device(gpus: list[dict[str, Any]], gpu_model: str | None) -> dict[str, SensorSettle]:
-    """{device: settling} for the GPUs of a run's meta.json (`gpus[].device`, `.name`; the run's
-    `gpu_model` where a GPU has no name), the studied models only."""
+def settle_by_device(gpus: list[GpuIdentity], gpu_model: str | None
+                     ) -> dict[str, SensorSettle]:
+    """{device: settling} for the GPUs of a run's meta.json (`RunMeta.gpu_identities`: device
+    and model; the run's `gpu_model` where a GPU has no model), the studied models only."""
     out = {}
     for g in gpus:
-        s = settle_for(g.get("name") or gpu_model)
-        if s is not None and g.get("device"):
-            out[str(g["device"])] = s
+        s = settle_for(g.model or gpu_model)
+        if s is not None and g.device:
+            out[g.device] = s
     return out
 
 

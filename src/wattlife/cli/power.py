@@ -92,7 +92,11 @@ def _add_sweep(sub: Any) -> None:
 
 
 def _add_pfi_sweep(sub: Any) -> None:
-    """The `pfi-sweep` command's parser."""
+    """The `pfi-sweep` command's parser (`--backend` choices: the power-cap registry, the
+    config's default first)."""
+    from ..config.loading import schema_default
+    from ..devices.powercap import cap_backend_choices
+
     ps = sub.add_parser("pfi-sweep", help="one cell of a config's pfi_matrix trained at one "
                                           "per-GPU cap (the cap on every GPU of every node), as "
                                           "one curve point",
@@ -106,7 +110,7 @@ def _add_pfi_sweep(sub: Any) -> None:
     ps.add_argument("--cap", type=float, required=True, help="per-GPU power cap (W)")
     ps.add_argument("-o", "--output", required=True, help="the curve point to write, e.g. "
                                                           "<results>/pfi/<cell>/cap-<W>/curve-point.csv")
-    ps.add_argument("--backend", choices=["simulated", "nvml", "nvidia-smi"],
+    ps.add_argument("--backend", choices=cap_backend_choices(schema_default("powercap", "backend")),
                     help="override powercap.backend (simulated: no real cap changes) "
                          "(default: the config's powercap.backend)")
     ps.set_defaults(fn=cmd_pfi_sweep)
@@ -127,7 +131,9 @@ def _add_aggregate_curves(sub: Any) -> None:
 
 
 def _add_powercap(sub: Any) -> None:
-    """The `powercap` command's parser."""
+    """The `powercap` command's parser (`--backend` choices: the power-cap registry)."""
+    from ..devices.powercap import cap_backend_choices
+
     pc = sub.add_parser("powercap", help="show GPU power limits, save them to or restore them "
                                          "from a state file")
     pc.add_argument("action", choices=["show", "save", "restore"],
@@ -141,7 +147,7 @@ def _add_powercap(sub: Any) -> None:
                     help="for `restore`: a missing state file means nothing was saved, exit 0 "
                          "(a Slurm epilog after a job the prolog did not record) (default: a "
                          "missing file is an error)")
-    pc.add_argument("--backend", default="nvml", choices=["nvml", "nvidia-smi", "simulated"],
+    pc.add_argument("--backend", default="nvml", choices=cap_backend_choices("nvml"),
                     help="for `show` and `save`: where to read the limits (default: "
                          "%(default)s)")
     pc.set_defaults(fn=cmd_powercap)

@@ -294,7 +294,10 @@ def _add_merge_nodes(sub: Any) -> None:
 
 
 def _add_launch_node(sub: Any) -> None:
-    """The `launch-node` command's parser."""
+    """The `launch-node` command's parser (`--powercap-backend` choices: the power-cap
+    registry)."""
+    from ..devices.powercap import cap_backend_choices
+
     ln = sub.add_parser("launch-node",
                         help="one node's part of a measured job: set the power cap on this node's "
                              "GPUs, run CMD under this node's sampler",
@@ -314,7 +317,7 @@ def _add_launch_node(sub: Any) -> None:
     ln.add_argument("--cap", type=float, help="per-GPU power cap (W) for this node's GPUs "
                                               "(default: none)")
     ln.add_argument("--powercap-backend", default="simulated",
-                    choices=["simulated", "nvml", "nvidia-smi"],
+                    choices=cap_backend_choices("simulated"),
                     help="how caps are set (default simulated)")
     ln.add_argument("--allow-real", action="store_true", help="allow real GPU power-limit changes "
                                                               "(default: off)")

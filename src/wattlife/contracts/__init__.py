@@ -19,6 +19,7 @@ Every public name is re-exported here:
 The package imports nothing else of wattlife.
 """
 
+from .gpus import GpuIdentity, gpu_identities
 from .int_cells import exact_ints
 from .kinds import (
     KINDS,
@@ -172,7 +173,7 @@ __all__ = [
     "TABLE_FILES", "TELEMETRY_METRICS", "TRACE_COLUMNS", "TRACE_FILE", "TRACE_FILES",
     "TRACE_HEADER", "TRACE_TYPES", "UNATTRIBUTED", "WARMUP", "WARMUP_STEPS", "WRAPPER_PHASES",
     "atomic_path", "check_readings", "csv_cell", "csv_header", "device_kind", "exact_ints",
-    "file_line",
+    "file_line", "GpuIdentity", "gpu_identities",
     "int_form", "meta_problems", "meta_text", "phase_name_problem",
     "read_contract_bytes", "read_curves", "read_events", "read_meta", "read_table", "read_trace",
     "record_lines",

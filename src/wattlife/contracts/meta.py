@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .gpus import GpuIdentity, gpu_identities
 from .names import META_FILE, ContractError
 from .writing import write_text
 
@@ -91,6 +92,8 @@ class RunMeta:
     signals: dict[str, Any] | None = None
     gpu_model: str | None = None
     driver: str | None = None
+    #: one `contracts.gpus.GpuIdentity.to_dict` entry per sampled GPU (`gpu_identities` reads
+    #: them typed); kept as written, so a file reads and writes back unchanged
     gpus: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     cuda_visible_devices: str | None = None
     sampler: dict[str, Any] | None = None
@@ -114,6 +117,12 @@ class RunMeta:
         ib = self.idle_baseline or {}
         s, e = ib.get("start_ns"), ib.get("end_ns")
         return (s, e) if isinstance(s, int) and isinstance(e, int) and e > s else None
+
+    @property
+    def gpu_identities(self) -> list[GpuIdentity]:
+        """`gpus` as typed identities (`contracts.gpus`: any layout written so far); an entry
+        of the wrong shape is a ContractError naming it and its key."""
+        return gpu_identities(self.gpus)
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = META_FILE) -> RunMeta:

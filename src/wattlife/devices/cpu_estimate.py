@@ -14,15 +14,16 @@ it as an order of magnitude, never as a measurement.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from ..errors import InputError
-from .base import Row, SensorBackend
+from .base import CpuBackendInfo, Row, SensorBackend
 from .cpu_load import TreeLoad, WatchesTree
 
 
 class CpuEstimateBackend(WatchesTree, SensorBackend):
     name = "cpu-estimate"
+    role = "cpu"
     load_warning = ("the estimate charges the run its own tree's CPU time only, but their load "
                     "also changes clocks and contention")
 
@@ -44,8 +45,9 @@ class CpuEstimateBackend(WatchesTree, SensorBackend):
                 (now_ns, "cpu0", "util_cpu_host", host * 100.0, "estimate"),
                 (now_ns, "cpu0", "util_cpu_others", others * 100.0, "estimate")]
 
-    def info(self) -> dict[str, Any]:
-        return {"backend": self.name, "devices": ["cpu0"], "source": "estimate",
+    def info(self) -> CpuBackendInfo:
+        info = {"backend": self.name, "devices": ["cpu0"], "source": "estimate",
                 "model": "P = idle_w + (max_w - idle_w) * u_job; u_job: the CPU time of the "
                          "run's process tree (CMD and its descendants) over wall time x CPUs",
                 "idle_w": self.idle_w, "max_w": self.max_w, **self.load.summary()}
+        return cast(CpuBackendInfo, info)  # the load summary's keys, spread (TreeLoad.summary)

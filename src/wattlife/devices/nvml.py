@@ -1,6 +1,6 @@
 """NVIDIA GPUs through NVML (nvidia-ml-py).
 
-Per GPU, each reader on its own rate (see docs/MEASUREMENTS.md, "Facts measured on the H200"):
+Per GPU, each reader on its own rate (see docs/ARCHITECTURE.md, "Facts measured on the H200"):
 - power: the driver's own sample buffer (`nvmlDeviceGetSamples(..., NVML_TOTAL_POWER_SAMPLES)`,
   ~20 ms window averages stamped in epoch microseconds, ~2.4 s of history) drained every
   `drain_s` (default 0.5 s) -> `power_w`, source `nvml-samples`; where the buffer is unsupported,
@@ -13,9 +13,10 @@ Per GPU, each reader on its own rate (see docs/MEASUREMENTS.md, "Facts measured 
   over the telemetry window.
 
 Which GPUs: those the workload can see. `CUDA_VISIBLE_DEVICES` (indices, `GPU-` UUIDs or unique
-UUID prefixes, MIG instances) is resolved to NVML indices (`resolve_visible_devices`); each sampled
-GPU is named `gpu<k>` after its CUDA ordinal k (what `cuda:k` and local rank k mean to the
-workload), and `info()["gpus"]` records ordinal, NVML index, UUID and PCI bus id for meta.json.
+UUID prefixes, MIG instances) is resolved to NVML indices (`devices.nvidia`, the vendor class the
+power caps use too: one numbering); each sampled GPU is named `gpu<k>` after its CUDA ordinal k
+(what `cuda:k` and local rank k mean to the workload), and `info()["gpus"]` records each one's
+`contracts.gpus.GpuIdentity` (ordinal, NVML index, UUID, PCI bus id, ...) for meta.json.
 NVML errors are never dropped silently: each is counted per call site, device and error
 (`info()["nvml_errors"]`), and its first occurrence is printed once.
 """
@@ -24,169 +25,109 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NotRequired
 
 from ..contracts.clock import now_ns as now
 from ..contracts.clock import wall_step_ns
-from .base import Row, SensorBackend, SensorUnavailable
+from .base import GpuBackendInfo, Row, SensorBackend, SensorUnavailable
+from .nvidia import (
+    GpmWindow,
+    NvidiaGpu,
+    NvidiaGpus,
+    NvmlError,
+    error_reason,
+    identity,
+    sample_value,
+)
 
 log = logging.getLogger(__name__)
 
-GPM_METRICS = {  # trace metric -> pynvml constant name
-    "dram_active": "NVML_GPM_METRIC_DRAM_BW_UTIL",
-    "sm_active": "NVML_GPM_METRIC_SM_UTIL",
-    "tensor_active": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
-}
 
+class NvmlInfo(GpuBackendInfo):
+    """`NvmlBackend.info()`: the GPU role's keys, then how each GPU is read and the NVML errors."""
 
-def _nvml() -> Any:
-    try:
-        import pynvml
-    except ImportError as exc:  # pragma: no cover - dependency of the package
-        raise SensorUnavailable("NVML: nvidia-ml-py is not installed") from exc
-    return pynvml
-
-
-def sample_value(nv: Any, value_type: int, value: Any) -> float:
-    """An NVML sample or field value as a float, whatever its value type."""
-    result: float = {
-        nv.NVML_VALUE_TYPE_DOUBLE: lambda v: v.dVal,
-        nv.NVML_VALUE_TYPE_UNSIGNED_INT: lambda v: v.uiVal,
-        nv.NVML_VALUE_TYPE_UNSIGNED_LONG: lambda v: v.ulVal,
-        nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: lambda v: v.ullVal,
-        nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: lambda v: v.sllVal,
-        nv.NVML_VALUE_TYPE_SIGNED_INT: lambda v: v.siVal,
-    }[value_type](value)
-    return result
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def resolve_visible_devices(value: str | None, nv: Any) -> tuple[list[int], list[str]]:
-    """NVML indices of the GPUs `CUDA_VISIBLE_DEVICES=value` shows, in CUDA ordinal order, and
-    notes for meta.json. None: every GPU. Entries: an index, a `GPU-` UUID or a unique prefix of
-    one, or a MIG instance (`MIG-<uuid>`, `MIG-GPU-<uuid>/<gi>/<ci>`), which maps to its parent GPU
-    (whose power covers all its instances: said in a note). As in CUDA, the first invalid entry
-    ends the list (noted)."""
-    n = nv.nvmlDeviceGetCount()
-    if value is None:
-        return list(range(n)), []
-    uuids = []
-    for i in range(n):
-        try:
-            uuids.append(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))))
-        except nv.NVMLError:
-            uuids.append("")
-    out: list[int] = []
-    notes: list[str] = []
-    tokens = [t.strip() for t in value.split(",")] if value.strip() else []
-    for pos, tok in enumerate(tokens):
-        idx: int | None = None
-        why = ""
-        if re.fullmatch(r"\d+", tok):
-            idx = int(tok) if int(tok) < n else None
-            why = f"there are {n} GPU(s)"
-        elif tok.startswith("MIG-"):
-            m = re.fullmatch(r"MIG-(GPU-[^/]+)/\d+/\d+", tok)
-            if m:
-                idx = uuids.index(m.group(1)) if m.group(1) in uuids else None
-            else:
-                try:
-                    h = nv.nvmlDeviceGetHandleByUUID(tok)
-                    idx = nv.nvmlDeviceGetIndex(nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h))
-                except (nv.NVMLError, AttributeError):
-                    idx = None
-            why = "no GPU here has this MIG instance"
-            if idx is not None:
-                notes.append(f"CUDA_VISIBLE_DEVICES entry {tok} is a MIG instance of GPU {idx}: "
-                             "its power and energy are those of the whole GPU, all instances")
-        elif tok.startswith("GPU-"):
-            hits = [i for i, u in enumerate(uuids) if u.startswith(tok)]
-            idx = hits[0] if len(hits) == 1 else None
-            why = "it matches no GPU's UUID" if not hits else f"it matches {len(hits)} GPUs' UUIDs"
-        else:
-            why = "expected an index, a GPU- UUID or a MIG- instance"
-        if idx is None:
-            rest = ", ".join(tokens[pos:])
-            notes.append(f"CUDA_VISIBLE_DEVICES={value!r}: entry {tok!r} is invalid ({why}); as "
-                         f"in CUDA, it and what follows ({rest}) are ignored")
-            break
-        if idx in out:
-            notes.append(f"CUDA_VISIBLE_DEVICES={value!r}: GPU {idx} named twice; sampled once")
-            continue
-        out.append(idx)
-    if not out:
-        notes.append(f"CUDA_VISIBLE_DEVICES={value!r}: the workload sees no GPU")
-    return out, notes
+    devices: dict[str, dict[str, Any]]
+    drain_s: float
+    counter_s: float
+    telemetry_s: float
+    cuda_visible_devices: str | None
+    mapping_notes: list[str]
+    nvml_errors: NotRequired[list[dict[str, Any]]]
 
 
 class _Gpu:
-    def __init__(self, nv: Any, index: int, use_gpm: bool, ordinal: int, err: Any) -> None:
-        self.index, self.ordinal, self.device = index, ordinal, f"gpu{ordinal}"
-        self.h = nv.nvmlDeviceGetHandleByIndex(index)
-        self.name = _text(nv.nvmlDeviceGetName(self.h))
-        self.uuid = self.pci_bus_id = None
+    """One sampled GPU: the vendor class's `NvidiaGpu`, what it supports, where reading stands."""
+
+    def __init__(self, gpu: NvidiaGpu, use_gpm: bool,
+                 err: Callable[[str, str, BaseException], None]) -> None:
+        self.gpu, self.device = gpu, gpu.device
+        self.name = gpu.name()
+        self.uuid: str | None = None
+        self.pci_bus_id: str | None = None
         try:
-            self.uuid = _text(nv.nvmlDeviceGetUUID(self.h))
-            self.pci_bus_id = _text(nv.nvmlDeviceGetPciInfo(self.h).busId)
-        except (nv.NVMLError, AttributeError) as exc:
+            self.uuid, self.pci_bus_id = gpu.uuid(), gpu.bus_id()
+        except (NvmlError, AttributeError) as exc:
             err("identity", self.device, exc)
+        self.memory_total_b: int | None = None
+        try:
+            self.memory_total_b = gpu.memory_total_b()
+        except (NvmlError, AttributeError) as exc:
+            err("memory_total", self.device, exc)
         self.last_ts_us = int(time.time() * 1e6)
+        self.power_mode = self._probe_power(err)
+        self.energy0_mj: int | None = None
         try:
-            nv.nvmlDeviceGetSamples(self.h, nv.NVML_TOTAL_POWER_SAMPLES, 0)
-            self.power_mode = "nvml-samples"
-        except nv.NVMLError as exc:  # NotFound: supported, no sample yet; else poll the power
-            self.power_mode = ("nvml-samples" if isinstance(exc, nv.NVMLError_NotFound)
-                               else "nvml-poll")
-            if self.power_mode == "nvml-poll":
-                err("power_samples_probe", self.device, exc)
-        try:
-            self.energy0_mj = nv.nvmlDeviceGetTotalEnergyConsumption(self.h)
-        except nv.NVMLError as exc:
+            self.energy0_mj = gpu.energy_mj()
+        except NvmlError as exc:
             err("energy_counter_probe", self.device, exc)
-            self.energy0_mj = None
-        self.gpm = None
+        self.gpm: GpmWindow | None = None
         if use_gpm:
             try:
-                if nv.nvmlGpmQueryDeviceSupport(self.h).isSupportedDevice:
-                    self.gpm = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
-                    nv.nvmlGpmSampleGet(self.h, self.gpm[0])
-            except (nv.NVMLError, AttributeError) as exc:
+                if gpu.gpm_supported():
+                    self.gpm = GpmWindow(gpu)
+            except (NvmlError, AttributeError) as exc:
                 err("gpm_probe", self.device, exc)
-                self.gpm = None
+        self.limits_w: dict[str, float] = {}
         try:
-            lo, hi = nv.nvmlDeviceGetPowerManagementLimitConstraints(self.h)
-            self.limits_w = {"min": lo / 1000, "max": hi / 1000,
-                             "default": nv.nvmlDeviceGetPowerManagementDefaultLimit(self.h) / 1000,
-                             "current": nv.nvmlDeviceGetPowerManagementLimit(self.h) / 1000}
-        except nv.NVMLError as exc:
+            lo, hi, default = gpu.limit_range_w()
+            self.limits_w = {"min": lo, "max": hi, "default": default,
+                             "current": gpu.power_limit_w()}
+        except NvmlError as exc:
             err("power_limits", self.device, exc)
-            self.limits_w = {}
+
+    def _probe_power(self, err: Callable[[str, str, BaseException], None]) -> str:
+        """`nvml-samples` where the driver's buffer answers (NotFound: supported, no sample
+        yet), else `nvml-poll` (the error counted)."""
+        try:
+            self.gpu.power_samples(0)
+        except NvmlError as exc:
+            if not exc.not_found:
+                err("power_samples_probe", self.device, exc)
+                return "nvml-poll"
+        return "nvml-samples"
 
 
 class NvmlBackend(SensorBackend):
     name = "nvml"
+    role = "gpu"
 
     def __init__(self, interval_s: float = 0.05, drain_s: float = 0.5, counter_s: float = 1.0,
                  telemetry_s: float = 1.0, indices: list[int] | None = None,
                  gpm: bool = True, visible: str | None = "env") -> None:
         """`indices`: NVML indices to sample, named gpu<index> (overrides `visible`). `visible`:
         a CUDA_VISIBLE_DEVICES value; "env" (default) reads it from the environment."""
-        nv = _nvml()
         self.errors: Counter[tuple[str, str, str]] = Counter()
         try:
-            nv.nvmlInit()
-        except nv.NVMLError as exc:
+            self.nvml = NvidiaGpus()
+        except NvmlError as exc:
+            if exc.reason == "not installed":  # pragma: no cover - dependency of the package
+                raise SensorUnavailable("NVML: nvidia-ml-py is not installed") from exc
             raise SensorUnavailable(
-                f"NVML: cannot initialise ({exc}); no NVIDIA driver here") from exc
-        self.nv = nv
-        n = nv.nvmlDeviceGetCount()
-        if n == 0:
+                f"NVML: cannot initialise ({exc.detail}); no NVIDIA driver here") from exc
+        if self.nvml.count() == 0:
             raise SensorUnavailable("NVML: no GPU visible")
         self.interval_s, self.drain_s = interval_s, min(drain_s, 1.0)
         self.counter_s, self.telemetry_s = counter_s, telemetry_s
@@ -195,22 +136,20 @@ class NvmlBackend(SensorBackend):
         self.visible = visible
         self.notes: list[str] = []
         if indices is not None:
-            pairs = [(i, i) for i in indices]
+            chosen = [self.nvml.by_index(i) for i in indices]
         else:
-            chosen, self.notes = resolve_visible_devices(visible, nv)
-            pairs = list(zip(chosen, range(len(chosen)), strict=True))
+            chosen, self.notes = self.nvml.visible(visible)
         for note in self.notes:
             log.info(f"wattlife nvml: {note}")
-        if not pairs:
+        if not chosen:
             raise SensorUnavailable(f"NVML: no GPU to sample ({'; '.join(self.notes)})")
-        self.gpus = [_Gpu(nv, i, gpm, k, self._err) for i, k in pairs]
+        self.gpus = [_Gpu(g, gpm, self._err) for g in chosen]
         self._next = {"drain": 0, "counter": 0, "telemetry": 0}
-        drv = nv.nvmlSystemGetDriverVersion()
-        self.driver = drv.decode() if isinstance(drv, bytes) else drv
+        self.driver = self.nvml.driver()
 
     def _err(self, call: str, device: str, exc: BaseException) -> None:
         """Count an NVML error (call site, device, error); print its first occurrence."""
-        key = (call, device, type(exc).__name__ + (f": {exc}" if str(exc) else ""))
+        key = (call, device, exc.reason if isinstance(exc, NvmlError) else error_reason(exc))
         if key not in self.errors:
             log.warning(f"wattlife nvml: {device} {call}: {key[2]} (counted in meta.json)")
         self.errors[key] += 1
@@ -224,13 +163,11 @@ class NvmlBackend(SensorBackend):
     def _drain(self, g: _Gpu) -> list[Row]:
         """New samples of the driver's power buffer. `last_ts_us` moves only once every sample is
         converted: a failed read is retried from the same point (the buffer holds ~2.4 s)."""
-        nv = self.nv
         try:
-            vtype, samples = nv.nvmlDeviceGetSamples(g.h, nv.NVML_TOTAL_POWER_SAMPLES, g.last_ts_us)
-        except nv.NVMLError_NotFound:  # no new sample since last_ts: not an error
-            return []
-        except nv.NVMLError as exc:
-            self._err("power_samples", g.device, exc)
+            vtype, samples = g.gpu.power_samples(g.last_ts_us)
+        except NvmlError as exc:
+            if not exc.not_found:  # NotFound: no new sample since last_ts, not an error
+                self._err("power_samples", g.device, exc)
             return []
         rows = []
         last = g.last_ts_us
@@ -242,7 +179,8 @@ class NvmlBackend(SensorBackend):
                 ts = s.timeStamp
                 if ts > g.last_ts_us:
                     rows.append((ts * 1000 - shift, g.device, "power_w",
-                                 sample_value(nv, vtype, s.sampleValue) / 1000.0, "nvml-samples"))
+                                 sample_value(g.gpu.nv, vtype, s.sampleValue) / 1000.0,
+                                 "nvml-samples"))
                     last = max(last, ts)
         except KeyError as exc:  # a value type this code does not know
             self._err("power_samples_value_type", g.device, exc)
@@ -252,43 +190,30 @@ class NvmlBackend(SensorBackend):
         return rows
 
     def _telemetry(self, g: _Gpu, now_ns: int) -> list[Row]:
-        nv, h, d = self.nv, g.h, g.device
+        gpu, d = g.gpu, g.device
         rows: list[Row] = []
 
-        def add(metric: str, fn: Any) -> None:
+        def add(metric: str, fn: Callable[[], float]) -> None:
             try:
                 rows.append((now_ns, d, metric, float(fn()), "nvml-poll"))
-            except nv.NVMLError as exc:
+            except NvmlError as exc:
                 self._err(metric, d, exc)
 
-        util = None
         try:
-            util = nv.nvmlDeviceGetUtilizationRates(h)
-        except nv.NVMLError as exc:
+            util_gpu, util_mem = gpu.utilization()
+            rows += [(now_ns, d, "util_gpu", util_gpu, "nvml-poll"),
+                     (now_ns, d, "util_mem", util_mem, "nvml-poll")]
+        except NvmlError as exc:
             self._err("utilization", d, exc)
-        if util is not None:
-            rows += [(now_ns, d, "util_gpu", float(util.gpu), "nvml-poll"),
-                     (now_ns, d, "util_mem", float(util.memory), "nvml-poll")]
-        add("sm_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
-        add("mem_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
-        add("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0)
-        add("mem_used_b", lambda: nv.nvmlDeviceGetMemoryInfo(h).used)
-        add("temp_c", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+        add("sm_clock_mhz", lambda: gpu.clock_mhz("sm"))
+        add("mem_clock_mhz", lambda: gpu.clock_mhz("mem"))
+        add("power_limit_w", gpu.enforced_limit_w)
+        add("mem_used_b", gpu.memory_used_b)
+        add("temp_c", gpu.temperature_c)
         if g.gpm is not None:
             try:
-                nv.nvmlGpmSampleGet(h, g.gpm[1])
-                mg = nv.c_nvmlGpmMetricsGet_t()
-                mg.version = nv.NVML_GPM_METRICS_GET_VERSION
-                mg.numMetrics = len(GPM_METRICS)
-                mg.sample1, mg.sample2 = g.gpm[0], g.gpm[1]
-                for i, const in enumerate(GPM_METRICS.values()):
-                    mg.metrics[i].metricId = getattr(nv, const)
-                nv.nvmlGpmMetricsGet(mg)
-                for i, metric in enumerate(GPM_METRICS):
-                    if mg.metrics[i].nvmlReturn == nv.NVML_SUCCESS:
-                        rows.append((now_ns, d, metric, mg.metrics[i].value / 100.0, "nvml-poll"))
-                g.gpm.reverse()  # this sample starts the next window
-            except nv.NVMLError as exc:
+                rows += [(now_ns, d, m, v, "nvml-poll") for m, v in g.gpm.read().items()]
+            except NvmlError as exc:
                 self._err("gpm_metrics", d, exc)
         return rows
 
@@ -303,16 +228,15 @@ class NvmlBackend(SensorBackend):
                     rows += self._drain(g)
             else:
                 try:
-                    mw = self.nv.nvmlDeviceGetPowerUsage(g.h)
-                    rows.append((now_ns, g.device, "power_w", mw / 1000.0, "nvml-poll"))
-                except self.nv.NVMLError as exc:
+                    rows.append((now_ns, g.device, "power_w", g.gpu.power_w(), "nvml-poll"))
+                except NvmlError as exc:
                     self._err("power_usage", g.device, exc)
             if counter and g.energy0_mj is not None:
                 try:  # a failure here must not lose the samples drained above
-                    mj = self.nv.nvmlDeviceGetTotalEnergyConsumption(g.h)
+                    mj = g.gpu.energy_mj()
                     rows.append((now(), g.device, "energy_j",
                                  (mj - g.energy0_mj) / 1000.0, "nvml-counter"))
-                except self.nv.NVMLError as exc:
+                except NvmlError as exc:
                     self._err("energy_counter", g.device, exc)
             if telemetry:
                 rows += self._telemetry(g, now_ns)
@@ -322,7 +246,7 @@ class NvmlBackend(SensorBackend):
         self._next["drain"] = self._next["counter"] = 0
         return self.poll(now_ns)
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> NvmlInfo:
         return {"backend": self.name, "driver": self.driver,
                 "gpu_model": self.gpus[0].name if self.gpus else None,
                 "devices": {g.device: {"name": g.name, "power_source": g.power_mode,
@@ -332,20 +256,16 @@ class NvmlBackend(SensorBackend):
                 "drain_s": self.drain_s, "counter_s": self.counter_s,
                 "telemetry_s": self.telemetry_s,
                 "cuda_visible_devices": self.visible, "mapping_notes": self.notes,
-                "gpus": [{"device": g.device, "cuda_ordinal": g.ordinal, "nvml_index": g.index,
-                          "uuid": g.uuid, "pci_bus_id": g.pci_bus_id, "name": g.name,
-                          "local_rank": g.ordinal} for g in self.gpus],
+                "gpus": [identity(g.gpu, g.name, g.uuid, g.pci_bus_id, g.memory_total_b,
+                                  g.limits_w).to_json() for g in self.gpus],
                 "nvml_errors": [{"call": c, "device": d, "error": e, "count": n}
                                 for (c, d, e), n in sorted(self.errors.items())]}
 
     def close(self) -> None:
         for g in self.gpus:
-            for s in g.gpm or []:
-                try:
-                    self.nv.nvmlGpmSampleFree(s)
-                except self.nv.NVMLError as exc:
-                    self._err("gpm_free", g.device, exc)
+            for exc in g.gpm.free() if g.gpm is not None else []:
+                self._err("gpm_free", g.device, exc)
         try:
-            self.nv.nvmlShutdown()
-        except self.nv.NVMLError as exc:
+            self.nvml.shutdown()
+        except NvmlError as exc:
             self._err("shutdown", "all", exc)

@@ -1,7 +1,9 @@
 """Per-GPU power limits with a restore guarantee: `PowerCapController`.
 
-Backends: `nvml` (nvidia-ml-py setter), `nvidia-smi` (`nvidia-smi -i N -pl W`), `simulated` (no
-hardware; the limits live in the controller and in the state file, labelled sim; their range is
+Backends, in a small registry (`CAP_BACKENDS`, `register_cap_backend`; the CLI's choices derive
+from it): `nvml` (the NVIDIA vendor class `devices.nvidia`, GPUs by NVML index), `nvidia-smi`
+(reads through it, sets by `nvidia-smi -i N -pl W`), `simulated` (no hardware; the limits live in
+the controller and in the state file, labelled sim; their range is
 `wattlife.simgpu_model.SimGpuModel`'s). Real backends change limits only when the caller opts in
 (`allow_real=True`, from `powercap.allow_real` in the config).
 
@@ -19,61 +21,102 @@ import logging
 import os
 import signal
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import InputError, SensorError
-from ..simgpu_model import SimGpuModel
+from .nvidia import NvidiaGpu, NvidiaGpus, NvmlError
 
+if TYPE_CHECKING:  # imported where used: the CLI lists the backends without loading numpy
+    from ..simgpu_model import SimGpuModel
+
+T = TypeVar("T")
 log = logging.getLogger(__name__)
-
-BACKENDS = ("nvml", "nvidia-smi", "simulated")
 
 
 class PowerCapError(SensorError):
     pass
 
 
+class CapDevice(Protocol):
+    """What a power-cap backend does, per GPU by its vendor index (NVML index for NVIDIA)."""
+
+    def count(self) -> int: ...
+    def get(self, i: int) -> float: ...
+    def constraints(self, i: int) -> tuple[float, float, float]: ...
+    def set(self, i: int, watts: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class CapBackend:
+    """One power-cap backend of the registry: its id (config `powercap.backend`, the CLI's
+    choices), how to open it (`make(n_sim)`), whether it is simulated (no hardware: no opt-in
+    needed, its limits labelled `sim`) and the source its limits are labelled with."""
+
+    id: str
+    make: Callable[[int], CapDevice]
+    simulated: bool
+    source: str
+
+
+#: the power-cap backends, in the order the CLI lists them after a command's default
+CAP_BACKENDS: dict[str, CapBackend] = {}
+
+
+def register_cap_backend(spec: CapBackend) -> None:
+    """Add a power-cap backend; the CLI's choices and the state files' check derive from it."""
+    CAP_BACKENDS[spec.id] = spec
+
+
+def cap_backend(backend: str) -> CapBackend:
+    """The registered backend `backend`; ValueError naming the choices."""
+    try:
+        return CAP_BACKENDS[backend]
+    except KeyError:
+        raise InputError(f"powercap.backend must be one of {tuple(CAP_BACKENDS)}, got "
+                         f"{backend!r}") from None
+
+
+def cap_backend_choices(default: str | None = None) -> list[str]:
+    """The registered backend ids for a CLI `choices`: `default` first, then the registry's
+    order (`--help` lists the default first)."""
+    ids = list(CAP_BACKENDS)
+    return [b for b in ids if b == default] + [b for b in ids if b != default]
+
+
 class _Nvml:
+    """Reads and sets through NVML (`devices.nvidia`), every GPU by its NVML index."""
+
     def __init__(self) -> None:
         try:
-            import pynvml
-        except ImportError:
-            raise PowerCapError("NVML is not available: nvidia-ml-py is not installed") from None
-        self.nv = pynvml
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
-            raise PowerCapError(f"NVML is not available ({exc}): no NVIDIA driver here") from None
+            self.gpus = NvidiaGpus()
+        except NvmlError as exc:
+            if exc.reason == "not installed":
+                raise PowerCapError("NVML is not available: nvidia-ml-py is not installed"
+                                    ) from None
+            raise PowerCapError(f"NVML is not available ({exc.detail}): no NVIDIA driver here"
+                                ) from None
 
     def count(self) -> int:
-        result: int = self.nv.nvmlDeviceGetCount()
-        return result
+        return self.gpus.count()
 
-    def _h(self, i: int) -> Any:
-        return self.nv.nvmlDeviceGetHandleByIndex(i)
-
-    def _call(self, what: str, i: int, fn: Callable[..., Any], *args: Any) -> Any:
+    def _on(self, i: int, act: Callable[[NvidiaGpu], T]) -> T:
+        """`act` on GPU `i` (NVML index); the vendor class's NvmlError as a PowerCapError."""
         try:
-            return fn(self._h(i), *args)
-        except self.nv.NVMLError as exc:
-            raise PowerCapError(f"GPU {i}: NVML cannot {what}: {exc}") from None
+            return act(self.gpus.by_index(i))
+        except NvmlError as exc:
+            raise PowerCapError(str(exc)) from None
 
     def get(self, i: int) -> float:
-        result: float = self._call("read the power limit", i,
-                                   self.nv.nvmlDeviceGetPowerManagementLimit) / 1000.0
-        return result
+        return self._on(i, NvidiaGpu.power_limit_w)
 
     def constraints(self, i: int) -> tuple[float, float, float]:
-        lo, hi = self._call("read the power limit range", i,
-                            self.nv.nvmlDeviceGetPowerManagementLimitConstraints)
-        default = self._call("read the default power limit", i,
-                             self.nv.nvmlDeviceGetPowerManagementDefaultLimit)
-        return lo / 1000.0, hi / 1000.0, default / 1000.0
+        return self._on(i, NvidiaGpu.limit_range_w)
 
     def set(self, i: int, watts: float) -> None:
-        self._call(f"set the power limit to {watts:g} W", i,
-                   self.nv.nvmlDeviceSetPowerManagementLimit, int(round(watts * 1000)))
+        self._on(i, lambda g: g.set_power_limit_w(watts))
 
 
 class _NvidiaSmi(_Nvml):
@@ -90,6 +133,8 @@ class _Simulated:
     """No hardware: limits in memory, constraints of the simulated GPU model."""
 
     def __init__(self, n: int = 1, model: SimGpuModel | None = None) -> None:
+        from ..simgpu_model import SimGpuModel
+
         self.min_w, self.max_w = (model or SimGpuModel()).cap_range_w
         self.limits = [self.max_w] * n
 
@@ -106,14 +151,14 @@ class _Simulated:
         self.limits[i] = watts
 
 
-def _make(backend: str, n_sim: int = 1) -> Any:
-    if backend == "nvml":
-        return _Nvml()
-    if backend == "nvidia-smi":
-        return _NvidiaSmi()
-    if backend == "simulated":
-        return _Simulated(n_sim)
-    raise InputError(f"powercap.backend must be one of {BACKENDS}, got {backend!r}")
+register_cap_backend(CapBackend("nvml", lambda n: _Nvml(), simulated=False, source="nvml"))
+register_cap_backend(CapBackend("nvidia-smi", lambda n: _NvidiaSmi(), simulated=False,
+                                source="nvml"))
+register_cap_backend(CapBackend("simulated", _Simulated, simulated=True, source="sim"))
+
+
+def _make(backend: str, n_sim: int = 1) -> CapDevice:
+    return cap_backend(backend).make(n_sim)
 
 
 class PowerCapController:
@@ -133,7 +178,7 @@ class PowerCapController:
     def describe(self) -> dict[str, Any]:
         gpus: dict[int, dict[str, float]] = {}
         out: dict[str, Any] = {"backend": self.backend,
-                               "source": "sim" if self.backend == "simulated" else "nvml",
+                               "source": cap_backend(self.backend).source,
                                "gpus": gpus}
         for i in self.gpus:
             lo, hi, default = self.dev.constraints(i)
@@ -165,7 +210,7 @@ class PowerCapController:
 
     def set_cap(self, watts: float) -> None:
         """Set every managed GPU to `watts`, after checking each one's constraints."""
-        if self.backend != "simulated" and not self.allow_real:
+        if not cap_backend(self.backend).simulated and not self.allow_real:
             raise PowerCapError(f"powercap backend '{self.backend}' changes real GPU power limits; "
                                 "set powercap.allow_real: true in the config to opt in")
         for i in self.gpus:
@@ -223,8 +268,10 @@ class PowerCapController:
             self._old_handlers.clear()
 
 
-STATE_FORM = ('JSON {"backend": "nvml"|"nvidia-smi"|"simulated", "limits_w": {"<gpu index>": '
-              '<watts>, ...}}')
+def state_form() -> str:
+    """The state file's form, for messages (the backends: the registry's)."""
+    return ('JSON {"backend": ' + "|".join(f'"{b}"' for b in CAP_BACKENDS)
+            + ', "limits_w": {"<gpu index>": <watts>, ...}}')
 
 
 def read_state(state_file: str | Path) -> tuple[str, dict[int, float]]:
@@ -235,11 +282,11 @@ def read_state(state_file: str | Path) -> tuple[str, dict[int, float]]:
     except OSError as exc:
         raise PowerCapError(f"state file {state_file}: cannot read it: {exc.strerror}") from None
     except ValueError as exc:
-        raise PowerCapError(f"state file {state_file}: not JSON ({exc}); expected {STATE_FORM}"
+        raise PowerCapError(f"state file {state_file}: not JSON ({exc}); expected {state_form()}"
                             ) from None
     try:
         backend = doc["backend"]
-        if backend not in BACKENDS:
+        if backend not in CAP_BACKENDS:
             raise ValueError(f"backend {backend!r}")
         limits = {int(k): float(v) for k, v in doc["limits_w"].items()}
         bad = [w for w in limits.values() if not 0 < w < float("inf")]
@@ -247,7 +294,7 @@ def read_state(state_file: str | Path) -> tuple[str, dict[int, float]]:
             raise ValueError(f"limits {doc['limits_w']}")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         what = f"missing key {exc}" if isinstance(exc, KeyError) else f"bad {exc}"
-        raise PowerCapError(f"state file {state_file}: {what}; expected {STATE_FORM}") from None
+        raise PowerCapError(f"state file {state_file}: {what}; expected {state_form()}") from None
     return backend, limits
 
 
@@ -272,7 +319,7 @@ def restore_from_state(state_file: str | Path) -> dict[int, float]:
     if not state_file.exists():
         return {}
     backend, limits = read_state(state_file)
-    if backend == "simulated":  # its limits died with its process: check the file, set nothing
+    if cap_backend(backend).simulated:  # its limits died with its process: check the file only
         _simulated_indices(state_file, limits)
     else:
         try:

@@ -13,9 +13,8 @@ process tree's CPU share and the rest of the machine's are recorded beside it (m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from .base import Row, SensorBackend, SensorUnavailable
+from .base import CpuBackendInfo, Row, SensorBackend, SensorUnavailable
 from .cpu_load import TreeLoad, WatchesTree
 
 DEFAULT_ROOT = "/sys/class/powercap"
@@ -23,6 +22,7 @@ DEFAULT_ROOT = "/sys/class/powercap"
 
 class RaplBackend(WatchesTree, SensorBackend):
     name = "rapl"
+    role = "cpu"
     load_warning = "RAPL measures the whole package, so the run's CPU energy includes theirs"
 
     def __init__(self, root: str | Path = DEFAULT_ROOT, interval_s: float = 0.05) -> None:
@@ -72,7 +72,7 @@ class RaplBackend(WatchesTree, SensorBackend):
             rows.append((now_ns, dev, "energy_j", self._total_uj[i] / 1e6, "rapl"))
         return rows
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> CpuBackendInfo:
         return {"backend": self.name, "devices": [d for d, _, _ in self.zones], "source": "rapl",
                 "energy_scope": "the whole CPU package: every process on this machine",
                 "load": self.load.summary()}

@@ -12,7 +12,19 @@ import os
 from typing import Any
 
 from ..simgpu_model import CapRefused, SimGpuModel
-from .base import Row, SensorBackend
+from .base import GpuBackendInfo, Row, SensorBackend
+
+
+class SimGpuInfo(GpuBackendInfo):
+    """`SimGpuBackend.info()`: the GPU role's keys (no `gpus`: a simulated GPU has no identity),
+    labelled `sim`, with the model's settings."""
+
+    source: str
+    devices: list[str]
+    mem_share: float
+    cap_w: float
+    model: str
+    pid_watched: int
 
 
 class SimGpuBackend(SensorBackend):
@@ -23,6 +35,7 @@ class SimGpuBackend(SensorBackend):
     simulated power. Labelled `sim` in every row."""
 
     name = "sim-gpu"
+    role = "gpu"
 
     def __init__(self, model: SimGpuModel | None = None, n_gpus: int = 1, mem_share: float = 0.3,
                  interval_s: float = 0.02, cap_w: float | None = None) -> None:
@@ -72,7 +85,7 @@ class SimGpuBackend(SensorBackend):
                          (now_ns, f"gpu{i}", "util_gpu", act * 100.0, "sim")]
         return rows
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> SimGpuInfo:
         return {"backend": self.name, "source": "sim", "gpu_model": self.model.name,
                 "devices": [f"gpu{i}" for i in range(self.n_gpus)], "mem_share": self.mem_share,
                 "cap_w": self.cap_w, "driver": "none (simulated)",

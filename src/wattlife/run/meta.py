@@ -3,6 +3,7 @@ its recording went; written atomically, and to a fallback file if its own path f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -12,10 +13,12 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import slurm_job
-from ..contracts import ContractError, RunMeta, meta_text
+from ..contracts import ContractError, GpuIdentity, RunMeta, meta_text
+from ..devices.base import BackendInfo, GpuBackendInfo, SensorBackend
+from ..devices.registry import GPU_ROLE
 from ..nodename import node_name
 from .state import RunState
 
@@ -39,31 +42,49 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def single_process_gpus(cmd: list[str], gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def single_process_gpus(cmd: list[str], gpus: list[GpuIdentity]) -> list[GpuIdentity]:
     """meta.json's `gpus`: a command that is one process (no launcher among its words) drives
     every GPU it can see, so each visible GPU's entry gets `local_rank` 0; a launcher's ranks
     keep one GPU each (local rank = CUDA ordinal)."""
     words = {t for w in cmd for tok in w.split() for t in (tok, Path(tok).name)}
     if words & set(LAUNCHERS):
         return gpus
-    return [{**g, "local_rank": 0} for g in gpus]
+    return [dataclasses.replace(g, local_rank=0) for g in gpus]
 
 
-def _backend_infos(st: RunState) -> list[dict[str, Any]]:
-    info = []
+def _backend_infos(st: RunState) -> list[tuple[SensorBackend, BackendInfo]]:
+    """Each backend with its `info()` (one that fails: its name and the error)."""
+    info: list[tuple[SensorBackend, BackendInfo]] = []
     for b in st.backends:
         try:
-            info.append(b.info())
+            info.append((b, b.info()))
         except Exception as exc:
-            info.append({"backend": b.name, "error": f"{type(exc).__name__}: {exc}"})
+            info.append((b, {"backend": b.name, "error": f"{type(exc).__name__}: {exc}"}))
     return info
+
+
+def gpu_facts(infos: list[tuple[SensorBackend, BackendInfo]]
+              ) -> tuple[str | None, str | None, list[GpuIdentity]]:
+    """(model, driver, identities) from the first backend whose declared role is "gpu"."""
+    for b, i in infos:
+        if b.role == GPU_ROLE and "error" not in i:
+            g = cast(GpuBackendInfo, i)
+            try:
+                ids = [GpuIdentity.from_json(e, f"{b.name} info: gpus[{k}]")
+                       for k, e in enumerate(g.get("gpus", []))]
+            except ContractError as exc:  # a backend's bug must not lose the run's record
+                log.warning(f"wattlife run: {exc}; meta.json's gpus left empty (its "
+                            "sampler.backends keeps the backend's own list)")
+                ids = []
+            return g.get("gpu_model"), g.get("driver"), ids
+    return None, None, []
 
 
 def run_meta(st: RunState, markers_reports: list[dict[str, Any]]) -> RunMeta:
     """The run's record, once CMD has ended and the sampler has stopped."""
     sampler, proc = st.sampler, st.relay.proc
-    info = _backend_infos(st)
-    gpu_info: dict[str, Any] = next((i for i in info if "gpu_model" in i), {})
+    infos = _backend_infos(st)
+    gpu_model, driver, gpus = gpu_facts(infos)
     trace_rec = sampler.write_summary()
     recording = {
         "trace": trace_rec,
@@ -84,10 +105,10 @@ def run_meta(st: RunState, markers_reports: list[dict[str, Any]]) -> RunMeta:
                  "leftover_processes_ended": st.leftovers,
                  "workload_cgroup": str(st.cgroup.path) if st.cgroup else None,
                  "workload_cgroup_note": st.cgroup_note or None},
-        gpu_model=gpu_info.get("gpu_model"), driver=gpu_info.get("driver"),
-        gpus=single_process_gpus(list(st.cmd), gpu_info.get("gpus", [])),
+        gpu_model=gpu_model, driver=driver,
+        gpus=[g.to_dict() for g in single_process_gpus(list(st.cmd), gpus)],
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        sampler={"settings": st.settings.as_dict(), "backends": info,
+        sampler={"settings": st.settings.as_dict(), "backends": [i for _, i in infos],
                  "sensors": sampler.sensors(), "rows": sampler.rows_written,
                  "cpu_time_s": sampler.cpu_time_s, "errors": sampler.errors,
                  "stalls": sampler.stalls},

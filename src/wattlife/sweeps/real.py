@@ -23,7 +23,7 @@ from tqdm import tqdm
 from ..analysis.curves import steady_state, steady_state_se
 from ..config import SamplerSettings, Settings, schema_default
 from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_csv, write_table
-from ..devices.powercap import PowerCapController
+from ..devices.powercap import PowerCapController, cap_backend
 from ..errors import InputError, SetupError
 from ..sampler import with_sim_gpu_cap
 from ..simgpu_model import SimGpuModel
@@ -81,7 +81,7 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
             try:
                 controller.set_cap(cap)
                 run_settings = sampler_settings
-                if controller.backend == "simulated":
+                if cap_backend(controller.backend).simulated:
                     run_settings = with_sim_gpu_cap(sampler_settings, controller.dev.get(0))
                 rc = run_under_sampler(cmd, run_dir / "trace.csv", run_dir / "events.csv",
                                        settings=run_settings, run_id=run_dir.name,
@@ -94,7 +94,8 @@ def sweep_command(job: str, cmd: list[str], caps: list[float], controller: Power
                 row.update(throughput=np.nan, power_w=np.nan, source="", status=f"failed: {exc}")
             rows.append(row)
     df = pd.DataFrame(rows)
-    meta_gpu = gpu_model or (SimGpuModel().name if controller.backend == "simulated" else "GPU")
+    simulated = cap_backend(controller.backend).simulated
+    meta_gpu = gpu_model or (SimGpuModel().name if simulated else "GPU")
     df["gpu_model"] = meta_gpu
     if "n_gpus" not in df.columns:
         df["n_gpus"] = np.nan
@@ -175,7 +176,7 @@ def sweep_matrix_cap(s: Settings, config_path: str | Path, cell: str, cap_w: flo
     cmd = build_command(spec, config=str(config_path), run_dir=str(d),
                         run_id=pfi_run_id(cell, cap_w), cell={"pfi_cell": cell},
                         inner=train_args(str(wl), cell, "shared", "on", str(d / "work")))
-    simulated = spec.powercap_backend == "simulated"
+    simulated = cap_backend(spec.powercap_backend).simulated
     row: dict[str, Any] = {"job": cell, "gpu_model": device_label(None, prof.gpu_model, simulated),
                            "n_gpus": c.gpus,
                            "cap_w": float(cap_w), "throughput_unit": "tokens/s",

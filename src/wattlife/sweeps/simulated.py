@@ -27,6 +27,7 @@ from tqdm import tqdm
 from ..analysis.curves import steady_state, steady_state_se
 from ..config import PowerCapSettings, schema_default
 from ..contracts import CURVES_COLUMNS, CURVES_TELEMETRY_COLUMNS, write_table
+from ..devices.powercap import cap_backend
 from ..errors import InputError
 from ..simgpu_model import CapRefused, SimGpuModel, SimJob
 
@@ -105,7 +106,7 @@ def sweep_jobs(powercap: PowerCapSettings, out: str | Path, job: str | None = No
                ) -> pd.DataFrame:
     """`wattlife sweep`: the simulated jobs of `powercap.jobs` (or only `job`) swept on the
     section's grids, the curves written to `out`."""
-    if powercap.backend != "simulated":
+    if not cap_backend(powercap.backend).simulated:
         raise InputError("sweep from config runs the simulated backend; real sweeps run through "
                          "the Snakemake rule `powercap_real` on a GPU node")
     jobs = simulated_jobs(powercap)
