@@ -25,6 +25,7 @@ from .config import SamplerSettings
 from .contracts import TRACE_HEADER, ZSTD_SUFFIX
 from .contracts.clock import WallSteps, now_ns
 from .devices.base import SensorBackend, SensorUnavailable
+from .devices.node_select import node_backends
 from .nodename import node_name
 from .safewrite import FrameAppender, SafeAppender
 
@@ -258,4 +259,5 @@ def build_backends(s: SamplerSettings, log: Callable[[str], Any] = print
         est = s.cpu_estimate
         backends.append(CpuEstimateBackend(est.idle_w, est.max_w, interval))
         notes.append("CPU power is ESTIMATED from utilisation (source=estimate), not measured")
-    return backends, notes
+    node, node_notes = node_backends(s.node, s.node_sources, interval)  # devices.node_select
+    return backends + node, notes + node_notes
