@@ -28,7 +28,7 @@ from .base import Row, SensorBackend
 log = logging.getLogger(__name__)
 
 NODE_DEVICE = "node"
-#: no reading for this many periods (and at least one time-out) is a sensor gap
+#: no reading for this many periods is a sensor gap
 GAP_PERIODS = 3
 #: the distinct error texts kept for meta.json
 MAX_ERRORS = 10
@@ -101,16 +101,16 @@ class NodePoller(SensorBackend):
         self._counter = _Counter()
         self._lock = threading.Lock()
         self.readings = self.failures = self.inconsistent = 0
-        self.first_ok_ns = self.last_ok_ns = 0
-        self.started_ns = 0
+        self.first_ok_ns = 0
+        self.started_ns = self.last_ok_ns = now_ns()
         self.gaps: list[list[int]] = []
         self.errors: list[str] = []
         self._in_gap = False
 
     @property
     def gap_s(self) -> float:
-        """No reading for this long is a gap."""
-        return GAP_PERIODS * self.reader.period_s + self.reader.timeout_s
+        """No reading for this long is a gap (whether the source failed or answered slowly)."""
+        return GAP_PERIODS * self.reader.period_s
 
     def _start(self) -> None:
         self.started_ns = self.last_ok_ns = now_ns()
@@ -122,11 +122,13 @@ class NodePoller(SensorBackend):
         period = self.reader.period_s
         while not self._stop.is_set():
             t0 = now_ns()
-            self._read_once()
+            self.read_once()
             spent = (now_ns() - t0) / 1e9
             self._stop.wait(max(period - spent, 0.0))
 
-    def _read_once(self) -> None:
+    def read_once(self) -> None:
+        """One read of the source now, in the caller's thread (the poller's own thread calls it
+        every period); its rows wait for `take`."""
         try:
             reading = self.reader.read()
         except Exception as exc:  # the source did not answer: a failure, maybe a gap
@@ -158,9 +160,8 @@ class NodePoller(SensorBackend):
     def _close_gap(self, t: int) -> None:
         if len(self.gaps) < MAX_GAPS:
             self.gaps.append([self.last_ok_ns, t])
-        if self._in_gap:
-            log.warning("node power (%s): answering again after %.1f s without a reading",
-                        self.source, (t - self.last_ok_ns) / 1e9)
+        log.warning("node power (%s): a reading again after %.1f s without one (a sensor gap)",
+                    self.source, (t - self.last_ok_ns) / 1e9)
         self._in_gap = False
 
     def _failed(self, message: str) -> None:
@@ -180,6 +181,10 @@ class NodePoller(SensorBackend):
         """The rows that arrived since the last poll (starts the reading thread at the first)."""
         if self._thread is None:
             self._start()
+        return self.take()
+
+    def take(self) -> list[Row]:
+        """The rows read so far and not yet taken."""
         with self._lock:
             rows = list(self._rows)
             self._rows.clear()
@@ -191,7 +196,7 @@ class NodePoller(SensorBackend):
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.reader.timeout_s + 1.0)
-        rows = self.poll(now_ns)
+        rows = self.take()
         end = now_ns
         with self._lock:
             if self._in_gap or (end - self.last_ok_ns) / 1e9 > self.gap_s:
