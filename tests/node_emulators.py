@@ -111,8 +111,8 @@ def redfish_mockup(root: Path) -> None:
     v1 = "/redfish/v1"
     put("", {"@odata.id": v1 + "/", "Id": "RootService", "RedfishVersion": "1.15.0",
              "Chassis": {"@odata.id": v1 + "/Chassis"}})
-    put("Chassis", {"@odata.id": v1 + "/Chassis", "Members@odata.count": 2,
-                    "Members": [{"@odata.id": v1 + "/Chassis/1"}, {"@odata.id": v1 + "/Chassis/2"}]})
+    members = [{"@odata.id": v1 + "/Chassis/1"}, {"@odata.id": v1 + "/Chassis/2"}]
+    put("Chassis", {"@odata.id": v1 + "/Chassis", "Members@odata.count": 2, "Members": members})
     put("Chassis/1", {"@odata.id": v1 + "/Chassis/1", "Id": "1",
                       "Power": {"@odata.id": v1 + "/Chassis/1/Power"}})
     put("Chassis/2", {"@odata.id": v1 + "/Chassis/2", "Id": "2",
