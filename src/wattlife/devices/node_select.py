@@ -10,15 +10,79 @@ read raises `SensorUnavailable` with the reason; under `auto` the reason becomes
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .base import SensorBackend, SensorUnavailable
 from .node import NodePoller, NodeReader
 from .node_redfish import RedfishReader, load_credentials
 from .node_sources import IpmiReader, PmCountersReader, SstatReader
 
-if TYPE_CHECKING:  # the settings' type only: devices never read a configuration
-    from ..config.node import NodeSources
+# The shape of `config.node.NodeSources` (devices never import config): what each reader takes.
+
+
+class _Periodic(Protocol):
+    @property
+    def period_ms(self) -> float: ...
+
+
+class _Bounded(_Periodic, Protocol):
+    @property
+    def timeout_ms(self) -> float: ...
+
+
+class _Bmc(_Bounded, Protocol):
+    @property
+    def credentials_file(self) -> str | None: ...
+    @property
+    def username_env(self) -> str | None: ...
+    @property
+    def password_env(self) -> str | None: ...
+
+
+class _PmCounters(_Periodic, Protocol):
+    @property
+    def root(self) -> str: ...
+
+
+class _Redfish(_Bmc, Protocol):
+    @property
+    def endpoint(self) -> str | None: ...
+    @property
+    def chassis(self) -> str | None: ...
+    @property
+    def verify_tls(self) -> bool: ...
+
+
+class _Ipmi(_Bmc, Protocol):
+    @property
+    def host(self) -> str | None: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def interface(self) -> str: ...
+    @property
+    def command(self) -> str: ...
+
+
+class _Slurm(_Bounded, Protocol):
+    @property
+    def step(self) -> str | None: ...
+    @property
+    def command(self) -> str: ...
+
+
+class NodeSources(Protocol):
+    """`sampler.node_sources` as the readers take it (`config.node.NodeSources` has this shape)."""
+
+    @property
+    def pm_counters(self) -> _PmCounters: ...
+    @property
+    def redfish(self) -> _Redfish: ...
+    @property
+    def ipmi(self) -> _Ipmi: ...
+    @property
+    def slurm(self) -> _Slurm: ...
+
 
 KEY = "sampler.node_sources"
 
