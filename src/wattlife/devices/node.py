@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,7 @@ class NodePoller(SensorBackend):
         self.gaps: list[list[int]] = []
         self.errors: list[str] = []
         self._in_gap = False
+        self.cpu_time_s = 0.0  # the reading thread's own CPU time (beside the sampler's)
 
     @property
     def gap_s(self) -> float:
@@ -120,10 +122,12 @@ class NodePoller(SensorBackend):
 
     def _loop(self) -> None:
         period = self.reader.period_s
+        cpu0 = time.thread_time()
         while not self._stop.is_set():
             t0 = now_ns()
             self.read_once()
             spent = (now_ns() - t0) / 1e9
+            self.cpu_time_s = time.thread_time() - cpu0
             self._stop.wait(max(period - spent, 0.0))
 
     def read_once(self) -> None:
@@ -216,6 +220,7 @@ class NodePoller(SensorBackend):
                 "metrics": self.metrics(), **self.reader.describe(),
                 "period_s": self.reader.period_s, "timeout_s": self.reader.timeout_s,
                 "reading_period_s": self.reading_period_s(), "readings": self.readings,
+                "cpu_time_s": self.cpu_time_s,
                 "failures": self.failures, "inconsistent_reads": self.inconsistent,
                 "counter_resets": self._counter.resets, "gap_after_s": self.gap_s,
                 "gaps": [list(g) for g in self.gaps], "errors": list(self.errors)}
