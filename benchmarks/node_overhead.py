@@ -35,7 +35,7 @@ from wattlife.sampler import Sampler
 
 WRITER = """
 import os, sys, time
-root = sys.argv[1]
+_, root = sys.argv
 def put(name, text):
     tmp = os.path.join(root, "." + name)
     with open(tmp, "w") as f:
