@@ -252,6 +252,8 @@ def test_a_bmc_taking_5_s_per_request_never_delays_the_other_rows(tmp_path, chil
     during = cpu_t[(cpu_t >= slow_ns) & (cpu_t <= end_ns)]
     # a sampler waiting on the BMC would leave a >= 5 s hole in the CPU's rows
     assert len(during) >= 10 and np.diff(during).max() < 2.5e9
+    # nor did the last polls wait on it: the CPU's rows reach the end of the sampler's span
+    assert s.end_ns - cpu_t[-1] < 2.5e9
     node_t = tr.loc[tr["device"] == "node", "t_ns"].to_numpy()
     assert not ((node_t > slow_ns + 0.3e9) & (node_t < end_ns)).any()
     assert any(b - a > 2.5e9 for a, b in poller.info()["gaps"])  # flagged as a gap

@@ -195,11 +195,10 @@ class NodePoller(SensorBackend):
         return rows
 
     def final_poll(self, now_ns: int) -> list[Row]:
-        """Stop the thread (it finishes its read, bounded by the time-out) and take the rest; a
-        source silent up to the end closes its gap at the end."""
+        """Tell the thread to stop and take what has arrived, without waiting for a read in
+        flight (the sampler's last polls, and so the trace's end, never wait on a slow source:
+        that read is dropped); a source silent up to the end closes its gap at the end."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.reader.timeout_s + 1.0)
         rows = self.take()
         end = now_ns
         with self._lock:
@@ -243,5 +242,9 @@ class NodePoller(SensorBackend):
                 f"{self.errors[-1] if self.errors else 'none'}"]
 
     def close(self) -> None:
+        """End the thread (a read in flight ends within its time-out, a command it runs too),
+        then release the reader."""
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.reader.timeout_s + 1.0)
         self.reader.close()
