@@ -4,7 +4,7 @@ order and its note, explicit sources that cannot be read, and no key that holds 
 import pytest
 import yaml
 
-from wattlife.config import ConfigError, SamplerSettings, load_section
+from wattlife.config import ConfigError, SamplerSettings, load_section, settings
 from wattlife.devices.base import SensorUnavailable
 from wattlife.devices.node import NodePoller
 from wattlife.devices.node_select import node_backends
@@ -19,7 +19,8 @@ def _section(tmp_path, sampler: dict) -> dict:
 
 def test_default_is_no_node_source(tmp_path):
     s = SamplerSettings.from_dict(_section(tmp_path, {"gpu": "none", "cpu": "estimate"}))
-    assert s.node == "none"
+    assert s.node is None  # no schema default: a config without it keeps its job slices
+    assert "node" not in s.as_dict()
     assert s.node_sources.pm_counters.root == "/sys/cray/pm_counters"
     assert s.node_sources.redfish.timeout_ms == 2000 and s.node_sources.ipmi.port == 623
     backends, notes = build_backends(s, log=lambda *a: None)
@@ -63,3 +64,18 @@ def test_auto_with_nothing_says_so(tmp_path):
     assert node_backends(s.node, s.node_sources, 0.05) == (
         [], [f"no node power source (sampler.node: auto): pm_counters: no power, energy, "
              f"freshness under {tmp_path / 'none'} (not an HPE/Cray node)"])
+
+
+def test_configs_without_node_keys_keep_their_job_slices():
+    """No schema default for `sampler.node` / `node_sources`: a config that does not name them
+    fills neither, so every job slice (Snakemake params) stays as it was and reruns nothing."""
+    from conftest import REPO
+    from wattlife.config import load_config
+    from wattlife.jobs import canonical, cell_slice
+
+    cfg = load_config(REPO / "config" / "config.yaml")
+    assert "node" not in cfg["sampler"] and "node_sources" not in cfg["sampler"]
+    s = settings(cfg)
+    cell = s.cells()[0]
+    sliced = canonical(cell_slice(cfg, cell.workload, cell.storage, cell.checkpoint, cell.repeat))
+    assert '"node":' not in sliced and '"node_sources"' not in sliced

@@ -50,7 +50,7 @@ class _SamplerTop:
     cpu_fallback: str
     rapl_root: str
     idle_baseline_s: float
-    node: str
+    node: str | None  # absent: no node source (no schema default: job slices stay as they were)
 
 
 @dataclass(frozen=True)

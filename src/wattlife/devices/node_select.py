@@ -150,11 +150,11 @@ def _auto_order(n: NodeSources) -> list[str]:
     return order
 
 
-def node_backends(choice: str, sources: NodeSources, interval_s: float
+def node_backends(choice: str | None, sources: NodeSources, interval_s: float
                   ) -> tuple[list[SensorBackend], list[str]]:
-    """The node backend `sampler.node` (`choice`) asks for (none: an empty list) and the notes on
-    it; `interval_s` is how often the sampler collects its rows."""
-    if choice == "none":
+    """The node backend `sampler.node` (`choice`; None: absent, none) asks for (none: an empty
+    list) and the notes on it; `interval_s` is how often the sampler collects its rows."""
+    if choice is None or choice == "none":
         return [], []
     if choice != "auto":
         reader = READERS[choice](sources)
