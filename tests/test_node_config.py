@@ -79,3 +79,13 @@ def test_configs_without_node_keys_keep_their_job_slices():
     cell = s.cells()[0]
     sliced = canonical(cell_slice(cfg, cell.workload, cell.storage, cell.checkpoint, cell.repeat))
     assert '"node":' not in sliced and '"node_sources"' not in sliced
+
+
+def test_per_host_bmc_names():
+    import socket
+
+    from wattlife.devices.node_select import per_host
+
+    short = socket.gethostname().split(".")[0]
+    assert per_host("https://{host}-bmc:8443") == f"https://{short}-bmc:8443"
+    assert per_host("10.0.0.7") == "10.0.0.7"

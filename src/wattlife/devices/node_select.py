@@ -9,6 +9,7 @@ read raises `SensorUnavailable` with the reason; under `auto` the reason becomes
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import Protocol
 
@@ -91,6 +92,12 @@ def _seconds(ms: float) -> float:
     return float(ms) / 1000.0
 
 
+def per_host(text: str) -> str:
+    """`text` with `{host}` replaced by this host's short name: one config names every node's own
+    BMC in a multi-node run (e.g. `https://{host}-bmc`)."""
+    return text.replace("{host}", socket.gethostname().split(".")[0])
+
+
 def pm_counters_reader(n: NodeSources) -> NodeReader:
     """The pm_counters tree's reader."""
     pm = n.pm_counters
@@ -104,7 +111,7 @@ def redfish_reader(n: NodeSources) -> NodeReader:
         raise SensorUnavailable(f"redfish: {KEY}.redfish.endpoint is not set")
     creds = load_credentials(r.credentials_file, r.username_env, r.password_env,
                              f"{KEY}.redfish")
-    reader = RedfishReader(r.endpoint, r.chassis, creds, _seconds(r.period_ms),
+    reader = RedfishReader(per_host(r.endpoint), r.chassis, creds, _seconds(r.period_ms),
                            _seconds(r.timeout_ms), r.verify_tls)
     _first_reading(reader)
     return reader
@@ -114,8 +121,8 @@ def ipmi_reader(n: NodeSources) -> NodeReader:
     """The IPMI DCMI reader; it answers one reading before it is used."""
     i = n.ipmi
     creds = load_credentials(i.credentials_file, i.username_env, i.password_env, f"{KEY}.ipmi")
-    reader = IpmiReader(i.host, i.port, creds.user, creds.password, _seconds(i.period_ms),
-                        _seconds(i.timeout_ms), i.command, i.interface)
+    reader = IpmiReader(i.host and per_host(i.host), i.port, creds.user, creds.password,
+                        _seconds(i.period_ms), _seconds(i.timeout_ms), i.command, i.interface)
     _first_reading(reader)
     return reader
 
