@@ -182,3 +182,7 @@ def test_ipmi_in_band_and_time_out(tmp_path):
     assert poller.failures == 1 and poller.errors == [
         f"TimeoutError: {hang} gave no answer within 0.3 s"]
     assert os.environ.get("IPMI_PASSWORD") is None  # only the child's environment holds it
+    poller.final_poll(now_ns())
+    (note,) = poller.end_notes()
+    assert note.startswith("node power (ipmi): no reading during the whole run (TimeoutError: ")
+    assert note.endswith("the trace has no node rows")

@@ -3,16 +3,19 @@
 consistent reads only (freshness, generation), counter restarts."""
 
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import node_emulators as emu
 from node_checks import check_segments, maxgap, run_sampler, wait_for
 from wattlife.contracts.clock import now_ns
 from wattlife.devices.base import SensorUnavailable
-from wattlife.devices.node import NodePoller, NodeReading
+from wattlife.devices.node import EnergyCounter, NodePoller, NodeReading
 from wattlife.devices.node_sources import PmCountersReader
 
 EMU = str(Path(emu.__file__))
@@ -107,3 +110,22 @@ def test_absent_or_malformed_tree_says_why(tmp_path):
     (root / "power").write_text("412 kW 17 us\n")
     with pytest.raises(ValueError, match=r"pm_counters power: '412 kW 17 us' is not '<value> W"):
         PmCountersReader(root).read()
+
+
+@given(st.lists(st.tuples(st.floats(0, 1e12, allow_nan=False), st.booleans()), min_size=1,
+                max_size=50))
+def test_energy_since_the_first_reading_is_monotone_and_counts_restarts(readings):
+    c = EnergyCounter()
+    totals = [c.add(raw, restarted) for raw, restarted in readings]
+    assert totals[0] == 0.0 and all(b >= a for a, b in pairwise(totals))
+    # it adds exactly the rises between readings that neither restarted nor went down
+    want = sum(b - a for (a, _), (b, r) in pairwise(readings) if not r and b >= a)
+    assert totals[-1] == pytest.approx(want)
+    assert c.resets == sum(1 for (a, _), (b, r) in pairwise(readings) if r or b < a)
+
+
+@given(st.floats(0, 1e7, allow_nan=False).map(lambda w: round(w, 2)),
+       st.integers(0, 10**18), st.integers(0, 10**16))
+def test_pm_counters_values_round_trip(watts, joules, us):
+    assert PmCountersReader._value(f"{watts} W {us} us", "W", "power") == watts
+    assert PmCountersReader._value(f"{joules} J {us} us", "J", "energy") == float(joules)

@@ -66,7 +66,7 @@ class NodeReader:
         """Release what the reader holds."""
 
 
-class _Counter:
+class EnergyCounter:
     """A source's energy counter as J since its first reading; a decrease (the counter was reset)
     adds nothing for that interval and is counted."""
 
@@ -99,7 +99,7 @@ class NodePoller(SensorBackend):
         self._rows: deque[Row] = deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._counter = _Counter()
+        self._counter = EnergyCounter()
         self._lock = threading.Lock()
         self.readings = self.failures = self.inconsistent = 0
         self.first_ok_ns = 0
