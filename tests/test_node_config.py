@@ -89,3 +89,12 @@ def test_per_host_bmc_names():
     short = socket.gethostname().split(".")[0]
     assert per_host("https://{host}-bmc:8443") == f"https://{short}-bmc:8443"
     assert per_host("10.0.0.7") == "10.0.0.7"
+
+
+def test_credentials_in_the_endpoint_are_refused_without_echoing_them():
+    s = SamplerSettings.from_dict({"node": "redfish", "node_sources": {"redfish": {
+        "endpoint": "https://root:calvin-77@bmc.example"}}})
+    with pytest.raises(ValueError, match=r"^sampler\.node_sources\.redfish\.endpoint holds a "
+                                         r"user or password") as err:
+        node_backends(s.node, s.node_sources, 0.05)
+    assert "calvin-77" not in str(err.value) and "root" not in str(err.value)

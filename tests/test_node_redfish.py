@@ -274,3 +274,16 @@ def test_explicit_redfish_that_does_not_answer_says_so_at_start():
     assert backends == [] and notes[0].startswith("no node power source (sampler.node: auto): "
                                                   "pm_counters: no power")
     assert "redfish: URLError" in notes[0]
+
+
+def test_redfish_resources_parsed():
+    parse = RedfishReader.parse
+    assert parse({"PowerControl": [{"PowerConsumedWatts": 512.5}]}).power_w == 512.5
+    assert parse({"PowerControl": [{"PowerConsumedWatts": None}]}) is None  # no reading now
+    kwh = parse({"PowerWatts": {"Reading": 300}, "EnergykWh": {"Reading": 2.5}})
+    assert (kwh.power_w, kwh.energy_j) == (300.0, 2.5 * 3.6e6)
+    assert parse({"EnergyJoules": {"Reading": 7}}).energy_j == 7.0
+    assert parse({"Temperature": {}}) is None
+    reader = RedfishReader("https://u:p@bmc.example:8443/", "1", Credentials("u", "p"))
+    assert reader.base == "https://bmc.example:8443"  # what meta.json shows: no user:password@
+    assert "p@" not in json.dumps(reader.describe())

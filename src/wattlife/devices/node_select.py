@@ -10,6 +10,7 @@ read raises `SensorUnavailable` with the reason; under `auto` the reason becomes
 from __future__ import annotations
 
 import socket
+import urllib.parse
 from collections.abc import Callable
 from typing import Protocol
 
@@ -109,6 +110,10 @@ def redfish_reader(n: NodeSources) -> NodeReader:
     r = n.redfish
     if not r.endpoint:
         raise SensorUnavailable(f"redfish: {KEY}.redfish.endpoint is not set")
+    parts = urllib.parse.urlsplit(r.endpoint)
+    if parts.username or parts.password:  # the message leaves them out
+        raise ValueError(f"{KEY}.redfish.endpoint holds a user or password (user:password@); "
+                         "credentials come from credentials_file or username_env/password_env")
     creds = load_credentials(r.credentials_file, r.username_env, r.password_env,
                              f"{KEY}.redfish")
     reader = RedfishReader(per_host(r.endpoint), r.chassis, creds, _seconds(r.period_ms),
