@@ -136,9 +136,12 @@ class NodePoller(SensorBackend):
         try:
             reading = self.reader.read()
         except Exception as exc:  # the source did not answer: a failure, maybe a gap
-            self._failed(f"{type(exc).__name__}: {exc}")
+            if not self._stop.is_set():
+                self._failed(f"{type(exc).__name__}: {exc}")
             return
         t = now_ns()
+        if self._stop.is_set():  # it ended after the sampler's last poll: dropped, not counted
+            return
         if reading is None:
             self.inconsistent += 1
             self._check_gap(t)
