@@ -141,8 +141,8 @@ set_working_mc 0x20
 
 
 def _listening_udp(port: int) -> bool:
-    out = subprocess.run(["ss", "-uln"], capture_output=True, text=True).stdout
-    return f"127.0.0.1:{port} " in out
+    """A socket bound to 127.0.0.1:`port` (UDP) in /proc/net/udp."""
+    return f"0100007F:{port:04X} " in Path("/proc/net/udp").read_text()
 
 
 @pytest.mark.skipif(not (shutil.which("ipmi_sim") and shutil.which("ipmitool")),
