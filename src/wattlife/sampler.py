@@ -25,6 +25,7 @@ from .config import SamplerSettings
 from .contracts import TRACE_HEADER, ZSTD_SUFFIX
 from .contracts.clock import WallSteps, now_ns
 from .devices.base import Row, SensorBackend
+from .devices.node_select import node_backends
 from .devices.registry import build_role, positive_seconds, roles
 from .errors import SetupError
 from .nodename import node_name
@@ -211,4 +212,5 @@ def build_backends(s: SamplerSettings, log: Callable[[str], Any] = log.warning
         built, said = build_role(role, s, interval, log)
         backends += built
         notes += said
-    return backends, notes
+    node, node_notes = node_backends(s.node, s.node_sources, interval)  # devices.node_select
+    return backends + node, notes + node_notes

@@ -23,6 +23,7 @@ from ..contracts import (
     TABLE_FILES,
     WARMUP,
     RunMeta,
+    node_part_kinds,
     read_events,
     read_meta,
     read_table,
@@ -228,11 +229,16 @@ def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
 
 def device_share(phases: pd.DataFrame) -> pd.DataFrame:
     """CPU/GPU share of each cell's energy (the study: ResNet-50 16/84, Qwen3-8B 8/92): per run,
-    then n, mean and 95 % t interval across the cell's repeats (`share_repeat_lo` …)."""
+    then n, mean and 95 % t interval across the cell's repeats (`share_repeat_lo` …). The share
+    is of the node's parts (`contracts.node_part_kinds`: GPU + CPU + DRAM); a whole-node row
+    (`node`) is no part of that sum and has no share (NaN), only its energy."""
     runs = per_run(phases)
     tot = runs.groupby(CELL_KEYS + ["device_kind"], as_index=False).agg(
         energy_j=("energy_j", "sum"), source=("source", "first"))
-    tot["share"] = tot["energy_j"] / tot.groupby(CELL_KEYS)["energy_j"].transform("sum")
+    part = tot["device_kind"].isin(node_part_kinds())
+    parts_j = tot["energy_j"].where(part, 0.0).groupby(
+        [tot[k] for k in CELL_KEYS]).transform("sum")
+    tot["share"] = (tot["energy_j"] / parts_j).where(part)
     keys = CELLS + ["device_kind"]
     out = _cell_stats(tot.groupby(keys, sort=True), {"energy_j": ("energy", "_j"),
                                                      "share": ("share", "")})

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .build import build, field_at
+from .node import NodeSources
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class _SamplerTop:
     cpu_fallback: str
     rapl_root: str
     idle_baseline_s: float
+    node: str | None  # absent: no node source (no schema default: job slices stay as they were)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class SamplerSettings(_SamplerTop):
     cpu_estimate: CpuEstimateSettings
     sim_gpu: SimGpuSettings
     nvml: NvmlSettings
+    node_sources: NodeSources
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> SamplerSettings:
@@ -66,7 +69,8 @@ class SamplerSettings(_SamplerTop):
                       "cpu_estimate": build(CpuEstimateSettings, d.get("cpu_estimate"),
                                              "sampler", "cpu_estimate"),
                       "sim_gpu": build(SimGpuSettings, d.get("sim_gpu"), "sampler", "sim_gpu"),
-                      "nvml": build(NvmlSettings, d.get("nvml"), "sampler", "nvml")})
+                      "nvml": build(NvmlSettings, d.get("nvml"), "sampler", "nvml"),
+                      "node_sources": NodeSources.from_dict(d.get("node_sources"))})
 
     def as_dict(self) -> dict[str, Any]:
         """The section as the sampler takes it, every default filled (None left out)."""

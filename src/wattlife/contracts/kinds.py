@@ -78,7 +78,10 @@ CPU = DeviceKind("cpu", "CPU", "#e08a2c", 5_000.0, processor=True)
 DRAM = DeviceKind("dram", "DRAM", "#7f7f7f", 2_000.0)
 
 #: the registry: kind name -> spec, in table and figure order
-KINDS: dict[str, DeviceKind] = {k.name: k for k in (GPU, CPU, DRAM)}
+#: the whole node at its supply (issue 45: pm_counters, Redfish, IPMI DCMI, sstat): one device
+#: per host, not a part of itself
+NODE = DeviceKind("node", "node", "#8c564b", 200_000.0, numbered=False, part_of_node=False)
+KINDS: dict[str, DeviceKind] = {k.name: k for k in (GPU, CPU, DRAM, NODE)}
 
 
 def kind_of(device: str) -> DeviceKind | None:

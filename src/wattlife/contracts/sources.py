@@ -56,6 +56,11 @@ _BUILT_IN = (
     SourceSpec("nvml-counter", MEASURED, "measured (NVML counter)", averaging=True),
     SourceSpec("nvml-poll", MEASURED, "measured (NVML)"),
     SourceSpec("rapl", MEASURED, "measured (RAPL)", averaging=True),
+    # whole-node power (issue 45, devices.node*): pm_counters and sstat carry an energy counter
+    SourceSpec("pm_counters", MEASURED, "measured (pm_counters)", averaging=True),
+    SourceSpec("redfish", MEASURED, "measured (Redfish BMC)"),
+    SourceSpec("ipmi", MEASURED, "measured (IPMI DCMI)"),
+    SourceSpec("slurm", MEASURED, "measured (Slurm sstat)", averaging=True),
 )
 _SOURCES: dict[str, SourceSpec] = {s.id: s for s in _BUILT_IN}
 

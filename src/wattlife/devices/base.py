@@ -48,6 +48,28 @@ class CpuBackendInfo(BackendInfo, total=False):
     max_w: float
 
 
+class NodeBackendInfo(BackendInfo, total=False):
+    """`info()` of a whole-node backend (`devices.node.NodePoller`): its source and metrics, the
+    configured and the observed reading period, counts of readings, failures and gaps (with
+    their spans), the reading thread's CPU time, and the reader's own description (endpoint,
+    chassis, host: never a credential)."""
+
+    devices: list[str]
+    source: str
+    metrics: list[str]
+    period_s: float
+    timeout_s: float
+    reading_period_s: float | None
+    readings: int
+    cpu_time_s: float
+    failures: int
+    inconsistent_reads: int
+    counter_resets: int
+    gap_after_s: float
+    gaps: list[list[int]]
+    errors: list[str]
+
+
 class SensorBackend:
     """A source of trace rows. `poll` is called by the sampler every `interval_s` seconds."""
 

@@ -1,0 +1,188 @@
+"""Which whole-node power source the sampler reads (`sampler.node`), built from its settings.
+
+`node_backends(choice, sources, interval_s)` is the one call `sampler.build_backends` makes: it
+returns the node backend (a `devices.node.NodePoller` around the chosen reader, or none) and the
+notes for meta.json. `auto` tries pm_counters, then a configured Redfish endpoint, then a
+configured IPMI host, else reads none and says so. A source named explicitly that cannot be
+read raises `SensorUnavailable` with the reason; under `auto` the reason becomes a note.
+"""
+
+from __future__ import annotations
+
+import socket
+import urllib.parse
+from collections.abc import Callable
+from typing import Protocol
+
+from ..errors import InputError
+from .base import SensorBackend, SensorUnavailable
+from .node import NodePoller, NodeReader
+from .node_redfish import RedfishReader, load_credentials
+from .node_sources import IpmiReader, PmCountersReader, SstatReader
+
+# The shape of `config.node.NodeSources` (devices never import config): what each reader takes.
+
+
+class _Periodic(Protocol):
+    @property
+    def period_ms(self) -> float: ...
+
+
+class _Bounded(_Periodic, Protocol):
+    @property
+    def timeout_ms(self) -> float: ...
+
+
+class _Bmc(_Bounded, Protocol):
+    @property
+    def credentials_file(self) -> str | None: ...
+    @property
+    def username_env(self) -> str | None: ...
+    @property
+    def password_env(self) -> str | None: ...
+
+
+class _PmCounters(_Periodic, Protocol):
+    @property
+    def root(self) -> str: ...
+
+
+class _Redfish(_Bmc, Protocol):
+    @property
+    def endpoint(self) -> str | None: ...
+    @property
+    def chassis(self) -> str | None: ...
+    @property
+    def verify_tls(self) -> bool: ...
+
+
+class _Ipmi(_Bmc, Protocol):
+    @property
+    def host(self) -> str | None: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def interface(self) -> str: ...
+    @property
+    def command(self) -> str: ...
+
+
+class _Slurm(_Bounded, Protocol):
+    @property
+    def step(self) -> str | None: ...
+    @property
+    def command(self) -> str: ...
+
+
+class NodeSources(Protocol):
+    """`sampler.node_sources` as the readers take it (`config.node.NodeSources` has this shape)."""
+
+    @property
+    def pm_counters(self) -> _PmCounters: ...
+    @property
+    def redfish(self) -> _Redfish: ...
+    @property
+    def ipmi(self) -> _Ipmi: ...
+    @property
+    def slurm(self) -> _Slurm: ...
+
+
+KEY = "sampler.node_sources"
+
+
+def _seconds(ms: float) -> float:
+    return float(ms) / 1000.0
+
+
+def per_host(text: str) -> str:
+    """`text` with `{host}` replaced by this host's short name: one config names every node's own
+    BMC in a multi-node run (e.g. `https://{host}-bmc`)."""
+    return text.replace("{host}", socket.gethostname().split(".")[0])
+
+
+def pm_counters_reader(n: NodeSources) -> NodeReader:
+    """The pm_counters tree's reader."""
+    pm = n.pm_counters
+    return PmCountersReader(pm.root, _seconds(pm.period_ms))
+
+
+def redfish_reader(n: NodeSources) -> NodeReader:
+    """The Redfish reader; it answers one reading before it is used (bounded by its time-out)."""
+    r = n.redfish
+    if not r.endpoint:
+        raise SensorUnavailable(f"redfish: {KEY}.redfish.endpoint is not set")
+    parts = urllib.parse.urlsplit(r.endpoint)
+    if parts.username or parts.password:  # the message leaves them out
+        raise InputError(f"{KEY}.redfish.endpoint holds a user or password (user:password@); "
+                         "credentials come from credentials_file or username_env/password_env")
+    creds = load_credentials(r.credentials_file, r.username_env, r.password_env,
+                             f"{KEY}.redfish")
+    reader = RedfishReader(per_host(r.endpoint), r.chassis, creds, _seconds(r.period_ms),
+                           _seconds(r.timeout_ms), r.verify_tls)
+    _first_reading(reader)
+    return reader
+
+
+def ipmi_reader(n: NodeSources) -> NodeReader:
+    """The IPMI DCMI reader; it answers one reading before it is used."""
+    i = n.ipmi
+    creds = load_credentials(i.credentials_file, i.username_env, i.password_env, f"{KEY}.ipmi")
+    reader = IpmiReader(i.host and per_host(i.host), i.port, creds.user, creds.password,
+                        _seconds(i.period_ms), _seconds(i.timeout_ms), i.command, i.interface)
+    _first_reading(reader)
+    return reader
+
+
+def slurm_reader(n: NodeSources) -> NodeReader:
+    """The sstat reader of this job step (or the configured one)."""
+    s = n.slurm
+    return SstatReader(s.step, _seconds(s.period_ms), _seconds(s.timeout_ms), s.command)
+
+
+def _first_reading(reader: NodeReader) -> None:
+    """One read now, so that a source that does not answer is said at start, not after the run."""
+    try:
+        reader.read()
+    except Exception as exc:
+        raise SensorUnavailable(f"{reader.source}: {type(exc).__name__}: {exc}") from None
+
+
+READERS: dict[str, Callable[[NodeSources], NodeReader]] = {
+    "pm_counters": pm_counters_reader, "redfish": redfish_reader, "ipmi": ipmi_reader,
+    "slurm": slurm_reader,
+}
+
+
+def _auto_order(n: NodeSources) -> list[str]:
+    """`auto`'s candidates: pm_counters always, Redfish and IPMI where configured."""
+    order = ["pm_counters"]
+    if n.redfish.endpoint:
+        order.append("redfish")
+    if n.ipmi.host:
+        order.append("ipmi")
+    return order
+
+
+def node_backends(choice: str | None, sources: NodeSources, interval_s: float
+                  ) -> tuple[list[SensorBackend], list[str]]:
+    """The node backend `sampler.node` (`choice`; None: absent, none) asks for (none: an empty
+    list) and the notes on it; `interval_s` is how often the sampler collects its rows."""
+    if choice is None or choice == "none":
+        return [], []
+    if choice != "auto":
+        reader = READERS[choice](sources)
+        return [NodePoller(reader, interval_s)], [_source_note(reader)]
+    tried: list[str] = []
+    for name in _auto_order(sources):
+        try:
+            reader = READERS[name](sources)
+        except (SensorUnavailable, ValueError) as exc:
+            tried.append(str(exc))
+            continue
+        return [NodePoller(reader, interval_s)], [_source_note(reader)]
+    return [], ["no node power source (sampler.node: auto): " + "; ".join(tried)]
+
+
+def _source_note(reader: NodeReader) -> str:
+    return (f"node power is MEASURED by {reader.source} (source={reader.source}), read every "
+            f"{reader.period_s:g} s in its own thread")

@@ -1,0 +1,55 @@
+"""Checks shared by tests/test_node_*.py: waiting on files and the clock, a real sampler run, and
+the known-answer comparison of node rows with the emulators' power schedule (node_emulators)."""
+
+import time
+from pathlib import Path
+
+import node_emulators as emu
+from wattlife.contracts import read_trace
+from wattlife.contracts.clock import now_ns
+from wattlife.sampler import Sampler
+
+
+def wait_for(pred, what: str, timeout: float = 60.0) -> None:
+    """Poll `pred` until true (readiness read from files, never assumed after a sleep)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout} s"
+        time.sleep(0.05)
+
+
+def run_sampler(tmp_path: Path, backends, until_ns: int):
+    """The real sampler over `backends` until the one clock passes `until_ns`; the trace."""
+    s = Sampler(backends, tmp_path / "trace.csv", host="h")
+    s.start()
+    try:
+        wait_for(lambda: now_ns() > until_ns, "the schedule's end", timeout=120)
+    finally:
+        s.stop()
+    assert not s.errors, s.errors
+    return read_trace(tmp_path / "trace.csv"), s
+
+
+def maxgap(folder: Path) -> float:
+    return float((folder / "maxgap_s").read_text())
+
+
+def check_segments(node, t0: int, lag_s: float, n_segments: int = 3) -> int:
+    """Each full schedule segment inside the trace: the power rows integrated, and the energy
+    counter's difference, against the schedule's true energy, within the lag's bound."""
+    pw = node[node["metric"] == "power_w"].sort_values("t_ns")
+    ej = node[node["metric"] == "energy_j"].sort_values("t_ns")
+    checked = 0
+    for k in range(n_segments):
+        a, b = t0 + k * emu.SEGMENT_S * 1e9, t0 + (k + 1) * emu.SEGMENT_S * 1e9
+        if a < pw["t_ns"].min() or b > pw["t_ns"].max():
+            continue
+        true = emu.energy_between(a, b, t0)
+        got_p = emu.integrate_power(pw["t_ns"].to_numpy(), pw["value"].to_numpy(), a, b)
+        # each segment edge is seen at most `lag_s` late: (HIGH-LOW) x lag at each of two edges
+        assert abs(got_p - true) <= 2 * (emu.HIGH_W - emu.LOW_W) * lag_s + 1e-6, (k, got_p, true)
+        if len(ej):
+            got_e = emu.counter_between(ej["t_ns"].to_numpy(), ej["value"].to_numpy(), a, b)
+            assert abs(got_e - true) <= 2 * emu.HIGH_W * lag_s + 1.0, (k, got_e, true)
+        checked += 1
+    return checked

@@ -1,0 +1,100 @@
+"""`sampler.node` and `sampler.node_sources`: defaults (no node source unless asked), `auto`'s
+order and its note, explicit sources that cannot be read, and no key that holds a credential."""
+
+import pytest
+import yaml
+
+from wattlife.config import ConfigError, SamplerSettings, load_section, settings
+from wattlife.devices.base import SensorUnavailable
+from wattlife.devices.node import NodePoller
+from wattlife.devices.node_select import node_backends
+from wattlife.sampler import build_backends
+
+
+def _section(tmp_path, sampler: dict) -> dict:
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"sampler": sampler}))
+    return load_section(p, "sampler")
+
+
+def test_default_is_no_node_source(tmp_path):
+    s = SamplerSettings.from_dict(_section(tmp_path, {"gpu": "none", "cpu": "estimate"}))
+    assert s.node is None  # no schema default: a config without it keeps its job slices
+    assert "node" not in s.as_dict()
+    assert s.node_sources.pm_counters.root == "/sys/cray/pm_counters"
+    assert s.node_sources.redfish.timeout_ms == 2000 and s.node_sources.ipmi.port == 623
+    backends, notes = build_backends(s, log=lambda *a: None)
+    assert not any(isinstance(b, NodePoller) for b in backends)
+    assert not any("node" in n for n in notes)
+
+
+@pytest.mark.parametrize("key", ["password", "username", "user"])
+def test_no_credential_in_the_config(tmp_path, key):
+    with pytest.raises(ConfigError, match=rf"unknown key sampler\.node_sources\.redfish\.{key}"):
+        _section(tmp_path, {"node": "redfish", "node_sources": {
+            "redfish": {"endpoint": "https://bmc", key: "x"}}})
+
+
+def test_unknown_node_source_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"sampler\.node: expected one of \['auto', "
+                                          r"'pm_counters', 'redfish', 'ipmi', 'slurm', 'none'\]"):
+        _section(tmp_path, {"node": "bmc"})
+
+
+def test_auto_takes_pm_counters_first_and_explicit_missing_raises(tmp_path):
+    root = tmp_path / "pm"
+    root.mkdir()
+    for name, text in (("power", "300 W 1 us"), ("energy", "5 J 1 us"), ("freshness", "1")):
+        (root / name).write_text(text + "\n")
+    s = SamplerSettings.from_dict({"node": "auto", "node_sources": {
+        "pm_counters": {"root": str(root)}, "redfish": {"endpoint": "http://127.0.0.1:9"}}})
+    (b,), notes = node_backends(s.node, s.node_sources, 0.05)
+    assert b.source == "pm_counters" and b.reader.period_s == 0.1
+    assert notes == ["node power is MEASURED by pm_counters (source=pm_counters), read every "
+                     "0.1 s in its own thread"]
+    gone = SamplerSettings.from_dict({"node": "pm_counters", "node_sources": {
+        "pm_counters": {"root": str(tmp_path / "none")}}})
+    with pytest.raises(SensorUnavailable, match="pm_counters: no power, energy, freshness under"):
+        node_backends(gone.node, gone.node_sources, 0.05)
+
+
+def test_auto_with_nothing_says_so(tmp_path):
+    s = SamplerSettings.from_dict({"node": "auto", "node_sources": {
+        "pm_counters": {"root": str(tmp_path / "none")}}})
+    assert node_backends(s.node, s.node_sources, 0.05) == (
+        [], [f"no node power source (sampler.node: auto): pm_counters: no power, energy, "
+             f"freshness under {tmp_path / 'none'} (not an HPE/Cray node)"])
+
+
+def test_configs_without_node_keys_keep_their_job_slices():
+    """No schema default for `sampler.node` / `node_sources`: a config that does not name them
+    fills neither, so every job slice (Snakemake params) stays as it was and reruns nothing."""
+    from conftest import REPO
+    from wattlife.config import load_config
+    from wattlife.jobs import canonical, cell_slice
+
+    cfg = load_config(REPO / "config" / "config.yaml")
+    assert "node" not in cfg["sampler"] and "node_sources" not in cfg["sampler"]
+    s = settings(cfg)
+    cell = s.cells()[0]
+    sliced = canonical(cell_slice(cfg, cell.workload, cell.storage, cell.checkpoint, cell.repeat))
+    assert '"node":' not in sliced and '"node_sources"' not in sliced
+
+
+def test_per_host_bmc_names():
+    import socket
+
+    from wattlife.devices.node_select import per_host
+
+    short = socket.gethostname().split(".")[0]
+    assert per_host("https://{host}-bmc:8443") == f"https://{short}-bmc:8443"
+    assert per_host("10.0.0.7") == "10.0.0.7"
+
+
+def test_credentials_in_the_endpoint_are_refused_without_echoing_them():
+    s = SamplerSettings.from_dict({"node": "redfish", "node_sources": {"redfish": {
+        "endpoint": "https://root:calvin-77@bmc.example"}}})
+    with pytest.raises(ValueError, match=r"^sampler\.node_sources\.redfish\.endpoint holds a "
+                                         r"user or password") as err:
+        node_backends(s.node, s.node_sources, 0.05)
+    assert "calvin-77" not in str(err.value) and "root" not in str(err.value)
