@@ -7,7 +7,15 @@ from pathlib import Path
 import node_emulators as emu
 from wattlife.contracts import read_trace
 from wattlife.contracts.clock import now_ns
+from wattlife.devices.registry import build_role, roles
 from wattlife.sampler import Sampler
+
+
+def build_node(s, interval_s: float = 0.05):
+    """The node role of the sensor-backend registry built from sampler settings `s` (what
+    `sampler.build_backends` does for `sampler.node`): (backends, notes)."""
+    (node,) = [r for r in roles() if r.role == "node"]
+    return build_role(node, s, interval_s, log=lambda *a: None)
 
 
 def wait_for(pred, what: str, timeout: float = 60.0) -> None:

@@ -4,10 +4,11 @@ order and its note, explicit sources that cannot be read, and no key that holds 
 import pytest
 import yaml
 
+from node_checks import build_node
 from wattlife.config import ConfigError, SamplerSettings, load_section, settings
 from wattlife.devices.base import SensorUnavailable
 from wattlife.devices.node import NodePoller
-from wattlife.devices.node_select import node_backends
+from wattlife.errors import InputError
 from wattlife.sampler import build_backends
 
 
@@ -48,22 +49,24 @@ def test_auto_takes_pm_counters_first_and_explicit_missing_raises(tmp_path):
         (root / name).write_text(text + "\n")
     s = SamplerSettings.from_dict({"node": "auto", "node_sources": {
         "pm_counters": {"root": str(root)}, "redfish": {"endpoint": "http://127.0.0.1:9"}}})
-    (b,), notes = node_backends(s.node, s.node_sources, 0.05)
+    (b,), notes = build_node(s)
     assert b.source == "pm_counters" and b.reader.period_s == 0.1
     assert notes == ["node power is MEASURED by pm_counters (source=pm_counters), read every "
                      "0.1 s in its own thread"]
     gone = SamplerSettings.from_dict({"node": "pm_counters", "node_sources": {
         "pm_counters": {"root": str(tmp_path / "none")}}})
     with pytest.raises(SensorUnavailable, match="pm_counters: no power, energy, freshness under"):
-        node_backends(gone.node, gone.node_sources, 0.05)
+        build_node(gone)
 
 
 def test_auto_with_nothing_says_so(tmp_path):
     s = SamplerSettings.from_dict({"node": "auto", "node_sources": {
         "pm_counters": {"root": str(tmp_path / "none")}}})
-    assert node_backends(s.node, s.node_sources, 0.05) == (
-        [], [f"no node power source (sampler.node: auto): pm_counters: no power, energy, "
-             f"freshness under {tmp_path / 'none'} (not an HPE/Cray node)"])
+    said = "no node power source (sampler.node: auto): "
+    assert build_node(s) == (
+        [], [f"{said}pm_counters: no power, energy, freshness under {tmp_path / 'none'} (not an "
+             "HPE/Cray node)", f"{said}redfish: sampler.node_sources.redfish.endpoint is not set",
+             f"{said}ipmi: sampler.node_sources.ipmi.host is not set"])
 
 
 def test_configs_without_node_keys_keep_their_job_slices():
@@ -94,7 +97,38 @@ def test_per_host_bmc_names():
 def test_credentials_in_the_endpoint_are_refused_without_echoing_them():
     s = SamplerSettings.from_dict({"node": "redfish", "node_sources": {"redfish": {
         "endpoint": "https://root:calvin-77@bmc.example"}}})
-    with pytest.raises(ValueError, match=r"^sampler\.node_sources\.redfish\.endpoint holds a "
+    with pytest.raises(InputError, match=r"^sampler\.node_sources\.redfish\.endpoint holds a "
                                          r"user or password") as err:
-        node_backends(s.node, s.node_sources, 0.05)
+        build_node(s)
     assert "calvin-77" not in str(err.value) and "root" not in str(err.value)
+
+
+def test_the_sampler_builds_the_node_role_through_the_registry(tmp_path):
+    """`sampler.build_backends` builds `sampler.node` as the registry's `node` role: its
+    backends declare the `node` kind and their sources; the sstat source is `sstat`."""
+    from wattlife.devices.registry import backend_specs
+
+    assert {b.id: (b.kinds, b.sources, b.auto) for b in backend_specs("node")} == {
+        "pm_counters": (("node",), ("pm_counters",), True),
+        "redfish": (("node",), ("redfish",), True), "ipmi": (("node",), ("ipmi",), True),
+        "slurm": (("node",), ("sstat",), False)}
+    root = tmp_path / "pm"
+    root.mkdir()
+    for name, text in (("power", "300 W 1 us"), ("energy", "5 J 1 us"), ("freshness", "1")):
+        (root / name).write_text(text + "\n")
+    s = SamplerSettings.from_dict({"gpu": "none", "cpu": "estimate", "node": "pm_counters",
+                                   "node_sources": {"pm_counters": {"root": str(root)}}})
+    backends, notes = build_backends(s, log=lambda *a: None)
+    (node,) = [b for b in backends if isinstance(b, NodePoller)]
+    assert node.source == "pm_counters" and notes[-1].startswith("node power is MEASURED by "
+                                                                 "pm_counters")
+
+
+def test_explicit_ipmi_without_a_host_reads_in_band_auto_does_not(tmp_path):
+    ipmi = {"command": str(tmp_path / "no-ipmitool")}
+    explicit = SamplerSettings.from_dict({"node": "ipmi", "node_sources": {"ipmi": ipmi}})
+    with pytest.raises(SensorUnavailable, match=r"^ipmi: FileNotFoundError"):
+        build_node(explicit)  # it ran the (absent) in-band ipmitool
+    auto = SamplerSettings.from_dict({"node": "auto", "node_sources": {
+        "pm_counters": {"root": str(tmp_path / "none")}, "ipmi": ipmi}})
+    assert build_node(auto)[1][-1].endswith("ipmi: sampler.node_sources.ipmi.host is not set")

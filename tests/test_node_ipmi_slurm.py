@@ -20,18 +20,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import node_emulators as emu
-from node_checks import run_sampler, wait_for
+from node_checks import build_node, run_sampler, wait_for
 from wattlife.config import SamplerSettings
 from wattlife.contracts.clock import now_ns
 from wattlife.devices.base import SensorUnavailable
 from wattlife.devices.node import NodePoller
-from wattlife.devices.node_select import node_backends
 from wattlife.devices.node_sources import (
     IpmiReader,
     SstatReader,
     parse_dcmi_power,
     parse_sstat_energy,
 )
+from wattlife.errors import SensorError
 
 EMU = str(Path(emu.__file__))
 
@@ -52,7 +52,7 @@ SSTAT_TWO = "4242.batch|20|\n4242.0|0|\n"
 
 def test_dcmi_reading_parsed_and_bad_output_named():
     assert parse_dcmi_power(DCMI_OUTPUT) == 412.0
-    with pytest.raises(ValueError, match="no 'Instantaneous power reading: <W> Watts' line"):
+    with pytest.raises(SensorError, match="no 'Instantaneous power reading: <W> Watts' line"):
         parse_dcmi_power("Power reading state is: deactivated\n")
 
 
@@ -66,9 +66,9 @@ def test_sstat_recorded_output():
     assert parse_sstat_energy(SSTAT_TWO, "4242.batch") == 20.0
     assert parse_sstat_energy(SSTAT_TWO, "4242.0") is None  # no plugin reading yet
     assert parse_sstat_energy("", "4242.0") is None
-    with pytest.raises(ValueError, match=r"sstat: '4242\.0' is not 'JobID\|ConsumedEnergyRaw'"):
+    with pytest.raises(SensorError, match=r"sstat: '4242\.0' is not 'JobID\|ConsumedEnergyRaw'"):
         parse_sstat_energy("4242.0\n", "4242.0")
-    with pytest.raises(ValueError, match=r"ConsumedEnergyRaw '1\.2K' of 4242\.0 is not a number"):
+    with pytest.raises(SensorError, match=r"ConsumedEnergyRaw '1\.2K' of 4242\.0 is not a number"):
         parse_sstat_energy("4242.0|1.2K|\n", "4242.0")
 
 
@@ -96,12 +96,12 @@ def test_sstat_known_energy_per_interval(tmp_path):
     sstat.chmod(0o755)
     st_ = SamplerSettings.from_dict({"node": "slurm", "node_sources": {"slurm": {
         "step": "4242.0", "command": str(sstat), "period_ms": 250, "timeout_ms": 20000}}})
-    (poller,), notes = node_backends(st_.node, st_.node_sources, 0.05)
-    assert notes == ["node power is MEASURED by slurm (source=slurm), read every 0.25 s in its "
+    (poller,), notes = build_node(st_)
+    assert notes == ["node power is MEASURED by sstat (source=sstat), read every 0.25 s in its "
                      "own thread"]
     tr, _ = run_sampler(tmp_path, [poller], t0 + int(4.2e9))
     node = tr[tr["device"] == "node"].sort_values("t_ns")
-    assert set(node["metric"]) == {"energy_j"} and set(node["source"]) == {"slurm"}
+    assert set(node["metric"]) == {"energy_j"} and set(node["source"]) == {"sstat"}
     t, e = node["t_ns"].to_numpy(), node["value"].to_numpy()
     assert np.all(np.diff(e) >= 0)
     # a reading shows the plugin's value of up to one plugin period (plus the command's own
@@ -164,9 +164,9 @@ def test_ipmi_against_ipmi_sim_links_and_says_it_has_no_dcmi(tmp_path, children,
     st_ = SamplerSettings.from_dict({"node": "ipmi", "node_sources": {"ipmi": {
         "host": "127.0.0.1", "port": port, "timeout_ms": 20000,
         "username_env": "T_IPMI_USER", "password_env": "T_IPMI_PASS"}}})
-    with pytest.raises(SensorUnavailable, match=r"^ipmi: RuntimeError: ipmitool exited with 1: "
+    with pytest.raises(SensorUnavailable, match=r"^ipmi: SensorError: ipmitool exited with 1: "
                                                 r".*Invalid command") as err:
-        node_backends(st_.node, st_.node_sources, 0.05)
+        build_node(st_)
     assert "sim-pass-9" not in str(err.value)
 
 

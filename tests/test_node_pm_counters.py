@@ -17,6 +17,7 @@ from wattlife.contracts.clock import now_ns
 from wattlife.devices.base import SensorUnavailable
 from wattlife.devices.node import EnergyCounter, NodePoller, NodeReading
 from wattlife.devices.node_sources import PmCountersReader
+from wattlife.errors import SensorError
 
 EMU = str(Path(emu.__file__))
 
@@ -108,7 +109,7 @@ def test_absent_or_malformed_tree_says_why(tmp_path):
         PmCountersReader(tmp_path / "none")
     root = _tree(tmp_path / "pm")
     (root / "power").write_text("412 kW 17 us\n")
-    with pytest.raises(ValueError, match=r"pm_counters power: '412 kW 17 us' is not '<value> W"):
+    with pytest.raises(SensorError, match=r"pm_counters power: '412 kW 17 us' is not '<value> W"):
         PmCountersReader(root).read()
 
 

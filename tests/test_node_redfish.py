@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import node_emulators as emu
-from node_checks import check_segments, maxgap, run_sampler, wait_for
+from node_checks import build_node, check_segments, maxgap, run_sampler, wait_for
 from wattlife.config import SamplerSettings
 from wattlife.contracts import read_trace
 from wattlife.contracts.clock import now_ns
@@ -29,7 +29,7 @@ from wattlife.devices.base import SensorUnavailable
 from wattlife.devices.cpu_estimate import CpuEstimateBackend
 from wattlife.devices.node import NodePoller
 from wattlife.devices.node_redfish import Credentials, RedfishReader, load_credentials
-from wattlife.devices.node_select import node_backends
+from wattlife.errors import InputError
 
 EMU = str(Path(emu.__file__))
 SUSHY = shutil.which("sushy-static") or str(Path(sys.executable).parent / "sushy-static")
@@ -134,12 +134,12 @@ def test_credentials_from_a_file_or_named_variables_and_errors_name_the_key(tmp_
     assert (c.user, c.password) == (USER, PASSWORD)
     assert PASSWORD not in repr(c) and USER not in repr(c)
     f.write_text("no separator\n")
-    with pytest.raises(ValueError, match=r"redfish\.credentials_file .*USER:PASSWORD"):
+    with pytest.raises(InputError, match=r"redfish\.credentials_file .*USER:PASSWORD"):
         load_credentials(str(f), None, None, "sampler.node_sources.redfish")
-    with pytest.raises(ValueError, match=r"redfish\.credentials_file .*cannot read it"):
+    with pytest.raises(InputError, match=r"redfish\.credentials_file .*cannot read it"):
         load_credentials(str(tmp_path / "absent"), None, None, "sampler.node_sources.redfish")
     monkeypatch.delenv("T_UNSET_PASS", raising=False)
-    with pytest.raises(ValueError, match=r"ipmi\.password_env: the environment variable "
+    with pytest.raises(InputError, match=r"ipmi\.password_env: the environment variable "
                                          r"T_UNSET_PASS is not set"):
         load_credentials(None, None, "T_UNSET_PASS", "sampler.node_sources.ipmi")
     assert load_credentials(None, None, None, "k") == Credentials(None, None)
@@ -232,7 +232,7 @@ def test_a_bmc_taking_5_s_per_request_never_delays_the_other_rows(tmp_path, chil
     with SlowBmc(mock) as bmc:
         settings = SamplerSettings.from_dict({"node": "redfish", "node_sources": {"redfish": {
             "endpoint": bmc.url, "chassis": "1", "period_ms": 200, "timeout_ms": 8000}}})
-        (poller,), _ = node_backends(settings.node, settings.node_sources, 0.05)
+        (poller,), _ = build_node(settings)
         cpu = CpuEstimateBackend(interval_s=0.05)
         from wattlife.sampler import Sampler
 
@@ -266,14 +266,18 @@ def test_explicit_redfish_that_does_not_answer_says_so_at_start():
     st = SamplerSettings.from_dict({"node": "redfish", "node_sources": {"redfish": {
         "endpoint": f"http://127.0.0.1:{port}", "timeout_ms": 500}}})
     with pytest.raises(SensorUnavailable, match=r"^redfish: URLError: .*refused"):
-        node_backends(st.node, st.node_sources, 0.05)
+        build_node(st)
     auto = SamplerSettings.from_dict({"node": "auto", "node_sources": {
         "pm_counters": {"root": "/nonexistent"},
         "redfish": {"endpoint": f"http://127.0.0.1:{port}", "timeout_ms": 500}}})
-    backends, notes = node_backends(auto.node, auto.node_sources, 0.05)
-    assert backends == [] and notes[0].startswith("no node power source (sampler.node: auto): "
-                                                  "pm_counters: no power")
-    assert "redfish: URLError" in notes[0]
+    backends, notes = build_node(auto)
+    # one note per source auto tried, in the registry's order (ipmi: no host configured)
+    said = "no node power source (sampler.node: auto): "
+    assert backends == [] and all(n.startswith(said) for n in notes)
+    assert [n[len(said):].split(":")[0] for n in notes] == ["pm_counters", "redfish", "ipmi"]
+    assert notes[0].startswith(said + "pm_counters: no power")
+    assert notes[1].startswith(said + "redfish: URLError")
+    assert notes[2] == said + "ipmi: sampler.node_sources.ipmi.host is not set"
 
 
 def test_redfish_resources_parsed():

@@ -102,8 +102,8 @@ def test_an_undeclared_kind_is_left_out_and_warned_about(sim_run: Path, tmp_path
     run = _copy(sim_run, tmp_path / "run")
     assert "fpga0" not in set(_attribute(run)["device"])
     found = [f for f in check_run(run) if f.code == "trace.device-name"]
-    assert [f.message for f in found] == ["device 'fpga0' is not gpuN, cpuN or dramN"]
-    with pytest.raises(ContractError, match="'fpga0' is not gpuN, cpuN or dramN"):
+    assert [f.message for f in found] == ["device 'fpga0' is not gpuN, cpuN, dramN or node"]
+    with pytest.raises(ContractError, match="'fpga0' is not gpuN, cpuN, dramN or node"):
         device_kind("fpga0")
 
 
@@ -111,7 +111,7 @@ def test_check_accepts_a_declared_kind_and_names_an_undeclared_one(
         sim_run: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     main(["check", str(sim_run)])  # its exit code also says the sampler's gaps on a busy machine
-    assert "device 'fpga0' is not gpuN, cpuN or dramN [trace.device-name]" in (
+    assert "device 'fpga0' is not gpuN, cpuN, dramN or node [trace.device-name]" in (
         capsys.readouterr().out)
     monkeypatch.setitem(KINDS, "fpga", FPGA)
     assert [f for f in check_run(sim_run) if f.code == "trace.device-name"] == []
@@ -168,26 +168,29 @@ def test_the_figures_colour_a_declared_kind_and_hide_an_undeclared_one(
 
 
 def test_kind_of_parses_names_through_the_registry(fpga: DeviceKind) -> None:
-    assert [device_kind(d) for d in ("gpu0", "cpu12", "dram1", "fpga3")] == [
-        "gpu", "cpu", "dram", "fpga"]
+    assert [device_kind(d) for d in ("gpu0", "cpu12", "dram1", "node", "fpga3")] == [
+        "gpu", "cpu", "dram", "node", "fpga"]
     assert kind_of("fpga") is None and kind_of("gpu") is None and kind_of("xgpu0") is None
-    assert list(KINDS) == ["gpu", "cpu", "dram", "fpga"]  # declaration order: tables' order
+    assert list(KINDS) == ["gpu", "cpu", "dram", "node", "fpga"]  # declaration order: tables'
+    assert kind_of("node0") is None  # `node` is not numbered: one per host
 
 
 @given(st.text(alphabet="gpucdramnoe0123456789x_", max_size=8),
        st.sampled_from(list(KINDS)), st.integers(0, 10**6))
 def test_check_and_attribution_parse_device_names_alike(text: str, kind: str, n: int) -> None:
-    """What `check` accepts is what attribution parses, and each kind's `<name><N>` is its."""
-    for name in (text, f"{kind}{n}"):
+    """What `check` accepts is what attribution parses, and each kind's `<name><N>` (or, not
+    numbered, `<name>`) is its."""
+    own = f"{kind}{n}" if KINDS[kind].numbered else kind
+    for name in (text, own, f"{kind}{n}"):
         assert (re.match(device_pattern(), name) is not None) == (kind_of(name) is not None)
-    assert device_kind(f"{kind}{n}") == kind
+    assert device_kind(own) == kind
 
 
-def test_the_node_recipe_gives_one_device_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/pending/r-kinds.md's declaration of `node` (issue 45): check's pattern and words are
-    again those it had before the registry; its energy is not summed with the parts'."""
-    monkeypatch.setitem(KINDS, "node", DeviceKind("node", "node", "#8c564b", 200_000.0,
-                                                  numbered=False, part_of_node=False))
+def test_the_node_kind_gives_one_device_per_host() -> None:
+    """The declared `node` kind (issue 45): check's pattern and words are again those it had
+    before the registry; its energy is not summed with the parts'."""
+    assert KINDS["node"] == DeviceKind("node", "node", "#8c564b", 200_000.0, numbered=False,
+                                       part_of_node=False)
     assert device_pattern() == r"^(?:gpu|cpu|dram)\d+$|^node$"
     assert device_forms() == "gpuN, cpuN, dramN or node"
     assert device_kind("node") == "node" and kind_of("node0") is None

@@ -103,6 +103,7 @@ def test_the_schema_lists_exactly_the_registry_s_sampler_choices() -> None:
         f"(devices.registry.schema_enums()): {schema_enums()}")
     assert choices("gpu") == ["auto", "nvml", "sim", "none"]
     assert choices("cpu") == ["auto", "rapl", "estimate", "none"]
+    assert choices("node") == ["auto", "pm_counters", "redfish", "ipmi", "slurm", "none"]
 
 
 def test_every_backend_writes_declared_sources_and_reads_existing_sampler_keys() -> None:
@@ -216,7 +217,9 @@ def test_the_basis_follows_the_old_rules_for_the_built_in_sources() -> None:
     assert basis("sim-variant") == "simulated"
     assert basis("simulated/calibrated") == "simulated"
     assert basis("") == "estimated"
-    assert sorted(SOURCES_MEASURED) == ["nvml-counter", "nvml-poll", "nvml-samples", "rapl"]
+    assert basis("pm_counters,sstat") == "measured" and basis("redfish,estimate") == "estimated"
+    assert sorted(SOURCES_MEASURED) == ["ipmi", "nvml-counter", "nvml-poll", "nvml-samples",
+                                        "pm_counters", "rapl", "redfish", "sstat"]
     assert sorted(SOURCES_NOT_MEASURED) == ["estimate", "sim"]
 
 

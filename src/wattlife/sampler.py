@@ -25,7 +25,6 @@ from .config import SamplerSettings
 from .contracts import TRACE_HEADER, ZSTD_SUFFIX
 from .contracts.clock import WallSteps, now_ns
 from .devices.base import Row, SensorBackend
-from .devices.node_select import node_backends
 from .devices.registry import build_role, positive_seconds, roles
 from .errors import SetupError
 from .nodename import node_name
@@ -201,7 +200,7 @@ def build_backends(s: SamplerSettings, log: Callable[[str], Any] = log.warning
     """Backends from the typed `sampler` settings (built at the edge, by the CLI: nothing here
     reads a configuration mapping); returns them and the notes on missing sensors.
 
-    Each role of the sensor-backend registry (`devices.registry`: gpu, then cpu) is built as
+    Each role of the sensor-backend registry (`devices.registry`: gpu, cpu, then node) is built as
     its `sampler.<role>` key chooses: auto (its `auto` backends, the first that answers, else
     the role's fallback) | one of its backends | none.
     """
@@ -212,5 +211,4 @@ def build_backends(s: SamplerSettings, log: Callable[[str], Any] = log.warning
         built, said = build_role(role, s, interval, log)
         backends += built
         notes += said
-    node, node_notes = node_backends(s.node, s.node_sources, interval)  # devices.node_select
-    return backends + node, notes + node_notes
+    return backends, notes

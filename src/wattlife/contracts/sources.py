@@ -60,7 +60,7 @@ _BUILT_IN = (
     SourceSpec("pm_counters", MEASURED, "measured (pm_counters)", averaging=True),
     SourceSpec("redfish", MEASURED, "measured (Redfish BMC)"),
     SourceSpec("ipmi", MEASURED, "measured (IPMI DCMI)"),
-    SourceSpec("slurm", MEASURED, "measured (Slurm sstat)", averaging=True),
+    SourceSpec("sstat", MEASURED, "measured (Slurm sstat)", averaging=True),
 )
 _SOURCES: dict[str, SourceSpec] = {s.id: s for s in _BUILT_IN}
 

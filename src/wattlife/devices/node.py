@@ -11,7 +11,8 @@ Rows: device `node`, metric `power_w` (the source's reading, W) and, where the s
 energy counter of its own, `energy_j` (J since the first reading, monotone across a counter reset),
 each with the source's id as `source`. Each reading is stamped with the one clock when it arrived.
 The readers live in `devices.node_sources` and `devices.node_redfish`; `devices.node_select`
-builds them from the `sampler.node` settings.
+builds them from `sampler.node_sources`, and the `node` role of `devices.registry` picks the one
+`sampler.node` names.
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
-"""Which whole-node power source the sampler reads (`sampler.node`), built from its settings.
+"""The whole-node power sources' reader builders (issue 45), from `sampler.node_sources`.
 
-`node_backends(choice, sources, interval_s)` is the one call `sampler.build_backends` makes: it
-returns the node backend (a `devices.node.NodePoller` around the chosen reader, or none) and the
-notes for meta.json. `auto` tries pm_counters, then a configured Redfish endpoint, then a
-configured IPMI host, else reads none and says so. A source named explicitly that cannot be
-read raises `SensorUnavailable` with the reason; under `auto` the reason becomes a note.
+Which source the sampler reads (`sampler.node`) is the `node` role of the sensor-backend
+registry (`devices.registry`): its factories call the builders here and wrap the reader with
+`polled` (a `devices.node.NodePoller` and its note). A source that cannot be read raises
+`SensorUnavailable` with the reason (under `auto` the registry makes it a note); one that is not
+configured (no Redfish endpoint; under `auto`, no IPMI host) raises it too.
 """
 
 from __future__ import annotations
 
 import socket
 import urllib.parse
-from collections.abc import Callable
 from typing import Protocol
 
 from ..errors import InputError
@@ -123,9 +122,12 @@ def redfish_reader(n: NodeSources) -> NodeReader:
     return reader
 
 
-def ipmi_reader(n: NodeSources) -> NodeReader:
-    """The IPMI DCMI reader; it answers one reading before it is used."""
+def ipmi_reader(n: NodeSources, in_band: bool = True) -> NodeReader:
+    """The IPMI DCMI reader; it answers one reading before it is used. Without a host it reads
+    in-band (/dev/ipmi0), unless `in_band` is False (`auto` tries a configured BMC only)."""
     i = n.ipmi
+    if not (i.host or in_band):
+        raise SensorUnavailable(f"ipmi: {KEY}.ipmi.host is not set")
     creds = load_credentials(i.credentials_file, i.username_env, i.password_env, f"{KEY}.ipmi")
     reader = IpmiReader(i.host and per_host(i.host), i.port, creds.user, creds.password,
                         _seconds(i.period_ms), _seconds(i.timeout_ms), i.command, i.interface)
@@ -147,42 +149,9 @@ def _first_reading(reader: NodeReader) -> None:
         raise SensorUnavailable(f"{reader.source}: {type(exc).__name__}: {exc}") from None
 
 
-READERS: dict[str, Callable[[NodeSources], NodeReader]] = {
-    "pm_counters": pm_counters_reader, "redfish": redfish_reader, "ipmi": ipmi_reader,
-    "slurm": slurm_reader,
-}
-
-
-def _auto_order(n: NodeSources) -> list[str]:
-    """`auto`'s candidates: pm_counters always, Redfish and IPMI where configured."""
-    order = ["pm_counters"]
-    if n.redfish.endpoint:
-        order.append("redfish")
-    if n.ipmi.host:
-        order.append("ipmi")
-    return order
-
-
-def node_backends(choice: str | None, sources: NodeSources, interval_s: float
-                  ) -> tuple[list[SensorBackend], list[str]]:
-    """The node backend `sampler.node` (`choice`; None: absent, none) asks for (none: an empty
-    list) and the notes on it; `interval_s` is how often the sampler collects its rows."""
-    if choice is None or choice == "none":
-        return [], []
-    if choice != "auto":
-        reader = READERS[choice](sources)
-        return [NodePoller(reader, interval_s)], [_source_note(reader)]
-    tried: list[str] = []
-    for name in _auto_order(sources):
-        try:
-            reader = READERS[name](sources)
-        except (SensorUnavailable, ValueError) as exc:
-            tried.append(str(exc))
-            continue
-        return [NodePoller(reader, interval_s)], [_source_note(reader)]
-    return [], ["no node power source (sampler.node: auto): " + "; ".join(tried)]
-
-
-def _source_note(reader: NodeReader) -> str:
-    return (f"node power is MEASURED by {reader.source} (source={reader.source}), read every "
-            f"{reader.period_s:g} s in its own thread")
+def polled(reader: NodeReader, interval_s: float) -> tuple[list[SensorBackend], list[str]]:
+    """The node backend reading `reader` in its own thread (the sampler collects its rows every
+    `interval_s`) and the note saying what it measures."""
+    return [NodePoller(reader, interval_s)], [
+        f"node power is MEASURED by {reader.source} (source={reader.source}), read every "
+        f"{reader.period_s:g} s in its own thread"]

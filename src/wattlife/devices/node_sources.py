@@ -175,7 +175,7 @@ def current_step() -> str | None:
 class SstatReader(NodeReader):
     """Slurm's ConsumedEnergyRaw of a running job step, through sstat."""
 
-    source = "slurm"
+    source = "sstat"
     metrics = ("energy_j",)
 
     def __init__(self, step: str | None, period_s: float = 10.0, timeout_s: float = 5.0,

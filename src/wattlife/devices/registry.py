@@ -1,7 +1,8 @@
 """The SENSOR BACKEND registry: each backend declared once, everything else derived from it.
 
-A `SensorBackendSpec` names a backend (`nvml`, `sim`, `rapl`, `estimate`), the sampler role it
-answers (`RoleSpec`: the sampler key choosing it, `sampler.gpu` or `sampler.cpu`), the sampler
+A `SensorBackendSpec` names a backend (`nvml`, `sim`, `rapl`, `estimate`, the node sources
+`pm_counters`, `redfish`, `ipmi`, `slurm`), the sampler role it answers (`RoleSpec`: the sampler
+key choosing it, `sampler.gpu`, `sampler.cpu` or `sampler.node`), the sampler
 keys it reads, the sources it writes (each declared in the source registry,
 `contracts.sources`), the device kinds it makes, the factory building it and whether `auto`
 tries it. From the registry derive: the sampler's choices (`choices`, `fallback_choices`; the
@@ -11,10 +12,11 @@ CLI's `--gpu` / `--cpu`, the schema's enums: `schema_enums`, asserted equal to
 `auto` tries the role's `auto` backends in declaration order, the first that answers is used;
 none answering leaves the role to its fallback (`RoleSpec.fallback_key`: `sampler.cpu_fallback`)
 with a note, or unmeasured with a note. An explicit choice that cannot read its sensor raises
-`SensorUnavailable`, unless the role's fallback is set.
+`SensorUnavailable`, unless the role's fallback is set. A role's key absent (None: `sampler.node`
+has no schema default, so that job slices stay as they were) is `none`.
 
 To add a backend: its module beside this one and one `SensorBackendSpec` in `_BUILT_IN` (its
-sources in `contracts.sources`). To add a role (issue 45's `node`): one `RoleSpec` in `_ROLES`,
+sources in `contracts.sources`). To add a role (as `node`, issue 45): one `RoleSpec` in `_ROLES`,
 its key in the schema's `sampler` section and in `config.sections` (`_SamplerTop`), and its
 backends' specs. Devices import no config: a factory takes the sampler's settings
 (`config.sections.SamplerSettings`) as `Any` and the sampler interval in seconds.
@@ -27,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..contracts.kinds import CPU, DRAM, GPU, KINDS
+from ..contracts.kinds import CPU, DRAM, GPU, KINDS, NODE
 from ..contracts.sources import source_spec
 from ..errors import InputError
 from .base import SensorBackend, SensorUnavailable
@@ -116,12 +118,40 @@ def _cpu_estimate(s: Any, interval_s: float) -> Built:
             ["CPU power is ESTIMATED from utilisation (source=estimate), not measured"])
 
 
-#: the sampler's keys (`sampler.gpu`, `sampler.cpu`): roles, named like the kinds they read
+def _pm_counters(s: Any, interval_s: float) -> Built:
+    from .node_select import pm_counters_reader, polled
+
+    return polled(pm_counters_reader(s.node_sources), interval_s)
+
+
+def _redfish(s: Any, interval_s: float) -> Built:
+    from .node_select import polled, redfish_reader
+
+    return polled(redfish_reader(s.node_sources), interval_s)
+
+
+def _ipmi(s: Any, interval_s: float) -> Built:
+    from .node_select import ipmi_reader, polled
+
+    # `auto` reads a configured BMC only; `sampler.node: ipmi` without a host reads in-band
+    return polled(ipmi_reader(s.node_sources, in_band=s.node != AUTO), interval_s)
+
+
+def _sstat(s: Any, interval_s: float) -> Built:
+    from .node_select import polled, slurm_reader
+
+    return polled(slurm_reader(s.node_sources), interval_s)
+
+
+#: the sampler's keys (`sampler.gpu`, `sampler.cpu`, `sampler.node`): roles, named like the
+#: kinds they read
 GPU_ROLE = "gpu"
 CPU_ROLE = "cpu"
+NODE_ROLE = "node"
 _ROLES: dict[str, RoleSpec] = {r.role: r for r in (
     RoleSpec(GPU_ROLE, None, "no GPU sensor: {exc}"),
     RoleSpec(CPU_ROLE, "cpu_fallback", "{exc}; CPU energy falls back to '{fallback}'", log=True),
+    RoleSpec(NODE_ROLE, None, "no node power source (sampler.node: auto): {exc}"),
 )}
 _BUILT_IN = (
     SensorBackendSpec("nvml", GPU_ROLE, ("nvml",), ("nvml-samples", "nvml-counter", "nvml-poll"),
@@ -135,6 +165,16 @@ _BUILT_IN = (
     SensorBackendSpec("estimate", CPU_ROLE, ("cpu_estimate",), ("estimate",), (CPU.name,),
                       _cpu_estimate, fallback=True,
                       about="CPU power estimated from the utilisation of CMD's process tree"),
+    # whole-node power (issue 45): `auto` tries them in this order
+    SensorBackendSpec("pm_counters", NODE_ROLE, ("node_sources",), ("pm_counters",),
+                      (NODE.name,), _pm_counters, auto=True,
+                      about="HPE/Cray pm_counters sysfs tree (node power and energy)"),
+    SensorBackendSpec("redfish", NODE_ROLE, ("node_sources",), ("redfish",), (NODE.name,),
+                      _redfish, auto=True, about="the BMC's Redfish service (node power)"),
+    SensorBackendSpec("ipmi", NODE_ROLE, ("node_sources",), ("ipmi",), (NODE.name,), _ipmi,
+                      auto=True, about="the BMC's IPMI DCMI power reading through ipmitool"),
+    SensorBackendSpec("slurm", NODE_ROLE, ("node_sources",), ("sstat",), (NODE.name,), _sstat,
+                      about="Slurm's ConsumedEnergy of the job step through sstat"),
 )
 _BACKENDS: dict[str, SensorBackendSpec] = {}
 
@@ -202,7 +242,7 @@ def build_role(role: RoleSpec, s: Any, interval_s: float,
     """The backends of one role as `sampler.<role>` chooses (see the module's docstring)."""
     choice = getattr(s, role.role)
     fallback = getattr(s, role.fallback_key) if role.fallback_key else NONE
-    if choice == NONE:
+    if choice is None or choice == NONE:
         return [], []
     allowed = choices(role.role)
     if choice not in allowed:
