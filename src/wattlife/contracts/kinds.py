@@ -9,7 +9,7 @@ order is the order of the kinds in tables and figures. A name no declared kind f
 undeclared device: `wattlife check` warns about it, attribution and the figures leave it out,
 and `device_kind` refuses it.
 
-To add a kind, declare one `DeviceKind` and add it to `KINDS` (docs/pending/r-kinds.md).
+To add a kind, declare one `DeviceKind` and add it to `KINDS` (CONTRIBUTING.md, the node recipe).
 """
 
 from __future__ import annotations
