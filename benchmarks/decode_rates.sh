@@ -12,7 +12,7 @@
 # DEADLINE=S instead, BUDGET is what is left of S seconds from this script's start, minus 10 for
 # the packing), and packs its tables, run.log and every cell's raw files (gpu-decode.tgz, members
 # gd/...) into $OUT (wl_pack: at most 8 files). The results folders' run.sh set these, e.g.
-#   CELLS=cpu,gpu-graphs REPEATS=2 BUDGET=420 TESTS=tests/test_cuda_graphs.py \
+#   CELLS=cpu,gpu-graphs REPEATS=2 BUDGET=420 TESTS=tests/workloads/test_cuda_graphs.py \
 #     bash benchmarks/decode_rates.sh
 set -o pipefail
 : "${CELLS:?CELLS: the cells of the benchmark, comma-separated}" "${REPEATS:=1}" "${BUDGET:=300}"

@@ -267,8 +267,9 @@ def children():
 @pytest.fixture(scope="session")
 def finished_demo(tmp_path_factory):
     """The embedded demo's pipeline, run once per test session on a smaller copy of the demo config
-    (`snakemake --profile profiles/local`): tests/test_pipeline.py checks its tables and figures,
-    tests/test_workflow.py what config edits rerun and that one cell reruns alone."""
+    (`snakemake --profile profiles/local`): tests/workflow/test_pipeline.py checks its tables and
+    figures, tests/workflow/test_workflow.py what config edits rerun and that one cell reruns
+    alone."""
     import subprocess
 
     import yaml

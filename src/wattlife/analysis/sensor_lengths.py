@@ -1,8 +1,8 @@
 """Energy against phase length (issue 46): the sensor study's load phases of known length between
 idle gaps, each one's energy from the integrated readings, the energy counter and the suite's own
 attribution, against a truth (the load's power over long phases' middles x the length). Tables
-in, tables out; `benchmarks/nvml_sensor.py` measures, tests/test_nvml_sensor.py and
-tests/test_h100_reference.py check these on synthetic and committed readings.
+in, tables out; `benchmarks/nvml_sensor.py` measures, tests/analysis/test_nvml_sensor.py and
+tests/results/test_h100_reference.py check these on synthetic and committed readings.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """NVML's power sensor characterised from readings around known loads (issue 46): the spacing of
 the readings, the update periods of polled values, a boxcar fit of the averaging window around
 power steps, and how much of a step's energy the integrated readings put across it. Tables in,
-tables out; no GPU, no NVML (`benchmarks/nvml_sensor.py` measures; tests/test_nvml_sensor.py
-checks these on synthetic data).
+tables out; no GPU, no NVML (`benchmarks/nvml_sensor.py` measures;
+tests/analysis/test_nvml_sensor.py checks these on synthetic data).
 
 Conventions: times are epoch ns (int64) on the host clock, as the trace contract; a reading
 stamped t averages the true power over [t - d - w, t - d] in the boxcar model (d: delay, w:

@@ -41,8 +41,8 @@ class SensorSettle:
     basis: str  # where the numbers come from
 
 
-#: GPU models whose sensor was studied (`benchmarks/nvml_sensor.py`): tests/test_settle.py
-#: recomputes each entry from the committed raw files.
+#: GPU models whose sensor was studied (`benchmarks/nvml_sensor.py`):
+#: tests/attribution/test_settle.py recomputes each entry from the committed raw files.
 KNOWN: dict[str, SensorSettle] = {
     "NVIDIA H100 80GB HBM3": SensorSettle(
         "NVIDIA H100 80GB HBM3", displaced_ms=24.1, reach_ms=73.7,

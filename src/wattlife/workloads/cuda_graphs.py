@@ -18,7 +18,7 @@ graphs cannot run (no CUDA device; several ranks, whose DDP hooks cannot be capt
 summary. The capture runs before the data loaders start their threads (a capture allows no CUDA
 calls from other threads). torch warns that the gradient accumulators' stream does not match the
 backward's (the capture ran on a side stream): each replayed backward then waits across streams;
-the gradients are right (tests/test_cuda_graphs.py, three SGD steps against eager).
+the gradients are right (tests/workloads/test_cuda_graphs.py, three SGD steps against eager).
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ Two ways to the same arithmetic:
   float16 on a GPU (tensor cores; 128 crops of up to 375 x 500 padded are ~47 GFLOP a batch) and in
   float32 elsewhere (where they are slower than the per-image resize: 1.0-1.5 s against 0.14-0.17 s
   a batch on 2 cores; the CPU never runs this path outside the tests). It equals the per-image path
-  to float rounding on the CPU, within half a level on a GPU (tests/test_gpu_augment.py). On the
-  H200 neither its speed nor its effect on the step is measured yet.
+  to float rounding on the CPU, within half a level on a GPU
+  (tests/workloads/test_gpu_augment.py). On the H200 neither its speed nor its effect on the step
+  is measured yet.
 """
 
 from __future__ import annotations

@@ -9,5 +9,5 @@
 # benchmarks/decode_rates.sh.
 CELLS=${CELLS:-cpu,gpu,gpu-graphs,gpu-no-helpers-graphs} REPEATS=${REPEATS:-2} \
   BUDGET=${BUDGET:-420} \
-  TESTS=${TESTS-tests/test_cuda_graphs.py tests/test_gpu_decode.py tests/test_gpu_augment.py} \
+  TESTS=${TESTS-tests/workloads/test_cuda_graphs.py tests/workloads/test_gpu_decode.py tests/workloads/test_gpu_augment.py} \
   exec bash benchmarks/decode_rates.sh

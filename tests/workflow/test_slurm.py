@@ -1,0 +1,133 @@
+"""The workflow through a real Slurm (Debian's slurm-wlm; `.ci/slurm-up.sh` starts it).
+
+Only where the user opted in (WATTLIFE_TEST_SLURM=1; .ci/run sets it once its own cluster is up):
+tests/conftest.py skips them otherwise, before anything here asks a Slurm command (nothing runs at
+import). The partition is the CI cluster's, `debug`, or WATTLIFE_TEST_SLURM_PARTITION."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import copy_workflow, slurm_test_partition
+from test_slurm_nodes import node_shapes, steps_of
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+def _node_gres() -> str:
+    """The GRES of this one-node cluster (`.ci/slurm-up.sh` gives it two placeholder GPUs)."""
+    return subprocess.run(["scontrol", "show", "node"], capture_output=True, text=True).stdout
+
+
+def _tiny_config(tmp_path: Path, gres: bool) -> Path:
+    """The shipped config, made tiny: one ResNet cell on local storage through the multi-node
+    launch path on this one node (srun -> a sampler per node -> torchrun -> merge)."""
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg["results_dir"] = str(tmp_path / "res")
+    cfg["storage"] = {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")}
+    cfg["data"]["images"].update(classes=2, train_per_class=6, val_per_class=2)
+    cfg["workloads"]["resnet"].update(steps=2, val_every=0, ckpt_every=1, image_size=32,
+                                      batch_size=4)
+    cfg["execution"].update(storage=["local"], checkpoint=["on"], per_node_sampler=True)
+    cfg["sampler"]["idle_baseline_s"] = 0.2
+    if gres:  # no simulated GPU: the cell asks for execution.gpus_per_node (1) real GPU per node
+        cfg["sampler"]["gpu"] = "none"
+    conf = tmp_path / "config.yaml"
+    conf.write_text(yaml.safe_dump(cfg))
+    return conf
+
+
+def _rerun_then_nothing_to_do(conf: Path, site: list[str], cell: Path, tmp_path: Path,
+                              env_path: dict[str, str], first_id: str) -> None:
+    """Rerun the one cell through Slurm (the README's form: `wattlife retire`, then rerun): measured
+    again, in a new Slurm job;
+    then, the run finished and the config unchanged, nothing to do."""
+    before = (cell / "trace.csv").read_bytes()
+    subprocess.run(["wattlife", "retire", str(tmp_path / "res"), "resnet/local/ckpt-on/r1"],
+                   env=env_path, check=True, capture_output=True, timeout=60)
+    rerun = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                            "--configfile", str(conf), *site, "--forcerun",
+                            str(cell / "trace.csv"), "--", str(cell / "phases.csv"),
+                            str(tmp_path / "res/tables/pfi.csv")], cwd=tmp_path / "workflow",
+                           env=env_path, capture_output=True, text=True, timeout=1200)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    new_ids = re.findall(r"SLURM jobid (\d+)", rerun.stdout + rerun.stderr)
+    assert len(new_ids) == 1 and new_ids[0] != first_id
+    assert (cell / "trace.csv").read_bytes() != before
+    again = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm",
+                            "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),
+                            str(tmp_path / "res/tables/pfi.csv")], cwd=tmp_path / "workflow",
+                           env=env_path,
+                           capture_output=True, text=True, timeout=300)
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
+
+
+def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
+    conf_text = subprocess.run(["scontrol", "show", "config"], capture_output=True,
+                               text=True).stdout
+    # the cluster binds tasks to their CPUs (as GPU clusters do): a 1-CPU step shows as one CPU
+    assert re.search(r"TaskPlugin\s*=.*(affinity|cgroup)", conf_text), "run .ci/slurm-up.sh"
+    gres = re.search(r"Gres=gpu", _node_gres()) is not None
+    conf = _tiny_config(tmp_path, gres)
+    # the documented command (`--profile profiles/slurm`, as shipped), with only this cluster's
+    # site values: its partition, and the status command of a cluster without accounting
+    part = slurm_test_partition()
+    site = ["--config", f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue"]
+    wf = copy_workflow(tmp_path / "workflow")
+    cell = tmp_path / "res/runs/resnet/local/ckpt-on/r1"
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                          "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),
+                          str(tmp_path / "res/tables/pfi.csv")], cwd=wf, env=env_path,
+                         capture_output=True, text=True, timeout=1200)
+    log = out.stdout[-4000:] + out.stderr[-4000:]
+    assert out.returncode == 0, log
+    ids = re.findall(r"SLURM jobid (\d+)", out.stdout + out.stderr)
+    assert len(ids) == 1, log  # the cell went through sbatch; the CPU steps ran on this host
+    print("Slurm job ids:", ids)
+    shown = subprocess.run(["scontrol", "show", "job", ids[0]], capture_output=True,
+                           text=True).stdout
+    assert "execute" in shown and f"Partition={part}" in shown, shown
+    assert re.search(r"OverSubscribe=NO|Shared=0|exclusive", shown, re.I), shown
+    # the whole node, whichever of the partition's (mixed) nodes it landed on: every CPU and all
+    # the memory a job may have there (RealMemory - MemSpecLimit)
+    node = re.search(r"\bNodeList=(\S+)", shown).group(1)
+    cpus, mem = node_shapes(part)[node]
+    assert re.search(rf"\bNumCPUs={cpus}\b", shown) and f"mem={mem}M" in shown, shown
+    # inside the measuring step (and each node's launch-node): every CPU of the job's node
+    steps = steps_of(cell / "run.log")
+    print(f"measuring steps saw (node {node}):", steps)
+    assert steps and all(s["job_id"] == ids[0] and s["cpus_allowed"] >= cpus and s["host"] == node
+                         and s["job_cpus_on_node"] == cpus and s["mem_per_node_mb"] == mem
+                         for s in steps), steps
+    if gres:  # the GPU rule asked for its GPU per node (--gres) and Slurm granted the placeholder
+        assert re.search(r"gres/gpu[=:]1|gpu:1", shown), shown
+    node_traces = list((cell / "nodes").glob("*/trace.csv"))
+    assert len(node_traces) == 1 and (cell / "clock_offsets.csv").exists()
+    assert set(pd.read_csv(cell / "trace.csv")["host"]) == {node_traces[0].parent.name}
+    ph = pd.read_csv(cell / "phases.csv")
+    assert {"stage_copy", "forward", "checkpoint"} <= set(ph["phase"])
+    assert pd.read_csv(tmp_path / "res/tables/pfi.csv")["pfi"].notna().all()
+    _rerun_then_nothing_to_do(conf, site, cell, tmp_path, env_path, ids[0])
+
+
+def test_a_cluster_without_accounting_is_named_before_any_job_is_submitted(tmp_path, env_path):
+    """Without --slurm-status-command squeue the executor would poll sacct, which never sees a
+    job end here (accounting_storage/none): the run stops at once and names the flag."""
+    shown = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    if not re.search(r"AccountingStorageType\s*=\s*accounting_storage/none", shown):
+        pytest.skip("this cluster has accounting")
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                          "--config", f"results_dir={tmp_path / 'res'}",
+                          f"slurm={{gpu_partition: {slurm_test_partition()}}}", "--",
+                          str(tmp_path / "res/tables/pfi.csv")],
+                         cwd=copy_workflow(tmp_path / "workflow"), env=env_path,
+                         capture_output=True, text=True, timeout=600)
+    log = out.stdout + out.stderr
+    assert out.returncode != 0 and "--slurm-status-command squeue" in log, log[-3000:]
+    assert "SLURM jobid" not in log, log[-3000:]
