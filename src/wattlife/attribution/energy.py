@@ -235,8 +235,7 @@ def _attribute_devices(series: Sequence[DeviceSeries],
                                   list[str], list[str]]:
     """Each device's phases table, the sensor responses used ({(host, device): response}),
     the devices whose phases lie partly outside the trace's span ('host/device share (s)') and
-    the devices with sensor gaps (`Gaps.describe`). Each host's node series is described into
-    `nodes` (its period from `node_periods` {host: s}, else the trace's spacing)."""
+    the devices with sensor gaps (`Gaps.describe`); each host's node series into `nodes`."""
     frames = []
     used: dict[tuple[str, str], SensorResponse] = {}
     uncovered: list[str] = []
@@ -363,9 +362,8 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
     `trace`: the table, or a `chunked.SpilledTrace` (a trace read in chunks, its timestamps
     checked as it was read); `events`: the table, or a `rank_events.RankEvents` (one rank's
     file at a time, each prepared as the table is): the same table either way.
-    `settles` ({device: SensorSettle}): see `settle.integrate_held`. A host with a `node`
-    device also gets `node_rest` rows (`node_rest.add_node_rest`; its node sensor's period from
-    `node_periods` {host: s}, else the trace's spacing)."""
+    `settles` ({device: SensorSettle}): see `settle.integrate_held`. `node_periods` {host: s}:
+    see `node_rest.add_node_rest` (a host with a `node` device also gets `node_rest` rows)."""
     if isinstance(response, str) and response != "estimate":
         raise ValueError(f"response must be a SensorResponse, 'estimate' or None, got {response!r}")
     if method not in ("auto", "integrate", "deconvolve"):
@@ -388,8 +386,12 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
     _warn_uncovered(uncovered, strict, where)
     _warn_gaps(gapped, where)
     frames += _short_devices(short, where)
-    out = pd.concat(frames, ignore_index=True)
-    out = add_node_rest(settle_columns(out, settles), nodes)
+    out = add_node_rest(settle_columns(pd.concat(frames, ignore_index=True), settles), nodes)
+    return _finish(out, run_id, used)
+
+
+def _finish(out: pd.DataFrame, run_id: str, used: dict[Any, SensorResponse]) -> pd.DataFrame:
+    """The phases table's run id, mean power, column order and sensor responses used."""
     out["run_id"] = run_id
     with np.errstate(divide="ignore", invalid="ignore"):
         out["mean_power_w"] = np.where(out["time_s"] > 0, out["energy_j"] / out["time_s"], np.nan)
