@@ -115,3 +115,28 @@ def test_node_periods_read_from_meta_sampler_backends():
     assert node_periods(sampler, "h") == {"h": 1.02}
     assert node_periods({"backends": [{"devices": ["node"], "reading_period_s": None}]}, "h") == {}
     assert node_periods(None, "h") == {}
+
+
+def _cell(df: pd.DataFrame, repeat: int = 1) -> pd.DataFrame:
+    return df.assign(workload="w", storage="local", checkpoint="off", repeat=repeat)
+
+
+def test_run_tables_carry_node_rows_their_share_and_the_node_source():
+    from wattlife.analysis.aggregate import device_share, phase_summary
+
+    runs = pd.concat([_cell(_attribute(0.5), 1), _cell(_attribute(0.5), 2)], ignore_index=True)
+    summ = phase_summary(runs)
+    assert set(summ["node_source"]) == {"pm_counters"}
+    ckpt = summ[(summ["phase"] == "ckpt") & (summ["device_kind"] == NODE_REST)].iloc[0]
+    assert bool(ckpt["below_node_period"])
+    train = summ[(summ["phase"] == "train") & (summ["device_kind"] == NODE_REST)].iloc[0]
+    assert train["energy_lo_j"] <= REST_W * 6.0 <= train["energy_hi_j"]
+    share = device_share(runs).set_index("device_kind")
+    assert np.isnan(share.loc["node", "share"]) and np.isnan(share.loc[NODE_REST, "share"])
+    assert share.loc["node", "node_share"] == pytest.approx(1.0)
+    parts = share.loc[["gpu", "cpu", NODE_REST], "node_share"].sum()
+    assert parts == pytest.approx(1.0)  # the parts and the rest make up the node
+    assert share.loc["gpu", "share"] + share.loc["cpu", "share"] == pytest.approx(1.0)
+    none = device_share(_cell(_attribute(None)))
+    assert set(none["node_source"]) == {"none"} and "node_share" not in none.columns
+    assert set(phase_summary(_cell(_attribute(None)))["node_source"]) == {"none"}
