@@ -140,3 +140,28 @@ def test_run_tables_carry_node_rows_their_share_and_the_node_source():
     none = device_share(_cell(_attribute(None)))
     assert set(none["node_source"]) == {"none"} and "node_share" not in none.columns
     assert set(phase_summary(_cell(_attribute(None)))["node_source"]) == {"none"}
+
+
+def test_preparation_tables_show_the_node_share_and_never_count_the_node_twice():
+    from wattlife.analysis.downloads import download_fit, download_rows, facility_estimate
+
+    phases, recs = [], []
+    for k, size in enumerate((1e9, 2e9, 3e9)):
+        ph = _attribute(0.5)
+        phases.append(ph.assign(phase=ph["phase"].replace({"train": "download_dataset"})))
+        recs.append({"name": f"d{k}", "kind": "dataset", "bytes": size, "size_bytes": size,
+                     "seconds": 6.0 * (k + 1)})
+    rows = download_rows(recs, phases)
+    assert set(rows["node_source"]) == {"pm_counters"}
+    one = rows[rows["artefact"] == "d0"].set_index("device_kind")
+    assert one.loc[["gpu", "cpu", NODE_REST], "node_share"].sum() == pytest.approx(1.0)
+    rest_j = REST_W * (6.0 + 3.0)  # its transfer phases: download_dataset and upload
+    assert one.loc[NODE_REST, "energy_lo_j"] <= rest_j <= one.loc[NODE_REST, "energy_hi_j"]
+    cat = pd.DataFrame({"name": ["big"], "kind": ["dataset"], "size_bytes": [10e9]})
+    fac = facility_estimate(cat, download_fit(rows), 10.0, 1.0).iloc[0]
+    parts = fac["energy_per_download_j_gpu"] + fac["energy_per_download_j_cpu"]
+    assert fac["energy_per_download_j"] == pytest.approx(parts)  # node, node_rest apart
+    assert fac["node_share"] == pytest.approx(parts / fac["energy_per_download_j_node"])
+    assert fac["node_source"] == "pm_counters"
+    plain = [p[p["device_kind"].isin(["gpu", "cpu"])] for p in phases]
+    assert set(download_rows(recs, plain)["node_source"]) == {"none"}
