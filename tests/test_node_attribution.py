@@ -165,3 +165,15 @@ def test_preparation_tables_show_the_node_share_and_never_count_the_node_twice()
     assert fac["node_source"] == "pm_counters"
     plain = [p[p["device_kind"].isin(["gpu", "cpu"])] for p in phases]
     assert set(download_rows(recs, plain)["node_source"]) == {"none"}
+
+
+def test_figures_draw_the_node_and_name_its_source(tmp_path):
+    from wattlife.analysis.aggregate import device_share, phase_summary
+    from wattlife.figures.lifecycle import fig_device_share, fig_phase_energy, node_source_words
+
+    runs = _cell(_attribute(0.5))
+    summ = phase_summary(runs)
+    assert "pm_counters" in node_source_words(summ)
+    assert fig_phase_energy(summ, tmp_path / "fig1") and fig_device_share(
+        device_share(runs), tmp_path / "fig2")
+    assert "none" in node_source_words(phase_summary(_cell(_attribute(None))))
