@@ -2,12 +2,16 @@
 whose rest of the node draws a known power, attributed by the real machinery; known answers within
 the stated interval, short phases flagged, and nothing changes without a node device."""
 
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import node_emulators as emu
 from wattlife.attribution import attribute_energy
 from wattlife.attribution.node_rest import BELOW_PERIOD, NODE_REST, node_periods
 
@@ -177,3 +181,86 @@ def test_figures_draw_the_node_and_name_its_source(tmp_path):
     assert fig_phase_energy(summ, tmp_path / "fig1") and fig_device_share(
         device_share(runs), tmp_path / "fig2")
     assert "none" in node_source_words(phase_summary(_cell(_attribute(None))))
+
+
+TRAIN = '''
+import sys, time
+from wattlife.markers import phase, step
+from wattlife.contracts.clock import now_ns
+t0 = int(sys.argv[1])
+while now_ns() < t0 + 0.3e9:  # phases start inside the emulator's schedule
+    time.sleep(0.01)
+def busy(s):
+    end = time.monotonic() + s
+    while time.monotonic() < end:
+        sum(i * i for i in range(2000))
+with phase("download_dataset"):
+    time.sleep(1.4)
+with phase("data_load"):
+    busy(0.9)
+for _ in range(6):
+    with step(items=8):
+        with phase("forward"):
+            busy(0.25)
+        with phase("backward"):
+            busy(0.35)
+with phase("checkpoint"):
+    time.sleep(0.04)
+with phase("upload"):
+    time.sleep(1.1)
+'''
+
+
+def _edge_near(x_ns: float, t0: int, reach_s: float) -> bool:
+    """Whether a segment edge of the emulator's schedule lies within `reach_s` of `x_ns`."""
+    s = (x_ns - t0) / 1e9
+    assert emu.SEGMENT_S == 1.0  # edges at whole seconds from T0
+    return abs(s - round(s)) <= reach_s
+
+
+@pytest.mark.slow
+def test_wattlife_run_with_a_pm_counters_node_gives_node_and_node_rest_rows(
+        tmp_path, env_path, children):
+    """`wattlife run` over a pm_counters tree a real process rewrites at 10 Hz (the emulator's
+    known power schedule), a training-like script, the simulated GPU and the CPU estimate:
+    every phase has GPU, CPU, node and node_rest rows; the node's energy per phase is the
+    schedule's within the stated interval (widened by the writer's lag); the 40 ms checkpoint is
+    flagged below the node period."""
+    from wattlife.contracts.clock import now_ns
+
+    root, run = tmp_path / "pm_counters", tmp_path / "run"
+    t0 = now_ns() + int(1.5e9)
+    children.spawn([sys.executable, str(Path(emu.__file__)), "pm_counters", str(root), str(t0)])
+    (tmp_path / "train.py").write_text(TRAIN)
+    cfg = tmp_path / "node.yaml"
+    cfg.write_text("sampler:\n  interval_ms: 50\n  gpu: sim\n  cpu: estimate\n"
+                   "  idle_baseline_s: 0.3\n  cpu_estimate: {idle_w: 40, max_w: 150}\n"
+                   "  sim_gpu: {n_gpus: 1, mem_share: 0.3, interval_ms: 20}\n  node: pm_counters\n"
+                   f"  node_sources: {{pm_counters: {{root: '{root}', period_ms: 100}}}}\n")
+    for args in (["run", "-o", str(run), "--config", str(cfg), "--", sys.executable,
+                  str(tmp_path / "train.py"), str(t0)], ["attribute", str(run)]):
+        out = subprocess.run([sys.executable, "-m", "wattlife.cli", *args], cwd=tmp_path,
+                             env=env_path, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    ph = pd.read_csv(run / "phases.csv")
+    ev = pd.read_csv(run / "events.csv")
+    lag = float((root / "maxgap_s").read_text()) + 0.1  # the writer's update + one poll
+    for name in ("download_dataset", "data_load", "forward", "backward", "checkpoint", "upload"):
+        kinds = set(ph.loc[ph["phase"] == name, "device_kind"])
+        assert {"gpu", "cpu", "node", NODE_REST} <= kinds, (name, kinds)
+        node = _row(ph, name, "node")
+        spans = ev[ev["phase"] == name]
+        true = sum(emu.energy_between(a, b, t0) for a, b in zip(spans["start_ns"],
+                                                                  spans["end_ns"], strict=True))
+        # a schedule edge seen late moves energy across a phase boundary only when it lies
+        # within the lag (plus one reading spacing) of that boundary
+        reach = lag + 0.05
+        near = sum(_edge_near(x, t0, reach) for x in np.r_[spans["start_ns"], spans["end_ns"]])
+        slack = near * (emu.HIGH_W - emu.LOW_W) * reach
+        assert node["energy_lo_j"] - slack <= true <= node["energy_hi_j"] + slack, (name, true,
+                                                                                     node)
+        assert _row(ph, name, NODE_REST)["source"].startswith("pm_counters-minus-")
+    assert bool(_row(ph, "checkpoint", "node")[BELOW_PERIOD])
+    assert not bool(_row(ph, "data_load", "node")[BELOW_PERIOD])
+    share = pd.read_csv(run / "tables" / "device_share.csv")
+    assert set(share["node_source"]) == {"pm_counters"}
