@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..contracts import (
     EVENTS_FILE,
+    KINDS,
     META_FILE,
     PER_STEP_PHASES,
     PHASES_COLUMNS,
@@ -47,6 +48,7 @@ from .repeats import (
 
 CELL_KEYS = ["workload", "storage", "checkpoint", "repeat"]
 CELLS = CELL_KEYS[:3]  # a cell of the matrix, over its repeats
+NODE_KIND = KINDS["node"].name  # the whole node (issue 45): its rows name the cell's node source
 
 
 CELL_DIR = re.compile(r"^(?P<workload>.+)-(?P<storage>shared|local)"
@@ -169,12 +171,15 @@ def per_run(phases: pd.DataFrame) -> pd.DataFrame:
     # covered_fraction: the least covered device (a phase partly outside the trace, in a sensor
     # gap, or a device with too few readings, is flagged with its share instead of counting as
     # 0 J); gap_s: the most seconds any device of the kind did not read during the phase
+    # below_node_period (node rows, issue 45): any run's phase the node sensor did not resolve
+    short = ({"below_node_period": ("below_node_period", _any_true)}
+             if "below_node_period" in p.columns else {})
     rows = p.groupby(CELL_KEYS + ["phase", "device_kind"], as_index=False, dropna=False).agg(
         energy_j=("energy_j", "sum"), energy_lo_j=("energy_lo_j", "sum"),
         energy_hi_j=("energy_hi_j", "sum"), time_s=("time_s", "max"),
         covered_fraction=("covered_fraction", "min"), gap_s=("gap_s", "max"),
         method=("method", lambda s: ",".join(sorted(set(s)))),
-        source=("source", lambda s: ",".join(sorted(set(s)))))
+        source=("source", lambda s: ",".join(sorted(set(s)))), **short)
     runs = p.groupby(CELL_KEYS, as_index=False, dropna=False).agg(
         items=("items", "first"), throughput_unit=("throughput_unit", "first"))
     names = rows[CELLS + ["phase", "device_kind", "method", "source"]].drop_duplicates(
@@ -191,6 +196,12 @@ def per_run(phases: pd.DataFrame) -> pd.DataFrame:
     out["energy_per_item_j"] = np.where(per_step, out["energy_j"] / out["items"] * scale, np.nan)
     out.loc[~per_step, "item_unit"] = ""
     return out
+
+
+def _any_true(values: pd.Series) -> object:
+    """True where any value is true (`True`/`"True"`), NaN where none is known (not a node row)."""
+    known = values.dropna().astype(str)
+    return bool((known == "True").any()) if len(known) else np.nan
 
 
 def _cell_stats(groups: pd.core.groupby.DataFrameGroupBy,
@@ -211,7 +222,8 @@ def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
     mean energy and time with their 95 % t intervals across repeats (`energy_repeat_lo_j` …,
     `interval`), the mean per-run attribution interval (`energy_lo_j`, `energy_hi_j`: measurement,
     not run-to-run spread), and for per-step phases the energy per item (`energy_per_item_j` in
-    `item_unit`, J/image or J/1k tokens) with its interval; sources and methods."""
+    `item_unit`, J/image or J/1k tokens) with its interval; sources and methods; `node_source`
+    (issue 45), and `below_node_period` where there are node rows."""
     runs = per_run(phases)
     keys = CELLS + ["phase", "device_kind"]
     stats_ = _cell_stats(runs.groupby(keys, sort=True), {
@@ -221,9 +233,22 @@ def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
         energy_lo_j=("energy_lo_j", "mean"), energy_hi_j=("energy_hi_j", "mean"),
         items=("items", "mean"), item_unit=("item_unit", "first"),
         covered_fraction=("covered_fraction", "min"), gap_s=("gap_s", "max"),
-        method=("method", "first"), source=("source", "first"))
+        method=("method", "first"), source=("source", "first"),
+        **({"below_node_period": ("below_node_period", _any_true)}
+           if "below_node_period" in runs.columns else {}))
     out = stats_.merge(rest, on=keys)
     out["interval"] = INTERVAL
+    return with_node_source(out, runs)
+
+
+def with_node_source(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """`table` with `node_source`: each cell's whole-node source(s) (`pm_counters`, `redfish`,
+    `ipmi`, `sstat`; its `node` rows' source), or `none` where the cell has no node rows."""
+    node = runs[runs["device_kind"] == NODE_KIND]
+    src = node.groupby(CELLS)["source"].agg(
+        lambda v: ",".join(sorted(set(",".join(v).split(","))))).rename("node_source")
+    out = table.merge(src.reset_index(), on=CELLS, how="left") if len(src) else table.copy()
+    out["node_source"] = out["node_source"].fillna("none") if len(src) else "none"
     return out
 
 
@@ -231,7 +256,9 @@ def device_share(phases: pd.DataFrame) -> pd.DataFrame:
     """CPU/GPU share of each cell's energy (the study: ResNet-50 16/84, Qwen3-8B 8/92): per run,
     then n, mean and 95 % t interval across the cell's repeats (`share_repeat_lo` …). The share
     is of the node's parts (`contracts.node_part_kinds`: GPU + CPU + DRAM); a whole-node row
-    (`node`) is no part of that sum and has no share (NaN), only its energy."""
+    (`node`) is no part of that sum and has no share (NaN), only its energy; where a cell has
+    one, `node_share` is each kind's share of the whole node's energy (node_rest: the rest of
+    it). `node_source` names the node source, or `none`."""
     runs = per_run(phases)
     tot = runs.groupby(CELL_KEYS + ["device_kind"], as_index=False).agg(
         energy_j=("energy_j", "sum"), source=("source", "first"))
@@ -239,12 +266,17 @@ def device_share(phases: pd.DataFrame) -> pd.DataFrame:
     parts_j = tot["energy_j"].where(part, 0.0).groupby(
         [tot[k] for k in CELL_KEYS]).transform("sum")
     tot["share"] = (tot["energy_j"] / parts_j).where(part)
+    columns = {"energy_j": ("energy", "_j"), "share": ("share", "")}
+    if (tot["device_kind"] == NODE_KIND).any():  # each kind's share of the whole node's energy
+        node_j = tot["energy_j"].where(tot["device_kind"] == NODE_KIND).groupby(
+            [tot[k] for k in CELL_KEYS]).transform("max")
+        tot["node_share"] = tot["energy_j"] / node_j
+        columns["node_share"] = ("node_share", "")
     keys = CELLS + ["device_kind"]
-    out = _cell_stats(tot.groupby(keys, sort=True), {"energy_j": ("energy", "_j"),
-                                                     "share": ("share", "")})
+    out = _cell_stats(tot.groupby(keys, sort=True), columns)
     out = out.merge(tot.groupby(keys, as_index=False)["source"].first(), on=keys)
     out["interval"] = INTERVAL
-    return out
+    return with_node_source(out, runs)
 
 
 def storage_checkpoint_deltas(phases: pd.DataFrame) -> pd.DataFrame:

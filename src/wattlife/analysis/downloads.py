@@ -16,10 +16,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..contracts import TRANSFER_PHASES
+from ..contracts import KINDS, TRANSFER_PHASES, node_part_kinds
 from ..errors import InputError
 
 GB = 1e9
+NODE_KIND = KINDS["node"].name  # the whole node (issue 45), where a node source was read
 
 
 def overlapping(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -34,7 +35,9 @@ def overlapping(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def download_rows(records: list[dict[str, Any]], phases: list[pd.DataFrame]) -> pd.DataFrame:
     """One row per transfer x device kind: artefact, kind, client, bytes, seconds, network bytes,
-    energy of its phase on that device kind with the 95% interval, and the source of each number.
+    energy of its phase on that device kind with the 95% interval, and the source of each number;
+    `node_share`: that energy's share of the whole node's (NaN without a node source, whose
+    name `node_source` gives, or `none`).
 
     `records[i]` is what `wattlife fetch/upload --record` wrote; `phases[i]` the attributed
     phases.csv of the same run."""
@@ -43,6 +46,9 @@ def download_rows(records: list[dict[str, Any]], phases: list[pd.DataFrame]) -> 
     rows = []
     for i, (rec, ph) in enumerate(zip(records, phases, strict=True)):
         ph = ph[ph["phase"].isin(TRANSFER_PHASES)]
+        node = ph[ph["device_kind"] == NODE_KIND]
+        node_j = float(node["energy_j"].sum()) if len(node) else np.nan
+        node_source = ",".join(sorted(set(node["source"]))) or "none"
         for kind, g in ph.groupby("device_kind"):
             rows.append({
                 "artefact": rec["name"], "kind": rec.get("kind", ""),
@@ -59,6 +65,8 @@ def download_rows(records: list[dict[str, Any]], phases: list[pd.DataFrame]) -> 
                                                                    "interfaces)",
                 "transfers_at_once": rec.get("transfers_at_once"),
                 "overlapping_transfers": over[i],
+                # issue 45: the kind's share of the whole node's energy, and which source read it
+                "node_share": g["energy_j"].sum() / node_j, "node_source": node_source,
             })
     return pd.DataFrame(rows)
 
@@ -89,7 +97,8 @@ def facility_estimate(catalogue: pd.DataFrame, fit: pd.DataFrame, users_per_arte
     """Per catalogue artefact: energy per download predicted by the fit (all device kinds summed),
     and per month the energy of every user fetching it vs a shared read-only cache fetching it
     once: avoided = (users x downloads per user - 1) x energy per download. The numbers are
-    `estimate`s (a fit applied to public sizes), and say which fit they came from."""
+    `estimate`s (a fit applied to public sizes), and say which fit they came from. The per-download
+    energy sums the node's parts; a node fit adds the whole node's (`_facility_node`)."""
     f = fit[fit["direction"] == "download"]
     sec_per_gb = float(f["s_per_gb"].mean())
     per_month = users_per_artefact * downloads_per_user_per_month
@@ -98,7 +107,8 @@ def facility_estimate(catalogue: pd.DataFrame, fit: pd.DataFrame, users_per_arte
     for r in f.itertuples(index=False):  # per device kind, so a GPU-less login node can drop GPU
         out[f"energy_per_download_j_{r.device_kind}"] = np.maximum(
             r.j_intercept + r.j_per_gb * gb, 0.0)
-    per_kind = [f"energy_per_download_j_{k}" for k in f["device_kind"]]
+    # the parts' sum (GPU + CPU + DRAM): node and node_rest hold the parts, so they are apart
+    per_kind = [f"energy_per_download_j_{k}" for k in f["device_kind"] if k in node_part_kinds()]
     out["energy_per_download_j"] = out[per_kind].sum(axis=1)
     out["seconds_per_download"] = sec_per_gb * gb
     out["downloads_per_month"] = per_month
@@ -107,6 +117,19 @@ def facility_estimate(catalogue: pd.DataFrame, fit: pd.DataFrame, users_per_arte
     out["avoided_kwh_per_month"] = (out["energy_no_cache_kwh_per_month"]
                                     - out["energy_with_cache_kwh_per_month"])
     out["source"] = "estimate (fit: " + ",".join(sorted(set(f["source"]))) + ")"
+    return _facility_node(out, f, per_month)
+
+
+def _facility_node(out: pd.DataFrame, fit: pd.DataFrame, per_month: float) -> pd.DataFrame:
+    """The facility estimate on the whole node's energy where a node source was read (the
+    node's per-download energy, the parts' share of it, the node's avoided kWh per month), and
+    `node_source` (its fit's source, or `none`)."""
+    col = f"energy_per_download_j_{NODE_KIND}"
+    node = fit[fit["device_kind"] == NODE_KIND]
+    out["node_source"] = ",".join(sorted(set(node["source"]))) or "none"
+    if col in out.columns:
+        out["node_share"] = out["energy_per_download_j"] / out[col].where(out[col] > 0)
+        out["avoided_node_kwh_per_month"] = out[col] * (per_month - 1.0) / 3.6e6
     return out
 
 
@@ -119,8 +142,13 @@ def staging_breakeven(summary: pd.DataFrame, dataset_bytes: dict[str, float],
     from local disk saves, per epoch, (data_load energy of `shared` - of `local`) /
     `epochs_run[w]`. Both scale with the dataset's size, so the break-even `copy / saving` is the
     same at every size; the table evaluates it (and the copy's energy) at `sizes_bytes` for the
-    figure. A saving <= 0 (local no faster, as when both paths are one disk) is `inf`: never."""
+    figure. A saving <= 0 (local no faster, as when both paths are one disk) is `inf`: never.
+    Energies are the node's parts'; where the summary has node rows, `_staging_node`'s columns
+    give the whole node's copy energy and the parts' share of it (`node_source`, else `none`)."""
     s = summary[summary["checkpoint"] == "off"] if "off" in set(summary["checkpoint"]) else summary
+    node = _staging_node(s)
+    if "device_kind" in s.columns:  # the parts only: node and node_rest rows hold them again
+        s = s[s["device_kind"].isin(node_part_kinds())]
     e = s.groupby(["workload", "storage", "phase"])["energy_j"].sum()
     src = s.groupby("workload")["source"].agg(
         lambda v: ",".join(sorted(set(",".join(v).split(",")))))
@@ -139,8 +167,26 @@ def staging_breakeven(summary: pd.DataFrame, dataset_bytes: dict[str, float],
                         "saving_j_per_gb_epoch": saving_per_gb,
                         "copy_energy_j": copy_per_gb * size / GB,
                         "breakeven_epochs": epochs, "measured_dataset_bytes": float(nbytes),
-                        "source": src.get(w, "")})
+                        "source": src.get(w, ""), **node.get(w, {"node_source": "none"})})
     return pd.DataFrame(out)
+
+
+def _staging_node(summary: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per workload with node rows (issue 45): the node source, and the parts' share of the
+    whole node's energy in the `local` cell's stage_copy (`copy_node_share`) with the copy's
+    node energy (`copy_node_j`); workloads without node rows are absent (`none`)."""
+    if "device_kind" not in summary.columns:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for w, g in summary[summary["device_kind"] == NODE_KIND].groupby("workload"):
+        copy = g[(g["storage"] == "local") & (g["phase"] == "stage_copy")]["energy_j"].sum()
+        parts = summary[(summary["workload"] == w) & (summary["storage"] == "local")
+                        & (summary["phase"] == "stage_copy")
+                        & summary["device_kind"].isin(node_part_kinds())]["energy_j"].sum()
+        out[str(w)] = {"node_source": ",".join(sorted(set(g["source"]))),
+                       "copy_node_j": float(copy),
+                       "copy_node_share": float(parts / copy) if copy > 0 else np.nan}
+    return out
 
 
 def staging_inputs(summaries: list[dict[str, Any]], cells: list[dict[str, Any]]

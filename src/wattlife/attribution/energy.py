@@ -22,6 +22,7 @@ from ..contracts import (
 )
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
 from .gaps import GAP_PERIODS, Gaps, add_gap_columns, sensor_gaps
+from .node_rest import NODE_KIND, NodeSensor, add_node_rest
 from .response import SensorResponse
 from .series import (
     DeviceSeries,
@@ -227,12 +228,14 @@ def _attribute_devices(series: Sequence[DeviceSeries],
                        floors: dict[tuple[str, str], float], method: str, window_s: float | None,
                        response: SensorResponse | str | None, n_boot: int,
                        idle_window: tuple[int, int] | None, strict: bool, where: str,
-                       settles: Mapping[str, SensorSettle] | None = None
+                       settles: Mapping[str, SensorSettle] | None = None,
+                       nodes: dict[str, NodeSensor] | None = None,
+                       node_periods: Mapping[str, float] | None = None
                        ) -> tuple[list[pd.DataFrame], dict[tuple[str, str], SensorResponse],
                                   list[str], list[str]]:
     """Each device's phases table, the sensor responses used ({(host, device): response}),
     the devices whose phases lie partly outside the trace's span ('host/device share (s)') and
-    the devices with sensor gaps (`Gaps.describe`)."""
+    the devices with sensor gaps (`Gaps.describe`); each host's node series into `nodes`."""
     frames = []
     used: dict[tuple[str, str], SensorResponse] = {}
     uncovered: list[str] = []
@@ -254,6 +257,8 @@ def _attribute_devices(series: Sequence[DeviceSeries],
         df, r = _estimate_device(s, tree, method, window_s, response, n_boot, settles)
         if r is not None:
             used[(s.host, s.device)] = r
+        if nodes is not None and device_kind(s.device) == NODE_KIND:
+            nodes[s.host] = NodeSensor.of(s, (node_periods or {}).get(s.host))
         frames.append(add_gap_columns(_label_device(df, s, frac, idle_window), gaps, tree))
         bar.update(1)
     bar.close()
@@ -336,7 +341,8 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
                      strict: bool = False, cuda_to_nvml: list[int] | None = None,
                      where: str = "", rank_devices: dict[int, list[int]] | None = None,
                      floor_window: tuple[int, int] | None = None,
-                     settles: Mapping[str, SensorSettle] | None = None) -> pd.DataFrame:
+                     settles: Mapping[str, SensorSettle] | None = None,
+                     node_periods: Mapping[str, float] | None = None) -> pd.DataFrame:
     """trace x events -> phases table (contract columns plus host, window_ms, identified,
     covered_fraction, and, with an idle window, idle_power_w / static_j / dynamic_j).
 
@@ -356,7 +362,8 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
     `trace`: the table, or a `chunked.SpilledTrace` (a trace read in chunks, its timestamps
     checked as it was read); `events`: the table, or a `rank_events.RankEvents` (one rank's
     file at a time, each prepared as the table is): the same table either way.
-    `settles` ({device: SensorSettle}): see `settle.integrate_held`."""
+    `settles` ({device: SensorSettle}): see `settle.integrate_held`. `node_periods` {host: s}:
+    see `node_rest.add_node_rest` (a host with a `node` device also gets `node_rest` rows)."""
     if isinstance(response, str) and response != "estimate":
         raise ValueError(f"response must be a SensorResponse, 'estimate' or None, got {response!r}")
     if method not in ("auto", "integrate", "deconvolve"):
@@ -366,11 +373,12 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
     series: Sequence[DeviceSeries] = (device_series(trace) if isinstance(trace, pd.DataFrame)
                                       else trace)
     floors = _idle_floors(series, floor_window or idle_window)
+    nodes: dict[str, NodeSensor] = {}
     # one BLAS thread for tall, narrow least squares (nnls on 200 k x 12: 0.07 CPU s, not 0.52)
     with threadpool_limits(limits=1, user_api="blas"):
         frames, used, uncovered, gapped = _attribute_devices(
             series, pmap, events, floors, method, window_s, response, n_boot, idle_window,
-            strict, where, settles)
+            strict, where, settles, nodes, node_periods)
     short = (too_few_readings(trace, series) if isinstance(trace, pd.DataFrame)
              else trace.short())
     if not frames:
@@ -378,8 +386,12 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
     _warn_uncovered(uncovered, strict, where)
     _warn_gaps(gapped, where)
     frames += _short_devices(short, where)
-    out = pd.concat(frames, ignore_index=True)
-    out = settle_columns(out, settles)
+    out = add_node_rest(settle_columns(pd.concat(frames, ignore_index=True), settles), nodes)
+    return _finish(out, run_id, used)
+
+
+def _finish(out: pd.DataFrame, run_id: str, used: dict[Any, SensorResponse]) -> pd.DataFrame:
+    """The phases table's run id, mean power, column order and sensor responses used."""
     out["run_id"] = run_id
     with np.errstate(divide="ignore", invalid="ignore"):
         out["mean_power_w"] = np.where(out["time_s"] > 0, out["energy_j"] / out["time_s"], np.nan)

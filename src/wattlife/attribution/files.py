@@ -30,6 +30,7 @@ from ..errors import InputError
 from ..pathlock import one_writer
 from .chunked import SpilledTrace
 from .energy import attribute_energy
+from .node_rest import node_periods
 from .rank_events import RankEvents
 from .response import SensorResponse
 from .settle import settle_by_device
@@ -238,7 +239,8 @@ def _attribute_read(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path,
                           response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
                           where=f"{trace} x {events}", rank_devices=rank_devices(meta),
                           floor_window=meta.idle_window,
-                          settles=settle_by_device(meta.gpu_identities, meta.gpu_model))
+                          settles=settle_by_device(meta.gpu_identities, meta.gpu_model),
+                          node_periods=node_periods(meta.sampler, meta.host))
     write_table(df, out, PHASES_COLUMNS)
     out = Path(out)
     for (host, device), r in df.attrs["sensor_responses"].items():

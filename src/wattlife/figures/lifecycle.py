@@ -19,7 +19,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
-from ..contracts import PER_STEP_PHASES, kind_colors, kind_label
+from ..contracts import PER_STEP_PHASES, kind_colors, kind_label, node_part_kinds
 from .common import (
     PHASE_PALETTE,
     NothingToDraw,
@@ -33,6 +33,20 @@ from .common import (
 
 CELL_COLORS = ("#2a7ab9", "#e08a2c", "#3a9a4a", "#9467bd")
 NOISE = "within run-to-run noise"
+
+
+def node_source_words(df: pd.DataFrame) -> str:
+    """What a figure's caption says of the whole node (issue 45): its source(s) from the table's
+    `node_source` column (or its `node` rows), or that none was read."""
+    names: set[str] = set()
+    if "node_source" in df.columns:
+        names = {str(v) for v in df["node_source"].dropna()} - {"none", ""}
+    elif "device_kind" in df.columns:
+        names = {str(v) for v in df.loc[df["device_kind"] == "node", "source"].dropna()}
+    if not names:
+        return "Node source — none (no whole-node power read: no node or node_rest rows)"
+    return (f"Node source — {', '.join(sorted(names))} (whole-node power; node_rest = node minus "
+            "the measured GPU, CPU and DRAM, worst-case interval)")
 
 
 def _n(df: pd.DataFrame) -> int:
@@ -86,8 +100,10 @@ def _cells(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def _share_labels(ax: Axes, rows: pd.DataFrame, order: list[str], scale: float) -> None:
-    """Each phase's share of the cell's energy (all device kinds), written after its bars."""
-    per_phase = rows.groupby("phase")["energy_j"].sum().reindex(order).fillna(0.0)
+    """Each phase's share of the cell's energy (the node's parts: a `node` row holds them
+    again), written after its bars."""
+    parts = rows[rows["device_kind"].isin(node_part_kinds())] if "device_kind" in rows else rows
+    per_phase = parts.groupby("phase")["energy_j"].sum().reindex(order).fillna(0.0)
     total = float(per_phase.sum())
     if total <= 0:
         return
@@ -175,8 +191,8 @@ def fig_phase_energy(summary: pd.DataFrame, out: Path) -> list[Path]:
         _time_panel(axes[row, 2], rows, order, n)
     fig.suptitle("Energy and time per lifecycle phase (per run; per item for per-step phases)",
                  y=1.0)
-    fig.text(0.01, -0.01, "\n".join(notes) + "\nSources — " + source_note(summary), fontsize=8,
-             ha="left", va="top")
+    fig.text(0.01, -0.01, "\n".join(notes) + "\nSources — " + source_note(summary) + "\n"
+             + node_source_words(summary), fontsize=8, ha="left", va="top")
     fig.tight_layout()
     return save_figure(fig, out)
 
@@ -204,7 +220,8 @@ def fig_device_share(share: pd.DataFrame, out: Path) -> list[Path]:
     ax.set_ylim(0, 100)
     ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
     ax.set_title("CPU / GPU share of energy")
-    fig.text(0.01, -0.1, "Sources — " + source_note(share), fontsize=8, ha="left", va="top")
+    fig.text(0.01, -0.1, "Sources — " + source_note(share) + "\n" + node_source_words(share),
+             fontsize=8, ha="left", va="top")
     return save_figure(fig, out)
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..contracts import kind_colors, kind_label
 from .common import save_figure, source_note, source_tag, source_words, style
+from .lifecycle import node_source_words
 
 
 def fig_downloads(rows: pd.DataFrame, fit: pd.DataFrame, out: Path) -> list[Path]:
@@ -61,7 +62,8 @@ def fig_downloads(rows: pd.DataFrame, fit: pd.DataFrame, out: Path) -> list[Path
         ax.set_ylim(bottom=0)
     fig.text(0.01, -0.02, "Sources — " + source_note(d)
              + (" · server on this machine: its CPU time is in the energy"
-                if "loopback" in server else ""), fontsize=8, ha="left", va="top")
+                if "loopback" in server else "") + "\n" + node_source_words(d), fontsize=8,
+             ha="left", va="top")
     fig.tight_layout()
     return save_figure(fig, out)
 
@@ -101,7 +103,8 @@ def fig_staging(be: pd.DataFrame, out: Path) -> list[Path]:
             a.legend(fontsize=9, loc="lower right")
     fig.text(0.01, -0.02, "Copy energy per GB and data-loading energy saved per GB and epoch "
              "measured on the execution matrix; both linear in size, so one break-even per "
-             "workload · Sources — " + source_note(be, by=None), fontsize=8, ha="left", va="top")
+             "workload · Sources — " + source_note(be, by=None) + "\n" + node_source_words(be),
+             fontsize=8, ha="left", va="top")
     fig.tight_layout()
     return save_figure(fig, out)
 
