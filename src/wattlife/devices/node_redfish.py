@@ -104,6 +104,7 @@ class RedfishReader(NodeReader):
             with urllib.request.urlopen(req, timeout=self.timeout_s, context=self._ctx) as r:
                 doc = json.loads(r.read())
         except urllib.error.HTTPError as exc:
+            exc.close()  # it holds the response's socket
             raise SensorError(f"GET {path}: HTTP {exc.code} {exc.reason}") from None
         if not isinstance(doc, dict):
             raise SensorError(f"GET {path}: not a JSON object")
