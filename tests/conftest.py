@@ -103,6 +103,21 @@ def _checkout_untouched():
     assert not changed, f"tests changed the checkout's {'/'.join(GUARDED)}: {changed[:20]}"
 
 
+def wattlife_sim_run(run: Path, script: str) -> None:
+    """A real `wattlife run` of `python -c script` into `run` (trace.csv, events.csv, meta.json):
+    simulated GPU, estimated CPU, 0.2 s idle baseline; the interpreter's folder first on PATH."""
+    import subprocess
+
+    env = dict(os.environ)
+    env.pop("WATTLIFE_EVENTS", None)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    cmd = [sys.executable, "-m", "wattlife.cli", "run", "--trace", str(run / "trace.csv"),
+           "--events", str(run / "events.csv"), "--gpu", "sim", "--cpu", "estimate",
+           "--idle-s", "0.2", "--", sys.executable, "-c", script]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
 def copy_workflow(dest: Path) -> Path:
     """A copy of the checkout's workflow (Snakefile, rules, config with its links resolved,
     scripts, profiles, report, envs) in `dest`, with the committed results/reference linked in

@@ -1,10 +1,7 @@
 """`wattlife check`: a real run passes; each kind of damage gives its finding with file and line."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import wattlife_sim_run
 from synth import T0, events_frame
 from wattlife.attribution import phase_tree
 from wattlife.check import ERROR, WARNING, check_run, check_runs, nesting, read_csv_lines
@@ -38,14 +36,7 @@ WORK = ("import json, os, pathlib, time\nfrom wattlife.markers import phase, ste
 def good_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("good") / "run"
     run.mkdir()
-    env = dict(os.environ)
-    env.pop("WATTLIFE_EVENTS", None)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    cmd = [sys.executable, "-m", "wattlife.cli", "run", "--trace", str(run / "trace.csv"),
-           "--events", str(run / "events.csv"), "--gpu", "sim", "--cpu", "estimate",
-           "--idle-s", "0.2", "--", sys.executable, "-c", WORK]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    wattlife_sim_run(run, WORK)
     return run
 
 

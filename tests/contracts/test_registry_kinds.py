@@ -5,11 +5,8 @@ about; and no list of kinds is written anywhere in src/ outside the registry."""
 
 import ast
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import wattlife_sim_run
 from wattlife.check import check_run
 from wattlife.cli import main
 from wattlife.contracts import (
@@ -55,14 +53,7 @@ def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     the CPU's power readings again, under that name (so its energy is known: the CPU's)."""
     run = tmp_path_factory.mktemp("kinds") / "run"
     run.mkdir()
-    env = dict(os.environ)
-    env.pop("WATTLIFE_EVENTS", None)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    cmd = [sys.executable, "-m", "wattlife.cli", "run", "--trace", str(run / "trace.csv"),
-           "--events", str(run / "events.csv"), "--gpu", "sim", "--cpu", "estimate",
-           "--idle-s", "0.2", "--", sys.executable, "-c", WORK]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    wattlife_sim_run(run, WORK)
     tr = pd.read_csv(run / "trace.csv", dtype={"value": str})
     cpu = tr[(tr["device"] == "cpu0") & tr["metric"].isin(["power_w", "energy_j"])]
     assert len(cpu) >= 2
