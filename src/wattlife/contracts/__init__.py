@@ -11,8 +11,8 @@ truncated last line (what a killed writer leaves behind) with a warning. numpy a
 imported inside the functions that need them, so the markers (imported by training code) and the
 sampler stay light.
 
-Modules: `names` (file, column, metric, phase and source names, headers, `ContractError`),
-`reading` (the table readers), `writing` (atomic writers), `meta` (meta.json: `RunMeta`,
+Modules: `names` (file, column and metric names, headers, `ContractError`), `phases` (the phase
+registry), `reading` (the table readers), `writing` (atomic writers), `meta` (meta.json: `RunMeta`,
 `read_meta`, `write_meta`), `sources` (the source registry: each source's class and words).
 Every public name is re-exported here:
 `from wattlife.contracts import X`.
@@ -51,8 +51,6 @@ from .meta import (
 )
 from .names import (
     A100_TABLES,
-    COMPILE,
-    CONCURRENT_PHASES,
     CURVES_COLUMNS,
     CURVES_TELEMETRY_COLUMNS,
     ENERGY_J,
@@ -62,20 +60,13 @@ from .names import (
     EVENTS_HEADER,
     EVENTS_TYPES,
     H200_EXECUTION_TABLES,
-    IDLE,
-    LIFECYCLE_PHASES,
     META_FILE,
-    PER_STEP_PHASES,
     PFI_COLUMNS,
     PHASES_COLUMNS,
     PHASES_FILE,
     PHASES_METHODS,
     POWER_LIMIT_W,
     POWER_W,
-    RESIDUAL,
-    SOURCES_MEASURED,
-    SOURCES_NOT_MEASURED,
-    STEP,
     SUMMARY_FILE,
     TABLE_FILES,
     TELEMETRY_METRICS,
@@ -84,24 +75,22 @@ from .names import (
     TRACE_FILES,
     TRACE_HEADER,
     TRACE_TYPES,
-    UNATTRIBUTED,
-    WAITING_PHASES,
-    WARMUP,
     WARMUP_STEPS,
-    WRAPPER_PHASES,
     ContractError,
     csv_cell,
     csv_header,
     phase_name_problem,
     warmup_count,
 )
-from .phases import (  # the phase registry (the names .names re-exports come from here too)
+from .phases import (  # the phase registry
     BACKWARD,
     CHECKPOINT,
     CHECKPOINT_SAVED,
     CHECKPOINT_STAGE,
     CHECKPOINT_WAIT,
     CHECKPOINT_WRITE,
+    COMPILE,
+    CONCURRENT_PHASES,
     DATA_LOAD,
     DOWNLOAD_DATASET,
     DOWNLOAD_MODEL,
@@ -110,20 +99,29 @@ from .phases import (  # the phase registry (the names .names re-exports come fr
     FORWARD,
     GRAD_SYNC,
     H2D,
+    IDLE,
     IDLE_BASELINE,
+    LIFECYCLE_PHASES,
     MODEL_LOAD,
     NOT_TRAINING_PHASES,
     OPTIMIZER,
     PAUSE_PHASES,
+    PER_STEP_PHASES,
     PHASES,
     PROCESS_EXIT,
     PROCESS_STARTUP,
+    RESIDUAL,
     SETUP,
     STAGE_COPY,
+    STEP,
     TOKENIZE,
     TRANSFER_PHASES,
+    UNATTRIBUTED,
     UPLOAD,
     VALIDATION,
+    WAITING_PHASES,
+    WARMUP,
+    WRAPPER_PHASES,
     PhaseSpec,
     phase_spec,
 )
@@ -141,6 +139,8 @@ from .reading import (
 )
 from .sources import (
     SOURCE_WORDS,
+    SOURCES_MEASURED,
+    SOURCES_NOT_MEASURED,
     SourceSpec,
     averaging_sources,
     register_source,

@@ -1,5 +1,6 @@
 """The names of the file contracts: file names, column lists and their types, the CSV headers,
-the metric, phase and source names, the reference table folders; and `ContractError`."""
+the metric names, the warm-up step count, the reference table folders; and `ContractError`
+(phase names: `phases`; source names: `sources`)."""
 
 from __future__ import annotations
 
@@ -85,22 +86,9 @@ TELEMETRY_METRICS = ("util_gpu", "util_mem", "dram_active", "sm_active", "tensor
                      "sm_clock_mhz", "mem_clock_mhz", POWER_LIMIT_W, "mem_used_b", "temp_c",
                      "util_cpu", "util_cpu_host", "util_cpu_others")
 
-# ----------------------------------------------------------------------------- phase names
-# every phase name and list of them is in the phase registry (`phases.PHASES`), re-exported here
-from . import phases as _registry  # noqa: E402 (kept in this section)
-
-COMPILE = _registry.COMPILE
-CONCURRENT_PHASES = _registry.CONCURRENT_PHASES
-IDLE = _registry.IDLE
-LIFECYCLE_PHASES = _registry.LIFECYCLE_PHASES
-PER_STEP_PHASES = _registry.PER_STEP_PHASES
-RESIDUAL = _registry.RESIDUAL
-STEP = _registry.STEP
-UNATTRIBUTED = _registry.UNATTRIBUTED
-WAITING_PHASES = _registry.WAITING_PHASES
-WARMUP = _registry.WARMUP
-WRAPPER_PHASES = _registry.WRAPPER_PHASES
-
+# ----------------------------------------------------------------------------- warm-up steps
+# (every phase name and list of them is in the phase registry, `phases.PHASES`; every source
+# name in the source registry, `sources`)
 #: the first steps of each rank that the `step` throughput and the steady window leave out
 WARMUP_STEPS = 3
 
@@ -109,11 +97,6 @@ def warmup_count(n_steps: int) -> int:
     """How many of a rank's `n_steps` steps are warm-up: `WARMUP_STEPS` when at least 3 steady
     steps remain, else none (a run that short has no steady part to single out)."""
     return WARMUP_STEPS if n_steps > WARMUP_STEPS + 2 else 0
-
-# ----------------------------------------------------------------------------- source names
-# declared once in the source registry (`contracts.sources`); these names stay importable
-from .sources import SOURCES_MEASURED as SOURCES_MEASURED  # noqa: E402
-from .sources import SOURCES_NOT_MEASURED as SOURCES_NOT_MEASURED  # noqa: E402
 
 #: the folders (under `wattlife figures --reference`'s output) of the tables that
 #: `analysis.reference.write_reference_tables` makes from the committed raw reference files and
