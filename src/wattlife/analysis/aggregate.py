@@ -45,6 +45,7 @@ from .repeats import (
     significant,
     welch_interval,
 )
+from .shares import node_source
 
 CELL_KEYS = ["workload", "storage", "checkpoint", "repeat"]
 CELLS = CELL_KEYS[:3]  # a cell of the matrix, over its repeats
@@ -245,8 +246,7 @@ def with_node_source(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """`table` with `node_source`: each cell's whole-node source(s) (`pm_counters`, `redfish`,
     `ipmi`, `sstat`; its `node` rows' source), or `none` where the cell has no node rows."""
     node = runs[runs["device_kind"] == NODE_KIND]
-    src = node.groupby(CELLS)["source"].agg(
-        lambda v: ",".join(sorted(set(",".join(v).split(","))))).rename("node_source")
+    src = node.groupby(CELLS)["source"].agg(node_source).rename("node_source")
     out = table.merge(src.reset_index(), on=CELLS, how="left") if len(src) else table.copy()
     out["node_source"] = out["node_source"].fillna("none") if len(src) else "none"
     return out

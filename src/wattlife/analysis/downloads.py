@@ -18,6 +18,7 @@ from scipy import stats
 
 from ..contracts import KINDS, TRANSFER_PHASES, node_part_kinds
 from ..errors import InputError
+from .shares import node_source
 
 GB = 1e9
 NODE_KIND = KINDS["node"].name  # the whole node (issue 45), where a node source was read
@@ -48,7 +49,7 @@ def download_rows(records: list[dict[str, Any]], phases: list[pd.DataFrame]) -> 
         ph = ph[ph["phase"].isin(TRANSFER_PHASES)]
         node = ph[ph["device_kind"] == NODE_KIND]
         node_j = float(node["energy_j"].sum()) if len(node) else np.nan
-        node_source = ",".join(sorted(set(node["source"]))) or "none"
+        node_src = node_source(node["source"])
         for kind, g in ph.groupby("device_kind"):
             rows.append({
                 "artefact": rec["name"], "kind": rec.get("kind", ""),
@@ -66,7 +67,7 @@ def download_rows(records: list[dict[str, Any]], phases: list[pd.DataFrame]) -> 
                 "transfers_at_once": rec.get("transfers_at_once"),
                 "overlapping_transfers": over[i],
                 # issue 45: the kind's share of the whole node's energy, and which source read it
-                "node_share": g["energy_j"].sum() / node_j, "node_source": node_source,
+                "node_share": g["energy_j"].sum() / node_j, "node_source": node_src,
             })
     return pd.DataFrame(rows)
 
@@ -126,7 +127,7 @@ def _facility_node(out: pd.DataFrame, fit: pd.DataFrame, per_month: float) -> pd
     `node_source` (its fit's source, or `none`)."""
     col = f"energy_per_download_j_{NODE_KIND}"
     node = fit[fit["device_kind"] == NODE_KIND]
-    out["node_source"] = ",".join(sorted(set(node["source"]))) or "none"
+    out["node_source"] = node_source(node["source"])
     if col in out.columns:
         out["node_share"] = out["energy_per_download_j"] / out[col].where(out[col] > 0)
         out["avoided_node_kwh_per_month"] = out[col] * (per_month - 1.0) / 3.6e6
@@ -183,7 +184,7 @@ def _staging_node(summary: pd.DataFrame) -> dict[str, dict[str, Any]]:
         parts = summary[(summary["workload"] == w) & (summary["storage"] == "local")
                         & (summary["phase"] == "stage_copy")
                         & summary["device_kind"].isin(node_part_kinds())]["energy_j"].sum()
-        out[str(w)] = {"node_source": ",".join(sorted(set(g["source"]))),
+        out[str(w)] = {"node_source": node_source(g["source"]),
                        "copy_node_j": float(copy),
                        "copy_node_share": float(parts / copy) if copy > 0 else np.nan}
     return out

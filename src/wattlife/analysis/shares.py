@@ -48,3 +48,11 @@ def training_shares(phases: pd.DataFrame) -> dict[str, Any]:
                                                      "energy_j"].sum())
         out[f"{name}_s"] = float(rows.loc[rows["device_kind"] == "gpu", "time_s"].sum())
     return out
+
+
+def node_source(sources: pd.Series) -> str:
+    """The whole-node source(s) of some `node` rows, from their `source` column (`pm_counters`,
+    `redfish`, `ipmi`, `sstat`; several comma-joined, each once), or `none` where there are
+    none: what every table with a `node_source` column says."""
+    names = set(",".join(sources.astype(str)).split(",")) - {""}
+    return ",".join(sorted(names)) or "none"
