@@ -129,9 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         if not debug:
-            # an object's unclosed file or socket found by the garbage collector is the code's
-            # (a bug to fix, shown with --debug), never a line about the user's command
-            warnings.simplefilter("ignore", ResourceWarning)
             warnings.showwarning = show
         try:
             check_options(args, parser)
