@@ -51,4 +51,14 @@ rule all:
     default_target: True
     input:
         all_targets(),
+        # every measurement's pointer for its current slice (custody): a changed slice is a
+        # missing input here, so its job runs with or without Snakemake's metadata
+        measurement_pointers(),
+    localrule: True
+
+
+# the measurements alone (training cells, PFI caps, transfers), each as its current slice asks
+rule measurements:
+    input:
+        measurement_pointers(),
     localrule: True

@@ -70,7 +70,10 @@ SlurmdSpoolDir=/var/spool/slurmd/%n
 SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd-%n.log
-JobAcctGatherType=jobacct_gather/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1,energy=1
+AcctGatherEnergyType=acct_gather_energy/pm_counters
+AcctGatherNodeFreq=1
 AccountingStorageType=accounting_storage/none
 GresTypes=gpu
 MinJobAge=3600
@@ -93,11 +96,42 @@ if [ -n "$old" ] && [ "$old" != "$(cat /etc/slurm/slurm.conf)" ] && timeout 5 sc
   for _ in $(seq 20); do timeout 5 scontrol ping 2>/dev/null | grep -q UP || break; sleep 1; done
   sleep 2
 fi
+# Node energy for Slurm's acct_gather_energy/pm_counters (sstat's ConsumedEnergy): this host has no
+# /sys/cray/pm_counters (nor RAPL or a BMC), so each node's tree is written by an emulator
+# (tests/node_emulators.py: a known power schedule, 150 / 350 W alternating each second) into
+# /run/wattlife-pm/<node>/, and each slurmd runs in a mount namespace of its own where that folder
+# is /sys/cray/pm_counters (a tmpfs over /sys with the host's /sys entries bound back in). The
+# energy Slurm accounts here is the emulator's, never this host's.
+pm_emulator() {
+  local n=$1 dir=/run/wattlife-pm/$1 py
+  py=$(dirname "${WATTLIFE:-$repo/.venv/bin/wattlife}")/python
+  [ -x "$py" ] || py=python3
+  pid=$(cat "$dir.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return; fi
+  mkdir -p "$dir"
+  PYTHONPATH="$repo/src" nohup "$py" "$repo/tests/node_emulators.py" pm_counters "$dir" \
+    "$(PYTHONPATH="$repo/src" "$py" -c 'from wattlife.contracts.clock import now_ns; print(now_ns())')" \
+    >/var/log/slurm/pm-emulator-$n.log 2>&1 &
+  echo $! > "$dir.pid"
+  for _ in $(seq 50); do [ -s "$dir/energy" ] && break; sleep 0.1; done
+}
+start_slurmd() {
+  local n=$1
+  pm_emulator "$n"
+  mkdir -p /run/wattlife-hostsys
+  unshare -m --propagation private sh -ec "
+    mount --rbind /sys /run/wattlife-hostsys
+    mount -t tmpfs -o mode=755 wattlife-sys /sys
+    for e in /run/wattlife-hostsys/*; do b=\${e##*/}; mkdir -p /sys/\$b; mount --rbind \$e /sys/\$b; done
+    mkdir -p /sys/cray/pm_counters
+    mount --bind /run/wattlife-pm/$n /sys/cray/pm_counters
+    exec slurmd -N $n"
+}
 # (a daemon's first fork can linger as a zombie of the same name: ask the daemons, not pgrep)
 timeout 5 scontrol ping 2>/dev/null | grep -q UP || slurmctld
 for n in "${nodes[@]}"; do
   pid=$(cat "/run/slurmd-$n.pid" 2>/dev/null || true)
-  if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then slurmd -N "$n"; fi
+  if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then start_slurmd "$n"; fi
 done
 for _ in $(seq 30); do
   ok=1

@@ -20,11 +20,11 @@ def steady_busy(cell_dir: Path) -> dict[str, Any]:
     """Median and 90th percentile over a cell's steady steps (rank 0's steps after warm-up, the
     step basis's) of the host's busy share, % of all its cores (`util_cpu`: psutil's, the CPU
     estimate's input), and the GPU's `sm_active` (NVML GPM, a fraction); None where not traced."""
-    from wattlife.attribution.steady import steady_steps
+    from wattlife.attribution.warmup import post_warmup_steps
     from wattlife.contracts import read_events, read_trace
 
     ev = read_events(cell_dir / "events.csv")
-    steps = steady_steps(ev[ev["rank"] == ev["rank"].min()])
+    steps = post_warmup_steps(ev[ev["rank"] == ev["rank"].min()])
     trace = read_trace(cell_dir / "trace.csv.gz")
     win = trace[trace["t_ns"].between(steps["start_ns"].min(), steps["end_ns"].max())]
     row: dict[str, Any] = {}

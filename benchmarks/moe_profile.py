@@ -8,7 +8,7 @@ to 8 layers: 128 experts, top-8; sequence 2048, batch 8, bf16, random init, tran
 as the tokenizer-sized runs), on random tokens already on the GPU (no data loading). After
 `--warmup` steps (the first compiles), `--steps` steps are timed with CUDA events (the `step`
 basis: tokens over the sum of GPU-timed step durations) and MFU is computed with the workload's
-own convention (`workloads.causal_lm.flops_per_token`: 6 x active parameters + attention in full;
+own convention (`workloads.lm_model.flops_per_token`: 6 x active parameters + attention in full;
 `mfu_causal` halves attention; peak 989 TFLOPS bf16 dense for the H200). Then `--profile-steps`
 steps run under `torch.profiler` (CPU + CUDA) and every CUDA kernel's time is summed into
 categories by kernel name. Writes `moe_step.csv` (throughput, MFU, the profiled steps' GPU-busy
@@ -94,7 +94,7 @@ def matmul_flops(tokens: float, expert_active: float, active: float,
 def build(vocab: int, layers: int) -> Any:
     from transformers import AutoModelForCausalLM
 
-    from wattlife.workloads.causal_lm import model_config, parameter_counts
+    from wattlife.workloads.lm_model import model_config, parameter_counts
 
     cfg = model_config("qwen3-30b-a3b")
     cfg.num_hidden_layers = layers
@@ -191,7 +191,7 @@ def main() -> None:
         cat.to_csv(out / "moe_categories.csv", index=False)
         print(cat.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         return
-    from wattlife.workloads.causal_lm import attention_flops_per_token, flops_per_token
+    from wattlife.workloads.lm_model import attention_flops_per_token, flops_per_token
 
     vocab, peak = 3008, 989e12
     model, cfg, counts = build(vocab, 8)

@@ -1,12 +1,12 @@
 """Printing of `nvml_sensor.py`'s results (issue 46); the analysis itself is the package's
-(`wattlife.analysis.sensor_response`, `wattlife.analysis.sensor_lengths`)."""
+(`wattlife.analysis.nvml_sensor`)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from wattlife.analysis.sensor_lengths import analyse_run
+from wattlife.analysis.nvml_sensor import analyse_run
 
 __all__ = ["analyse_run", "findings", "print_table"]
 

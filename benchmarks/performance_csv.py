@@ -66,7 +66,7 @@ def attention_flops(summary: dict[str, Any], model: str) -> float | None:
     from types import SimpleNamespace
 
     from wattlife.config import resource_path
-    from wattlife.workloads.causal_lm import attention_flops_per_token
+    from wattlife.workloads.lm_model import attention_flops_per_token
 
     name = model.split(" (")[0]
     try:

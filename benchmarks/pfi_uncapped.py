@@ -79,7 +79,7 @@ def window_columns(tr: pd.DataFrame, ev: pd.DataFrame, d: Path) -> dict[str, Any
     from wattlife.analysis.performance import step_throughput_from_events
     from wattlife.analysis.trace_segments import (
         partition_trace,
-        steady_steps_power,
+        post_warmup_power,
         training_aggregates,
     )
 
@@ -90,7 +90,7 @@ def window_columns(tr: pd.DataFrame, ev: pd.DataFrame, d: Path) -> dict[str, Any
     if len(agg):
         a = agg.iloc[0].to_dict()
         row.update({f"train_{k}": v for k, v in a.items() if k not in ("host", "device")})
-    st = steady_steps_power(tr, ev)
+    st = post_warmup_power(tr, ev)
     if len(st):
         row.update(st.iloc[0].drop(["host", "device"]).to_dict())
     det = training_aggregates(tr, partition_trace(tr))

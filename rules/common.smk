@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import sys
+import types
 
 import snakemake.rules
 
@@ -144,6 +145,19 @@ def transfer_names():
     return list(CATALOGUE) + (["upload"] if PREP.upload_cell else [])
 
 
+def transfer_slice(artefact):
+    """A transfer's config slice: a download's, or the upload's."""
+    if artefact == "upload":
+        return J.upload_slice(config, TRANSFERS_AT_ONCE)
+    return J.download_slice(config, artefact, TRANSFERS_AT_ONCE)
+
+
+def transfer_pointer(artefact):
+    """The transfer's published pointer for its current slice (wattlife.custody), as a cell's."""
+    folder = XFER.format(artefact=artefact)
+    return f"{folder}/{C.pointer_name(C.slice_hash(transfer_slice(artefact)))}"
+
+
 def placement(where):
     """Resources of a transfer job placed `where` (login: a local rule; else a partition)."""
     return {} if where == "login" else site_resources(where)
@@ -186,6 +200,26 @@ def cell_pointer(wc):
         workload=wc.workload, storage=wc.storage, checkpoint=wc.checkpoint, repeat=wc.repeat
     )
     return f"{cell}/{C.pointer_name(C.slice_hash(cell_slice(wc)))}"
+
+
+# Rounds of repeats (rules/execute.smk, `round_done`): repeat r + 1 of a cell waits for the end
+# of round r, an ancient() input (a re-measured earlier cell reruns no later round)
+ROUND = f"{RES}/rounds/r{{round}}.done"
+
+
+def round_gate(wc):
+    """The end of the previous round, for a cell's repeat >= 2 (none for repeat 1)."""
+    r = int(wc.repeat)
+    return [ancient(ROUND.format(round=r - 1))] if r > 1 else []
+
+
+def round_pointers(wc):
+    """The published pointers of every cell of round `wc.round`."""
+    return [
+        cell_pointer(types.SimpleNamespace(**c))
+        for c in cells()
+        if int(c["repeat"]) == int(wc.round)
+    ]
 
 
 def cell_gpus():
@@ -294,7 +328,38 @@ def pfi_cap_files(name):
     return [f"{RES}/pfi/{name}/cap-{c:g}/curve-point.csv" for c in PFI_CAPS[name]]
 
 
+def pfi_cap_slice(wc):
+    return J.pfi_cap_slice(config, wc.pcell, float(wc.cap))
+
+
+def pfi_cap_pointer(wc):
+    """The cap's published pointer for its current slice (wattlife.custody): as a cell's, its
+    name holds the slice's hash, so a changed slice is a missing file."""
+    cap = PCAP.format(pcell=wc.pcell, cap=wc.cap)
+    return f"{cap}/{C.pointer_name(C.slice_hash(pfi_cap_slice(wc)))}"
+
+
 PFI_MULTI = {n for n in PFI_CELLS if pfi_shape(n)[0] > 1}
+
+
+def measurement_pointers():
+    """Every measuring job's pointer for its current slice (wattlife.custody.cells.matrix: a PFI
+    run's caps, else the cells and, with a catalogue, the transfers). Snakemake (9.x) remakes a
+    missing file only for a job that runs: as inputs of a target rule (`all`, `measurements`), a
+    changed slice's missing pointer makes its measuring job and all that follows run, whatever
+    Snakemake's metadata says."""
+    if pfi_run():
+        return [
+            pfi_cap_pointer(types.SimpleNamespace(pcell=name, cap=f"{cap:g}"))
+            for name, caps in PFI_CAPS.items()
+            for cap in caps
+        ]
+    out = [cell_pointer(types.SimpleNamespace(**c)) for c in cells()]
+    if PREP.catalogue:
+        out += [transfer_pointer(a) for a in transfer_names()]
+    return out
+
+
 # each cell's Slurm resources: on the partition / constraint of its hardware profile
 PFI_RES = {n: measuring(c.hardware or CFG.powercap.hardware) for n, c in PFI_CELLS.items()}
 

@@ -12,12 +12,13 @@
 # attempt, made again whenever it runs. Each cell's params are its own config slice
 # (wattlife.jobs.cell_slice), written into the attempt as config.json and read as its config.
 # One measuring rule per workload kind (`execute`; `execute_tokenizer`: causal LMs that train
-# their tokenizer), the repeat a wildcard. Repeats are spread in time by a priority of the
-# wildcards that falls with the repeat (wattlife.jobs.repeat_priority), so the scheduler runs
-# repeat r of every cell before repeat r + 1 of any (locally, where measuring jobs run one at a
-# time; on Slurm, the order of submission): where the running Snakemake evaluates a priority
-# function per job (9.27.1 does; 9.14.8, the lock's, accepts numbers only, so there every job
-# has priority 0 and the order within the run is Snakemake's: docs/GAPS.md).
+# their tokenizer), the repeat a wildcard. Repeats run in rounds (`round_done` below): repeat r of
+# every cell before repeat r + 1 of any, on any Snakemake; where Snakemake evaluates a priority
+# function per job (9.27.1; not 9.14.8, the lock's), the repeat's priority
+# (wattlife.jobs.repeat_priority) also says it.
+# Checkpoints: `wattlife measure` removes the cell's checkpoint folder
+# (<storage root>/checkpoints/<run id>/, wattlife.workloads.checkpoint_space) when the job ends,
+# but the upload cell's, which `upload` removes once it is sealed.
 # Measure one cell again (and everything downstream of it): `wattlife retire <results> <cell>`,
 # then `snakemake ... --forcerun <results>/runs/<cell>/trace.csv` (a --forcerun alone adopts the
 # sealed result again: a cell is never measured twice by accident).
@@ -37,6 +38,25 @@ EXECUTE_KINDS = {
 }
 
 
+# Rounds of repeats: repeat r + 1 of a cell starts after repeat r of every cell has ended
+# (`round_done`, a local step listing round r's pointers), whatever the Snakemake (9.14.8 takes
+# no priority of the wildcards). Its file is an ancient() input: a later round is never rerun
+# because an earlier cell was (Snakemake skips a job whose inputs from a rerun job are all
+# ancient and present). A cell that fails holds back the later rounds until it is measured.
+if _MATRIX_WORKLOADS and EXE.repeats > 1:
+
+    rule round_done:
+        input:
+            round_pointers,
+        output:
+            ROUND,
+        wildcard_constraints:
+            round="[0-9]+",
+        localrule: True
+        shell:
+            "printf '%s\\n' {input:q} > {output:q}"
+
+
 for _kind, _workloads in EXECUTE_KINDS.items():
     if not _workloads:
         continue
@@ -46,6 +66,7 @@ for _kind, _workloads in EXECUTE_KINDS.items():
             _kind
         input:
             data=lambda wc: dataset_input(wc.workload),
+            after=round_gate,
         output:
             pointer=f"{CELL}/sealed-{{slicehash}}.json",
         log:
@@ -65,9 +86,17 @@ for _kind, _workloads in EXECUTE_KINDS.items():
             slice=slice_of(cell_slice),
             cell=lambda wc: J.cell_id(wc.workload, wc.storage, wc.checkpoint, wc.repeat),
             results=lambda wc: RES,
+            # the cell's checkpoint folder is removed when the job ends, but the upload cell's
+            # (the upload step reads it, then removes it: rules/prepare.smk)
+            keep=lambda wc: (
+                "--keep-checkpoint"
+                if J.cell_id(wc.workload, wc.storage, wc.checkpoint, wc.repeat) == PREP.upload_cell
+                else ""
+            ),
         shell:
             "wattlife measure --results {params.results:q} --cell {params.cell:q}"
-            " --slice {params.slice:q} --pointer {output.pointer:q} > {log:q} 2>&1"
+            " --slice {params.slice:q} --pointer {output.pointer:q} {params.keep}"
+            " > {log:q} 2>&1"
 
 
 for _kind, _workloads in EXECUTE_KINDS.items():

@@ -3,6 +3,13 @@
 
 
 if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's GPUs
+    # Custody (docs/CUSTODY.md), as a training cell's: the measuring job (`pfi_cap`) runs as an
+    # attempt of its own and publishes it into the cap's folder; its one output is the pointer
+    # sealed-<slice hash>.json, so a changed slice is a missing output (the cap is measured again)
+    # and an unchanged one an existing output, whoever published it and whatever Snakemake's
+    # metadata says. `link_pfi_cap` declares the cap's files (links from the published attempt).
+    # Measure a cap again (a recorded failure: the device refused the cap): `wattlife retire
+    # <results> pfi/<cell>/cap-<W>`, then --forcerun its curve-point.csv.
 
     for _name, _cells in (
         ("pfi_cap", [n for n in PFI_CELLS if n not in PFI_MULTI]),
@@ -17,24 +24,13 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
             input:
                 data=pfi_dataset_input(),
             output:
-                config=f"{PCAP}/config.json",
-                point=f"{PCAP}/curve-point.csv",
-                workload=f"{PCAP}/workload.json",
-                trace=f"{PCAP}/trace.csv",
-                events=f"{PCAP}/events.csv",
-                meta=f"{PCAP}/meta.json",
-                work=directory(f"{PCAP}/work"),
-                # the run's model + optimizer checkpoint (the protocol writes one to the shared
-                # storage; hundreds of GB for the 32B-70B cells): no study reads it, so it is
-                # deleted when the job ends (wattlife.jobs.pfi_run_id names it)
-                checkpoint=temp(directory(PFI_CHECKPOINT)),
-                nodes=directory(f"{PCAP}/nodes") if _name == "pfi_cap_multinode" else [],
-                clock=f"{PCAP}/clock_offsets.csv" if _name == "pfi_cap_multinode" else [],
+                pointer=f"{PCAP}/sealed-{{slicehash}}.json",
             log:
-                f"{PCAP}/run.log",
+                f"{PCAP}/attempt-{{slicehash}}.log",
             wildcard_constraints:
                 pcell="|".join(map(re.escape, _cells)),
                 cap="[0-9.]+",
+                slicehash="[0-9a-f]{16}",
             conda:
                 "../envs/training.yaml"
             threads: NODE_CORES  # a local run: the whole machine while caps change and it is measured
@@ -44,15 +40,55 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 nodes=lambda wc: pfi_shape(wc.pcell)[0],
                 runtime=J.pfi_runtime_min(PFI_MATRIX.duration_s),
             params:
-                slice=slice_of(lambda wc: J.pfi_cap_slice(config, wc.pcell, float(wc.cap))),
+                slice=slice_of(pfi_cap_slice),
                 results=lambda wc: RES,
+                checkpoint=lambda wc: PFI_CHECKPOINT.format(pcell=wc.pcell, cap=wc.cap),
             shell:
-                # an attempt of its own (wattlife.custody.others): sealed, published into this folder;
-                # the checkpoint folder (temp) is the one the protocol writes
-                "mkdir -p {output.checkpoint:q} && "
-                'wattlife attempt --results {params.results:q} --into "$(dirname {output.point:q})" --kind pfi-cap'
+                # an attempt of its own (wattlife.custody.others): sealed, published into this folder.
+                # The run's model + optimizer checkpoint (the protocol writes one to the shared
+                # storage, wattlife.jobs.pfi_run_id names it; hundreds of GB for the 32B-70B cells):
+                # no study reads it, so it is deleted when the job ends, whatever its exit status
+                "mkdir -p {params.checkpoint:q} && rc=0 && "
+                'wattlife attempt --results {params.results:q} --into "$(dirname {output.pointer:q})" --kind pfi-cap'
                 " --slice {params.slice:q} -- wattlife pfi-sweep --config @ATTEMPT@/config.json"
                 " --cell {wildcards.pcell} --cap {wildcards.cap} -o @ATTEMPT@/curve-point.csv > {log:q} 2>&1"
+                " || rc=$?; rm -rf {params.checkpoint:q}; exit $rc"
+
+        rule:
+            name:
+                f"link_{_name}"
+            input:
+                # not ancient(): after a job of `pfi_cap` (one adopting an orphan's result
+                # included) this and what follows run again (as link_cell's)
+                pointer=pfi_cap_pointer,
+            output:
+                config=f"{PCAP}/config.json",
+                point=f"{PCAP}/curve-point.csv",
+                workload=f"{PCAP}/workload.json",
+                trace=f"{PCAP}/trace.csv",
+                events=f"{PCAP}/events.csv",
+                meta=f"{PCAP}/meta.json",
+                work=directory(f"{PCAP}/work"),
+                nodes=directory(f"{PCAP}/nodes") if _name == "pfi_cap_multinode" else [],
+                clock=f"{PCAP}/clock_offsets.csv" if _name == "pfi_cap_multinode" else [],
+                run_log=f"{PCAP}/run.log",  # the measured command's output
+            log:
+                f"{PCAP}/link.log",
+            benchmark:
+                bench(f"link_{_name}", "{pcell}-cap{cap}")
+            wildcard_constraints:
+                pcell="|".join(map(re.escape, _cells)),
+                cap="[0-9.]+",
+            localrule: CPU_LOCAL
+            conda:
+                "../envs/analysis.yaml"
+            resources:
+                **CPU_STEP,
+            params:
+                folder=lambda wc: f"pfi/{wc.pcell}/cap-{wc.cap}",
+                results=lambda wc: RES,
+            shell:
+                "wattlife relink {params.results:q} {params.folder:q} > {log:q} 2>&1"
 
     rule pfi_curve:
         input:

@@ -28,21 +28,26 @@ rule gen_catalogue:
         "printf '%s\\n' {params.slice:q} > {output.config:q} && wattlife gen-catalogue {output.config:q} -o {params.out:q} > {log:q} 2>&1"
 
 
+# Custody (docs/CUSTODY.md), as a training cell's: a transfer's measuring job (`download`,
+# `upload`) runs as an attempt of its own and publishes it into the transfer's folder; its one
+# output (beside what the upload's loopback server receives) is the pointer
+# sealed-<slice hash>.json, so a changed slice is a missing output and an unchanged one an
+# existing output, whoever published it and whatever Snakemake's metadata says.
+# `link_transfer` declares the transfer's files (links from the published attempt).
+
+
 rule download:
     input:
         manifest=lambda wc: (
             f"{SERVED}/manifest.json" if CATALOGUE[wc.artefact]["source"] == "generated" else []
         ),
     output:
-        config=f"{XFER}/config.json",
-        trace=f"{XFER}/trace.csv",
-        events=f"{XFER}/events.csv",
-        meta=f"{XFER}/meta.json",
-        record=f"{XFER}/record.json",
+        pointer=f"{XFER}/sealed-{{slicehash}}.json",
     log:
-        f"{XFER}/run.log",
+        f"{XFER}/attempt-{{slicehash}}.log",
     wildcard_constraints:
         artefact="|".join(map(re.escape, CATALOGUE)) or "^$",
+        slicehash="[0-9a-f]{16}",
     localrule: PREP.download_on == "login"  # the submit host: a local rule of a Slurm run
     conda:
         "../envs/training.yaml"
@@ -54,7 +59,7 @@ rule download:
             CATALOGUE[wc.artefact]["size_bytes"], PREP.min_rate_mbps
         ),
     params:
-        slice=slice_of(lambda wc: J.download_slice(config, wc.artefact, TRANSFERS_AT_ONCE)),
+        slice=slice_of(lambda wc: transfer_slice(wc.artefact)),
         args=fetch_args,
         kind=lambda wc: CATALOGUE[wc.artefact]["kind"],
         dest=lambda wc: os.path.join(CFG.storage["shared"], "downloads", wc.artefact),
@@ -62,7 +67,7 @@ rule download:
         results=lambda wc: RES,
     shell:
         # an attempt of its own (wattlife.custody.others): sealed, published into this folder
-        'wattlife attempt --results {params.results:q} --into "$(dirname {output.record:q})" --kind transfer'
+        'wattlife attempt --results {params.results:q} --into "$(dirname {output.pointer:q})" --kind transfer'
         " --slice {params.slice:q} -- wattlife run --config @ATTEMPT@/config.json --trace @ATTEMPT@/trace.csv"
         " --events @ATTEMPT@/events.csv --meta @ATTEMPT@/meta.json --run-id download-{wildcards.artefact} --"
         " wattlife fetch {params.args} -o {params.dest:q} --kind {params.kind} --force"
@@ -77,14 +82,11 @@ rule upload:
     input:
         summary=f"{RES}/runs/{PREP.upload_cell or 'none'}/work/summary.json",
     output:
-        config=f"{RES}/transfers/upload/config.json",
-        trace=f"{RES}/transfers/upload/trace.csv",
-        events=f"{RES}/transfers/upload/events.csv",
-        meta=f"{RES}/transfers/upload/meta.json",
-        record=f"{RES}/transfers/upload/record.json",
-        received=directory(f"{RES}/prepare/uploaded") if LOOPBACK_PUT else [],
+        pointer=f"{RES}/transfers/upload/sealed-{{slicehash}}.json",
     log:
-        f"{RES}/transfers/upload/run.log",
+        f"{RES}/transfers/upload/attempt-{{slicehash}}.log",
+    wildcard_constraints:
+        slicehash="[0-9a-f]{16}",
     localrule: PREP.upload_on == "login"
     conda:
         "../envs/training.yaml"
@@ -94,9 +96,10 @@ rule upload:
         transfers=1,
         runtime=J.transfer_runtime_min(PREP.upload_size_bytes, PREP.min_rate_mbps),
     params:
-        slice=slice_of(lambda wc: J.upload_slice(config, TRANSFERS_AT_ONCE)),
+        slice=slice_of(lambda wc: transfer_slice("upload")),
         to=lambda wc, output: {
-            "loopback-put": f"--put /models --serve-put {shlex.quote(f'{RES}/prepare/uploaded')}",
+            # the loopback server's copy: part of the attempt (uploaded/), sealed with it
+            "loopback-put": "--put /models --serve-put @ATTEMPT@/uploaded",
             "put": f"--put {shlex.quote(PREP.upload_target or '')}",
             "hf": f"--hf {shlex.quote(PREP.upload_target or '')}",
             "copy": f"--copy {shlex.quote(PREP.upload_target or '')}",
@@ -110,11 +113,69 @@ rule upload:
         results=lambda wc: RES,
     shell:
         # an attempt of its own (wattlife.custody.others): sealed, published into this folder
-        'wattlife attempt --results {params.results:q} --into "$(dirname {output.record:q})" --kind transfer'
+        'wattlife attempt --results {params.results:q} --into "$(dirname {output.pointer:q})" --kind transfer'
         " --slice {params.slice:q} -- wattlife run --config @ATTEMPT@/config.json --trace @ATTEMPT@/trace.csv"
         " --events @ATTEMPT@/events.csv --meta @ATTEMPT@/meta.json --run-id upload --"
         " wattlife upload --from-summary {input.summary:q} {params.to} {params.rate}"
         " --name model-upload --transfers-at-once {params.at_once} --record @ATTEMPT@/record.json > {log:q} 2>&1"
+        # then the cell's checkpoint folder is removed (kept by its measuring job for this step)
+        " && wattlife drop-checkpoint {input.summary:q} >> {log:q} 2>&1"
+
+
+rule link_transfer:
+    input:
+        # not ancient(): after a job of `download` / `upload` (one adopting an orphan's result
+        # included) this and what follows run again (as link_cell's)
+        pointer=lambda wc: transfer_pointer(wc.artefact),
+    output:
+        config=f"{XFER}/config.json",
+        trace=f"{XFER}/trace.csv",
+        events=f"{XFER}/events.csv",
+        meta=f"{XFER}/meta.json",
+        record=f"{XFER}/record.json",
+        run_log=f"{XFER}/run.log",  # the measured command's output
+    log:
+        f"{XFER}/link.log",
+    benchmark:
+        bench("link_transfer", "{artefact}")
+    wildcard_constraints:
+        artefact="|".join(map(re.escape, CATALOGUE)) or "^$",
+    localrule: CPU_LOCAL
+    conda:
+        "../envs/analysis.yaml"
+    resources:
+        **CPU_STEP,
+    params:
+        folder=lambda wc: f"transfers/{wc.artefact}",
+        results=lambda wc: RES,
+    shell:
+        "wattlife relink {params.results:q} {params.folder:q} > {log:q} 2>&1"
+
+
+rule link_upload:
+    input:
+        pointer=transfer_pointer("upload"),
+    output:
+        config=f"{RES}/transfers/upload/config.json",
+        trace=f"{RES}/transfers/upload/trace.csv",
+        events=f"{RES}/transfers/upload/events.csv",
+        meta=f"{RES}/transfers/upload/meta.json",
+        record=f"{RES}/transfers/upload/record.json",
+        received=directory(f"{RES}/transfers/upload/uploaded") if LOOPBACK_PUT else [],
+        run_log=f"{RES}/transfers/upload/run.log",  # the measured command's output
+    log:
+        f"{RES}/transfers/upload/link.log",
+    benchmark:
+        bench("link_transfer", "upload")
+    localrule: CPU_LOCAL
+    conda:
+        "../envs/analysis.yaml"
+    resources:
+        **CPU_STEP,
+    params:
+        results=lambda wc: RES,
+    shell:
+        "wattlife relink {params.results:q} transfers/upload > {log:q} 2>&1"
 
 
 rule check_transfer:

@@ -5,7 +5,7 @@ events.csv are inputs of the rule, passed by name (not found by path)."""
 import os
 
 from wattlife.analysis.aggregate import write_phase_tables
-from wattlife.scriptlog import script_log
+from wattlife.diagnostics import script_log
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's `script:` directive
 with script_log(snakemake):  # the rule's log: everything printed, any traceback

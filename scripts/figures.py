@@ -3,8 +3,8 @@ tables -> every figure (PNG + PDF); an error names any figure of the rule's outp
 
 import os
 
+from wattlife.diagnostics import script_log
 from wattlife.figures import draw_all
-from wattlife.scriptlog import script_log
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's `script:` directive
 with script_log(snakemake):  # the rule's log: everything printed, any traceback

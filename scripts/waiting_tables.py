@@ -1,10 +1,10 @@
 """Snakemake entry point of rule `waiting`: the run-level phases table and each cell's trace and
-meta.json -> the waiting-energy tables (wattlife.analysis.waiting_files.write_waiting_tables)."""
+meta.json -> the waiting-energy tables (wattlife.analysis.waiting.write_waiting_tables)."""
 
 import os
 
-from wattlife.analysis.waiting_files import write_waiting_tables
-from wattlife.scriptlog import script_log
+from wattlife.analysis.waiting import write_waiting_tables
+from wattlife.diagnostics import script_log
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's `script:` directive
 with script_log(snakemake):  # the rule's log: everything printed, any traceback

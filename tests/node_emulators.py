@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -145,6 +146,33 @@ def sstat(t0: int, plugin_period_s: float, argv: list[str]) -> None:
     k = np.floor((t - t0) / 1e9 / plugin_period_s)
     energy = "" if k < 1 else f"{energy_to(t0 + k * plugin_period_s * 1e9, t0):.0f}"
     print(f"{step}|{energy}|")
+
+
+def start_ipmi_sim(tmp_path: Path, children, port: int):
+    """OpenIPMI's ipmi_sim on loopback UDP `port` (a BMC with no DCMI), user `ipmiusr`, password
+    `sim-pass-9`, as a child of the `children` fixture; the caller waits for its port."""
+    conf = tmp_path / "lan.conf"
+    conf.write_text(f"""name "sim"
+set_working_mc 0x20
+  startlan 1
+    addr 127.0.0.1 {port}
+    priv_limit admin
+    allowed_auths_callback none md2 md5 straight
+    allowed_auths_user none md2 md5 straight
+    allowed_auths_operator none md2 md5 straight
+    allowed_auths_admin none md2 md5 straight
+    guid a123456789abcdefa123456789abcdef
+  endlan
+  user 2 true  "ipmiusr" "sim-pass-9" admin    10       none md2 md5 straight
+""")
+    emu_file = tmp_path / "sim.emu"
+    emu_file.write_text("mc_setbmc 0x20\n"
+                        "mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\n"
+                        "mc_enable 0x20\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    return children.spawn(["ipmi_sim", "-c", str(conf), "-f", str(emu_file), "-s", str(state),
+                           "-n"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main() -> None:

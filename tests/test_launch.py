@@ -12,14 +12,8 @@ import yaml
 
 from wattlife import jobs as J
 from wattlife.config import SamplerSettings, load_config, validate_config
-from wattlife.launch import (
-    LaunchSpec,
-    build_command,
-    merge_meta,
-    run_files,
-    run_node,
-    train_args,
-)
+from wattlife.launch import LaunchSpec, build_command, run_files, train_args
+from wattlife.run.node import merge_meta, run_node
 from wattlife.sweeps.real import assemble_curve
 
 REPO = Path(__file__).resolve().parents[1]
@@ -210,7 +204,7 @@ def test_transfers_overlapping_each_other_are_counted():
 
 def test_a_multi_node_meta_counts_every_nodes_rows(tmp_path):
     """The merged trace holds every node's rows: meta.json says so (check compares them)."""
-    from wattlife.launch import merge_meta
+    from wattlife.run.node import merge_meta
 
     for host, rows, rc in (("wl1", 3797, 0), ("wl2", 3685, 0)):
         (tmp_path / "nodes" / host).mkdir(parents=True)

@@ -162,7 +162,7 @@ def test_a_measuring_step_holds_every_cpu_and_all_memory_of_any_node(tmp_path, e
     res = S.measuring_resources(site)
     env = dict(env_path)
     S.whole_node_memory(env)
-    probe = (f"{sys.executable} -c 'from wattlife.launch import short_host; "
+    probe = (f"{sys.executable} -c 'from wattlife.run.node import short_host; "
              "from wattlife.slurm_site import check_step; check_step(short_host())'")
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsrun -n1 --cpus-per-task=1 bash -s <<'EOF'\n"
@@ -223,3 +223,50 @@ def test_the_clusters_prolog_and_epilog_restore_caps_however_a_job_ends():
             state_file = re.search(r"state=(\S+?):", epi[0]).group(1)
             assert not Path(state_file).exists()
     assert "TIMEOUT" in _sh("scontrol", "show", "job", jobs["timeout"])
+
+
+def test_a_lost_nodes_cap_record_stays_for_the_admin_and_its_return_runs_the_epilog():
+    """A node lost mid-job (its slurmd killed, the node set DOWN as the controller does when it
+    stops answering): the job ends NODE_FAIL, no epilog runs and the prolog's record of the
+    node's limits stays; the admin's `wattlife powercap restore --state <record>` (USAGE.md)
+    restores them and removes it; when the node's slurmd returns, Slurm runs the job's epilog
+    there, which finds no record and passes (rc 0). Only on the cluster .ci/slurm-up.sh starts
+    (ClusterName=wattlife), which it starts again."""
+    log = hooks_log()
+    conf = _sh("scontrol", "show", "config")
+    if log is None or not re.search(r"ClusterName\s*=\s*wattlife\b", conf):
+        pytest.skip("not the CI cluster of .ci/slurm-up.sh (this test kills one of its slurmd)")
+    node = "wl3"
+    pidfile = Path(f"/run/slurmd-{node}.pid")
+    job = _submit("--no-requeue", "-w", node, "--wrap", "srun sleep 300")
+    site = Path("/etc/wattlife/slurm.env").read_text()
+    record = Path(re.search(r"^WATTLIFE_POWERCAP_DIR=(.+)$", site, re.M).group(1).strip()) \
+        / f"job-{job}-{node}.json"
+    wattlife = re.search(r"^WATTLIFE=(.+)$", site, re.M).group(1).strip()
+    _wait(lambda: "RUNNING" in _sh("squeue", "-h", "-j", job, "-o", "%T") and record.exists(),
+          "the job to run and its prolog's record")
+    try:
+        subprocess.run(["kill", "-9", pidfile.read_text().strip()], check=True, timeout=30)
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down",
+                        "reason=wattlife test: node lost"], check=True, timeout=30)
+        _wait(lambda: "NODE_FAIL" in _sh("scontrol", "show", "job", job), "NODE_FAIL")
+        time.sleep(3)
+        assert record.exists() and not [ln for ln in hook_lines(log, job) if "epilog" in ln]
+        print("lost node:", *hook_lines(log, job), f"record kept: {record}", sep="\n  ")
+        admin = subprocess.run([wattlife, "powercap", "restore", "--state", str(record)],
+                               capture_output=True, text=True, timeout=120,
+                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src"),
+                                    "WATTLIFE_POWERCAP_BACKEND": "simulated"})
+        print("admin's restore:", admin.returncode, admin.stdout.strip(), admin.stderr.strip())
+        assert admin.returncode == 0 and "restored" in admin.stdout + admin.stderr
+        assert not record.exists()
+    finally:
+        up = subprocess.run(["bash", str(REPO / ".ci/slurm-up.sh")], capture_output=True,
+                            text=True, timeout=300)
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"],
+                       capture_output=True, timeout=30)
+    assert up.returncode == 0, up.stderr[-2000:]
+    _wait(lambda: any("epilog" in ln for ln in hook_lines(log, job)), "the returned node's epilog")
+    print("node back:", *hook_lines(log, job), sep="\n  ")
+    (epi,) = [ln for ln in hook_lines(log, job) if "epilog" in ln]
+    assert f"epilog job={job} node={node} rc=0" in epi and not record.exists()

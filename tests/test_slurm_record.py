@@ -3,9 +3,9 @@ and each measuring job's energy beside Slurm's accounting (wattlife.slurm_energy
 
 The recorded step environment and `scontrol show job -o` line (tests/data/slurm/) come from a step
 on the CI Slurm (22.05.8) started as the executor plugin's jobstep starts one. The CI cluster has
-no accounting (accounting_storage/none, acct_gather_energy/none: no RAPL or IPMI there), so
-sacct's ConsumedEnergy can not be recorded: the sacct/sstat texts below are written in
-`sacct -P`'s documented format, not recorded from a cluster with an energy plugin."""
+no accounting storage (accounting_storage/none), so sacct's ConsumedEnergy can not be recorded:
+the sacct/sstat texts below are written in `sacct -P`'s documented format. Its nodes account
+energy (acct_gather_energy/pm_counters on an emulated tree): the live test joins sstat's."""
 
 import json
 import subprocess
@@ -235,3 +235,55 @@ def test_live_a_plugin_like_step_records_its_jobs_memory(tmp_path):
 @given(st.integers(0, 10**9), st.sampled_from(["", "M", "G"]))
 def test_memory_values_read_in_mb(n, unit):
     assert J.mem_mb(f"{n}{unit}") == n * {"": 1, "M": 1, "G": 1024}[unit]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_live_slurm_energy_joins_sstats_energy_of_a_running_job(tmp_path):
+    """On the CI Slurm, whose nodes account energy through acct_gather_energy/pm_counters
+    (.ci/slurm-up.sh: an emulated /sys/cray/pm_counters per node, 150 / 350 W alternating each
+    second; no accounting storage, so sacct answers nothing): a job measured by `wattlife run`
+    that still runs is joined with sstat's ConsumedEnergy so far, beside the suite's, with the
+    difference. Before: `slurm-energy` said only that sacct failed."""
+    import os
+    import sys
+    import time
+
+    from conftest import slurm_test_partition
+
+    res = tmp_path / "res"
+    run = res / "runs/resnet/shared/ckpt-off/r1"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/bash\nset -e\n"
+        f"srun -n1 {Path(sys.executable).parent}/wattlife run -o {run} --gpu sim --cpu estimate"
+        " --idle-s 0 -- sleep 3\n"
+        f"touch {tmp_path}/measured\nsleep 120\n")
+    t0 = time.monotonic()
+    sub = subprocess.run(["sbatch", "--parsable", "-p", slurm_test_partition(), "-N1", "-w", "wl1",
+                          "-J", "wattlife_live-energy", "-o", str(tmp_path / "job.out"),
+                          str(script)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    try:
+        for _ in range(600):
+            if (tmp_path / "measured").exists():
+                break
+            time.sleep(0.2)
+        assert (tmp_path / "measured").exists(), (tmp_path / "job.out").read_text()
+        att = subprocess.run([Path(sys.executable).parent / "wattlife", "attribute", str(run)],
+                             capture_output=True, text=True, timeout=300)
+        assert att.returncode == 0, att.stderr[-2000:]
+        time.sleep(2)  # the plugin's next reading (AcctGatherNodeFreq=1)
+        t = E.energy_table(E.suite_energy(res), E.query_accounting([job])).set_index("job_id")
+        dt = time.monotonic() - t0
+        print("slurm-energy, live:", t.loc[job].to_dict())
+        row = t.loc[job]
+        assert row["slurm_source"].startswith("sstat (running: so far) ConsumedEnergyRaw")
+        assert row["slurm_state"] == "RUNNING" and row["suite_energy_j"] > 0
+        # the emulated node draws 150-350 W: the job's steps so far, at most since it started
+        assert 0 < row["slurm_energy_j"] <= 350 * dt
+        assert row["difference_j"] == row["slurm_energy_j"] - row["suite_energy_j"]
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=60)

@@ -199,6 +199,25 @@ def cell_slices(cfg: Config) -> dict[str, dict[str, Any]]:
             for c in settings(cfg).cells()}
 
 
+def measurement_slices(cfg: Config, transfers: int | None = 1
+                       ) -> dict[str, tuple[str, dict[str, Any]]]:
+    """ident -> (kind, its current slice) of every measuring job the workflow runs (custody's
+    `cells`): a PFI run's caps (`pfi/<cell>/cap-<W>`), else the execution matrix's cells and,
+    with a catalogue, its downloads and the upload (`transfers/<artefact>`); `transfers`: the
+    run's `--resources transfers=N` (the profiles': 1), part of a transfer's slice."""
+    s = settings(cfg)
+    if s.pfi_run and s.pfi_matrix is not None:
+        return {f"pfi/{name}/cap-{cap:g}": ("pfi-cap", pfi_cap_slice(cfg, name, float(cap)))
+                for name, cell in s.pfi_matrix.cells.items() for cap in s.cell_caps(cell)}
+    out = {cid: ("cell", sl) for cid, sl in cell_slices(cfg).items()}
+    if s.prepare.catalogue:
+        for e in s.prepare.catalogue:
+            out[f"transfers/{e['name']}"] = ("transfer", download_slice(cfg, e["name"], transfers))
+        if s.prepare.upload_cell:
+            out["transfers/upload"] = ("transfer", upload_slice(cfg, transfers))
+    return out
+
+
 def slice_execution(slice_doc: Config) -> Any:
     """The typed `execution` section of a cell's sealed slice (None when it has none)."""
     return settings(slice_doc).execution

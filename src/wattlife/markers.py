@@ -25,7 +25,7 @@ to the latest end already written at its depth or above (its preceding sibling's
 preceding sibling's), its end to no earlier than its start; the amount moved is the row's
 `clamp_ns` (0 for almost every row). The same holds where the clock changes from host to GPU.
 
-Host timestamps are the one clock's (`now_ns`: a steady clock mapped to epoch ns once, inherited
+Host timestamps are the one clock's (`now_ns`: a monotonic clock mapped to epoch ns once, inherited
 from `wattlife run`; a wall-clock step changes no phase). A phase name is written as one CSV cell
 (quoted when it holds a comma, a quote or a line break) and read back unchanged; a name no file
 can hold (empty, NUL, a lone surrogate) is refused when the phase begins (`Recorder.cell`).
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .contracts import EVENTS_HEADER, STEP, csv_cell, phase_name_problem
-from .contracts.clock import now_ns as now_ns  # the one clock (re-exported: workloads stamp)
+from .contracts.clock import now_ns
 from .errors import InputError
 from .nodename import node_name
 

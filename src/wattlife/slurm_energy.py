@@ -131,26 +131,36 @@ def _ask(args: Sequence[str]) -> tuple[str | None, str]:
     return p.stdout, ""
 
 
+def _so_far(tab: pd.DataFrame, running: Sequence[str], sstat_file: str | None) -> pd.DataFrame:
+    """`tab` with sstat's energy so far for the jobs of `running` that sstat answers for (a
+    job with no step running is left as it was: sstat names it on stderr only)."""
+    st, _ = ((Path(sstat_file).read_text(), "") if sstat_file else
+             _ask(["sstat", "-P", "-a", "-j", ",".join(running), "-o", SSTAT_FIELDS]))
+    if not st:
+        return tab
+    now = parse_sacct(st, "sstat (running: so far)").set_index("job_id")
+    for col in ("slurm_energy_j", "slurm_source"):
+        tab[col] = [now[col].get(j, v) if j in now.index else v
+                    for j, v in zip(tab["job_id"], tab[col], strict=True)]
+    tab["slurm_state"] = ["RUNNING" if j in now.index and not s else s
+                          for j, s in zip(tab["job_id"], tab["slurm_state"], strict=True)]
+    return tab
+
+
 def query_accounting(job_ids: Sequence[str], sacct_file: str | None = None,
                      sstat_file: str | None = None) -> pd.DataFrame:
     """Slurm's energy of `job_ids`: sacct's (or `sacct_file`'s), and for a job still running
     sstat's (or `sstat_file`'s) so far; a tool that does not answer is named in
-    `slurm_source`."""
+    `slurm_source`. Where sacct does not answer (no accounting storage), every job is asked of
+    sstat, which reads the running steps from the nodes without it."""
     text, why = ((Path(sacct_file).read_text(), "") if sacct_file else
                  _ask(["sacct", "-P", "-j", ",".join(job_ids), "-o", SACCT_FIELDS]))
     if text is None:
-        return pd.DataFrame({"job_id": list(job_ids), "slurm_energy_j": None,
-                             "slurm_source": f"none: sacct failed ({why})", "slurm_state": "",
-                             "slurm_elapsed": ""}, columns=SLURM_COLUMNS)
+        tab = pd.DataFrame({"job_id": list(job_ids), "slurm_energy_j": None,
+                            "slurm_source": f"none: sacct failed ({why})", "slurm_state": "",
+                            "slurm_elapsed": ""}, columns=SLURM_COLUMNS)
+        return _so_far(tab, list(job_ids), sstat_file)
     tab = parse_sacct(text, "sacct")
     running = [j for j, s in zip(tab["job_id"], tab["slurm_state"], strict=True)
                if s == "RUNNING"]
-    if running:
-        st, _ = ((Path(sstat_file).read_text(), "") if sstat_file else
-                 _ask(["sstat", "-P", "-a", "-j", ",".join(running), "-o", SSTAT_FIELDS]))
-        if st:
-            now = parse_sacct(st, "sstat (running: so far)").set_index("job_id")
-            for col in ("slurm_energy_j", "slurm_source"):
-                tab[col] = [now[col].get(j, v) if j in running else v
-                            for j, v in zip(tab["job_id"], tab[col], strict=True)]
-    return tab
+    return _so_far(tab, running, sstat_file) if running else tab

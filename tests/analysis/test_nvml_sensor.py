@@ -1,4 +1,4 @@
-"""wattlife.analysis.sensor_response / sensor_lengths (issue 46) on synthetic readings with
+"""wattlife.analysis.nvml_sensor (issue 46) on synthetic readings with
 known answers: reading spacing and update periods, the boxcar window and delay recovered from
 steps, the settling's widened intervals, and the energy-vs-phase-length table (~0 error
 where the readings are exact)."""
@@ -12,7 +12,7 @@ MS = 1_000_000
 
 
 def test_spacing_stats_of_jittered_readings():
-    from wattlife.analysis.sensor_response import spacing_stats
+    from wattlife.analysis.nvml_sensor import spacing_stats
 
     rng = np.random.default_rng(1)
     t = T0 + np.cumsum(rng.normal(20.0, 0.5, 500)) * MS
@@ -23,7 +23,7 @@ def test_spacing_stats_of_jittered_readings():
 
 
 def test_update_stats_find_the_update_period_and_the_counter_step():
-    from wattlife.analysis.sensor_response import update_stats
+    from wattlife.analysis.nvml_sensor import update_stats
 
     t = T0 + np.arange(0, 2000) * MS  # polled every 1 ms
     counter = 5_000 + (np.arange(2000) // 25) * 500.0  # +500 mJ every 25 ms
@@ -55,7 +55,7 @@ def _step_readings(w_ms, d_ms, n_steps=40, spacing_ms=20.0, seed=0):
 
 @pytest.mark.parametrize("w_ms,d_ms", [(5.0, 3.0), (20.0, 6.0)])
 def test_window_fit_recovers_width_and_delay(w_ms, d_ms):
-    from wattlife.analysis.sensor_response import window_table
+    from wattlife.analysis.nvml_sensor import window_table
 
     t, v, steps = _step_readings(w_ms, d_ms)
     tab, pts = window_table(t, v, steps, 20.0)
@@ -107,7 +107,7 @@ def _length_trace(lengths_ms, p_idle=100.0, p_load=400.0):
 
 
 def test_phase_length_table_is_exact_on_exact_readings():
-    from wattlife.analysis.sensor_lengths import length_block, truth_power
+    from wattlife.analysis.nvml_sensor import length_block, truth_power
 
     trace, loads, ct, ce = _length_trace([20, 100, 1000])
     long = loads[loads["L_ms"] >= 1000]
@@ -141,7 +141,7 @@ def test_phase_length_table_is_exact_on_exact_readings():
 def test_phase_length_table_sees_a_wrong_truth_and_a_smeared_sensor():
     """The errors are measured, not constant: a truth 10 % high reads -9.1 %; readings that lag
     by 20 ms lose most of a 20 ms phase when integrated over it, little of a 1 s one."""
-    from wattlife.analysis.sensor_lengths import length_block
+    from wattlife.analysis.nvml_sensor import length_block
 
     trace, loads, ct, ce = _length_trace([20, 1000])
     lagged = trace.assign(t_ns=trace["t_ns"] + 20 * MS)
@@ -162,8 +162,7 @@ def test_settling_from_steps_makes_the_lagged_phases_interval_hold_the_truth():
     """Readings 20 ms late (each the mean of [t-40, t-20] ms): integrated, a 1 s phase's interval
     misses its truth; widened by the settling measured at synthetic steps of the same sensor
     (`study_settle`), every phase's interval holds it, and the energy itself is unchanged."""
-    from wattlife.analysis.sensor_lengths import length_block
-    from wattlife.analysis.sensor_response import study_settle, window_table
+    from wattlife.analysis.nvml_sensor import length_block, study_settle, window_table
 
     t, v, steps = _step_readings(20.0, 20.0, n_steps=20)
     window, points = window_table(t, v, steps, 20.0)

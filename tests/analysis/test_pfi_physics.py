@@ -229,7 +229,7 @@ def test_a_non_monotone_curve_flags_every_allocation_row_and_pfi_row(tmp_path):
 # --- sensitivity ---------------------------------------------------------------------------------
 
 def test_sensitivity_grid_says_assumed_and_only_the_mfu_ratio_matters():
-    from wattlife.analysis.sensitivity import sensitivity_grid, sensitivity_range
+    from wattlife.analysis.pfi_study import sensitivity_grid, sensitivity_range
 
     curves = pd.read_csv(STUDY / "curves_calibrated.csv")  # the committed curves: no calibration
     pfi = pd.read_csv(STUDY / "pfi_calibrated.csv")

@@ -7,7 +7,7 @@ import pytest
 
 from wattlife.analysis.trace_segments import (
     partition_trace,
-    steady_steps_power,
+    post_warmup_power,
     training_aggregates,
 )
 
@@ -79,7 +79,7 @@ def test_with_events_the_window_is_the_steady_steps_after_warmup_and_outside_the
     assert _rel(seg, "training") == [[33, 50], [55, 80]]  # the first 3 steps are warm-up
     assert _rel(seg, "startup") == [[10, 33]] and _rel(seg, "pause") == [[50, 55]]
     agg = training_aggregates(tr, seg).iloc[0]
-    steady = steady_steps_power(tr, ev).iloc[0]
+    steady = post_warmup_power(tr, ev).iloc[0]
     assert steady["steady_steps"] == 42 and steady["steady_s"] == pytest.approx(42.0)
     assert steady["steady_mean_power_w"] == pytest.approx(600.0, rel=1e-3)
     assert agg["mean_power_w"] == pytest.approx(steady["steady_mean_power_w"], rel=0.05)

@@ -1,4 +1,4 @@
-"""Waiting energy (analysis.waiting, analysis.waiting_whatif): hand-made phases tables with a
+"""Waiting energy (analysis.waiting): hand-made phases tables with a
 known answer, the context floor read from a trace, the simulated cap what-if's physics, and the
 facility estimate."""
 
@@ -9,14 +9,18 @@ import pandas as pd
 import pytest
 
 from wattlife.analysis.waiting import (
+    WAITING_FILES,
     basis,
+    capped_wait_power,
     cell_summary,
     context_floor,
     run_summary,
+    waiting_facility,
     waiting_table,
+    waiting_tables,
+    waiting_whatif,
+    write_waiting_tables,
 )
-from wattlife.analysis.waiting_files import WAITING_FILES, waiting_tables, write_waiting_tables
-from wattlife.analysis.waiting_whatif import capped_wait_power, waiting_facility, waiting_whatif
 from wattlife.simgpu_model import SimGpuModel
 
 CELL = {"workload": "qwen", "storage": "shared", "checkpoint": "on", "repeat": 1}

@@ -5,6 +5,7 @@ phases, every trace form (CSV, gzip, zstd frames, Parquet), and a killed zstd wr
 from __future__ import annotations
 
 import gzip
+import json
 import warnings
 from pathlib import Path
 
@@ -203,10 +204,28 @@ def test_an_impossible_reading_names_its_line_in_a_later_chunk(tmp_path):
         list(iter_trace(p, SMALL))
 
 
+def test_one_process_driving_two_gpus_reads_its_events_for_both(tmp_path, monkeypatch):
+    """meta.json's `gpus` give local rank 0 both GPUs (one process: `wattlife run` records it so;
+    found running `wattlife attribute` after `wattlife run --gpu amdsmi` on a stand-in of two
+    GPUs): the one-rank-at-a-time events give gpu1 rank 0's phases, as the in-memory path does
+    (the rank's file, read first for the run's head, was cached without the mapping)."""
+    p, ev_path = _write(tmp_path, "csv")
+    (tmp_path / "events.rank1.csv").unlink()
+    _write_meta(tmp_path)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    meta["gpus"] = [{"device": f"gpu{i}", "cuda_ordinal": i, "nvml_index": i, "uuid": None,
+                     "pci_bus_id": None, "name": None, "local_rank": 0} for i in (0, 1)]
+    write_meta(tmp_path / "meta.json", meta)
+    assert RankEvents.open(ev_path, lambda ev, c: ev) is not None
+    chunked, memory = _both(tmp_path, p, ev_path, monkeypatch, method="integrate", n_boot=10)
+    assert "backward" in set(chunked.loc[chunked["device"] == "gpu1", "phase"])
+    pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 def test_chunked_equals_in_memory_with_meta_json_idle_split_and_compile(tmp_path, monkeypatch,
                                                                         compiled):
-    """meta.json's wrapper intervals and idle baseline, the steady labels of a compiled run
+    """meta.json's wrapper intervals and idle baseline, the warm-up labels of a compiled run
     (compile rows added per rank), with the one-rank-at-a-time events."""
     p, ev_path = _write(tmp_path, "zst")
     _write_meta(tmp_path)

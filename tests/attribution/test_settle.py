@@ -32,7 +32,7 @@ def raw(tmp_path_factory) -> Path:
 
 
 def test_the_h100_entry_is_what_the_committed_study_gives(raw) -> None:
-    from wattlife.analysis.sensor_response import displaced_ms, study_settle
+    from wattlife.analysis.nvml_sensor import displaced_ms, study_settle
     from wattlife.attribution.settle import KNOWN
 
     window = pd.read_csv(SENSOR / "sensor_window.csv")
@@ -47,7 +47,7 @@ def test_the_h100_entry_is_what_the_committed_study_gives(raw) -> None:
 def test_known_answer_phases_lie_inside_the_interval_with_the_settling_not_without(raw) -> None:
     """Every L of the committed study: the old interval held the truth for no phase; the interval
     holding the H100's settling holds it for >= 98 % of the phases (100 % from 50 ms on)."""
-    from wattlife.analysis.sensor_lengths import analyse_run
+    from wattlife.analysis.nvml_sensor import analyse_run
     from wattlife.attribution.settle import KNOWN
     from wattlife.contracts import read_trace
 
@@ -103,7 +103,7 @@ def test_attribute_files_widens_integrated_gpus_of_a_studied_model_only(tmp_path
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ph = attribute_files(run / "trace.csv", run / "events.csv", run / "phases.csv",
-                             method="integrate", steady=False).set_index("phase")
+                             method="integrate", warmup_labels=False).set_index("phase")
     load = ph.loc["load"]
     assert load["energy_j"] == pytest.approx(400.0 - 300.0 * 0.02, abs=0.5)
     assert {"settle_ms", "settle_j", "settle_basis"} <= set(ph.columns)

@@ -6,7 +6,8 @@ COMMANDS = ["run", "attribute", "pfi", "allocate", "predict", "calibrate-sim", "
             "gen-images", "gen-text", "train", "aggregate", "figures", "bench", "fetch", "upload",
             "gen-catalogue", "prepare-tables", "pfi-sweep", "aggregate-curves", "merge-nodes",
             "pfi-study", "check", "launch-node", "slurm-orphans", "slurm-energy", "measure",
-            "cells", "retire", "relink", "seal-derived", "attempt"]
+            "cells", "retire", "relink", "seal-derived", "attempt", "drop-checkpoint",
+            "node-emulator"]
 
 
 def test_every_command_has_help(capsys):

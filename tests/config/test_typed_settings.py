@@ -18,8 +18,8 @@ REPO = PKG.parents[1]
 
 
 def _entry_points() -> list[tuple[str, typing.Callable[..., typing.Any], str]]:
-    from wattlife.launch import run_node
     from wattlife.run import run_under_sampler
+    from wattlife.run.node import run_node
     from wattlife.sampler import build_backends, with_sim_gpu_cap
     from wattlife.sweeps.real import sweep_command
 
@@ -44,8 +44,8 @@ def test_the_sampler_settings_travel_typed(name, fn, param):
 def captured(monkeypatch):
     """`wattlife run` / `launch-node` in-process, with what runs under the sampler replaced by a
     recorder of the settings it is given."""
-    import wattlife.launch
     import wattlife.run
+    import wattlife.run.node
 
     got: dict[str, typing.Any] = {}
 
@@ -58,7 +58,7 @@ def captured(monkeypatch):
         return 0
 
     monkeypatch.setattr(wattlife.run, "run_under_sampler", under_sampler)
-    monkeypatch.setattr(wattlife.launch, "run_node", node)
+    monkeypatch.setattr(wattlife.run.node, "run_node", node)
     return got
 
 

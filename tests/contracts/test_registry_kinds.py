@@ -260,3 +260,86 @@ def test_a_bad_declaration_is_refused_with_its_rule(kwargs: dict[str, object],
                                "max_plausible_w": 1.0, **kwargs}
     with pytest.raises(ValueError, match=message):
         DeviceKind(**spec)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------- no kind logic by name
+#: tests of a kind's name that are not kind logic (what they test instead)
+NOT_KIND_TESTS = {
+    ("workloads/image.py", "gpu"): "the decode path a workload asks for (`decode: gpu`)",
+    ("workloads/gpu_decode.py", "gpu"): "the decode path a workload asks for",
+    ("devices/rapl.py", "dram"): "a RAPL zone's own name in sysfs",
+}
+
+
+def _name_tests(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of each place testing or building a device name from a kind's name as a
+    literal: `x == "gpu"` / `!=`, `.startswith("gpu")`, `.removeprefix("gpu")`, and
+    `f"gpu{i}"` (a device name written by hand instead of `contracts.kinds`' `device(i)`)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare) and any(isinstance(o, (ast.Eq, ast.NotEq))
+                                                 for o in node.ops):
+            consts = [c.value for c in (node.left, *node.comparators)
+                      if isinstance(c, ast.Constant) and c.value in KIND_NAMES]
+            out += [(node.lineno, c) for c in consts]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("startswith", "removeprefix") and node.args
+              and isinstance(node.args[0], ast.Constant) and node.args[0].value in KIND_NAMES):
+            out.append((node.lineno, node.args[0].value))
+        elif isinstance(node, ast.JoinedStr) and node.values:
+            first = node.values[0]
+            if (isinstance(first, ast.Constant) and first.value in KIND_NAMES
+                    and len(node.values) > 1 and isinstance(node.values[1], ast.FormattedValue)):
+                out.append((node.lineno, first.value))
+    return out
+
+
+def test_no_kind_logic_by_a_kind_s_name_outside_the_registry() -> None:
+    """Which devices are a rank's, which are GPUs, how a device is named: asked of the registry
+    (`is_per_rank`, `per_rank_kinds`, `GPU.forms`, `GPU.device(i)`, `device_index`), never
+    by comparing with or writing a kind's name."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel == "contracts/kinds.py":
+            continue
+        found += [f"src/wattlife/{rel}:{line}: {name!r}" for line, name in _name_tests(path)
+                  if (rel, name) not in NOT_KIND_TESTS]
+    assert found == [], "ask contracts.kinds instead:\n" + "\n".join(found)
+
+
+def test_the_name_test_scan_finds_each_form(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text('a = k == "gpu"\nb = d.startswith("cpu")\nc = d.removeprefix("gpu")\n'
+                 'e = f"dram{n}"\ng = "gpu" != k\nh = k == "fpga"\ni = f"x{n}gpu"\n')
+    assert [line for line, _ in _name_tests(f)] == [1, 2, 3, 4, 5]
+
+
+#: schema enums of kind names that are not device kinds (what they are instead)
+NOT_KIND_ENUMS = {"schema.workloads.decode": "decode paths: images decoded on the GPU or the CPU"}
+
+
+def test_the_schema_lists_no_kinds_and_device_names_come_from_the_kinds() -> None:
+    import yaml
+
+    doc = yaml.safe_load((SRC / "resources" / "schema.yaml").read_text())
+    hits = []
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict):
+            named = set(node.get("enum") or []) & KIND_NAMES
+            if len(named) >= 2:
+                hits.append(f"{where}: {sorted(named)}")
+            for k, v in node.items():
+                walk(v, where if k in ("properties", "additionalProperties") else f"{where}.{k}")
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, where)
+
+    walk(doc, "schema")
+    hits = [h for h in hits if h.split(":")[0] not in NOT_KIND_ENUMS]
+    assert hits == [], "kinds listed in resources/schema.yaml: " + "; ".join(hits)
+    gpu, node = KINDS["gpu"], KINDS["node"]
+    assert (gpu.device(3), gpu.index("gpu3"), gpu.index("gpu"), gpu.index("gpu٣")) == (
+        "gpu3", 3, None, None)
+    assert (node.device(), node.index("node")) == ("node", None)

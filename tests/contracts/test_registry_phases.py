@@ -26,7 +26,8 @@ FAKE_ROWS = ('    PhaseSpec("fake_wait", lifecycle=True, per_step=True, waiting=
 #: a training script marking both: fake_wait inside each step, fake_beside over two steps
 SCRIPT = """
 import time
-from wattlife.markers import concurrent, now_ns, phase, step
+from wattlife.contracts.clock import now_ns
+from wattlife.markers import concurrent, phase, step
 for i in range(8):
     with step(items=4):
         if i == 5:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from wattlife import custody as C
 from wattlife.analysis.aggregate import verify_sources
 from wattlife.check import check_run
@@ -251,7 +252,7 @@ def test_a_controller_in_a_slurm_job_is_named_by_its_job_host_and_pid(tmp_path):
 
 
 def test_the_waiting_tables_refuse_a_cut_trace_of_a_sealed_cell(tmp_path):
-    from wattlife.analysis.waiting_files import write_waiting_tables
+    from wattlife.analysis.waiting import write_waiting_tables
 
     cell = C.cell_dir(tmp_path, CELL)
     C.publish(tmp_path, fake_attempt(tmp_path, rows=40), cell)
@@ -385,3 +386,65 @@ def test_a_measurement_stopped_by_sigterm_is_kept_aside_and_sighup_does_not_stop
     t.join()
     last = C.attempts_of(C.attempts_dir(tmp_path, CELL))[-1]
     assert last.state == "failed" and "after SIGTERM" in last.reason and not last.published
+
+
+def _demo_cell_slice(tmp_path: Path, cell: str) -> dict:
+    """The demo config's slice of `cell`, its storage in tmp_path (as the rule builds it)."""
+    from wattlife import jobs as J
+    from wattlife.config import load_config
+
+    cfg = load_config(str(REPO / "config" / "config.yaml"))
+    cfg["storage"] = {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")}
+    k = M.cell_keys(cell)
+    return J.cell_slice(cfg, k["workload"], k["storage"], k["checkpoint"], k["repeat"])
+
+
+@pytest.mark.parametrize("drop", [True, False], ids=["removed", "kept-for-upload"])
+def test_a_cells_checkpoint_folder_is_removed_when_its_job_ends_unless_kept(tmp_path, monkeypatch,
+                                                                           drop):
+    """Issue 40: a checkpoint is not a measurement. The cell's checkpoint folder
+    (<storage>/checkpoints/<run id>/, where its workload writes it) is gone when `measure` ends,
+    after the attempt is sealed and published, whose files all verify; the upload cell's is kept
+    (`--keep-checkpoint`); nothing outside that folder is touched."""
+    from wattlife.cli.custody import checkpoint_folder
+
+    cell = "resnet/shared/ckpt-on/r1"
+    slice_doc = _demo_cell_slice(tmp_path, cell)
+    ckpt = tmp_path / "shared" / "checkpoints" / M.cell_run_id(cell)
+    beside = tmp_path / "shared" / "checkpoints" / "resnet-shared-ckptoff-r1"
+    beside.mkdir(parents=True)
+    monkeypatch.setattr(M, "cell_command", lambda s, c, a: (
+        f"mkdir -p {ckpt} && head -c 4096 /dev/zero > {ckpt}/model.pt && echo t_ns > "
+        f"{a}/trace.csv"))
+    folder = checkpoint_folder(slice_doc, cell)
+    assert folder == ckpt
+    assert C.measure_cell(tmp_path / "res", cell, slice_doc,
+                          checkpoints=folder if drop else None) == 0
+    (att,) = C.attempts_of(C.attempts_dir(tmp_path / "res", cell))
+    assert att.state == "sealed" and att.published
+    assert not C.cell_problems(C.cell_dir(tmp_path / "res", cell))
+    assert ckpt.exists() is not drop and beside.exists()
+    if drop:  # a failed attempt's checkpoint goes too; an adopting job's (none written) is said
+        monkeypatch.setattr(M, "cell_command", lambda s, c, a: f"mkdir -p {ckpt}; exit 3")
+        assert C.retire(tmp_path / "res", cell) == 1
+        assert C.measure_cell(tmp_path / "res", cell, slice_doc, checkpoints=folder) == 3
+        assert not ckpt.exists()
+
+
+def test_drop_checkpoint_removes_only_the_folder_of_the_summarys_last_checkpoint(tmp_path,
+                                                                                 capsys):
+    from wattlife.cli import main
+
+    ckpt = tmp_path / "shared" / "checkpoints" / "qwen-local-ckpton-r1"
+    (ckpt / "dcp").mkdir(parents=True)
+    (ckpt / "dcp" / "0.distcp").write_bytes(b"x" * 10)
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"checkpoints": [str(ckpt / "dcp")]}))
+    assert main(["drop-checkpoint", str(summary)]) == 0
+    assert not ckpt.exists() and (tmp_path / "shared" / "checkpoints").exists()
+    assert "1 files, 10 bytes" in capsys.readouterr().out
+    assert main(["drop-checkpoint", str(summary)]) == 0  # again: said, not an error
+    assert "no checkpoint folder" in capsys.readouterr().out
+    summary.write_text(json.dumps({"checkpoints": [str(tmp_path / "model.pt")]}))
+    assert main(["drop-checkpoint", str(summary)]) == 2  # not under a checkpoints folder
+    assert "not a cell's checkpoint folder" in capsys.readouterr().err and tmp_path.exists()

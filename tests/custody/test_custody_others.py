@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from wattlife import custody as C
 from wattlife.analysis.downloads import prepare_tables_files
@@ -43,7 +44,7 @@ def test_a_pfi_cap_is_an_attempt_sealed_and_published_into_its_folder(tmp_path):
     assert cap(tmp_path) == 0
     (a,) = attempts(tmp_path)
     assert a.state == "sealed" and a.published and a.seal["cell"] == "pfi/tiny/cap-400"
-    assert set(a.seal["files"]) == {"config.json", "trace.csv", "curve-point.csv"}
+    assert set(a.seal["files"]) == {"config.json", "trace.csv", "curve-point.csv", "run.log"}
     assert a.seal["dirs"] == ["work"] and a.seal["slurm"] == {"job_id": None, "step_id": None}
     folder = tmp_path / "pfi/tiny/cap-400"
     assert (folder / "work").is_dir()  # an empty folder a rule declares: made
@@ -120,3 +121,97 @@ def test_bad_attempt_options_are_one_line(tmp_path, capsys, args, why):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and why in err[0], err
     assert not (tmp_path / "attempts").exists()
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pfi_config(tmp_path: Path) -> Path:
+    """A PFI run's config (its measurements: four caps of one cell)."""
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg["results_dir"] = str(tmp_path / "res")
+    cfg["powercap"].pop("jobs")
+    cfg["powercap"]["hardware"] = "h200"
+    cfg["pfi_matrix"] = {"dataset": "wikitext-mini", "duration_s": 3, "cells": {"tiny": {
+        "model_config": "qwen3-tiny", "task": "pretrain", "gpus": 1, "seq_len": 32,
+        "batch_size": 2, "device": "cpu", "caps": [400, 500, 600, 700]}}}
+    conf = tmp_path / "pfi.yaml"
+    conf.write_text(yaml.safe_dump(cfg))
+    return conf
+
+
+def cells_rows(conf: Path, capsys) -> tuple[int, dict[str, str]]:
+    rc = main(["cells", "--config", str(conf)])
+    out = capsys.readouterr().out
+    return rc, dict(line.split("\t")[:2] for line in out.splitlines() if "\t" in line)
+
+
+def test_cells_lists_every_pfi_cap_current_stale_other_code_missing_unsealed(tmp_path, capsys):
+    from wattlife.config import load_config
+    from wattlife.custody.cells import matrix
+
+    conf = pfi_config(tmp_path)
+    res = tmp_path / "res"
+    slices = {k: sl for k, (kind, sl) in matrix(load_config(conf)).items() if kind == "pfi-cap"}
+    assert sorted(slices) == [f"pfi/tiny/cap-{w}" for w in (400, 500, 600, 700)]
+
+    def measure(ident: str, slice_doc: dict) -> None:
+        assert C.attempt_job(res, res / ident, "pfi-cap", slice_doc, pfi_command(),
+                             poll_s=0.01) == 0
+
+    measure("pfi/tiny/cap-400", slices["pfi/tiny/cap-400"])
+    measure("pfi/tiny/cap-500", {**slices["pfi/tiny/cap-500"], "pfi_cap_w": 501.0})
+    measure("pfi/tiny/cap-600", slices["pfi/tiny/cap-600"])
+    pointer = C.published(res / "pfi/tiny/cap-600")[0]
+    doc = json.loads(pointer.read_text())
+    doc["code"]["measuring_sha256"] = "0" * 16  # sealed by other measuring code
+    pointer.write_text(json.dumps(doc))
+    (C.attempts_dir(res, "pfi/tiny/cap-700") / "a1").mkdir(parents=True)  # killed: no seal
+    rc, rows = cells_rows(conf, capsys)
+    assert rc == 3 and rows == {"pfi/tiny/cap-400": "current", "pfi/tiny/cap-500": "stale",
+                                "pfi/tiny/cap-600": "other-code",
+                                "pfi/tiny/cap-700": "unsealed"}, rows
+    (C.attempts_dir(res, "pfi/tiny/cap-700") / "a1").rmdir()
+    assert cells_rows(conf, capsys)[1]["pfi/tiny/cap-700"] == "missing"
+
+
+def test_cells_lists_the_transfers_beside_the_cells_with_their_kind(tmp_path, capsys):
+    from wattlife.config import load_config
+    from wattlife.custody.cells import cell_states, matrix
+
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg["results_dir"] = str(tmp_path / "res")
+    conf = tmp_path / "demo.yaml"
+    conf.write_text(yaml.safe_dump(cfg))
+    config = load_config(conf)
+    kinds = {k: kind for k, (kind, _) in matrix(config).items()}
+    names = [e["name"] for e in cfg["prepare"]["catalogue"]]
+    assert {k for k, v in kinds.items() if v == "transfer"} == \
+        {f"transfers/{n}" for n in [*names, "upload"]}
+    assert sum(v == "cell" for v in kinds.values()) == 8
+    res = tmp_path / "res"
+    sl = matrix(config)["transfers/upload"][1]
+    assert C.attempt_job(res, res / "transfers/upload", "transfer", sl, pfi_command(),
+                         poll_s=0.01) == 0
+    rows = {r["cell"]: r for r in cell_states(res, config)}
+    assert rows["transfers/upload"]["state"] == "current"
+    assert rows["transfers/upload"]["kind"] == "transfer"
+    assert rows[f"transfers/{names[0]}"]["state"] == "missing"
+    # transfers at once are part of a transfer's slice (the run's --resources transfers=N)
+    assert {r["cell"]: r for r in cell_states(res, config, 2)}["transfers/upload"]["state"] \
+        == "stale"
+    rc, listed = cells_rows(conf, capsys)
+    assert rc == 3 and listed["transfers/upload"] == "current"
+
+
+def test_every_jobs_custody_lines_are_kept_beside_its_attempts(tmp_path, capsys):
+    """The rule's log of a job is remade by the next job of the same cap (an orphan's lines would
+    go): custody.log beside the attempts keeps every job's, appended."""
+    argv = ["attempt", "--results", str(tmp_path), "--into", str(tmp_path / "pfi/tiny/cap-400"),
+            "--kind", "pfi-cap", "--slice", json.dumps(SLICE), "--poll-s", "0.01", "--",
+            *pfi_command()]
+    assert main(argv) == 0 and main(argv) == 0  # measured, then adopted
+    text = (C.attempts_dir(tmp_path, "pfi/tiny/cap-400") / "custody.log").read_text()
+    assert text.count("measuring in") == 1 and text.count("adopted the sealed result") == 1
+    assert text.count(f"pid {os.getpid()}: INFO") >= 3, text
+    capsys.readouterr()

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from wattlife.cli import build_parser, main
+from wattlife.config import ConfigError, validate_config
 from wattlife.config.loading import schema
 from wattlife.devices import powercap
 from wattlife.devices.powercap import (
@@ -15,6 +16,7 @@ from wattlife.devices.powercap import (
     cap_backend_choices,
     read_state,
     register_cap_backend,
+    unregister_cap_backend,
 )
 
 
@@ -41,7 +43,7 @@ class _FakeCaps:
 def fake_backend():
     register_cap_backend(CapBackend("fake-caps", _FakeCaps, simulated=True, source="fake"))
     yield "fake-caps"
-    del CAP_BACKENDS["fake-caps"]
+    unregister_cap_backend("fake-caps")
 
 
 def _choices(argv_prefix: list[str], option: str) -> list[str]:
@@ -58,6 +60,18 @@ def test_a_registered_backend_appears_in_every_commands_choices(fake_backend, ca
     assert main(["powercap", "show", "--backend", fake_backend]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["source"] == "fake" and shown["gpus"]["2"]["limit_w"] == 500.0
+
+
+def test_a_registered_backend_is_a_valid_config_and_an_unknown_one_is_one_line(fake_backend):
+    validate_config({"slice": "t", "powercap": {"backend": fake_backend}})
+    unregister_cap_backend(fake_backend)
+    try:
+        with pytest.raises(ConfigError) as err:
+            validate_config({"slice": "t", "powercap": {"backend": fake_backend}})
+        assert str(err.value) == ("invalid config: powercap.backend: expected one of "
+                                  "['simulated', 'nvml', 'nvidia-smi'], got 'fake-caps'")
+    finally:
+        register_cap_backend(CapBackend("fake-caps", _FakeCaps, simulated=True, source="fake"))
 
 
 def test_the_registry_order_gives_the_choices_help_shows():

@@ -38,7 +38,8 @@ def test_no_credential_in_the_config(tmp_path, key):
 
 def test_unknown_node_source_named(tmp_path):
     with pytest.raises(ConfigError, match=r"sampler\.node: expected one of \['auto', "
-                                          r"'pm_counters', 'redfish', 'ipmi', 'slurm', 'none'\]"):
+                                          r"'pm_counters', 'redfish', 'ipmi', 'freeipmi', 'slurm', "
+                                          r"'none'\]"):
         _section(tmp_path, {"node": "bmc"})
 
 
@@ -109,9 +110,9 @@ def test_the_sampler_builds_the_node_role_through_the_registry(tmp_path):
     from wattlife.devices.registry import backend_specs
 
     assert {b.id: (b.kinds, b.sources, b.auto) for b in backend_specs("node")} == {
-        "pm_counters": (("node",), ("pm_counters",), True),
+        "pm_counters": (("node",), ("pm_counters", "pm_counters_emulated"), True),
         "redfish": (("node",), ("redfish",), True), "ipmi": (("node",), ("ipmi",), True),
-        "slurm": (("node",), ("sstat",), False)}
+        "freeipmi": (("node",), ("freeipmi",), False), "slurm": (("node",), ("sstat",), False)}
     root = tmp_path / "pm"
     root.mkdir()
     for name, text in (("power", "300 W 1 us"), ("energy", "5 J 1 us"), ("freshness", "1")):

@@ -115,31 +115,6 @@ def test_sstat_known_energy_per_interval(tmp_path):
     assert info["step"] == "4242.0" and "whole job step" in info["scope"]
 
 
-def _ipmi_sim(tmp_path: Path, children, port: int):
-    conf = tmp_path / "lan.conf"
-    conf.write_text(f"""name "sim"
-set_working_mc 0x20
-  startlan 1
-    addr 127.0.0.1 {port}
-    priv_limit admin
-    allowed_auths_callback none md2 md5 straight
-    allowed_auths_user none md2 md5 straight
-    allowed_auths_operator none md2 md5 straight
-    allowed_auths_admin none md2 md5 straight
-    guid a123456789abcdefa123456789abcdef
-  endlan
-  user 2 true  "ipmiusr" "sim-pass-9" admin    10       none md2 md5 straight
-""")
-    emu_file = tmp_path / "sim.emu"
-    emu_file.write_text("mc_setbmc 0x20\n"
-                        "mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\n"
-                        "mc_enable 0x20\n")
-    state = tmp_path / "state"
-    state.mkdir()
-    return children.spawn(["ipmi_sim", "-c", str(conf), "-f", str(emu_file), "-s", str(state),
-                           "-n"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 def _listening_udp(port: int) -> bool:
     """A socket bound to 127.0.0.1:`port` (UDP) in /proc/net/udp."""
     return f"0100007F:{port:04X} " in Path("/proc/net/udp").read_text()
@@ -152,7 +127,7 @@ def test_ipmi_against_ipmi_sim_links_and_says_it_has_no_dcmi(tmp_path, children,
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    _ipmi_sim(tmp_path, children, port)
+    emu.start_ipmi_sim(tmp_path, children, port)
     wait_for(lambda: _listening_udp(port), "ipmi_sim's LAN port")
     monkeypatch.setenv("T_IPMI_USER", "ipmiusr")
     monkeypatch.setenv("T_IPMI_PASS", "sim-pass-9")

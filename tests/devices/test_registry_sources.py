@@ -20,6 +20,7 @@ from wattlife.analysis.waiting import basis
 from wattlife.check import check_run
 from wattlife.cli import build_parser
 from wattlife.config import ConfigError, SamplerSettings, schema, validate_config
+from wattlife.config.loading import REGISTRY_KEYS
 from wattlife.contracts import (
     SOURCE_WORDS,
     SOURCES_MEASURED,
@@ -32,6 +33,7 @@ from wattlife.contracts import (
     unregister_source,
 )
 from wattlife.devices.base import Row, SensorBackend
+from wattlife.devices.powercap import CAP_BACKENDS
 from wattlife.devices.registry import (
     SensorBackendSpec,
     backend_specs,
@@ -46,7 +48,8 @@ from wattlife.sampler import Sampler, build_backends
 
 PKG = Path(__file__).resolve().parents[2] / "src" / "wattlife"
 #: the modules that declare sources and backends; every other module derives from them
-DECLARING = {PKG / "contracts" / "sources.py", PKG / "devices" / "registry.py"}
+DECLARING = {PKG / "contracts" / "sources.py", PKG / "devices" / "registry.py",
+             PKG / "config" / "loading.py"}
 
 
 class FakeMeter(SensorBackend):
@@ -82,34 +85,60 @@ def fake(request: pytest.FixtureRequest) -> Iterator[SourceSpec]:
         unregister_source(spec.id)
 
 
-def _schema_with(enums: dict[str, list[str]]) -> dict[str, object]:
-    """The shipped schema with its `sampler` enums replaced by `enums`."""
-    sch = schema()
-    props = {**sch["properties"]["sampler"]["properties"]}
-    for key, values in enums.items():
-        props[key] = {**props[key], "enum": values}
-    sampler = {**sch["properties"]["sampler"], "properties": props}
-    return {**sch, "properties": {**sch["properties"], "sampler": sampler}}
+def _enum_lists(node: object, ids: set[str], where: str = "") -> list[str]:
+    """Every `enum` of the schema file holding two or more of `ids` ("dotted.key: ids")."""
+    hits: list[str] = []
+    if isinstance(node, dict):
+        named = sorted(set(node.get("enum") or []) & ids)
+        if len(named) >= 2:
+            hits.append(f"{where}: {named}")
+        for key, sub in node.items():
+            nested = where if key in ("properties", "additionalProperties") else f"{where}.{key}"
+            hits += _enum_lists(sub, ids, nested.lstrip("."))
+    return hits
 
 
-def _shipped_enums() -> dict[str, list[str]]:
+def test_the_schema_file_lists_no_backend_and_the_loaded_schema_has_the_registry_s() -> None:
+    shipped = yaml.safe_load((PKG / "resources" / "schema.yaml").read_text())
+    ids = ({s.id for s in source_specs()} | {b.id for b in backend_specs()}
+           | set(CAP_BACKENDS) | {"auto", "none"})
+    hits = _enum_lists(shipped, ids)
+    assert hits == [], ("resources/schema.yaml lists backend ids (the registries fill these "
+                        "enums: config.loading.REGISTRY_KEYS): " + "; ".join(hits))
     props = schema()["properties"]["sampler"]["properties"]
-    return {k: v["enum"] for k, v in props.items() if "enum" in v}
-
-
-def test_the_schema_lists_exactly_the_registry_s_sampler_choices() -> None:
-    assert _shipped_enums() == schema_enums(), (
-        "resources/schema.yaml's sampler enums must be the sensor-backend registry's "
-        f"(devices.registry.schema_enums()): {schema_enums()}")
+    assert {k: props[k]["enum"] for k in schema_enums()} == schema_enums()
+    assert set(REGISTRY_KEYS) == {("sampler", k) for k in schema_enums()} | {
+        ("powercap", "backend")}
     assert choices("gpu") == ["auto", "nvml", "sim", "none"]
     assert choices("cpu") == ["auto", "rapl", "estimate", "none"]
-    assert choices("node") == ["auto", "pm_counters", "redfish", "ipmi", "slurm", "none"]
+    assert choices("node") == ["auto", "pm_counters", "redfish", "ipmi", "freeipmi", "slurm",
+                               "none"]
+
+
+def test_the_enum_finder_finds_a_hand_kept_list() -> None:
+    doc = {"properties": {"sampler": {"properties": {
+        "gpu": {"type": "string", "enum": ["auto", "nvml", "sim", "none"]},
+        "unit": {"enum": ["W", "J"]}}}}}
+    assert _enum_lists(doc, {"auto", "nvml", "sim", "none"}) == [
+        "sampler.gpu: ['auto', 'none', 'nvml', 'sim']"]
+
+
+def test_an_unknown_backend_id_is_one_line_naming_the_key_and_the_known_ids() -> None:
+    with pytest.raises(ConfigError) as err:
+        validate_config({"slice": "t", "sampler": {"gpu": "no-such-gpu"}})
+    assert str(err.value) == ("invalid config: sampler.gpu: expected one of "
+                              "['auto', 'nvml', 'sim', 'none'], got 'no-such-gpu'")
+    with pytest.raises(ConfigError) as err:
+        validate_config({"slice": "t", "powercap": {"backend": "rocm"}})
+    assert str(err.value) == ("invalid config: powercap.backend: expected one of "
+                              "['simulated', 'nvml', 'nvidia-smi'], got 'rocm'")
 
 
 def test_every_backend_writes_declared_sources_and_reads_existing_sampler_keys() -> None:
+    # a backend reads typed keys, or its own block (`SamplerSettings.block`: no class needed)
     keys = {f.name for f in dataclasses.fields(SamplerSettings)}
     for b in backend_specs():
-        assert set(b.settings) <= keys, b.id
+        assert set(b.settings) <= keys | {b.id}, b.id
         assert set(b.sources) <= set(sensor_source_ids()), b.id
     assert [r.role for r in roles()][:2] == ["gpu", "cpu"]
     assert {r.role for r in roles()} | {r.fallback_key for r in roles() if r.fallback_key} <= keys
@@ -157,14 +186,9 @@ def test_registering_a_backend_with_an_undeclared_source_is_refused() -> None:
 
 def test_a_fake_backend_flows_through_config_cli_sampler_check_and_labels(
         fake: SourceSpec, tmp_path: Path) -> None:
-    # config: the registry's schema accepts it; the shipped one must be told (the test above)
+    # config: the schema's enum is the registry's, nothing else to write
     section = {"gpu": "fakegpu", "cpu": "none"}
-    cfg = {"slice": "t", "sampler": section}
-    derived = tmp_path / "schema.yaml"
-    derived.write_text(yaml.safe_dump(_schema_with(schema_enums())))
-    validate_config(cfg, derived)
-    with pytest.raises(ConfigError, match="sampler.gpu: expected one of"):
-        validate_config(cfg)  # the shipped schema must list it: the test above says so
+    validate_config({"slice": "t", "sampler": section})
     settings = SamplerSettings.from_dict(section)
     # CLI: `wattlife run --gpu fakegpu` parses
     args = build_parser().parse_args(["run", "--gpu", "fakegpu", "--", "true"])
@@ -203,10 +227,8 @@ def test_without_the_registration_the_fake_is_unknown_everywhere(tmp_path: Path)
     assert basis("fake-meter") == "estimated"  # never passed off as measured
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--gpu", "fakegpu", "--", "true"])
-    derived = tmp_path / "schema.yaml"
-    derived.write_text(yaml.safe_dump(_schema_with(schema_enums())))
     with pytest.raises(ConfigError, match="sampler.gpu: expected one of"):
-        validate_config({"slice": "t", "sampler": {"gpu": "fakegpu"}}, derived)
+        validate_config({"slice": "t", "sampler": {"gpu": "fakegpu"}})
 
 
 def test_the_basis_follows_the_old_rules_for_the_built_in_sources() -> None:
@@ -218,9 +240,12 @@ def test_the_basis_follows_the_old_rules_for_the_built_in_sources() -> None:
     assert basis("simulated/calibrated") == "simulated"
     assert basis("") == "estimated"
     assert basis("pm_counters,sstat") == "measured" and basis("redfish,estimate") == "estimated"
-    assert sorted(SOURCES_MEASURED) == ["ipmi", "nvml-counter", "nvml-poll", "nvml-samples",
-                                        "pm_counters", "rapl", "redfish", "sstat"]
-    assert sorted(SOURCES_NOT_MEASURED) == ["estimate", "sim"]
+    assert sorted(SOURCES_MEASURED) == ["freeipmi", "ipmi", "nvml-counter", "nvml-poll",
+                                        "nvml-samples", "pm_counters", "rapl", "redfish", "sstat"]
+    assert sorted(SOURCES_NOT_MEASURED) == ["estimate", "pm_counters_emulated", "sim"]
+    # the emulated node (issue 45) is never measured, nor is a node_rest derived from it
+    assert basis("pm_counters_emulated") == "simulated"
+    assert basis("pm_counters_emulated-minus-estimate,sim") == "simulated"
 
 
 def _id_lists(path: Path, ids: set[str], root: Path = PKG) -> list[str]:

@@ -1,5 +1,5 @@
 """Wall-clock steps: the host's wall clock stepping during a run (NTP, a VM resumed), of either
-sign and any size, changes no phase's length or energy: timestamps come from a steady clock
+sign and any size, changes no phase's length or energy: timestamps come from a monotonic clock
 mapped to epoch ns once per process (`contracts.clock`), the processes of one `wattlife run`
 share the mapping, and a step seen during the run is in meta.json and reported by `check`.
 
@@ -23,12 +23,12 @@ EPOCH = 1_765_000_000 * S
 
 
 class Clocks:
-    """A steady clock the test advances, and a wall clock that is it plus a step."""
+    """A monotonic clock the test advances, and a wall clock that is it plus a step."""
 
     def __init__(self) -> None:
         self.t, self.step = 10 * S, 0
 
-    def steady(self) -> int:
+    def monotonic(self) -> int:
         return self.t
 
     def wall(self) -> int:
@@ -41,10 +41,10 @@ def clocks(monkeypatch):
     monkeypatch.setattr(time, "time_ns", c.wall)
     try:
         from wattlife.contracts import clock
-    except ImportError:  # the code before issue 41 has no steady clock: the wall is all it reads
+    except ImportError:  # the code before issue 41 has no monotonic clock: the wall is all it reads
         yield c
         return
-    monkeypatch.setattr(clock, "steady_ns", c.steady)
+    monkeypatch.setattr(clock, "monotonic_ns", c.monotonic)
     clock.reset()
     yield c
     clock.reset()
@@ -86,7 +86,7 @@ def test_any_wall_step_anywhere_changes_no_phase(tmp_path_factory, step_ns, at):
         mp.setattr(time, "time_ns", c.wall)
         from wattlife.contracts import clock
 
-        mp.setattr(clock, "steady_ns", c.steady)
+        mp.setattr(clock, "monotonic_ns", c.monotonic)
         clock.reset()
         ev = _record(tmp_path_factory.mktemp("step"), c, step_ns, at)
     finally:

@@ -13,7 +13,7 @@ import yaml
 
 from synth import T0, events_frame, trace_frame
 from wattlife.cli import build_parser, main
-from wattlife.cli.checks import RANGES, check_options, numeric_actions
+from wattlife.cli.options import RANGES, check_options, numeric_actions
 
 MS = 1_000_000
 PARSER = build_parser()
@@ -33,6 +33,8 @@ REQUIRED = {
     "calibrate-sim": ["c.csv"], "bench": ["attribution"],
     "measure": ["--results", "r", "--cell", "w/local/ckpt-on/r1", "--slice", "{}"],
     "attempt": ["--results", "r", "--into", "r/pfi/c/cap-1", "--kind", "pfi-cap", "--slice", "{}"],
+    "node-emulator": ["pm-counters", "--root", "r"],
+    "cells": ["--config", "c.yaml"],
 }
 VALUES = ["0", "-5", "nan", "1e30", "99999999999999999999"]
 
@@ -50,7 +52,7 @@ def _parse(command, option, value):
 
 def test_every_numeric_option_has_a_declared_range():
     missing = [(c, a.dest) for c, a in NUMERIC if (c, a.dest) not in RANGES]
-    assert not missing, f"numeric options without a range in cli.checks.RANGES: {missing}"
+    assert not missing, f"numeric options without a range in cli.options.RANGES: {missing}"
     assert len(NUMERIC) >= 38
 
 

@@ -29,13 +29,16 @@ def impossible_rows(df: pd.DataFrame) -> dict[int, str]:
     Left out, from the code: `deconvolution_residual` (attribution.deconvolve: the deconvolved
     sum minus the measured total, written with time_s 0 and lo = hi = the residual itself, which
     may be 0 or negative; it is not a phase). `unattributed` is kept: it is integrated device
-    energy over real time, so it is never 0 J."""
+    energy over real time, so it is never 0 J. `node_rest` is a difference (node minus its
+    parts: either sign, FORMULAS.md); a `node` row may have a lower bound of 0 J, which a
+    reading's age gives a phase whose pieces are shorter than the node's period (node_age)."""
     d = df.assign(line=df.index + 2)
     draws = d.groupby(["run_id", "device"])["energy_j"].transform("sum") > 0
-    d = d[draws & (d["time_s"] > 0) & (d["phase"] != RESIDUAL)]
+    kind = d["device_kind"] if "device_kind" in d else pd.Series("", index=d.index)
+    d = d[draws & (d["time_s"] > 0) & (d["phase"] != RESIDUAL) & (kind != "node_rest")]
     bad: dict[int, str] = {}
     for why, rows in (("energy <= 0 J", d["energy_j"] <= 0),
-                      ("lower bound 0 J", d["energy_lo_j"] <= 0),
+                      ("lower bound 0 J", (d["energy_lo_j"] <= 0) & (kind[d.index] != "node")),
                       ("zero-width interval", d["energy_hi_j"] <= d["energy_lo_j"])):
         for line in d.loc[rows, "line"]:
             bad.setdefault(int(line), why)

@@ -4,7 +4,7 @@ The pages `docs/*.md` and `CONTRIBUTING.md` name code as `wattlife.x.y` or, insi
 `x.y` where `x` is a module or package of `src/wattlife/` (`attribution.integrate`,
 `sampler.Sampler`); they name files as `src/...`, `rules/...`, `tests/...`, `benchmarks/...`,
 `scripts/...`, `config/...`, `docs/...`, `results/reference/...`; and they link pages and their
-sections (`[...](FORMULAS.md#mfu-workloadslm_flops)`). Each is checked here, statically (no
+sections (`[...](FORMULAS.md#mfu-workloadslm_model)`). Each is checked here, statically (no
 import: the docs name torch-heavy modules too): a dotted name resolves to a module of the source
 tree, then to a name that module defines, imports or re-exports, then (one level) to a name in that
 class's body; a backticked `x.y` that is not code may be a key of the configuration schema

@@ -38,6 +38,8 @@ HOW: dict[str, tuple[str, str]] = {
     ".venv/bin/wattlife pfi results/demo/tables/curves.csv -o /tmp/pfi.csv": (
         RUN, "on the demo's simulated sweep (`wattlife sweep --config config/config.yaml`)"),
     ".venv/bin/snakemake --profile profiles/local -n": (RUN, ""),
+    ".venv/bin/snakemake --profile profiles/local --configfile config/node-demo.yaml": (
+        DRY, "a measurement (minutes): tests/workflow/test_node_demo.py runs it end to end"),
     "wattlife run -- python examples/torch_loop.py": (RUN, ""),
     "R=$(ls -d runs/torch_loop-* | tail -1)": (RUN, ""),
     "wattlife attribute $R": (RUN, ""),

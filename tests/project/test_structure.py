@@ -1,4 +1,5 @@
-"""Size bounds of the package (issue 31): no module in src/wattlife over 400 lines and no function
+"""Size bounds of the package (issue 31): no module in src/wattlife over 400 lines (but the
+few that are one cohesive thing, `ONE_CONCEPT`, up to 600: issue 44) and no function
 (def / async def, methods and nested functions included) over 60 lines, counted from its `def`
 line to its last line with `ast`.
 
@@ -18,6 +19,16 @@ MAX_FUNCTION_LINES = 60
 #: what is over a bound today: "path/relative/to/src/wattlife.py" (a module) or
 #: "path.py:Qualified.name" (a function) -> its current length in lines
 ALLOWED_OVER: dict[str, int] = {}
+
+#: modules by concept, not by size (issue 44): a module over 400 lines that is one cohesive thing,
+#: with why it is one, up to ONE_CONCEPT_MAX lines; its functions keep the 60-line bound
+ONE_CONCEPT_MAX = 600
+ONE_CONCEPT: dict[str, str] = {
+    "analysis/allocation.py": "one allocation: the job library its strategies and oracle share, "
+                              "the strategies' cuts, the oracle, the simulation over workloads",
+    "analysis/nvml_sensor.py": "one study of the GPU power sensor (issue 46): its readings' "
+                               "spacing and window, and the energy it gives phases of each length",
+}
 
 
 def _rel(path: Path) -> str:
@@ -54,7 +65,16 @@ def _over_bounds(kind: str) -> dict[str, int]:
 
 def _unexpected(over: dict[str, int]) -> list[str]:
     return [f"{k}: {n} lines" for k, n in over.items()
-            if k not in ALLOWED_OVER or n > ALLOWED_OVER[k]]
+            if (k not in ALLOWED_OVER or n > ALLOWED_OVER[k])
+            and not (k in ONE_CONCEPT and n <= ONE_CONCEPT_MAX)]
+
+
+def test_one_concept_modules_exist_and_need_it():
+    """Each ONE_CONCEPT entry is a module over 400 lines (else the entry is stale: drop it)."""
+    over = _over_bounds("module")
+    assert sorted(ONE_CONCEPT) == sorted(k for k in ONE_CONCEPT if k in over), (
+        f"ONE_CONCEPT entries not over {MAX_MODULE_LINES} lines: "
+        f"{sorted(set(ONE_CONCEPT) - set(over))}")
 
 
 def test_the_bounds_are_measured():

@@ -145,7 +145,7 @@ def test_sensor_tables_are_what_the_raw_files_give(tmp_path) -> None:
     import tarfile
 
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from wattlife.analysis.sensor_lengths import analyse_run
+    from wattlife.analysis.nvml_sensor import analyse_run
     from wattlife.contracts import read_trace
 
     with tarfile.open(SENSOR / "sensor_raw.tar.gz") as tar:
@@ -288,7 +288,7 @@ def test_pfi_uncapped_table_is_what_the_archived_runs_give(tmp_path, folder) -> 
 
     from wattlife.analysis.trace_segments import (
         partition_trace,
-        steady_steps_power,
+        post_warmup_power,
         training_aggregates,
     )
     from wattlife.contracts import read_events, read_trace
@@ -305,7 +305,7 @@ def test_pfi_uncapped_table_is_what_the_archived_runs_give(tmp_path, folder) -> 
         rows = segments[segments["segment"] == "training"]
         window = training_aggregates(tr, segments).iloc[0]
         detector = training_aggregates(tr, partition_trace(tr)).iloc[0]["mean_power_w"]
-        steady = steady_steps_power(tr, ev).iloc[0]["steady_mean_power_w"]
+        steady = post_warmup_power(tr, ev).iloc[0]["steady_mean_power_w"]
         assert window["method"] == "steps" and (ev["phase"] == "compile").sum() == 2
         assert rows["start_ns"].min() >= ev.loc[ev["phase"] == "compile", "end_ns"].max(), run
         assert window["mean_power_w"] == pytest.approx(counter_power(tr, rows), rel=0.02), run
@@ -344,7 +344,7 @@ def test_sensor_call2_tables_and_readme_numbers(tmp_path) -> None:
     the README's numbers from its tables."""
     import tarfile
 
-    from wattlife.analysis.sensor_lengths import analyse_run
+    from wattlife.analysis.nvml_sensor import analyse_run
     from wattlife.contracts import read_trace
 
     base = SENSOR / "call-2"

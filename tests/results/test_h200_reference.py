@@ -390,7 +390,7 @@ def test_issue26_pfi_window_is_within_5_percent_of_the_steady_steps(tmp_path, fo
 
     from wattlife.analysis.trace_segments import (
         partition_trace,
-        steady_steps_power,
+        post_warmup_power,
         training_aggregates,
     )
     from wattlife.contracts import read_events, read_trace
@@ -403,7 +403,7 @@ def test_issue26_pfi_window_is_within_5_percent_of_the_steady_steps(tmp_path, fo
     for run, row in table.iterrows():
         d = tmp_path / str(run)
         tr, ev = read_trace(d / "trace.csv"), read_events(d / "events.csv")
-        steady = steady_steps_power(tr, ev).iloc[0]["steady_mean_power_w"]
+        steady = post_warmup_power(tr, ev).iloc[0]["steady_mean_power_w"]
         segments = partition_trace(tr, ev)
         rows = segments[segments["segment"] == "training"]
         window = training_aggregates(tr, segments).iloc[0]

@@ -98,7 +98,8 @@ def test_sbatch_lines_of_pfi_cells_and_a_paper_cell(tmp_path, env_path):
     names = [by_gpus[8], by_gpus[16], by_gpus[32], h100]
     lines = submissions(tmp_path / "pfi", env_path, "config/pfi.yaml",
                         [str(res / f"pfi/{n}/cap-700/curve-point.csv") for n in names])
-    got = {n: next(ln for ln in lines if f"_wildcards_{n}_700 " in ln) for n in names}
+    got = {n: next(ln for ln in lines if re.search(rf"_wildcards_{n}_700_[0-9a-f]{{16}} ", ln))
+           for n in names}  # a PFI cap's job: its cell, cap and config slice's hash
     for n, nodes in ((by_gpus[8], 1), (by_gpus[16], 2), (by_gpus[32], 4)):
         ln = got[n]
         print(f"{cells[n]['gpus']}-GPU PFI cap:", ln)
@@ -121,16 +122,20 @@ def test_sbatch_lines_of_pfi_cells_and_a_paper_cell(tmp_path, env_path):
 
 
 def test_a_users_slurm_extra_adds_to_the_suites_flags(tmp_path, env_path):
-    """`slurm.extra` in the config keeps --exclusive on cells of both workload kinds and every
-    repeat (before: `--set-resources execute_tokenizer:slurm_extra=...` replaced it on the
-    `execute_tokenizer_r2` rule and all other repeat >= 2 rules)."""
+    """`slurm.extra` in the config keeps --exclusive on cells of both workload kinds (before:
+    `--set-resources execute_tokenizer:slurm_extra=...` replaced it on the `execute_tokenizer_r2`
+    rule and all other repeat >= 2 rules). One measuring rule per kind now takes every repeat as
+    a wildcard (test_workflow_idioms), and a repeat r >= 2 is submitted only once round r - 1 has
+    ended (`round_done`), which these fake jobs never do: the first round's jobs of both kinds."""
     _downloaded(tmp_path / "res", "wikitext-103")
     _downloaded(tmp_path / "res", "imagenet-1k")
-    cells = ["qwen/local/ckpt-on/r1", "qwen/shared/ckpt-off/r2", "resnet/local/ckpt-on/r3"]
+    cells = ["qwen/local/ckpt-on/r1", "qwen/shared/ckpt-off/r1", "resnet/local/ckpt-on/r1"]
     lines = submissions(tmp_path, env_path, "config/paper.yaml",
                         [str(tmp_path / f"res/runs/{c}/trace.csv") for c in cells],
                         config=("slurm={account: acct, gpu_partition: gpuq,"
                                 " extra: '--mail-type=END'}",))
+    assert {"rule_execute_tokenizer", "rule_execute"} <= {
+        re.search(r"--comment (rule_\w+?)_wildcards", ln).group(1) for ln in lines}
     for line in lines:
         print("paper cell with a user extra:", line)
         assert "--exclusive" in line and "--mail-type=END" in line, line

@@ -23,24 +23,26 @@ REPO = Path(__file__).resolve().parents[2]
 MEASURING = {"execute", "execute_tokenizer", "pfi_cap", "pfi_cap_multinode"}
 
 # each preset alone (its overlays after it, as their comments say): the dry run's job counts
+# (a PFI cap's and a transfer's files are declared by a link job of their own, as a cell's)
 PRESETS = {
     "demo": ((), {"execute": 4, "execute_tokenizer": 4, "download": 5, "upload": 1,
-                  "powercap_sweep": 1, "pfi": 1, "allocate": 1, "total": 62}),
+                  "powercap_sweep": 1, "pfi": 1, "allocate": 1, "total": 68}),
     "paper": (("config/paper.yaml",), {"execute": 12, "execute_tokenizer": 12, "download": 12,
-                                       "upload": 1, "attribute": 24, "total": 140}),
+                                       "upload": 1, "attribute": 24, "round_done": 2,
+                                       "total": 155}),
     "pfi": (("config/pfi.yaml",), {"pfi_cap": 156, "pfi_cap_multinode": 36, "pfi_curve": 35,
-                                   "pfi": 1, "predictor": 1, "allocate": 1, "total": 233}),
+                                   "pfi": 1, "predictor": 1, "allocate": 1, "total": 425}),
     "gpu1": (("config/gpu1.yaml",), {"execute": 12, "execute_tokenizer": 12, "download": 5,
-                                     "powercap_sweep": 1, "total": 126}),
-    "gpu1-decode": (("config/gpu1.yaml", "config/gpu1-decode.yaml"), {"execute": 6, "total": 33}),
+                                     "powercap_sweep": 1, "round_done": 2, "total": 134}),
+    "gpu1-decode": (("config/gpu1.yaml", "config/gpu1-decode.yaml"), {"execute": 6, "total": 35}),
     "gpu1-qwen": (("config/gpu1.yaml", "config/gpu1-qwen.yaml"),
-                  {"execute_tokenizer": 12, "total": 57}),
+                  {"execute_tokenizer": 12, "total": 59}),
     "gpu1-qwen-r1": (("config/gpu1.yaml", "config/gpu1-qwen.yaml", "config/gpu1-qwen-r1.yaml"),
                      {"execute_tokenizer": 4, "total": 25}),
     "gpu1-repeats": (("config/gpu1.yaml", "config/gpu1-repeats.yaml"),
-                     {"execute": 12, "download": 5, "total": 77}),
+                     {"execute": 12, "download": 5, "total": 85}),
     "gpu1-repeats-storage": (("config/gpu1.yaml", "config/gpu1-repeats-storage.yaml"),
-                             {"execute": 6, "total": 33}),
+                             {"execute": 6, "total": 35}),
     "gpu1-waiting": (("config/gpu1.yaml", "config/gpu1-waiting.yaml"),
                      {"execute": 6, "execute_tokenizer": 3, "total": 46}),
     ".test": ((".test/config/config.yaml",), {"execute": 1, "powercap_sweep": 1, "total": 13}),
@@ -64,8 +66,9 @@ def _counts(out: str) -> dict[str, int]:
 
 def test_every_preset_dry_runs_alone_with_exactly_its_own_matrix(workflow_dir, env_path):
     """Before: every --configfile was merged over the demo's config/config.yaml (the paper preset
-    had the demo's simulated power-cap jobs, 144 jobs against 140 now; config/pfi.yaml alone:
-    KeyError 'qwen'; the catalogue's .test config had 6 simulated power-cap jobs, its own 2)."""
+    had the demo's simulated power-cap jobs, 144 jobs against 142 now (2 of them rounds' ends);
+    config/pfi.yaml alone: KeyError 'qwen'; the catalogue's .test config had 6 simulated
+    power-cap jobs, its own 2)."""
     shutil.copytree(REPO / ".test", workflow_dir / ".test", dirs_exist_ok=True)
     with ThreadPoolExecutor(2) as pool:
         runs = dict(zip(PRESETS, pool.map(lambda p: _dry(workflow_dir, env_path, p[0]),
@@ -105,7 +108,8 @@ def _rules(wf: Path, env: dict, files: tuple[str, ...], config: dict) -> dict[st
         "        out[r.name] = {'priority': 'callable' if callable(r.priority) else r.priority,\n"
         "                       'local': r.name in wf._localrules, 'extra': ex,\n"
         "                       'benchmark': str(r.benchmark) if r.benchmark else None,\n"
-        "                       'temp': [str(f) for f in r.output if f.is_flagged('temp')]}\n"
+        "                       'temp': [str(f) for f in r.output if f.is_flagged('temp')],\n"
+        "                       'shell': r.shellcmd}\n"
         "    print('RULES', json.dumps(out))\n")
     args = [*files, str(conf)]
     p = subprocess.run([sys.executable, "-c", code, *args], cwd=wf, env=env, capture_output=True,
@@ -151,7 +155,9 @@ def test_a_set_resources_slurm_extra_on_a_measuring_rule_is_refused(workflow_dir
 def test_local_flags_benchmarks_and_temp_outputs(workflow_dir, env_path):
     """Without a CPU partition every CPU step is a local job (pfi_study too: the hand-kept list
     missed it); with one only `all`; measuring rules never. Benchmark files on CPU steps only.
-    A PFI job's checkpoint folder (model + optimizer, on the shared storage) is a temp() output."""
+    A PFI job's checkpoint folder (model + optimizer, on the shared storage) is removed by the job
+    whatever its exit status (a temp() output before custody: its measuring rule's one output is
+    now the pointer, whose name has a wildcard the folder has not)."""
     demo = _rules(workflow_dir, env_path, ("config/config.yaml",), {})
     cpu_part = _rules(workflow_dir, env_path, ("config/config.yaml",),
                       {"slurm": {"cpu_partition": "cpuq"}})
@@ -159,13 +165,14 @@ def test_local_flags_benchmarks_and_temp_outputs(workflow_dir, env_path):
     cpu_steps = {n for n, r in demo.items() if r["benchmark"]}
     assert {"check", "attribute", "figures", "pfi_study", "link_cell"} <= cpu_steps
     assert not cpu_steps & (MEASURING | {"download", "upload"})
-    assert all(demo[n]["local"] for n in cpu_steps | {"all", "download", "upload"})
-    assert {n for n, r in cpu_part.items() if r["local"]} == {"all", "download", "upload"}
+    assert all(demo[n]["local"] for n in cpu_steps | {"all", "measurements", "download", "upload"})
+    assert {n for n, r in cpu_part.items() if r["local"]} == {"all", "measurements", "download",
+                                                             "upload"}
     assert not any(demo[n]["local"] for n in MEASURING if n in demo)
-    shared = yaml.safe_load((REPO / "config/pfi.yaml").read_text())["storage"]["shared"]
-    for name in ("pfi_cap", "pfi_cap_multinode"):  # before: no temp(), the folder undeclared
-        temp = [re.sub(r"\{(\w+),[^}]*\}", r"{\1}", t) for t in pfi[name]["temp"]]
-        assert temp == [f"{shared}/checkpoints/{{pcell}}-cap{{cap}}"], temp
+    for name in ("pfi_cap", "pfi_cap_multinode"):  # before custody: a temp() output
+        assert pfi[name]["temp"] == []
+        assert pfi[name]["shell"].startswith("mkdir -p {params.checkpoint:q} && rc=0 && ")
+        assert pfi[name]["shell"].endswith(" || rc=$?; rm -rf {params.checkpoint:q}; exit $rc")
     assert pfi_run_id("dense-pt-x", 700.0) == "dense-pt-x-cap700"  # the folder the run writes
 
 
@@ -232,3 +239,59 @@ def test_an_overlay_given_alone_says_to_put_the_demo_config_first(workflow_dir, 
     out = _dry(workflow_dir, env_path, (str(overlay),))
     assert out.returncode != 0
     assert "config/config.yaml first" in out.stdout + out.stderr, (out.stdout + out.stderr)[-2000:]
+
+
+def test_only_the_upload_cells_checkpoint_outlives_its_job_and_the_upload_removes_it(
+        workflow_dir, env_path):
+    """Issue 40: training cells' checkpoints are not kept. Every measuring job removes its cell's
+    checkpoint folder when it ends (`wattlife measure` without --keep-checkpoint), but the
+    upload cell's (`prepare.upload.cell`), which the upload step removes after its sealed
+    upload. Before: no measuring job removed one."""
+    out = _dry(workflow_dir, env_path, (), "-p", "--forceall")
+    assert out.returncode == 0, out.stderr[-3000:]
+    measures = [ln for ln in out.stdout.splitlines() if "wattlife measure --results" in ln]
+    kept = [ln for ln in measures if "--keep-checkpoint" in ln]
+    assert len(measures) == 8 and len(kept) == 1 and "--cell qwen/local/ckpt-on/r1" in kept[0]
+    upload = [ln for ln in out.stdout.splitlines() if "wattlife upload --from-summary" in ln]
+    assert len(upload) == 1 and re.search(
+        rf"&& wattlife drop-checkpoint {workflow_dir}/res-dry/runs/qwen/local/ckpt-on/r1/work/"
+        rf"summary.json >> {workflow_dir}/res-dry/transfers/upload/"
+        rf"attempt-[0-9a-f]{{16}}\.log 2>&1$",
+        upload[0].rstrip()), upload
+
+
+@pytest.mark.slow
+def test_repeat_r_of_every_cell_runs_before_repeat_r_plus_1_of_any(workflow_dir, env_path,
+                                                                   tmp_path):
+    """Issue 40, on the lock's Snakemake (9.14.8 takes no priority of the wildcards): a real local
+    run of 2 cells x 3 repeats starts the measuring jobs round by round (Snakemake's log), and a
+    cell of round 1 measured again (retired) reruns its round's end only, no later round's cell.
+    Before: the order was Snakemake's (every measuring job priority 0)."""
+    res = tmp_path / "res"
+    conf = tmp_path / "rounds.yaml"
+    conf.write_text(yaml.safe_dump({
+        "results_dir": str(res),
+        "storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
+        "execution": {"storage": ["shared", "local"], "repeats": 3}}))
+    shutil.copytree(REPO / ".test", workflow_dir / ".test", dirs_exist_ok=True)
+    last = [f"{res}/runs/resnet/{s}/ckpt-off/r{r}/trace.csv" for s in ("shared", "local")
+            for r in (1, 2, 3)]
+    args = [sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--configfile",
+            ".test/config/config.yaml", str(conf)]
+    run = subprocess.run([*args, "--", *last], cwd=workflow_dir, env=env_path,
+                         capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    started = re.findall(r"^(?:local)?rule (execute\w*):\n(?:    .*\n)*?    wildcards: workload="
+                         r"\w+, storage=(\w+), checkpoint=\w+, repeat=(\d+)", run.stderr, re.M)
+    repeats = [int(r[-1]) for r in started]
+    assert len(started) == 6 and repeats == sorted(repeats), started
+    assert (res / "rounds" / "r2.done").read_text().count("sealed-") == 2
+    retired = subprocess.run([sys.executable, "-m", "wattlife.cli", "retire", str(res),
+                              "resnet/shared/ckpt-off/r1"], env=env_path, capture_output=True,
+                             text=True, timeout=120)
+    assert retired.returncode == 0, retired.stderr
+    dry = subprocess.run([*args, "-n", "--", *last], cwd=workflow_dir, env=env_path,
+                         capture_output=True, text=True, timeout=600)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    jobs = _counts(dry.stdout + dry.stderr)
+    assert jobs == {"execute": 1, "link_cell": 1, "round_done": 1, "total": 3}, jobs

@@ -75,7 +75,7 @@ import os, sys, torch, torchvision, torch.distributed as td
 from pathlib import Path
 from transformers import AutoModelForCausalLM
 from wattlife.workloads.cell import Dist
-from wattlife.workloads.causal_lm import model_config
+from wattlife.workloads.lm_model import model_config
 from wattlife.workloads.checkpointing import (dcp_state, load_checkpoint, make_checkpointer,
                                               save_atomically, save_checkpoint)
 world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -123,7 +123,7 @@ def test_causal_lm_trains_tiny_qwen3_with_a_local_tokenizer_and_checkpoints(tmp_
     state = torch.load(s["checkpoints"][0], map_location="cpu")
     from transformers import Qwen3ForCausalLM
 
-    from wattlife.workloads.causal_lm import model_config
+    from wattlife.workloads.lm_model import model_config
 
     c = model_config("qwen3-tiny")
     # the model's vocabulary is the tokenizer's, rounded up to a multiple of 64
@@ -172,7 +172,7 @@ def test_lora_changes_only_the_adapters(model):
     from transformers import AutoModelForCausalLM
 
     from wattlife.config import workload_spec
-    from wattlife.workloads.causal_lm import model_config, with_lora
+    from wattlife.workloads.lm_model import model_config, with_lora
 
     spec = workload_spec("l", {"kind": "causal_lm", "dataset": "d", "steps": 1, "batch_size": 1,
                                "task": "lora", "lora_rank": 4})
@@ -208,7 +208,7 @@ def test_shipped_study_configs_have_their_public_sizes(name, total_b, active_b):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from wattlife.workloads.causal_lm import model_config, parameter_counts
+    from wattlife.workloads.lm_model import model_config, parameter_counts
 
     cfg = model_config(name)
     with torch.device("meta"):
@@ -219,7 +219,7 @@ def test_shipped_study_configs_have_their_public_sizes(name, total_b, active_b):
 
 
 def test_causal_lm_config_errors_are_clear(tmp_path):
-    from wattlife.workloads.causal_lm import model_config
+    from wattlife.workloads.lm_model import model_config
 
     with pytest.raises(FileNotFoundError, match="qwen3-8b"):
         model_config("qwen9-huge")
@@ -237,7 +237,7 @@ def test_experts_backend_vocab_and_lora_plan_from_config():
     from transformers import AutoModelForCausalLM
 
     from wattlife.config import workload_spec
-    from wattlife.workloads.causal_lm import (
+    from wattlife.workloads.lm_model import (
         experts_implementation,
         is_moe,
         lora_plan,

@@ -114,14 +114,14 @@ def collect_phases(phase_files: list[str | Path], metas: list[str | Path] | None
 def run_items(phases: pd.DataFrame, summary: Path, events: Path) -> dict[str, object]:
     """One run's `items` (all ranks) with `items_basis`, and its throughput (`throughput` on
     `throughput_basis`, `throughput_wall`, `throughput_unit`). Items come from the events' `step`
-    rows (`step(items=...)`): the steady steps where the phase table has `warmup` rows (its
+    rows (`step(items=...)`): the post-warm-up steps where the phase table has `warmup` rows (its
     per-step phases cover only those), else all steps; without events, from the suite's
     summary.json (`epochs_run x train_items`, all steps). Throughput is the summary's where there
     is one (the suite's workloads), else the events' (`analysis.performance`, items/s)."""
     s = json.loads(summary.read_text()) if summary.exists() else {}
     ev = read_events(events) if events.exists() else None
-    steady = WARMUP in set(phases["phase"])
-    items = items_from_events(ev, steady) if ev is not None else None
+    post_warmup = WARMUP in set(phases["phase"])
+    items = items_from_events(ev, post_warmup) if ev is not None else None
     out: dict[str, object] = {}
     if s:  # `step`: training steps only; `throughput_wall`: pauses included
         out = {"throughput": s.get("throughput"), "throughput_unit": s.get("throughput_unit"),
@@ -133,7 +133,7 @@ def run_items(phases: pd.DataFrame, summary: Path, events: Path) -> dict[str, ob
                "throughput_unit": "items/s (all ranks)", "throughput_basis": "step",
                "throughput_wall": wall_throughput_from_events(ev, world)}
     if items is not None:
-        out.update(items=items, items_basis=f"events: {'steady' if steady else 'all'} steps")
+        out.update(items=items, items_basis=f"events: {'steady' if post_warmup else 'all'} steps")
     elif s.get("epochs_run") and s.get("train_items"):
         out.update(items=s["epochs_run"] * s["train_items"], items_basis="summary: all steps")
     elif s:

@@ -1,16 +1,16 @@
 """Two GPU models side by side (issue 46: the H100 beside the H200), from committed runs.
 
 Per run (`run_row`), from its events, trace, phases and summary:
-- `throughput`: basis `step` (`analysis.performance`: rank 0's steady steps' items over their
+- `throughput`: basis `step` (`analysis.performance`: rank 0's post-warm-up steps' items over their
   durations; the steps' own clock, `clock`);
 - `mfu`, `mfu_causal`: that throughput x the summary's FLOPs per item over the summary's peak
   (`peak_tflops`: the GPU's dense bf16 datasheet peak the workload used); causal-LM runs only;
-- `steady_power_w`, `j_per_item`: the GPU's energy over its steady steps themselves
-  (`trace_segments.steady_steps_power`: the energy series at each step's bounds) over their
+- `steady_power_w`, `j_per_item`: the GPU's energy over its post-warm-up steps themselves
+  (`trace_segments.post_warmup_power`: the energy series at each step's bounds) over their
   seconds, and over the items those steps trained;
 - `idle_w`: the GPU's mean power over the run's idle baseline, before the workload starts (no
   CUDA context of the run); `context_idle_w`: its idle floor while the run holds a CUDA context
-  (`waiting.context_floor`), NaN where the trace shows no steady stretch;
+  (`waiting.context_floor`), NaN where the trace shows no flat stretch;
 - the PFI predictor's telemetry features over the training window (`trace_segments`'
   `partition_trace` by the steps, `training_aggregates`): `util_gpu`, `util_mem`, `dram_active`,
   `sm_active`, `tensor_active`, `sm_clock_mhz` means and the `dram_copy_product`;
@@ -18,7 +18,7 @@ Per run (`run_row`), from its events, trace, phases and summary:
   `idle_baseline` left out), from `phases.csv`.
 
 `compare_cells` gives, per cell (workload, storage, checkpoint) and metric, and per workload over
-all its cells pooled (storage and checkpoint `all`: the steady-step figures do not depend on the
+all its cells pooled (storage and checkpoint `all`: the post-warm-up figures do not depend on the
 cell, so the pooled runs are repeats of one measurement; the shares do, read them per cell),
 each model's mean with its 95 % t interval across repeats (NaN bounds for n = 1) and the
 difference (first model minus second) with Welch's 95 % interval; `within_noise` is True where
@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..contracts.kinds import GPU
 from .performance import step_clock, step_throughput_from_events
 from .repeats import significant, t_interval, welch_interval
-from .trace_segments import partition_trace, steady_steps_power, training_aggregates
+from .trace_segments import partition_trace, post_warmup_power, training_aggregates
 from .waiting import context_floor
 
 CELL_KEYS = ["workload", "storage", "checkpoint"]
@@ -51,7 +52,7 @@ SHARE_PREFIX = "share:"
 
 
 def _gpu_rows(phases: pd.DataFrame) -> pd.DataFrame:
-    return phases[phases["device_kind"] == "gpu"]
+    return phases[phases["device_kind"] == GPU.name]
 
 
 def phase_shares(phases: pd.DataFrame) -> dict[str, float]:
@@ -89,10 +90,10 @@ def run_row(meta: dict[str, Any], summary: dict[str, Any], events: pd.DataFrame,
     world = int(summary.get("world_size") or 1)
     thr = step_throughput_from_events(events, world)
     mfu, causal = _mfu(thr, summary)
-    steady = steady_steps_power(trace, events)
-    st = steady.iloc[0] if len(steady) else None
+    pw = post_warmup_power(trace, events)
+    st = pw.iloc[0] if len(pw) else None
     s = events[events["phase"] == "step"]
-    items = _steady_items(events)
+    items = _post_warmup_items(events)
     idle = meta.get("idle_baseline") or {}
     floor = context_floor(trace, idle.get("start_ns"), idle.get("end_ns"))
     peak = summary.get("peak_flops_per_gpu")
@@ -125,9 +126,9 @@ def telemetry_features(trace: pd.DataFrame, events: pd.DataFrame) -> dict[str, f
             for m in TELEMETRY_FEATURES}
 
 
-def _steady_items(events: pd.DataFrame) -> float:
-    """Items of rank 0's steady steps (the same steps the steady energy covers)."""
-    from ..attribution.steady import step_rows
+def _post_warmup_items(events: pd.DataFrame) -> float:
+    """Items of rank 0's post-warm-up steps (the same steps `post_warmup_power` covers)."""
+    from ..attribution.warmup import step_rows
 
     ranks = events["rank"] if "rank" in events else None
     ev = events[ranks == ranks.min()] if ranks is not None else events

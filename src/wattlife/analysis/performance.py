@@ -1,7 +1,7 @@
 """Training speed of committed runs as one table, rebuilt from their events, each throughput
 with its basis, clock and MFU on two attention conventions.
 
-Basis `step`: items over the sum of the steady `step` rows' durations (the first
+Basis `step`: items over the sum of the post-warm-up `step` rows' durations (the first
 `contracts.warmup_count(n)` steps of rank 0 left out; evaluation and checkpoint pauses lie
 between steps), times the world size. The `step` rows are GPU-timed where the events say
 `clock=cuda`; `clock` names it. The workloads' summary `throughput` is the same sum over the same
@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..attribution.steady import step_rows
+from ..attribution.warmup import step_rows
 from ..contracts import PAUSE_PHASES, STEP
 
 PERFORMANCE_COLUMNS = ["run", "model", "task", "compile", "experts_impl", "throughput",
@@ -34,7 +34,7 @@ def _rank0(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def step_throughput_from_events(events: pd.DataFrame, world: int = 1) -> float | None:
-    """Basis `step` from the events (module docstring): rank 0's steady steps' items over the
+    """Basis `step` from the events (module docstring): rank 0's post-warm-up steps' items over the
     sum of their durations, times `world`."""
     s = step_rows(_rank0(events))
     s = s[~s["warmup"]]
@@ -95,14 +95,14 @@ def step_world(events: pd.DataFrame) -> int:
     return max(1, len(s.drop_duplicates(keys))) if keys and len(s) else 1
 
 
-def items_from_events(events: pd.DataFrame, steady: bool) -> float | None:
+def items_from_events(events: pd.DataFrame, post_warmup: bool) -> float | None:
     """Items trained, all ranks, from the `step` rows' `items` (`markers.step(items=...)`): the
-    steady steps only when `steady` (a phase table with `warmup` rows: its per-step phases cover
-    only those), else every step. None when the events mark no step with items."""
+    post-warm-up steps only when `post_warmup` (a phase table with `warmup` rows: its per-step
+    phases cover only those), else every step. None when the events mark no step with items."""
     s = step_rows(events)
     if s.empty or s["items"].isna().all():
         return None
-    if steady:
+    if post_warmup:
         s = s[~s["warmup"]]
     return float(s["items"].sum())
 

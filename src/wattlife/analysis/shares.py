@@ -1,12 +1,12 @@
-"""The lifecycle study's shares of one cell, over its steady training (pure: a phases table in,
-numbers out).
+"""The lifecycle study's shares of one cell, over its post-warm-up training (pure: a phases table
+in, numbers out).
 
 Training phases: every phase of the cell except what `wattlife run` adds (`idle_baseline`,
 `process_startup`, `process_exit`), `unattributed`, the deconvolution residual, the `step`
 rows' own gaps, and `compile` and `warmup`, which are reported as their own rows (phases.csv
-from `attribute_files` names them; see `attribution.steady`). So a compiled cell's shares are
-those of its steady work, comparable with an uncompiled one's, and what compilation and warm-up
-cost is beside them.
+from `attribute_files` names them; see `attribution.warmup`). So a compiled cell's shares are
+those of its post-warm-up work, comparable with an uncompiled one's, and what compilation and
+warm-up cost is beside them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from ..contracts import COMPILE, DATA_LOAD, NOT_TRAINING_PHASES, STAGE_COPY, WARMUP, processor_kinds
+from ..contracts.kinds import GPU
 
 NOT_TRAINING = NOT_TRAINING_PHASES
 COPY_AND_LOAD = (STAGE_COPY, DATA_LOAD)
@@ -31,7 +32,7 @@ def training_shares(phases: pd.DataFrame) -> dict[str, Any]:
     ph = phases[phases["device_kind"].isin(kinds)]
     train = ph[~ph["phase"].isin(NOT_TRAINING)]
     e = train.groupby("device_kind")["energy_j"].sum()
-    gpu_t = train[train["device_kind"] == "gpu"].groupby("phase")["time_s"].sum()
+    gpu_t = train[train["device_kind"] == GPU.name].groupby("phase")["time_s"].sum()
     io = train[train["phase"].isin(COPY_AND_LOAD)]
     out: dict[str, Any] = {
         "gpu_share_of_training": float(e.get("gpu", 0.0) / e.sum()) if e.sum() > 0 else None,
@@ -46,7 +47,7 @@ def training_shares(phases: pd.DataFrame) -> dict[str, Any]:
         for kind in kinds:
             out[f"{name}_{kind}_j"] = float(rows.loc[rows["device_kind"] == kind,
                                                      "energy_j"].sum())
-        out[f"{name}_s"] = float(rows.loc[rows["device_kind"] == "gpu", "time_s"].sum())
+        out[f"{name}_s"] = float(rows.loc[rows["device_kind"] == GPU.name, "time_s"].sum())
     return out
 
 

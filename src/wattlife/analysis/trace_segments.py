@@ -1,26 +1,26 @@
 """PFI trace segmentation (the study's measurement protocol): split a run's trace into warm-up,
-start-up, steady training (one or more windows, pauses between them) and tail.
+start-up, training (one or more windows, pauses between them) and tail.
 
 Per GPU:
 - `warmup`: from the first reading until the GPU's memory first rises `mem_rise_b` above its value
   at the start (the process has not yet put the model on the GPU);
-- `training`: the steady-state window, in one or more rows, found by `method`
-  - `steps` (where the run's step events are given): the steady steps, after compilation and
-    warm-up (`attribution.steady`: the first `warmup_count(n)` steps left out) — one row per run
+- `training`: the training window, in one or more rows, found by `method`
+  - `steps` (where the run's step events are given): the post-warm-up steps, after compilation and
+    warm-up (`attribution.warmup`: the first `warmup_count(n)` steps left out) — one row per run
     of consecutive steps, split where a validation or checkpoint lies between two steps;
-  - `telemetry` (no events, or none for this GPU): the steady-state detector below;
+  - `telemetry` (no events, or none for this GPU): the plateau detector below;
 - `pause`: between two training rows (evaluation, checkpoint, a dip);
 - `startup`: from the memory rise until the first training row (model load, compilation,
   tokenisation, warm-up steps); `tail`: after the last one (final evaluation, checkpoint, exit).
 
-Steady-state detector (`steady_mask`, telemetry only): the GPU's power readings averaged over a
+Plateau detector (`plateau_mask`, telemetry only): the GPU's power readings averaged over a
 centred `window_s` (5 s) window; the plateau is the 95th percentile of that rolling mean; a
-reading is steady when its rolling mean is at least (1 - `tol`) x plateau (`tol` 0.15), and the
-training rows are the runs of steady readings that last at least `window_s`. A GPU whose plateau
+reading is at plateau when its rolling mean is at least (1 - `tol`) x plateau (`tol` 0.15), and the
+training rows are the runs of plateau readings that last at least `window_s`. A GPU whose plateau
 is not well above its floor (the 5th percentile; plateau < floor + max(30 W, 25 %)) never
-trained. Compilation and the first steps draw far less than the steady steps (a compiling MoE run
-on the H200: 217 W against ~600 W), so unlike "the first reading with utilisation >= 50 %" it
-does not start the window inside compilation. A GPU with no such run has no training row (an
+trained. Compilation and the first steps draw far less than the post-warm-up steps (a compiling
+MoE run on the H200: 217 W against ~600 W), so unlike "the first reading with utilisation >= 50 %"
+it does not start the window inside compilation. A GPU with no such run has no training row (an
 error for the caller to report, not a silent zero).
 
 Aggregates (`training_aggregates`, over the training rows only): mean power, energy, the mean of
@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 
 from ..attribution import device_series, interval_energy
-from ..attribution.steady import steady_steps
-from ..contracts import PAUSE_PHASES, POWER_W, GpuIdentity, device_kind, kind_name
+from ..attribution.warmup import post_warmup_steps
+from ..contracts import PAUSE_PHASES, POWER_W, GpuIdentity, device_index, is_per_rank
 from ..errors import InputError
 from .curves import dram_copy_product
 
@@ -49,9 +49,10 @@ _PAUSES = PAUSE_PHASES
 COLUMNS = ["host", "device", "segment", "start_ns", "end_ns", "method"]
 
 
-def steady_mask(t_ns: np.ndarray, power_w: np.ndarray, window_s: float = 5.0,
-                tol: float = 0.15) -> np.ndarray:
-    """Steady readings of one GPU's power (the module's detector), before the run-length rule."""
+def plateau_mask(t_ns: np.ndarray, power_w: np.ndarray, window_s: float = 5.0,
+                 tol: float = 0.15) -> np.ndarray:
+    """Readings of one GPU's power at its plateau (the module's detector), before the run-length
+    rule."""
     s = pd.Series(power_w, index=pd.to_datetime(t_ns))
     fwd = s.rolling(pd.Timedelta(seconds=window_s / 2)).mean()
     bwd = s[::-1].rolling(pd.Timedelta(seconds=window_s / 2)).mean()[::-1]  # the window ahead
@@ -81,9 +82,9 @@ def _runs(t_ns: np.ndarray, mask: np.ndarray, min_s: float) -> list[tuple[int, i
 
 
 def step_windows(events: pd.DataFrame) -> list[tuple[int, int]]:
-    """The steady steps of one rank's events as [start, end] windows, split where a validation
+    """The post-warm-up steps of one rank's events as [start, end] windows, split where a validation
     or checkpoint lies between two consecutive steps."""
-    st = steady_steps(events).sort_values("start_ns")
+    st = post_warmup_steps(events).sort_values("start_ns")
     if st.empty:
         return []
     pauses = np.sort(events.loc[events["phase"].isin(_PAUSES), "start_ns"].to_numpy())
@@ -105,7 +106,7 @@ def _rank_events(events: pd.DataFrame | None, host: str, dev: str,
         return None
     col = "local_rank" if "local_rank" in events.columns else "rank"
     named = {g.device: g.local_rank for g in gpus or [] if g.local_rank is not None}
-    k = named.get(dev, int(dev.removeprefix("gpu")))
+    k = named.get(dev, device_index(dev))
     own = events[events["host"] == host] if (events["host"] == host).any() else events
     own = own[own[col].fillna(own["rank"]) == k]
     return own if (own["phase"] == "step").any() else None
@@ -120,7 +121,7 @@ def partition_trace(trace: pd.DataFrame, events: pd.DataFrame | None = None,
     identities, which say which local rank drives which device (default: rank k, gpu<k>)."""
     rows = []
     gpu = trace[trace["device"].isin([d for d in trace["device"].unique()
-                                      if kind_name(str(d)) == "gpu"])]
+                                      if is_per_rank(str(d))])]
     for (host, dev), g in gpu.groupby(["host", "device"], sort=True):
         t0, t1 = int(g["t_ns"].min()), int(g["t_ns"].max())
         mem = g[g["metric"] == "mem_used_b"].sort_values("t_ns")
@@ -138,7 +139,7 @@ def partition_trace(trace: pd.DataFrame, events: pd.DataFrame | None = None,
                                  "steady state in")
             t = p["t_ns"].to_numpy(np.int64)
             method = "telemetry"
-            wins = _runs(t, steady_mask(t, p["value"].to_numpy(float), window_s, tol), window_s)
+            wins = _runs(t, plateau_mask(t, p["value"].to_numpy(float), window_s, tol), window_s)
         rows.append((host, dev, "warmup", t0, t_mem, method))
         if not wins:
             rows.append((host, dev, "startup", t_mem, t1, method))
@@ -152,17 +153,19 @@ def partition_trace(trace: pd.DataFrame, events: pd.DataFrame | None = None,
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def steady_steps_power(trace: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
-    """Per GPU: the seconds, energy and mean power over its rank's steady steps themselves (the
-    energy series interpolated at each step's bounds, as attribution integrates a phase)."""
+def post_warmup_power(trace: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU: the seconds, energy and mean power over its rank's post-warm-up steps themselves
+    (the energy series interpolated at each step's bounds, as attribution integrates a phase);
+    columns `steady_steps`, `steady_s`, `steady_energy_j`, `steady_mean_power_w`, the names the
+    committed reference tables use."""
     out = []
     for s in device_series(trace):
-        if device_kind(s.device) != "gpu" or s.power_w is None:
+        if not is_per_rank(s.device) or s.power_w is None:
             continue
         ev = _rank_events(events, s.host, s.device)
         if ev is None:
             continue
-        st = steady_steps(ev)
+        st = post_warmup_steps(ev)
         a, b = st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64)
         e = float(np.sum(s.energy_at(b) - s.energy_at(a)))
         dt = float(np.sum(b - a)) / 1e9

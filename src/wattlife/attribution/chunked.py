@@ -94,31 +94,35 @@ class SpilledTrace(SpilledSeries):
 
     def _append(self, batch: pd.DataFrame, handles: dict[Path, IO[bytes]]) -> None:
         """The chunk's power/energy rows of devices of attributed kinds appended to their
-        series' files, each series' rows in file order (one stable sort on an integer key)."""
+        series' files, each series' rows in file order (one stable sort on a small integer key:
+        a radix sort)."""
         src = batch["source"].cat
         codes = np.array([self._source_code(str(c)) for c in src.categories] + [-1], np.int32)
         dev, host, met = (batch[c].cat for c in ("device", "host", "metric"))
-        keep_dev = np.array([is_attributed(str(d)) for d in dev.categories], dtype=bool)
+        devs, hosts, mets = (list(map(str, x.categories)) for x in (dev, host, met))
+        keep_dev = np.array([is_attributed(d) for d in devs], dtype=bool)
         keep_met = met.categories.isin([POWER_W, ENERGY_J])
         dc, hc, mc = (x.codes.to_numpy(np.int64) for x in (dev, host, met))
         known = (dc >= 0) & (mc >= 0) & (hc >= 0)  # a Parquet null cell (CSV cells never are)
         rows = np.flatnonzero(known & keep_dev[dc] & keep_met[mc])
-        key = (hc[rows] * len(dev.categories) + dc[rows]) * len(met.categories) + mc[rows]
-        order = rows[np.argsort(key, kind="stable")]
-        key = np.sort(key, kind="stable")
-        cuts = np.flatnonzero(np.diff(key)) + 1
-        t, v = batch["t_ns"].to_numpy(np.int64), batch["value"].to_numpy(np.float64)
-        s = codes[src.codes.to_numpy()]
-        for idx in np.split(order, cuts) if len(order) else []:
-            i = idx[0]
-            k = (str(host.categories[hc[i]]), str(dev.categories[dc[i]]),
-                 str(met.categories[mc[i]]))
-            self.counts[k] = self.counts.get(k, 0) + len(idx)
-            for (field, dtype), arr in zip(_FIELDS, (t, v, s), strict=True):
+        key = (hc[rows] * len(devs) + dc[rows]) * len(mets) + mc[rows]
+        if len(key) and key.max() < np.iinfo(np.int16).max:
+            key = key.astype(np.int16)  # numpy sorts 16-bit keys stably by radix
+        by_key = np.argsort(key, kind="stable")
+        order, key = rows[by_key], key[by_key]
+        cuts = np.concatenate([[0], np.flatnonzero(np.diff(key)) + 1, [len(key)]])
+        cols = (batch["t_ns"].to_numpy(np.int64)[order],
+                batch["value"].to_numpy(np.float64)[order],
+                codes[src.codes.to_numpy()[order]])
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True) if len(order) else []:
+            i = order[a]
+            k = (hosts[hc[i]], devs[dc[i]], mets[mc[i]])
+            self.counts[k] = self.counts.get(k, 0) + int(b - a)
+            for (field, dtype), arr in zip(_FIELDS, cols, strict=True):
                 f = self._file(k, field)
                 if f not in handles:
                     handles[f] = open(f, "ab")  # noqa: SIM115 (closed in finish or close)
-                np.ascontiguousarray(arr[idx], dtype=dtype).tofile(handles[f])
+                np.ascontiguousarray(arr[a:b], dtype=dtype).tofile(handles[f])
 
     def _source_code(self, name: str) -> int:
         if name not in self.sources:

@@ -33,7 +33,7 @@ from ..contracts import RESIDUAL, UNATTRIBUTED
 from ..errors import InputError
 from .response import SensorResponse
 from .series import DeviceSeries
-from .tree import PhaseTree, SegmentIndex, segment_index, segments
+from .tree import PhaseTree, SegmentIndex, Segments, segment_index, segments
 
 MIN_IDENTIFIABILITY = 0.01  # below it a name's power is mostly the ridge prior (see deconvolve)
 
@@ -101,17 +101,18 @@ def _block_bootstrap(g_blocks: np.ndarray, h_blocks: np.ndarray, used: np.ndarra
     return boots
 
 
-def _name_times(series: DeviceSeries, tree: PhaseTree, bounds: np.ndarray,
-                seg_name: np.ndarray, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _name_times(series: DeviceSeries, tree: PhaseTree, segs: Segments
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Per name: exclusive time (s) inside the trace's span (time outside every phase goes to
     `unattributed`) and number of intervals."""
     t0, t1 = series.t_ns[0], series.t_ns[-1]
+    bounds, names = segs.bounds, segs.index.names
     seg_dt = (np.clip(bounds[1:], t0, t1) - np.clip(bounds[:-1], t0, t1)) / 1e9
-    time_by = pd.Series(seg_dt).groupby(seg_name).sum()
+    time_by = pd.Series(seg_dt).groupby(segs.code).sum()  # by name (its first index in names)
     span = (t1 - t0) / 1e9
     count_by = pd.Series(tree.name).value_counts()
-    times = np.array([float(time_by.get(nm, 0.0)) + (span - float(seg_dt.sum())
-                                                      if nm == UNATTRIBUTED else 0.0)
+    times = np.array([float(time_by.get(names.index(nm), 0.0))
+                      + (span - float(seg_dt.sum()) if nm == UNATTRIBUTED else 0.0)
                       for nm in names])
     return times, np.array([int(count_by.get(nm, 0)) for nm in names])
 
@@ -165,14 +166,16 @@ def _name_intervals(series: DeviceSeries, g_all: np.ndarray, beta: np.ndarray,
 
 def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = None,
                n_boot: int = 200, n_blocks: int = 100, seed: int = 0,
-               chunk: int = 500_000, response: SensorResponse | None = None) -> pd.DataFrame:
+               chunk: int = 500_000, response: SensorResponse | None = None,
+               segs: Segments | None = None) -> pd.DataFrame:
     """Mean power per phase name by NNLS over all readings (see the module docstring); the
-    readings' window is `response`, else a boxcar of `window_s`, else of the reading spacing."""
+    readings' window is `response`, else a boxcar of `window_s`, else of the reading spacing.
+    `segs`: `segment_index(tree, series)` when the caller has it."""
     if series.power_w is None:
         raise InputError(f"{series.device}: deconvolution needs power readings, the trace has only "
                          "an energy counter")
-    index, bounds, seg_name = segment_index(tree, series)
-    names = index.names
+    segs = segs or segment_index(tree, series)
+    index, names = segs.index, segs.index.names
     if response is None:
         response = SensorResponse.boxcar(window_s if window_s else series.spacing_s)
     w_ns = response.span_s * 1e9
@@ -184,7 +187,7 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
                                                               n_boot, seed)
     lo, hi, seen, identified = _name_intervals(series, g_all, beta, boots, used, seen_boot,
                                                n_boot)
-    ts, counts = _name_times(series, tree, bounds, seg_name, names)
+    ts, counts = _name_times(series, tree, segs)
     common = {"method": "deconvolve", "window_ms": w_ns / 1e6,
               "sensor_response": response.describe()}
     df = pd.DataFrame({"phase": names, "energy_j": beta * ts, "energy_lo_j": lo * ts,
@@ -203,18 +206,19 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
 
 def estimate_window(series: DeviceSeries, tree: PhaseTree,
                     factors: tuple[float, ...] = (0.5, 0.75, 1.0, 1.5, 2.0),
-                    max_readings: int = 200_000) -> float:
-    """The averaging window (s) among `factors` x spacing whose deconvolution fits best."""
+                    max_readings: int = 200_000, segs: Segments | None = None) -> float:
+    """The averaging window (s) among `factors` x spacing whose deconvolution fits best
+    (`segs`: `segment_index(tree, series)` when the caller has it)."""
     if series.power_w is None:
         raise InputError(f"{series.device}: estimating a window needs power readings")
     n = min(len(series.t_ns), max_readings)
     sub = DeviceSeries(series.host, series.device, series.t_ns[:n], series.energy_j[:n],
                        series.power_w[:n], series.source, series.max_power_w)
-    index = segment_index(tree, series)[0]
+    index = (segs or segment_index(tree, series)).index
     best, best_rss = series.spacing_s, np.inf
-    for f in factors:
-        w = f * sub.spacing_s
-        a = index.overlap(sub.rel(sub.t_ns[1:]), w * 1e9)
+    windows = [f * sub.spacing_s for f in factors]
+    for w, a in zip(windows, index.overlaps(sub.rel(sub.t_ns[1:]), [w * 1e9 for w in windows]),
+                    strict=True):
         beta = nnls(a, series.power_w[1:n])[0]
         rss = float(np.sum((a @ beta - series.power_w[1:n]) ** 2))
         if rss < best_rss:
@@ -232,7 +236,7 @@ def estimate_response(series: DeviceSeries, tree: PhaseTree, bin_s: float = 0.00
     if series.power_w is None:
         raise InputError(f"{series.device}: estimating a response needs power readings")
     n = min(len(series.t_ns), max_readings)
-    index = segment_index(tree, series)[0]
+    index = segment_index(tree, series).index
     t, p = series.rel(series.t_ns[1:n]), series.power_w[1:n]
     max_lag = max_lag_s if max_lag_s else 3 * series.spacing_s
     edges = np.arange(0.0, max_lag + bin_s / 2, bin_s)

@@ -12,17 +12,18 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from ..contracts import (
+    GPU,
     IDLE,
-    KINDS,
     PHASES_COLUMNS,
     RESIDUAL,
     UNATTRIBUTED,
     ContractError,
     device_kind,
+    is_per_rank,
 )
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
 from .gaps import GAP_PERIODS, Gaps, add_gap_columns, sensor_gaps
-from .node_rest import NODE_KIND, NodeSensor, add_node_rest
+from .node_rest import NODE_KIND, NodeSensor, add_node_rest, node_rows
 from .response import SensorResponse
 from .series import (
     DeviceSeries,
@@ -33,7 +34,7 @@ from .series import (
 )
 from .settle import SensorSettle, integrate_held, settle_columns
 from .time_units import check_time_units
-from .tree import PhaseTree, clamp_events, exclusive, phase_tree, timeline
+from .tree import PhaseTree, clamp_events, exclusive, phase_tree, segment_index, timeline
 
 
 class EventsByRank(Protocol):
@@ -74,12 +75,12 @@ def phase_map(events: pd.DataFrame, cuda_to_nvml: list[int] | None = None,
             k = int(lr)
             if rank_devices is not None:
                 for d in rank_devices.get(k, []):
-                    out[(host, f"gpu{d}")] = gg
+                    out[(host, GPU.device(d))] = gg
                 continue
             if cuda_to_nvml is not None and k >= len(cuda_to_nvml):
                 raise ContractError(f"events: local rank {k} on {host} has no GPU in meta.json's "
                                     f"cuda_to_nvml {cuda_to_nvml}")
-            out[(host, f"gpu{cuda_to_nvml[k] if cuda_to_nvml is not None else k}")] = gg
+            out[(host, GPU.device(cuda_to_nvml[k] if cuda_to_nvml is not None else k))] = gg
         low = g[g["rank"] == g["rank"].min()]
         out[(host, "host")] = low
     return out
@@ -94,9 +95,8 @@ def _idle_events(series: DeviceSeries, run_id: str) -> pd.DataFrame:
 
 def _events_for(series: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
                 events: pd.DataFrame) -> pd.DataFrame:
-    """The events of the rank that drives this device; for a GPU no rank uses, one `idle`
-    interval (never another rank's phases)."""
-    per_rank = KINDS[device_kind(series.device)].per_rank
+    """The events of the rank driving this device; a GPU no rank uses: one `idle` interval."""
+    per_rank = is_per_rank(series.device)
     run_id = str(events["run_id"].iloc[0]) if len(events) else "run"
     key = (series.host, series.device if per_rank else "host")
     if key in pmap:
@@ -138,7 +138,7 @@ def _idle_floors(series: Sequence[DeviceSeries], window: tuple[int, int] | None
     low: dict[str, float] = {}
     own = {}
     for s in series:
-        if device_kind(s.device) != "gpu" or s.power_w is None:
+        if not GPU.forms(s.device) or s.power_w is None:
             continue
         if len(s.power_w):
             low[s.host] = min(low.get(s.host, np.inf), float(np.min(s.power_w)))
@@ -180,13 +180,14 @@ def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: fl
         m = choose_method(s, tree, window_s or s.spacing_s)
     if m != "deconvolve":
         return integrate_held(s, tree, settles), None
+    segs = segment_index(tree, s)  # built once for the window estimate and the fit
     if response == "estimate":
         r = estimate_response(s, tree)
-    elif isinstance(response, SensorResponse) and device_kind(s.device) == "gpu":
+    elif isinstance(response, SensorResponse) and GPU.forms(s.device):
         r = response
     else:
-        r = SensorResponse.boxcar(window_s or estimate_window(s, tree))
-    return deconvolve(s, tree, n_boot=n_boot, response=r), r
+        r = SensorResponse.boxcar(window_s or estimate_window(s, tree, segs=segs))
+    return deconvolve(s, tree, n_boot=n_boot, response=r, segs=segs), r
 
 
 def _label_device(df: pd.DataFrame, s: DeviceSeries, frac: pd.Series,
@@ -207,8 +208,7 @@ def _label_device(df: pd.DataFrame, s: DeviceSeries, frac: pd.Series,
 
 def _warn_busy(s: DeviceSeries, floors: dict[tuple[str, str], float], strict: bool,
                where: str) -> None:
-    """A GPU no rank claimed whose mean power is well above its idle floor: a warning (an error
-    with `strict`), never silently idle."""
+    """A busy GPU no rank claimed (`_unclaimed_busy`): a warning (`strict`: an error)."""
     busy = _unclaimed_busy(s, floors.get((s.host, s.device), np.nan))
     if busy is not None:
         if strict:
@@ -258,7 +258,7 @@ def _attribute_devices(series: Sequence[DeviceSeries],
         if r is not None:
             used[(s.host, s.device)] = r
         if nodes is not None and device_kind(s.device) == NODE_KIND:
-            nodes[s.host] = NodeSensor.of(s, (node_periods or {}).get(s.host))
+            df = node_rows(df, s, tree, nodes, node_periods)
         frames.append(add_gap_columns(_label_device(df, s, frac, idle_window), gaps, tree))
         bar.update(1)
     bar.close()

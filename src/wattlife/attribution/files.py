@@ -34,8 +34,8 @@ from .node_rest import node_periods
 from .rank_events import RankEvents
 from .response import SensorResponse
 from .settle import settle_by_device
-from .steady import label_steady
 from .time_units import check_time_units
+from .warmup import label_warmup
 
 
 def _rank_numbers(meta: RunMeta) -> list[tuple[int, int]] | None:
@@ -137,13 +137,13 @@ def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
 def attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str = "auto",
                     window_ms: float | None = None, idle_split: bool = False,
                     n_boot: int = 200, sensor_response: str = "boxcar",
-                    strict: bool = False, steady: bool = True) -> pd.DataFrame:
+                    strict: bool = False, warmup_labels: bool = True) -> pd.DataFrame:
     """Read trace, events and meta.json beside the trace; write phases.csv (refused if it is
     one of the inputs). `strict`: phases' time outside the trace is an error, not a warning (and
     so is a busy GPU that no rank claims).
 
-    `steady` (default): the events as the phase tables read them (`steady.label_steady`:
-    `compile` and `warmup` rows of their own, forward/backward etc. over the steady steps; a
+    `warmup_labels` (default): the events as the phase tables read them (`warmup.label_warmup`:
+    `compile` and `warmup` rows of their own, forward/backward etc. over the post-warm-up steps; a
     compiled run, per its summary, without `compile` rows has its first forward and backward
     read as `compile`). False: the phase names as recorded.
 
@@ -154,13 +154,13 @@ def attribute_files(trace: str | Path, events: str | Path, out: str | Path, meth
                                                          ("boxcar", "estimate") else []))
     with one_writer(out, "attribute"):  # one attribution per output at a time
         return _attribute_files(trace, events, out, method, window_ms, idle_split, n_boot,
-                                sensor_response, strict, meta_path, steady)
+                                sensor_response, strict, meta_path, warmup_labels)
 
 
 def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str,
                      window_ms: float | None, idle_split: bool, n_boot: int,
                      sensor_response: str, strict: bool, meta_path: Path,
-                     steady: bool) -> pd.DataFrame:
+                     warmup_labels: bool) -> pd.DataFrame:
     """`attribute_files` once its output is locked."""
     response: SensorResponse | str | None = None
     if sensor_response == "estimate":
@@ -170,7 +170,7 @@ def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, met
     with ExitStack() as stack:
         trace_in = _open_trace(trace, out, stack)
         return _attribute_read(trace_in, trace, events, out, method, window_ms, idle_split,
-                               n_boot, response, strict, meta_path, steady)
+                               n_boot, response, strict, meta_path, warmup_labels)
 
 
 def _open_trace(trace: str | Path, out: str | Path, stack: ExitStack
@@ -185,12 +185,12 @@ def _open_trace(trace: str | Path, out: str | Path, stack: ExitStack
         return read_trace(trace)
 
 
-def _prepared(events_df: pd.DataFrame, meta: RunMeta, has_meta: bool, steady: bool,
+def _prepared(events_df: pd.DataFrame, meta: RunMeta, has_meta: bool, warmup_labels: bool,
               compiled: bool) -> pd.DataFrame:
-    """The events as attribution takes them: steady labels (`label_steady`), plus the
+    """The events as attribution takes them: warm-up labels (`label_warmup`), plus the
     intervals `wattlife run` knows (`wrapper_events`) where there is a meta.json."""
-    if steady and len(events_df):
-        events_df = label_steady(events_df, compiled=compiled)
+    if warmup_labels and len(events_df):
+        events_df = label_warmup(events_df, compiled=compiled)
     if has_meta:
         extra = wrapper_events(events_df, meta)
         if len(extra):
@@ -200,13 +200,13 @@ def _prepared(events_df: pd.DataFrame, meta: RunMeta, has_meta: bool, steady: bo
 
 
 def _events_in(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path, events: str | Path,
-               meta: RunMeta, has_meta: bool, steady: bool) -> pd.DataFrame | RankEvents:
+               meta: RunMeta, has_meta: bool, warmup_labels: bool) -> pd.DataFrame | RankEvents:
     """The run's events prepared (`_prepared`): for a trace read in chunks, one rank's file at
     a time where the files allow it (`RankEvents`), else all at once."""
     compiled = run_compiled(trace)
     if not isinstance(trace_in, pd.DataFrame):
         ranks = RankEvents.open(events, lambda ev, any_compile: _prepared(
-            ev, meta, has_meta, steady, compiled and not any_compile), f"{trace} x {events}")
+            ev, meta, has_meta, warmup_labels, compiled and not any_compile), f"{trace} x {events}")
         if ranks is not None:
             return ranks
     events_df = read_events(events, lines=True)
@@ -217,13 +217,13 @@ def _events_in(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path, events:
     check_time_units(trace_in if isinstance(trace_in, pd.DataFrame) else  # checked as read
                      pd.DataFrame({"t_ns": np.zeros(0, np.int64)}), events_df, str(trace),
                      str(events))
-    return _prepared(events_df, meta, has_meta, steady, compiled)
+    return _prepared(events_df, meta, has_meta, warmup_labels, compiled)
 
 
 def _attribute_read(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path,
                     events: str | Path, out: str | Path, method: str, window_ms: float | None,
                     idle_split: bool, n_boot: int, response: SensorResponse | str | None,
-                    strict: bool, meta_path: Path, steady: bool) -> pd.DataFrame:
+                    strict: bool, meta_path: Path, warmup_labels: bool) -> pd.DataFrame:
     """`_attribute_files` once the trace is open."""
     has_meta = meta_path.exists()
     meta = read_meta(meta_path) if has_meta else RunMeta()
@@ -234,7 +234,7 @@ def _attribute_read(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path,
             raise InputError(f"--idle-split needs an idle baseline window in {meta_path} "
                              "(sampler.idle_baseline_s > 0)")
     window_s = window_ms / 1000.0 if window_ms else None  # None: estimated per device
-    events_df = _events_in(trace_in, trace, events, meta, has_meta, steady)
+    events_df = _events_in(trace_in, trace, events, meta, has_meta, warmup_labels)
     df = attribute_energy(trace_in, events_df, method, window_s, meta.run_id, idle, n_boot,
                           response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
                           where=f"{trace} x {events}", rank_devices=rank_devices(meta),

@@ -62,6 +62,8 @@ class Gaps:
 
     def within(self, start_ns: np.ndarray, end_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Seconds and joules of each interval [start, end] that lie inside gaps."""
+        if not len(self.start_ns):  # no gap: what interpolating the zeros gives, exactly
+            return np.zeros(len(start_ns)), np.zeros(len(end_ns))
         s = self.series
         x = s.rel(s.t_ns)
         a, b = s.rel(start_ns), s.rel(end_ns)

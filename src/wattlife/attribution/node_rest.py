@@ -7,11 +7,13 @@ and of the parts are not independent (one phase boundary moves energy in all of 
 the difference takes the worst case, never a quadrature sum:
 lo = node_lo - sum(parts_hi), hi = node_hi - sum(parts_lo).
 
-A phase whose instances are shorter on average than the node sensor's reading period
-(`time_s / count < period`) is not resolved by it: its node and node_rest rows carry
-`below_node_period` True and `identified` False, and the node interval is widened to what any
-power the node was seen drawing allows over that time (lowest to highest reading x time_s).
-Without a node device nothing changes (no row, no column).
+Every node row's interval holds the reading's age (`node_age`: each reading at most one node
+period old, the period as meta.json observed it, else the trace's spacing). A phase whose
+instances are shorter on average than that period (`time_s / count < period`) is not resolved
+by it: its node and node_rest rows carry `below_node_period` True and `identified` False, and the
+node interval is widened further to what any power the node was seen drawing allows over that
+time (lowest to highest reading x time_s). Without a node device nothing changes (no row, no
+column).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import KINDS, RESIDUAL, node_part_kinds
+from .node_age import widen_for_age
 from .series import DeviceSeries
+from .tree import PhaseTree
 
 #: the whole node's kind (`contracts.kinds.NODE`)
 NODE_KIND = KINDS["node"].name
@@ -63,6 +67,15 @@ def node_periods(sampler: Mapping[str, Any] | None, host: str | None) -> dict[st
         if NODE_KIND in (b.get("devices") or []) and isinstance(p, (int, float)) and p > 0:
             return {str(host): float(p)}
     return {}
+
+
+def node_rows(df: pd.DataFrame, s: DeviceSeries, tree: PhaseTree,
+              nodes: dict[str, NodeSensor], node_periods: Mapping[str, float] | None
+              ) -> pd.DataFrame:
+    """A node device's phases table with its intervals holding the reading's age (one node period,
+    `node_age.widen_for_age`); the host's node sensor into `nodes` (for `add_node_rest`)."""
+    sensor = nodes[s.host] = NodeSensor.of(s, (node_periods or {}).get(s.host))
+    return widen_for_age(df, s, tree, sensor.period_s, sensor.max_w)
 
 
 def _flag_short(node: pd.DataFrame, sensors: Mapping[str, NodeSensor]) -> pd.DataFrame:

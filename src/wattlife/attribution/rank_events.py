@@ -1,8 +1,8 @@
 """The events of a run read one rank's file at a time (`RankEvents`), for traces too long to
 hold every rank's phases at once (a day of 8 ranks at 0.3 s steps: ~11 M rows).
 
-Every step of the in-memory path that reads events works per (host, rank): the steady labels
-(`steady.label_steady`), the wrapper intervals (`files.wrapper_events`), overlap clamping
+Every step of the in-memory path that reads events works per (host, rank): the warm-up labels
+(`warmup.label_warmup`), the wrapper intervals (`files.wrapper_events`), overlap clamping
 (`tree.clamp_events`) and the phase map (`energy.phase_map`). So when each events file holds one
 (host, rank) with its `local_rank`, a file read and prepared alone gives that rank's rows as the
 in-memory path gives them, and a device's phases table is the same. A pre-scan of a few columns
@@ -56,7 +56,7 @@ def _scan(path: Path) -> dict[str, Any] | None:
 class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
     """{(host, device or "host"): that rank's prepared events}, each rank's file read when a
     device asks for it (the last one kept). `prepare(frame, any_compile)` is the in-memory
-    path's preparation of the events read (steady labels, wrapper intervals)."""
+    path's preparation of the events read (warm-up labels, wrapper intervals)."""
 
     def __init__(self, files: list[Path], scans: list[dict[str, Any]],
                  prepare: Callable[[pd.DataFrame, bool], pd.DataFrame], where: str) -> None:
@@ -88,6 +88,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
                              "rank": [s["rank"] for s in self.scans],
                              "local_rank": [s["local_rank"] for s in self.scans]})
         self._mapping = (cuda_to_nvml, rank_devices)
+        self._cache = None  # a file read before (`head`) was mapped without it
         self._keys = {k: int(g.index[0]) for k, g in
                       phase_map(tiny, cuda_to_nvml, rank_devices).items()}
         return self

@@ -13,7 +13,7 @@ what deconvolution estimates); the interval widens, per boundary of a phase's ex
 `displaced_ms` x the step there, the step read as the range of the readings within `reach_ms` of
 the boundary. The errors are systematic (a phase's every occurrence sees the same kind of
 step), so they add linearly, not in quadrature. `displaced_ms` is measured per GPU model by the
-sensor study (`analysis.sensor_response.displaced_ms` over its step points): the most, over up and
+sensor study (`analysis.nvml_sensor.displaced_ms` over its step points): the most, over up and
 down steps, of a step's energy the integrated readings place on the other side of it.
 """
 

@@ -11,6 +11,7 @@ goes to the innermost phase: `exclusive` turns inclusive quantities into exclusi
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,7 +160,7 @@ def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
 
 def _recorded_name(row: pd.Series) -> str:
     """A row's phase as its file records it (`recorded_phase`, kept by `read_events` when the
-    steady-state labelling renames the warm-up steps' rows `warmup`), else its `phase`."""
+    warm-up labelling renames the warm-up steps' rows `warmup`), else its `phase`."""
     rec = row.get("recorded_phase")
     return str(rec) if isinstance(rec, str) else str(row["phase"])
 
@@ -189,42 +190,88 @@ def segments(tree: PhaseTree) -> tuple[np.ndarray, np.ndarray]:
 
 
 class SegmentIndex:
-    """Per phase name, cumulative exclusive time up to each segment boundary."""
+    """Per phase name, cumulative exclusive time up to each segment boundary: one row of `cum`
+    per boundary, one column per distinct name, so that a reading's row is one gather."""
 
-    def __init__(self, bounds: np.ndarray, seg_name: np.ndarray, names: list[str]) -> None:
+    def __init__(self, bounds: np.ndarray, code: np.ndarray, names: list[str]) -> None:
+        """`code`: each segment's name as its first index in `names` (-1: none of them)."""
         self.bounds = bounds.astype(np.float64)
         self.seg_len = np.diff(self.bounds)
         self.names = names
-        self.in_name = [seg_name == nm for nm in names]
-        self.cum = [np.concatenate([[0.0], np.cumsum(np.where(m, self.seg_len, 0.0))])
-                    for m in self.in_name]
+        first = [names.index(nm) for nm in names]
+        uniq = sorted(set(first))  # a name listed twice has one column of `cum`
+        self._col = np.array([uniq.index(f) for f in first], dtype=np.int64)
+        to_col = np.full(len(names) + 1, -1, dtype=np.int64)
+        to_col[uniq] = np.arange(len(uniq))
+        self.code = to_col[np.asarray(code, dtype=np.int64)]  # -1 stays -1 (the last entry)
+        # row k + 1: each name's time in segments 0..k; column by column the same sums as one
+        # cumsum per name (add.accumulate is sequential), summed in place (no second copy)
+        self.cum = np.zeros((len(self.seg_len) + 1, len(uniq)))
+        seg = np.flatnonzero(self.code >= 0)
+        self.cum[seg + 1, self.code[seg]] = self.seg_len[seg]
+        np.cumsum(self.cum, axis=0, out=self.cum)
 
-    def overlap(self, t_ns: np.ndarray, window_ns: float) -> np.ndarray:
-        """A[i, n] = share of reading i's window [t_i - w, t_i] spent in phase name n."""
+    def _at(self, t: np.ndarray) -> np.ndarray:
+        """Each name's exclusive time before t (rows: t, columns: distinct names)."""
         nseg = len(self.seg_len)
-        t_lo = t_ns - window_ns
-        ks = [np.searchsorted(self.bounds, t, side="right") - 1 for t in (t_ns, t_lo)]
-        kk = [np.clip(k, 0, max(nseg - 1, 0)) for k in ks]
-        valid = [(k >= 0) & (k < nseg) for k in ks]
-        kc = [np.clip(k, 0, nseg) for k in ks]
-        off = [t - self.bounds[k] for t, k in zip((t_ns, t_lo), kk, strict=True)]
-        a = np.empty((len(t_ns), len(self.names)))
-        for j in range(len(self.names)):
-            m, cum = self.in_name[j], self.cum[j]
-            hi = cum[kc[0]] + np.where(valid[0] & m[kk[0]], off[0], 0.0)
-            lo = cum[kc[1]] + np.where(valid[1] & m[kk[1]], off[1], 0.0)
-            a[:, j] = (hi - lo) / window_ns
+        k = self._segment_of(t)
+        kk = np.clip(k, 0, max(nseg - 1, 0))
+        out: np.ndarray = self.cum[np.clip(k, 0, nseg)]
+        code = self.code[kk]
+        r = np.flatnonzero((k >= 0) & (k < nseg) & (code >= 0))
+        # the part of t's own segment, added to its name's column (flat: one 1-d gather)
+        out.reshape(-1)[r * out.shape[1] + code[r]] += (t - self.bounds[kk])[r]
+        return out
+
+    def _segment_of(self, t: np.ndarray) -> np.ndarray:
+        """The last boundary at or before each t (-1: none), searched among the boundaries
+        between t's least and greatest only (a block of readings: a slice that stays in cache)."""
+        if not len(t):
+            return np.searchsorted(self.bounds, t, side="right") - 1
+        a, b = np.searchsorted(self.bounds, [np.min(t), np.max(t)], side="right")
+        result: np.ndarray = np.searchsorted(self.bounds[a:b], t, side="right") + (a - 1)
+        return result
+
+    def overlap(self, t_ns: np.ndarray, window_ns: float,
+                at_t: np.ndarray | None = None) -> np.ndarray:
+        """A[i, n] = share of reading i's window [t_i - w, t_i] spent in phase name n
+        (`at_t`: `_at(t_ns)` when the caller has it, for several windows of the same readings)."""
+        a: np.ndarray = self._at(t_ns - window_ns)
+        np.subtract(self._at(t_ns) if at_t is None else at_t, a, out=a)
+        a /= window_ns  # in place: no third readings x names array
+        if len(self._col) != a.shape[1]:  # a name listed twice: the same column twice
+            a = a[:, self._col]
         # time outside every boundary (before the first, after the last) counts as unattributed
         if UNATTRIBUTED in self.names:
             j = self.names.index(UNATTRIBUTED)
             a[:, j] = np.clip(1.0 - (a.sum(axis=1) - a[:, j]), 0.0, 1.0)
         return a
 
+    def overlaps(self, t_ns: np.ndarray, windows_ns: list[float]) -> Iterator[np.ndarray]:
+        """`overlap` of the same readings for each window in turn (their ends looked up once)."""
+        at_t = self._at(t_ns)
+        return (self.overlap(t_ns, w, at_t) for w in windows_ns)
 
-def segment_index(tree: PhaseTree, series: DeviceSeries
-                  ) -> tuple[SegmentIndex, np.ndarray, np.ndarray]:
+
+@dataclass
+class Segments:
+    """A rank's segments on a device (`segment_index`): the index on times relative to the
+    series' first reading, the boundaries (ns) and each segment's name (index into
+    `index.names`, first occurrence)."""
+
+    index: SegmentIndex
+    bounds: np.ndarray
+    code: np.ndarray
+
+
+def segment_index(tree: PhaseTree, series: DeviceSeries) -> Segments:
     """Segment index on times relative to the series' first reading."""
     bounds, label = segments(tree)
-    seg_name = np.where(label[:-1] >= 0, tree.name[np.maximum(label[:-1], 0)], UNATTRIBUTED)
-    names = sorted(set(tree.name)) + [UNATTRIBUTED]
-    return SegmentIndex(series.rel(bounds), seg_name, names), bounds, seg_name
+    codes, uniques = pd.factorize(tree.name, use_na_sentinel=False)
+    names = sorted(set(uniques)) + [UNATTRIBUTED]
+    pos = np.array([names.index(u) for u in uniques] + [names.index(UNATTRIBUTED)],
+                   dtype=np.int64)  # the last entry: no phase (label -1)
+    lab = label[:-1]
+    code = pos[np.where(lab >= 0, codes[np.maximum(lab, 0)], len(uniques))] if len(lab) else (
+        np.zeros(0, np.int64))
+    return Segments(SegmentIndex(series.rel(bounds), code, names), bounds, code)

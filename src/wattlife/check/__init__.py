@@ -16,7 +16,7 @@ reported here as warnings); what passes here attributes.
 
 Modules, one per contract: `findings` (`Finding`, capping, the clock), `reading` (a contract CSV
 with its line numbers), `trace`, `events`, `kinds` (the phases a workload kind marks), `outputs`
-(meta.json, phases.csv, work/summary.json), `steady` (warm-up, compilation, the `step`
+(meta.json, phases.csv, work/summary.json), `warmup` (warm-up, compilation, the `step`
 throughput), `run_dir` (one run directory: `check_run`; several: `check_runs`). Every public
 name is re-exported here: `from wattlife.check import X`.
 """
@@ -34,13 +34,13 @@ from .kinds import KIND_PHASES, KIND_STEP_CHILDREN, KINDS, check_kind_phases, in
 from .outputs import check_meta, check_phases_table, check_summary
 from .reading import check_columns, read_csv_lines, to_numbers
 from .run_dir import check_run, check_runs, format_json, format_text
-from .steady import STEP_THROUGHPUT_RTOL, steady_findings
 from .trace import check_span, check_trace
+from .warmup import STEP_THROUGHPUT_RTOL, warmup_findings
 
 __all__ = [
     "ERROR", "FUTURE_SLACK_NS", "KINDS", "KIND_PHASES", "KIND_STEP_CHILDREN",
     "MIN_EPOCH_NS", "STEP_THROUGHPUT_RTOL", "WARNING", "Finding", "check_clock", "check_columns",
     "check_events", "check_kind_phases", "check_meta", "check_phases_table", "check_run",
     "check_runs", "check_span", "check_summary", "check_trace", "format_json", "format_text",
-    "infer_kind", "nesting", "read_csv_lines", "steady_findings", "to_numbers",
+    "infer_kind", "nesting", "read_csv_lines", "warmup_findings", "to_numbers",
 ]

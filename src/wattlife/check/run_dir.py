@@ -1,5 +1,5 @@
 """`wattlife check RUN_DIR...`: one run directory's files read and each handed to the checks of
-its contract, in a fixed order (meta.json, trace, events, summary, steady state, the kind's
+its contract, in a fixed order (meta.json, trace, events, summary, warm-up, the kind's
 phases, phases.csv); the report of several runs."""
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from .kinds import check_kind_phases, infer_kind
 from .outputs import check_meta, check_phases_table, check_summary
 from .reading import READ_CODES, check_columns, read_csv_chunks, read_csv_lines
 from .stalls import Stalls, sampler_stalls
-from .steady import steady_findings
 from .trace import (
     TRACE_CODES,
     check_gaps,
@@ -46,6 +45,7 @@ from .trace import (
     no_energy,
     trace_span,
 )
+from .warmup import warmup_findings
 
 
 def _first(run: Path, names: list[str]) -> Path | None:
@@ -253,7 +253,7 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
             f += check_summary(summary, ev, str(sum_path))
     if ev is not None:
         f += [Finding(sev, code, file, None, msg) for sev, code, file, msg in
-              steady_findings(ev, summary, str(ev_paths[0]), str(sum_path))]
+              warmup_findings(ev, summary, str(ev_paths[0]), str(sum_path))]
         f += _kind_findings(run, ev, kind, meta, summary, max_rows)
     return f + _phases_file(run, max_rows) + _custody(run)
 

@@ -5,9 +5,9 @@ its commands' parsers: `runs` (run, attribute, aggregate, merge-nodes, launch-no
 `workloads` (train, gen-images, gen-text), `preparation` (fetch, upload, gen-catalogue,
 prepare-tables), `power` (sweep, pfi-sweep, aggregate-curves, powercap), `pfi` (pfi, predict,
 allocate, pfi-study, calibrate-sim), `outputs` (figures, bench), `slurm` (slurm-orphans),
-`custody` (measure, cells, seal-derived); `options` holds the option types and the output
-guard, `checks` the range checks at the edge. Each `cmd_*` imports what it calls lazily, so
-`wattlife --help` loads no analysis, device or torch module."""
+`custody` (measure, cells, seal-derived), `emulators` (node-emulator); `options` holds the
+option types, the output guard and the range checks at the edge. Each `cmd_*` imports what it
+calls lazily, so `wattlife --help` loads no analysis, device or torch module."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import TextIO
 
 from ..diagnostics import install
 from ..errors import EXIT_BUG, EXIT_USER
-from . import custody, outputs, pfi, power, preparation, runs, slurm, workloads
+from . import custody, emulators, outputs, pfi, power, preparation, runs, slurm, workloads
 from .options import GUARDS, guard_outputs
 from .runs import load_sampler_cfg
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     """The `wattlife` parser: every command group's parsers, in the order of `--help`."""
-    from .checks import OneLineParser
+    from .options import OneLineParser
 
     p = OneLineParser(prog="wattlife", description=(
         "Where the energy of AI training goes, and how flexible its power is."),
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true",
                    help="show the full traceback of an error (also WATTLIFE_DEBUG=1; default: off)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (runs, custody, workloads, preparation, power, pfi, outputs, slurm):
+    for group in (runs, custody, workloads, preparation, power, pfi, outputs, slurm, emulators):
         group.add_parsers(sub)
     return p
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     unless --debug or WATTLIFE_DEBUG=1 (which also logs at DEBUG). Warnings are one line each."""
     import warnings
 
-    from .checks import PipeTolerantStdout, check_options
+    from .options import PipeTolerantStdout, check_options
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """`wattlife` commands of a measurement's custody: measure (one cell, as a sealed attempt),
-attempt (a PFI cap or a transfer, likewise),
-cells (each cell's state), retire (measure again), relink (a cell's files again from its
-attempt), seal-derived (a derived file's seal)."""
+attempt (a PFI cap or a transfer, likewise), cells (each measurement's state: cells, PFI caps,
+transfers), retire (measure again), relink (a cell's files again from its attempt), seal-derived
+(a derived file's seal), drop-checkpoint (a cell's checkpoint folder, after its upload)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,21 @@ def cmd_measure(a: argparse.Namespace) -> int:
 
     _log_to_stderr()
     slice_doc = _slice(a.slice, "cell")
-    return measure_cell(a.results, a.cell, slice_doc, pointer=a.pointer, poll_s=a.poll_s)
+    return measure_cell(a.results, a.cell, slice_doc, pointer=a.pointer, poll_s=a.poll_s,
+                        checkpoints=None if a.keep_checkpoint else checkpoint_folder(slice_doc,
+                                                                                     a.cell))
+
+
+def checkpoint_folder(slice_doc: dict[str, Any], cell: str) -> Path:
+    """Where the cell's workload writes its checkpoints on this node: <storage>/checkpoints/<run
+    id>/ (`workloads.checkpoint_space`), from the cell's config slice, typed here at the edge."""
+    from ..config import settings
+    from ..custody.measure import cell_keys, cell_run_id
+    from ..workloads.checkpoint_space import cell_checkpoint_folder
+
+    k = cell_keys(cell)
+    return cell_checkpoint_folder(settings(slice_doc), k["workload"], k["storage"],
+                                  cell_run_id(cell))
 
 
 def cmd_attempt(a: argparse.Namespace) -> int:
@@ -56,7 +70,7 @@ def cmd_cells(a: argparse.Namespace) -> int:
     from ..custody import cell_states, format_states
 
     cfg = load_config(a.config)
-    rows = cell_states(Path(a.results or cfg["results_dir"]), cfg)
+    rows = cell_states(Path(a.results or cfg["results_dir"]), cfg, a.transfers)
     print(format_states(rows, a.json))
     return 0 if all(r["state"] == "current" for r in rows) else 3
 
@@ -95,6 +109,15 @@ def cmd_seal_derived(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_drop_checkpoint(a: argparse.Namespace) -> int:
+    from ..workloads.checkpoint_space import remove_checkpoint_folder, summary_checkpoint_folder
+
+    folder = summary_checkpoint_folder(a.summary)
+    print(f"{a.summary}: lists no checkpoint; nothing removed" if folder is None
+          else remove_checkpoint_folder(folder))
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
     m = sub.add_parser("measure", help="measure one cell as a sealed attempt and publish it",
                        description="One training cell of the workflow: waits for a live earlier "
@@ -107,6 +130,9 @@ def add_parsers(sub: Any) -> None:
                                      "default: none, not checked)")
     m.add_argument("--poll-s", type=float, default=None,
                    help="seconds between looks at a live earlier attempt (default: 1, 15 in Slurm)")
+    m.add_argument("--keep-checkpoint", action="store_true",
+                   help="keep the cell's checkpoint folder when the job ends (the upload cell's: "
+                        "its upload reads it; default: removed, a checkpoint is not a measurement)")
     m.set_defaults(fn=cmd_measure)
     j = sub.add_parser("attempt", help="run a PFI cap or a transfer as a sealed attempt",
                        description="A measuring job other than a training cell: waits for a live "
@@ -124,14 +150,7 @@ def add_parsers(sub: Any) -> None:
     j.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...] (@ATTEMPT@: the "
                                                          "attempt folder)")
     j.set_defaults(fn=cmd_attempt)
-    c = sub.add_parser("cells", help="each cell's state: current, stale, other-code, damaged, "
-                                     "missing, unsealed",
-                       description="For a results folder and the config: which cells are current "
-                                   "(exit 0 when all are), which not (exit 3), and why.")
-    c.add_argument("--config", required=True, help="the workflow's config file")
-    c.add_argument("results", nargs="?", help="the results folder (default: the config's)")
-    c.add_argument("--json", action="store_true", help="JSON rows (default: off: text)")
-    c.set_defaults(fn=cmd_cells)
+    _add_cells(sub)
     for name, fn, what in (
             ("retire", cmd_retire, "measure cells again at the next run: their sealed attempts "
                                    "are kept but never adopted again, their pointers removed"),
@@ -151,3 +170,31 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--pointer", help="the sealed-<hash>.json it was derived from (default: the "
                                      "one published beside FILE)")
     s.set_defaults(fn=cmd_seal_derived)
+    _add_drop_checkpoint(sub)
+
+
+def _add_cells(sub: Any) -> None:
+    c = sub.add_parser("cells", help="each cell's state: current, stale, other-code, damaged, "
+                                     "missing, unsealed",
+                       description="For a results folder and the config: which measurements "
+                                   "(training cells, PFI caps, transfers) are current (exit 0 "
+                                   "when all are), which not (exit 3), and why.")
+    c.add_argument("--config", required=True, help="the workflow's config file")
+    c.add_argument("results", nargs="?", help="the results folder (default: the config's)")
+    c.add_argument("--transfers", type=int, default=1, metavar="N",
+                   help="transfers at once, as the run's --resources transfers=N (part of a "
+                        "transfer's slice; default: 1, the profiles')")
+    c.add_argument("--json", action="store_true", help="JSON rows (default: off: text)")
+    c.set_defaults(fn=cmd_cells)
+
+
+def _add_drop_checkpoint(sub: Any) -> None:
+    """The `drop-checkpoint` command's parser."""
+    d = sub.add_parser("drop-checkpoint", help="remove the checkpoint folder of a cell's last "
+                                               "checkpoint (after its upload)",
+                       description="Remove <root>/checkpoints/<run id>/, the folder of the last "
+                                   "checkpoint SUMMARY lists (the upload rule, once the upload "
+                                   "is sealed). A checkpoint is not a measurement: no seal lists "
+                                   "it.")
+    d.add_argument("summary", help="the cell's work/summary.json")
+    d.set_defaults(fn=cmd_drop_checkpoint)

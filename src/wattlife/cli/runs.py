@@ -71,7 +71,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         cell = json.loads(a.cell) if a.cell else None
     except ValueError as exc:
         raise InputError(f"--cell: expected JSON, got {a.cell!r} ({exc})") from None
-    from ..launch import short_host
+    from ..run.node import short_host
     from ..runlock import run_folder_lock
     from ..slurm_site import check_step
 
@@ -134,7 +134,7 @@ def cmd_attribute(a: argparse.Namespace) -> int:
     trace, events, output = _attribute_files(a)
     df = attribute_files(trace, events, output, a.method, a.sensor_window_ms, a.idle_split,
                          a.bootstrap, a.sensor_response, strict=a.strict,
-                         steady=not a.raw_phases)
+                         warmup_labels=not a.raw_phases)
     if a.run_dir:
         _show_run(output, Path(a.run_dir))
         return 0
@@ -164,7 +164,7 @@ def cmd_merge_nodes(a: argparse.Namespace) -> int:
 
 
 def cmd_launch_node(a: argparse.Namespace) -> int:
-    from ..launch import merge_meta, run_node
+    from ..run.node import merge_meta, run_node
 
     if a.merge_meta:
         if not a.meta:

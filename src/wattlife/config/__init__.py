@@ -14,8 +14,9 @@ spec per kind, the hardware profile) whose defaults are the schema's `default:` 
 the schema: code and rules read those, never a dict with a local default.
 
 Modules: `loading` (YAML, schema, validation, defaults, package data), `build` (a typed object
-from its section), `sections`, `workloads`, `matrix`, `hardware` (the typed objects), `typed`
-(`Settings`, `settings`). Every public name is re-exported here: `from wattlife.config import X`.
+from its section), `sections` (the execution matrix too), `workloads`, `hardware` (the typed
+objects), `typed` (`Settings`, `settings`). Every public name is re-exported here:
+`from wattlife.config import X`.
 """
 
 from .hardware import HardwareProfile, hardware_profile
@@ -32,12 +33,13 @@ from .loading import (
     strict_yaml,
     validate_config,
 )
-from .matrix import Cell, Execution
 from .sections import (
     Analysis,
     Attribution,
+    Cell,
     CpuEstimateSettings,
     DataSets,
+    Execution,
     NvmlSettings,
     PfiCell,
     PfiMatrix,

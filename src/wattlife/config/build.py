@@ -30,6 +30,16 @@ def _default_at(node: dict[str, Any], path: tuple[str, ...]) -> Any:
     return copy.deepcopy(node.get("default"))
 
 
+def block(data: Mapping[str, Any] | None, *section: str) -> dict[str, Any]:
+    """The config block of schema `section` as a plain dict: every key the schema's block
+    names, its value, else the schema's default, else None (a backend's settings without a
+    class in config: its own module builds them, `SamplerSettings.block`)."""
+    data = data or {}
+    props = schema_node(*section).get("properties", {})
+    return {k: freeze(data[k]) if k in data else copy.deepcopy(p.get("default"))
+            for k, p in props.items()}
+
+
 def build(cls: type[T], data: Mapping[str, Any] | None, *section: str) -> T:
     """`cls` from the config mapping of schema `section`: each field its value, else the
     schema's default, else None."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,14 @@ from typing import Any
 import jsonschema
 import yaml
 
+from ..contracts.sources import (
+    CPU_ROLE,
+    GPU_ROLE,
+    NODE_ROLE,
+    backend_choices,
+    cap_choices,
+    fallback_choices,
+)
 from ..errors import InputError
 
 
@@ -37,10 +46,40 @@ def schema_path() -> Path:
 
 
 @functools.cache
-def schema() -> dict[str, Any]:
-    """The configuration schema, read once per process."""
+def _shipped_schema() -> dict[str, Any]:
     result: dict[str, Any] = yaml.safe_load(schema_path().read_text())
     return result
+
+
+#: the schema's keys naming a registered sensor or power-cap backend -> their enums, from the
+#: backends' rows (`contracts.sources`, registered through `devices.registry` and
+#: `devices.powercap`), never from the file (a backend
+#: registered later, a plugin's or a test's, counts too)
+REGISTRY_KEYS: dict[tuple[str, ...], Callable[[], list[str]]] = {
+    **{("sampler", role): functools.partial(backend_choices, role)
+       for role in (GPU_ROLE, CPU_ROLE, NODE_ROLE)},
+    ("sampler", "cpu_fallback"): functools.partial(fallback_choices, CPU_ROLE),
+    ("powercap", "backend"): lambda: cap_choices(_shipped_schema()["properties"]["powercap"]
+                                                 ["properties"]["backend"].get("default")),
+}
+
+
+def schema() -> dict[str, Any]:
+    """The configuration schema: the shipped file (read once per process) with the enums of
+    `REGISTRY_KEYS` filled from the registries at each call. The result is shared: read only."""
+    sch = _shipped_schema()
+    for path, values in REGISTRY_KEYS.items():
+        sch = _with_enum(sch, path, values())
+    return sch
+
+
+def _with_enum(node: dict[str, Any], path: tuple[str, ...], values: list[str]) -> dict[str, Any]:
+    """`node` with the property at `path` holding `enum: values` (copied along the path only)."""
+    if not path:
+        return {**node, "enum": values}
+    props = node["properties"]
+    return {**node, "properties": {**props, path[0]: _with_enum(props[path[0]], path[1:],
+                                                                 values)}}
 
 
 def _describe(err: jsonschema.ValidationError) -> str:

@@ -1,5 +1,6 @@
 """The typed, frozen sections of a configuration (`sampler`, `powercap`, `pfi_matrix`,
-`attribution`, `analysis`, `prepare`, `data`, `slurm`); their defaults are the schema's."""
+`attribution`, `analysis`, `prepare`, `data`, `slurm`, and `execution`: the matrix and its cells);
+their defaults are the schema's."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .build import build, field_at
+from .build import block, build, field_at
+from .loading import ConfigError
 from .node import NodeSources
 
 
@@ -61,11 +63,16 @@ class SamplerSettings(_SamplerTop):
     sim_gpu: SimGpuSettings
     nvml: NvmlSettings
     node_sources: NodeSources
+    #: the blocks of backends without a class above (`sampler.<backend id>`), as given
+    given: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> SamplerSettings:
         d = dict(d or {})
+        typed = {f.name for f in dataclasses.fields(cls)}
         return cls(**{**dataclasses.asdict(build(_SamplerTop, d, "sampler")),
+                      "given": {k: dict(v) for k, v in d.items()
+                                if k not in typed and isinstance(v, Mapping)},
                       "cpu_estimate": build(CpuEstimateSettings, d.get("cpu_estimate"),
                                              "sampler", "cpu_estimate"),
                       "sim_gpu": build(SimGpuSettings, d.get("sim_gpu"), "sampler", "sim_gpu"),
@@ -78,7 +85,18 @@ class SamplerSettings(_SamplerTop):
             return {k: drop_none(v) if isinstance(v, dict) else v for k, v in d.items()
                     if v is not None}
 
-        return drop_none(dataclasses.asdict(self))
+        out = dataclasses.asdict(self)
+        del out["given"]  # the blocks of backends without a class, beside the others
+        out.update({k: self.block(k) for k in self.given})
+        nodes = out["node_sources"]
+        del nodes["given"]  # the blocks of sources without a class, beside the others
+        nodes.update(self.node_sources.given_blocks())
+        return drop_none(out)
+
+    def block(self, backend: str) -> dict[str, Any]:
+        """`sampler.<backend>` for a backend without a class above (every key of its schema
+        block, defaults filled): its module builds its frozen settings from it."""
+        return block(self.given.get(backend), "sampler", backend)
 
 
 
@@ -207,3 +225,37 @@ class Slurm:
     cpus_per_task: int | None              # a measuring job's CPUs per node (else sinfo's)
     mem_mb: int | None                     # a measuring job's memory per node (else sinfo's)
     extra: str | None                      # the user's own sbatch flags for measuring jobs
+
+
+@dataclass(frozen=True)
+class Execution:
+    """`execution`: the matrix and how each cell is launched."""
+
+    workloads: tuple[str, ...]
+    storage: tuple[str, ...]
+    checkpoint: tuple[str, ...]
+    repeats: int
+    launcher: str
+    gpus_per_node: int
+    nodes: int
+    per_node_sampler: bool
+    runtime_min: int
+
+    def __post_init__(self) -> None:
+        if {"on", "sync"} <= set(self.checkpoint):  # `on` is `sync`: the same cell twice
+            raise ConfigError("invalid config: execution.checkpoint: 'on' and 'sync' are the same "
+                              "mode (on = sync); list one of them")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the execution matrix."""
+
+    workload: str
+    storage: str
+    checkpoint: str
+    repeat: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.workload}/{self.storage}/ckpt-{self.checkpoint}/r{self.repeat}"

@@ -9,11 +9,12 @@ from typing import Any
 
 from .build import build
 from .hardware import HardwareProfile, hardware_profile
-from .matrix import Cell, Execution
 from .sections import (
     Analysis,
     Attribution,
+    Cell,
     DataSets,
+    Execution,
     PfiCell,
     PfiMatrix,
     PowerCapSettings,

@@ -11,7 +11,7 @@ truncated last line (what a killed writer leaves behind) with a warning. numpy a
 imported inside the functions that need them, so the markers (imported by training code) and the
 sampler stay light.
 
-Modules: `names` (file, column and metric names, headers, `ContractError`), `phases` (the phase
+Modules: `names` (file, column and metric names, headers), `phases` (the phase
 registry), `reading` (the table readers), `writing` (atomic writers), `meta` (meta.json: `RunMeta`,
 `read_meta`, `write_meta`), `sources` (the source registry: each source's class and words).
 Every public name is re-exported here:
@@ -19,22 +19,27 @@ Every public name is re-exported here:
 The package imports nothing else of wattlife.
 """
 
+from ..errors import ContractError
 from .gpus import GpuIdentity, gpu_identities
 from .int_cells import exact_ints
 from .kinds import (
+    GPU,
     KINDS,
     DeviceKind,
     attributed_kinds,
     device_forms,
+    device_index,
     device_kind,
     device_pattern,
     is_attributed,
+    is_per_rank,
     kind_colors,
     kind_label,
     kind_name,
     kind_of,
     kind_order,
     node_part_kinds,
+    per_rank_kinds,
     processor_kinds,
 )
 from .meta import (
@@ -76,7 +81,6 @@ from .names import (
     TRACE_HEADER,
     TRACE_TYPES,
     WARMUP_STEPS,
-    ContractError,
     csv_cell,
     csv_header,
     phase_name_problem,
@@ -178,7 +182,8 @@ __all__ = [
     "read_contract_bytes", "read_curves", "read_events", "read_meta", "read_table", "read_trace",
     "record_lines",
     "refuse_overwrite", "warmup_count", "write_csv", "write_meta", "write_table", "write_text",
-    "KINDS", "DeviceKind", "attributed_kinds", "device_forms", "device_pattern", "is_attributed",
+    "GPU", "KINDS", "DeviceKind", "attributed_kinds", "device_forms", "device_index",
+    "device_pattern", "is_attributed", "is_per_rank", "per_rank_kinds",
     "kind_colors", "kind_label", "kind_name", "kind_of", "kind_order", "node_part_kinds",
     "processor_kinds",
 ]

@@ -1,4 +1,4 @@
-"""One clock: every timestamp the suite writes is a steady clock mapped to epoch ns once.
+"""One clock: every timestamp the suite writes is a monotonic clock mapped to epoch ns once.
 
 The wall clock (`time.time_ns`) steps when NTP corrects it or a VM resumes; a step in the middle
 of a run would move every later timestamp and change phases' lengths. So timestamps are taken
@@ -29,18 +29,19 @@ if hasattr(time, "CLOCK_BOOTTIME"):
     CLOCK_NAME = "CLOCK_BOOTTIME"
     _BOOTTIME = time.CLOCK_BOOTTIME
 
-    def _steady() -> int:
+    def _monotonic() -> int:
         return time.clock_gettime_ns(_BOOTTIME)
 else:  # pragma: no cover - not Linux
     CLOCK_NAME = "CLOCK_MONOTONIC"
-    _steady = time.monotonic_ns
+    _monotonic = time.monotonic_ns
 
-steady_ns: Callable[[], int] = _steady
+#: the monotonic clock every timestamp is taken from (`CLOCK_NAME`)
+monotonic_ns: Callable[[], int] = _monotonic
 
 
 @dataclasses.dataclass(frozen=True)
 class ClockMapping:
-    """epoch ns = steady ns + `offset_ns`, known to +- `uncertainty_ns`."""
+    """epoch ns = monotonic ns + `offset_ns`, known to +- `uncertainty_ns`."""
 
     offset_ns: int
     uncertainty_ns: int
@@ -52,11 +53,12 @@ class ClockMapping:
 
 
 def measure_offset() -> tuple[int, int]:
-    """(wall - steady) now, and its uncertainty: the tightest of 5 wall/steady/wall brackets."""
+    """(wall - monotonic) now, and its uncertainty: the tightest of 5 wall/monotonic/wall
+    brackets."""
     best: tuple[int, int] | None = None
     for _ in range(5):
         a = time.time_ns()
-        m = steady_ns()
+        m = monotonic_ns()
         b = time.time_ns()
         cand = ((a + b) // 2 - m, max((b - a + 1) // 2, 1))
         if best is None or cand[1] < best[1]:
@@ -88,8 +90,8 @@ def mapping() -> ClockMapping:
 
 
 def now_ns() -> int:
-    """Epoch ns from the steady clock (the suite's one clock: immune to wall-clock steps)."""
-    return steady_ns() + (_mapping or mapping()).offset_ns
+    """Epoch ns from the monotonic clock (the suite's one clock: immune to wall-clock steps)."""
+    return monotonic_ns() + (_mapping or mapping()).offset_ns
 
 
 def wall_step_ns() -> int:

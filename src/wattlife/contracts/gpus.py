@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NotRequired, TypedDict, cast
 
-from .names import ContractError
+from ..errors import ContractError
+from .kinds import GPU
 
 
 class PowerLimitsDict(TypedDict, total=False):
@@ -69,10 +70,7 @@ class GpuIdentity:
     @property
     def number(self) -> int | None:
         """N of the device name `gpu<N>`; None when the name is not of that form."""
-        rest = (self.device or "").removeprefix("gpu")
-        ok = bool(self.device) and (self.device or "").startswith("gpu") and rest.isascii() \
-            and rest.isdigit()
-        return int(rest) if ok else None
+        return GPU.index(self.device or "")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON entry: the first layout's keys in their order, then the later ones where

@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .names import ENERGY_J, POWER_W, ContractError
+from ..errors import ContractError
+from .names import ENERGY_J, POWER_W
 
 #: the metrics a kind's energy can be read from (attribution has a series builder for each)
 ENERGY_METRICS = (POWER_W, ENERGY_J)
@@ -71,6 +72,18 @@ class DeviceKind:
     def forms(self, device: str) -> bool:
         """Whether `device` is the name of a device of this kind."""
         return re.fullmatch(self.pattern, device) is not None
+
+    def device(self, index: int = 0) -> str:
+        """The name of its device `index` (`gpu3`), or of its one device (`node`): what a
+        backend writes in the trace's `device` column."""
+        return f"{self.name}{index}" if self.numbered else self.name
+
+    def index(self, device: str) -> int | None:
+        """N of its device `<name>N` (`gpu3` -> 3); None when `device` is not one of its
+        numbered devices."""
+        rest = device[len(self.name):]
+        ok = self.numbered and device.startswith(self.name) and rest.isascii() and rest.isdigit()
+        return int(rest) if ok else None
 
 
 GPU = DeviceKind("gpu", "GPU", "#2a7ab9", 5_000.0, per_rank=True, processor=True)
@@ -130,6 +143,24 @@ def is_attributed(device: str) -> bool:
     """Whether attribution takes `device` (a device of an attributed declared kind)."""
     k = kind_of(device)
     return k is not None and k.attributed
+
+
+def per_rank_kinds() -> tuple[str, ...]:
+    """The attributed kinds whose devices each one rank drives (the accelerators: their waiting
+    phases, context floor, grad_sync waits and rank mapping), in registry order."""
+    return tuple(k.name for k in KINDS.values() if k.attributed and k.per_rank)
+
+
+def is_per_rank(device: str) -> bool:
+    """Whether `device` is a device of a per-rank kind (`gpu3`)."""
+    k = kind_of(device)
+    return k is not None and k.attributed and k.per_rank
+
+
+def device_index(device: str) -> int | None:
+    """N of `device` named `<kind>N` by a declared numbered kind (`gpu3` -> 3), else None."""
+    k = kind_of(device)
+    return k.index(device) if k is not None else None
 
 
 def node_part_kinds() -> tuple[str, ...]:

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import ContractError
 from .gpus import GpuIdentity, gpu_identities
-from .names import META_FILE, ContractError
+from .names import META_FILE
 from .writing import write_text
 
 # ----------------------------------------------------------------------------- run metadata

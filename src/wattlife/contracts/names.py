@@ -1,10 +1,8 @@
 """The names of the file contracts: file names, column lists and their types, the CSV headers,
-the metric names, the warm-up step count, the reference table folders; and `ContractError`
-(phase names: `phases`; source names: `sources`)."""
+the metric names, the warm-up step count, the reference table folders (phase names: `phases`;
+source names: `sources`; `ContractError`: `errors`)."""
 
 from __future__ import annotations
-
-from ..errors import ContractError as ContractError  # defined there, named here as before
 
 # ----------------------------------------------------------------------------- file names
 TRACE_FILE = "trace.csv"  # also trace.csv.gz, trace.csv.zst or trace.parquet
@@ -89,13 +87,14 @@ TELEMETRY_METRICS = ("util_gpu", "util_mem", "dram_active", "sm_active", "tensor
 # ----------------------------------------------------------------------------- warm-up steps
 # (every phase name and list of them is in the phase registry, `phases.PHASES`; every source
 # name in the source registry, `sources`)
-#: the first steps of each rank that the `step` throughput and the steady window leave out
+#: the first steps of each rank (warm-up) that the `step` throughput and the training window leave
+#: out
 WARMUP_STEPS = 3
 
 
 def warmup_count(n_steps: int) -> int:
-    """How many of a rank's `n_steps` steps are warm-up: `WARMUP_STEPS` when at least 3 steady
-    steps remain, else none (a run that short has no steady part to single out)."""
+    """How many of a rank's `n_steps` steps are warm-up: `WARMUP_STEPS` when at least 3
+    post-warm-up steps remain, else none (a run that short has no warm-up to single out)."""
     return WARMUP_STEPS if n_steps > WARMUP_STEPS + 2 else 0
 
 #: the folders (under `wattlife figures --reference`'s output) of the tables that

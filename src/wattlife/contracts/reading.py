@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ContractError
 from .int_cells import arrow_small_ints, exact_ints
 from .kinds import kind_word, max_plausible_w
 from .names import (
@@ -19,7 +20,6 @@ from .names import (
     EVENTS_TYPES,
     TRACE_COLUMNS,
     TRACE_TYPES,
-    ContractError,
 )
 from .zstd_frames import ZSTD_SUFFIX, FrameReader
 

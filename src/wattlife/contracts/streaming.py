@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .names import TRACE_COLUMNS, ContractError
+from ..errors import ContractError
+from .names import TRACE_COLUMNS
 from .reading import check_readings
 from .zstd_frames import ZSTD_SUFFIX, FrameReader
 

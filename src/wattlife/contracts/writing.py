@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .names import ContractError
+from ..errors import ContractError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from .names import ContractError
+from ..errors import ContractError
 
 ZSTD_SUFFIX = ".zst"
 ZSTD_LEVEL = 3

@@ -1,7 +1,8 @@
-"""`wattlife cells`: for a results folder and the current config, which cells are current,
-stale (their sealed slice differs from the config's), measured by other code, damaged, missing
-or unsealed (an attempt in flight, killed or failed, none published); and the user's remedies:
-`retire` (measure the cell again) and `relink` (its published files again from the attempt)."""
+"""`wattlife cells`: for a results folder and the current config, which measurements (training
+cells, PFI caps, transfers) are current, stale (their sealed slice differs from the config's),
+measured by other code, damaged, missing or unsealed (an attempt in flight, killed or failed,
+none published); and the user's remedies: `retire` (measure it again) and `relink` (its
+published files again from the attempt)."""
 
 from __future__ import annotations
 
@@ -10,25 +11,29 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .attempts import attempts_dir, attempts_of, cell_dir, folders_of, mark
+from .attempts import attempts_of, folders_of, mark
 from .publish import POINTER_GLOB, published
 from .seal import code_version, slice_hash
 from .verify import cell_problems
 
 STATES = ("current", "stale", "other-code", "damaged", "missing", "unsealed")
+KINDS = ("cell", "pfi-cap", "transfer")
 
 
-def matrix(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """cell id -> its current config slice, for every cell of the execution matrix."""
+def matrix(config: Mapping[str, Any], transfers: int | None = 1
+           ) -> dict[str, tuple[str, dict[str, Any]]]:
+    """ident -> (kind, its current config slice) of every measuring job the workflow runs for
+    `config` (wattlife.jobs.measurement_slices: the rules' slices)."""
     from .. import jobs as J
 
-    return J.cell_slices(config)
+    return J.measurement_slices(config, transfers)
 
 
 def cell_state(results: Path, cell: str, slice_doc: Any, code: str) -> dict[str, Any]:
-    """One cell's row: its state, published attempt, and how many other attempts it keeps."""
-    cdir = cell_dir(results, cell)
-    attempts = attempts_of(attempts_dir(results, cell))
+    """One measurement's row (a cell, a PFI cap or a transfer, by its ident): its state,
+    published attempt, and how many other attempts it keeps."""
+    root, cdir = folders_of(results, cell)
+    attempts = attempts_of(root)
     pub = published(cdir)
     doc = pub[1] if pub else {}
     counts = {s: sum(a.state == s for a in attempts) for s in ("sealed", "failed", "unsealed")}
@@ -48,9 +53,12 @@ def cell_state(results: Path, cell: str, slice_doc: Any, code: str) -> dict[str,
             "failed": counts["failed"], "unsealed": counts["unsealed"]}
 
 
-def cell_states(results: str | Path, config: Mapping[str, Any]) -> list[dict[str, Any]]:
+def cell_states(results: str | Path, config: Mapping[str, Any], transfers: int | None = 1
+                ) -> list[dict[str, Any]]:
+    """Every measuring job's row (`matrix`), its kind included."""
     code = code_version()["measuring_sha256"]
-    return [cell_state(Path(results), cid, s, code) for cid, s in matrix(config).items()]
+    return [{**cell_state(Path(results), ident, sl, code), "kind": kind}
+            for ident, (kind, sl) in matrix(config, transfers).items()]
 
 
 def format_states(rows: list[dict[str, Any]], as_json: bool = False) -> str:

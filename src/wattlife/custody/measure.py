@@ -8,6 +8,8 @@ e.g. the orphan of a killed controller, is waited for, never run beside), in thi
 2. else a new attempt folder gets the slice (config.json), the launcher's command line (built
    here, from the slice: wattlife.launch) runs with the attempt as its run folder, and on exit 0
    the attempt is sealed (files read-only) and published; otherwise failed.json keeps its reason.
+When the job ends (any outcome), the cell's checkpoint folder is removed (`--keep-checkpoint`:
+kept, for the upload cell): a checkpoint is not a measurement, no seal lists it.
 The command runs in a session of its own; SIGINT / SIGTERM (the user's say) are forwarded to it,
 SIGHUP (the controller's terminal lost) is not: the measurement goes on as an orphan and is adopted.
 """
@@ -20,6 +22,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -61,9 +64,27 @@ def cell_command(slice_doc: dict[str, Any], cell: str, attempt: Path) -> str:
     spec = LaunchSpec.for_execution(ex)
     conf = str(attempt / "config.json")
     inner = train_args(conf, k["workload"], k["storage"], k["checkpoint"], str(attempt / "work"))
-    run_id = f"{k['workload']}-{k['storage']}-ckpt{k['checkpoint']}-r{k['repeat']}"
-    return build_command(spec, config=conf, run_dir=str(attempt), run_id=run_id, cell=k,
-                         inner=inner)
+    return build_command(spec, config=conf, run_dir=str(attempt), run_id=cell_run_id(cell),
+                         cell=k, inner=inner)
+
+
+def cell_run_id(cell: str) -> str:
+    """The run id of a cell's measurement: its events' run_id and its checkpoint folder's name."""
+    k = cell_keys(cell)
+    return f"{k['workload']}-{k['storage']}-ckpt{k['checkpoint']}-r{k['repeat']}"
+
+
+def drop_cell_checkpoints(folder: Path, cell: str) -> None:
+    """Remove the cell's checkpoint folder on this node (one log line says what): no step reads
+    it, except the upload cell's, which is kept (`--keep-checkpoint`). A checkpoint is not a
+    measurement: no seal lists it (wattlife.workloads.checkpoint_space)."""
+    from ..workloads.checkpoint_space import remove_checkpoint_folder
+
+    try:
+        log.info("%s: %s", cell, remove_checkpoint_folder(folder))
+    except OSError as exc:  # the measurement stands; the folder is left, said
+        log.warning("%s: the checkpoint folder %s could not be removed (%s); remove it by hand",
+                    cell, folder, exc)
 
 
 @contextlib.contextmanager
@@ -83,6 +104,28 @@ def cell_lock(root: Path, poll_s: float, sleep: Callable[[float], None] = time.s
                 yield
                 return
         sleep(poll_s)
+
+
+#: every job's custody lines of a cell (or PFI cap, transfer), appended beside its attempts: the
+#: rule's log of a job is remade by the next job of the same cell, this file never
+JOB_LOG = "custody.log"
+
+
+@contextlib.contextmanager
+def job_log(root: Path) -> Iterator[None]:
+    """Append this job's log lines to `root`/custody.log too (host, pid on each line), so that an
+    orphan's lines survive the rerun's job, whose rule log has the same name."""
+    root.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(root / JOB_LOG, mode="a", encoding="utf-8")
+    handler.setFormatter(logging.Formatter(
+        f"%(asctime)s {socket.gethostname().split('.')[0]} pid {os.getpid()}: %(levelname)s: "
+        "%(message)s"))
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        handler.close()
 
 
 @dataclass(frozen=True)
@@ -204,27 +247,38 @@ def measure_new(results: Path, cell: str, slice_doc: dict[str, Any]) -> int:
 
 
 def under_custody(results: Path, t: Target, slice_doc: dict[str, Any],
-                  command: Callable[[Path], str], poll_s: float | None = None) -> int:
+                  command: Callable[[Path], str], poll_s: float | None = None,
+                  after: Callable[[], None] | None = None) -> int:
     """Under `t`'s lock (a live holder waited for): adopt a sealed result of this slice, else
-    measure a new attempt; the exit status."""
+    measure a new attempt; then `after()` (still under the lock, whatever the outcome); the exit
+    status."""
     if poll_s is None:
         poll_s = 15.0 if os.environ.get("SLURM_JOB_ID") else 1.0
-    with keep_on_hangup(t.ident), cell_lock(t.attempts, poll_s):
-        done = adoptable(results, t, slice_hash(slice_doc))
-        if done is not None:
-            log.info("%s: adopted the sealed result of this slice (%s); nothing measured",
-                     t.ident, done)
-            return 0
-        return attempt_new(results, t, slice_doc, command)
+    with keep_on_hangup(t.ident), job_log(t.attempts), cell_lock(t.attempts, poll_s):
+        try:
+            done = adoptable(results, t, slice_hash(slice_doc))
+            if done is not None:
+                log.info("%s: adopted the sealed result of this slice (%s); nothing measured",
+                         t.ident, done)
+                return 0
+            return attempt_new(results, t, slice_doc, command)
+        finally:
+            if after is not None:
+                after()
 
 
 def measure_cell(results: str | Path, cell: str, slice_doc: dict[str, Any],
-                 pointer: str | Path | None = None, poll_s: float | None = None) -> int:
-    """The `wattlife measure` command (see the module docstring); its exit status."""
+                 pointer: str | Path | None = None, poll_s: float | None = None,
+                 checkpoints: Path | None = None) -> int:
+    """The `wattlife measure` command (see the module docstring); its exit status. With
+    `checkpoints` (the cell's checkpoint folder, `cli.custody.checkpoint_folder`), that folder
+    is removed when the job ends (`drop_cell_checkpoints`)."""
     results = Path(results)
     cell_keys(cell)
     h = slice_hash(slice_doc)
     if pointer is not None and Path(pointer).name != pointer_name(h):
         raise InputError(f"--pointer {pointer}: the slice's hash is {h} ({pointer_name(h)})")
     return under_custody(results, cell_target(results, cell), slice_doc,
-                         lambda attempt: cell_command(slice_doc, cell, attempt), poll_s)
+                         lambda attempt: cell_command(slice_doc, cell, attempt), poll_s,
+                         after=(lambda: drop_cell_checkpoints(checkpoints, cell))
+                         if checkpoints is not None else None)

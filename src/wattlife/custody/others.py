@@ -7,8 +7,9 @@ The rule names the folder it publishes into (`--into`, the folder of its declare
 the results>/a<time>-<host>-<pid>/`, where the command writes. Under that job's lock (a live
 orphan waited for), a sealed attempt of the same slice is adopted, else the command runs in a new
 attempt that gets the slice as `config.json`, is sealed on exit 0 and published (hard links and
-the pointer `sealed-<slice hash>.json` in `--into`), or kept aside with its reason. The command's
-output goes to this process's (the rule's log).
+the pointer `sealed-<slice hash>.json` in `--into`, the rule's one output: its name holds the
+slice's hash, so a changed slice is a missing output), or kept aside with its reason. The
+command's output is the attempt's `run.log` (published with it).
 
 A PFI cap whose point records a failure (`status` not ok: the device refused the cap, the run
 failed) is sealed and published, so the curve shows it, but never adopted: the job of that cap,
@@ -65,5 +66,5 @@ def attempt_job(results: str | Path, into: str | Path, kind: str, slice_doc: dic
         raise InputError(f"--into {into}: a job's own folder under the results folder (not "
                          f"runs/ or attempts/: those are the cells' and the attempts')")
     attempt_command(argv, into)  # refuses an empty command before anything is locked
-    t = Target(rel, attempts_dir(results, rel), into, output=None, adopt_if=KINDS[kind])
+    t = Target(rel, attempts_dir(results, rel), into, adopt_if=KINDS[kind])
     return under_custody(results, t, slice_doc, lambda a: attempt_command(argv, a), poll_s)

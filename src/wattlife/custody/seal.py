@@ -32,12 +32,34 @@ def slice_hash(slice_doc: Any) -> str:
 
 
 #: the package's parts whose code runs inside a measurement and shapes its files: the sampler
-#: and its device backends, the phase markers, `wattlife run` and its guardian, the workloads, the
-#: simulated GPU, the trace/events writers and the merge of a multi-node run. Not in it: how the
-#: command line is built (`launch`, `jobs`: a change there never makes a cell "other code"), the
-#: config's typing (the slice is sealed itself), analysis, figures, checks, the CLI, custody.
+#: and its device backends, the phase markers, `wattlife run` and its guardian, the node side of
+#: a multi-node or capped run (`run/node.py`: launch-node, merge-meta), the workloads, the
+#: simulated GPU, the trace/events writers and safe writes, the merge of a multi-node run and its
+#: clock alignment, node names, the workload's cgroup, a PFI cap's sweep and a transfer's client and
+#: loopback server. `tests/custody/test_measuring_code.py` follows every module the measured
+#: command lines run: each is here or in OUTSIDE_MEASURING.
 MEASURING_CODE = ("sampler.py", "devices", "markers.py", "instrument.py", "guardian.py", "run",
-                  "workloads", "simgpu_model.py", "contracts", "merge_nodes.py")
+                  "workloads", "simgpu_model.py", "contracts", "safewrite.py", "merge_nodes.py",
+                  "nodename.py", "workload_cgroup.py", "sweeps/real.py",
+                  "sweeps/pfi_matrix.py", "sweeps/failures.py", "prepare/fetch.py",
+                  "prepare/transfer.py", "prepare/upload.py", "prepare/serve.py")
+#: what runs inside a measurement but is not hashed, and why (a change there never makes a
+#: measurement "other code")
+OUTSIDE_MEASURING = {
+    "launch.py": "how the command line is built (a change there re-measures nothing)",
+    "jobs.py": "the job's config slice and sizes (the slice itself is sealed)",
+    "config": "the config's typing (the slice itself is sealed)",
+    "custody": "the custody around the measurement: attempt, seal, publish",
+    "attribution": "derives numbers from a trace (a PFI cap's point at its end): re-derivable "
+                   "from the sealed trace, never part of what was measured",
+    "analysis/curves.py": "a PFI cap's curve point from the sealed trace (as attribution)",
+    "diagnostics.py": "log lines",
+    "errors.py": "error types",
+    "runlock.py": "one job per run folder (a lock)",
+    "pathlock.py": "file locks",
+    "slurm_site.py": "checks a Slurm step holds its node (refuses, never measures)",
+    "slurm_job.py": "the Slurm job's ids and state",
+}
 
 
 def code_version(pkg: Path | None = None) -> dict[str, str]:

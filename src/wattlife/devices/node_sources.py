@@ -6,7 +6,8 @@ Each is a `devices.node.NodeReader`: one bounded read per call, run in the node 
   ("<J> J <us> us") of the whole node, updated at about 10 Hz. As HPE documents, a set of values
   is consistent only when `freshness` (and `generation`) read the same before and after the values;
   a read that straddles an update is retried once, then skipped. A changed `startup` counter
-  means the energy counter restarted.
+  means the energy counter restarted. A tree holding `EMULATOR_MARKER` is an emulator's
+  (`devices.node_emulator`): its readings are `pm_counters_emulated`, class simulated.
 - IPMI DCMI (`ipmitool dcmi power reading`): the BMC's instantaneous node power; DCMI has no
   energy counter. Over `lanplus` to host:port, or in-band (/dev/ipmi0) with no host. The password
   goes to ipmitool in its environment (`-E`), never on its command line.
@@ -29,6 +30,10 @@ from .base import SensorUnavailable
 from .node import NodeReader, NodeReading
 
 PM_COUNTERS_ROOT = "/sys/cray/pm_counters"
+#: a tree holding this file was written by `wattlife node-emulator` (devices.node_emulator): its
+#: readings are labelled EMULATED_SOURCE (class simulated), never `pm_counters`
+EMULATOR_MARKER = "wattlife_emulator"
+EMULATED_SOURCE = "pm_counters_emulated"
 
 
 class PmCountersReader(NodeReader):
@@ -46,6 +51,10 @@ class PmCountersReader(NodeReader):
             raise SensorUnavailable(f"pm_counters: no {', '.join(missing)} under {self.root} "
                                     "(not an HPE/Cray node)")
         self._startup: str | None = None
+        self.emulator: str | None = None  # the marker's text, read once (meta.json)
+        if (self.root / EMULATOR_MARKER).is_file():
+            self.source = EMULATED_SOURCE
+            self.emulator = self._text(EMULATOR_MARKER)
 
     def _text(self, name: str) -> str:
         return (self.root / name).read_text().strip()
@@ -78,6 +87,8 @@ class PmCountersReader(NodeReader):
         return self._attempt() or self._attempt()
 
     def describe(self) -> dict[str, Any]:
+        if self.emulator is not None:
+            return {"root": str(self.root), "emulator": self.emulator}
         return {"root": str(self.root)}
 
 

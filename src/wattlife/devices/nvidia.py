@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..contracts.gpus import GpuIdentity
+from ..contracts.kinds import GPU
 
 GPM_METRICS = {  # trace metric -> pynvml constant name
     "dram_active": "NVML_GPM_METRIC_DRAM_BW_UTIL",
@@ -74,7 +75,7 @@ class NvidiaGpu:
 
     def __init__(self, nv: Any, index: int, ordinal: int) -> None:
         self.nv, self.index, self.ordinal = nv, index, ordinal
-        self.device = f"gpu{ordinal}"
+        self.device = GPU.device(ordinal)
         try:
             self.handle = nv.nvmlDeviceGetHandleByIndex(index)
         except nv.NVMLError as exc:

@@ -32,6 +32,7 @@ from typing import Any, NotRequired
 
 from ..contracts.clock import now_ns as now
 from ..contracts.clock import wall_step_ns
+from ..contracts.sources import GPU_ROLE
 from .base import GpuBackendInfo, Row, SensorBackend, SensorUnavailable
 from .nvidia import (
     GpmWindow,
@@ -112,7 +113,7 @@ class _Gpu:
 
 class NvmlBackend(SensorBackend):
     name = "nvml"
-    role = "gpu"
+    role = GPU_ROLE
 
     def __init__(self, interval_s: float = 0.05, drain_s: float = 0.5, counter_s: float = 1.0,
                  telemetry_s: float = 1.0, indices: list[int] | None = None,

@@ -16,16 +16,23 @@ min/max constraint; set them before the workload creates its CUDA context.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
 import signal
 import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from ..contracts.sources import (
+    CapBackend,
+    cap_backends,
+    cap_choices,
+    declare_cap_backend,
+    forget_cap_backend,
+)
 from ..errors import InputError, SensorError
 from .nvidia import NvidiaGpu, NvidiaGpus, NvmlError
 
@@ -49,25 +56,34 @@ class CapDevice(Protocol):
     def set(self, i: int, watts: float) -> None: ...
 
 
-@dataclass(frozen=True)
-class CapBackend:
-    """One power-cap backend of the registry: its id (config `powercap.backend`, the CLI's
-    choices), how to open it (`make(n_sim)`), whether it is simulated (no hardware: no opt-in
-    needed, its limits labelled `sim`) and the source its limits are labelled with."""
+class _CapRows(Mapping[str, CapBackend]):
+    """id -> the power-cap backend's row (`contracts.sources.cap_backends`), live."""
 
-    id: str
-    make: Callable[[int], CapDevice]
-    simulated: bool
-    source: str
+    def __getitem__(self, key: str) -> CapBackend:
+        rows = {c.id: c for c in cap_backends()}
+        return rows[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([c.id for c in cap_backends()])
+
+    def __len__(self) -> int:
+        return len(cap_backends())
 
 
-#: the power-cap backends, in the order the CLI lists them after a command's default
-CAP_BACKENDS: dict[str, CapBackend] = {}
+#: the power-cap backends (rows of `contracts.sources`), in the order the CLI lists them after a
+#: command's default
+CAP_BACKENDS: Mapping[str, CapBackend] = _CapRows()
 
 
 def register_cap_backend(spec: CapBackend) -> None:
-    """Add a power-cap backend; the CLI's choices and the state files' check derive from it."""
-    CAP_BACKENDS[spec.id] = spec
+    """Add a power-cap backend; the CLI's choices, the schema's enum and the state files' check
+    derive from it."""
+    declare_cap_backend(spec)
+
+
+def unregister_cap_backend(backend_id: str) -> None:
+    """Remove a registered power-cap backend (a test's fake, after the test)."""
+    forget_cap_backend(backend_id)
 
 
 def cap_backend(backend: str) -> CapBackend:
@@ -82,8 +98,7 @@ def cap_backend(backend: str) -> CapBackend:
 def cap_backend_choices(default: str | None = None) -> list[str]:
     """The registered backend ids for a CLI `choices`: `default` first, then the registry's
     order (`--help` lists the default first)."""
-    ids = list(CAP_BACKENDS)
-    return [b for b in ids if b == default] + [b for b in ids if b != default]
+    return cap_choices(default)
 
 
 class _Nvml:
@@ -151,14 +166,27 @@ class _Simulated:
         self.limits[i] = watts
 
 
-register_cap_backend(CapBackend("nvml", lambda n: _Nvml(), simulated=False, source="nvml"))
-register_cap_backend(CapBackend("nvidia-smi", lambda n: _NvidiaSmi(), simulated=False,
-                                source="nvml"))
-register_cap_backend(CapBackend("simulated", _Simulated, simulated=True, source="sim"))
+def nvml_caps(n_sim: int) -> CapDevice:
+    """The `nvml` backend's device (`contracts.sources` names it)."""
+    return _Nvml()
+
+
+def nvidia_smi_caps(n_sim: int) -> CapDevice:
+    """The `nvidia-smi` backend's device."""
+    return _NvidiaSmi()
+
+
+def simulated_caps(n_sim: int) -> CapDevice:
+    """The `simulated` backend's device: `n_sim` simulated GPUs."""
+    return _Simulated(n_sim)
 
 
 def _make(backend: str, n_sim: int = 1) -> CapDevice:
-    return cap_backend(backend).make(n_sim)
+    make = cap_backend(backend).make
+    if isinstance(make, str):
+        module, _, name = make.partition(":")
+        make = getattr(importlib.import_module(module), name)
+    return cast(CapDevice, make(n_sim))
 
 
 class PowerCapController:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..contracts.kinds import CPU, DRAM
 from .base import CpuBackendInfo, Row, SensorBackend, SensorUnavailable
 from .cpu_load import TreeLoad, WatchesTree
 
@@ -36,9 +37,9 @@ class RaplBackend(WatchesTree, SensorBackend):
             parts = z.name.split(":")
             name = (z / "name").read_text().strip() if (z / "name").exists() else ""
             if len(parts) == 2 and name.startswith("package"):
-                dev = f"cpu{parts[1]}"
+                dev = CPU.device(int(parts[1]))
             elif len(parts) == 3 and name == "dram":
-                dev = f"dram{parts[1]}"
+                dev = DRAM.device(int(parts[1]))
             else:
                 continue  # core/uncore/psys subzones are inside the package; not double counted
             rng_path = z / "max_energy_range_uj"

@@ -15,27 +15,43 @@ with a note, or unmeasured with a note. An explicit choice that cannot read its 
 `SensorUnavailable`, unless the role's fallback is set. A role's key absent (None: `sampler.node`
 has no schema default, so that job slices stay as they were) is `none`.
 
-To add a backend: its module beside this one and one `SensorBackendSpec` in `_BUILT_IN` (its
-sources in `contracts.sources`). To add a role (as `node`, issue 45): one `RoleSpec` in `_ROLES`,
-its key in the schema's `sampler` section and in `config.sections` (`_SamplerTop`), and its
-backends' specs. Devices import no config: a factory takes the sampler's settings
-(`config.sections.SamplerSettings`) as `Any` and the sampler interval in seconds.
+The backends' rows (`SensorBackendSpec`: id, role, settings keys, the sources each declares, kinds,
+factory by name) live in `contracts.sources` (so that the readers of tables, which import no
+device code, know every backend's sources); this module checks each row against its roles and
+the device-kind registry, resolves its factory and builds. To add a backend: its module beside
+this one (with its factory) and one row in `contracts.sources`' `_BUILT_IN_BACKENDS`; the
+schema's `sampler` enums are the rows' (`config.loading.schema` fills them). To add a role (as
+`node`, issue 45): one `RoleSpec` in `_ROLES`, its key in the schema's `sampler` section, in
+`config.sections` (`_SamplerTop`) and in `config.loading.REGISTRY_KEYS`, and its backends' rows.
+Devices import no config: a factory takes the sampler's settings (`config.sections.SamplerSettings`)
+as `Any` and the sampler interval in seconds.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from ..contracts.kinds import CPU, DRAM, GPU, KINDS, NODE
-from ..contracts.sources import source_spec
+from ..contracts.kinds import KINDS
+from ..contracts.sources import (
+    AUTO,
+    CPU_ROLE,
+    GPU_ROLE,
+    NODE_ROLE,
+    NONE,
+    SensorBackendSpec,
+    backend_choices,
+    declare_backend,
+    declared_backends,
+    fallback_choices,
+    forget_backend,
+)
 from ..errors import InputError
 from .base import SensorBackend, SensorUnavailable
 
-AUTO = "auto"
-NONE = "none"
 #: what a factory returns: the backends it built and the notes on them (for meta.json)
 Built = tuple[list[SensorBackend], list[str]]
 BackendFactory = Callable[[Any, float], Built]
@@ -53,23 +69,6 @@ class RoleSpec:
     log: bool = False
 
 
-@dataclass(frozen=True)
-class SensorBackendSpec:
-    """One sensor backend: id (the sampler choice), role, the sampler keys it reads, the sources
-    it writes, the device kinds it makes, its factory, whether `auto` tries it, whether it may
-    be a role's fallback (it never fails), and what it is (words)."""
-
-    id: str
-    role: str
-    settings: tuple[str, ...]
-    sources: tuple[str, ...]
-    kinds: tuple[str, ...]
-    factory: BackendFactory
-    auto: bool = False
-    fallback: bool = False
-    about: str = ""
-
-
 def positive_seconds(value: Any, key: str) -> float:
     """Milliseconds from the config as seconds; anything but a finite number > 0 is an error
     naming `key` (a negative interval would make the sampler spin)."""
@@ -82,7 +81,7 @@ def positive_seconds(value: Any, key: str) -> float:
     return ms / 1000.0
 
 
-def _nvml(s: Any, interval_s: float) -> Built:
+def nvml_backends(s: Any, interval_s: float) -> Built:
     from .nvml import NvmlBackend
 
     nv = s.nvml
@@ -94,7 +93,7 @@ def _nvml(s: Any, interval_s: float) -> Built:
     return [b], list(b.notes)  # CUDA_VISIBLE_DEVICES mapping
 
 
-def _sim_gpu(s: Any, interval_s: float) -> Built:
+def sim_gpu_backends(s: Any, interval_s: float) -> Built:
     from .simgpu import SimGpuBackend
 
     sim = s.sim_gpu
@@ -104,13 +103,13 @@ def _sim_gpu(s: Any, interval_s: float) -> Built:
     return [b], ["GPU power is SIMULATED (source=sim): no GPU was measured"]
 
 
-def _rapl(s: Any, interval_s: float) -> Built:
+def rapl_backends(s: Any, interval_s: float) -> Built:
     from .rapl import RaplBackend
 
     return [RaplBackend(s.rapl_root, interval_s)], []
 
 
-def _cpu_estimate(s: Any, interval_s: float) -> Built:
+def cpu_estimate_backends(s: Any, interval_s: float) -> Built:
     from .cpu_estimate import CpuEstimateBackend
 
     est = s.cpu_estimate
@@ -118,93 +117,83 @@ def _cpu_estimate(s: Any, interval_s: float) -> Built:
             ["CPU power is ESTIMATED from utilisation (source=estimate), not measured"])
 
 
-def _pm_counters(s: Any, interval_s: float) -> Built:
+def pm_counters_backends(s: Any, interval_s: float) -> Built:
+    from .node_emulator_launch import EmulatorTerms
     from .node_select import pm_counters_reader, polled
 
-    return polled(pm_counters_reader(s.node_sources), interval_s)
+    # an emulator's CPU and GPU terms are the sampler's own estimate and simulated GPUs
+    est, sim = s.cpu_estimate, s.sim_gpu
+    terms = EmulatorTerms(est.idle_w, est.max_w, sim.n_gpus if s.gpu == "sim" else 0,
+                          sim.mem_share, sim.cap_w)
+    return polled(pm_counters_reader(s.node_sources, terms), interval_s)
 
 
-def _redfish(s: Any, interval_s: float) -> Built:
+def redfish_backends(s: Any, interval_s: float) -> Built:
     from .node_select import polled, redfish_reader
 
     return polled(redfish_reader(s.node_sources), interval_s)
 
 
-def _ipmi(s: Any, interval_s: float) -> Built:
+def ipmi_backends(s: Any, interval_s: float) -> Built:
     from .node_select import ipmi_reader, polled
 
     # `auto` reads a configured BMC only; `sampler.node: ipmi` without a host reads in-band
     return polled(ipmi_reader(s.node_sources, in_band=s.node != AUTO), interval_s)
 
 
-def _sstat(s: Any, interval_s: float) -> Built:
+def sstat_backends(s: Any, interval_s: float) -> Built:
     from .node_select import polled, slurm_reader
 
     return polled(slurm_reader(s.node_sources), interval_s)
 
 
-#: the sampler's keys (`sampler.gpu`, `sampler.cpu`, `sampler.node`): roles, named like the
-#: kinds they read
-GPU_ROLE = "gpu"
-CPU_ROLE = "cpu"
-NODE_ROLE = "node"
 _ROLES: dict[str, RoleSpec] = {r.role: r for r in (
     RoleSpec(GPU_ROLE, None, "no GPU sensor: {exc}"),
     RoleSpec(CPU_ROLE, "cpu_fallback", "{exc}; CPU energy falls back to '{fallback}'", log=True),
     RoleSpec(NODE_ROLE, None, "no node power source (sampler.node: auto): {exc}"),
 )}
-_BUILT_IN = (
-    SensorBackendSpec("nvml", GPU_ROLE, ("nvml",), ("nvml-samples", "nvml-counter", "nvml-poll"),
-                      (GPU.name,), _nvml, auto=True,
-                      about="NVIDIA GPUs through NVML: the driver's power samples, its energy "
-                            "counter, telemetry"),
-    SensorBackendSpec("sim", GPU_ROLE, ("sim_gpu",), ("sim",), (GPU.name,), _sim_gpu,
-                      about="the simulated GPU (simgpu_model): no hardware"),
-    SensorBackendSpec("rapl", CPU_ROLE, ("rapl_root",), ("rapl",), (CPU.name, DRAM.name), _rapl,
-                      auto=True, about="Intel/AMD RAPL energy counters (powercap sysfs)"),
-    SensorBackendSpec("estimate", CPU_ROLE, ("cpu_estimate",), ("estimate",), (CPU.name,),
-                      _cpu_estimate, fallback=True,
-                      about="CPU power estimated from the utilisation of CMD's process tree"),
-    # whole-node power (issue 45): `auto` tries them in this order
-    SensorBackendSpec("pm_counters", NODE_ROLE, ("node_sources",), ("pm_counters",),
-                      (NODE.name,), _pm_counters, auto=True,
-                      about="HPE/Cray pm_counters sysfs tree (node power and energy)"),
-    SensorBackendSpec("redfish", NODE_ROLE, ("node_sources",), ("redfish",), (NODE.name,),
-                      _redfish, auto=True, about="the BMC's Redfish service (node power)"),
-    SensorBackendSpec("ipmi", NODE_ROLE, ("node_sources",), ("ipmi",), (NODE.name,), _ipmi,
-                      auto=True, about="the BMC's IPMI DCMI power reading through ipmitool"),
-    SensorBackendSpec("slurm", NODE_ROLE, ("node_sources",), ("sstat",), (NODE.name,), _sstat,
-                      about="Slurm's ConsumedEnergy of the job step through sstat"),
-)
 _BACKENDS: dict[str, SensorBackendSpec] = {}
 
 
 def register_backend(spec: SensorBackendSpec) -> SensorBackendSpec:
-    """Add a backend; its role and every source it writes must be registered, its id new."""
+    """Add a backend (its row declared in `contracts.sources` too, with the sources it
+    declares); its role and every source it writes must be registered, its id new."""
     if spec.id in _BACKENDS or spec.id in (AUTO, NONE):
         raise ValueError(f"sensor backend {spec.id!r} is already registered or reserved")
-    if spec.role not in _ROLES:
-        raise ValueError(f"sensor backend {spec.id!r}: role {spec.role!r} is not one of "
-                         f"{list(_ROLES)}")
-    undeclared = [s for s in spec.sources if source_spec(s) is None]
-    if undeclared or not spec.sources:
-        raise ValueError(f"sensor backend {spec.id!r}: sources {undeclared or '()'} are not "
-                         "declared in the source registry (contracts.sources)")
-    unknown = [k for k in spec.kinds if k not in KINDS]
-    if unknown:
-        raise ValueError(f"sensor backend {spec.id!r}: device kinds {unknown} are not declared "
-                         "in the device-kind registry (contracts.kinds)")
+    _check(spec)
+    if not any(d is spec for d in declared_backends()):
+        declare_backend(spec)
     _BACKENDS[spec.id] = spec
     return spec
 
 
+def _check(spec: SensorBackendSpec) -> None:
+    """A row's role and device kinds must be registered (a developer's mistake, at import)."""
+    if spec.role not in _ROLES:
+        raise ValueError(f"sensor backend {spec.id!r}: role {spec.role!r} is not one of "
+                         f"{list(_ROLES)}")
+    unknown = [k for k in spec.kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"sensor backend {spec.id!r}: device kinds {unknown} are not declared "
+                         "in the device-kind registry (contracts.kinds)")
+
+
 def unregister_backend(backend_id: str) -> None:
-    """Remove a registered backend (a test's fake one, after the test)."""
+    """Remove a registered backend and the sources it declared (a test's fake, after the test)."""
     del _BACKENDS[backend_id]
+    forget_backend(backend_id)
 
 
-for _spec in _BUILT_IN:
+for _spec in declared_backends():
     register_backend(_spec)
+
+
+def factory(spec: SensorBackendSpec) -> BackendFactory:
+    """The spec's factory; one named `"module:function"` is imported now."""
+    if not isinstance(spec.factory, str):
+        return spec.factory
+    module, _, name = spec.factory.partition(":")
+    return cast(BackendFactory, getattr(importlib.import_module(module), name))
 
 
 def roles() -> tuple[RoleSpec, ...]:
@@ -219,12 +208,7 @@ def backend_specs(role: str | None = None) -> tuple[SensorBackendSpec, ...]:
 
 def choices(role: str) -> list[str]:
     """`sampler.<role>`'s allowed values: auto, the role's backends, none."""
-    return [AUTO, *(b.id for b in backend_specs(role)), NONE]
-
-
-def fallback_choices(role: str) -> list[str]:
-    """The allowed values of a role's fallback key: its backends that never fail, none."""
-    return [*(b.id for b in backend_specs(role) if b.fallback), NONE]
+    return backend_choices(role)
 
 
 def schema_enums() -> dict[str, list[str]]:
@@ -252,7 +236,7 @@ def build_role(role: RoleSpec, s: Any, interval_s: float,
     notes: list[str] = []
     for spec in tried:
         try:
-            return spec.factory(s, interval_s)
+            return factory(spec)(s, interval_s)
         except SensorUnavailable as exc:
             if choice != AUTO and fallback == NONE:
                 raise
@@ -264,5 +248,5 @@ def build_role(role: RoleSpec, s: Any, interval_s: float,
     if fallback not in fallback_choices(role.role):
         raise InputError(f"sampler.{role.fallback_key}: expected one of "
                          f"{fallback_choices(role.role)}, got {fallback!r}")
-    built, more = _BACKENDS[fallback].factory(s, interval_s)
+    built, more = factory(_BACKENDS[fallback])(s, interval_s)
     return built, notes + more

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..contracts.kinds import GPU
+from ..contracts.sources import GPU_ROLE
 from ..simgpu_model import CapRefused, SimGpuModel
 from .base import GpuBackendInfo, Row, SensorBackend
 
@@ -35,7 +37,7 @@ class SimGpuBackend(SensorBackend):
     simulated power. Labelled `sim` in every row."""
 
     name = "sim-gpu"
-    role = "gpu"
+    role = GPU_ROLE
 
     def __init__(self, model: SimGpuModel | None = None, n_gpus: int = 1, mem_share: float = 0.3,
                  interval_s: float = 0.02, cap_w: float | None = None) -> None:
@@ -75,18 +77,18 @@ class SimGpuBackend(SensorBackend):
             except CapRefused:  # the limit is a ceiling: the lowest state, held at the cap
                 f, g = self.model.f_min, self.model.g_min
         p = min(float(self.model.power(f, self.mem_share, act, g)), self.cap_w)
-        rows: list[Row] = [(now_ns, f"gpu{i}", "power_w", p, "sim") for i in range(self.n_gpus)]
+        rows: list[Row] = [(now_ns, GPU.device(i), "power_w", p, "sim") for i in range(self.n_gpus)]
         if now_ns - self._last_telemetry > 1_000_000_000:
             self._last_telemetry = now_ns
             clock_mhz = f * self.model.sm_clock_max_mhz
             for i in range(self.n_gpus):
-                rows += [(now_ns, f"gpu{i}", "power_limit_w", self.cap_w, "sim"),
-                         (now_ns, f"gpu{i}", "sm_clock_mhz", clock_mhz, "sim"),
-                         (now_ns, f"gpu{i}", "util_gpu", act * 100.0, "sim")]
+                rows += [(now_ns, GPU.device(i), "power_limit_w", self.cap_w, "sim"),
+                         (now_ns, GPU.device(i), "sm_clock_mhz", clock_mhz, "sim"),
+                         (now_ns, GPU.device(i), "util_gpu", act * 100.0, "sim")]
         return rows
 
     def info(self) -> SimGpuInfo:
         return {"backend": self.name, "source": "sim", "gpu_model": self.model.name,
-                "devices": [f"gpu{i}" for i in range(self.n_gpus)], "mem_share": self.mem_share,
+                "devices": [GPU.device(i) for i in range(self.n_gpus)], "mem_share": self.mem_share,
                 "cap_w": self.cap_w, "driver": "none (simulated)",
                 "model": "see wattlife.simgpu_model", "pid_watched": self.watch_pid or os.getpid()}

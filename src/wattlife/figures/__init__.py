@@ -17,7 +17,6 @@ matplotlib.use("Agg")  # before any submodule imports pyplot: figures are files,
 from .allocation import fig_allocation, fig_sensitivity, worse_than_equal_note  # noqa: E402
 from .common import (  # noqa: E402
     PHASE_ORDER,
-    SOURCE_WORDS,
     source_note,
     source_tag,
     source_words,
@@ -30,7 +29,7 @@ from .preparation import fig_downloads, fig_staging  # noqa: E402
 from .reference import draw_reference, fig_h200_attribution, fig_h200_sampler  # noqa: E402
 from .waiting import fig_waiting  # noqa: E402
 
-__all__ = ["PHASE_ORDER", "SOURCE_WORDS", "draw_all", "draw_reference", "effect_caption",
+__all__ = ["PHASE_ORDER", "draw_all", "draw_reference", "effect_caption",
            "fig_allocation", "fig_curves", "fig_device_share", "fig_downloads",
            "fig_h200_attribution", "fig_h200_sampler", "fig_phase_energy", "fig_pfi",
            "fig_pfi_published", "fig_sensitivity", "fig_staging", "fig_storage_checkpoint",

@@ -1,6 +1,6 @@
 """The PFI study's allocation figures: fig. 8 (strategies against the oracle and the share of the
 equal->oracle gap they recover) and the allocation headline's sensitivity to its assumptions
-(`analysis.sensitivity`'s grid), each from its table."""
+(`analysis.pfi_study`'s grid), each from its table."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .common import SOURCE_WORDS, save_figure, style
+from ..contracts.sources import SOURCE_WORDS
+from .common import save_figure, style
 
 SERIES = [("gap_pfi_predicted", "PFI-aware, predicted PFI", "tab:blue", "o"),
           ("gap_pfi_measured", "PFI-aware, measured (= published) PFI", "tab:green", "s"),

@@ -18,7 +18,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
 from ..contracts import DRAWN_PHASES, PHASES
-from ..contracts.sources import SOURCE_WORDS as SOURCE_WORDS  # the registry's words, re-exported
+from ..contracts.sources import SOURCE_WORDS
 from ..errors import InputError
 
 #: the phases' order in the figures: the phase registry's drawn phases (`contracts.PHASES`)

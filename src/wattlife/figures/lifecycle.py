@@ -20,6 +20,8 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
 from ..contracts import PER_STEP_PHASES, kind_colors, kind_label, node_part_kinds
+from ..contracts.kinds import NODE
+from ..contracts.sources import MEASURED, SOURCE_WORDS, source_basis
 from .common import (
     PHASE_PALETTE,
     NothingToDraw,
@@ -42,10 +44,13 @@ def node_source_words(df: pd.DataFrame) -> str:
     if "node_source" in df.columns:
         names = {str(v) for v in df["node_source"].dropna()} - {"none", ""}
     elif "device_kind" in df.columns:
-        names = {str(v) for v in df.loc[df["device_kind"] == "node", "source"].dropna()}
+        names = {str(v) for v in df.loc[df["device_kind"] == NODE.name, "source"].dropna()}
     if not names:
         return "Node source — none (no whole-node power read: no node or node_rest rows)"
-    return (f"Node source — {', '.join(sorted(names))} (whole-node power; node_rest = node minus "
+    # a source that is not a measurement (the emulator's) says so in the caption's own words
+    said = [n if source_basis(n) == MEASURED else f"{n}: {SOURCE_WORDS.get(n, n)}"
+            for n in sorted(names)]
+    return (f"Node source — {', '.join(said)} (whole-node power; node_rest = node minus "
             "the measured GPU, CPU and DRAM, worst-case interval)")
 
 

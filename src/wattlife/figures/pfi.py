@@ -12,7 +12,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 
-from .common import SOURCE_WORDS, save_figure, source_note, source_tag, style
+from ..contracts.sources import SOURCE_WORDS
+from .common import save_figure, source_note, source_tag, style
 
 
 def fig_curves(curves: pd.DataFrame, out: Path) -> list[Path]:

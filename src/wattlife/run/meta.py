@@ -17,8 +17,8 @@ from typing import Any, cast
 
 from .. import slurm_job
 from ..contracts import ContractError, GpuIdentity, RunMeta, meta_text
+from ..contracts.sources import GPU_ROLE
 from ..devices.base import BackendInfo, GpuBackendInfo, SensorBackend
-from ..devices.registry import GPU_ROLE
 from ..nodename import node_name
 from .state import RunState
 

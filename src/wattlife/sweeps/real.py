@@ -34,7 +34,8 @@ from .pfi_matrix import matrix_cell_workload
 def _steps_from_run(trace_path: Path, events_path: Path) -> pd.DataFrame:
     """Per-step throughput (items/s) and aggregate GPU power (W, summed over GPUs) of one run."""
     from ..attribution import device_series
-    from ..contracts import device_kind, read_events, read_trace
+    from ..contracts import read_events, read_trace
+    from ..contracts.kinds import GPU
 
     ev = read_events(events_path)
     steps = ev[(ev["phase"] == "step") & (ev["rank"] == ev["rank"].min())].sort_values("start_ns")
@@ -46,7 +47,7 @@ def _steps_from_run(trace_path: Path, events_path: Path) -> pd.DataFrame:
     world = ev["rank"].nunique()
     out = pd.DataFrame({"throughput": steps["items"].to_numpy() * world / dt})
     tr = read_trace(trace_path)
-    gpus = [s for s in device_series(tr) if device_kind(s.device) == "gpu"]
+    gpus = [s for s in device_series(tr) if GPU.forms(s.device)]
     if not gpus:
         raise InputError(f"{trace_path}: no GPU power in the trace")
     a, b = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()

@@ -15,6 +15,7 @@ def train_cell(s: Settings, workload: str, storage: str, checkpoint: str | bool,
                workdir: str | Path) -> int:
     """Run workload `workload` of the typed settings `s` in one matrix cell; `checkpoint`: `off`,
     `sync` (`on`, True), `async` (workloads.checkpointing)."""
+    from .checkpoint_space import checkpoint_root
     from .checkpointing import checkpoint_mode
 
     checkpoint = checkpoint_mode(checkpoint)
@@ -24,8 +25,7 @@ def train_cell(s: Settings, workload: str, storage: str, checkpoint: str | bool,
     shared_root = Path(s.storage["shared"])
     local_root = Path(s.storage["local"])
     data_root = shared_root / spec.dataset
-    ckpt_to = spec.checkpoint_to or storage
-    ckpt_root = (shared_root if ckpt_to == "shared" else local_root) / "checkpoints"
+    ckpt_root = checkpoint_root(s, workload, storage)
     workdir = Path(workdir)
     if isinstance(spec, ImageClassificationSpec):
         _need_torchvision(workload, spec)

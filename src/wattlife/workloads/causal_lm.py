@@ -20,7 +20,7 @@ CPU; or `eager`, `grouped_mm`, `batched_mm` by name); the summary records the ba
 actually uses (`experts_impl`, `none` for dense models). `compile: true` wraps the model in
 `torch.compile` (mode `compile_mode`, default the default; the first training step compiles: its
 forward and backward calls are marked `compile`, nested inside that step's `forward` and
-`backward`, so those keep only steady work, and the timed schedule — `duration_s`, `eval_at_s`,
+`backward`, so those keep only compiled work, and the timed schedule — `duration_s`, `eval_at_s`,
 `ckpt_at_s` — counts from the end of that step, so a fixed-length run trains as long whatever the
 compile time; evaluation runs the uncompiled module, which shares the weights, rather than
 recompiling for eval mode); the summary records it.
@@ -54,9 +54,9 @@ Phases besides the step's: `setup` (importing transformers, reading the model co
 optimizer and data loader set-up) and `finalize` (the final device synchronisation and the
 summary), so that no second of the cell is `unattributed`.
 
-The pieces: `workloads.lm_model` (config, build, wrap, compile), `workloads.lm_lora` (adapters),
-`workloads.lm_data` (tokenizer, packing, loader), `workloads.lm_flops` (parameter counts, FLOPs,
-MFU); this module drives the cell (the step, evaluation, the summary) and re-exports their names.
+The pieces: `workloads.lm_model` (config, build, wrap, compile; LoRA adapters; parameter counts,
+FLOPs, MFU), `workloads.lm_data` (tokenizer, packing, loader); this module drives the cell (the
+step, evaluation, the summary).
 """
 
 from __future__ import annotations
@@ -71,38 +71,19 @@ from ..markers import phase
 from .cell import checkpoint_dir, start_cell
 from .checkpointing import dcp_state, make_checkpointer, save_checkpoint
 from .dist import Dist
-from .lm_data import corpus_files, load_tokenizer, make_loader, pack, tokenize_corpus
-from .lm_flops import (
-    EXPERT_COUNT_KEYS,
-    PEAK_TFLOPS,
-    TOP_K_KEYS,
-    attention_flops_per_token,
-    flops_per_token,
-    is_moe,
-    mfu_fields,
-    parameter_counts,
-    peak_flops,
-)
-from .lm_lora import EXPERT_PARAMETERS, LORA_TARGETS, lora_plan, with_lora
+from .lm_data import corpus_files, make_loader, tokenize_corpus
 from .lm_model import (
-    EXPERTS_IMPLEMENTATIONS,
-    MODELS_DIR,
     BuiltModel,
+    attention_flops_per_token,
     build_model,
-    experts_implementation,
-    model_config,
+    flops_per_token,
+    mfu_fields,
     model_config_for,
-    model_vocab,
     model_vocab_size,
+    peak_flops,
 )
 from .summary import Summary
 from .training_loop import Batches, LoopResult, Schedule, backward_and_step, run_training_loop
-
-__all__ = ["EXPERTS_IMPLEMENTATIONS", "EXPERT_COUNT_KEYS", "EXPERT_PARAMETERS", "LORA_TARGETS",
-           "MODELS_DIR", "PEAK_TFLOPS", "TOP_K_KEYS", "attention_flops_per_token",
-           "experts_implementation", "flops_per_token", "is_moe", "load_tokenizer", "lora_plan",
-           "model_config", "model_vocab", "model_vocab_size", "pack", "parameter_counts",
-           "peak_flops", "train_causal_lm", "with_lora"]
 
 
 def train_causal_lm(spec: CausalLMSpec, data_root: Path, storage: str, local_root: Path,

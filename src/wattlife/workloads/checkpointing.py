@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..contracts import CHECKPOINT, CHECKPOINT_STAGE, CHECKPOINT_WAIT, CHECKPOINT_WRITE
+from ..contracts.clock import now_ns
 from ..errors import InputError
-from ..markers import concurrent, now_ns, phase
+from ..markers import concurrent, phase
 from .dist import Dist, barrier
 
 CHECKPOINT_MODES = ("off", "sync", "async")

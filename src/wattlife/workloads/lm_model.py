@@ -1,7 +1,13 @@
 """Building the causal-LM workload's model: its transformers config (a shipped name or a path,
 `model_overrides` applied), the experts backend, the vocabulary sized to the tokenizer, and the
 `model_load` phase's work — construct or load, LoRA, move to the device, FSDP2 / DDP, compile
-(see the module docstring of `workloads.causal_lm`)."""
+(see the module docstring of `workloads.causal_lm`).
+
+Also what the model is and costs: its LoRA adapters for the `lora` task (`lora_plan`: which modules
+and parameters carry them; `with_lora`: the PEFT wrapping of a frozen base model), its matmul
+parameters (total, trained, active per token; MoE experts counted at top-k / n), the model FLOPs
+per trained token, the GPU's peak and the MFU fields of the summary (the counting convention is
+`workloads.causal_lm`'s docstring)."""
 
 from __future__ import annotations
 
@@ -13,8 +19,6 @@ from typing import Any
 from ..config import CausalLMSpec, resource_path
 from ..errors import InputError
 from .dist import Dist
-from .lm_flops import is_moe, parameter_counts
-from .lm_lora import with_lora
 
 MODELS_DIR = resource_path("models")
 EXPERTS_IMPLEMENTATIONS = ("auto", "eager", "grouped_mm", "batched_mm")
@@ -180,3 +184,146 @@ def _distribute(model: Any, fsdp: bool, dist: Dist, device: Any, dtype: Any) -> 
 
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     return model
+
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
+# the routed experts' fused 3-D weights in transformers' MoE models (PEFT `target_parameters`)
+EXPERT_PARAMETERS = ("gate_up_proj", "down_proj")
+
+
+def lora_plan(model: Any, spec: CausalLMSpec,
+              peft_has_target_parameters: bool) -> dict[str, list[str]]:
+    """Which modules and parameters get LoRA adapters (see the module docstring): the attention
+    and dense-MLP Linear layers the model has (`lora_targets` overrides), and the routed experts'
+    fused weights when `lora_experts` (default true) and PEFT can target parameters."""
+    import torch
+
+    linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+              if isinstance(m, torch.nn.Linear)}
+    modules = list(spec.lora_targets or [t for t in LORA_TARGETS if t in linear])
+    params: list[str] = []
+    if spec.lora_experts and peft_has_target_parameters:
+        for n, m in model.named_modules():
+            if n.endswith(".experts") or n == "experts":
+                own = {pn for pn, p in m.named_parameters(recurse=False) if p.dim() == 3}
+                params = [f"experts.{pn}" for pn in EXPERT_PARAMETERS if pn in own]
+                break
+    if not modules and not params:
+        raise InputError(f"{type(model).__name__}: none of the LoRA target modules {LORA_TARGETS} "
+                         "exists; set workloads.<name>.lora_targets")
+    return {"lora_target_modules": modules, "lora_target_parameters": params}
+
+
+def with_lora(model: Any, spec: CausalLMSpec) -> tuple[Any, dict[str, Any]]:
+    """Freeze the base model; LoRA adapters as `lora_plan` says. Returns the PEFT model and what
+    carries adapters (for the summary)."""
+    import inspect
+
+    from peft import LoraConfig, get_peft_model
+
+    has_tp = "target_parameters" in inspect.signature(LoraConfig).parameters
+    plan: dict[str, Any] = lora_plan(model, spec, has_tp)
+    r = spec.lora_rank
+    targets = plan["lora_target_parameters"]
+    extra: dict[str, Any] = {"target_parameters": targets} if targets else {}
+    lora = LoraConfig(r=r, lora_alpha=spec.lora_alpha, lora_dropout=0.0,
+                      target_modules=plan["lora_target_modules"], task_type="CAUSAL_LM", **extra)
+    peft_model = get_peft_model(model, lora)
+    if not has_tp and spec.lora_experts and any(
+            n.endswith(".experts") for n, _ in model.named_modules()):
+        plan["lora_note"] = "installed PEFT has no target_parameters: the experts carry no adapters"
+    return peft_model, {**plan, "lora_rank": r}
+
+
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "top_k_experts")
+
+
+def _first(cfg: Any, keys: tuple[str, ...]) -> int | None:
+    for k in keys:
+        v = getattr(cfg, k, None)
+        if v:
+            return int(v)
+    return None
+
+
+def is_moe(cfg: Any) -> bool:
+    """Whether the config routes tokens to experts."""
+    return bool(_first(cfg, EXPERT_COUNT_KEYS))
+
+
+def parameter_counts(model: Any, cfg: Any) -> dict[str, int]:
+    """Total, trained, and active (per token) matmul parameters; see the module docstring.
+
+    Routed experts live under `.experts.` in transformers' MoE models (shared experts under
+    `shared_expert(s)`, which every token uses); a token uses top_k / n_experts of them."""
+    n_experts, top_k = _first(cfg, EXPERT_COUNT_KEYS), _first(cfg, TOP_K_KEYS)
+    frac = top_k / n_experts if n_experts and top_k else 1.0
+    emb_in = model.get_input_embeddings().weight
+    out = model.get_output_embeddings()
+    tied = out is not None and out.weight is emb_in
+    total = trained = 0
+    active = trained_active = 0.0
+    for name, prm in model.named_parameters():
+        n = prm.numel()
+        total += n
+        trained += n if prm.requires_grad else 0
+        if prm is emb_in and not tied:
+            continue  # the input lookup is no matmul
+        f = frac if ".experts." in f".{name}" else 1.0
+        active += n * f
+        trained_active += n * f if prm.requires_grad else 0
+    return {"parameters": total, "trained_parameters": trained, "active_parameters": int(active),
+            "trained_active_parameters": int(trained_active), "experts": n_experts or 0,
+            "experts_per_token": top_k or 0}
+
+
+def attention_flops_per_token(cfg: Any, seq_len: int) -> float:
+    """Scores and values, forward and backward, summed over layers (sliding-window layers see at
+    most their window; MLA's query/key and value head sizes may differ)."""
+    heads = cfg.num_attention_heads
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    qk = ((getattr(cfg, "qk_nope_head_dim", 0) or 0) + (getattr(cfg, "qk_rope_head_dim", 0) or 0)
+          or hd)
+    v = getattr(cfg, "v_head_dim", None) or hd
+    window = getattr(cfg, "sliding_window", None)
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    s_eff = [min(seq_len, window) if (t == "sliding_attention" and window) else seq_len
+             for t in types]
+    return float(sum(6.0 * s * heads * (qk + v) for s in s_eff))
+
+
+def flops_per_token(cfg: Any, counts: dict[str, int], seq_len: int) -> float:
+    """Model FLOPs per trained token (see the module docstring)."""
+    return (4.0 * counts["active_parameters"] + 2.0 * counts["trained_active_parameters"]
+            + attention_flops_per_token(cfg, seq_len))
+
+
+def peak_flops(device: Any, spec: CausalLMSpec) -> float | None:
+    """Peak bf16 dense FLOP/s of one GPU: `peak_tflops`, else from the GPU's name (None: CPU or
+    a GPU not in `PEAK_TFLOPS`)."""
+    if spec.peak_tflops:
+        return float(spec.peak_tflops) * 1e12
+    if device.type != "cuda":
+        return None
+    import torch
+
+    name = torch.cuda.get_device_name(device)
+    for key, tf in PEAK_TFLOPS.items():
+        if key in name:
+            return tf * 1e12
+    return None
+
+
+def mfu_fields(thr: float | None, thr_wall: float | None, fpt: float, attn: float,
+               peak: float | None, world: int) -> dict[str, Any]:
+    """The summary's achieved-FLOPs fields, in its order: TFLOP/s per GPU, `mfu` (basis `step`),
+    `mfu_wall`, the attention FLOPs per token and `mfu_causal` (attention halved)."""
+    return {"tflops_per_gpu": thr * fpt / world / 1e12 if thr else None,
+            "mfu": (thr * fpt / (peak * world)) if thr and peak else None,
+            "mfu_basis": "step",
+            "mfu_wall": (thr_wall * fpt / (peak * world)) if thr_wall and peak else None,
+            "attention_flops_per_token": attn,
+            "mfu_causal": (thr * (fpt - attn / 2) / (peak * world)) if thr and peak else None}

@@ -60,7 +60,7 @@ class Summary:
         return spans[-1][3] if spans else "perf_counter"
 
     def throughput(self) -> float | None:
-        """Basis `step`: items over the sum of the steady steps' durations (the first
+        """Basis `step`: items over the sum of the post-warm-up steps' durations (the first
         `warmup_count(n)` steps left out; evaluation and checkpoint pauses lie between steps) —
         the headline number. The durations are the `step` rows this process wrote to its events
         (GPU-timed on CUDA), so the figure equals a recomputation from the events; without an

@@ -1,8 +1,8 @@
 """`wattlife check`'s findings on compilation, warm-up and the `step` throughput (issue 26): the
-rules of `attribution.steady` and `analysis.performance` applied to one run's events and summary.
+rules of `attribution.warmup` and `analysis.performance` applied to one run's events and summary.
 
 - `steps.no-steady` (warning): a rank has at most `WARMUP_STEPS` + 2 steps: none is left out
-  as warm-up, so its `step` throughput and steady window include warm-up (and any compilation);
+  as warm-up, so its `step` throughput and post-warm-up steps include warm-up (and any compilation);
 - `events.compile-unmarked` (warning): the summary says `compile: true` but the events hold no
   `compile` row (recorded before the marker): attribution reads each rank's first forward and
   backward as `compile`;
@@ -24,7 +24,7 @@ WARNING = "warning"
 STEP_THROUGHPUT_RTOL = 1e-3
 
 
-def steady_findings(ev: pd.DataFrame, summary: dict[str, Any] | None, events_file: str,
+def warmup_findings(ev: pd.DataFrame, summary: dict[str, Any] | None, events_file: str,
                     summary_file: str) -> list[tuple[str, str, str, str]]:
     """(severity, code, file, message) of each finding (module docstring)."""
     out = []

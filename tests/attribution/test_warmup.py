@@ -11,7 +11,7 @@ import pytest
 
 from synth import T0, trace_frame
 from wattlife.attribution import attribute_files
-from wattlife.attribution.steady import label_steady, step_rows, with_compile_rows
+from wattlife.attribution.warmup import label_warmup, step_rows, with_compile_rows
 from wattlife.contracts import ContractError, GpuIdentity
 from wattlife.run import single_process_gpus
 
@@ -57,9 +57,10 @@ def _write(tmp_path, devices=("gpu0",), compiled=True, meta=None):
     return tmp_path / "trace.csv", tmp_path / "events.csv"
 
 
-def test_compile_and_warmup_are_their_own_rows_forward_and_backward_are_steady(tmp_path):
+def test_compile_and_warmup_are_their_own_rows_forward_and_backward_are_post_warmup(tmp_path):
     """A compiled run recorded without `compile` markers: its first forward and backward are
-    read as `compile`, the first 3 steps as `warmup`; forward/backward hold the 5 steady steps."""
+    read as `compile`, the first 3 steps as `warmup`; forward/backward hold the 5 post-warm-up
+    steps."""
     trace, events = _write(tmp_path)
     ph = attribute_files(trace, events, tmp_path / "phases.csv", method="integrate")
     e = ph[ph["device"] == "gpu0"].set_index("phase")["energy_j"]
@@ -70,7 +71,8 @@ def test_compile_and_warmup_are_their_own_rows_forward_and_backward_are_steady(t
     assert e["backward"] == pytest.approx(5 * 0.5 * 600.0, rel=1e-6)
     t = ph[ph["device"] == "gpu0"].set_index("phase")["time_s"]
     assert t["forward"] == pytest.approx(5 * 0.4) and t["compile"] == pytest.approx(0.9)
-    raw = attribute_files(trace, events, tmp_path / "raw.csv", method="integrate", steady=False)
+    raw = attribute_files(trace, events, tmp_path / "raw.csv", method="integrate",
+                          warmup_labels=False)
     assert not {"compile", "warmup"} & set(raw["phase"])  # the names as recorded, on request
 
 
@@ -81,7 +83,7 @@ def test_an_uncompiled_run_has_warmup_but_no_compile_and_marked_compile_is_kept(
     # a workload that marks `compile` itself (nested in forward, same bounds): read as marked
     ev = _events()
     first = ev[ev["phase"] == "forward"].head(1).assign(phase="compile", depth=3)
-    marked = label_steady(pd.concat([first, ev], ignore_index=True), compiled=True)
+    marked = label_warmup(pd.concat([first, ev], ignore_index=True), compiled=True)
     assert (marked["phase"] == "compile").sum() == 1
     assert step_rows(ev)["warmup"].tolist() == [True] * 3 + [False] * 5
     assert not step_rows(ev.head(5 * 4))["warmup"].any()  # 5 steps: none is warm-up
@@ -142,18 +144,18 @@ def test_wattlife_run_gives_a_single_process_every_visible_gpu():
 
 
 def test_check_names_a_compiled_run_without_compile_rows_and_a_run_without_steady_steps(tmp_path):
-    from wattlife.check import steady_findings
+    from wattlife.check import warmup_findings
 
     ev = _events()
-    codes = [c for _, c, _, _ in steady_findings(ev, {"compile": True}, "e", "s")]
+    codes = [c for _, c, _, _ in warmup_findings(ev, {"compile": True}, "e", "s")]
     assert codes == ["events.compile-unmarked"]
-    assert steady_findings(with_compile_rows(ev, True), {"compile": True}, "e", "s") == []
+    assert warmup_findings(with_compile_rows(ev, True), {"compile": True}, "e", "s") == []
     short = ev[ev["start_ns"] < T0 + 5 * S]  # 4 steps
-    assert [c for _, c, _, _ in steady_findings(short, None, "e", "s")] == ["steps.no-steady"]
+    assert [c for _, c, _, _ in warmup_findings(short, None, "e", "s")] == ["steps.no-steady"]
     # a summary timing its step basis on the events agrees with them within 0.1 %
     good = {"throughput": 100.0, "step_clock": "cuda"}
-    assert steady_findings(ev, good, "e", "s") == []
-    bad = [c for _, c, _, _ in steady_findings(ev, {**good, "throughput": 101.0}, "e", "s")]
+    assert warmup_findings(ev, good, "e", "s") == []
+    bad = [c for _, c, _, _ in warmup_findings(ev, {**good, "throughput": 101.0}, "e", "s")]
     assert bad == ["summary.step-throughput"]
 
 

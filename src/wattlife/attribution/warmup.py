@@ -1,5 +1,6 @@
-"""Steady steps: which of a run's steps are warm-up, which calls compiled, and the events as the
-phase tables read them (compile and warm-up as their own names, forward/backward steady only).
+"""Warm-up: which of a run's steps are warm-up (the rest are its post-warm-up steps), which calls
+compiled, and the events as the phase tables read them (compile and warm-up as their own names,
+forward/backward over the post-warm-up steps only).
 
 Rules (docs/CONTRACTS.md, "Compilation and warm-up"):
 - warm-up: the first `warmup_count(n)` `step` rows of each (host, rank) by start time (3 when
@@ -10,7 +11,7 @@ Rules (docs/CONTRACTS.md, "Compilation and warm-up"):
   with the same bounds: the first call of a compiled module is the compiling call). Recompiles
   later in a run (a new shape, a guard failure) are not visible in the events and stay inside
   their forward/backward;
-- `label_steady`: every row inside a warm-up step (the step itself included) is renamed
+- `label_warmup`: every row inside a warm-up step (the step itself included) is renamed
   `warmup`, except `compile` rows. The raw events files are never rewritten: attribution applies
   this when it reads them.
 """
@@ -37,7 +38,7 @@ def step_rows(events: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
-def steady_steps(events: pd.DataFrame) -> pd.DataFrame:
+def post_warmup_steps(events: pd.DataFrame) -> pd.DataFrame:
     """The steps after warm-up (rows of `step_rows` with `warmup` False)."""
     s = step_rows(events)
     return s[~s["warmup"]]
@@ -58,7 +59,7 @@ def with_compile_rows(events: pd.DataFrame, compiled: bool) -> pd.DataFrame:
     return pd.concat([events, first], ignore_index=True)
 
 
-def label_steady(events: pd.DataFrame, compiled: bool = False) -> pd.DataFrame:
+def label_warmup(events: pd.DataFrame, compiled: bool = False) -> pd.DataFrame:
     """The events as the phase tables read them (module docstring): compile rows added where a
     compiled run lacks them, every row of a warm-up step renamed `warmup` (compile kept)."""
     ev = with_compile_rows(events, compiled)

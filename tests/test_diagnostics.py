@@ -1,5 +1,5 @@
 """Every rule's `log:` is written (issue 42): the three `script:` rules (aggregate_phases, waiting,
-figures) declared a log they never wrote; wattlife.scriptlog sends what they print there."""
+figures) declared a log they never wrote; wattlife.diagnostics sends what they print there."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, copy_workflow
-from wattlife.scriptlog import log_to
+from wattlife.diagnostics import log_to
 
 SCRIPT_RULES = {"aggregate_phases", "waiting", "figures"}
 
 
 PROBE = """
 import os, sys, warnings
-from wattlife.scriptlog import log_to
+from wattlife.diagnostics import log_to
 with log_to(sys.argv[1], "rule x"):
     print("from print")
     warnings.warn("from warnings", UserWarning, stacklevel=1)

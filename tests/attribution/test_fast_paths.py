@@ -1,0 +1,117 @@
+"""The faster paths of issue 43 give the old paths' numbers bit for bit. `tree.SegmentIndex`
+(one gather a reading over a boundary x name table) against the per-name loop it replaced, kept
+here as the reference: readings before the first and after the last boundary, empty segments,
+several windows of the same readings (`overlaps`), a phase named like the `unattributed` column.
+`Gaps.within` of a series without gaps against the interpolation it skips."""
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wattlife.attribution.gaps import sensor_gaps
+from wattlife.attribution.series import DeviceSeries
+from wattlife.attribution.tree import SegmentIndex, phase_tree, segment_index, segments
+from wattlife.contracts import UNATTRIBUTED
+
+
+def _reference_overlap(bounds: np.ndarray, seg_name: np.ndarray, names: list[str],
+                       t_ns: np.ndarray, window_ns: float) -> np.ndarray:
+    """The per-name loop of gathers that SegmentIndex.overlap was before issue 43."""
+    bounds = bounds.astype(np.float64)
+    seg_len = np.diff(bounds)
+    in_name = [seg_name == nm for nm in names]
+    cum = [np.concatenate([[0.0], np.cumsum(np.where(m, seg_len, 0.0))]) for m in in_name]
+    nseg = len(seg_len)
+    t_lo = t_ns - window_ns
+    ks = [np.searchsorted(bounds, t, side="right") - 1 for t in (t_ns, t_lo)]
+    kk = [np.clip(k, 0, max(nseg - 1, 0)) for k in ks]
+    valid = [(k >= 0) & (k < nseg) for k in ks]
+    kc = [np.clip(k, 0, nseg) for k in ks]
+    off = [t - bounds[k] for t, k in zip((t_ns, t_lo), kk, strict=True)]
+    a = np.empty((len(t_ns), len(names)))
+    for j in range(len(names)):
+        hi = cum[j][kc[0]] + np.where(valid[0] & in_name[j][kk[0]], off[0], 0.0)
+        lo = cum[j][kc[1]] + np.where(valid[1] & in_name[j][kk[1]], off[1], 0.0)
+        a[:, j] = (hi - lo) / window_ns
+    if UNATTRIBUTED in names:
+        j = names.index(UNATTRIBUTED)
+        a[:, j] = np.clip(1.0 - (a.sum(axis=1) - a[:, j]), 0.0, 1.0)
+    return a
+
+
+def _reference_names(tree) -> tuple[np.ndarray, list[str]]:
+    """Each segment's name and the names, as `segment_index` gave them before issue 43."""
+    _, label = segments(tree)
+    seg_name = np.where(label[:-1] >= 0, tree.name[np.maximum(label[:-1], 0)], UNATTRIBUTED)
+    return seg_name, sorted(set(tree.name)) + [UNATTRIBUTED]
+
+
+def _nested_events(steps: list[tuple[int, int, int, int]], extra: str) -> pd.DataFrame:
+    """Steps (gap, data_load, forward, backward in us) each holding three children; every
+    third step's middle child is named `extra`."""
+    rows, t = [], 0
+    for k, (gap, a, b, c) in enumerate(steps):
+        t += gap * 1000
+        s = t
+        for name, d in (("data_load", a), (extra if k % 3 == 1 else "forward", b),
+                        ("backward", c)):
+            rows.append((name, t, t + d * 1000, 1))
+            t += d * 1000
+        rows.append(("step", s, t, 0))
+    return pd.DataFrame(rows, columns=["phase", "start_ns", "end_ns", "depth"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 40_000), st.integers(0, 30_000),
+                                st.integers(0, 30_000), st.integers(1, 30_000)),
+                      min_size=1, max_size=40),
+       extra=st.sampled_from(["optimizer", UNATTRIBUTED]),
+       n=st.integers(1, 400), lead=st.integers(-50_000, 50_000),
+       windows=st.lists(st.integers(1, 120_000), min_size=1, max_size=3))
+def test_segment_index_is_the_per_name_loop_bit_for_bit(steps, extra, n, lead, windows):
+    ev = _nested_events(steps, extra)
+    tree = phase_tree(ev)
+    span = int(ev["end_ns"].max())
+    t0 = lead * 1000
+    t_ns = np.linspace(t0, span + 60_000_000, n).astype(np.int64)
+    series = DeviceSeries("h", "gpu0", t_ns, np.zeros(n), np.zeros(n), "test")
+    segs = segment_index(tree, series)
+    seg_name, names = _reference_names(tree)
+    assert segs.index.names == names
+    assert [names[c] for c in segs.code] == list(seg_name)
+    t = series.rel(t_ns[1:]) if n > 1 else series.rel(t_ns)
+    rel_bounds = series.rel(segments(tree)[0])
+    w_ns = [w * 1000.0 for w in windows]
+    for w, got in zip(w_ns, segs.index.overlaps(t, w_ns), strict=True):
+        want = _reference_overlap(rel_bounds, seg_name, names, t, w)
+        assert got.tobytes() == want.tobytes()
+        assert segs.index.overlap(t, w).tobytes() == want.tobytes()
+        back = t[::-1].copy()  # readings in any order
+        assert segs.index.overlap(back, w).tobytes() == want[::-1].tobytes()
+
+
+def test_a_segment_without_a_listed_name_counts_for_no_column():
+    bounds = np.array([0.0, 10.0, 20.0, 30.0])
+    index = SegmentIndex(bounds, np.array([0, -1, 1]), ["a", UNATTRIBUTED])
+    a = index.overlap(np.array([30.0]), 30.0)
+    ref = _reference_overlap(bounds, np.array(["a", "zz", UNATTRIBUTED], dtype=object),
+                             ["a", UNATTRIBUTED], np.array([30.0]), 30.0)
+    assert a.tobytes() == ref.tobytes()
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(st.integers(15_000_000, 25_000_000), min_size=3, max_size=60),
+       cuts=st.lists(st.integers(-10**9, 3 * 10**9), min_size=2, max_size=40))
+def test_within_a_series_without_gaps_is_the_interpolated_zeros(steps, cuts):
+    t = np.cumsum(np.array(steps, dtype=np.int64))
+    series = DeviceSeries("h", "gpu0", t, np.cumsum(np.ones(len(t))), np.ones(len(t)), "test")
+    gaps = sensor_gaps(series)
+    assert not len(gaps.start_ns)  # spacings within 15-25 ms: no gap
+    a = np.array(sorted(cuts)[: len(cuts) // 2], dtype=np.int64)
+    b = a + np.abs(np.array(cuts[: len(a)], dtype=np.int64))
+    x = series.rel(t)
+    want = (np.interp(series.rel(b), x, gaps.seconds) - np.interp(series.rel(a), x, gaps.seconds),
+            np.interp(series.rel(b), x, gaps.joules) - np.interp(series.rel(a), x, gaps.joules))
+    got = gaps.within(a, b)
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
