@@ -7,6 +7,7 @@ from pathlib import Path
 import node_emulators as emu
 from wattlife.contracts import read_trace
 from wattlife.contracts.clock import now_ns
+from wattlife.devices.node import NodePoller, NodeReader
 from wattlife.devices.registry import build_role, roles
 from wattlife.sampler import Sampler
 
@@ -61,3 +62,21 @@ def check_segments(node, t0: int, lag_s: float, n_segments: int = 3) -> int:
             assert abs(got_e - true) <= 2 * emu.HIGH_W * lag_s + 1.0, (k, got_e, true)
         checked += 1
     return checked
+
+
+def hanging_client(folder: Path, name: str) -> Path:
+    """A stand-in for a BMC client `name` that never answers (a script that sleeps 30 s)."""
+    hang = folder / name
+    hang.write_text("#!/bin/sh\nexec sleep 30\n")
+    hang.chmod(0o755)
+    return hang
+
+
+def timed_out_poller(reader: NodeReader, command: Path, timeout_s: float) -> NodePoller:
+    """A poller of `reader` (whose client is `command`, never answering) after one read: that
+    read failed as a time-out naming the client and the bound."""
+    poller = NodePoller(reader)
+    poller.read_once()
+    assert poller.failures == 1 and poller.errors == [
+        f"TimeoutError: {command} gave no answer within {timeout_s} s"]
+    return poller

@@ -23,12 +23,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import node_emulators as emu
-from node_checks import build_node, check_segments, run_sampler, wait_for
+from node_checks import (
+    build_node,
+    check_segments,
+    hanging_client,
+    run_sampler,
+    timed_out_poller,
+    wait_for,
+)
 from wattlife.config import SamplerSettings, load_section
 from wattlife.contracts import SOURCES_MEASURED
 from wattlife.contracts.clock import now_ns
 from wattlife.devices.base import SensorUnavailable
-from wattlife.devices.node import NodePoller
 from wattlife.devices.node_freeipmi import FreeIpmiReader, parse_freeipmi_power
 from wattlife.devices.registry import choices
 from wattlife.errors import InputError, SensorError
@@ -98,14 +104,9 @@ def test_the_password_goes_in_a_private_file_removed_at_close():
 
 
 def test_a_hanging_ipmi_dcmi_is_a_time_out_and_a_missing_one_is_said(tmp_path):
-    hang = tmp_path / "ipmi-dcmi"
-    hang.write_text("#!/bin/sh\nexec sleep 30\n")
-    hang.chmod(0o755)
-    poller = NodePoller(FreeIpmiReader("127.0.0.1", 623, "u", "p", timeout_s=0.3,
-                                       command=str(hang)))
-    poller.read_once()
-    assert poller.failures == 1 and poller.errors == [
-        f"TimeoutError: {hang} gave no answer within 0.3 s"]
+    hang = hanging_client(tmp_path, "ipmi-dcmi")
+    poller = timed_out_poller(FreeIpmiReader("127.0.0.1", 623, "u", "p", timeout_s=0.3,
+                                             command=str(hang)), hang, 0.3)
     poller.close()
     s = SamplerSettings.from_dict({"node": "freeipmi", "node_sources": {"freeipmi": {
         "host": "127.0.0.1", "command": str(tmp_path / "absent")}}})

@@ -20,11 +20,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import node_emulators as emu
-from node_checks import build_node, run_sampler, wait_for
+from node_checks import build_node, hanging_client, run_sampler, timed_out_poller, wait_for
 from wattlife.config import SamplerSettings
 from wattlife.contracts.clock import now_ns
 from wattlife.devices.base import SensorUnavailable
-from wattlife.devices.node import NodePoller
 from wattlife.devices.node_sources import (
     IpmiReader,
     SstatReader,
@@ -148,14 +147,9 @@ def test_ipmi_against_ipmi_sim_links_and_says_it_has_no_dcmi(tmp_path, children,
 def test_ipmi_in_band_and_time_out(tmp_path):
     assert IpmiReader(None, 623, None, None).argv == ["ipmitool", "-I", "open", "dcmi", "power",
                                                       "reading"]
-    hang = tmp_path / "ipmitool"
-    hang.write_text("#!/bin/sh\nexec sleep 30\n")
-    hang.chmod(0o755)
-    poller = NodePoller(IpmiReader("127.0.0.1", 623, "u", "p", timeout_s=0.3,
-                                   command=str(hang)))
-    poller.read_once()
-    assert poller.failures == 1 and poller.errors == [
-        f"TimeoutError: {hang} gave no answer within 0.3 s"]
+    hang = hanging_client(tmp_path, "ipmitool")
+    poller = timed_out_poller(IpmiReader("127.0.0.1", 623, "u", "p", timeout_s=0.3,
+                                         command=str(hang)), hang, 0.3)
     assert os.environ.get("IPMI_PASSWORD") is None  # only the child's environment holds it
     poller.final_poll(now_ns())
     (note,) = poller.end_notes()

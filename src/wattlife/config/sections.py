@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..contracts.node_settings import NodeSources
 from .build import block, build, field_at
 from .loading import ConfigError
-from .node import NodeSources
+from .node import node_sources
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class SamplerSettings(_SamplerTop):
                                              "sampler", "cpu_estimate"),
                       "sim_gpu": build(SimGpuSettings, d.get("sim_gpu"), "sampler", "sim_gpu"),
                       "nvml": build(NvmlSettings, d.get("nvml"), "sampler", "nvml"),
-                      "node_sources": NodeSources.from_dict(d.get("node_sources"))})
+                      "node_sources": node_sources(d.get("node_sources"))})
 
     def as_dict(self) -> dict[str, Any]:
         """The section as the sampler takes it, every default filled (None left out)."""
@@ -89,7 +90,7 @@ class SamplerSettings(_SamplerTop):
         del out["given"]  # the blocks of backends without a class, beside the others
         out.update({k: self.block(k) for k in self.given})
         nodes = out["node_sources"]
-        del nodes["given"]  # the blocks of sources without a class, beside the others
+        del nodes["blocks"], nodes["given"]  # the sources without a class: as given, beside
         nodes.update(self.node_sources.given_blocks())
         return drop_none(out)
 

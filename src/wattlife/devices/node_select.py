@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import socket
 import urllib.parse
-from collections.abc import Mapping
-from typing import Any, Protocol
 
+from ..contracts.node_settings import NodeSources
 from ..contracts.sources import MEASURED, source_spec
 from ..errors import InputError
 from .base import SensorBackend, SensorUnavailable
@@ -23,87 +22,6 @@ from .node import NodePoller, NodeReader
 from .node_emulator_launch import EmulatorTerms
 from .node_redfish import RedfishReader, load_credentials
 from .node_sources import IpmiReader, PmCountersReader, SstatReader
-
-# The shape of `config.node.NodeSources` (devices never import config): what each reader takes.
-
-
-class _Periodic(Protocol):
-    @property
-    def period_ms(self) -> float: ...
-
-
-class _Bounded(_Periodic, Protocol):
-    @property
-    def timeout_ms(self) -> float: ...
-
-
-class _Bmc(_Bounded, Protocol):
-    @property
-    def credentials_file(self) -> str | None: ...
-    @property
-    def username_env(self) -> str | None: ...
-    @property
-    def password_env(self) -> str | None: ...
-
-
-class _Emulator(Protocol):
-    @property
-    def base_w(self) -> float: ...
-    @property
-    def disk_w_per_mbps(self) -> float: ...
-    @property
-    def net_w_per_mbps(self) -> float: ...
-
-
-class _PmCounters(_Periodic, Protocol):
-    @property
-    def root(self) -> str: ...
-    @property
-    def emulator(self) -> _Emulator | None: ...
-
-
-class _Redfish(_Bmc, Protocol):
-    @property
-    def endpoint(self) -> str | None: ...
-    @property
-    def chassis(self) -> str | None: ...
-    @property
-    def verify_tls(self) -> bool: ...
-
-
-class _Ipmi(_Bmc, Protocol):
-    @property
-    def host(self) -> str | None: ...
-    @property
-    def port(self) -> int: ...
-    @property
-    def interface(self) -> str: ...
-    @property
-    def command(self) -> str: ...
-
-
-class _Slurm(_Bounded, Protocol):
-    @property
-    def step(self) -> str | None: ...
-    @property
-    def command(self) -> str: ...
-
-
-class NodeSources(Protocol):
-    """`sampler.node_sources` as the readers take it (`config.node.NodeSources` has this shape)."""
-
-    @property
-    def pm_counters(self) -> _PmCounters: ...
-    @property
-    def redfish(self) -> _Redfish: ...
-    @property
-    def ipmi(self) -> _Ipmi: ...
-    @property
-    def slurm(self) -> _Slurm: ...
-    def block(self, source: str) -> Mapping[str, Any]:
-        """The block of a source without a settings class in config (every key, defaults
-        filled): its module builds its own settings from it."""
-
 
 KEY = "sampler.node_sources"
 
