@@ -90,6 +90,7 @@ def test_a_single_target_remakes_a_stale_cell_without_snakemakes_metadata(tmp_pa
     assert len(attempts) == 2 and sum(a.published for a in attempts) >= 1
     pointer, doc = C.published(wf["cell"])
     assert pointer.name == C.pointer_name(C.slice_hash(new_slice(conf)))
+    assert doc["hashed_while_written"] == ["trace.csv"]  # the sampler's digest: not read back
     derived = json.loads((wf["cell"] / "phases.csv.seal.json").read_text())
     assert derived["from"] == pointer.name and derived["attempt"] == doc["attempt"]
     forget_metadata(wf)

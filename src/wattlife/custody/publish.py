@@ -40,10 +40,10 @@ def wanted(results: str | Path, pointer: str | Path, slice_doc: Any, write: bool
     where the pointer exists (nothing to remake: never measured again); else the request
     `<its attempts folder>/wanted-<slice hash>.json` (the slice), written now when `write` and
     the results folder exists (the main Snakemake process, at each DAG it builds; none in a
-    fresh folder, where every output is missing anyway). As an input of
-    the rule below the measuring one, an existing file newer than every output below it: that job
-    reruns, then the measuring job, whose missing output it names (Snakemake 9 remakes a missing
-    file only for a job that runs: a missing input alone reruns nothing)."""
+    fresh folder, where every output is missing anyway). As an input of the rule below the
+    measuring one, an existing file newer than every output below it: that job reruns, then the
+    measuring job, whose missing output it names (Snakemake 9 remakes a missing file only for a
+    job that runs: a missing input alone reruns nothing)."""
     results, pointer = Path(results), Path(pointer)
     if pointer.exists():
         return []
