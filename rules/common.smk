@@ -202,6 +202,14 @@ def cell_pointer(wc):
     return f"{cell}/{C.pointer_name(C.slice_hash(cell_slice(wc)))}"
 
 
+def cell_wanted(wc):
+    """attribute's input: the cell's measurement request where its current pointer is missing
+    (wattlife.custody.wanted, written by the main process only), so that any target below the
+    cell (a table, a figure, its phases.csv) remakes a cell whose slice changed, with or without
+    Snakemake's metadata; nothing where the pointer is there."""
+    return C.wanted(RES, cell_pointer(wc), cell_slice(wc), write=workflow.is_main_process)
+
+
 # Rounds of repeats (rules/execute.smk, `round_done`): repeat r + 1 of a cell waits for the end
 # of round r, an ancient() input (a re-measured earlier cell reruns no later round)
 ROUND = f"{RES}/rounds/r{{round}}.done"

@@ -9,11 +9,14 @@ fallback file in the temporary folder, named in the summary. Writes use `os.writ
 descriptor, so exactly what reached the file is known and a retry never duplicates a byte. A row
 cut by a failing write whose rest never gets out is cut back off the file at `close()` (the file
 ends on a row boundary) and written whole to the fallback file: no row is lost or left half.
+Every byte that reaches the file also feeds a running sha256 (`digest()`, in `summary()`: the
+seal of a measurement takes it instead of reading a long trace back; custody.seal).
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import tempfile
@@ -48,6 +51,11 @@ class SafeAppender:
         self.fallback: str | None = None
         self.rows_in_fallback = 0
         self.closed = False
+        self._sha = hashlib.sha256()  # of every byte that reached the file
+        self._digest_ok = False  # the file was new (or truncated) when opened: all of it is ours
+        self._bytes = self._newlines = 0
+        self._ends_nl = True
+        self._ident: tuple[int, int, int] | None = None  # st_dev, st_ino, st_ctime_ns at close
         self._open(strict=strict_open)
 
     def _fail(self, action: str, exc: OSError) -> None:
@@ -74,7 +82,8 @@ class SafeAppender:
                 raise NotADirectoryError(errno.ENOTDIR, "a file is in the way of its folder "
                                          f"{self.path.parent}") from None
             self._fd = os.open(self.path, flags, 0o644)
-            new = self._truncate or os.fstat(self._fd).st_size == 0
+            st = os.fstat(self._fd)
+            new = self._truncate or st.st_size == 0
         except OSError as exc:
             if strict:
                 raise
@@ -83,6 +92,7 @@ class SafeAppender:
         if new:
             self._out[:0] = self._encode(self.header)
             self._header_nl = self.header.count("\n")
+        self._digest_ok = new
         self._truncate = False
         return True
 
@@ -115,6 +125,25 @@ class SafeAppender:
         self._head = (len(done) - done.rfind(b"\n") - 1 if nl
                       else self._head + len(done)) if self._mid_line else 0
 
+    def _digested(self, done: bytes) -> None:
+        """`done` reached the file: the running sha256, size and newline count follow it."""
+        if done:
+            self._sha.update(done)
+            self._bytes += len(done)
+            self._newlines += done.count(b"\n")
+            self._ends_nl = done.endswith(b"\n")
+
+    def digest(self) -> dict[str, Any] | None:
+        """The file as this writer wrote it, for a seal: size, rows (newlines), sha256, whether it
+        ends in a newline, and the file's identity at `close()` (st_dev, st_ino, st_ctime_ns: a
+        file replaced, appended to, linked or touched since differs); None before `close()`, where
+        the file held bytes not written here (it existed when opened) or was cut back."""
+        if not self._digest_ok or self._ident is None:
+            return None
+        dev, ino, ctime = self._ident
+        return {"size": self._bytes, "rows": self._newlines, "sha256": self._sha.hexdigest(),
+                "complete": self._ends_nl, "dev": dev, "ino": ino, "ctime_ns": ctime}
+
     def flush(self) -> bool:
         """Write what is queued; True when nothing is left queued."""
         if not self._out:
@@ -125,7 +154,9 @@ class SafeAppender:
         try:
             while self._out:
                 n = os.write(self._fd, self._out)
-                self._account(bytes(self._out[:n]))
+                done = bytes(self._out[:n])
+                self._digested(done)
+                self._account(done)
                 del self._out[:n]
         except OSError as exc:
             self._fail("write", exc)
@@ -146,6 +177,7 @@ class SafeAppender:
             if len(self._headbytes) != self._head or not self._one_row(self._headbytes):
                 return False
             os.ftruncate(self._fd, size - self._head)
+            self._digest_ok = False  # the running sha256 cannot be cut back: the seal reads it
         except OSError:
             return False
         self._mid_line, self._head = False, 0
@@ -203,6 +235,8 @@ class SafeAppender:
             self._header_nl = 0
         if self._fd is not None:
             try:
+                st = os.fstat(self._fd)
+                self._ident = (st.st_dev, st.st_ino, st.st_ctime_ns)
                 os.close(self._fd)
             except OSError as exc:
                 self._fail("close", exc)
@@ -216,7 +250,7 @@ class SafeAppender:
                 "rows_dropped": self.rows_dropped, "rows_pending": self.pending_rows,
                 "rows_in_fallback": self.rows_in_fallback,
                 "write_errors": self.error_count, "errors": list(self.errors),
-                "fallback": self.fallback}
+                "fallback": self.fallback, "digest": self.digest()}
 
 
 class FrameAppender(SafeAppender):

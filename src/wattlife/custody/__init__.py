@@ -22,11 +22,11 @@ from .controller import release as release_controller
 from .controller import take as take_controller
 from .measure import measure_cell
 from .others import attempt_job
-from .publish import pointer_name, publish, published, relink, seal_derived
+from .publish import pointer_name, publish, published, relink, seal_derived, wanted
 from .seal import slice_hash
 from .verify import cell_problems, is_sealed_cell, require_sound
 
 __all__ = ["attempt_job", "attempts_dir", "attempts_of", "cell_dir", "cell_problems",
            "cell_states", "folders_of", "format_states", "is_sealed_cell", "measure_cell",
            "pointer_name", "publish", "published", "release_controller", "relink",
-           "require_sound", "retire", "seal_derived", "slice_hash", "take_controller"]
+           "require_sound", "retire", "seal_derived", "slice_hash", "take_controller", "wanted"]

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..contracts import write_text
 from ..errors import SetupError
-from .attempts import mark
+from .attempts import RUNS, attempts_dir, mark
 from .seal import SEAL_FILE, file_entry, read_seal, verify_files
 
 POINTER_GLOB = "sealed-*.json"
@@ -31,6 +31,31 @@ DERIVED_SUFFIX = ".seal.json"
 
 def pointer_name(slice_hash: str) -> str:
     return f"sealed-{slice_hash}.json"
+
+
+def wanted(results: str | Path, pointer: str | Path, slice_doc: Any, write: bool = True
+           ) -> list[str]:
+    """What makes any target below a measurement remake it when its pointer for the current slice
+    is missing (a changed slice, a new or retired cell), whatever Snakemake's metadata says: []
+    where the pointer exists (nothing to remake: never measured again); else the request
+    `<its attempts folder>/wanted-<slice hash>.json` (the slice), written now when `write` and
+    the results folder exists (the main Snakemake process, at each DAG it builds; none in a
+    fresh folder, where every output is missing anyway). As an input of the rule below the
+    measuring one, an existing file newer than every output below it: that job reruns, then the
+    measuring job, whose missing output it names (Snakemake 9 remakes a missing file only for a
+    job that runs: a missing input alone reruns nothing)."""
+    results, pointer = Path(results), Path(pointer)
+    if pointer.exists():
+        return []
+    folder = pointer.parent.relative_to(results)
+    ident = folder.relative_to(RUNS) if folder.parts[:1] == (RUNS,) else folder
+    digest = pointer.name.removeprefix("sealed-").removesuffix(".json")
+    request = attempts_dir(results, ident.as_posix()) / f"wanted-{digest}.json"
+    if write and results.is_dir():
+        request.parent.mkdir(parents=True, exist_ok=True)
+        write_text(request, json.dumps({"slice": slice_doc, "pointer": pointer.name,
+                                        "wanted_at": time.time()}, sort_keys=True) + "\n")
+    return [str(request)] if request.exists() else []  # a fresh results folder: all is made
 
 
 def published(cell: Path) -> tuple[Path, dict[str, Any]] | None:

@@ -89,14 +89,45 @@ def file_entry(path: Path) -> dict[str, Any]:
     return {"size": size, "rows": rows, "sha256": h.hexdigest(), "complete": last == b"\n"}
 
 
-def manifest(folder: Path) -> dict[str, dict[str, Any]]:
-    """Every file under `folder` (relative path -> file_entry), its own bookkeeping excepted."""
+DIGEST_KEYS = ("size", "rows", "sha256", "complete")
+
+
+def writer_digests(folder: Path) -> dict[str, dict[str, Any]]:
+    """relative path -> file_entry of the trace as its writer hashed it while writing (meta.json's
+    `recording.trace.digest`: safewrite.SafeAppender.digest), where the file in `folder` is still
+    the one it wrote: same device, inode, size and status-change time (st_ctime_ns, which no
+    user can set: a file replaced, appended to, linked or touched since is read again). The
+    seal then need not read a long trace back; left unseen: a file removed and written again
+    with the same size, inode and ctime (within one clock tick of the writer's close)."""
+    try:
+        rec = json.loads((folder / "meta.json").read_text())["recording"]["trace"]
+        d, path = rec["digest"], Path(rec["path"])
+        entry = {k: d[k] for k in DIGEST_KEYS}
+        ident = (d["dev"], d["ino"], d["ctime_ns"], d["size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    for cand in (path if path.is_absolute() else Path.cwd() / path, folder / path.name):
+        try:
+            st = cand.stat()
+            rel = cand.resolve().relative_to(folder.resolve()).as_posix()
+        except (OSError, ValueError):
+            continue
+        if (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_size) == ident:
+            return {rel: entry}
+    return {}
+
+
+def manifest(folder: Path, known: dict[str, dict[str, Any]] | None = None
+             ) -> dict[str, dict[str, Any]]:
+    """Every file under `folder` (relative path -> file_entry), its own bookkeeping excepted;
+    `known`: entries already computed (writer_digests), not read again."""
+    known = known or {}
     out = {}
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()
         if p.is_file() and not p.is_symlink() and rel not in UNSEALED \
                 and not p.name.endswith((".lock", ".tmp")):
-            out[rel] = file_entry(p)
+            out[rel] = known.get(rel) or file_entry(p)
     return out
 
 
@@ -106,11 +137,15 @@ def slurm_ids() -> dict[str, str | None]:
 
 def seal_attempt(folder: Path, cell: str, slice_doc: Any, started: float, ended: float,
                  exit_code: int) -> dict[str, Any]:
-    """Write `folder`/seal.json (atomically, last): the attempt is complete and immutable."""
+    """Write `folder`/seal.json (atomically, last): the attempt is complete and immutable. The
+    trace's entry is its writer's running sha256 where it is still the file written
+    (`writer_digests`, listed in `hashed_while_written`); every other file is read here."""
+    known = writer_digests(folder)
     doc = {"seal_version": SEAL_VERSION, "cell": cell, "attempt": folder.name,
            "slice": slice_doc, "slice_hash": slice_hash(slice_doc), "code": code_version(),
            "host": socket.gethostname(), "slurm": slurm_ids(), "started": started,
-           "ended": ended, "exit_code": exit_code, "files": manifest(folder),
+           "ended": ended, "exit_code": exit_code, "files": manifest(folder, known),
+           "hashed_while_written": sorted(known),
            "dirs": sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
                           if p.is_dir() and not p.is_symlink())}
     write_text(folder / SEAL_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
