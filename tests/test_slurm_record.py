@@ -295,6 +295,16 @@ def test_live_slurm_energy_joins_sstats_energy_of_a_running_job(tmp_path):
         # the emulated node draws 150-350 W: the job's steps so far, at most since it started
         assert 0 < row["slurm_energy_j"] <= 350 * dt
         assert row["difference_j"] == row["slurm_energy_j"] - row["suite_energy_j"]
+        if "accounting_storage/slurmdbd" in subprocess.run(
+                ["scontrol", "show", "config"], capture_output=True, text=True).stdout:
+            # with storage: the measuring step (ended, the job still running) is sacct's, final
+            steps = E.measuring_steps(E.suite_energy(res))
+            assert steps == {job: f"{job}.0"}
+            mine = E.query_accounting([job], measuring=steps).set_index("job_id").loc[job]
+            print("the measuring step, ended:", mine.to_dict())
+            assert mine["slurm_source"] == \
+                f"sacct ConsumedEnergyRaw (step {job}.0, the measuring step)"
+            assert mine["slurm_state"] == "RUNNING" and 0 < mine["slurm_energy_j"] <= 350 * dt
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=60)
 

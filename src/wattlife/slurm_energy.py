@@ -35,6 +35,8 @@ from .errors import InputError
 SACCT_FIELDS = "JobID,State,Elapsed,NodeList,ConsumedEnergyRaw"
 SSTAT_FIELDS = "JobID,ConsumedEnergyRaw"
 SLURM_COLUMNS = ["job_id", "slurm_energy_j", "slurm_source", "slurm_state", "slurm_elapsed"]
+#: how `slurm_source` names the energy of the step the run measured in
+MEASURING_STEP = "the measuring step"
 
 
 def _run_dirs(results: Path) -> list[Path]:
@@ -98,7 +100,7 @@ def _pick(job: str, g: pd.DataFrame, tool: str, step: str | None) -> tuple[float
     mine = g[g["JobID"] == step] if step else g.iloc[:0]
     e = _energy(mine["ConsumedEnergyRaw"].iloc[0]) if len(mine) else None
     if e is not None:
-        return e, f"{tool} ConsumedEnergyRaw (step {step}, the measuring step)"
+        return e, f"{tool} ConsumedEnergyRaw (step {step}, {MEASURING_STEP})"
     head = g[g["JobID"] == job]
     e = _energy(head["ConsumedEnergyRaw"].iloc[0]) if len(head) else None
     if e is not None:
@@ -180,7 +182,8 @@ def query_accounting(job_ids: Sequence[str], sacct_file: str | None = None,
                      measuring: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Slurm's energy of `job_ids` (of each one's measuring step where `measuring` names it,
     see `parse_sacct`): sacct's (or `sacct_file`'s), and for a job still running sstat's (or
-    `sstat_file`'s) so far; a tool that does not answer is named in `slurm_source`. Where sacct
+    `sstat_file`'s) so far, unless sacct has its measuring step's (ended: final); a tool that
+    does not answer is named in `slurm_source`. Where sacct
     does not answer (no accounting storage), every job is asked of sstat, which reads the
     running steps from the nodes without it."""
     text, why = ((Path(sacct_file).read_text(), "") if sacct_file else
@@ -191,6 +194,8 @@ def query_accounting(job_ids: Sequence[str], sacct_file: str | None = None,
                             "slurm_elapsed": ""}, columns=SLURM_COLUMNS)
         return _so_far(tab, list(job_ids), sstat_file, measuring)
     tab = parse_sacct(text, "sacct", measuring)
-    running = [j for j, s in zip(tab["job_id"], tab["slurm_state"], strict=True)
-               if s == "RUNNING"]
+    # a running job whose measuring step has ended keeps sacct's energy of that step (final)
+    running = [j for j, s, src in zip(tab["job_id"], tab["slurm_state"], tab["slurm_source"],
+                                      strict=True)
+               if s == "RUNNING" and not src.endswith(f"{MEASURING_STEP})")]
     return _so_far(tab, running, sstat_file, measuring) if running else tab
