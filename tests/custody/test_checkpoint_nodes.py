@@ -97,3 +97,20 @@ def test_a_failed_per_node_step_still_removes_this_nodes_folder_and_says_so(tmp_
     assert not here.exists()
     assert "failed (exit 1: srun: error: no such job)" in caplog.text
     assert "remove it on the others by hand" in caplog.text
+
+
+def test_drop_checkpoint_folder_expands_the_nodes_variables_and_names_the_node(tmp_path,
+                                                                             monkeypatch, capsys):
+    from wattlife.cli import main
+
+    monkeypatch.setenv("SLURMD_NODENAME", "n2")
+    mine = tmp_path / "local/n2/checkpoints/resnet-local-ckpton-r1"
+    mine.mkdir(parents=True)
+    folder = f"{tmp_path}/local/$SLURMD_NODENAME/checkpoints/resnet-local-ckpton-r1"
+    assert main(["drop-checkpoint", "--folder", folder]) == 0
+    assert not mine.exists()
+    assert capsys.readouterr().out.startswith(f"n2: removed the checkpoint folder {mine} ")
+    assert main(["drop-checkpoint", "--folder", str(tmp_path / "local/n2")]) == 2  # not one
+    assert "not a cell's checkpoint folder" in capsys.readouterr().err
+    assert main(["drop-checkpoint"]) == 2
+    assert "give either SUMMARY or --folder" in capsys.readouterr().err
