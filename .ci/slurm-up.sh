@@ -4,9 +4,16 @@
 # mixes node sizes (wl1, wl2: 2 CPUs; wl3: 1 CPU and half the memory), wl2 with MemSpecLimit, and
 # the suite's own Prolog=/Epilog= (profiles/slurm, simulated power-cap backend, PrologFlags=Alloc)
 # reading the site file /etc/wattlife/slurm.env this script writes.
+# Accounting storage: a MariaDB server of its own (datadir under /var/lib/wattlife-slurmdb, TCP on
+# 127.0.0.1:17306 and a socket there) and slurmdbd (127.0.0.1:17819), so `sacct` has ended jobs
+# and their ConsumedEnergy. If either cannot start, the cluster comes up without storage
+# (accounting_storage/none) and /run/wattlife-slurmdb/failed says why (the ended-job test skips
+# with it).
 # Idempotent; prints `slurm up` when `srun` works on every node. Needs root (CI and the build
 # machines are root). WATTLIFE=<command> names the suite's `wattlife` for the prolog / epilog
 # (default: this checkout's .venv/bin/wattlife, which `make install` creates).
+# `bash .ci/slurm-up.sh stop` stops what this script started: slurmctld and the slurmd, the
+# pm_counters emulators, slurmdbd and MariaDB (each by its pid file).
 #
 # What this host really backs: its CPUs (2 on CI) are declared by each node, so the nodes'
 # declared CPUs (2 + 2 + 1) oversubscribe the host's cores: every node's tasks bind (task/affinity)
@@ -15,10 +22,34 @@
 # Declared memory: 80 % of the host's, split 2:2:1 (no cgroup enforces it; the scheduler counts it).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-if ! command -v slurmctld >/dev/null; then
+db=/var/lib/wattlife-slurmdb     # MariaDB's datadir, the DB password (mode 600)
+dbrun=/run/wattlife-slurmdb      # its socket and pid file; `failed`: why there is no storage
+dbport=17306
+dbdport=17819
+stop_pid() {  # end the process of pid file $1 (TERM, then KILL after 20 s)
+  local pid
+  pid=$(cat "$1" 2>/dev/null || true)
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+  kill -9 "$pid" 2>/dev/null || true
+}
+if [ "${1:-}" = stop ]; then
+  timeout 20 scontrol shutdown >/dev/null 2>&1 || true
+  for f in /run/slurmd-wl*.pid /run/slurmctld.pid /run/wattlife-pm/*.pid /run/slurmdbd.pid \
+           "$dbrun/mariadb.pid"; do
+    [ -e "$f" ] && stop_pid "$f"
+  done
+  echo "slurm stopped"
+  exit 0
+fi
+if ! command -v slurmctld >/dev/null || ! command -v slurmdbd >/dev/null \
+    || ! command -v mariadbd >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq slurm-wlm munge >/dev/null
+  # Debian's slurmdbd matches slurm-wlm (22.05); a failed install leaves the cluster without storage
+  apt-get install -y -qq mariadb-server slurmdbd >/dev/null 2>&1 || true
 fi
 host=$(hostname -s)
 cpus=$(nproc)
@@ -50,6 +81,65 @@ WATTLIFE_POWERCAP_BACKEND=simulated
 WATTLIFE_POWERCAP_DIR=/var/lib/wattlife/powercap
 WATTLIFE_POWERCAP_LOG=/var/log/slurm/wattlife-powercap.log
 CONF
+# Accounting storage: MariaDB (its own datadir, loopback and a socket; not Debian's service) and
+# slurmdbd (SlurmUser root, as slurm.conf's), each started once and waited for
+dbsql() { mariadb --no-defaults --socket="$dbrun/mysqld.sock" -uroot "$@"; }
+start_db() {
+  mkdir -p "$db" "$dbrun" && chown mysql:mysql "$db" "$dbrun" && chmod 700 "$db"
+  if [ ! -d "$db/data/mysql" ]; then
+    mariadb-install-db --no-defaults --user=mysql --datadir="$db/data" --skip-test-db \
+      --auth-root-authentication-method=socket >/var/log/slurm/mariadb-install.log 2>&1 \
+      || { echo "mariadb-install-db failed (/var/log/slurm/mariadb-install.log)"; return 1; }
+  fi
+  if ! dbsql -e 'select 1' >/dev/null 2>&1; then
+    nohup setsid mariadbd --no-defaults --user=mysql --datadir="$db/data" --port=$dbport \
+      --bind-address=127.0.0.1 --socket="$dbrun/mysqld.sock" --pid-file="$dbrun/mariadb.pid" \
+      --log-error=/var/log/slurm/mariadb.log </dev/null >/dev/null 2>&1 &
+    for _ in $(seq 150); do dbsql -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+    dbsql -e 'select 1' >/dev/null 2>&1 || { echo "MariaDB did not start (/var/log/slurm/mariadb.log)"; return 1; }
+  fi
+  [ -s "$db/password" ] || (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' > "$db/password")
+  local pw
+  pw=$(cat "$db/password")
+  dbsql -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$pw';
+    CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pw';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" \
+    || { echo "MariaDB: the slurm user could not be created"; return 1; }
+  (umask 077; cat > /etc/slurm/slurmdbd.conf <<CONF
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$dbdport
+SlurmUser=root
+LogFile=/var/log/slurm/slurmdbd.log
+PidFile=/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$dbport
+StorageUser=slurm
+StoragePass=$pw
+StorageLoc=slurm_acct_db
+CONF
+)
+  chown root:root /etc/slurm/slurmdbd.conf && chmod 600 /etc/slurm/slurmdbd.conf
+  pid=$(cat /run/slurmdbd.pid 2>/dev/null || true)
+  if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then slurmdbd; fi
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$dbdport) 2>/dev/null && return 0; sleep 0.2; done
+  echo "slurmdbd did not start (/var/log/slurm/slurmdbd.log)"
+  return 1
+}
+rm -f "$dbrun/failed"
+acct=accounting_storage/none
+if command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null; then
+  if why=$(start_db 2>&1); then acct=accounting_storage/slurmdbd; fi
+else
+  why="slurmdbd or mariadb-server is not installed (apt-get install mariadb-server slurmdbd)"
+fi
+if [ "$acct" = accounting_storage/none ]; then
+  mkdir -p "$dbrun" && echo "$why" > "$dbrun/failed"
+  echo "warning: no accounting storage: $why; the cluster comes up without it" >&2
+fi
 small=$(( cpus > 1 ? cpus / 2 : 1 ))
 old=$(cat /etc/slurm/slurm.conf 2>/dev/null || true)
 cat > /etc/slurm/slurm.conf <<CONF
@@ -74,7 +164,9 @@ JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=task=1,energy=1
 AcctGatherEnergyType=acct_gather_energy/pm_counters
 AcctGatherNodeFreq=1
-AccountingStorageType=accounting_storage/none
+AccountingStorageType=${acct}
+AccountingStorageHost=localhost
+AccountingStoragePort=${dbdport}
 GresTypes=gpu
 MinJobAge=3600
 ReturnToService=2
@@ -127,6 +219,14 @@ start_slurmd() {
     mount --bind /run/wattlife-pm/$n /sys/cray/pm_counters
     exec slurmd -N $n"
 }
+# the cluster registered with slurmdbd (its root account and user come with it); refused: no storage
+if [ "$acct" = accounting_storage/slurmdbd ] \
+    && ! timeout 30 sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx wattlife \
+    && ! why=$(timeout 30 sacctmgr -i add cluster wattlife 2>&1); then
+  echo "sacctmgr add cluster: $why" > "$dbrun/failed"
+  echo "warning: no accounting storage: sacctmgr add cluster: $why" >&2
+  sed -i 's|^AccountingStorageType=.*|AccountingStorageType=accounting_storage/none|' /etc/slurm/slurm.conf
+fi
 # (a daemon's first fork can linger as a zombie of the same name: ask the daemons, not pgrep)
 timeout 5 scontrol ping 2>/dev/null | grep -q UP || slurmctld
 for n in "${nodes[@]}"; do

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from conftest import copy_workflow, slurm_test_partition
+from slurm_cells import tiny_slurm_config
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -60,33 +60,15 @@ def hook_lines(log: Path, job: str) -> list[str]:
     return [ln for ln in lines if f" job={job} " in ln]
 
 
-def _two_node_config(tmp_path: Path, gpus: bool) -> Path:
-    """The shipped config made tiny: one ResNet cell on 2 nodes (a sampler and a torchrun per
-    node); `gpus`: the cell asks for one (placeholder) GPU per node, else it is CPU-only."""
-    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    cfg["results_dir"] = str(tmp_path / "res")
-    cfg["storage"] = {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")}
-    cfg["data"]["images"].update(classes=2, train_per_class=6, val_per_class=2)
-    cfg["workloads"]["resnet"].update(steps=2, val_every=0, ckpt_every=1, image_size=32,
-                                      batch_size=4)
-    # shared storage: the CI's nodes share one host, so a node-local staging folder would be one
-    # folder for both (on a cluster each node stages into its own disk)
-    cfg["execution"].update(storage=["shared"], checkpoint=["on"], nodes=2, gpus_per_node=1)
-    cfg["sampler"]["idle_baseline_s"] = 0.2
-    if gpus:  # no simulated GPU: the cell asks for execution.gpus_per_node (1) GPU per node
-        cfg["sampler"]["gpu"] = "none"
-    conf = tmp_path / "config.yaml"
-    conf.write_text(yaml.safe_dump(cfg))
-    return conf
-
-
 @pytest.mark.parametrize("gpus", [False, True], ids=["cpu-only", "gres"])  # (not "gpu": a marker)
 def test_a_two_node_cell_runs_on_both_nodes_end_to_end(tmp_path, env_path, gpus):
     part = slurm_test_partition()
     shapes = node_shapes(part)
     if len(shapes) < 2:
         pytest.skip(f"partition {part} has one node")
-    conf = _two_node_config(tmp_path, gpus)
+    # shared storage: the CI's nodes share one host, so a node-local staging folder would be one
+    # folder for both (on a cluster each node stages into its own disk; see the local test below)
+    conf = tiny_slurm_config(tmp_path, gpus=gpus, storage="shared", nodes=2)
     wf = copy_workflow(tmp_path / "workflow")
     cell = tmp_path / "res/runs/resnet/shared/ckpt-on/r1"
     out = subprocess.run([sys.executable, "-m", "snakemake", "--verbose", "--profile",
@@ -135,6 +117,43 @@ def test_a_two_node_cell_runs_on_both_nodes_end_to_end(tmp_path, env_path, gpus)
         for h in hosts:
             assert any(f"prolog job={ids[0]} node={h} rc=0" in ln for ln in lines), lines
             assert any(f"epilog job={ids[0]} node={h} rc=0" in ln for ln in lines), lines
+
+
+def test_a_two_node_local_cells_checkpoint_folders_are_removed_on_both_nodes(tmp_path, env_path):
+    """A 2-node cell checkpointing to `local` storage: each node writes its own checkpoint folder
+    (here `local` is <tmp>/local/$SLURMD_NODENAME, expanded by each node: this host's nodes share
+    one disk, so a folder per node name stands for each node's own disk), and when the job ends
+    `measure` removes it on both nodes (a step of one `drop-checkpoint --folder` per node), no
+    other folder. Before: only the first node's went; the other node's stayed."""
+    from wattlife.custody import attempts_dir
+
+    part = slurm_test_partition()
+    if len(node_shapes(part)) < 2:
+        pytest.skip(f"partition {part} has one node")
+    local = tmp_path / "local"
+    conf = tiny_slurm_config(tmp_path, gpus=False, storage="local", nodes=2,
+                             local=f"{local}/$SLURMD_NODENAME")
+    beside = local / "wl2/checkpoints/resnet-local-ckpton-r9"  # another run's folder: stays
+    beside.mkdir(parents=True)
+    cell = tmp_path / "res/runs/resnet/local/ckpt-on/r1"
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                          "--configfile", str(conf), "--config",
+                          f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue",
+                          "--", str(cell / "phases.csv")],
+                         cwd=copy_workflow(tmp_path / "workflow"), env=env_path,
+                         capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
+    hosts = {s["host"] for s in steps_of(cell / "run.log")}
+    assert len(hosts) == 2, hosts
+    custody = (attempts_dir(tmp_path / "res", "resnet/local/ckpt-on/r1") / "custody.log")
+    lines = [ln for ln in custody.read_text().splitlines() if "checkpoint folder" in ln]
+    print("checkpoint folders:", *lines, sep="\n  ")
+    for h in hosts:  # each node staged and checkpointed into its own folder, then removed it
+        assert {p.name for p in (local / h).iterdir()} > {"checkpoints"}, h  # + its dataset
+        assert not (local / h / "checkpoints/resnet-local-ckpton-r1").exists(), h
+        assert any(f"{h}: removed the checkpoint folder {local / h}/checkpoints/" in ln
+                   for ln in lines), lines
+    assert beside.is_dir()
 
 
 def _wait(ok, what: str, timeout: float = 300) -> None:

@@ -2,10 +2,10 @@
 and each measuring job's energy beside Slurm's accounting (wattlife.slurm_energy), issue 40.
 
 The recorded step environment and `scontrol show job -o` line (tests/data/slurm/) come from a step
-on the CI Slurm (22.05.8) started as the executor plugin's jobstep starts one. The CI cluster has
-no accounting storage (accounting_storage/none), so sacct's ConsumedEnergy can not be recorded:
-the sacct/sstat texts below are written in `sacct -P`'s documented format. Its nodes account
-energy (acct_gather_energy/pm_counters on an emulated tree): the live test joins sstat's."""
+on the CI Slurm (22.05.8) started as the executor plugin's jobstep starts one; so do the `sacct
+-P` / `sstat -P` answers (tests/data/slurm/sacct-P.txt, sstat-P.txt): its nodes account energy
+(acct_gather_energy/pm_counters on an emulated tree) and slurmdbd stores it (.ci/slurm-up.sh).
+The live tests join sstat's energy of a running job and sacct's of an ended one."""
 
 import json
 import subprocess
@@ -113,20 +113,18 @@ def test_the_cgroup_limit_is_read_from_the_process_cgroup(tmp_path):
 
 # -- energy beside Slurm's accounting ---------------------------------------------------------
 
-# `sacct -P -j 7,8,9 -o JobID,State,Elapsed,NodeList,ConsumedEnergyRaw` (format as documented)
-SACCT = ("JobID|State|Elapsed|NodeList|ConsumedEnergyRaw\n"
-         "7|COMPLETED|00:10:00|n[1-2]|650000\n7.batch|COMPLETED|00:10:00|n1|300000\n"
-         "7.0|COMPLETED|00:09:50|n[1-2]|640000\n"
-         "8|COMPLETED|00:05:00|n3|\n8.batch|COMPLETED|00:05:00|n3|120000\n"
-         "8.extern|COMPLETED|00:05:00|n3|125000\n"
-         "9|RUNNING|00:01:00|n4|\n9.batch|RUNNING|00:01:00|n4|0\n")
-SSTAT = "JobID|ConsumedEnergyRaw\n9.batch|31000\n9.0|30000\n"
+# recorded on the CI cluster (docs/slurm-evidence.md says what each job and line is): `sacct -P -j
+# 7,8,9,10 -o JobID,State,Elapsed,NodeList,ConsumedEnergyRaw` and, job 10 still running, `sstat
+# -P -a -j 10 -o JobID,ConsumedEnergyRaw`
+SACCT = (REPO / "tests/data/slurm/sacct-P.txt").read_text()
+SSTAT = (REPO / "tests/data/slurm/sstat-P.txt").read_text()
 
 
-def _run(folder: Path, job: str | None, energy: dict[str, float]) -> None:
+def _run(folder: Path, job: str | None, energy: dict[str, float], step: str | None = None
+         ) -> None:
     folder.mkdir(parents=True)
     meta = {"cell": {"workload": "resnet", "repeat": 1},
-            "slurm": {"job_id": job} if job else None}
+            "slurm": {"job_id": job, "step_id": step} if job else None}
     (folder / "meta.json").write_text(json.dumps(meta))
     rows = ["run_id,phase,device_kind,device,energy_j,source"]
     rows += [f"r,forward,{k},{k}0,{v},{'nvml' if k == 'gpu' else 'rapl'}"
@@ -135,24 +133,33 @@ def _run(folder: Path, job: str | None, energy: dict[str, float]) -> None:
 
 
 def test_each_jobs_energy_is_shown_beside_slurms_with_the_difference(tmp_path):
-    _run(tmp_path / "runs/resnet/local/ckpt-on/r1", "7", {"gpu": 500000, "cpu": 100000})
+    """On sacct's recorded answer: job 7's job line (one srun step), job 8's measuring step (8.1,
+    meta.json's step; its job line 2280 J sums 8.0 and 8.1), job 9 with no job-line energy (the
+    batch step, the largest), job 10 still running (0 J: none)."""
+    _run(tmp_path / "runs/resnet/local/ckpt-on/r1", "7", {"gpu": 600, "cpu": 200})
     _run(tmp_path / "runs/resnet/local/ckpt-on/r1/nodes/n2", "7", {"gpu": 1})  # a node's copy
-    _run(tmp_path / "runs/resnet/local/ckpt-on/r2", "8", {"gpu": 100000, "dram": 5000})
-    _run(tmp_path / "runs/resnet/local/ckpt-on/r3", "9", {"gpu": 25000})
+    _run(tmp_path / "runs/resnet/local/ckpt-on/r2", "8", {"gpu": 1000, "dram": 50}, step="1")
+    _run(tmp_path / "runs/resnet/local/ckpt-on/r3", "9", {"gpu": 500})
+    _run(tmp_path / "runs/resnet/local/ckpt-on/r4", "10", {"gpu": 250})
     _run(tmp_path / "runs/resnet/local/ckpt-off/r1", None, {"gpu": 1})  # not a Slurm job
     ours = E.suite_energy(tmp_path)
-    assert sorted(ours["job_id"]) == ["7", "8", "9"]  # each run once: no node copy, no non-Slurm
+    assert sorted(ours["job_id"]) == ["10", "7", "8", "9"]  # each run once: no node copy
     assert sorted(ours["cell"])[0] == "resnet/local/ckpt-on/r1"
-    slurm = E.parse_sacct(SACCT)
+    assert E.measuring_steps(ours) == {"8": "8.1"}
+    slurm = E.parse_sacct(SACCT, measuring=E.measuring_steps(ours))
     t = E.energy_table(ours, slurm).set_index("job_id")
-    assert t.loc["7", "slurm_energy_j"] == 650000 and t.loc["7", "suite_energy_j"] == 600000
-    assert t.loc["7", "difference_j"] == 50000
-    assert t.loc["7", "difference_pct"] == pytest.approx(100 * 50000 / 650000)
+    assert t.loc["7", "slurm_energy_j"] == 1008 and t.loc["7", "suite_energy_j"] == 800
+    assert t.loc["7", "difference_j"] == 208
+    assert t.loc["7", "difference_pct"] == pytest.approx(100 * 208 / 1008)
     assert t.loc["7", "suite_source"] == "nvml+rapl (gpu+cpu, phases.csv)"
-    assert t.loc["7", "slurm_source"] == "sacct ConsumedEnergyRaw (job 7)"
+    assert t.loc["7", "slurm_source"] == \
+        "sacct ConsumedEnergyRaw (job 7: the sum of its srun steps)"
+    # the step the run measured in, not the job line that adds the steps up
+    assert t.loc["8", "slurm_energy_j"] == 1532
+    assert t.loc["8", "slurm_source"] == "sacct ConsumedEnergyRaw (step 8.1, the measuring step)"
     # no job-line energy: the largest step's, never the steps summed
-    assert t.loc["8", "slurm_energy_j"] == 125000 and "8.extern" in t.loc["8", "slurm_source"]
-    assert t.loc["9", "slurm_source"].startswith("none: sacct reports no energy")
+    assert t.loc["9", "slurm_energy_j"] == 808 and "9.batch" in t.loc["9", "slurm_source"]
+    assert t.loc["10", "slurm_source"].startswith("none: sacct reports no energy")
     assert set(t["difference_source"]) == {"derived: slurm_energy_j - suite_energy_j"}
 
 
@@ -160,10 +167,13 @@ def test_a_running_job_takes_sstats_energy_so_far(tmp_path):
     sacct, sstat = tmp_path / "sacct.txt", tmp_path / "sstat.txt"
     sacct.write_text(SACCT)
     sstat.write_text(SSTAT)
-    tab = E.query_accounting(["7", "8", "9"], str(sacct), str(sstat)).set_index("job_id")
-    assert tab.loc["9", "slurm_energy_j"] == 31000
-    assert tab.loc["9", "slurm_source"].startswith("sstat (running: so far)")
-    assert tab.loc["7", "slurm_energy_j"] == 650000
+    tab = E.query_accounting(["7", "8", "9", "10"], str(sacct), str(sstat)).set_index("job_id")
+    assert tab.loc["10", "slurm_energy_j"] == 2713  # no step named: the largest, the batch step
+    assert tab.loc["10", "slurm_source"].startswith("sstat (running: so far)")
+    assert tab.loc["7", "slurm_energy_j"] == 1008
+    step = E.query_accounting(["10"], str(sacct), str(sstat), {"10": "10.0"}).set_index("job_id")
+    assert step.loc["10", "slurm_energy_j"] == 2682
+    assert "step 10.0, the measuring step" in step.loc["10", "slurm_source"]
     with pytest.raises(ValueError, match="ConsumedEnergyRaw"):
         E.parse_sacct("JobID|State\n7|RUNNING\n")
 
@@ -171,15 +181,15 @@ def test_a_running_job_takes_sstats_energy_so_far(tmp_path):
 def test_the_energy_command_writes_the_table_with_sources(tmp_path, capsys):
     from wattlife.cli import build_parser
 
-    _run(tmp_path / "res/runs/resnet/local/ckpt-on/r1", "7", {"gpu": 500000, "cpu": 100000})
+    _run(tmp_path / "res/runs/resnet/local/ckpt-on/r1", "8", {"gpu": 1000, "cpu": 300}, step="1")
     (tmp_path / "sacct.txt").write_text(SACCT)
     a = build_parser().parse_args(["slurm-energy", str(tmp_path / "res"), "--sacct",
                                    str(tmp_path / "sacct.txt")])
     assert a.fn(a) == 0
     out = capsys.readouterr().out
-    assert "650000" in out and "600000" in out and "50000" in out
+    assert "1532" in out and "1300" in out and "232" in out
     table = (tmp_path / "res/tables/slurm_energy.csv").read_text().splitlines()[0].split(",")
-    assert {"suite_source", "slurm_source", "difference_source"} <= set(table)
+    assert {"suite_source", "slurm_source", "difference_source", "slurm_step"} <= set(table)
 
 
 def test_check_says_the_slurm_step_and_warns_of_a_short_one():
@@ -285,5 +295,90 @@ def test_live_slurm_energy_joins_sstats_energy_of_a_running_job(tmp_path):
         # the emulated node draws 150-350 W: the job's steps so far, at most since it started
         assert 0 < row["slurm_energy_j"] <= 350 * dt
         assert row["difference_j"] == row["slurm_energy_j"] - row["suite_energy_j"]
+        if "accounting_storage/slurmdbd" in subprocess.run(
+                ["scontrol", "show", "config"], capture_output=True, text=True).stdout:
+            # with storage: the measuring step (ended, the job still running) is sacct's, final
+            steps = E.measuring_steps(E.suite_energy(res))
+            assert steps == {job: f"{job}.0"}
+            mine = E.query_accounting([job], measuring=steps).set_index("job_id").loc[job]
+            print("the measuring step, ended:", mine.to_dict())
+            assert mine["slurm_source"] == \
+                f"sacct ConsumedEnergyRaw (step {job}.0, the measuring step)"
+            assert mine["slurm_state"] == "RUNNING" and 0 < mine["slurm_energy_j"] <= 350 * dt
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=60)
+
+
+def _accounting_storage_or_skip() -> None:
+    """Go on where the cluster stores accounting (slurmdbd); skip, saying why, where the CI
+    script could not start it (/run/wattlife-slurmdb/failed) or on another cluster without it;
+    fail on the CI cluster (ClusterName=wattlife) when it has none and did not say why."""
+    import re
+
+    conf = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                          timeout=60).stdout
+    if re.search(r"AccountingStorageType\s*=\s*accounting_storage/slurmdbd", conf):
+        return
+    why = Path("/run/wattlife-slurmdb/failed")
+    if why.exists():
+        pytest.skip(f"no accounting storage: .ci/slurm-up.sh could not start it: "
+                    f"{why.read_text().strip()}")
+    if not re.search(r"ClusterName\s*=\s*wattlife\b", conf):
+        pytest.skip("this cluster has no accounting storage (sacct keeps no ended job)")
+    pytest.fail("the CI cluster (.ci/slurm-up.sh) has no accounting storage and did not say why")
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_live_slurm_energy_joins_saccts_energy_of_an_ended_job(tmp_path):
+    """On the CI Slurm with accounting storage (.ci/slurm-up.sh: MariaDB, slurmdbd) and node
+    energy (acct_gather_energy/pm_counters, emulated: 150 / 350 W alternating each second): a job
+    measured by `wattlife run` ENDS, and `wattlife slurm-energy` joins sacct's ConsumedEnergyRaw
+    of the step the run measured in (meta.json's step) beside the suite's, with the difference.
+    Before: sacct said "Slurm accounting storage is disabled"; the join was shown on hand-written
+    sacct text only."""
+    import os
+    import sys
+    import time
+
+    import pandas as pd
+
+    from conftest import slurm_test_partition
+
+    _accounting_storage_or_skip()
+    res = tmp_path / "res"
+    run = res / "runs/resnet/shared/ckpt-off/r1"
+    wattlife = Path(sys.executable).parent / "wattlife"
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nset -e\n"
+                      f"srun -n1 {wattlife} run -o {run} --gpu sim --cpu estimate --idle-s 0"
+                      " -- sleep 3\n")
+    t0 = time.monotonic()
+    sub = subprocess.run(["sbatch", "--parsable", "--wait", "-p", slurm_test_partition(), "-N1",
+                          "-w", "wl1", "-J", "wattlife_live-ended", "-o", str(tmp_path / "job.out"),
+                          str(script)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    dt = time.monotonic() - t0
+    assert sub.returncode == 0, sub.stderr + (tmp_path / "job.out").read_text()
+    job = sub.stdout.strip().split(";")[0]
+    ask = ["sacct", "-P", "-j", job, "-o", E.SACCT_FIELDS]
+    for _ in range(120):  # the controller hands the ended job to slurmdbd
+        text = subprocess.run(ask, capture_output=True, text=True, timeout=60).stdout
+        if f"\n{job}.0|COMPLETED" in text and f"\n{job}|COMPLETED" in text:
+            break
+        time.sleep(0.5)
+    print(f"recorded `{' '.join(ask)}`:\n{text}")
+    att = subprocess.run([wattlife, "attribute", str(run)], capture_output=True, text=True,
+                         timeout=300)
+    assert att.returncode == 0, att.stderr[-2000:]
+    cli = subprocess.run([wattlife, "slurm-energy", str(res)], capture_output=True, text=True,
+                         timeout=300)
+    print("wattlife slurm-energy:", cli.stdout, cli.stderr[-2000:], sep="\n")
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    row = pd.read_csv(res / "tables/slurm_energy.csv", dtype={"job_id": str}).set_index(
+        "job_id").loc[job]
+    assert row["slurm_source"] == f"sacct ConsumedEnergyRaw (step {job}.0, the measuring step)"
+    assert row["slurm_state"] == "COMPLETED" and row["suite_energy_j"] > 0
+    # the emulated node draws 150-350 W; the step ran `sleep 3` at least, the job at most dt
+    assert 150 * 2 <= row["slurm_energy_j"] <= 350 * dt
+    assert row["difference_j"] == pytest.approx(row["slurm_energy_j"] - row["suite_energy_j"])

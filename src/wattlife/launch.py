@@ -155,6 +155,18 @@ def whole_step(nodes: int) -> str:
     --whole`. Unbound (`--cpu-bind=none`): a task keeps its step's CPUs (the node's cgroup where
     task/cgroup confines it), not the one CPU a binding plugin gives a 1-CPU task. `exec` for one
     node: srun replaces the shell, so a signal to the job's command reaches it (srun forwards)."""
-    args = (f'srun --jobid="$SLURM_JOB_ID" --overlap --whole --nodes={nodes} --ntasks={nodes}'
-            " --ntasks-per-node=1 --kill-on-bad-exit=1 --cpu-bind=none")
+    args = _job_step(nodes, " --whole") + " --kill-on-bad-exit=1 --cpu-bind=none"
     return CLEAR_STEP_ENV + ("exec " if nodes == 1 else "") + args
+
+
+def _job_step(nodes: int, extra: str) -> str:
+    """`srun` of one task on each of `nodes` nodes of this job, beside its other steps."""
+    return (f'srun --jobid="$SLURM_JOB_ID" --overlap{extra} --nodes={nodes} --ntasks={nodes}'
+            " --ntasks-per-node=1")
+
+
+def each_node_step(nodes: int) -> str:
+    """The shell words that run the next command once on each of `nodes` nodes of this job, as a
+    step of its own beside the executor's (cleared step variables, `srun --jobid --overlap`):
+    what a node-local thing of the job, e.g. its checkpoint folder, is removed with."""
+    return CLEAR_STEP_ENV + _job_step(nodes, "")

@@ -9,6 +9,12 @@ with the plugin's sensors (a node's RAPL or IPMI reading, or its GPUs only), the
 sampler's window with its own. Each energy column has a `source` column beside it; a job Slurm
 has no energy for says why in `slurm_source` and leaves the number empty.
 
+Which of Slurm's numbers: the step the run measured in (meta.json's `slurm.step_id`: the
+`srun --whole` step of `wattlife run` / `launch-node`, on all the job's nodes) where sacct has
+it, else the job line, else the largest step. Slurm 22.05's job line is the sum of the job's
+srun steps (not the batch step), which overlap on a node (the executor's step holds the one
+the measurement runs in), so it can count a node twice (docs/slurm-evidence.md, recorded).
+
 Functions are pure (tables and texts in, table out) apart from `query_accounting`, which asks
 `sacct` / `sstat` unless given their recorded answers.
 """
@@ -18,7 +24,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +35,8 @@ from .errors import InputError
 SACCT_FIELDS = "JobID,State,Elapsed,NodeList,ConsumedEnergyRaw"
 SSTAT_FIELDS = "JobID,ConsumedEnergyRaw"
 SLURM_COLUMNS = ["job_id", "slurm_energy_j", "slurm_source", "slurm_state", "slurm_elapsed"]
+#: how `slurm_source` names the energy of the step the run measured in
+MEASURING_STEP = "the measuring step"
 
 
 def _run_dirs(results: Path) -> list[Path]:
@@ -47,8 +55,10 @@ def run_energy(run: Path, results: Path) -> dict[str, object] | None:
     if not slurm.get("job_id"):
         return None
     rel = run.relative_to(results).as_posix()
+    step = slurm.get("step_id")
     row: dict[str, object] = {"job_id": str(slurm["job_id"]), "run_dir": str(run),
-                              "cell": rel.removeprefix("runs/")}
+                              "cell": rel.removeprefix("runs/"),
+                              "slurm_step": f"{slurm['job_id']}.{step}" if step else ""}
     phases = run / "phases.csv"
     if not phases.exists():
         return {**row, "suite_energy_j": float("nan"),
@@ -65,8 +75,13 @@ def run_energy(run: Path, results: Path) -> dict[str, object] | None:
 def suite_energy(results: Path) -> pd.DataFrame:
     """The suite's energy of every measuring run of `results` that ran in a Slurm job."""
     rows = [r for r in (run_energy(d, results) for d in _run_dirs(results)) if r is not None]
-    return pd.DataFrame(rows, columns=["job_id", "run_dir", "cell", "suite_energy_j",
-                                       "suite_source"])
+    return pd.DataFrame(rows, columns=["job_id", "run_dir", "cell", "slurm_step",
+                                       "suite_energy_j", "suite_source"])
+
+
+def measuring_steps(ours: pd.DataFrame) -> dict[str, str]:
+    """Each job's measuring step (`<job>.<step>`) from `suite_energy`'s table, where known."""
+    return {j: s for j, s in zip(ours["job_id"], ours["slurm_step"], strict=True) if s}
 
 
 def _energy(raw: object) -> float | None:
@@ -79,10 +94,33 @@ def _energy(raw: object) -> float | None:
     return v if v > 0 else None
 
 
-def parse_sacct(text: str, tool: str = "sacct") -> pd.DataFrame:
-    """One row per job from `sacct -P -o SACCT_FIELDS` (header line first): the job line's
-    energy, else the largest of its steps' (the batch or extern step spans the allocation; steps
-    overlap on a node, so they are never summed), saying which in `slurm_source`."""
+def _pick(job: str, g: pd.DataFrame, tool: str, step: str | None) -> tuple[float | None, str]:
+    """The energy of one job's lines and its source: the measuring step `step`'s, else the job
+    line's, else the largest step's (steps overlap on a node: never summed)."""
+    mine = g[g["JobID"] == step] if step else g.iloc[:0]
+    e = _energy(mine["ConsumedEnergyRaw"].iloc[0]) if len(mine) else None
+    if e is not None:
+        return e, f"{tool} ConsumedEnergyRaw (step {step}, {MEASURING_STEP})"
+    head = g[g["JobID"] == job]
+    e = _energy(head["ConsumedEnergyRaw"].iloc[0]) if len(head) else None
+    if e is not None:
+        return e, f"{tool} ConsumedEnergyRaw (job {job}: the sum of its srun steps)"
+    steps = g[g["JobID"] != job]
+    es = [(v, s) for s, r in zip(steps["JobID"], steps["ConsumedEnergyRaw"], strict=True)
+          if (v := _energy(r)) is not None]
+    if es:
+        e, largest = max(es)
+        return e, f"{tool} ConsumedEnergyRaw (step {largest}, the largest)"
+    return None, (f"none: {tool} reports no energy for job {job} (no acct_gather_energy "
+                  "plugin on its nodes?)")
+
+
+def parse_sacct(text: str, tool: str = "sacct",
+                measuring: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """One row per job from `sacct -P -o SACCT_FIELDS` (header line first): the energy of the
+    job's measuring step (`measuring`: job -> `<job>.<step>`), else of the job line, else the
+    largest of its steps' (the batch or extern step spans the allocation; steps overlap on a
+    node, so they are never summed), saying which in `slurm_source`."""
     tab = pd.read_csv(io.StringIO(text), sep="|", dtype=str, keep_default_na=False)
     if "JobID" not in tab or "ConsumedEnergyRaw" not in tab:
         raise InputError(f"{tool} output: expected the columns JobID and ConsumedEnergyRaw "
@@ -90,17 +128,8 @@ def parse_sacct(text: str, tool: str = "sacct") -> pd.DataFrame:
     tab["job"] = tab["JobID"].str.split(".").str[0]
     out = []
     for job, g in tab.groupby("job", sort=True):
+        e, src = _pick(str(job), g, tool, (measuring or {}).get(str(job)))
         head = g[g["JobID"] == job]
-        steps = g[g["JobID"] != job]
-        e = _energy(head["ConsumedEnergyRaw"].iloc[0]) if len(head) else None
-        src = f"{tool} ConsumedEnergyRaw (job {job})"
-        if e is None:
-            es = [(v, s) for s, r in zip(steps["JobID"], steps["ConsumedEnergyRaw"], strict=True)
-                  if (v := _energy(r)) is not None]
-            e, step = max(es) if es else (None, None)
-            src = (f"{tool} ConsumedEnergyRaw (step {step}, the largest)" if step else
-                   f"none: {tool} reports no energy for job {job} (no acct_gather_energy "
-                   "plugin on its nodes?)")
         first = head.iloc[0] if len(head) else g.iloc[0]
         out.append({"job_id": job, "slurm_energy_j": e, "slurm_source": src,
                     "slurm_state": first.get("State", ""),
@@ -131,14 +160,15 @@ def _ask(args: Sequence[str]) -> tuple[str | None, str]:
     return p.stdout, ""
 
 
-def _so_far(tab: pd.DataFrame, running: Sequence[str], sstat_file: str | None) -> pd.DataFrame:
+def _so_far(tab: pd.DataFrame, running: Sequence[str], sstat_file: str | None,
+            measuring: Mapping[str, str] | None = None) -> pd.DataFrame:
     """`tab` with sstat's energy so far for the jobs of `running` that sstat answers for (a
     job with no step running is left as it was: sstat names it on stderr only)."""
     st, _ = ((Path(sstat_file).read_text(), "") if sstat_file else
              _ask(["sstat", "-P", "-a", "-j", ",".join(running), "-o", SSTAT_FIELDS]))
     if not st:
         return tab
-    now = parse_sacct(st, "sstat (running: so far)").set_index("job_id")
+    now = parse_sacct(st, "sstat (running: so far)", measuring).set_index("job_id")
     for col in ("slurm_energy_j", "slurm_source"):
         tab[col] = [now[col].get(j, v) if j in now.index else v
                     for j, v in zip(tab["job_id"], tab[col], strict=True)]
@@ -148,19 +178,24 @@ def _so_far(tab: pd.DataFrame, running: Sequence[str], sstat_file: str | None) -
 
 
 def query_accounting(job_ids: Sequence[str], sacct_file: str | None = None,
-                     sstat_file: str | None = None) -> pd.DataFrame:
-    """Slurm's energy of `job_ids`: sacct's (or `sacct_file`'s), and for a job still running
-    sstat's (or `sstat_file`'s) so far; a tool that does not answer is named in
-    `slurm_source`. Where sacct does not answer (no accounting storage), every job is asked of
-    sstat, which reads the running steps from the nodes without it."""
+                     sstat_file: str | None = None,
+                     measuring: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Slurm's energy of `job_ids` (of each one's measuring step where `measuring` names it,
+    see `parse_sacct`): sacct's (or `sacct_file`'s), and for a job still running sstat's (or
+    `sstat_file`'s) so far, unless sacct has its measuring step's (ended: final); a tool that
+    does not answer is named in `slurm_source`. Where sacct
+    does not answer (no accounting storage), every job is asked of sstat, which reads the
+    running steps from the nodes without it."""
     text, why = ((Path(sacct_file).read_text(), "") if sacct_file else
                  _ask(["sacct", "-P", "-j", ",".join(job_ids), "-o", SACCT_FIELDS]))
     if text is None:
         tab = pd.DataFrame({"job_id": list(job_ids), "slurm_energy_j": None,
                             "slurm_source": f"none: sacct failed ({why})", "slurm_state": "",
                             "slurm_elapsed": ""}, columns=SLURM_COLUMNS)
-        return _so_far(tab, list(job_ids), sstat_file)
-    tab = parse_sacct(text, "sacct")
-    running = [j for j, s in zip(tab["job_id"], tab["slurm_state"], strict=True)
-               if s == "RUNNING"]
-    return _so_far(tab, running, sstat_file) if running else tab
+        return _so_far(tab, list(job_ids), sstat_file, measuring)
+    tab = parse_sacct(text, "sacct", measuring)
+    # a running job whose measuring step has ended keeps sacct's energy of that step (final)
+    running = [j for j, s, src in zip(tab["job_id"], tab["slurm_state"], tab["slurm_source"],
+                                      strict=True)
+               if s == "RUNNING" and not src.endswith(f"{MEASURING_STEP})")]
+    return _so_far(tab, running, sstat_file, measuring) if running else tab

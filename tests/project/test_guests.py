@@ -50,7 +50,7 @@ def _slurm_tests(tmp_path: Path, opt_in: bool) -> tuple[list[str], str]:
 def test_no_slurm_command_is_called_without_the_opt_in(tmp_path):
     calls, out = _slurm_tests(tmp_path, opt_in=False)
     assert calls == [], calls
-    assert "7 skipped" in out and "WATTLIFE_TEST_SLURM=1 not set" in out, out[-2000:]
+    assert "8 skipped" in out and "WATTLIFE_TEST_SLURM=1 not set" in out, out[-2000:]
 
 
 def test_with_the_opt_in_the_slurm_tests_do_submit(tmp_path):

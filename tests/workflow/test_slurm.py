@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from conftest import copy_workflow, slurm_test_partition
+from slurm_cells import tiny_slurm_config
 from test_slurm_nodes import node_shapes, steps_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,24 +23,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 def _node_gres() -> str:
     """The GRES of this one-node cluster (`.ci/slurm-up.sh` gives it two placeholder GPUs)."""
     return subprocess.run(["scontrol", "show", "node"], capture_output=True, text=True).stdout
-
-
-def _tiny_config(tmp_path: Path, gres: bool) -> Path:
-    """The shipped config, made tiny: one ResNet cell on local storage through the multi-node
-    launch path on this one node (srun -> a sampler per node -> torchrun -> merge)."""
-    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    cfg["results_dir"] = str(tmp_path / "res")
-    cfg["storage"] = {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")}
-    cfg["data"]["images"].update(classes=2, train_per_class=6, val_per_class=2)
-    cfg["workloads"]["resnet"].update(steps=2, val_every=0, ckpt_every=1, image_size=32,
-                                      batch_size=4)
-    cfg["execution"].update(storage=["local"], checkpoint=["on"], per_node_sampler=True)
-    cfg["sampler"]["idle_baseline_s"] = 0.2
-    if gres:  # no simulated GPU: the cell asks for execution.gpus_per_node (1) real GPU per node
-        cfg["sampler"]["gpu"] = "none"
-    conf = tmp_path / "config.yaml"
-    conf.write_text(yaml.safe_dump(cfg))
-    return conf
 
 
 def _rerun_then_nothing_to_do(conf: Path, site: list[str], cell: Path, tmp_path: Path,
@@ -74,7 +56,9 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     # the cluster binds tasks to their CPUs (as GPU clusters do): a 1-CPU step shows as one CPU
     assert re.search(r"TaskPlugin\s*=.*(affinity|cgroup)", conf_text), "run .ci/slurm-up.sh"
     gres = re.search(r"Gres=gpu", _node_gres()) is not None
-    conf = _tiny_config(tmp_path, gres)
+    # one ResNet cell on local storage through the multi-node launch path on this one node
+    # (srun -> a sampler per node -> torchrun -> merge)
+    conf = tiny_slurm_config(tmp_path, gpus=gres, storage="local", per_node_sampler=True)
     # the documented command (`--profile profiles/slurm`, as shipped), with only this cluster's
     # site values: its partition, and the status command of a cluster without accounting
     part = slurm_test_partition()

@@ -35,25 +35,31 @@ def _slice(text: str, of: str) -> Any:
 
 
 def cmd_measure(a: argparse.Namespace) -> int:
+    from .. import jobs as J
     from ..custody import measure_cell
 
     _log_to_stderr()
     slice_doc = _slice(a.slice, "cell")
+    ex = J.slice_execution(slice_doc)
     return measure_cell(a.results, a.cell, slice_doc, pointer=a.pointer, poll_s=a.poll_s,
-                        checkpoints=None if a.keep_checkpoint else checkpoint_folder(slice_doc,
-                                                                                     a.cell))
+                        checkpoints=None if a.keep_checkpoint else checkpoint_folder(
+                            slice_doc, a.cell, expand=False),
+                        checkpoint_nodes=ex.nodes if ex is not None else 1)
 
 
-def checkpoint_folder(slice_doc: dict[str, Any], cell: str) -> Path:
+def checkpoint_folder(slice_doc: dict[str, Any], cell: str, expand: bool = True) -> Path:
     """Where the cell's workload writes its checkpoints on this node: <storage>/checkpoints/<run
-    id>/ (`workloads.checkpoint_space`), from the cell's config slice, typed here at the edge."""
+    id>/ (`workloads.checkpoint_space`), from the cell's config slice, typed here at the edge
+    (`expand`: False: the storage root's variables left to each node of the job)."""
     from ..config import settings
     from ..custody.measure import cell_keys, cell_run_id
-    from ..workloads.checkpoint_space import cell_checkpoint_folder
+    from ..workloads.checkpoint_space import cell_checkpoint_folder, checkpoint_root
 
     k = cell_keys(cell)
-    return cell_checkpoint_folder(settings(slice_doc), k["workload"], k["storage"],
-                                  cell_run_id(cell))
+    s = settings(slice_doc)
+    if not expand:
+        return checkpoint_root(s, k["workload"], k["storage"]) / cell_run_id(cell)
+    return cell_checkpoint_folder(s, k["workload"], k["storage"], cell_run_id(cell))
 
 
 def cmd_attempt(a: argparse.Namespace) -> int:
@@ -110,8 +116,17 @@ def cmd_seal_derived(a: argparse.Namespace) -> int:
 
 
 def cmd_drop_checkpoint(a: argparse.Namespace) -> int:
+    import os
+
+    from ..nodename import short_node_name
     from ..workloads.checkpoint_space import remove_checkpoint_folder, summary_checkpoint_folder
 
+    if (a.summary is None) == (a.folder is None):
+        raise InputError("drop-checkpoint: give either SUMMARY or --folder (one of them)")
+    if a.folder is not None:  # one node's copy of a multi-node cell's folder (measure's step)
+        print(f"{short_node_name()}: "
+              f"{remove_checkpoint_folder(Path(os.path.expandvars(a.folder)))}")
+        return 0
     folder = summary_checkpoint_folder(a.summary)
     print(f"{a.summary}: lists no checkpoint; nothing removed" if folder is None
           else remove_checkpoint_folder(folder))
@@ -196,5 +211,9 @@ def _add_drop_checkpoint(sub: Any) -> None:
                                    "checkpoint SUMMARY lists (the upload rule, once the upload "
                                    "is sealed). A checkpoint is not a measurement: no seal lists "
                                    "it.")
-    d.add_argument("summary", help="the cell's work/summary.json")
+    d.add_argument("summary", nargs="?", help="the cell's work/summary.json")
+    d.add_argument("--folder", help="remove this checkpoint folder (<root>/checkpoints/<run id>) "
+                                    "on this node instead, its environment variables expanded "
+                                    "here (what `measure` runs on each node of a multi-node "
+                                    "job; default: the one SUMMARY lists)")
     d.set_defaults(fn=cmd_drop_checkpoint)

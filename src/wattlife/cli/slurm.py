@@ -59,13 +59,13 @@ def cmd_slurm_orphans(a: argparse.Namespace) -> int:
 
 def cmd_slurm_energy(a: argparse.Namespace) -> int:
     """Each measuring job's energy as the suite measured it beside Slurm's ConsumedEnergy."""
-    from ..slurm_energy import energy_table, query_accounting, suite_energy
+    from ..slurm_energy import energy_table, measuring_steps, query_accounting, suite_energy
 
     ours = suite_energy(Path(a.results))
     if ours.empty:
         log.warning(f"{a.results}: no run with a Slurm job in its meta.json")
         return 1
-    slurm = query_accounting(sorted(set(ours["job_id"])), a.sacct, a.sstat)
+    slurm = query_accounting(sorted(set(ours["job_id"])), a.sacct, a.sstat, measuring_steps(ours))
     table = energy_table(ours, slurm)
     out = Path(a.output or Path(a.results) / "tables" / "slurm_energy.csv")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,9 @@ e.g. the orphan of a killed controller, is waited for, never run beside), in thi
    here, from the slice: wattlife.launch) runs with the attempt as its run folder, and on exit 0
    the attempt is sealed (files read-only) and published; otherwise failed.json keeps its reason.
 When the job ends (any outcome), the cell's checkpoint folder is removed (`--keep-checkpoint`:
-kept, for the upload cell): a checkpoint is not a measurement, no seal lists it.
+kept, for the upload cell): a checkpoint is not a measurement, no seal lists it. A multi-node
+cell in Slurm removes it on every node of its job (a step of one `wattlife drop-checkpoint
+--folder` per node: a `local` root is each node's own disk).
 The command runs in a session of its own; SIGINT / SIGTERM (the user's say) are forwarded to it,
 SIGHUP (the controller's terminal lost) is not: the measurement goes on as an orphan and is adopted.
 """
@@ -21,6 +23,7 @@ import ctypes
 import logging
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -74,14 +77,44 @@ def cell_run_id(cell: str) -> str:
     return f"{k['workload']}-{k['storage']}-ckpt{k['checkpoint']}-r{k['repeat']}"
 
 
-def drop_cell_checkpoints(folder: Path, cell: str) -> None:
-    """Remove the cell's checkpoint folder on this node (one log line says what): no step reads
+def every_node_drop_command(folder: Path, nodes: int) -> str:
+    """The command that removes `folder` (its variables expanded by each node) on each of the
+    job's `nodes` nodes: one `wattlife drop-checkpoint --folder` per node, a step of its own."""
+    from ..launch import each_node_step
+
+    return f"{each_node_step(nodes)} wattlife drop-checkpoint --folder {shlex.quote(str(folder))}"
+
+
+def drop_on_every_node(folder: Path, cell: str, nodes: int) -> bool:
+    """Run `every_node_drop_command` (each node's line logged); False where it failed."""
+    try:
+        p = subprocess.run(["bash", "-c", every_node_drop_command(folder, nodes)],
+                           capture_output=True, text=True, timeout=600,
+                           stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        p = subprocess.CompletedProcess([], 1, "", str(exc))
+    for line in p.stdout.splitlines():
+        log.info("%s: %s", cell, line)
+    if p.returncode != 0:
+        log.warning("%s: the step removing the checkpoint folder %s on each of the job's %d "
+                    "nodes failed (exit %d: %s); removed on this node only: remove it on the "
+                    "others by hand", cell, folder, nodes, p.returncode,
+                    (p.stderr.strip().splitlines() or ["no output"])[-1])
+    return p.returncode == 0
+
+
+def drop_cell_checkpoints(folder: Path, cell: str, nodes: int = 1) -> None:
+    """Remove the cell's checkpoint folder (one log line per node says what): no step reads
     it, except the upload cell's, which is kept (`--keep-checkpoint`). A checkpoint is not a
-    measurement: no seal lists it (wattlife.workloads.checkpoint_space)."""
+    measurement: no seal lists it (wattlife.workloads.checkpoint_space). A cell of `nodes` > 1
+    in a Slurm job: on each of its nodes (`drop_on_every_node`), else (or where that failed) on
+    this node; `folder`'s variables are expanded by the node that removes it."""
     from ..workloads.checkpoint_space import remove_checkpoint_folder
 
+    if nodes > 1 and os.environ.get("SLURM_JOB_ID") and drop_on_every_node(folder, cell, nodes):
+        return
     try:
-        log.info("%s: %s", cell, remove_checkpoint_folder(folder))
+        log.info("%s: %s", cell, remove_checkpoint_folder(Path(os.path.expandvars(folder))))
     except OSError as exc:  # the measurement stands; the folder is left, said
         log.warning("%s: the checkpoint folder %s could not be removed (%s); remove it by hand",
                     cell, folder, exc)
@@ -269,10 +302,11 @@ def under_custody(results: Path, t: Target, slice_doc: dict[str, Any],
 
 def measure_cell(results: str | Path, cell: str, slice_doc: dict[str, Any],
                  pointer: str | Path | None = None, poll_s: float | None = None,
-                 checkpoints: Path | None = None) -> int:
+                 checkpoints: Path | None = None, checkpoint_nodes: int = 1) -> int:
     """The `wattlife measure` command (see the module docstring); its exit status. With
     `checkpoints` (the cell's checkpoint folder, `cli.custody.checkpoint_folder`), that folder
-    is removed when the job ends (`drop_cell_checkpoints`)."""
+    is removed when the job ends, on each of the cell's `checkpoint_nodes` nodes
+    (`drop_cell_checkpoints`)."""
     results = Path(results)
     cell_keys(cell)
     h = slice_hash(slice_doc)
@@ -280,5 +314,6 @@ def measure_cell(results: str | Path, cell: str, slice_doc: dict[str, Any],
         raise InputError(f"--pointer {pointer}: the slice's hash is {h} ({pointer_name(h)})")
     return under_custody(results, cell_target(results, cell), slice_doc,
                          lambda attempt: cell_command(slice_doc, cell, attempt), poll_s,
-                         after=(lambda: drop_cell_checkpoints(checkpoints, cell))
+                         after=(lambda: drop_cell_checkpoints(checkpoints, cell,
+                                                              checkpoint_nodes))
                          if checkpoints is not None else None)
