@@ -63,7 +63,7 @@ def run(out: Path, mb: float, ckpt_mb: float) -> dict[str, float]:
     src, results = out / "made", out / "results"
     shutil.rmtree(results, ignore_errors=True)
     make_inputs(src, out / "storage", mb, ckpt_mb)
-    M.cell_command = lambda slice_doc, cell, attempt: (  # the measured command: files at once
+    M.cell_command = lambda slice_doc, cell, attempt, order=None: (  # files at once
         f"ln {src}/trace.csv {src}/events.csv {src}/meta.json {attempt}/ && "
         f"mkdir {attempt}/work && ln {src}/summary.json {attempt}/work/")
     t_measure, rc = timed(M.measure_new, results, CELL, {"slice": "bench"})
