@@ -1,5 +1,6 @@
 """The workflow's structure (issue 40): every preset dry-runs on its own with exactly its own
-matrix, one measuring rule per workload kind whatever the repeats, a user's sbatch flags
+matrix, one measuring rule per workload kind whatever the repeats, rounds of repeats and each
+round's seeded order (chained where measurements run one at a time), a user's sbatch flags
 (`slurm.extra`) on every measuring rule beside --exclusive, a local flag per rule, the PFI work
 folder a temp() output, benchmark files on CPU steps only; and which failures of a PFI cap are
 data (a recorded point) and which the infrastructure's (the job fails)."""
