@@ -15,7 +15,9 @@
 # their tokenizer), the repeat a wildcard. Repeats run in rounds (`round_done` below): repeat r of
 # every cell before repeat r + 1 of any, on any Snakemake; where Snakemake evaluates a priority
 # function per job (9.27.1; not 9.14.8, the lock's), the repeat's priority
-# (wattlife.jobs.repeat_priority) also says it.
+# (wattlife.jobs.repeat_priority) also says it. Within a round the cells run in a seeded order
+# (`execution.order_seed`; `turn_done` below chains them where measurements run one at a time:
+# common.smk, ORDER_ENFORCED), each cell's place recorded in its meta.json (`--order`).
 # Checkpoints: `wattlife measure` removes the cell's checkpoint folder
 # (<storage root>/checkpoints/<run id>/, wattlife.workloads.checkpoint_space) when the job ends,
 # but the upload cell's, which `upload` removes once it is sealed.
