@@ -89,7 +89,7 @@ def run(out: Path, mb: float, ckpt_mb: float) -> dict[str, tuple[float, float]]:
     results, times = out / "results", out / "writer.json"
     shutil.rmtree(results, ignore_errors=True)
     make_checkpoint(out / "storage", ckpt_mb)
-    M.cell_command = lambda slice_doc, cell, attempt: (  # the measured command: the files
+    M.cell_command = lambda slice_doc, cell, attempt, order=None: (  # the measured command
         f"{sys.executable} {Path(__file__).resolve()} --write-into {attempt} --mb {mb} "
         f"--out {times}")
     (wall, cpu), rc = timed(M.measure_new, results, CELL, {"slice": "bench"})

@@ -230,6 +230,48 @@ def round_pointers(wc):
     ]
 
 
+# The order within a round (execution.order_seed): each round's cells run in a seeded permutation
+# (wattlife.jobs.round_orders, a new one per round), recorded in each cell's meta.json (`cell`).
+# Snakemake 9.14.8 starts ready jobs of equal priority in no order of the workflow's (its sets
+# of jobs hash by memory address: not the order of the inputs that request them, not the same
+# from one run to the next), so where measurements run one at a time anyway (a global
+# `exclusive_node` limit of 1: profiles/local) the order is enforced: the cell at position p
+# waits for the turn file of position p - 1 (`turn_done`, an ancient() input, as a round's end:
+# a re-measured cell reruns no later one). On a cluster nothing waits (a round's cells run side by
+# side): the position is the plan, recorded as such (`order_enforced` false).
+ORDER_SEED = EXE.order_seed if EXE is not None else None
+ORDER_ENFORCED = ORDER_SEED is not None and _global("exclusive_node") == 1
+ORDER = J.cell_positions([(c.id, c.repeat) for c in CFG.cells()], ORDER_SEED, ORDER_ENFORCED)
+TURN = f"{RES}/rounds/r{{round}}/p{{position}}.done"
+TURNS = {
+    (c.repeat, ORDER[c.id]["round_position"]): dataclasses.asdict(c)
+    for c in CFG.cells()
+    if ORDER[c.id]["round_position"]
+}
+
+
+def _cell_of(wc):
+    return J.cell_id(wc.workload, wc.storage, wc.checkpoint, wc.repeat)
+
+
+def order_gate(wc):
+    """The turn of the cell before this one in its round (none: the first, or not enforced)."""
+    pos = ORDER[_cell_of(wc)]["round_position"]
+    if not ORDER_ENFORCED or pos == 1:
+        return []
+    return [ancient(TURN.format(round=int(wc.repeat), position=pos - 1))]
+
+
+def turn_pointer(wc):
+    """The published pointer of the cell at position `wc.position` of round `wc.round`."""
+    return cell_pointer(types.SimpleNamespace(**TURNS[(int(wc.round), int(wc.position))]))
+
+
+def cell_order(wc):
+    """params entry: the cell's place in its round as JSON (`wattlife measure --order`)."""
+    return J.canonical(ORDER[_cell_of(wc)])
+
+
 def cell_gpus():
     """GPUs per node a cell asks for: none for the simulated GPU."""
     return 0 if CFG.sampler.gpu == "sim" else EXE.gpus_per_node

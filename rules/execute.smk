@@ -15,7 +15,9 @@
 # their tokenizer), the repeat a wildcard. Repeats run in rounds (`round_done` below): repeat r of
 # every cell before repeat r + 1 of any, on any Snakemake; where Snakemake evaluates a priority
 # function per job (9.27.1; not 9.14.8, the lock's), the repeat's priority
-# (wattlife.jobs.repeat_priority) also says it.
+# (wattlife.jobs.repeat_priority) also says it. Within a round the cells run in a seeded order
+# (`execution.order_seed`; `turn_done` below chains them where measurements run one at a time:
+# common.smk, ORDER_ENFORCED), each cell's place recorded in its meta.json (`--order`).
 # Checkpoints: `wattlife measure` removes the cell's checkpoint folder
 # (<storage root>/checkpoints/<run id>/, wattlife.workloads.checkpoint_space) when the job ends,
 # but the upload cell's, which `upload` removes once it is sealed.
@@ -57,6 +59,23 @@ if _MATRIX_WORKLOADS and EXE.repeats > 1:
             "printf '%s\\n' {input:q} > {output:q}"
 
 
+# Turns within a round (common.smk, ORDER_ENFORCED): the end of the cell at position p of round
+# r, which the cell at p + 1 waits for (an ancient() input, as a round's end).
+if _MATRIX_WORKLOADS and ORDER_ENFORCED:
+
+    rule turn_done:
+        input:
+            turn_pointer,
+        output:
+            TURN,
+        wildcard_constraints:
+            round="[0-9]+",
+            position="[0-9]+",
+        localrule: True
+        shell:
+            "printf '%s\\n' {input:q} > {output:q}"
+
+
 for _kind, _workloads in EXECUTE_KINDS.items():
     if not _workloads:
         continue
@@ -67,6 +86,7 @@ for _kind, _workloads in EXECUTE_KINDS.items():
         input:
             data=lambda wc: dataset_input(wc.workload),
             after=round_gate,
+            turn=order_gate,
         output:
             pointer=f"{CELL}/sealed-{{slicehash}}.json",
         log:
@@ -85,6 +105,7 @@ for _kind, _workloads in EXECUTE_KINDS.items():
         params:
             slice=slice_of(cell_slice),
             cell=lambda wc: J.cell_id(wc.workload, wc.storage, wc.checkpoint, wc.repeat),
+            order=cell_order,  # its place in its round (recorded in meta.json)
             results=lambda wc: RES,
             # the cell's checkpoint folder is removed when the job ends, but the upload cell's
             # (the upload step reads it, then removes it: rules/prepare.smk)
@@ -95,7 +116,8 @@ for _kind, _workloads in EXECUTE_KINDS.items():
             ),
         shell:
             "wattlife measure --results {params.results:q} --cell {params.cell:q}"
-            " --slice {params.slice:q} --pointer {output.pointer:q} {params.keep}"
+            " --slice {params.slice:q} --pointer {output.pointer:q} --order {params.order:q}"
+            " {params.keep}"
             " > {log:q} 2>&1"
 
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .config import Analysis, Attribution, settings
@@ -189,6 +190,43 @@ def repeat_priority(repeat: int, repeats: int) -> int:
     (repeats - repeat), so repeat r of every cell runs before repeat r + 1 of any; 0 for the last,
     the priority of every other job."""
     return max(repeats - int(repeat), 0)
+
+
+def round_orders(rounds: Mapping[int, Sequence[str]], seed: int) -> dict[int, list[str]]:
+    """Each round's cells in the order they run: a permutation of the round's sorted cell ids,
+    drawn from `seed` and the round (reproducible from the seed alone), drawn again while it is
+    the previous round's order, so that no two consecutive rounds of 2 or more cells run in the
+    same order (a position effect never lands on the same cells twice in a row)."""
+    out: dict[int, list[str]] = {}
+    last: list[int] | None = None  # the previous round's permutation of its sorted cells
+    for r in sorted(rounds):
+        rng = random.Random(f"wattlife-order/{int(seed)}/{int(r)}")
+        ids = sorted(rounds[r])
+        perm = list(range(len(ids)))
+        rng.shuffle(perm)
+        while len(perm) > 1 and perm == last:
+            rng.shuffle(perm)
+        out[r] = [ids[i] for i in perm]
+        last = perm
+    return out
+
+
+def cell_positions(cells: Sequence[tuple[str, int]], seed: int | None, enforced: bool = False
+                   ) -> dict[str, dict[str, Any]]:
+    """cell id -> its place in its round (`cells`: every (cell id, repeat) of the matrix):
+    `round_position` (1 = first), `round_cells`, `order_seed`, `order_enforced` (`enforced`:
+    each cell waits for the one before it, rules/execute.smk; else the order is only the plan);
+    a None seed: no order of the suite's (Snakemake's own), each position None."""
+    rounds: dict[int, list[str]] = {}
+    for cid, r in cells:
+        rounds.setdefault(int(r), []).append(cid)
+    if seed is None:
+        return {cid: {"round_position": None, "round_cells": len(rounds[int(r)]),
+                      "order_seed": None, "order_enforced": False} for cid, r in cells}
+    return {cid: {"round_position": i, "round_cells": len(order), "order_seed": int(seed),
+                  "order_enforced": bool(enforced)}
+            for order in round_orders(rounds, seed).values()
+            for i, cid in enumerate(order, start=1)}
 
 
 def cell_slices(cfg: Config) -> dict[str, dict[str, Any]]:

@@ -126,7 +126,9 @@ def test_a_users_slurm_extra_adds_to_the_suites_flags(tmp_path, env_path):
     `--set-resources execute_tokenizer:slurm_extra=...` replaced it on the `execute_tokenizer_r2`
     rule and all other repeat >= 2 rules). One measuring rule per kind now takes every repeat as
     a wildcard (test_workflow_idioms), and a repeat r >= 2 is submitted only once round r - 1 has
-    ended (`round_done`), which these fake jobs never do: the first round's jobs of both kinds."""
+    ended (`round_done`), which these fake jobs never do: the first round's jobs of both kinds,
+    all submitted at once (on a cluster no cell of a round waits for the one before it in the
+    round's seeded order: that order is a local run's, rules/common.smk ORDER_ENFORCED)."""
     _downloaded(tmp_path / "res", "wikitext-103")
     _downloaded(tmp_path / "res", "imagenet-1k")
     cells = ["qwen/local/ckpt-on/r1", "qwen/shared/ckpt-off/r1", "resnet/local/ckpt-on/r1"]
@@ -134,6 +136,7 @@ def test_a_users_slurm_extra_adds_to_the_suites_flags(tmp_path, env_path):
                         [str(tmp_path / f"res/runs/{c}/trace.csv") for c in cells],
                         config=("slurm={account: acct, gpu_partition: gpuq,"
                                 " extra: '--mail-type=END'}",))
+    assert len(lines) == len(cells), lines
     assert {"rule_execute_tokenizer", "rule_execute"} <= {
         re.search(r"--comment (rule_\w+?)_wildcards", ln).group(1) for ln in lines}
     for line in lines:

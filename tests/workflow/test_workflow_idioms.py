@@ -1,5 +1,6 @@
 """The workflow's structure (issue 40): every preset dry-runs on its own with exactly its own
-matrix, one measuring rule per workload kind whatever the repeats, a user's sbatch flags
+matrix, one measuring rule per workload kind whatever the repeats, rounds of repeats and each
+round's seeded order (chained where measurements run one at a time), a user's sbatch flags
 (`slurm.extra`) on every measuring rule beside --exclusive, a local flag per rule, the PFI work
 folder a temp() output, benchmark files on CPU steps only; and which failures of a PFI cap are
 data (a recorded point) and which the infrastructure's (the job fails)."""
@@ -16,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from wattlife.jobs import pfi_run_id
+from wattlife.jobs import cell_positions, pfi_run_id
 from wattlife.sweeps.failures import InfrastructureFailure, classify, run_logged
 
 REPO = Path(__file__).resolve().parents[2]
@@ -233,6 +234,67 @@ def test_an_oom_at_a_cap_is_a_recorded_point_and_a_signal_fails_the_job(tmp_path
     assert not out.exists() and not (out.parent / "meta.json").exists()
 
 
+def _jobs(out: str) -> list[dict[str, str]]:
+    """The dry run's jobs (`-n` output): each block's rule, input and wildcards lines."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", out):
+        m = re.match(r"(?:local)?rule (\w+):\n", block)
+        if m:
+            fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
+            jobs.append({"rule": m.group(1), **fields})
+    return jobs
+
+
+def test_a_local_run_chains_each_round_in_its_seeded_order_a_cluster_run_does_not(
+        workflow_dir, env_path):
+    """Issue 40 (order within a round): with profiles/local (one measurement at a time) the cell
+    at position p of round r waits for the turn file of position p - 1 (`turn_done`, which reads
+    that cell's pointer), in `jobs.round_orders`' order for `execution.order_seed`; each job is
+    told its place (`--order`). Without the `exclusive_node` limit (a cluster) nothing waits.
+    Before: no cell of a round waited for another, and no place was passed."""
+    overlay = workflow_dir / "order.yaml"
+    overlay.write_text(yaml.safe_dump({"execution": {
+        "storage": ["shared", "local"], "checkpoint": ["off", "on"], "repeats": 2,
+        "order_seed": 11}}))
+    files = ("--configfile", ".test/config/config.yaml", str(overlay))
+    shutil.copytree(REPO / ".test", workflow_dir / ".test", dirs_exist_ok=True)
+    res = workflow_dir / "res-dry"
+    cells = [f"resnet/{s}/ckpt-{c}/r{r}" for s in ("shared", "local") for c in ("off", "on")
+             for r in (1, 2)]
+    targets = [f"{res}/runs/{c}/trace.csv" for c in cells]
+    local = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/local",
+                            "-n", *files, "--config", f"results_dir={res}", "--", *targets],
+                           cwd=workflow_dir, env=env_path, capture_output=True, text=True,
+                           timeout=600)
+    assert local.returncode == 0, local.stderr[-3000:]
+    plan = cell_positions([(c, int(c[-1])) for c in cells], 11, enforced=True)
+    at = {(int(c[-1]), p["round_position"]): c for c, p in plan.items()}
+    jobs = _jobs(local.stdout + local.stderr)
+    turns = {j["output"].split("/rounds/")[1]: j["input"] for j in jobs
+             if j["rule"] == "turn_done"}
+    assert turns.keys() == {f"r{r}/p{p}.done" for r in (1, 2) for p in (1, 2, 3)}, turns
+    for (r, p), c in at.items():
+        if p < 4:
+            assert f"/runs/{c}/sealed-" in turns[f"r{r}/p{p}.done"], (r, p, turns)
+    measured = [j for j in jobs if j["rule"] == "execute"]
+    assert len(measured) == 8
+    for j in measured:
+        w = dict(re.findall(r"(\w+)=(\w+)", j["wildcards"]))
+        c = f"{w['workload']}/{w['storage']}/ckpt-{w['checkpoint']}/r{w['repeat']}"
+        p = plan[c]["round_position"]
+        gate = re.findall(r"/rounds/(r\d+/p\d+)\.done", j["input"])
+        assert gate == ([] if p == 1 else [f"r{c[-1]}/p{p - 1}"]), (c, p, j["input"])
+    orders = re.findall(r"--order '(\{.*?\})'", local.stdout + local.stderr)
+    assert sorted(json.loads(o)["round_position"] for o in orders) == [1, 1, 2, 2, 3, 3, 4, 4]
+    cluster = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "8", "-n", "-p", *files,
+                              "--config", f"results_dir={res}", "--", *targets],
+                             cwd=workflow_dir, env=env_path, capture_output=True, text=True,
+                             timeout=600)
+    assert cluster.returncode == 0, cluster.stderr[-3000:]
+    assert "turn_done" not in _counts(cluster.stdout), cluster.stdout[-2000:]
+    assert '"order_enforced":false' in cluster.stdout + cluster.stderr
+
+
 def test_an_overlay_given_alone_says_to_put_the_demo_config_first(workflow_dir, env_path):
     overlay = workflow_dir / "only-repeats.yaml"
     overlay.write_text("execution: {repeats: 2}\n")
@@ -261,37 +323,50 @@ def test_only_the_upload_cells_checkpoint_outlives_its_job_and_the_upload_remove
 
 
 @pytest.mark.slow
-def test_repeat_r_of_every_cell_runs_before_repeat_r_plus_1_of_any(workflow_dir, env_path,
-                                                                   tmp_path):
-    """Issue 40, on the lock's Snakemake (9.14.8 takes no priority of the wildcards): a real local
-    run of 2 cells x 3 repeats starts the measuring jobs round by round (Snakemake's log), and a
-    cell of round 1 measured again (retired) reruns its round's end only, no later round's cell.
-    Before: the order was Snakemake's (every measuring job priority 0)."""
+def test_rounds_of_repeats_run_in_order_and_each_round_in_its_seeded_order(workflow_dir,
+                                                                          env_path, tmp_path):
+    """Issues 40 and 40-order, on the lock's Snakemake (9.14.8 takes no priority of the
+    wildcards): a real local run of 3 cells x 2 repeats starts the measuring jobs round by round
+    and, within each round, in the seeded permutation of `execution.order_seed` (a different
+    one per round), each cell's meta.json recording its place; a cell of round 1 measured again
+    (retired) reruns its round's end and its turn only, no other cell.
+    Before: the order was Snakemake's (every measuring job priority 0; within a round, its sets'
+    order: memory addresses), and meta.json recorded no place."""
     res = tmp_path / "res"
     conf = tmp_path / "rounds.yaml"
     conf.write_text(yaml.safe_dump({
         "results_dir": str(res),
         "storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
-        "execution": {"storage": ["shared", "local"], "repeats": 3}}))
+        "execution": {"storage": ["local"], "checkpoint": ["off", "sync", "async"],
+                      "repeats": 2, "order_seed": 1},
+        "workloads": {"resnet": {"steps": 2, "val_every": 2}}}))
     shutil.copytree(REPO / ".test", workflow_dir / ".test", dirs_exist_ok=True)
-    last = [f"{res}/runs/resnet/{s}/ckpt-off/r{r}/trace.csv" for s in ("shared", "local")
-            for r in (1, 2, 3)]
+    cells = [f"resnet/local/ckpt-{c}/r{r}" for c in ("off", "sync", "async") for r in (1, 2)]
+    plan = cell_positions([(c, int(c[-1])) for c in cells], 1, enforced=True)
+    want = sorted(cells, key=lambda c: (int(c[-1]), plan[c]["round_position"]))
+    assert want[:3] != sorted(want[:3]) and [c[:-1] for c in want[:3]] != [
+        c[:-1] for c in want[3:]], want  # the seed's orders: not sorted, not the same twice
+    last = [f"{res}/runs/{c}/trace.csv" for c in cells]
     args = [sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--configfile",
             ".test/config/config.yaml", str(conf)]
     run = subprocess.run([*args, "--", *last], cwd=workflow_dir, env=env_path,
                          capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
-    started = re.findall(r"^(?:local)?rule (execute\w*):\n(?:    .*\n)*?    wildcards: workload="
-                         r"\w+, storage=(\w+), checkpoint=\w+, repeat=(\d+)", run.stderr, re.M)
-    repeats = [int(r[-1]) for r in started]
-    assert len(started) == 6 and repeats == sorted(repeats), started
-    assert (res / "rounds" / "r2.done").read_text().count("sealed-") == 2
-    retired = subprocess.run([sys.executable, "-m", "wattlife.cli", "retire", str(res),
-                              "resnet/shared/ckpt-off/r1"], env=env_path, capture_output=True,
-                             text=True, timeout=120)
+    started = re.findall(r"^(?:local)?rule execute\w*:\n(?:    .*\n)*?    wildcards: workload="
+                         r"(\w+), storage=(\w+), checkpoint=(\w+), repeat=(\d+)", run.stderr,
+                         re.M)
+    assert [f"{w}/{s}/ckpt-{c}/r{r}" for w, s, c, r in started] == want, started
+    for c in cells:
+        cell = json.loads((res / "runs" / c / "meta.json").read_text())["cell"]
+        assert {k: cell[k] for k in plan[c]} == plan[c], (c, cell)
+    assert (res / "rounds" / "r1.done").read_text().count("sealed-") == 3
+    first = want[0]
+    retired = subprocess.run([sys.executable, "-m", "wattlife.cli", "retire", str(res), first],
+                             env=env_path, capture_output=True, text=True, timeout=120)
     assert retired.returncode == 0, retired.stderr
     dry = subprocess.run([*args, "-n", "--", *last], cwd=workflow_dir, env=env_path,
                          capture_output=True, text=True, timeout=600)
     assert dry.returncode == 0, dry.stderr[-3000:]
     jobs = _counts(dry.stdout + dry.stderr)
-    assert jobs == {"execute": 1, "link_cell": 1, "round_done": 1, "total": 3}, jobs
+    assert jobs == {"execute": 1, "link_cell": 1, "round_done": 1, "turn_done": 1,
+                    "total": 4}, jobs

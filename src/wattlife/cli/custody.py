@@ -41,10 +41,26 @@ def cmd_measure(a: argparse.Namespace) -> int:
     _log_to_stderr()
     slice_doc = _slice(a.slice, "cell")
     ex = J.slice_execution(slice_doc)
+    order = _order(a.order) if a.order else None
     return measure_cell(a.results, a.cell, slice_doc, pointer=a.pointer, poll_s=a.poll_s,
                         checkpoints=None if a.keep_checkpoint else checkpoint_folder(
                             slice_doc, a.cell, expand=False),
-                        checkpoint_nodes=ex.nodes if ex is not None else 1)
+                        checkpoint_nodes=ex.nodes if ex is not None else 1, order=order)
+
+
+ORDER_KEYS = {"round_position", "round_cells", "order_seed", "order_enforced"}
+
+
+def _order(text: str) -> dict[str, Any]:
+    """--order: the cell's place in its round as JSON, exactly the keys ORDER_KEYS."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"--order: expected the cell's place in its round as JSON ({exc})"
+                         ) from None
+    if not isinstance(doc, dict) or set(doc) != ORDER_KEYS:
+        raise InputError(f"--order {text}: expected exactly the keys {sorted(ORDER_KEYS)}")
+    return doc
 
 
 def checkpoint_folder(slice_doc: dict[str, Any], cell: str, expand: bool = True) -> Path:
@@ -148,6 +164,9 @@ def add_parsers(sub: Any) -> None:
     m.add_argument("--keep-checkpoint", action="store_true",
                    help="keep the cell's checkpoint folder when the job ends (the upload cell's: "
                         "its upload reads it; default: removed, a checkpoint is not a measurement)")
+    m.add_argument("--order", help="the cell's place in its round of repeats (JSON: "
+                                   "round_position, round_cells, order_seed, order_enforced), "
+                                   "recorded in meta.json's cell (default: none recorded)")
     m.set_defaults(fn=cmd_measure)
     j = sub.add_parser("attempt", help="run a PFI cap or a transfer as a sealed attempt",
                        description="A measuring job other than a training cell: waits for a live "

@@ -241,6 +241,7 @@ class Execution:
     nodes: int
     per_node_sampler: bool
     runtime_min: int
+    order_seed: int | None                 # the cells' order within a round (jobs.round_orders)
 
     def __post_init__(self) -> None:
         if {"on", "sync"} <= set(self.checkpoint):  # `on` is `sync`: the same cell twice

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import re
@@ -55,8 +56,10 @@ def cell_keys(cell: str) -> dict[str, str]:
     return m.groupdict()
 
 
-def cell_command(slice_doc: dict[str, Any], cell: str, attempt: Path) -> str:
-    """The cell's command line with `attempt` as its run folder (wattlife.launch)."""
+def cell_command(slice_doc: dict[str, Any], cell: str, attempt: Path,
+                 order: dict[str, Any] | None = None) -> str:
+    """The cell's command line with `attempt` as its run folder (wattlife.launch); `order` (the
+    cell's place in its round, `jobs.cell_positions`) joins its keys in meta.json's `cell`."""
     from .. import jobs as J
     from ..launch import LaunchSpec, build_command, train_args
 
@@ -68,7 +71,7 @@ def cell_command(slice_doc: dict[str, Any], cell: str, attempt: Path) -> str:
     conf = str(attempt / "config.json")
     inner = train_args(conf, k["workload"], k["storage"], k["checkpoint"], str(attempt / "work"))
     return build_command(spec, config=conf, run_dir=str(attempt), run_id=cell_run_id(cell),
-                         cell=k, inner=inner)
+                         cell={**k, **(order or {})}, inner=inner)
 
 
 def cell_run_id(cell: str) -> str:
@@ -302,18 +305,21 @@ def under_custody(results: Path, t: Target, slice_doc: dict[str, Any],
 
 def measure_cell(results: str | Path, cell: str, slice_doc: dict[str, Any],
                  pointer: str | Path | None = None, poll_s: float | None = None,
-                 checkpoints: Path | None = None, checkpoint_nodes: int = 1) -> int:
+                 checkpoints: Path | None = None, checkpoint_nodes: int = 1,
+                 order: dict[str, Any] | None = None) -> int:
     """The `wattlife measure` command (see the module docstring); its exit status. With
     `checkpoints` (the cell's checkpoint folder, `cli.custody.checkpoint_folder`), that folder
     is removed when the job ends, on each of the cell's `checkpoint_nodes` nodes
-    (`drop_cell_checkpoints`)."""
+    (`drop_cell_checkpoints`); `order`: the cell's place in its round, recorded in its
+    meta.json (`cell_command`)."""
     results = Path(results)
     cell_keys(cell)
     h = slice_hash(slice_doc)
     if pointer is not None and Path(pointer).name != pointer_name(h):
         raise InputError(f"--pointer {pointer}: the slice's hash is {h} ({pointer_name(h)})")
+    make = cell_command if order is None else functools.partial(cell_command, order=order)
     return under_custody(results, cell_target(results, cell), slice_doc,
-                         lambda attempt: cell_command(slice_doc, cell, attempt), poll_s,
+                         lambda attempt: make(slice_doc, cell, attempt), poll_s,
                          after=(lambda: drop_cell_checkpoints(checkpoints, cell,
                                                               checkpoint_nodes))
                          if checkpoints is not None else None)
