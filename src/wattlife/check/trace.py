@@ -114,15 +114,35 @@ def check_span(span: pd.DataFrame, ev: pd.DataFrame, trace_file: str,
                meta: dict[str, Any] | None, max_rows: int = 5) -> list[Finding]:
     """Every event lies inside its host's trace span (`trace_span`; else attribution has no
     energy for it), and inside the workload's window that meta.json records."""
-    f: list[Finding] = []
-    ev = ev.assign(host_key=ev["host"].astype(str))
+    first = str(ev["file_name"].iloc[0]) if len(ev) else ""
+    return (untraced_hosts(span, set(span_host_keys(span, ev)), first, trace_file)
+            + span_findings(span, ev, meta, max_rows))
+
+
+def span_host_keys(span: pd.DataFrame, ev: pd.DataFrame) -> pd.Series:
+    """Each event's host as the trace names it (a one-host trace: its host, whatever the
+    events call it)."""
     hosts = set(span.index.astype(str))
     if len(hosts) == 1:  # one-host run whose trace and events name the host differently
-        ev["host_key"] = next(iter(hosts))
-    for h in sorted(set(ev["host_key"]) - hosts):
-        f.append(Finding(WARNING, "events.host-untraced", str(ev["file_name"].iloc[0]), None,
-                         f"host {h!r} has events but no trace rows in {trace_file}"))
-    e = ev[ev["host_key"].isin(hosts)]
+        return pd.Series(next(iter(hosts)), index=ev.index, dtype=object)
+    return ev["host"].astype(str)
+
+
+def untraced_hosts(span: pd.DataFrame, hosts: set[str], events_file: str,
+                   trace_file: str) -> list[Finding]:
+    """A warning for each of the events' `hosts` (`span_host_keys`) without trace rows."""
+    return [Finding(WARNING, "events.host-untraced", events_file, None,
+                    f"host {h!r} has events but no trace rows in {trace_file}")
+            for h in sorted(hosts - set(span.index.astype(str)))]
+
+
+def span_findings(span: pd.DataFrame, ev: pd.DataFrame, meta: dict[str, Any] | None,
+                  max_rows: int = 5) -> list[Finding]:
+    """`check_span` but the untraced hosts: per events file, the events outside their host's
+    trace span, then those outside meta.json's workload window."""
+    f: list[Finding] = []
+    ev = ev.assign(host_key=span_host_keys(span, ev))
+    e = ev[ev["host_key"].isin(set(span.index.astype(str)))]
     lo = e["host_key"].map(span["min"]).astype(np.int64)
     hi = e["host_key"].map(span["max"]).astype(np.int64)
     out = ((e["start_ns"] < lo) | (e["end_ns"] > hi)).to_numpy()
