@@ -29,7 +29,13 @@ from .events_run import EventsContext, EventsOutcome, check_events_files, kinds_
 from .findings import ERROR, WARNING, Finding, merge_capped
 from .kinds import infer_kind
 from .outputs import check_meta, check_phases_table, summary_findings
-from .reading import READ_CODES, check_columns, read_csv_chunks, read_csv_lines
+from .reading import (
+    READ_CODES,
+    check_columns,
+    parquet_row_groups,
+    read_csv_chunks,
+    read_csv_lines,
+)
 from .stalls import Stalls, sampler_stalls
 from .trace import (
     TRACE_CODES,
@@ -77,8 +83,9 @@ def _trace_file(run: Path, meta: dict[str, Any] | None, now_ns: int, max_rows: i
                 f: list[Finding]) -> tuple[pd.DataFrame | None, Path | None]:
     """The trace read and checked (findings appended to `f`), and its path; returns each host's
     span (`trace_span`), None when the trace is missing, unreadable or without its contract's
-    columns. A CSV trace (plain, .gz, .zst) is read and checked in chunks
-    (`_trace_chunked`), in bounded memory; Parquet, quoted fields or a cut gzip file whole."""
+    columns. A CSV trace (plain, .gz, .zst) is read and checked in chunks, a Parquet one row
+    group by row group (`_trace_chunked`), in bounded memory; quoted fields, a cut gzip file or
+    a Parquet file without row groups whole."""
     tr_path = _first(run, list(TRACE_FILES))
     if tr_path is None:
         f.append(Finding(ERROR, "file.missing", str(run / TRACE_FILE), None,
@@ -86,11 +93,10 @@ def _trace_file(run: Path, meta: dict[str, Any] | None, now_ns: int, max_rows: i
         return None, None
     rows = ((meta or {}).get("sampler") or {}).get("rows")
     stalls = sampler_stalls(meta)
-    if tr_path.suffix != ".parquet":
-        try:
-            return _trace_chunked(tr_path, rows, now_ns, max_rows, f, stalls), tr_path
-        except StreamUnreadable:
-            pass
+    try:
+        return _trace_chunked(tr_path, rows, now_ns, max_rows, f, stalls), tr_path
+    except StreamUnreadable:
+        pass
     raw, ff = read_csv_lines(tr_path, max_rows, {"t_ns": "int", "value": "float"})
     f += ff
     if raw is None:
@@ -133,7 +139,9 @@ def _trace_chunks(tr_path: Path, rows: Any, now_ns: int, max_rows: int, f: list[
     check_f: list[Finding] = []
     cols: list[Finding] | None = None
     carry, spans, n, energy = None, [], 0, False
-    for raw, ff in read_csv_chunks(tr_path, max_rows, {"t_ns": "int", "value": "float"}):
+    chunks = (parquet_row_groups(tr_path) if tr_path.suffix == ".parquet" else
+              read_csv_chunks(tr_path, max_rows, {"t_ns": "int", "value": "float"}))
+    for raw, ff in chunks:
         read_f += ff
         if raw is None or cols:
             continue

@@ -53,15 +53,21 @@ def check_trace_rows(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5
                       "simulated"] * int(empty.sum()), max_rows)
     unknown = sorted(set(map(str, src[~empty].unique())) - known)
     for s in unknown:
-        first = int(tr["line_no"][(src == s).to_numpy()].iloc[0])
+        first = _first_line(tr["line_no"][(src == s).to_numpy()])
         f.append(Finding(WARNING, "trace.source-unknown", file, first,
                          f"source {s!r} is not one of {sorted(known)}"))
     devs = pd.Series([str(d) for d in tr["device"].unique()])
     for d in devs[~devs.str.match(device_pattern())]:
-        first = int(tr["line_no"][(tr["device"] == d).to_numpy()].iloc[0])
+        first = _first_line(tr["line_no"][(tr["device"] == d).to_numpy()])
         f.append(Finding(WARNING, "trace.device-name", file, first,
                          f"device {d!r} is not {device_forms()}"))
     return f
+
+
+def _first_line(lines: pd.Series) -> int | None:
+    """The first of some rows' lines; None for a Parquet table's (it has no lines)."""
+    ln = lines.iloc[0]
+    return None if pd.isna(ln) else int(ln)
 
 
 def check_trace_series(tr: pd.DataFrame, file: str, max_rows: int = 5) -> list[Finding]:
