@@ -54,7 +54,7 @@ def _nodes(tmp: Path) -> tuple[list[Path], list[Path], list[Path]]:
 pytestmark = pytest.mark.filterwarnings("ignore:node clocks disagree")
 
 
-@pytest.mark.parametrize("block", [1, 4, 1 << 17])
+@pytest.mark.parametrize("block", [1, 4, 1 << 15])
 def test_merged_events_are_the_in_memory_sort_byte_for_byte(tmp_path, monkeypatch, block):
     traces, events, metas = _nodes(tmp_path)
     out = tmp_path / "out"

@@ -16,7 +16,7 @@ from .contracts import atomic_path, events_files, read_events
 from .contracts.compact import as_categories, concat_compact
 
 #: rows of each sorted file held at a time while merging
-MERGE_BLOCK_ROWS = 1 << 17
+MERGE_BLOCK_ROWS = 1 << 15
 _KEY = ["_s", "_h", "_r"]
 
 
@@ -84,7 +84,7 @@ def write_sorted(spilled: list[Path], out: str | Path,
     with atomic_path(out) as dst, open(dst, "w") as fh:
         fh.write(pd.read_parquet(runs[0]).drop(columns=_KEY).iloc[:0].to_csv(index=False))
         for block in _merged(runs):
-            fh.write(block.to_csv(index=False, header=False))
+            block.to_csv(fh, index=False, header=False)  # in pandas' chunks, no whole string
 
 
 def _write_whole(runs: list[Path], out: str | Path) -> None:
@@ -122,8 +122,9 @@ def _merged(runs: list[Path]) -> Iterator[pd.DataFrame]:
             rest.append(b[~below])
         bufs = rest
         if sum(len(t) for t in taken):
-            yield pd.concat(taken, ignore_index=True).sort_values(
-                _KEY, kind="stable").drop(columns=_KEY)
+            block = concat_compact(taken)  # text kept as categories
+            order = np.lexsort([block[k].to_numpy() for k in reversed(_KEY)])  # stable
+            yield block.drop(columns=_KEY).iloc[order]
         for i in range(len(bufs)):  # refill: a file in hand to its bound, or all of a key
             b = bufs[i]
             if done[i] or (b is not None and len(b) and _last(b) != bound):
