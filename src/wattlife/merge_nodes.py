@@ -31,6 +31,7 @@ it, a warning names the node and how it wasaligned."""
 from __future__ import annotations
 
 import json
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,16 +46,15 @@ from .contracts import (
     ZSTD_SUFFIX,
     StreamUnreadable,
     atomic_path,
-    events_files,
     iter_trace,
-    read_events,
     read_trace,
     write_csv,
 )
 from .contracts.clock import WALL_STEP_TOL_NS
-from .contracts.compact import as_categories, concat_compact
+from .contracts.compact import concat_compact
 from .contracts.zstd_frames import FrameWriter
 from .errors import ContractError, InputError
+from .merge_events import events_paths, read_compact, spill_events, write_sorted
 
 
 def clock_offsets(events: pd.DataFrame, warn_ms: float = 5.0) -> pd.DataFrame:
@@ -127,23 +127,25 @@ def merge_node_runs(traces: list[str | Path], events: list[str | Path], out_trac
     beside the merged trace as `clock_offsets.csv`. The traces are copied in chunks, node after
     node (each node's rows in its file's order: attribution and the checks take each device's
     series in time order whatever the interleaving), in bounded memory; the events are read
-    one file at a time, held with their text as categories (`_read_events_compact`),
-    and sorted by (start, host, rank)."""
-    ev = _read_events_compact(events)
-    align = _alignment(ev, traces, metas)
-    shifts = dict(zip(align["host"], align["shift_ns"].astype(int), strict=True))
-    try:
-        _copy_traces(traces, out_trace, shifts)
-    except StreamUnreadable:
-        node_traces = [shift_hosts(read_trace(t), shifts, ["t_ns"]) for t in traces]
-        _refuse_shared_hosts([t["host"].unique().tolist() for t in node_traces], len(traces))
-        write_csv(pd.concat(node_traces, ignore_index=True), out_trace)
-    ev = shift_hosts(ev, shifts, ["start_ns", "end_ns"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        after = clock_offsets(ev, warn_ms)
-    check = checked(align, after, warn_ms) if len(after) else after
-    write_csv(ev.sort_values(["start_ns", "host", "rank"], kind="stable"), out_events)
+    one file at a time, each sorted by (start, host, rank) and spilled, and merged as they are
+    written (`merge_events`): memory of one file, not of the run."""
+    with tempfile.TemporaryDirectory(prefix="wattlife-merge-") as tmp:
+        spilled, hosts, step_ends = spill_events(events_paths(events), Path(tmp))
+        align = _alignment(pd.DataFrame({"host": hosts}), traces, metas)
+        shifts = dict(zip(align["host"], align["shift_ns"].astype(int), strict=True))
+        try:
+            _copy_traces(traces, out_trace, shifts)
+        except StreamUnreadable:
+            node_traces = [shift_hosts(read_trace(t), shifts, ["t_ns"]) for t in traces]
+            _refuse_shared_hosts([t["host"].unique().tolist() for t in node_traces],
+                                 len(traces))
+            write_csv(pd.concat(node_traces, ignore_index=True), out_trace)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            after = clock_offsets(shift_hosts(step_ends, shifts, ["end_ns"]), warn_ms)
+        check = checked(align, after, warn_ms) if len(after) else after
+        write_sorted(spilled, out_events,
+                     lambda df: shift_hosts(df, shifts, ["start_ns", "end_ns"]), hosts)
     write_csv(check, Path(out_trace).with_name("clock_offsets.csv"))
     return check
 
@@ -158,17 +160,10 @@ def _alignment(ev: pd.DataFrame, traces: list[str | Path], metas: list[str | Pat
 
 
 def _read_events_compact(events: list[str | Path]) -> pd.DataFrame:
-    """Every node's events file and its rank siblings (`read_events`), one file at a time, each
-    held with its text columns as categories (`contracts.compact`): the rows `pd.concat` of
-    `read_events` gives, in the same order, written as the same text, without a string a
-    cell (a day of 8 ranks: ~11 M rows)."""
-    frames = []
-    for e in events:
-        files = [p for p in events_files(e) if p.exists()]
-        if not files:
-            raise FileNotFoundError(f"{e}: no such file")
-        frames += [as_categories(read_events(p, siblings=False)) for p in files]
-    return concat_compact(frames)
+    """Every node's events file and its rank siblings (`read_events`), each held with its text
+    columns as categories (`contracts.compact`), joined: the rows `pd.concat` of `read_events`
+    gives, in the same order (the in-memory form the merged file is compared with)."""
+    return concat_compact([read_compact(p) for p in events_paths(events)])
 
 
 def _refuse_shared_hosts(hosts_per_file: list[list[str]], n_traces: int) -> None:

@@ -34,9 +34,10 @@ class Finding:
 
 def capped(severity: str, code: str, file: str, lines: Iterable[Any], messages: Iterable[str],
             max_rows: int) -> list[Finding]:
-    """One finding per offending row up to `max_rows`, then one saying how many more there are."""
+    """One finding per offending row up to `max_rows`, then one saying how many more there are.
+    A line None or missing (a Parquet table's rows): the whole file."""
     lines, messages = list(lines), list(messages)
-    out = [Finding(severity, code, file, None if ln is None else int(ln), msg)
+    out = [Finding(severity, code, file, None if ln is None or ln is pd.NA else int(ln), msg)
            for ln, msg in zip(lines[:max_rows], messages[:max_rows], strict=True)]
     if len(lines) > max_rows:
         out.append(Finding(severity, code, file, None,

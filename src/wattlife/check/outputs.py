@@ -129,15 +129,28 @@ def check_phases_table(ph: pd.DataFrame, file: str, max_rows: int = 5) -> list[F
 
 def check_summary(summary: dict[str, Any], ev: pd.DataFrame, file: str) -> list[Finding]:
     """work/summary.json against the events: its step count equals rank 0's `step` events."""
+    return summary_findings(summary, rank0_steps(ev), file)
+
+
+def rank0_steps(ev: pd.DataFrame) -> tuple[int, int] | None:
+    """The lowest rank of the events and its `step` rows' count; None without rows."""
+    if not len(ev):
+        return None
+    r0 = int(ev["rank"].min())
+    return r0, int((ev.loc[(ev["rank"] == r0).to_numpy(), "phase"] == "step").sum())
+
+
+def summary_findings(summary: dict[str, Any], steps: tuple[int, int] | None,
+                     file: str) -> list[Finding]:
+    """`check_summary` given the events' `rank0_steps` (added up over groups of ranks)."""
     f: list[Finding] = []
     for k in ("steps", "throughput", "throughput_unit"):
         if k not in summary:
             f.append(Finding(WARNING, "summary.key-missing", file, None, f"missing key {k!r}"))
-    if isinstance(summary.get("steps"), int) and len(ev):
-        r0 = ev[ev["rank"] == ev["rank"].min()]
-        n = int((r0["phase"] == "step").sum())
+    if isinstance(summary.get("steps"), int) and steps is not None:
+        rank, n = steps
         if n != summary["steps"]:
             f.append(Finding(WARNING, "summary.steps", file, None,
                              f"summary counts {summary['steps']} steps, the events of rank "
-                             f"{int(ev['rank'].min())} hold {n}"))
+                             f"{rank} hold {n}"))
     return f

@@ -43,9 +43,7 @@ def read_csv_lines(path: Path, max_rows: int = 5, kinds: dict[str, str] | None =
     name = str(path)
     kinds = kinds or {}
     if path.suffix == ".parquet":
-        df = pd.read_parquet(path)
-        df["line_no"] = pd.array([pd.NA] * len(df), dtype="Int64")
-        return df, []
+        return _no_lines(pd.read_parquet(path)), []
     data, findings = _complete_lines(path, name)
     if data is None:
         return None, findings
@@ -230,3 +228,22 @@ def read_csv_chunks(path: Path, max_rows: int, kinds: dict[str, str],
                 "cut last zstd frame")
         yield None, [Finding(WARNING, "csv.truncated-line", name, offset + 2,
                              f"{what} (writer killed?); readers ignore it")]
+
+
+def _no_lines(df: pd.DataFrame) -> pd.DataFrame:
+    """A Parquet table's rows with a `line_no` column of missing values (it has no lines)."""
+    df["line_no"] = pd.array([pd.NA] * len(df), dtype="Int64")
+    return df
+
+
+def parquet_row_groups(path: Path) -> Iterator[tuple[pd.DataFrame | None, list[Finding]]]:
+    """`read_csv_lines` of a Parquet file row group by row group, as `read_csv_chunks` yields
+    a CSV's chunks (no findings: a Parquet file has its types). Raises StreamUnreadable for a
+    file without row groups (read it whole)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as pf:
+        if pf.num_row_groups == 0:
+            raise StreamUnreadable("no row groups")
+        for i in range(pf.num_row_groups):
+            yield _no_lines(pf.read_row_group(i).to_pandas()), []

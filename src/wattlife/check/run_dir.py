@@ -15,7 +15,6 @@ import pandas as pd
 
 from ..attribution.chunked import SpilledTrace
 from ..contracts import (
-    EVENTS_COLUMNS,
     EVENTS_FILE,
     META_FILE,
     PHASES_COLUMNS,
@@ -26,18 +25,21 @@ from ..contracts import (
     TRACE_FILES,
     StreamUnreadable,
 )
-from ..contracts.compact import concat_compact
-from .events import check_events
-from .events_reading import read_events_file, with_file_name
+from .events_run import EventsContext, EventsOutcome, check_events_files, kinds_to_check, untraced
 from .findings import ERROR, WARNING, Finding, merge_capped
-from .kinds import check_kind_phases, infer_kind
-from .outputs import check_meta, check_phases_table, check_summary
-from .reading import READ_CODES, check_columns, read_csv_chunks, read_csv_lines
+from .kinds import infer_kind
+from .outputs import check_meta, check_phases_table, summary_findings
+from .reading import (
+    READ_CODES,
+    check_columns,
+    parquet_row_groups,
+    read_csv_chunks,
+    read_csv_lines,
+)
 from .stalls import Stalls, sampler_stalls
 from .trace import (
     TRACE_CODES,
     check_gaps,
-    check_span,
     check_trace,
     check_trace_rows,
     check_trace_series,
@@ -45,7 +47,7 @@ from .trace import (
     no_energy,
     trace_span,
 )
-from .warmup import warmup_findings
+from .warmup import tally_findings
 
 
 def _first(run: Path, names: list[str]) -> Path | None:
@@ -81,8 +83,9 @@ def _trace_file(run: Path, meta: dict[str, Any] | None, now_ns: int, max_rows: i
                 f: list[Finding]) -> tuple[pd.DataFrame | None, Path | None]:
     """The trace read and checked (findings appended to `f`), and its path; returns each host's
     span (`trace_span`), None when the trace is missing, unreadable or without its contract's
-    columns. A CSV trace (plain, .gz, .zst) is read and checked in chunks
-    (`_trace_chunked`), in bounded memory; Parquet, quoted fields or a cut gzip file whole."""
+    columns. A CSV trace (plain, .gz, .zst) is read and checked in chunks, a Parquet one row
+    group by row group (`_trace_chunked`), in bounded memory; quoted fields, a cut gzip file or
+    a Parquet file without row groups whole."""
     tr_path = _first(run, list(TRACE_FILES))
     if tr_path is None:
         f.append(Finding(ERROR, "file.missing", str(run / TRACE_FILE), None,
@@ -90,11 +93,10 @@ def _trace_file(run: Path, meta: dict[str, Any] | None, now_ns: int, max_rows: i
         return None, None
     rows = ((meta or {}).get("sampler") or {}).get("rows")
     stalls = sampler_stalls(meta)
-    if tr_path.suffix != ".parquet":
-        try:
-            return _trace_chunked(tr_path, rows, now_ns, max_rows, f, stalls), tr_path
-        except StreamUnreadable:
-            pass
+    try:
+        return _trace_chunked(tr_path, rows, now_ns, max_rows, f, stalls), tr_path
+    except StreamUnreadable:
+        pass
     raw, ff = read_csv_lines(tr_path, max_rows, {"t_ns": "int", "value": "float"})
     f += ff
     if raw is None:
@@ -137,7 +139,9 @@ def _trace_chunks(tr_path: Path, rows: Any, now_ns: int, max_rows: int, f: list[
     check_f: list[Finding] = []
     cols: list[Finding] | None = None
     carry, spans, n, energy = None, [], 0, False
-    for raw, ff in read_csv_chunks(tr_path, max_rows, {"t_ns": "int", "value": "float"}):
+    chunks = (parquet_row_groups(tr_path) if tr_path.suffix == ".parquet" else
+              read_csv_chunks(tr_path, max_rows, {"t_ns": "int", "value": "float"}))
+    for raw, ff in chunks:
         read_f += ff
         if raw is None or cols:
             continue
@@ -168,45 +172,22 @@ def _trace_chunks(tr_path: Path, rows: Any, now_ns: int, max_rows: int, f: list[
     return span.groupby(level=0).agg({"min": "min", "max": "max"})
 
 
-def _events_files(run: Path, max_rows: int,
-                  f: list[Finding]) -> tuple[pd.DataFrame | None, list[Path]]:
-    """Every events file read (findings appended to `f`) and concatenated with its `file_name`;
-    None when none is readable with its contract's columns."""
+def _events_paths(run: Path, f: list[Finding]) -> list[Path]:
+    """The run's events files: events.csv, then events.rank<N>.csv by name (none: a finding)."""
     ev_path = run / EVENTS_FILE
     ev_paths = ([ev_path] if ev_path.exists() else []) + sorted(run.glob("events.rank*.csv"))
     if not ev_paths:
         f.append(Finding(ERROR, "file.missing", str(ev_path), None, "no events.csv"))
-    frames = []
-    for p in ev_paths:
-        df, ff = read_events_file(p, max_rows)  # in chunks, text as categories
-        f += ff
-        if df is None:
-            continue
-        cols = check_columns(df, EVENTS_COLUMNS, str(p))
-        f += cols
-        if not cols:
-            frames.append(with_file_name(df, p))
-    if not frames:
-        return None, ev_paths
-    ev = concat_compact(frames)
-    keep = (ev["start_ns"].notna() & ev["end_ns"].notna() & ev["rank"].notna()).to_numpy()
-    if not keep.all():  # no copy of a table without a missing cell there (~11 M rows a day)
-        ev = ev[keep]
-    for c in ("start_ns", "end_ns", "rank"):
-        if ev[c].dtype != np.int64:
-            ev[c] = ev[c].astype(np.int64)
-    ev["phase"] = ev["phase"].astype(str)
-    ev["host"] = ev["host"].astype(str)
-    return ev, ev_paths
+    return ev_paths
 
 
-def _kind_findings(run: Path, ev: pd.DataFrame, kind: str, meta: dict[str, Any] | None,
-                   summary: dict[str, Any] | None, max_rows: int) -> list[Finding]:
+def _kind_findings(run: Path, ev: EventsOutcome, kind: str, meta: dict[str, Any] | None,
+                   summary: dict[str, Any] | None) -> list[Finding]:
     """The phases of the run's workload kind (`kind`, or inferred when "auto"; "none": none)."""
-    k = infer_kind(meta, summary, ev["phase"]) if kind == "auto" else (
+    k = infer_kind(meta, summary, ev.phases) if kind == "auto" else (
         None if kind == "none" else kind)
     if k is not None:
-        return check_kind_phases(ev, k, meta, max_rows)
+        return ev.kinds[k]
     if kind == "auto":
         return [Finding(WARNING, "kind.unknown", str(run), None,
                         "workload kind unknown (no cell kind, summary or tokenize phase): "
@@ -240,21 +221,22 @@ def check_run(run_dir: str | Path, kind: str = "auto", now_ns: int | None = None
         return [Finding(ERROR, "run.missing", str(run), None, "not a directory")]
     meta = _meta_file(run, now_ns, f)
     tr, tr_path = _trace_file(run, meta, now_ns, max_rows, f)
-    ev, ev_paths = _events_files(run, max_rows, f)
-    if ev is not None:
-        f += check_events(ev, now_ns, max_rows)
-        if tr is not None and len(tr):
-            f += check_span(tr, ev, str(tr_path), meta, max_rows)  # tr: the trace's span
-    summary = None
+    ev_paths = _events_paths(run, f)
+    sum_f: list[Finding] = []  # the summary's own findings, said after the events'
     sum_path = run / SUMMARY_FILE
-    if sum_path.exists():
-        summary = _load_json(sum_path, f)
-        if summary is not None and ev is not None:
-            f += check_summary(summary, ev, str(sum_path))
+    summary = _load_json(sum_path, sum_f) if sum_path.exists() else None
+    ctx = EventsContext(now_ns, max_rows, tr, str(tr_path), meta,
+                        kinds_to_check(kind, meta, summary))
+    ev = check_events_files(ev_paths, ctx, f)  # one rank's file at a time
+    if ev is not None:
+        f += ev.events + untraced(ev, ctx) + ev.span
+    f += sum_f
+    if summary is not None and ev is not None:
+        f += summary_findings(summary, ev.steps, str(sum_path))
     if ev is not None:
         f += [Finding(sev, code, file, None, msg) for sev, code, file, msg in
-              warmup_findings(ev, summary, str(ev_paths[0]), str(sum_path))]
-        f += _kind_findings(run, ev, kind, meta, summary, max_rows)
+              tally_findings(ev.tally, summary, str(ev_paths[0]), str(sum_path))]
+        f += _kind_findings(run, ev, kind, meta, summary)
     return f + _phases_file(run, max_rows) + _custody(run)
 
 

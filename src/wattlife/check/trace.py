@@ -53,15 +53,21 @@ def check_trace_rows(tr: pd.DataFrame, file: str, now_ns: int, max_rows: int = 5
                       "simulated"] * int(empty.sum()), max_rows)
     unknown = sorted(set(map(str, src[~empty].unique())) - known)
     for s in unknown:
-        first = int(tr["line_no"][(src == s).to_numpy()].iloc[0])
+        first = _first_line(tr["line_no"][(src == s).to_numpy()])
         f.append(Finding(WARNING, "trace.source-unknown", file, first,
                          f"source {s!r} is not one of {sorted(known)}"))
     devs = pd.Series([str(d) for d in tr["device"].unique()])
     for d in devs[~devs.str.match(device_pattern())]:
-        first = int(tr["line_no"][(tr["device"] == d).to_numpy()].iloc[0])
+        first = _first_line(tr["line_no"][(tr["device"] == d).to_numpy()])
         f.append(Finding(WARNING, "trace.device-name", file, first,
                          f"device {d!r} is not {device_forms()}"))
     return f
+
+
+def _first_line(lines: pd.Series) -> int | None:
+    """The first of some rows' lines; None for a Parquet table's (it has no lines)."""
+    ln = lines.iloc[0]
+    return None if pd.isna(ln) else int(ln)
 
 
 def check_trace_series(tr: pd.DataFrame, file: str, max_rows: int = 5) -> list[Finding]:
@@ -114,15 +120,35 @@ def check_span(span: pd.DataFrame, ev: pd.DataFrame, trace_file: str,
                meta: dict[str, Any] | None, max_rows: int = 5) -> list[Finding]:
     """Every event lies inside its host's trace span (`trace_span`; else attribution has no
     energy for it), and inside the workload's window that meta.json records."""
-    f: list[Finding] = []
-    ev = ev.assign(host_key=ev["host"].astype(str))
+    first = str(ev["file_name"].iloc[0]) if len(ev) else ""
+    return (untraced_hosts(span, set(span_host_keys(span, ev)), first, trace_file)
+            + span_findings(span, ev, meta, max_rows))
+
+
+def span_host_keys(span: pd.DataFrame, ev: pd.DataFrame) -> pd.Series:
+    """Each event's host as the trace names it (a one-host trace: its host, whatever the
+    events call it)."""
     hosts = set(span.index.astype(str))
     if len(hosts) == 1:  # one-host run whose trace and events name the host differently
-        ev["host_key"] = next(iter(hosts))
-    for h in sorted(set(ev["host_key"]) - hosts):
-        f.append(Finding(WARNING, "events.host-untraced", str(ev["file_name"].iloc[0]), None,
-                         f"host {h!r} has events but no trace rows in {trace_file}"))
-    e = ev[ev["host_key"].isin(hosts)]
+        return pd.Series(next(iter(hosts)), index=ev.index, dtype=object)
+    return ev["host"].astype(str)
+
+
+def untraced_hosts(span: pd.DataFrame, hosts: set[str], events_file: str,
+                   trace_file: str) -> list[Finding]:
+    """A warning for each of the events' `hosts` (`span_host_keys`) without trace rows."""
+    return [Finding(WARNING, "events.host-untraced", events_file, None,
+                    f"host {h!r} has events but no trace rows in {trace_file}")
+            for h in sorted(hosts - set(span.index.astype(str)))]
+
+
+def span_findings(span: pd.DataFrame, ev: pd.DataFrame, meta: dict[str, Any] | None,
+                  max_rows: int = 5) -> list[Finding]:
+    """`check_span` but the untraced hosts: per events file, the events outside their host's
+    trace span, then those outside meta.json's workload window."""
+    f: list[Finding] = []
+    ev = ev.assign(host_key=span_host_keys(span, ev))
+    e = ev[ev["host_key"].isin(set(span.index.astype(str)))]
     lo = e["host_key"].map(span["min"]).astype(np.int64)
     hi = e["host_key"].map(span["max"]).astype(np.int64)
     out = ((e["start_ns"] < lo) | (e["end_ns"] > hi)).to_numpy()

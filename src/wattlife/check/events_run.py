@@ -1,0 +1,189 @@
+"""`wattlife check`'s events checks of a run one rank's file at a time (issue 43): memory
+bounded by one file (a day of one rank at 0.3 s steps: ~1.4 M rows), not by the run (8 ranks:
+~11 M rows held at once before).
+
+Every events check is one of rows or of one (host, rank) (the nesting, a concurrent phase ending
+after its rank's last phase, the steps a kind's rank marks), and reports per file: the files
+are checked in groups holding whole (host, rank)s (one file each, as the workloads write them;
+files naming one (host, rank) are checked together), their findings put in the order one pass
+over all the files gives (per check, file after file: `_ORDER`), and what the run-wide findings
+need is added up over the groups (the hosts against the trace, the lowest rank's steps, the
+warm-up tally, the phase names a kind is inferred from). The findings are those of
+`check_events`, `check_span`, `check_summary`, `warmup_findings` and `check_kind_phases` of all
+the files joined (tests/check/test_check_events_run.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..contracts import EVENTS_COLUMNS
+from ..contracts.compact import concat_compact
+from .events import check_events
+from .events_reading import read_events_file, with_file_name
+from .findings import Finding
+from .kinds import KIND_PHASES, check_kind_phases, infer_kind
+from .outputs import rank0_steps
+from .reading import check_columns
+from .trace import span_findings, span_host_keys, untraced_hosts
+from .warmup import WarmupTally
+
+#: the per-file findings' codes, in the order one pass over all files gives them (one place
+#: each; codes of one place keep their order within a file)
+_ORDER = {code: i for i, codes in enumerate((
+    ("clock.before-2000", "clock.future"), ("events.end-before-start",),
+    ("events.overlap-clamped",), ("events.overlap",), ("events.concurrent-unfinished",),
+    ("events.step-items",), ("events.step-zero-items",),
+    ("events.outside-trace",), ("events.outside-workload",),
+    ("events.phase-missing",), ("events.step-children",))) for code in codes}
+
+
+@dataclass(frozen=True)
+class EventsContext:
+    """What the events checks take besides the events: the trace's span per host (None without
+    a readable trace), the kinds whose phases are checked (`kinds_to_check`)."""
+
+    now_ns: int
+    max_rows: int
+    span: pd.DataFrame | None
+    trace_file: str
+    meta: dict[str, Any] | None
+    kinds: tuple[str, ...]
+
+
+@dataclass
+class EventsOutcome:
+    """The events findings of a run, and what the run-wide checks need of its events."""
+
+    events: list[Finding] = field(default_factory=list)
+    span: list[Finding] = field(default_factory=list)
+    kinds: dict[str, list[Finding]] = field(default_factory=dict)
+    hosts: set[str] = field(default_factory=set)
+    first_file: str | None = None
+    steps: tuple[int, int] | None = None
+    tally: WarmupTally = field(default_factory=WarmupTally)
+    phases: set[str] = field(default_factory=set)
+
+
+def kinds_to_check(kind: str, meta: dict[str, Any] | None,
+                   summary: dict[str, Any] | None) -> tuple[str, ...]:
+    """The kind `check_run` will check (`--kind`, or inferred from meta.json and the summary);
+    every kind where it is inferred from the events' phase names, known only at the end."""
+    if kind == "none":
+        return ()
+    if kind != "auto":
+        return (kind,)
+    k = infer_kind(meta, summary, ())
+    return (k,) if k is not None else tuple(KIND_PHASES)
+
+
+def check_events_files(paths: list[Path], ctx: EventsContext, f: list[Finding]
+                       ) -> EventsOutcome | None:
+    """The events files read (their reading findings appended to `f`, file after file) and
+    checked a group of whole (host, rank)s at a time; None when none is readable with its
+    contract's columns (as the joined table of `_frame`s would be)."""
+    groups: list[tuple[list[int], set[tuple[str, int]], EventsOutcome]] = []
+    for i, p in enumerate(paths):
+        frame = _frame(p, ctx.max_rows, f)
+        if frame is None:
+            continue
+        ev = _prepared([frame])
+        del frame
+        keys = set(zip(ev["host"], ev["rank"].tolist(), strict=True))
+        hit = [g for g in groups if g[1] & keys]
+        if hit:  # a (host, rank) in several files: they are checked together (read again)
+            files = sorted({i, *(j for g in hit for j in g[0])})
+            keys = keys.union(*(g[1] for g in hit))
+            groups = [g for g in groups if not any(g is h for h in hit)]
+            again = (_frame(paths[j], ctx.max_rows, []) for j in files)
+            ev = _prepared([x for x in again if x is not None])
+        else:
+            files = [i]
+        groups.append((files, keys, _check_group(ev, ctx)))
+        del ev
+    if not groups:
+        return None
+    return _joined([g[2] for g in sorted(groups, key=lambda g: g[0][0])],
+                   {str(p): i for i, p in enumerate(paths)})
+
+
+def _frame(path: Path, max_rows: int, f: list[Finding]) -> pd.DataFrame | None:
+    """One events file read (in chunks) with its `file_name`, its findings appended to `f`;
+    None when unreadable or without its contract's columns."""
+    df, ff = read_events_file(path, max_rows)
+    f += ff
+    if df is None:
+        return None
+    cols = check_columns(df, EVENTS_COLUMNS, str(path))
+    f += cols
+    return None if cols else with_file_name(df, path)
+
+
+def _prepared(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Events files' rows joined as the checks take them: rows without a start, end or rank
+    left out, those as int64, phase and host as strings."""
+    ev = concat_compact(frames)
+    keep = (ev["start_ns"].notna() & ev["end_ns"].notna() & ev["rank"].notna()).to_numpy()
+    if not keep.all():  # no copy of a table without a missing cell there
+        ev = ev[keep]
+    for c in ("start_ns", "end_ns", "rank"):
+        if ev[c].dtype != np.int64:
+            ev[c] = ev[c].astype(np.int64)
+    ev["phase"] = ev["phase"].astype(str)
+    ev["host"] = ev["host"].astype(str)
+    return ev
+
+
+def _check_group(ev: pd.DataFrame, ctx: EventsContext) -> EventsOutcome:
+    """Every events check of a group of whole (host, rank)s."""
+    out = EventsOutcome(events=check_events(ev, ctx.now_ns, ctx.max_rows))
+    if ctx.span is not None and len(ctx.span):
+        out.span = span_findings(ctx.span, ev, ctx.meta, ctx.max_rows)
+        out.hosts = set(span_host_keys(ctx.span, ev))
+    out.first_file = str(ev["file_name"].iloc[0]) if len(ev) else None
+    out.steps = rank0_steps(ev)
+    out.tally.add(ev)
+    out.phases = set(ev["phase"].unique())
+    out.kinds = {k: check_kind_phases(ev, k, ctx.meta, ctx.max_rows) for k in ctx.kinds}
+    return out
+
+
+def _joined(parts: list[EventsOutcome], file_index: dict[str, int]) -> EventsOutcome:
+    """The groups' outcomes (in the order of their first file) as one pass over all the files
+    gives them: each list of findings ordered by (check, file), the run-wide sums added up."""
+    def order(ff: list[Finding]) -> list[Finding]:
+        return sorted(ff, key=lambda x: (_ORDER.get(x.code, len(_ORDER)),
+                                         file_index.get(x.file, len(file_index))))
+
+    out = EventsOutcome()
+    out.events = order([x for p in parts for x in p.events])
+    out.span = order([x for p in parts for x in p.span])
+    out.kinds = {k: order([x for p in parts for x in p.kinds[k]]) for k in parts[0].kinds}
+    out.first_file = next((p.first_file for p in parts if p.first_file is not None), None)
+    for p in parts:
+        out.hosts |= p.hosts
+        out.phases |= p.phases
+        out.tally.join(p.tally)
+        out.steps = _lowest_rank_steps(out.steps, p.steps)
+    return out
+
+
+def _lowest_rank_steps(a: tuple[int, int] | None, b: tuple[int, int] | None
+                       ) -> tuple[int, int] | None:
+    """`rank0_steps` of two groups' rows together."""
+    if a is None or b is None:
+        return a or b
+    if a[0] != b[0]:
+        return min(a, b)
+    return a[0], a[1] + b[1]
+
+
+def untraced(outcome: EventsOutcome, ctx: EventsContext) -> list[Finding]:
+    """`check_span`'s hosts of the events without trace rows (the run's first events file)."""
+    if ctx.span is None or not len(ctx.span):
+        return []
+    return untraced_hosts(ctx.span, outcome.hosts, outcome.first_file or "", ctx.trace_file)
