@@ -110,8 +110,45 @@ def test_within_a_series_without_gaps_is_the_interpolated_zeros(steps, cuts):
     assert not len(gaps.start_ns)  # spacings within 15-25 ms: no gap
     a = np.array(sorted(cuts)[: len(cuts) // 2], dtype=np.int64)
     b = a + np.abs(np.array(cuts[: len(a)], dtype=np.int64))
-    x = series.rel(t)
-    want = (np.interp(series.rel(b), x, gaps.seconds) - np.interp(series.rel(a), x, gaps.seconds),
-            np.interp(series.rel(b), x, gaps.joules) - np.interp(series.rel(a), x, gaps.joules))
+    x, zeros = series.rel(t), np.zeros(len(t))
+    want = (np.interp(series.rel(b), x, zeros) - np.interp(series.rel(a), x, zeros),
+            np.interp(series.rel(b), x, zeros) - np.interp(series.rel(a), x, zeros))
     got = gaps.within(a, b)
     assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
+
+
+def _reference_within(series: DeviceSeries, a: np.ndarray, b: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """`Gaps.within` and the totals as they were before issue 43's windows: cumulative gap
+    seconds and joules at every reading, interpolated."""
+    t = series.t_ns
+    dt = np.diff(t)
+    gap = dt > 3 * float(np.median(dt))
+    secs = np.concatenate([[0.0], np.cumsum(np.where(gap, dt, 0) / 1e9)])
+    joules = np.concatenate([[0.0], np.cumsum(np.where(gap, np.diff(series.energy_j), 0.0))])
+    x = series.rel(t)
+    return (np.interp(series.rel(b), x, secs) - np.interp(series.rel(a), x, secs),
+            np.interp(series.rel(b), x, joules) - np.interp(series.rel(a), x, joules),
+            float(secs[-1]), float(joules[-1]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.one_of(st.integers(15_000_000, 25_000_000),
+                                st.integers(80_000_000, 900_000_000)), min_size=3, max_size=80),
+       power=st.lists(st.floats(20.0, 700.0), min_size=80, max_size=80),
+       cuts=st.lists(st.integers(-10**9, 20 * 10**9), min_size=2, max_size=40))
+def test_gaps_kept_at_their_readings_are_the_interpolation_at_every_reading(steps, power, cuts):
+    """Gaps (issue 43) keep their cumulative seconds and joules at the readings that begin or
+    end one, not at every reading: the same `within` and totals bit for bit, with gaps side
+    by side (one reading ends one and begins the next), first, last, or none."""
+    t = np.cumsum(np.array(steps, dtype=np.int64))
+    e = np.cumsum(np.array(power[:len(t)]) * np.append(0.0, np.diff(t)) / 1e9)
+    series = DeviceSeries("h", "gpu0", t, e, np.array(power[:len(t)]), "test")
+    gaps = sensor_gaps(series)
+    a = np.array(sorted(cuts)[: len(cuts) // 2], dtype=np.int64)
+    b = a + np.abs(np.array(cuts[: len(a)], dtype=np.int64))
+    s_ref, j_ref, total_s, total_j = _reference_within(series, a, b)
+    got_s, got_j = gaps.within(a, b)
+    assert got_s.tobytes() == s_ref.tobytes() and got_j.tobytes() == j_ref.tobytes()
+    assert (gaps.total_s, gaps.total_j) == (total_s, total_j)
+    assert len(gaps.at_ns) <= 2 * len(gaps.start_ns)
