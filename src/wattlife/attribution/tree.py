@@ -144,7 +144,7 @@ def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
     order = np.lexsort((depth_key, -events["end_ns"].to_numpy(), events["start_ns"].to_numpy()))
     start = events["start_ns"].to_numpy(np.int64)[order]
     end = events["end_ns"].to_numpy(np.int64)[order]
-    name = events["phase"].to_numpy(object)[order]
+    name = _names(events["phase"])[order]
     depth, parent, over = nest(start, end)
     if over.any():
         i = int(np.flatnonzero(over)[0])
@@ -156,6 +156,15 @@ def phase_tree(events: pd.DataFrame, where: str = "events") -> PhaseTree:
             f"{(end[j] - start[i]) / 1e6:.3f} ms without nesting inside it; phases of one rank "
             "must nest")
     return PhaseTree(name, start, end, depth, parent)
+
+
+def _names(phase: pd.Series) -> np.ndarray:
+    """The phase column as an object array whose rows share one string a distinct name (the
+    same values as `to_numpy(object)`, which makes one Python string a row from an Arrow or
+    string column: 4.2 M rows, ~0.3 GB, for 3 days of one rank; issue 43)."""
+    codes, uniques = pd.factorize(phase, use_na_sentinel=False)
+    result: np.ndarray = np.asarray(uniques, dtype=object)[codes]
+    return result
 
 
 def _recorded_name(row: pd.Series) -> str:
