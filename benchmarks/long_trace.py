@@ -8,6 +8,8 @@ frame per 0.5 s, what the sampler writes); then times `wattlife attribute` on ea
 child process (wall seconds, rows/s, the child's peak RSS), and prints a table.
 
     PYTHONPATH=src python3 benchmarks/long_trace.py --rows 10e6 --forms csv,zst --out /tmp/lt
+    # a longer run of fewer GPUs (memory against length): 72 h of one GPU + CPU, 51.8 M rows
+    PYTHONPATH=src python3 benchmarks/long_trace.py --hours 72 --gpus 1 --forms zst --out /tmp/lt
     # the in-memory path of another checkout, for "before" (its forms: csv, gz):
     python3 benchmarks/long_trace.py --rows 10e6 --forms csv,gz --src ../main/src --out /tmp/lt
 
@@ -33,7 +35,7 @@ from outdir import out_dir  # noqa: E402
 
 T0 = 1_767_225_600_000_000_000  # 2026-01-01 00:00 UTC
 TICK_NS = 20_000_000
-GPUS = 8
+GPUS = 8  # `--gpus` sets these three
 DEVICES = [f"gpu{k}" for k in range(GPUS)] + ["cpu0"]
 ROWS_PER_TICK = 2 * len(DEVICES)
 TRACE_HEADER = "t_ns,host,device,metric,value,source\n"
@@ -224,6 +226,14 @@ def timed(cmd: list[str], src: str | None) -> tuple[float, float, float, int]:
     return wall, cpu, rss / 1024**2, p.returncode
 
 
+def _configure(gpus: int) -> None:
+    """The node's GPUs (`--gpus`): the devices and the trace rows of a tick."""
+    global GPUS, DEVICES, ROWS_PER_TICK
+    GPUS = gpus
+    DEVICES = [f"gpu{k}" for k in range(GPUS)] + ["cpu0"]
+    ROWS_PER_TICK = 2 * len(DEVICES)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=float, default=10e6, help="trace rows (~; 18 a 20 ms tick)")
@@ -236,10 +246,16 @@ def main() -> None:
     ap.add_argument("--aggregate", action="store_true",
                     help="also time `wattlife aggregate` over 100 runs' phases (copies)")
     ap.add_argument("--no-attribute", action="store_true", help="only the other steps")
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs of the node (and ranks)")
+    ap.add_argument("--hours", type=float, help="the run's length (instead of --rows)")
     a = ap.parse_args()
+    _configure(a.gpus)
     forms = a.forms.split(",")
+    if a.hours:
+        a.rows = a.hours * 3600 * 1e9 / TICK_NS * ROWS_PER_TICK
     hours = a.rows / ROWS_PER_TICK * TICK_NS / 1e9 / 3600
-    run = out_dir(Path(a.out) / f"run-{int(a.rows / 1e6)}M")
+    tag = "" if GPUS == 8 else f"-{GPUS}gpu"
+    run = out_dir(Path(a.out) / f"run-{int(a.rows / 1e6)}M{tag}")
     names = {"csv": "trace.csv", "zst": "trace.csv.zst", "gz": "trace.csv.gz"}
     todo = [f for f in forms if not (a.keep and (run / names[f]).exists())]
     if todo:
@@ -250,8 +266,9 @@ def main() -> None:
     rows = int(hours * 3600 * 1e9 // TICK_NS) * ROWS_PER_TICK
     n_ev = sum(sum(1 for _ in open(p)) - 1 for p in run.glob("events*.csv"))
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{GPUS} GPU(s) + cpu0, {hours:.1f} h")
     print("| label | step, form | rows | events | file MB | wall s | CPU s | rows/s (wall) | "
-          "peak RSS GB |\n|---|---|---|---|---|---|---|---|---|")
+          "rows/s (CPU) | peak RSS GB |\n|---|---|---|---|---|---|---|---|---|---|")
     for f in [] if a.no_attribute else forms:
         out = run / f"phases.{f}.csv"
         out.unlink(missing_ok=True)
@@ -276,7 +293,8 @@ def _row(a: argparse.Namespace, what: str, rows: int, n_ev: int, path: Path,
     wall, cpu, rss, rc = timed(cmd, a.src)
     mb = path.stat().st_size / 1e6
     print(f"| {a.label} | {what} | {rows:,} | {n_ev:,} | {mb:,.0f} | {wall:.1f} | {cpu:.1f} | "
-          f"{rows / wall:,.0f} | {rss:.2f}{'' if rc == 0 else f' (exit {rc})'} |", flush=True)
+          f"{rows / wall:,.0f} | {rows / cpu:,.0f} | {rss:.2f}"
+          f"{'' if rc == 0 else f' (exit {rc})'} |", flush=True)
 
 
 def _check_dir(run: Path, trace_name: str) -> Path:

@@ -335,3 +335,35 @@ def test_chunked_reads_quoted_phase_names_as_the_in_memory_path(tmp_path, monkey
 
     back = read_table(tmp_path / "chunked.csv", ["phase"])
     assert set(names.values()) <= set(back["phase"])
+
+
+def test_one_ranks_rows_are_one_frame_for_all_its_devices(tmp_path, monkeypatch):
+    """A rank's file read for its devices (issue 43): the phase map is found on one row a file,
+    never on the rank's rows (which it copied per key: a day of one rank, 1.4 M rows a copy);
+    its GPU and its host's CPU take the one prepared frame, equal to the in-memory map's."""
+    from wattlife.attribution import rank_events
+    from wattlife.attribution.energy import phase_map
+    from wattlife.attribution.tree import clamp_events, timeline
+
+    _, ev_path = _write(tmp_path, "csv")
+    seen: list[int] = []
+
+    def counting(ev, *a, **k):
+        seen.append(len(ev))
+        return phase_map(ev, *a, **k)
+
+    monkeypatch.setattr(rank_events, "phase_map", counting)
+    ranks = RankEvents.open(ev_path, lambda ev, c: ev)
+    assert ranks is not None
+    ranks.map_devices(None, None)
+    gpu0, cpu = ranks[("h", "gpu0")], ranks[("h", "host")]
+    gpu1 = ranks[("h", "gpu1")]
+    assert seen == [2]  # one row a file
+    assert gpu0 is cpu
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = phase_map(clamp_events(timeline(_events())))
+    for key, got in ((("h", "gpu0"), gpu0), (("h", "gpu1"), gpu1)):
+        w = want[key].reset_index(drop=True)
+        pd.testing.assert_frame_equal(got.reset_index(drop=True)[["phase", "start_ns", "end_ns"]],
+                                      w[["phase", "start_ns", "end_ns"]], check_dtype=False)

@@ -33,7 +33,7 @@ from ..contracts import RESIDUAL, UNATTRIBUTED
 from ..errors import InputError
 from .response import SensorResponse
 from .series import DeviceSeries
-from .tree import PhaseTree, SegmentIndex, Segments, segment_index, segments
+from .tree import PhaseTree, Segments, segment_index, segments
 
 MIN_IDENTIFIABILITY = 0.01  # below it a name's power is mostly the ridge prior (see deconvolve)
 
@@ -68,20 +68,28 @@ def _nnls_normal(g: np.ndarray, h: np.ndarray, prior_w: float = 0.0,
     return result
 
 
-def _normal_blocks(response: SensorResponse, index: SegmentIndex, t: np.ndarray, p: np.ndarray,
-                   n_blocks: int, chunk: int) -> tuple[np.ndarray, np.ndarray]:
-    """A'A and A'P of each of `n_blocks` contiguous blocks of readings (the bootstrap's unit),
-    built `chunk` readings at a time so that A never holds all readings at once."""
-    k = len(index.names)
-    edges = np.linspace(0, len(t), n_blocks + 1).astype(int)
+def _normal_blocks(response: SensorResponse, segs: Segments, series: DeviceSeries,
+                   n_blocks: int, chunk: int, windowed: bool = True
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """A'A and A'P of each of `n_blocks` contiguous blocks of the readings after the first (the
+    bootstrap's unit), built `chunk` readings at a time so that A never holds all readings at
+    once; each chunk's rows of A from the segment index of its own time window
+    (`Segments.window`, the same rows as the run's index bit for bit; `windowed` False: the
+    run's index, all boundaries at once)."""
+    k = len(segs.names)
+    n = len(series.t_ns) - 1
+    edges = np.linspace(0, n, n_blocks + 1).astype(int)
     g_blocks = np.zeros((n_blocks, k, k))
     h_blocks = np.zeros((n_blocks, k))
+    reach = response.span_s * 1e9 + 1e3  # a reading's window, and a margin for rounding
     for b in range(n_blocks):
         for s in range(edges[b], edges[b + 1], chunk):
             e = min(s + chunk, edges[b + 1])
-            a = response.design(index, t[s:e])
+            t = series.rel(series.t_ns[1 + s:1 + e])  # the first reading has no window start
+            index = segs.window(t[0] - reach, t[-1] + 1e3) if windowed else segs.index
+            a = response.design(index, t)
             g_blocks[b] += a.T @ a
-            h_blocks[b] += a.T @ p[s:e]
+            h_blocks[b] += a.T @ series.power_w[1 + s:1 + e]  # type: ignore[index]
     return g_blocks, h_blocks
 
 
@@ -106,7 +114,7 @@ def _name_times(series: DeviceSeries, tree: PhaseTree, segs: Segments
     """Per name: exclusive time (s) inside the trace's span (time outside every phase goes to
     `unattributed`) and number of intervals."""
     t0, t1 = series.t_ns[0], series.t_ns[-1]
-    bounds, names = segs.bounds, segs.index.names
+    bounds, names = segs.bounds, segs.names
     seg_dt = (np.clip(bounds[1:], t0, t1) - np.clip(bounds[:-1], t0, t1)) / 1e9
     time_by = pd.Series(seg_dt).groupby(segs.code).sum()  # by name (its first index in names)
     span = (t1 - t0) / 1e9
@@ -167,22 +175,23 @@ def _name_intervals(series: DeviceSeries, g_all: np.ndarray, beta: np.ndarray,
 def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = None,
                n_boot: int = 200, n_blocks: int = 100, seed: int = 0,
                chunk: int = 500_000, response: SensorResponse | None = None,
-               segs: Segments | None = None) -> pd.DataFrame:
+               segs: Segments | None = None, windowed: bool = True) -> pd.DataFrame:
     """Mean power per phase name by NNLS over all readings (see the module docstring); the
     readings' window is `response`, else a boxcar of `window_s`, else of the reading spacing.
-    `segs`: `segment_index(tree, series)` when the caller has it."""
+    `segs`: `segment_index(tree, series)` when the caller has it. `chunk` readings at a time,
+    each with the segment index of its time window only (`windowed`; False: the run's index,
+    the same numbers bit for bit, its memory growing with the run)."""
     if series.power_w is None:
         raise InputError(f"{series.device}: deconvolution needs power readings, the trace has only "
                          "an energy counter")
     segs = segs or segment_index(tree, series)
-    index, names = segs.index, segs.index.names
+    names = segs.names
     if response is None:
         response = SensorResponse.boxcar(window_s if window_s else series.spacing_s)
     w_ns = response.span_s * 1e9
-    t = series.rel(series.t_ns[1:])  # the first reading has no defined window start
-    p = series.power_w[1:]
-    n_blocks = max(1, min(n_blocks, len(t) // 10))
-    g_blocks, h_blocks = _normal_blocks(response, index, t, p, n_blocks, chunk)
+    p = series.power_w[1:]  # the first reading has no defined window start
+    n_blocks = max(1, min(n_blocks, len(p) // 10))
+    g_blocks, h_blocks = _normal_blocks(response, segs, series, n_blocks, chunk, windowed)
     beta, boots, used, seen_boot, g_all = _fit_with_bootstrap(series, g_blocks, h_blocks, p,
                                                               n_boot, seed)
     lo, hi, seen, identified = _name_intervals(series, g_all, beta, boots, used, seen_boot,
@@ -214,11 +223,12 @@ def estimate_window(series: DeviceSeries, tree: PhaseTree,
     n = min(len(series.t_ns), max_readings)
     sub = DeviceSeries(series.host, series.device, series.t_ns[:n], series.energy_j[:n],
                        series.power_w[:n], series.source, series.max_power_w)
-    index = (segs or segment_index(tree, series)).index
+    segs = segs or segment_index(tree, series)
     best, best_rss = series.spacing_s, np.inf
     windows = [f * sub.spacing_s for f in factors]
-    for w, a in zip(windows, index.overlaps(sub.rel(sub.t_ns[1:]), [w * 1e9 for w in windows]),
-                    strict=True):
+    t = sub.rel(sub.t_ns[1:])  # the first readings only: the index of their time window
+    index = segs.window(t[0] - max(windows) * 1e9 - 1e3, t[-1] + 1e3) if len(t) else segs.index
+    for w, a in zip(windows, index.overlaps(t, [w * 1e9 for w in windows]), strict=True):
         beta = nnls(a, series.power_w[1:n])[0]
         rss = float(np.sum((a @ beta - series.power_w[1:n]) ** 2))
         if rss < best_rss:
@@ -236,10 +246,12 @@ def estimate_response(series: DeviceSeries, tree: PhaseTree, bin_s: float = 0.00
     if series.power_w is None:
         raise InputError(f"{series.device}: estimating a response needs power readings")
     n = min(len(series.t_ns), max_readings)
-    index = segment_index(tree, series).index
     t, p = series.rel(series.t_ns[1:n]), series.power_w[1:n]
     max_lag = max_lag_s if max_lag_s else 3 * series.spacing_s
     edges = np.arange(0.0, max_lag + bin_s / 2, bin_s)
+    segs = segment_index(tree, series)  # the first readings' time window only
+    index = (segs.window(t[0] - (edges[-1] + bin_s) * 1e9 - 1e3, t[-1] + 1e3) if len(t)
+             else segs.index)
     overlaps = np.stack([index.overlap(t - edges[k] * 1e9, bin_s * 1e9)
                          for k in range(len(edges) - 1)])  # bins x readings x names
     h = (edges[1:] <= series.spacing_s + 1e-12).astype(float)

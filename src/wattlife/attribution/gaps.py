@@ -38,13 +38,17 @@ MAX_INVENTED_SHARE = 0.05
 
 @dataclass
 class Gaps:
-    """A device's gaps: their bounds, and cumulative gap seconds / joules at each reading."""
+    """A device's gaps: their bounds, and cumulative gap seconds / joules at the readings
+    that begin or end a gap (`at_ns`; between two such readings with no gap they stay as
+    they are, so interpolating them there is interpolating them at every reading, bit for
+    bit, in memory that grows with the gaps, not the readings)."""
 
     series: DeviceSeries
     start_ns: np.ndarray
     end_ns: np.ndarray
-    seconds: np.ndarray  # cumulative seconds inside gaps at each reading
-    joules: np.ndarray  # cumulative energy (J) the series puts inside gaps at each reading
+    at_ns: np.ndarray  # the readings that begin or end a gap
+    seconds: np.ndarray  # cumulative seconds inside gaps at each of `at_ns`
+    joules: np.ndarray  # cumulative energy (J) the series puts inside gaps at each of `at_ns`
 
     @property
     def total_s(self) -> float:
@@ -65,7 +69,7 @@ class Gaps:
         if not len(self.start_ns):  # no gap: what interpolating the zeros gives, exactly
             return np.zeros(len(start_ns)), np.zeros(len(end_ns))
         s = self.series
-        x = s.rel(s.t_ns)
+        x = s.rel(self.at_ns)
         a, b = s.rel(start_ns), s.rel(end_ns)
         return (np.interp(b, x, self.seconds) - np.interp(a, x, self.seconds),
                 np.interp(b, x, self.joules) - np.interp(a, x, self.joules))
@@ -84,14 +88,16 @@ def sensor_gaps(s: DeviceSeries) -> Gaps:
     """The gaps of one device's readings: spacings above `GAP_PERIODS` x its median spacing."""
     t = s.t_ns
     if len(t) < 3:
-        z = np.zeros(len(t))
-        return Gaps(s, t[:0], t[:0], z, z)
+        z = np.zeros(0)
+        return Gaps(s, t[:0], t[:0], t[:0], z, z)
     dt = np.diff(t)
-    gap = dt > GAP_PERIODS * float(np.median(dt))
-    secs = np.concatenate([[0.0], np.cumsum(np.where(gap, dt, 0) / 1e9)])
-    joules = np.concatenate([[0.0], np.cumsum(np.where(gap, np.diff(s.energy_j), 0.0))])
-    idx = np.flatnonzero(gap)
-    return Gaps(s, t[idx], t[idx + 1], secs, joules)
+    idx = np.flatnonzero(dt > GAP_PERIODS * float(np.median(dt)))
+    # the sums over all readings add 0 outside gaps (exact): the same values summed over gaps
+    secs = np.concatenate([[0.0], np.cumsum(dt[idx] / 1e9)])
+    joules = np.concatenate([[0.0], np.cumsum(s.energy_j[idx + 1] - s.energy_j[idx])])
+    at = np.unique(np.concatenate([idx, idx + 1]))
+    before = np.searchsorted(idx, at, side="left")  # gaps ended at or before each point
+    return Gaps(s, t[idx], t[idx + 1], t[at], secs[before], joules[before])
 
 
 def add_gap_columns(df: pd.DataFrame, gaps: Gaps, tree: PhaseTree) -> pd.DataFrame:

@@ -94,23 +94,23 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         return self
 
     def _load(self, i: int) -> dict[tuple[str, str], pd.DataFrame]:
-        """File i read, prepared, its overlaps clamped (as the in-memory path has its rows):
-        its phase map, one frame shared by the keys that take all of its rows (the rank's GPU
-        and its host's CPU)."""
+        """File i read, prepared, its overlaps clamped (as the in-memory path has its rows),
+        for each key that `map_devices` gave it (the rank's GPUs, its host's CPU where it is
+        the host's lowest rank). The file holds one (host, rank, local_rank) (`_scan`), so
+        `phase_map` of its rows would give every key all of them, in order: the one frame is
+        shared, never copied per key (a day of one rank: 1.4 M rows a copy)."""
         if self._cache is None or self._cache[0] != i:
             self._cache = None  # one rank's rows in memory at a time
             ev = read_events(self.files[i], lines=True, siblings=False)
             check_time_units(pd.DataFrame({"t_ns": np.zeros(0, np.int64)}), ev, "trace",
                              str(self.files[0]))
-            ev = clamp_events(timeline(self._prepare(ev, self.any_compile)),
-                              where=self._where or "events")
+            # one step at a time: each step's input is let go before the next copies it
+            ev = self._prepare(ev, self.any_compile)
+            ev = timeline(ev)
+            ev = clamp_events(ev, where=self._where or "events")
             if i == 0:
                 self._head = ev.iloc[:1].copy()
-            pm = phase_map(ev, *self._mapping)
-            del ev
-            whole = next((f for f in pm.values()), None)
-            self._cache = (i, {k: whole if whole is not None and f.index.equals(whole.index)
-                               else f for k, f in pm.items()})
+            self._cache = (i, {k: ev for k, j in self._keys.items() if j == i})
         return self._cache[1]
 
     def head(self) -> pd.DataFrame:
