@@ -173,9 +173,33 @@ def test_readme_block_runs(copy, index, block):
     if "wattlife figures $R" in block:
         run = sorted(work.glob("runs/torch_loop-*"))[-1]
         assert (run / "phases.csv").is_file() and list((run / "figures").glob("fig1_*.png"))
+        torch_loop_energy_per_item(run, done.stdout)
     if "make figures-from-cache" in block:
         assert list((work / "results" / "reference-figures").glob("*.png"))
         assert list((tmp / "out" / "h200-figures").glob("fig1_*.png"))
+
+
+def torch_loop_energy_per_item(run: Path, shown: str) -> None:
+    """examples/torch_loop.py's run as the README runs it (its default 40 steps), attributed and
+    drawn (`shown`: what the block printed): per-phase and per-item energy from the events'
+    `step(items=...)` (the first 3 steps warm-up, contracts.warmup_count), its throughput, fig. 1,
+    its folder's name as its id. (tests/run/test_own_script.py checks hf_trainer.py's the same
+    way; this README run is the torch_loop example's one end-to-end run in the suite.)"""
+    import pandas as pd
+
+    assert "J/item" in shown and "items/s (all ranks)" in shown, shown
+    ph = pd.read_csv(run / "tables" / "phase_summary.csv")
+    assert {"data_load", "h2d", "forward", "backward", "optimizer"} <= set(ph["phase"])
+    ev = pd.read_csv(run / "events.csv")
+    steps = ev.loc[ev["phase"] == "step", "items"]
+    batch, steady = steps.iloc[0], len(steps) - 3
+    assert len(steps) == 40 and batch == 128  # the example's defaults, as the README runs it
+    assert set(ph["items"].dropna()) == {batch * steady}  # the events' items, steady steps
+    fwd = ph[(ph["phase"] == "forward") & (ph["device_kind"] == "cpu")].iloc[0]
+    assert fwd["energy_per_item_j"] == pytest.approx(fwd["energy_j"] / (batch * steady))
+    assert pd.read_csv(run / "tables" / "throughput.csv")["throughput"].iloc[0] > 0
+    assert f"{run.name}/figures/fig1_phase_energy_time.png" in shown, shown
+    assert set(pd.read_csv(run / "tables" / "phases.csv")["workload"]) == {run.name}  # its id
 
 
 def _jobs(stdout: str) -> dict[str, int]:
