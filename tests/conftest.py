@@ -330,3 +330,25 @@ def train_tiny_image_cell(tmp_path: Path, **keys) -> dict:
            "workloads": {"r": w}}
     assert train_cell(settings(cfg), "r", "shared", False, tmp_path / "work") == 0
     return json.loads((tmp_path / "work" / "summary.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def wattlife_wheel(tmp_path_factory) -> Path:
+    """The package's wheel, built once per session (setuptools, no build isolation, no deps) from a
+    copy of what the sdist holds, so the build leaves nothing in the checkout; the folder holding
+    it. tests/project/test_packaging.py installs it non-editable, tests/test_condaenv.py's
+    post-deploy script installs it from this folder."""
+    import subprocess
+
+    source = tmp_path_factory.mktemp("wheel-source")
+    shutil.copytree(REPO / "src", source / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    dist = tmp_path_factory.mktemp("dist")
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                            "--no-build-isolation", "-w", str(dist), str(source)],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert len(list(dist.glob("wattlife-*.whl"))) == 1, sorted(dist.iterdir())
+    return dist

@@ -108,19 +108,17 @@ def test_post_deploy_pins_the_suite_s_version(name):
 
 
 @pytest.mark.slow
-def test_post_deploy_installs_the_pinned_wheel_and_fails_clearly_without_it(tmp_path):
-    # a copy of the package built into tmp_path/dist (nothing written into the checkout), then
-    # the script run as Snakemake runs it: in the env (here a venv: conda gives the same python
-    # and pip), from the working directory
-    src = tmp_path / "src"
-    shutil.copytree(REPO / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    for f in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / f, src / f)
+def test_post_deploy_installs_the_pinned_wheel_and_fails_clearly_without_it(tmp_path,
+                                                                            wattlife_wheel):
+    # the session's wheel of a copy of the package (conftest.wattlife_wheel: nothing written into
+    # the checkout) in tmp_path/work/dist, then the script run as Snakemake runs it: in the env
+    # (here a venv: conda gives the same python and pip), from the working directory
     work = tmp_path / "work"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(work / "dist"), str(src)], check=True, capture_output=True)
-    venv = tmp_path / "env"
+    shutil.copytree(wattlife_wheel, work / "dist")
+    venv, bare = tmp_path / "env", tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    shutil.copytree(venv, bare, symlinks=True)  # a second new env (a venv is relocatable as a
+    # whole: its pyvenv.cfg sits beside its python), made without a second ensurepip
     env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"}
     script = REPO / "envs" / "analysis.post-deploy.sh"
     done = subprocess.run(["bash", str(script)], cwd=work, env=env, capture_output=True, text=True)
@@ -129,8 +127,9 @@ def test_post_deploy_installs_the_pinned_wheel_and_fails_clearly_without_it(tmp_
                           "import importlib.metadata as m; print(m.version('wattlife'))"],
                          capture_output=True, text=True, check=True, cwd=tmp_path)
     assert got.stdout.strip() == VERSION
-    bare = tmp_path / "bare"  # a new env, run where no dist/ holds the wheel
-    subprocess.run([sys.executable, "-m", "venv", str(bare)], check=True)
+    # the new env (nothing installed in it), run where no dist/ holds the wheel
+    assert subprocess.run([str(bare / "bin/python"), "-c", "import wattlife"], cwd=tmp_path,
+                          capture_output=True, env={"PATH": os.environ["PATH"]}).returncode != 0
     env["PATH"] = f"{bare / 'bin'}:{os.environ['PATH']}"
     failed = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
                             text=True)

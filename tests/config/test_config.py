@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -5,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import BIN
 from wattlife.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,34 +56,31 @@ def test_snakemake_stops_on_bad_config_with_the_key(tmp_path, env_path, workflow
     assert "execution.repeats: expected integer" in out.stdout + out.stderr
 
 
-@pytest.mark.slow
-def test_dry_run_shows_the_whole_demo_dag(env_path, workflow_dir):
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--cores", "2"],
-                         cwd=workflow_dir,
-                         env=env_path, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    text = out.stdout + out.stderr
-    for rule in ("gen_images", "execute", "attribute", "aggregate_phases", "powercap_sweep", "pfi",
-                 "predictor", "allocate", "figures"):
-        assert rule in text, rule
+RESPONSE = "results/reference/h200/attribution/h200_sensor_response.csv"
 
 
-@pytest.mark.slow
-def test_lint_reports_nothing(env_path, workflow_dir):
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=workflow_dir,
-                         env=env_path,
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "Lints for" not in out.stdout + out.stderr, out.stdout + out.stderr
-
-
-@pytest.mark.slow
-def test_attribution_options_reach_every_attribute_job(env_path, workflow_dir):
-    resp = "results/reference/h200/attribution/h200_sensor_response.csv"
+@pytest.fixture(scope="module")
+def forceall_dry_run(workflow_dir) -> str:
+    """One dry run of the whole demo DAG (`-n -p --forceall`) with attribution options given on
+    the command line (they change the attribute jobs' commands, not the DAG's rules): its output,
+    read by the two tests below (one Snakemake start instead of two)."""
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores",
                           "2", "--config",
-                          f"attribution={{method: deconvolve, sensor_response: {resp}}}"],
-                         cwd=workflow_dir, env=env_path, capture_output=True, text=True)
+                          f"attribution={{method: deconvolve, sensor_response: {RESPONSE}}}"],
+                         cwd=workflow_dir, capture_output=True, text=True,
+                         env=dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}"))
     assert out.returncode == 0, out.stderr
-    cmds = [ln for ln in (out.stdout + out.stderr).splitlines() if "wattlife attribute " in ln]
-    assert cmds and all(f"--method deconvolve --sensor-response {resp}" in c for c in cmds)
+    return out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_dry_run_shows_the_whole_demo_dag(forceall_dry_run):
+    for rule in ("gen_images", "execute", "attribute", "aggregate_phases", "powercap_sweep", "pfi",
+                 "predictor", "allocate", "figures"):
+        assert rule in forceall_dry_run, rule
+
+
+@pytest.mark.slow
+def test_attribution_options_reach_every_attribute_job(forceall_dry_run):
+    cmds = [ln for ln in forceall_dry_run.splitlines() if "wattlife attribute " in ln]
+    assert cmds and all(f"--method deconvolve --sensor-response {RESPONSE}" in c for c in cmds)

@@ -3,7 +3,6 @@ configuration schema, the model configs, the hardware profiles and the study's p
 (wattlife.config.resource_path), and its commands work."""
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,17 +32,14 @@ print("ok")
 
 
 @pytest.mark.slow
-def test_non_editable_install_finds_its_resources_outside_the_repo(tmp_path):
-    # built from a copy of what the sdist holds, so the build leaves nothing in the repository
-    source = tmp_path / "source"
-    shutil.copytree(REPO / "src", source / "src",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
+def test_non_editable_install_finds_its_resources_outside_the_repo(tmp_path, wattlife_wheel):
+    # the session's wheel (conftest.wattlife_wheel: built from a copy of what the sdist holds, so
+    # the build leaves nothing in the repository), installed as `pip install .` installs it
+    (wheel,) = wattlife_wheel.glob("wattlife-*.whl")
     target = tmp_path / "site"
     build = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                            "--no-build-isolation", "--no-compile", "--target", str(target),
-                            str(source)], capture_output=True, text=True)
+                            "--no-index", "--no-compile", "--target", str(target), str(wheel)],
+                           capture_output=True, text=True)
     assert build.returncode == 0, build.stdout + build.stderr
     shipped = target / "wattlife" / "resources"
     assert not shipped.is_symlink() and (shipped / "schema.yaml").is_file()

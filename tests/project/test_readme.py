@@ -173,9 +173,46 @@ def test_readme_block_runs(copy, index, block):
     if "wattlife figures $R" in block:
         run = sorted(work.glob("runs/torch_loop-*"))[-1]
         assert (run / "phases.csv").is_file() and list((run / "figures").glob("fig1_*.png"))
+        torch_loop_energy_per_item(run, done.stdout)
     if "make figures-from-cache" in block:
-        assert list((work / "results" / "reference-figures").glob("*.png"))
+        reference_figures_drawn(work / "results" / "reference-figures")
         assert list((tmp / "out" / "h200-figures").glob("fig1_*.png"))
+
+
+def torch_loop_energy_per_item(run: Path, shown: str) -> None:
+    """examples/torch_loop.py's run as the README runs it (its default 40 steps), attributed and
+    drawn (`shown`: what the block printed): per-phase and per-item energy from the events'
+    `step(items=...)` (the first 3 steps warm-up, contracts.warmup_count), its throughput, fig. 1,
+    its folder's name as its id. (tests/run/test_own_script.py checks hf_trainer.py's the same
+    way; this README run is the torch_loop example's one end-to-end run in the suite.)"""
+    import pandas as pd
+
+    assert "J/item" in shown and "items/s (all ranks)" in shown, shown
+    ph = pd.read_csv(run / "tables" / "phase_summary.csv")
+    assert {"data_load", "h2d", "forward", "backward", "optimizer"} <= set(ph["phase"])
+    ev = pd.read_csv(run / "events.csv")
+    steps = ev.loc[ev["phase"] == "step", "items"]
+    batch, steady = steps.iloc[0], len(steps) - 3
+    assert len(steps) == 40 and batch == 128  # the example's defaults, as the README runs it
+    assert set(ph["items"].dropna()) == {batch * steady}  # the events' items, steady steps
+    fwd = ph[(ph["phase"] == "forward") & (ph["device_kind"] == "cpu")].iloc[0]
+    assert fwd["energy_per_item_j"] == pytest.approx(fwd["energy_j"] / (batch * steady))
+    assert pd.read_csv(run / "tables" / "throughput.csv")["throughput"].iloc[0] > 0
+    assert f"{run.name}/figures/fig1_phase_energy_time.png" in shown, shown
+    assert set(pd.read_csv(run / "tables" / "phases.csv")["workload"]) == {run.name}  # its id
+
+
+def reference_figures_drawn(out: Path) -> None:
+    """`make figures-from-cache`'s first command (`wattlife figures --reference`: the reference
+    tables made from the committed CSVs, then every reference figure drawn from them) drew the
+    H200 and A100 figures into `out`, none of them empty. (The suite's one run of it: the test
+    that called write_reference_tables and draw_reference itself repeated this command.)"""
+    made = [p for p in out.iterdir() if p.is_file()]
+    names = {m.name for m in made}
+    assert {"h200_sampler.png", "h200_attribution.png", "h200_fig1_phase_energy_time.png",
+            "h200_fig2_device_share.png", "a100_fig6_power_throughput.png",
+            "a100_fig7_pfi.png", "a100_fig8_allocation.png"} <= names, names
+    assert all(m.stat().st_size > 5000 for m in made), [(m.name, m.stat().st_size) for m in made]
 
 
 def _jobs(stdout: str) -> dict[str, int]:

@@ -1,15 +1,14 @@
-"""The embedded demo's pipeline, end to end, on a smaller copy of the demo config."""
+"""The embedded demo's pipeline, end to end, on a smaller copy of the demo config. (The committed
+reference results' figures, regenerated from their CSVs: tests/project/test_readme.py, where
+README.md's `make figures-from-cache` runs `wattlife figures --reference`.)"""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from wattlife.figures import draw_all
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
@@ -58,17 +57,3 @@ def test_pipeline_runs_end_to_end_and_draws_every_figure(tmp_path, env_path, fin
         assert f in html
     assert "interval 50 ms" in html  # captions rendered from this run's config
     assert 'GPU backend <tt class=\\"docutils literal\\">sim</tt>' in html
-
-
-@pytest.mark.slow
-def test_reference_figures_regenerate_from_committed_csvs(tmp_path):
-    from wattlife.analysis.reference import write_reference_tables
-    from wattlife.figures import draw_reference
-
-    write_reference_tables(REPO / "results/reference", tmp_path)
-    made = draw_reference(REPO / "results/reference", tmp_path)
-    names = {m.name for m in made}
-    assert {"h200_sampler.png", "h200_attribution.png", "h200_fig1_phase_energy_time.png",
-            "h200_fig2_device_share.png", "a100_fig6_power_throughput.png",
-            "a100_fig7_pfi.png", "a100_fig8_allocation.png"} <= names
-    assert all(m.stat().st_size > 5000 for m in made)
