@@ -141,5 +141,9 @@ def test_an_unmarked_command_leaves_an_events_file_that_attribute_and_check_read
                                                       abs=0.06)
     chk = children.run([*wl, "check", str(tmp_path)], env=env_path, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=120)
-    assert chk.returncode == 0, chk.stdout + chk.stderr
-    assert "file.missing" not in chk.stdout
+    # the empty events file passes; the only error a loaded machine may add is the sampler's
+    # stall in this 0.6 s trace (a trace finding, not the events': tests/check covers it)
+    errors = [line for line in chk.stdout.splitlines() if line.startswith("error:")]
+    assert all(line.endswith("[trace.gap-energy]") for line in errors), chk.stdout
+    assert chk.returncode == (1 if errors else 0), chk.stdout + chk.stderr
+    assert "file.missing" not in chk.stdout and "events." not in chk.stdout
