@@ -9,6 +9,11 @@ rule check:
         events=f"{CELL}/events.csv",
         meta=f"{CELL}/meta.json",
         summary=f"{CELL}/work/summary.json",
+        # as attribute's: where the current slice's pointer is missing, the request (newer than
+        # check.txt: check reruns) and the pointer (its measuring job runs), so that the cell's
+        # check.txt asked for alone remakes a cell whose slice changed
+        pointer=lambda wc: ancient(cell_pointer(wc)),
+        wanted=cell_wanted,
     output:
         f"{CELL}/check.txt",
     log:

@@ -134,6 +134,14 @@ def slice_of(make):
     return lambda wc: J.canonical(make(wc))
 
 
+def wanted(pointer, slice_doc):
+    """The measurement request of a measuring job whose current pointer is missing
+    (wattlife.custody.wanted, written by the main process only): an input of the rule below it
+    that reads its pointer, so that any target below the measurement remakes it when its slice
+    changed, with or without Snakemake's metadata; nothing where the pointer is there."""
+    return C.wanted(RES, pointer, slice_doc, write=workflow.is_main_process)
+
+
 # --- preparation / post-execution (rules/prepare.smk) -------------------------------------
 PREP = CFG.prepare
 CATALOGUE = {e["name"]: e for e in PREP.catalogue or ()}
@@ -156,6 +164,12 @@ def transfer_pointer(artefact):
     """The transfer's published pointer for its current slice (wattlife.custody), as a cell's."""
     folder = XFER.format(artefact=artefact)
     return f"{folder}/{C.pointer_name(C.slice_hash(transfer_slice(artefact)))}"
+
+
+def transfer_wanted(artefact):
+    """link_transfer's / link_upload's input: the transfer's request (any file below it, a
+    table of the downloads included, remakes a transfer whose slice changed)."""
+    return wanted(transfer_pointer(artefact), transfer_slice(artefact))
 
 
 def placement(where):
@@ -203,11 +217,9 @@ def cell_pointer(wc):
 
 
 def cell_wanted(wc):
-    """attribute's input: the cell's measurement request where its current pointer is missing
-    (wattlife.custody.wanted, written by the main process only), so that any target below the
-    cell (a table, a figure, its phases.csv) remakes a cell whose slice changed, with or without
-    Snakemake's metadata; nothing where the pointer is there."""
-    return C.wanted(RES, cell_pointer(wc), cell_slice(wc), write=workflow.is_main_process)
+    """check's and attribute's input: the cell's request (a table, a figure, its phases.csv,
+    its check.txt remake a cell whose slice changed)."""
+    return wanted(cell_pointer(wc), cell_slice(wc))
 
 
 # Rounds of repeats (rules/execute.smk, `round_done`): repeat r + 1 of a cell waits for the end
@@ -387,6 +399,12 @@ def pfi_cap_pointer(wc):
     name holds the slice's hash, so a changed slice is a missing file."""
     cap = PCAP.format(pcell=wc.pcell, cap=wc.cap)
     return f"{cap}/{C.pointer_name(C.slice_hash(pfi_cap_slice(wc)))}"
+
+
+def pfi_cap_wanted(wc):
+    """link_pfi_cap's input: the cap's request (its curve point, the curves and the PFI tables
+    remake a cap whose slice changed)."""
+    return wanted(pfi_cap_pointer(wc), pfi_cap_slice(wc))
 
 
 PFI_MULTI = {n for n in PFI_CELLS if pfi_shape(n)[0] > 1}

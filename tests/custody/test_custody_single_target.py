@@ -1,8 +1,9 @@
 """A single file asked for (a table, a cell's phases.csv) on results without Snakemake's
 metadata (cells measured by orphans, copied from another machine, `.snakemake/` deleted) remakes
 a measurement whose config slice changed, and never one whose slice did not (issue 39: "never
-silently stale" for the commonest way users regenerate one table). Local profile, one tiny CPU
-cell, on a copy of the workflow in a temporary folder (test_custody_workflow.make_wf)."""
+silently stale" for the commonest way users regenerate one table; the cell's check.txt too).
+Local profile, one tiny CPU cell, on a copy of the workflow in a temporary folder
+(test_custody_workflow.make_wf)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import yaml
 
 from wattlife import custody as C
 
-TARGETS = ("tables/phases.csv", "tables/phase_summary.csv", f"runs/{W.CELL}/phases.csv")
+TARGETS = ("tables/phases.csv", "tables/phase_summary.csv", f"runs/{W.CELL}/phases.csv",
+           f"runs/{W.CELL}/check.txt")
 
 
 def snake(wf: dict, target: str, *args: str, conf: Path | None = None) -> str:
@@ -84,7 +86,8 @@ def test_a_single_target_remakes_a_stale_cell_without_snakemakes_metadata(tmp_pa
     for target in TARGETS:  # changed: the measurement and what follows it, for each target
         dry = snake(wf, target, "-n", conf=conf)
         assert re.search(r"^rule execute:", dry, re.M), f"{target}: {dry[-3000:]}"
-        assert re.search(r"^rule attribute:", dry, re.M), f"{target}: {dry[-3000:]}"
+        below = "check" if target.endswith("check.txt") else "attribute"
+        assert re.search(rf"^rule {below}:", dry, re.M), f"{target}: {dry[-3000:]}"
     snake(wf, "tables/phases.csv", conf=conf)
     attempts = C.attempts_of(root)
     assert len(attempts) == 2 and sum(a.published for a in attempts) >= 1
