@@ -133,6 +133,9 @@ for _kind, _workloads in EXECUTE_KINDS.items():
             # this and everything after it run again (the pointer is dated as the attempt's
             # oldest file, so an unchanged publication reruns nothing)
             pointer=cell_pointer,
+            # where the current slice's pointer is missing (a changed slice): a request written
+            # now, so a cell's file asked for alone (its trace.csv, meta.json) remakes the cell
+            wanted=cell_wanted,
         output:
             config=f"{CELL}/config.json",
             trace=CELL_FILES["trace"],

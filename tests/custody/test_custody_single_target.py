@@ -21,7 +21,9 @@ import yaml
 from wattlife import custody as C
 
 TARGETS = ("tables/phases.csv", "tables/phase_summary.csv", f"runs/{W.CELL}/phases.csv",
-           f"runs/{W.CELL}/check.txt")
+           f"runs/{W.CELL}/check.txt", f"runs/{W.CELL}/trace.csv")
+#: the rule just below the measurement that each target reaches first
+BELOW = {"check.txt": "check", "trace.csv": "link_cell"}
 
 
 def snake(wf: dict, target: str, *args: str, conf: Path | None = None) -> str:
@@ -86,7 +88,7 @@ def test_a_single_target_remakes_a_stale_cell_without_snakemakes_metadata(tmp_pa
     for target in TARGETS:  # changed: the measurement and what follows it, for each target
         dry = snake(wf, target, "-n", conf=conf)
         assert re.search(r"^rule execute:", dry, re.M), f"{target}: {dry[-3000:]}"
-        below = "check" if target.endswith("check.txt") else "attribute"
+        below = BELOW.get(target.rsplit("/", 1)[-1], "attribute")
         assert re.search(rf"^rule {below}:", dry, re.M), f"{target}: {dry[-3000:]}"
     snake(wf, "tables/phases.csv", conf=conf)
     attempts = C.attempts_of(root)
