@@ -72,7 +72,15 @@ def test_wanted_names_a_request_only_where_the_current_pointer_is_missing(tmp_pa
     assert Path(other) == C.folders_of(res, "pfi/tiny/cap-400")[0] / "wanted-fedcba9876543210.json"
     pointer.parent.mkdir(parents=True)
     pointer.write_text("{}")
-    assert C.wanted(res, pointer, {"steps": 2}) == []  # published: never measured again
+    made = Path(request).stat().st_mtime_ns
+    # published: never measured again; the earlier request stays an input, unchanged (the input
+    # set Snakemake recorded for the jobs it remade must not change: that would rerun them)
+    assert C.wanted(res, pointer, {"steps": 2}) == [request]
+    assert Path(request).stat().st_mtime_ns == made
+    published = res / "runs" / "other" / C.pointer_name("0123456789abcdef")
+    published.parent.mkdir(parents=True)
+    published.write_text("{}")
+    assert C.wanted(res, published, {"steps": 2}) == []  # never requested: nothing
 
 
 @pytest.mark.slow

@@ -36,8 +36,10 @@ def pointer_name(slice_hash: str) -> str:
 def wanted(results: str | Path, pointer: str | Path, slice_doc: Any, write: bool = True
            ) -> list[str]:
     """What makes any target below a measurement remake it when its pointer for the current slice
-    is missing (a changed slice, a new or retired cell), whatever Snakemake's metadata says: []
-    where the pointer exists (nothing to remake: never measured again); else the request
+    is missing (a changed slice, a new or retired cell), whatever Snakemake's metadata says:
+    where the pointer exists, nothing to remake (never measured again): the request of an
+    earlier DAG if there is one (so the input set Snakemake recorded for the jobs that ran then
+    is the same now: a changed set would rerun them), else []; else the request
     `<its attempts folder>/wanted-<slice hash>.json` (the slice), written now when `write` and
     the results folder exists (the main Snakemake process, at each DAG it builds; none in a
     fresh folder, where every output is missing anyway). As an input of the rule below the
@@ -45,12 +47,12 @@ def wanted(results: str | Path, pointer: str | Path, slice_doc: Any, write: bool
     measuring job, whose missing output it names (Snakemake 9 remakes a missing file only for a
     job that runs: a missing input alone reruns nothing)."""
     results, pointer = Path(results), Path(pointer)
-    if pointer.exists():
-        return []
     folder = pointer.parent.relative_to(results)
     ident = folder.relative_to(RUNS) if folder.parts[:1] == (RUNS,) else folder
     digest = pointer.name.removeprefix("sealed-").removesuffix(".json")
     request = attempts_dir(results, ident.as_posix()) / f"wanted-{digest}.json"
+    if pointer.exists():  # a request made earlier stays an input (older than what it remade):
+        return [str(request)] if request.exists() else []  # the jobs' input sets never change
     if write and results.is_dir():
         request.parent.mkdir(parents=True, exist_ok=True)
         write_text(request, json.dumps({"slice": slice_doc, "pointer": pointer.name,
