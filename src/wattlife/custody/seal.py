@@ -40,7 +40,7 @@ def slice_hash(slice_doc: Any) -> str:
 #: command lines run: each is here or in OUTSIDE_MEASURING.
 MEASURING_CODE = ("sampler.py", "devices", "markers.py", "instrument.py", "guardian.py", "run",
                   "workloads", "simgpu_model.py", "contracts", "safewrite.py", "merge_nodes.py",
-                  "nodename.py", "workload_cgroup.py", "sweeps/real.py",
+                  "merge_events.py", "nodename.py", "workload_cgroup.py", "sweeps/real.py",
                   "sweeps/pfi_matrix.py", "sweeps/failures.py", "prepare/fetch.py",
                   "prepare/transfer.py", "prepare/upload.py", "prepare/serve.py")
 #: what runs inside a measurement but is not hashed, and why (a change there never makes a
