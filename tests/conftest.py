@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -116,6 +117,21 @@ def wattlife_sim_run(run: Path, script: str) -> None:
            "--idle-s", "0.2", "--", sys.executable, "-c", script]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def package_with_rows(dest: Path, module: str, table: str, rows: str) -> Path:
+    """A copy of the package at DEST/wattlife whose `table` (a `NAME... = (` tuple at the top of
+    `module`, e.g. "contracts/phases.py") has `rows` appended: how the recipes' one-row edits are
+    tried without touching src/. Returns DEST (for PYTHONPATH)."""
+    pkg = dest / "wattlife"
+    shutil.copytree(REPO / "src" / "wattlife", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    path = pkg / module
+    text = path.read_text()
+    found = re.search(rf"^{re.escape(table)}[^\n]* = \(\n.*?^\)\n", text, re.M | re.S)
+    assert found, f"no {table} table in {module}"
+    end = found.end() - 2
+    path.write_text(text[:end] + rows + text[end:])
+    return dest
 
 
 def copy_workflow(dest: Path) -> Path:

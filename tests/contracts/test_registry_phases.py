@@ -5,7 +5,6 @@ no list of phase names is written anywhere else in src/."""
 
 import ast
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import package_with_rows
 from wattlife.contracts import phases as registry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,20 +95,6 @@ def test_the_table_is_well_formed():
     assert registry.phase_spec("my own phase") is None  # a user's name: no flags, still valid
 
 
-def _with_fake_rows(dest: Path) -> Path:
-    """A copy of the package whose phase table has `FAKE_ROWS` appended: the one edit a new
-    phase needs."""
-    pkg = dest / "wattlife"
-    shutil.copytree(SRC, pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    path = pkg / "contracts" / "phases.py"
-    text = path.read_text()
-    table = re.search(r"^PHASES: tuple\[PhaseSpec, \.\.\.\] = \(\n.*?^\)\n", text, re.M | re.S)
-    assert table, "no PHASES table in contracts/phases.py"
-    end = table.end() - 2
-    path.write_text(text[:end] + FAKE_ROWS + text[end:])
-    return dest
-
-
 def _wattlife(args: list[str], cwd: Path, env: dict, ok: bool = True):
     out = subprocess.run([sys.executable, "-m", "wattlife.cli", *args], cwd=cwd, env=env,
                          capture_output=True, text=True, timeout=600)
@@ -144,7 +130,8 @@ def test_a_phase_added_as_one_row_flows_to_figures_tables_waiting_and_check(tmp_
                                                              "PYTHONPATH": str(REPO / "src")})
     plain = tmp_path / "plain"
     shutil.copytree(run, plain)
-    fake = _analyse(run, _with_fake_rows(tmp_path / "src"), env_path)
+    copy = package_with_rows(tmp_path / "src", "contracts/phases.py", "PHASES", FAKE_ROWS)
+    fake = _analyse(run, copy, env_path)
     assert fake["attribute"] == 0, fake["attribute_out"]
     # figures: the package imports, the new phase has its place and a colour of its own
     assert fake["order"][-1] == "fake_wait" and "fake_beside" not in fake["order"]

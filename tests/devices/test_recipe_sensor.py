@@ -11,8 +11,6 @@ files of the copy that differ from `src/wattlife`: the recipe's count, recompute
 from __future__ import annotations
 
 import filecmp
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, package_with_rows
 
 SRC = REPO / "src" / "wattlife"
 
@@ -78,20 +76,6 @@ ROW = '''    SensorBackendSpec("amdsmi", GPU_ROLE, (), (_ms("amdsmi-poll", "meas
 '''
 
 
-def _package_with_the_recipe(dest: Path) -> Path:
-    """A copy of the package with the recipe's two edits: its module and its row."""
-    pkg = dest / "wattlife"
-    shutil.copytree(SRC, pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    (pkg / "devices" / "amd.py").write_text(BACKEND)
-    path = pkg / "contracts" / "sources.py"
-    text = path.read_text()
-    table = re.search(r"^_BUILT_IN_BACKENDS = \(\n.*?^\)\n", text, re.M | re.S)
-    assert table, "no _BUILT_IN_BACKENDS table in contracts/sources.py"
-    end = table.end() - 2
-    path.write_text(text[:end] + ROW + text[end:])
-    return dest
-
-
 def _changed(a: Path, b: Path, rel: str = "") -> set[str]:
     """The files that differ between the trees `a` and `b`, or exist in one only."""
     cmp = filecmp.dircmp(a, b, ignore=["__pycache__"])
@@ -103,7 +87,8 @@ def _changed(a: Path, b: Path, rel: str = "") -> set[str]:
 
 @pytest.mark.slow
 def test_the_sensor_recipe_adds_an_amd_backend_in_two_files(tmp_path, env_path):
-    copy = _package_with_the_recipe(tmp_path / "src")
+    copy = package_with_rows(tmp_path / "src", "contracts/sources.py", "_BUILT_IN_BACKENDS", ROW)
+    (copy / "wattlife" / "devices" / "amd.py").write_text(BACKEND)
     assert _changed(SRC, copy / "wattlife") == {"devices/amd.py", "contracts/sources.py"}
     standins = tmp_path / "standins"
     standins.mkdir()
