@@ -8,12 +8,8 @@ rule check:
         trace=f"{CELL}/trace.csv",
         events=f"{CELL}/events.csv",
         meta=f"{CELL}/meta.json",
+        # (a cell whose slice changed is remade through these: link_cell takes its request)
         summary=f"{CELL}/work/summary.json",
-        # as attribute's: where the current slice's pointer is missing, the request (newer than
-        # check.txt: check reruns) and the pointer (its measuring job runs), so that the cell's
-        # check.txt asked for alone remakes a cell whose slice changed
-        pointer=lambda wc: ancient(cell_pointer(wc)),
-        wanted=cell_wanted,
     output:
         f"{CELL}/check.txt",
     log:

@@ -166,12 +166,6 @@ def transfer_pointer(artefact):
     return f"{folder}/{C.pointer_name(C.slice_hash(transfer_slice(artefact)))}"
 
 
-def transfer_wanted(artefact):
-    """link_transfer's / link_upload's input: the transfer's request (any file below it, a
-    table of the downloads included, remakes a transfer whose slice changed)."""
-    return wanted(transfer_pointer(artefact), transfer_slice(artefact))
-
-
 def placement(where):
     """Resources of a transfer job placed `where` (login: a local rule; else a partition)."""
     return {} if where == "login" else site_resources(where)
@@ -399,12 +393,6 @@ def pfi_cap_pointer(wc):
     name holds the slice's hash, so a changed slice is a missing file."""
     cap = PCAP.format(pcell=wc.pcell, cap=wc.cap)
     return f"{cap}/{C.pointer_name(C.slice_hash(pfi_cap_slice(wc)))}"
-
-
-def pfi_cap_wanted(wc):
-    """link_pfi_cap's input: the cap's request (its curve point, the curves and the PFI tables
-    remake a cap whose slice changed)."""
-    return wanted(pfi_cap_pointer(wc), pfi_cap_slice(wc))
 
 
 PFI_MULTI = {n for n in PFI_CELLS if pfi_shape(n)[0] > 1}

@@ -127,10 +127,6 @@ rule link_transfer:
         # not ancient(): after a job of `download` / `upload` (one adopting an orphan's result
         # included) this and what follows run again (as link_cell's)
         pointer=lambda wc: transfer_pointer(wc.artefact),
-        # where the current slice's pointer is missing (a changed slice): a request written
-        # now, newer than every output below it, so a single file asked for (its phases.csv,
-        # a table of the downloads) remakes the transfer too (common.smk)
-        wanted=lambda wc: transfer_wanted(wc.artefact),
     output:
         config=f"{XFER}/config.json",
         trace=f"{XFER}/trace.csv",
@@ -159,7 +155,6 @@ rule link_transfer:
 rule link_upload:
     input:
         pointer=transfer_pointer("upload"),
-        wanted=lambda wc: transfer_wanted("upload"),  # as link_transfer's
     output:
         config=f"{RES}/transfers/upload/config.json",
         trace=f"{RES}/transfers/upload/trace.csv",
