@@ -37,9 +37,6 @@ rule attribute:
         meta=f"{CELL}/meta.json",
         response=sensor_response_file(),
         pointer=lambda wc: ancient(cell_pointer(wc)),  # the published attempt, named in the seal
-        # where the current slice's pointer is missing (a changed slice): a request written now,
-        # newer than every output below it, so a single file asked for remakes the cell too
-        wanted=cell_wanted,
     output:
         phases=f"{CELL}/phases.csv",
         seal=f"{CELL}/phases.csv.seal.json",  # size, rows, sha256: aggregate refuses a cut file

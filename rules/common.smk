@@ -211,8 +211,8 @@ def cell_pointer(wc):
 
 
 def cell_wanted(wc):
-    """check's and attribute's input: the cell's request (a table, a figure, its phases.csv,
-    its check.txt remake a cell whose slice changed)."""
+    """link_cell's input: the cell's request (every file below it, its linked files, check.txt,
+    phases.csv, the tables and figures, remakes a cell whose slice changed)."""
     return wanted(cell_pointer(wc), cell_slice(wc))
 
 
