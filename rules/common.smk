@@ -138,8 +138,12 @@ def wanted(pointer, slice_doc):
     """The measurement request of a measuring job whose current pointer is missing
     (wattlife.custody.wanted, written by the main process only): an input of the rule below it
     that reads its pointer, so that any target below the measurement remakes it when its slice
-    changed, with or without Snakemake's metadata; nothing where the pointer is there."""
-    return C.wanted(RES, pointer, slice_doc, write=workflow.is_main_process)
+    changed, with or without Snakemake's metadata; nothing where the pointer is there. Only a run
+    writes it into the results folder; a dry run (or a DAG listing: `--summary`, `--dag`) writes
+    it into Snakemake's own temporary folder, removed when it exits."""
+    running = workflow.executor_plugin is not None and not workflow.dryrun
+    scratch = None if running else workflow.snakemake_tmp_dir
+    return C.wanted(RES, pointer, slice_doc, write=workflow.is_main_process, scratch=scratch)
 
 
 # --- preparation / post-execution (rules/prepare.smk) -------------------------------------
@@ -164,6 +168,12 @@ def transfer_pointer(artefact):
     """The transfer's published pointer for its current slice (wattlife.custody), as a cell's."""
     folder = XFER.format(artefact=artefact)
     return f"{folder}/{C.pointer_name(C.slice_hash(transfer_slice(artefact)))}"
+
+
+def transfer_wanted(artefact):
+    """link_transfer's / link_upload's input: the transfer's request (as a cell's: every file
+    below it, its phases.csv, the downloads tables, remakes a transfer whose slice changed)."""
+    return wanted(transfer_pointer(artefact), transfer_slice(artefact))
 
 
 def placement(where):
@@ -393,6 +403,12 @@ def pfi_cap_pointer(wc):
     name holds the slice's hash, so a changed slice is a missing file."""
     cap = PCAP.format(pcell=wc.pcell, cap=wc.cap)
     return f"{cap}/{C.pointer_name(C.slice_hash(pfi_cap_slice(wc)))}"
+
+
+def pfi_cap_wanted(wc):
+    """link_pfi_cap's input: the cap's request (its curve point, the cell's curves.csv and the
+    PFI tables remake a cap whose slice changed)."""
+    return wanted(pfi_cap_pointer(wc), pfi_cap_slice(wc))
 
 
 PFI_MULTI = {n for n in PFI_CELLS if pfi_shape(n)[0] > 1}

@@ -61,6 +61,8 @@ if PFI_CELLS:  # the PFI study's matrix: one job per (cell, cap), on that cell's
                 # not ancient(): after a job of `pfi_cap` (one adopting an orphan's result
                 # included) this and what follows run again (as link_cell's)
                 pointer=pfi_cap_pointer,
+                # where the current slice's pointer is missing: the request (as link_cell's)
+                wanted=pfi_cap_wanted,
             output:
                 config=f"{PCAP}/config.json",
                 point=f"{PCAP}/curve-point.csv",

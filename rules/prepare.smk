@@ -127,6 +127,8 @@ rule link_transfer:
         # not ancient(): after a job of `download` / `upload` (one adopting an orphan's result
         # included) this and what follows run again (as link_cell's)
         pointer=lambda wc: transfer_pointer(wc.artefact),
+        # where the current slice's pointer is missing: the request (as link_cell's)
+        wanted=lambda wc: transfer_wanted(wc.artefact),
     output:
         config=f"{XFER}/config.json",
         trace=f"{XFER}/trace.csv",
@@ -155,6 +157,7 @@ rule link_transfer:
 rule link_upload:
     input:
         pointer=transfer_pointer("upload"),
+        wanted=lambda wc: transfer_wanted("upload"),  # as link_transfer's
     output:
         config=f"{RES}/transfers/upload/config.json",
         trace=f"{RES}/transfers/upload/trace.csv",

@@ -2,12 +2,14 @@
 local profile, on a copy of the workflow in a temporary folder: a one-cap PFI matrix on the
 simulated cap backend (CPU training), and a one-artefact loopback download.
 
-The targets: the job's downstream file and the rule `measurements` (every measurement's pointer
+The targets: the job's downstream files and the rule `measurements` (every measurement's pointer
 for its current slice, as `all` has them). Each is measured, then Snakemake's metadata is
 removed (what a job measured by an orphan of a killed controller, or results copied from
 another machine, have: none), then:
 - an unchanged config reruns nothing, and `wattlife cells` says current;
 - a changed slice of that job reruns it (measures it again), and `wattlife cells` said stale;
+  so does a file below it asked for alone (a PFI cell's curves.csv; a transfer's phases.csv and
+  tables/downloads.csv), and a dry run lists it and writes nothing into the results folder;
 - a change in how the command line is built (the rule's shell text) measures nothing again.
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from test_custody_single_target import listing
 
 from conftest import REPO, copy_workflow
 from wattlife import custody as C
@@ -47,6 +50,7 @@ def setup(tmp: Path, kind: str) -> dict:
         cfg["pfi_matrix"] = {"dataset": "wikitext-mini", "duration_s": 2, "eval_at_s": 1,
                              "ckpt_at_s": 1, "tokenizer_vocab": 300, "cells": {"tiny-1g": cell}}
         ident, target = "pfi/tiny-1g/cap-400", tmp / "res/pfi/tiny-1g/curves.csv"
+        singles = [target]
     else:
         cfg["prepare"]["catalogue"] = [{"name": "gen-s", "kind": "dataset",
                                         "source": "generated", "size_bytes": 8_000_000}]
@@ -59,17 +63,20 @@ def setup(tmp: Path, kind: str) -> dict:
         cfg["execution"].update(workloads=["resnet"], storage=["local"], checkpoint=["off"],
                                 repeats=1)
         ident, target = "transfers/gen-s", tmp / "res/transfers/gen-s/phases.csv"
+        singles = [target, tmp / "res/tables/downloads.csv"]
     conf = tmp / "conf.yaml"
     conf.write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     return {"wf": w, "conf": conf, "cfg": cfg, "res": tmp / "res", "env": env, "tmp": tmp,
-            "target": str(target), "ident": ident}
+            "target": str(target), "ident": ident, "singles": [str(t) for t in singles]}
 
 
-def snake(w: dict, *args: str, conf: Path | None = None) -> subprocess.CompletedProcess:
+def snake(w: dict, *args: str, conf: Path | None = None, targets: list[str] | None = None
+          ) -> subprocess.CompletedProcess:
+    """Snakemake on `targets` (default: `measurements` and every single target)."""
+    targets = ["measurements", *w["singles"]] if targets is None else targets
     out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/local",
-                          "--configfile", str(conf or w["conf"]), *args, "--", "measurements",
-                          w["target"]],
+                          "--configfile", str(conf or w["conf"]), *args, "--", *targets],
                          cwd=w["wf"], env=w["env"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
@@ -104,11 +111,16 @@ def test_a_pfi_cap_or_transfer_is_stale_by_its_seal_not_by_snakemakes_metadata(t
     assert len(measured(w)) == 1 and state(w) == "current"
     shutil.rmtree(w["wf"] / ".snakemake/metadata")  # as after an orphan's measurement
     assert "Nothing to be done" in snake(w, "-n").stdout  # unchanged: never rerun
+    for single in w["singles"]:  # each file alone, as a user remakes one table: nothing either
+        assert "Nothing to be done" in snake(w, "-n", targets=[single]).stdout, single
     conf = changed(w, kind)
     assert state(w, conf) == "stale"
-    dry = snake(w, "-n", conf=conf).stdout
     rule = "pfi_cap" if kind == "pfi" else "download"
-    assert re.search(rf"^rule {rule}:", dry, re.M), dry[-3000:]
+    before = listing(w["res"])
+    for targets in (None, *([t] for t in w["singles"])):  # changed: measured again, each target
+        dry = snake(w, "-n", conf=conf, targets=targets).stdout
+        assert re.search(rf"^rule {rule}:", dry, re.M), f"{targets}: {dry[-3000:]}"
+    assert listing(w["res"]) == before  # the dry runs wrote nothing there (no request either)
     snake(w, conf=conf)  # the changed slice measured: a second attempt, published
     got = measured(w)
     assert len(got) == 2 and state(w, conf) == "current" and state(w) == "stale"

@@ -1,7 +1,8 @@
 """A single file asked for (a table, a cell's phases.csv) on results without Snakemake's
 metadata (cells measured by orphans, copied from another machine, `.snakemake/` deleted) remakes
 a measurement whose config slice changed, and never one whose slice did not (issue 39: "never
-silently stale" for the commonest way users regenerate one table; the cell's check.txt too).
+silently stale" for the commonest way users regenerate one table; the cell's check.txt too); a
+dry run lists it and writes nothing into the results folder.
 Local profile, one tiny CPU cell, on a copy of the workflow in a temporary folder
 (test_custody_workflow.make_wf)."""
 
@@ -41,6 +42,12 @@ def forget_metadata(wf: dict) -> None:
     shutil.rmtree(wf["wf"] / ".snakemake/metadata", ignore_errors=True)
 
 
+def listing(res: Path) -> dict[str, tuple[int, int]]:
+    """Every path under the results folder: (size, mtime in ns)."""
+    return {p.relative_to(res).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(res.rglob("*"))}
+
+
 def changed_conf(wf: dict) -> Path:
     cfg = yaml.safe_load(yaml.safe_dump(wf["cfg"]))
     cfg["workloads"]["resnet"]["steps"] = 3
@@ -62,6 +69,11 @@ def test_wanted_names_a_request_only_where_the_current_pointer_is_missing(tmp_pa
     assert C.wanted(res, pointer, {"steps": 2}) == []  # a fresh results folder: nothing to add
     res.mkdir()
     assert C.wanted(res, pointer, {"steps": 2}, write=False) == []  # not the main process
+    scratch = tmp_path / "scratch"  # a dry run's: the request there, the results untouched
+    (dry,) = C.wanted(res, pointer, {"steps": 2}, scratch=scratch)
+    assert Path(dry) == scratch / "attempts" / W.CELL / "wanted-0123456789abcdef.json"
+    assert json.loads(Path(dry).read_text())["slice"] == {"steps": 2}
+    assert list(res.rglob("*")) == []
     (request,) = C.wanted(res, pointer, {"steps": 2})
     assert Path(request) == C.attempts_dir(res, W.CELL) / "wanted-0123456789abcdef.json"
     assert json.loads(Path(request).read_text())["slice"] == {"steps": 2}
@@ -93,11 +105,13 @@ def test_a_single_target_remakes_a_stale_cell_without_snakemakes_metadata(tmp_pa
     for target in TARGETS:  # unchanged: never measured again, whichever file is asked for
         assert "Nothing to be done" in snake(wf, target, "-n"), target
     conf = changed_conf(wf)
+    before = listing(wf["res"])
     for target in TARGETS:  # changed: the measurement and what follows it, for each target
         dry = snake(wf, target, "-n", conf=conf)
         assert re.search(r"^rule execute:", dry, re.M), f"{target}: {dry[-3000:]}"
         below = BELOW.get(target.rsplit("/", 1)[-1], "attribute")
         assert re.search(rf"^rule {below}:", dry, re.M), f"{target}: {dry[-3000:]}"
+    assert listing(wf["res"]) == before  # a dry run writes nothing there (no request either)
     snake(wf, "tables/phases.csv", conf=conf)
     attempts = C.attempts_of(root)
     assert len(attempts) == 2 and sum(a.published for a in attempts) >= 1

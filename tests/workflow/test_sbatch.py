@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import copy_workflow
+from standins import publish_standin, workflow_slice
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -51,10 +52,8 @@ def submissions(tmp_path: Path, env: dict, configfile: str, targets: list[str],
     wf = copy_workflow(tmp_path / "workflow")  # its .snakemake/ there, not in the checkout
     env = dict(env, PATH=f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}")
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--nolock",
-           "--configfile", configfile, "--config", f"results_dir={tmp_path / 'res'}", SITE,
-           f"storage={{shared: {tmp_path / 'shared'}, local: {tmp_path / 'local'}}}",
-           f"prepare={{upload: {{target: {tmp_path / 'outbox'}}}}}", *config,
-           *extra, "--", *targets]
+           "--configfile", configfile, "--config", *overrides(tmp_path, config), *extra, "--",
+           *targets]
     p = subprocess.Popen(cmd, cwd=wf, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          start_new_session=True)
     try:
@@ -78,12 +77,21 @@ def submissions(tmp_path: Path, env: dict, configfile: str, targets: list[str],
     return [re.sub(r" --wrap=.*", "", ln) for ln in lines]
 
 
-def _downloaded(res: Path, artefact: str) -> None:
-    """The files of a finished download (a training cell waits for its dataset's)."""
-    d = res / "transfers" / artefact
-    d.mkdir(parents=True)
-    for name in ("config.json", "trace.csv", "events.csv", "meta.json", "record.json"):
-        (d / name).write_text("")
+def overrides(tmp_path: Path, config: tuple[str, ...] = ()) -> list[str]:
+    """`submissions`' `--config` entries: its results and storage under `tmp_path`, the site."""
+    return [f"results_dir={tmp_path / 'res'}", SITE,
+            f"storage={{shared: {tmp_path / 'shared'}, local: {tmp_path / 'local'}}}",
+            f"prepare={{upload: {{target: {tmp_path / 'outbox'}}}}}", *config]
+
+
+def downloaded(tmp_path: Path, configfile: str, artefact: str,
+               config: tuple[str, ...] = ()) -> None:
+    """A finished download of `submissions(tmp_path, ..., configfile, ..., config=config)` (a
+    training cell waits for its dataset's): stand-in files, sealed and published under the
+    pointer of the slice that run computes (standins), so the run takes it as current."""
+    ident = f"transfers/{artefact}"
+    sl = workflow_slice(REPO / configfile, overrides(tmp_path, config), ident, tmp_path)
+    publish_standin(tmp_path / "res", ident, sl)
 
 
 def test_sbatch_lines_of_pfi_cells_and_a_paper_cell(tmp_path, env_path):
@@ -111,7 +119,7 @@ def test_sbatch_lines_of_pfi_cells_and_a_paper_cell(tmp_path, env_path):
     print(f"H100 PFI cap ({cells[h100]['gpus']} GPUs):", ln)
     assert "-p h100q" in ln and "-C h100" in ln and "--exclusive" in ln, ln
     assert "--cpus-per-task=1 " in ln and " --mem " not in ln, ln
-    _downloaded(tmp_path / "paper/res", "wikitext-103")
+    downloaded(tmp_path / "paper", "config/paper.yaml", "wikitext-103")
     (paper,) = submissions(tmp_path / "paper", env_path, "config/paper.yaml",
                            [str(tmp_path / "paper/res/runs/qwen/local/ckpt-on/r1/trace.csv")])
     print("paper training cell:", paper)
@@ -129,13 +137,13 @@ def test_a_users_slurm_extra_adds_to_the_suites_flags(tmp_path, env_path):
     ended (`round_done`), which these fake jobs never do: the first round's jobs of both kinds,
     all submitted at once (on a cluster no cell of a round waits for the one before it in the
     round's seeded order: that order is a local run's, rules/common.smk ORDER_ENFORCED)."""
-    _downloaded(tmp_path / "res", "wikitext-103")
-    _downloaded(tmp_path / "res", "imagenet-1k")
+    extra = ("slurm={account: acct, gpu_partition: gpuq, extra: '--mail-type=END'}",)
+    downloaded(tmp_path, "config/paper.yaml", "wikitext-103", extra)
+    downloaded(tmp_path, "config/paper.yaml", "imagenet-1k", extra)
     cells = ["qwen/local/ckpt-on/r1", "qwen/shared/ckpt-off/r1", "resnet/local/ckpt-on/r1"]
     lines = submissions(tmp_path, env_path, "config/paper.yaml",
                         [str(tmp_path / f"res/runs/{c}/trace.csv") for c in cells],
-                        config=("slurm={account: acct, gpu_partition: gpuq,"
-                                " extra: '--mail-type=END'}",))
+                        config=extra)
     assert len(lines) == len(cells), lines
     assert {"rule_execute_tokenizer", "rule_execute"} <= {
         re.search(r"--comment (rule_\w+?)_wildcards", ln).group(1) for ln in lines}

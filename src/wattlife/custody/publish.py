@@ -33,8 +33,8 @@ def pointer_name(slice_hash: str) -> str:
     return f"sealed-{slice_hash}.json"
 
 
-def wanted(results: str | Path, pointer: str | Path, slice_doc: Any, write: bool = True
-           ) -> list[str]:
+def wanted(results: str | Path, pointer: str | Path, slice_doc: Any, write: bool = True,
+           scratch: str | Path | None = None) -> list[str]:
     """What makes any target below a measurement remake it when its pointer for the current slice
     is missing (a changed slice, a new or retired cell), whatever Snakemake's metadata says:
     where the pointer exists, nothing to remake (never measured again): the request of an
@@ -45,7 +45,10 @@ def wanted(results: str | Path, pointer: str | Path, slice_doc: Any, write: bool
     fresh folder, where every output is missing anyway). As an input of the rule below the
     measuring one, an existing file newer than every output below it: that job reruns, then the
     measuring job, whose missing output it names (Snakemake 9 remakes a missing file only for a
-    job that runs: a missing input alone reruns nothing)."""
+    job that runs: a missing input alone reruns nothing, so no rule can make the request).
+    `scratch`: a folder outside the results (a dry run's, a DAG listing's: Snakemake's own
+    temporary folder) where the request is written instead, at the same relative path, so that
+    they list the stale measurement and leave the results folder untouched."""
     results, pointer = Path(results), Path(pointer)
     folder = pointer.parent.relative_to(results)
     ident = folder.relative_to(RUNS) if folder.parts[:1] == (RUNS,) else folder
@@ -54,6 +57,8 @@ def wanted(results: str | Path, pointer: str | Path, slice_doc: Any, write: bool
     if pointer.exists():  # a request made earlier stays an input (older than what it remade):
         return [str(request)] if request.exists() else []  # the jobs' input sets never change
     if write and results.is_dir():
+        if scratch is not None:
+            request = Path(scratch) / request.relative_to(results)
         request.parent.mkdir(parents=True, exist_ok=True)
         write_text(request, json.dumps({"slice": slice_doc, "pointer": pointer.name,
                                         "wanted_at": time.time()}, sort_keys=True) + "\n")
