@@ -215,7 +215,7 @@ def test_a_wrong_site_value_stops_the_run_before_any_sbatch(tmp_path, env_path):
 @pytest.mark.slow
 def test_a_slurm_run_records_its_run_id_in_the_results_folder(tmp_path, env_path):
     """`slurm-orphans RESULTS` acts on the runs recorded there: the submitted job's name."""
-    from test_sbatch import downloaded, submissions
+    from standins import downloaded, submissions
 
     downloaded(tmp_path, "config/paper.yaml", "wikitext-103")
     (line,) = submissions(tmp_path, env_path, "config/paper.yaml",
