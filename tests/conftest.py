@@ -65,6 +65,15 @@ def slurm_test_partition() -> str:
     return os.environ.get("WATTLIFE_TEST_SLURM_PARTITION", "debug")
 
 
+# How often a test's Snakemake controller asks Slurm about its jobs, and nothing else: the Slurm
+# executor (snakemake-executor-plugin-slurm 2.x) sleeps `init_seconds_before_status_checks` (40 s
+# by default, for real clusters) between checks while it has no job in flight and after each job
+# it sees end, and its shutdown waits for that sleep: each of the CI's tiny Slurm runs waited up to
+# 40 s to see its job end and about 40 s more to stop. No job, flag or file of a run changes
+# (`--slurm-status-command squeue` stays squeue: MinJobAge is far above 3 x 2 s).
+SLURM_POLL = ("--slurm-init-seconds-before-status-checks", "2")
+
+
 # What no test may change in the checkout (each Snakemake run works on a copy: `workflow_dir`;
 # `wattlife run`'s default run folders go under runs/)
 GUARDED = ("results", "data", ".snakemake", "runs")
@@ -148,6 +157,32 @@ def copy_workflow(dest: Path) -> Path:
     (dest / "results").mkdir()
     (dest / "results" / "reference").symlink_to(REPO / "results" / "reference")
     return dest
+
+
+class TreeSnapshot:
+    """A folder's state kept aside once and put back, at the SAME absolute path, before each test
+    that starts from it: how one expensive set-up (a finished Snakemake run, whose metadata, config
+    and custody files name absolute paths) is shared by several tests without one test's writes
+    reaching another. `cp -a` keeps hard links (a cell's files and its attempt's), modes and
+    mtimes (Snakemake compares them), so the restored folder is the kept one, file for file."""
+
+    def __init__(self, live: Path) -> None:
+        self.live = live
+        self.kept = live.with_name(live.name + ".kept")
+
+    def keep(self) -> None:
+        """Copy the live folder aside (once, after the set-up)."""
+        import subprocess
+
+        subprocess.run(["cp", "-a", str(self.live), str(self.kept)], check=True)
+
+    def restore(self) -> Path:
+        """The live folder replaced by the kept state; the live folder's path."""
+        import subprocess
+
+        shutil.rmtree(self.live)
+        subprocess.run(["cp", "-a", str(self.kept), str(self.live)], check=True)
+        return self.live
 
 
 @pytest.fixture(scope="session")

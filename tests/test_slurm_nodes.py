@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import copy_workflow, slurm_test_partition
+from conftest import SLURM_POLL, copy_workflow, slurm_test_partition
 from slurm_cells import tiny_slurm_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,6 +74,7 @@ def test_a_two_node_cell_runs_on_both_nodes_end_to_end(tmp_path, env_path, gpus)
     out = subprocess.run([sys.executable, "-m", "snakemake", "--verbose", "--profile",
                           "profiles/slurm", "--configfile", str(conf), "--config",
                           f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue",
+                          *SLURM_POLL,
                           "--", str(cell / "phases.csv")], cwd=wf, env=env_path,
                          capture_output=True, text=True, timeout=1200)
     log = out.stdout + out.stderr
@@ -139,6 +140,7 @@ def test_a_two_node_local_cells_checkpoint_folders_are_removed_on_both_nodes(tmp
     out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
                           "--configfile", str(conf), "--config",
                           f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue",
+                          *SLURM_POLL,
                           "--", str(cell / "phases.csv")],
                          cwd=copy_workflow(tmp_path / "workflow"), env=env_path,
                          capture_output=True, text=True, timeout=1200)
@@ -163,7 +165,8 @@ def _wait(ok, what: str, timeout: float = 300) -> None:
         time.sleep(1)
 
 
-def test_a_measuring_step_holds_every_cpu_and_all_memory_of_any_node(tmp_path, env_path):
+def test_a_measuring_step_holds_every_cpu_and_all_memory_of_any_node(tmp_path, env_path,
+                                                                    children):
     """On each node of the mixed partition (the 1-CPU node, the MemSpecLimit node, the others):
     a job asking what the rules ask (wattlife.slurm_site) and started as the executor starts one
     (a 1-task 1-CPU step) runs its measurement step (wattlife.launch.whole_step) with all the
@@ -186,14 +189,20 @@ def test_a_measuring_step_holds_every_cpu_and_all_memory_of_any_node(tmp_path, e
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsrun -n1 --cpus-per-task=1 bash -s <<'EOF'\n"
                       f"{whole_step(1)} {probe}\nEOF\n")
+    # one job per node, all submitted at once (each holds its own node; `sbatch --wait` polls at
+    # 2, 10, 42 s: one node after another, the test waited for each in turn)
+    jobs = {}
     for node in _sh("sinfo", "-h", "-N", "-p", part, "-o", "%N").split():
         out = tmp_path / f"{node}.out"
         args = ["sbatch", "--wait", *res["slurm_extra"].split(), "-p", part, "-w", node,
                 "--ntasks=1", f"--cpus-per-task={res['cpus_per_task']}", "-o", str(out),
                 *([f"--mem={res['mem_mb']}"] if res["mem_mb"] else []), str(script)]
-        sub = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+        jobs[node] = (args, out, children.spawn(args, env=env, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, text=True))
+    for node, (args, out, proc) in jobs.items():
+        _, err = proc.communicate(timeout=300)
         text = out.read_text() if out.exists() else ""
-        assert sub.returncode == 0, sub.stderr + text
+        assert proc.returncode == 0, err + text
         cpus, mem = node_shapes(part)[node]
         step = steps_of(out)
         print(f"{node} ({cpus} CPUs, {mem} MB allocatable): {' '.join(args[:-1])} -> {step}")
