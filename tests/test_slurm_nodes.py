@@ -165,8 +165,7 @@ def _wait(ok, what: str, timeout: float = 300) -> None:
         time.sleep(1)
 
 
-def test_a_measuring_step_holds_every_cpu_and_all_memory_of_any_node(tmp_path, env_path,
-                                                                    children):
+def test_a_measuring_step_holds_every_cpu_and_all_memory_of_any_node(tmp_path, env_path):
     """On each node of the mixed partition (the 1-CPU node, the MemSpecLimit node, the others):
     a job asking what the rules ask (wattlife.slurm_site) and started as the executor starts one
     (a 1-task 1-CPU step) runs its measurement step (wattlife.launch.whole_step) with all the
@@ -189,20 +188,14 @@ def test_a_measuring_step_holds_every_cpu_and_all_memory_of_any_node(tmp_path, e
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsrun -n1 --cpus-per-task=1 bash -s <<'EOF'\n"
                       f"{whole_step(1)} {probe}\nEOF\n")
-    # one job per node, all submitted at once (each holds its own node; `sbatch --wait` polls at
-    # 2, 10, 42 s: one node after another, the test waited for each in turn)
-    jobs = {}
     for node in _sh("sinfo", "-h", "-N", "-p", part, "-o", "%N").split():
         out = tmp_path / f"{node}.out"
         args = ["sbatch", "--wait", *res["slurm_extra"].split(), "-p", part, "-w", node,
                 "--ntasks=1", f"--cpus-per-task={res['cpus_per_task']}", "-o", str(out),
                 *([f"--mem={res['mem_mb']}"] if res["mem_mb"] else []), str(script)]
-        jobs[node] = (args, out, children.spawn(args, env=env, stdout=subprocess.PIPE,
-                                                 stderr=subprocess.PIPE, text=True))
-    for node, (args, out, proc) in jobs.items():
-        _, err = proc.communicate(timeout=300)
+        sub = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
         text = out.read_text() if out.exists() else ""
-        assert proc.returncode == 0, err + text
+        assert sub.returncode == 0, sub.stderr + text
         cpus, mem = node_shapes(part)[node]
         step = steps_of(out)
         print(f"{node} ({cpus} CPUs, {mem} MB allocatable): {' '.join(args[:-1])} -> {step}")
