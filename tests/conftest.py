@@ -1,6 +1,7 @@
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -65,12 +66,11 @@ def slurm_test_partition() -> str:
     return os.environ.get("WATTLIFE_TEST_SLURM_PARTITION", "debug")
 
 
-# How often a test's Snakemake controller asks Slurm about its jobs, and nothing else: the Slurm
+# How often a test's Snakemake controller asks Slurm about its jobs, nothing else: the Slurm
 # executor (snakemake-executor-plugin-slurm 2.x) sleeps `init_seconds_before_status_checks` (40 s
-# by default, for real clusters) between checks while it has no job in flight and after each job
-# it sees end, and its shutdown waits for that sleep: each of the CI's tiny Slurm runs waited up to
-# 40 s to see its job end and about 40 s more to stop. No job, flag or file of a run changes
-# (`--slurm-status-command squeue` stays squeue: MinJobAge is far above 3 x 2 s).
+# by default) while no job is in flight and after each job it sees end, and its shutdown waits
+# for that sleep: each tiny CI run waited up to 40 s to see its job end and ~40 s to stop.
+# No job, flag or file of a run changes (squeue stays the status command: MinJobAge >> 3 x 2 s).
 SLURM_POLL = ("--slurm-init-seconds-before-status-checks", "2")
 
 
@@ -172,14 +172,10 @@ class TreeSnapshot:
 
     def keep(self) -> None:
         """Copy the live folder aside (once, after the set-up)."""
-        import subprocess
-
         subprocess.run(["cp", "-a", str(self.live), str(self.kept)], check=True)
 
     def restore(self) -> Path:
         """The live folder replaced by the kept state; the live folder's path."""
-        import subprocess
-
         shutil.rmtree(self.live)
         subprocess.run(["cp", "-a", str(self.kept), str(self.live)], check=True)
         return self.live
@@ -216,7 +212,6 @@ def pytest_collection_modifyitems(config, items):
         for it in items:
             if "slurm" in it.keywords:
                 it.add_marker(skip)
-
 
 
 def _stat_fields(pid: int | str) -> list[str] | None:

@@ -87,6 +87,7 @@ def finished(_finished_cell):
     it (conftest.TreeSnapshot: same paths, hard links and mtimes; no test sees another's writes)."""
     w, snap = _finished_cell
     snap.restore()
+    assert (w["cell"] / "trace.csv").stat().st_nlink >= 2  # still its attempt's file (hard link)
     return dict(w)
 
 
