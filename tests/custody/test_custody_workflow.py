@@ -11,6 +11,7 @@ workflow in a temporary folder (nothing is written into the checkout): one tiny 
   start naming the first, the first's measurement is untouched;
 - a cut or edited phases.csv / trace.csv: the tables refuse it, naming it and its remedy;
 - a leftover rank file of an earlier attempt never fails a later one.
+(These two start from the module's one finished run, put back before each: conftest.TreeSnapshot.)
 """
 
 from __future__ import annotations
