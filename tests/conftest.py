@@ -1,6 +1,7 @@
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -63,6 +64,14 @@ def slurm_opted_in() -> bool:
 
 def slurm_test_partition() -> str:
     return os.environ.get("WATTLIFE_TEST_SLURM_PARTITION", "debug")
+
+
+# How often a test's Snakemake controller asks Slurm about its jobs, nothing else: the Slurm
+# executor (snakemake-executor-plugin-slurm 2.x) sleeps `init_seconds_before_status_checks` (40 s
+# by default) while no job is in flight and after each job it sees end, and its shutdown waits
+# for that sleep: each tiny CI run waited up to 40 s to see its job end and ~40 s to stop.
+# No job, flag or file of a run changes (squeue stays the status command: MinJobAge >> 3 x 2 s).
+SLURM_POLL = ("--slurm-init-seconds-before-status-checks", "2")
 
 
 # What no test may change in the checkout (each Snakemake run works on a copy: `workflow_dir`;
@@ -150,6 +159,28 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
+class TreeSnapshot:
+    """A folder's state kept aside once and put back, at the SAME absolute path, before each test
+    that starts from it: how one expensive set-up (a finished Snakemake run, whose metadata, config
+    and custody files name absolute paths) is shared by several tests without one test's writes
+    reaching another. `cp -a` keeps hard links (a cell's files and its attempt's), modes and
+    mtimes (Snakemake compares them), so the restored folder is the kept one, file for file."""
+
+    def __init__(self, live: Path) -> None:
+        self.live = live
+        self.kept = live.with_name(live.name + ".kept")
+
+    def keep(self) -> None:
+        """Copy the live folder aside (once, after the set-up)."""
+        subprocess.run(["cp", "-a", str(self.live), str(self.kept)], check=True)
+
+    def restore(self) -> Path:
+        """The live folder replaced by the kept state; the live folder's path."""
+        shutil.rmtree(self.live)
+        subprocess.run(["cp", "-a", str(self.kept), str(self.live)], check=True)
+        return self.live
+
+
 @pytest.fixture(scope="session")
 def workflow_dir(tmp_path_factory) -> Path:
     """The workflow's copy the Snakemake-running tests use as their working directory."""
@@ -181,7 +212,6 @@ def pytest_collection_modifyitems(config, items):
         for it in items:
             if "slurm" in it.keywords:
                 it.add_marker(skip)
-
 
 
 def _stat_fields(pid: int | str) -> list[str] | None:

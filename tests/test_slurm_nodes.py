@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import copy_workflow, slurm_test_partition
+from conftest import SLURM_POLL, copy_workflow, slurm_test_partition
 from slurm_cells import tiny_slurm_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,6 +74,7 @@ def test_a_two_node_cell_runs_on_both_nodes_end_to_end(tmp_path, env_path, gpus)
     out = subprocess.run([sys.executable, "-m", "snakemake", "--verbose", "--profile",
                           "profiles/slurm", "--configfile", str(conf), "--config",
                           f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue",
+                          *SLURM_POLL,
                           "--", str(cell / "phases.csv")], cwd=wf, env=env_path,
                          capture_output=True, text=True, timeout=1200)
     log = out.stdout + out.stderr
@@ -139,6 +140,7 @@ def test_a_two_node_local_cells_checkpoint_folders_are_removed_on_both_nodes(tmp
     out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
                           "--configfile", str(conf), "--config",
                           f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue",
+                          *SLURM_POLL,
                           "--", str(cell / "phases.csv")],
                          cwd=copy_workflow(tmp_path / "workflow"), env=env_path,
                          capture_output=True, text=True, timeout=1200)

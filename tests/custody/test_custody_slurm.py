@@ -16,14 +16,15 @@ import sys
 import pytest
 import test_custody_workflow as W
 
-from conftest import slurm_test_partition
+from conftest import SLURM_POLL, slurm_test_partition
 from wattlife import custody as C
 
 # only where the user opted in (WATTLIFE_TEST_SLURM=1, tests/conftest.py): nothing here asks a
 # Slurm command at import; the partition is the CI cluster's (`debug`) unless the user names one
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 SITE = ["--profile", "profiles/slurm", "--config",
-        f"slurm={{gpu_partition: {slurm_test_partition()}}}", "--slurm-status-command", "squeue"]
+        f"slurm={{gpu_partition: {slurm_test_partition()}}}", "--slurm-status-command", "squeue",
+        *SLURM_POLL]  # conftest.SLURM_POLL: how often the controller asks Slurm, nothing else
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ workflow in a temporary folder (nothing is written into the checkout): one tiny 
   start naming the first, the first's measurement is untouched;
 - a cut or edited phases.csv / trace.csv: the tables refuse it, naming it and its remedy;
 - a leftover rank file of an earlier attempt never fails a later one.
+(These two start from the module's one finished run, put back before each: conftest.TreeSnapshot.)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, copy_workflow
+from conftest import REPO, TreeSnapshot, copy_workflow
 from wattlife import custody as C
 
 BIN = Path(sys.executable).parent
@@ -66,6 +67,29 @@ def make_wf(tmp_path: Path) -> dict:
 @pytest.fixture
 def wf(tmp_path):
     return make_wf(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def _finished_cell(tmp_path_factory):
+    """One finished run of the one-cell config (its measurement and tables), kept aside."""
+    live = tmp_path_factory.mktemp("finished-cell") / "live"
+    live.mkdir()
+    w = make_wf(live)
+    done = snake(w)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    snap = TreeSnapshot(live)
+    snap.keep()
+    return w, snap
+
+
+@pytest.fixture
+def finished(_finished_cell):
+    """The module's finished one-cell run, put back as it was before each test that starts from
+    it (conftest.TreeSnapshot: same paths, hard links and mtimes; no test sees another's writes)."""
+    w, snap = _finished_cell
+    snap.restore()
+    assert (w["cell"] / "trace.csv").stat().st_nlink >= 2  # still its attempt's file (hard link)
+    return dict(w)
 
 
 def snake(wf, *args, conf=None, timeout=600):
@@ -280,30 +304,32 @@ def test_a_lost_terminal_leaves_the_measurement_to_finish_and_the_rerun_adopts_i
           f"rerun's job: {'waited' if 'waiting for it to end' in log else 'adopted at once'}")
 
 
-@pytest.mark.parametrize("overlap", [False, True], ids=["same-config", "overlapping-config"])
-def test_a_second_controller_on_the_folder_refuses_naming_the_first(wf, overlap):
-    """The second controller, with the same config or one that shares the first's cell (and adds
-    a repeat), refuses at start naming the first (host, pid); the first's measurement is kept."""
-    conf = wf["conf"]
-    if overlap:
-        cfg = yaml.safe_load(yaml.safe_dump(wf["cfg"]))
-        cfg["execution"]["repeats"] = 2
-        conf = wf["tmp"] / "overlapping.yaml"
-        conf.write_text(yaml.safe_dump(cfg))
+def test_a_second_controller_on_the_folder_refuses_naming_the_first(wf):
+    """A second controller, with the same config and then with one that shares the first's cell
+    (and adds a repeat), refuses at start naming the first (host, pid); the first's measurement is
+    kept. Both seconds try while one first controller's measurement is held (its set-up is the
+    expensive part), each after `--unlock`, as a user would."""
+    cfg = yaml.safe_load(yaml.safe_dump(wf["cfg"]))
+    cfg["execution"]["repeats"] = 2
+    overlapping = wf["tmp"] / "overlapping.yaml"
+    overlapping.write_text(yaml.safe_dump(cfg))
     first = start(wf, "first")
     measuring = None
     try:
         wait_for(lambda: in_flight(wf) or first.poll() is not None, "the cell's measurement")
         measuring = lock_pid(wf)
         assert measuring and first.poll() is None
-        # the first's measurement held until the second has started: a tiny cell could otherwise
+        # the first's measurement held until the seconds have started: a tiny cell could otherwise
         # finish the whole run first, and a run with nothing to do starts no controller
         os.kill(measuring, signal.SIGSTOP)
-        assert snake(wf, "--unlock").returncode == 0  # Snakemake's own lock: gone for all
-        second = snake(wf, conf=conf)
-        assert second.returncode != 0, second.stdout[-2000:] + second.stderr[-2000:]
-        assert (f"another controller runs on this results folder: a process (host "
-                f"{os.uname().nodename}, pid {first.pid})") in second.stdout + second.stderr
+        for conf in (wf["conf"], overlapping):  # same config, overlapping config
+            assert snake(wf, "--unlock").returncode == 0  # Snakemake's own lock: gone for all
+            second = snake(wf, conf=conf)
+            assert second.returncode != 0, (conf.name, second.stdout[-2000:] +
+                                            second.stderr[-2000:])
+            assert (f"another controller runs on this results folder: a process (host "
+                    f"{os.uname().nodename}, pid {first.pid})") in second.stdout + \
+                second.stderr, conf.name
         os.kill(measuring, signal.SIGCONT)
         assert first.wait(600) == 0, (wf["tmp"] / "first.log").read_text()[-3000:]
     finally:
@@ -316,8 +342,8 @@ def test_a_second_controller_on_the_folder_refuses_naming_the_first(wf, overlap)
     assert not (wf["res"] / ".wattlife-controller.lock").exists()
 
 
-def test_a_cut_phases_or_trace_file_is_refused_by_the_tables_with_its_remedy(wf):
-    assert snake(wf).returncode == 0
+def test_a_cut_phases_or_trace_file_is_refused_by_the_tables_with_its_remedy(finished):
+    wf = finished  # measured and tabled (the module's one finished run, put back)
     cell = wf["cell"]
     phases = cell / "phases.csv"
     data = phases.read_bytes()
@@ -341,8 +367,8 @@ def test_a_cut_phases_or_trace_file_is_refused_by_the_tables_with_its_remedy(wf)
     assert snake(wf).returncode == 0 and tables_count(wf) == 1
 
 
-def test_a_leftover_rank_file_of_an_earlier_attempt_never_fails_a_rerun(wf):
-    assert snake(wf).returncode == 0
+def test_a_leftover_rank_file_of_an_earlier_attempt_never_fails_a_rerun(finished):
+    wf = finished  # measured and tabled (the module's one finished run, put back)
     retire = subprocess.run(["wattlife", "retire", str(wf["res"]), CELL], env=wf["env"],
                             capture_output=True, text=True, timeout=60)
     assert retire.returncode == 0, retire.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import copy_workflow, slurm_test_partition
+from conftest import SLURM_POLL, copy_workflow, slurm_test_partition
 from slurm_cells import tiny_slurm_config
 from test_slurm_nodes import node_shapes, steps_of
 
@@ -60,9 +60,11 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
     # (srun -> a sampler per node -> torchrun -> merge)
     conf = tiny_slurm_config(tmp_path, gpus=gres, storage="local", per_node_sampler=True)
     # the documented command (`--profile profiles/slurm`, as shipped), with only this cluster's
-    # site values: its partition, and the status command of a cluster without accounting
+    # site values: its partition, and the status command of a cluster without accounting (and
+    # the tests' status polling, conftest.SLURM_POLL)
     part = slurm_test_partition()
-    site = ["--config", f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue"]
+    site = ["--config", f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue",
+            *SLURM_POLL]
     wf = copy_workflow(tmp_path / "workflow")
     cell = tmp_path / "res/runs/resnet/local/ckpt-on/r1"
     out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
@@ -108,7 +110,7 @@ def test_a_cluster_without_accounting_is_named_before_any_job_is_submitted(tmp_p
         pytest.skip("this cluster has accounting")
     out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
                           "--config", f"results_dir={tmp_path / 'res'}",
-                          f"slurm={{gpu_partition: {slurm_test_partition()}}}", "--",
+                          f"slurm={{gpu_partition: {slurm_test_partition()}}}", *SLURM_POLL, "--",
                           str(tmp_path / "res/tables/pfi.csv")],
                          cwd=copy_workflow(tmp_path / "workflow"), env=env_path,
                          capture_output=True, text=True, timeout=600)
