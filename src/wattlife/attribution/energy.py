@@ -121,7 +121,7 @@ def _unclaimed_busy(series: DeviceSeries, floor_w: float) -> str | None:
     p = series.power_w
     if p is None or len(p) == 0 or not np.isfinite(floor_w):
         return None
-    mean = float(np.mean(p))
+    mean = series.p_mean()
     if mean < floor_w + max(30.0, 0.25 * floor_w):
         return None
     return (f"{series.host}/{series.device}: no rank claims this GPU, but its mean power "
@@ -141,7 +141,7 @@ def _idle_floors(series: Sequence[DeviceSeries], window: tuple[int, int] | None
         if not GPU.forms(s.device) or s.power_w is None:
             continue
         if len(s.power_w):
-            low[s.host] = min(low.get(s.host, np.inf), float(np.min(s.power_w)))
+            low[s.host] = min(low.get(s.host, np.inf), s.p_min())
         own[(s.host, s.device)] = idle_power(s, *window) if window is not None else np.nan
     return {k: f if np.isfinite(f) else low.get(k[0], np.nan) for k, f in own.items()}
 
