@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synth import T0, averaging_sensor, events_frame
-from wattlife.attribution import windowed
 from wattlife.attribution.chunked import SpilledTrace
 from wattlife.attribution.energy import attribute_energy
 from wattlife.attribution.gaps import sensor_gaps

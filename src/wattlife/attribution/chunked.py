@@ -5,7 +5,9 @@ built one at a time from their files, by the same functions as the in-memory pat
 (`series.power_series`, `series.energy_series`), so the series, and every number attributed from
 them, are identical.
 Peak memory: one chunk of the trace (`streaming.BATCH_BYTES` of CSV) or one device's series,
-whichever is larger; never the whole trace."""
+whichever is larger; never the whole trace. With a `window`, not even one device's series:
+each is built and read on disk a window of readings at a time (`windowed.WindowedSeries`,
+the same numbers)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from ..contracts import (
     iter_trace,
     streaming,
 )
+from .node_rest import NODE_KIND
 from .series import (
     DeviceSeries,
     SpilledSeries,
@@ -34,7 +37,6 @@ from .series import (
     power_series,
     series_metric,
 )
-from .node_rest import NODE_KIND
 from .time_units import check_time_units
 from .windowed import WindowedSeries, windowed_series
 

@@ -319,7 +319,8 @@ def _power_series(host: str, dev: str, t_in: DiskArray, p_in: DiskArray, src: Di
         host, dev, cast(np.ndarray, DiskArray(paths["t"], np.int64, kept)),
         cast(np.ndarray, DiskArray(paths["e"], np.float64, kept)),
         cast(np.ndarray, DiskArray(paths["p"], np.float64, kept)),
-        mode_of_counts(counts, names), bound, max(floor, 0.0), window=window, n=kept, p_lo=lo, p_hi=hi))
+        mode_of_counts(counts, names), bound, max(floor, 0.0), window=window, n=kept, p_lo=lo,
+        p_hi=hi))
 
 
 def _energy_series(host: str, dev: str, t_in: DiskArray, e_in: DiskArray, src: DiskArray,
