@@ -367,3 +367,24 @@ def test_one_ranks_rows_are_one_frame_for_all_its_devices(tmp_path, monkeypatch)
         w = want[key].reset_index(drop=True)
         pd.testing.assert_frame_equal(got.reset_index(drop=True)[["phase", "start_ns", "end_ns"]],
                                       w[["phase", "start_ns", "end_ns"]], check_dtype=False)
+
+
+def test_each_ranks_events_file_is_read_once(tmp_path, monkeypatch):
+    """The file that gives the run's first row (`RankEvents.head`, read before the devices are
+    mapped) is kept for its rank's devices, not read a second time (issue 43: a day of one
+    rank, 1.4 M rows, read twice was the peak of a long run)."""
+    from wattlife.attribution import rank_events
+
+    p, ev_path = _write(tmp_path, "csv")
+    reads: list[str] = []
+    real = rank_events.read_events
+
+    def counted(path, *a, **k):
+        reads.append(Path(path).name)
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(rank_events, "read_events", counted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        attribute_files(p, ev_path, tmp_path / "phases.csv", n_boot=5)
+    assert sorted(reads) == ["events.csv", "events.rank1.csv"]

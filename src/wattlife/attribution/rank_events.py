@@ -65,7 +65,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         self.run_ids = sorted(set().union(*(s["run_ids"] for s in scans)))
         self._keys: dict[tuple[str, str], int] = {}
         self._mapping: tuple[list[int] | None, dict[int, list[int]] | None] = (None, None)
-        self._cache: tuple[int, dict[tuple[str, str], pd.DataFrame]] | None = None
+        self._cache: tuple[int, pd.DataFrame, dict[tuple[str, str], pd.DataFrame]] | None = None
         self._head: pd.DataFrame | None = None
 
     @classmethod
@@ -88,10 +88,15 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
                              "rank": [s["rank"] for s in self.scans],
                              "local_rank": [s["local_rank"] for s in self.scans]})
         self._mapping = (cuda_to_nvml, rank_devices)
-        self._cache = None  # a file read before (`head`) was mapped without it
         self._keys = {k: int(g.index[0]) for k, g in
                       phase_map(tiny, cuda_to_nvml, rank_devices).items()}
+        if self._cache is not None:  # a file read before (`head`): kept, keyed anew
+            self._cache = (self._cache[0], self._cache[1], self._keyed(*self._cache[:2]))
         return self
+
+    def _keyed(self, i: int, ev: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+        """File i's prepared rows under each key `map_devices` gave it."""
+        return {k: ev for k, j in self._keys.items() if j == i}
 
     def _load(self, i: int) -> dict[tuple[str, str], pd.DataFrame]:
         """File i read, prepared, its overlaps clamped (as the in-memory path has its rows),
@@ -110,8 +115,8 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
             ev = clamp_events(ev, where=self._where or "events")
             if i == 0:
                 self._head = ev.iloc[:1].copy()
-            self._cache = (i, {k: ev for k, j in self._keys.items() if j == i})
-        return self._cache[1]
+            self._cache = (i, ev, self._keyed(i, ev))
+        return self._cache[2]
 
     def head(self) -> pd.DataFrame:
         """The first row of the run's events (its run id, its columns)."""

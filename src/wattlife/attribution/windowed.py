@@ -26,8 +26,8 @@ import pandas as pd
 
 from .series import DeviceSeries, mode_of_counts
 
-#: readings a window (~5.8 h of one device at 20 ms; 8 bytes a reading a column)
-WINDOW = 1 << 20
+#: readings a window (~1.5 h of one device at 20 ms; 2 MiB a column)
+WINDOW = 1 << 18
 _LEAF = 1 << 16  # pairwise_sum's leaves (any size: the same sums)
 _DIGIT = 21  # bits of one radix digit of the spacing selection (3 digits: 63 bits)
 
