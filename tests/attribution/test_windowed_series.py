@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synth import T0, averaging_sensor, events_frame
+from wattlife.attribution import windowed
 from wattlife.attribution.chunked import SpilledTrace
 from wattlife.attribution.energy import attribute_energy
 from wattlife.attribution.gaps import sensor_gaps
@@ -151,6 +152,23 @@ def test_a_windowed_series_is_the_in_memory_series(tmp_path, window):
             np.testing.assert_array_equal(boundary_steps(s, x, 73.7), boundary_steps(m, x, 73.7))
     assert (sensor_gaps(memory[("h", "gpu0")]).total_s > 0
             and sensor_gaps(memory[("h", "cpu0")]).total_s > 0)
+
+
+@pytest.mark.parametrize("n", [2, 3, 1000, 1001])
+@pytest.mark.parametrize("window", [1, 4, 97])
+def test_the_median_spacing_is_selected_exactly(tmp_path, n, window):
+    """Spacings of every digit (ns to days, repeated values, zeros from repeated times), odd
+    and even counts: the selection is `np.median`'s value."""
+    rng = np.random.default_rng(n + window)
+    d = rng.choice([0, 1, 7, 2**21 - 1, 2**21, 20 * MS, 20 * MS + 1, 2**42 + 5, 86_400 * 10**9],
+                   n - 1) + rng.integers(0, 3, n - 1)
+    t = T0 + np.concatenate([[0], np.cumsum(d)]).astype(np.int64)
+    files = tuple(tmp_path / f for f in ("t", "v", "s"))
+    for f, x in zip(files, (t, np.cumsum(rng.uniform(1, 2, n)), np.zeros(n, np.int32)),
+                    strict=True):
+        x.tofile(f)
+    s = windowed.windowed_series("h", "cpu0", files, n, ["rapl"], None, tmp_path / "w", window)
+    assert s is not None and s.median_dt == float(np.median(np.diff(t)))
 
 
 def test_pairwise_sum_is_numpys_sum_bit_for_bit():

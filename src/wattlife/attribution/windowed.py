@@ -185,7 +185,8 @@ class WindowedSeries(DeviceSeries):
                 d = np.diff(t)
                 if shift < 2 * _DIGIT:
                     d = d[(d >> (shift + _DIGIT)) == prefix]
-                counts += np.bincount((d >> shift) & mask, minlength=1 << _DIGIT)
+                got = np.bincount((d >> shift) & mask)  # as long as the largest digit seen
+                counts[:len(got)] += got
             cum = np.cumsum(counts)
             j = int(np.searchsorted(cum, k, side="right"))
             k -= int(cum[j - 1]) if j else 0
