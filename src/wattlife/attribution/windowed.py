@@ -169,29 +169,30 @@ class WindowedSeries(DeviceSeries):
         """`float(np.median(np.diff(t_ns)))`, exactly, by selection (module docstring)."""
         if self._median_dt is None:
             m = self.n - 1
-            if m % 2:
-                self._median_dt = float(self._kth_diff(m // 2))
-            else:
-                self._median_dt = (float(self._kth_diff(m // 2 - 1))
-                                   + float(self._kth_diff(m // 2))) / 2
+            mid = self._kth_diffs([m // 2] if m % 2 else [m // 2 - 1, m // 2])
+            # np.median: the mean of the middle one or two, summed as float64
+            self._median_dt = sum(float(x) for x in mid) / len(mid)
         return self._median_dt
 
-    def _kth_diff(self, k: int) -> int:
-        """The k-th smallest (from 0) spacing in ns: one 21-bit digit a pass, counted."""
-        prefix, mask = 0, (1 << _DIGIT) - 1
+    def _kth_diffs(self, ks: list[int]) -> list[int]:
+        """The k-th smallest (from 0) spacings in ns for each k: one 21-bit digit a pass,
+        counted among the spacings whose higher digits are k's so far (one count shared by
+        the ks that share them)."""
+        state, mask = [[0, k] for k in ks], (1 << _DIGIT) - 1
         for shift in (2 * _DIGIT, _DIGIT, 0):
-            counts = np.zeros(1 << _DIGIT, np.int64)
+            counts = {p: np.zeros(1 << _DIGIT, np.int64) for p, _ in state}
             for _, t, _, _ in self.diff_windows():
                 d = np.diff(t)
-                if shift < 2 * _DIGIT:
-                    d = d[(d >> (shift + _DIGIT)) == prefix]
-                got = np.bincount((d >> shift) & mask)  # as long as the largest digit seen
-                counts[:len(got)] += got
-            cum = np.cumsum(counts)
-            j = int(np.searchsorted(cum, k, side="right"))
-            k -= int(cum[j - 1]) if j else 0
-            prefix = (prefix << _DIGIT) | j
-        return prefix
+                for p, c in counts.items():
+                    x = d if shift == 2 * _DIGIT else d[(d >> (shift + _DIGIT)) == p]
+                    got = np.bincount((x >> shift) & mask)  # as long as its largest digit
+                    c[:len(got)] += got
+            for st in state:
+                cum = np.cumsum(counts[st[0]])
+                j = int(np.searchsorted(cum, st[1], side="right"))
+                st[1] -= int(cum[j - 1]) if j else 0
+                st[0] = (st[0] << _DIGIT) | j
+        return [p for p, _ in state]
 
 
 def gap_points(s: WindowedSeries, threshold_ns: float
