@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -37,8 +37,10 @@ from .time_units import check_time_units
 from .tree import PhaseTree, clamp_events, exclusive, phase_tree, segment_index, timeline
 
 
+@runtime_checkable
 class EventsByRank(Protocol):
-    """A run's events read one rank at a time (`rank_events.RankEvents`)."""
+    """A run's events read one rank at a time (`rank_events.RankEvents`); `tree` and
+    `only_idle` answer for a key of its phase map."""
 
     run_ids: list[str]
 
@@ -47,6 +49,10 @@ class EventsByRank(Protocol):
     def map_devices(self, cuda_to_nvml: list[int] | None,
                     rank_devices: dict[int, list[int]] | None
                     ) -> Mapping[tuple[str, str], pd.DataFrame]: ...
+
+    def tree(self, key: tuple[str, str], where: str) -> PhaseTree: ...
+
+    def only_idle(self, key: tuple[str, str]) -> bool: ...
 
 PROGRESS_MIN_READINGS = 2_000_000  # show a progress bar when a trace has more readings
 
@@ -93,26 +99,49 @@ def _idle_events(series: DeviceSeries, run_id: str) -> pd.DataFrame:
                          "step": [np.nan], "items": [np.nan]})
 
 
-def _events_for(series: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
-                events: pd.DataFrame) -> pd.DataFrame:
-    """The events of the rank driving this device; a GPU no rank uses: one `idle` interval."""
+def _rank_key(series: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame]
+              ) -> tuple[str, str] | None:
+    """The phase map's key of the rank driving this device; None when no rank drives it."""
     per_rank = is_per_rank(series.device)
-    run_id = str(events["run_id"].iloc[0]) if len(events) else "run"
     key = (series.host, series.device if per_rank else "host")
     if key in pmap:
-        return pmap[key]
+        return key
     hosts = {h for h, _ in pmap}
     if series.host not in hosts and len(hosts) == 1:
         # one-host run whose trace and events name the host differently (e.g. container names)
         only = next(iter(hosts))
         key = (only, series.device if per_rank else "host")
-        if key in pmap:
-            return pmap[key]
-        if not per_rank:
-            return pmap[(only, "host")]
-    if per_rank:
-        return _idle_events(series, run_id)
+        if key in pmap or not per_rank:
+            return key
+    return None
+
+
+def _events_for(series: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
+                events: pd.DataFrame) -> pd.DataFrame:
+    """The events of the rank driving this device; a GPU no rank uses: one `idle` interval."""
+    key = _rank_key(series, pmap)
+    if key is not None:
+        return pmap[key]
+    if is_per_rank(series.device):
+        return _idle_events(series, str(events["run_id"].iloc[0]) if len(events) else "run")
     return events.iloc[:0]
+
+
+def _tree_for(s: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
+              events: pd.DataFrame, floors: dict[tuple[str, str], float], strict: bool,
+              where: str) -> PhaseTree:
+    """The device's rank's phase tree; a rank whose phases are all `idle` warns of a busy
+    GPU (`_warn_busy`) first. From a `RankEvents` (`tree`): built once a rank, its rows then
+    let go (not held while the device is attributed)."""
+    key = _rank_key(s, pmap)
+    if key is not None and isinstance(pmap, EventsByRank):
+        if pmap.only_idle(key):
+            _warn_busy(s, floors, strict, where)
+        return pmap.tree(key, f"events of {s.host}/{s.device}")
+    ev = _events_for(s, pmap, events)
+    if len(ev) and (ev["phase"] == IDLE).all():
+        _warn_busy(s, floors, strict, where)
+    return phase_tree(ev, where=f"events of {s.host}/{s.device}")
 
 
 def _unclaimed_busy(series: DeviceSeries, floor_w: float) -> str | None:
@@ -213,8 +242,8 @@ def _warn_busy(s: DeviceSeries, floors: dict[tuple[str, str], float], strict: bo
     if busy is not None:
         if strict:
             raise ContractError(f"{where + ': ' if where else ''}{busy}")
-        # stacklevel: attribute_energy's caller (through _attribute_devices)
-        warnings.warn(f"{where + ': ' if where else ''}{busy}", stacklevel=4)
+        # stacklevel: attribute_energy's caller (through _attribute_devices and _tree_for)
+        warnings.warn(f"{where + ': ' if where else ''}{busy}", stacklevel=5)
 
 
 def _n_readings(series: Sequence[DeviceSeries]) -> int:
@@ -242,10 +271,7 @@ def _attribute_devices(series: Sequence[DeviceSeries],
     gapped: list[str] = []
     bar = _progress(len(series), _n_readings(series), "attribute")
     for s in series:
-        ev = _events_for(s, pmap, events)
-        if len(ev) and (ev["phase"] == IDLE).all():
-            _warn_busy(s, floors, strict, where)
-        tree = phase_tree(ev, where=f"events of {s.host}/{s.device}")
+        tree = _tree_for(s, pmap, events, floors, strict, where)
         gaps = sensor_gaps(s)
         if gaps.total_s > 0:
             gapped.append(gaps.describe())
