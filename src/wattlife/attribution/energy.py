@@ -21,6 +21,7 @@ from ..contracts import (
     device_kind,
     is_per_rank,
 )
+from .busy import idle_floors, warn_busy
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
 from .gaps import GAP_PERIODS, Gaps, add_gap_columns, sensor_gaps
 from .node_rest import NODE_KIND, NodeSensor, add_node_rest, node_rows
@@ -131,48 +132,17 @@ def _tree_for(s: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
               events: pd.DataFrame, floors: dict[tuple[str, str], float], strict: bool,
               where: str) -> PhaseTree:
     """The device's rank's phase tree; a rank whose phases are all `idle` warns of a busy
-    GPU (`_warn_busy`) first. From a `RankEvents` (`tree`): built once a rank, its rows then
+    GPU (`busy.warn_busy`) first. From a `RankEvents` (`tree`): built once a rank, its rows then
     let go (not held while the device is attributed)."""
     key = _rank_key(s, pmap)
     if key is not None and isinstance(pmap, EventsByRank):
         if pmap.only_idle(key):
-            _warn_busy(s, floors, strict, where)
+            warn_busy(s, floors, strict, where)
         return pmap.tree(key, f"events of {s.host}/{s.device}")
     ev = _events_for(s, pmap, events)
     if len(ev) and (ev["phase"] == IDLE).all():
-        _warn_busy(s, floors, strict, where)
+        warn_busy(s, floors, strict, where)
     return phase_tree(ev, where=f"events of {s.host}/{s.device}")
-
-
-def _unclaimed_busy(series: DeviceSeries, floor_w: float) -> str | None:
-    """A GPU no rank claims whose mean power is well above its idle floor (mean >= floor +
-    max(30 W, 25 % of the floor)): the message naming it and its mean power, else None."""
-    p = series.power_w
-    if p is None or len(p) == 0 or not np.isfinite(floor_w):
-        return None
-    mean = series.p_mean()
-    if mean < floor_w + max(30.0, 0.25 * floor_w):
-        return None
-    return (f"{series.host}/{series.device}: no rank claims this GPU, but its mean power "
-            f"{mean:.0f} W is well above its idle floor {floor_w:.0f} W (a process driving "
-            "several GPUs? meta.json's gpus can give one local rank several devices); its "
-            "energy is labelled idle")
-
-
-def _idle_floors(series: Sequence[DeviceSeries], window: tuple[int, int] | None
-                 ) -> dict[tuple[str, str], float]:
-    """Each GPU's idle floor: its mean power over the idle baseline `window`, else the lowest
-    power reading of any GPU on its host (GPUs of one host idle alike). One pass over `series`
-    (a `SpilledSeries` loads each device once)."""
-    low: dict[str, float] = {}
-    own = {}
-    for s in series:
-        if not GPU.forms(s.device) or s.power_w is None:
-            continue
-        if len(s.power_w):
-            low[s.host] = min(low.get(s.host, np.inf), s.p_min())
-        own[(s.host, s.device)] = idle_power(s, *window) if window is not None else np.nan
-    return {k: f if np.isfinite(f) else low.get(k[0], np.nan) for k, f in own.items()}
 
 
 def _coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
@@ -233,17 +203,6 @@ def _label_device(df: pd.DataFrame, s: DeviceSeries, frac: pd.Series,
         df["static_j"] = np.where(df["phase"] == RESIDUAL, 0.0, p_idle * df["time_s"])
         df["dynamic_j"] = df["energy_j"] - df["static_j"]
     return df
-
-
-def _warn_busy(s: DeviceSeries, floors: dict[tuple[str, str], float], strict: bool,
-               where: str) -> None:
-    """A busy GPU no rank claimed (`_unclaimed_busy`): a warning (`strict`: an error)."""
-    busy = _unclaimed_busy(s, floors.get((s.host, s.device), np.nan))
-    if busy is not None:
-        if strict:
-            raise ContractError(f"{where + ': ' if where else ''}{busy}")
-        # stacklevel: attribute_energy's caller (through _attribute_devices and _tree_for)
-        warnings.warn(f"{where + ': ' if where else ''}{busy}", stacklevel=5)
 
 
 def _n_readings(series: Sequence[DeviceSeries]) -> int:
@@ -398,7 +357,7 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
                                            rank_devices)
     series: Sequence[DeviceSeries] = (device_series(trace) if isinstance(trace, pd.DataFrame)
                                       else trace)
-    floors = _idle_floors(series, floor_window or idle_window)
+    floors = idle_floors(series, floor_window or idle_window)
     nodes: dict[str, NodeSensor] = {}
     # one BLAS thread for tall, narrow least squares (nnls on 200 k x 12: 0.07 CPU s, not 0.52)
     with threadpool_limits(limits=1, user_api="blas"):
