@@ -12,6 +12,12 @@ child process (wall seconds, rows/s, the child's peak RSS), and prints a table.
     PYTHONPATH=src python3 benchmarks/long_trace.py --hours 72 --gpus 1 --forms zst --out /tmp/lt
     # the in-memory path of another checkout, for "before" (its forms: csv, gz):
     python3 benchmarks/long_trace.py --rows 10e6 --forms csv,gz --src ../main/src --out /tmp/lt
+    # before / after on the same files: each label's phases table kept and compared byte for
+    # byte with the others' (`phases.<label>.<form>.csv`)
+    python3 benchmarks/long_trace.py --hours 24 --gpus 1 --forms zst --out /tmp/lt \
+        --label before --src ../main/src
+    python3 benchmarks/long_trace.py --hours 24 --gpus 1 --forms zst --out /tmp/lt \
+        --keep --label after
 
 `--keep` reuses the generated files of an earlier call with the same --rows/--out.
 """
@@ -270,11 +276,12 @@ def main() -> None:
     print("| label | step, form | rows | events | file MB | wall s | CPU s | rows/s (wall) | "
           "rows/s (CPU) | peak RSS GB |\n|---|---|---|---|---|---|---|---|---|---|")
     for f in [] if a.no_attribute else forms:
-        out = run / f"phases.{f}.csv"
+        out = run / f"phases.{a.label + '.' if a.label else ''}{f}.csv"
         out.unlink(missing_ok=True)
         _row(a, f"attribute {f}", rows, n_ev, run / names[f],
              [*WATTLIFE, "attribute", "--trace", str(run / names[f]),
               "--events", str(run / "events.csv"), "--out", str(out)])
+        _same_as_others(out, f)
     if a.check:
         for f in forms:
             _row(a, f"check {f}", rows, n_ev, run / names[f],
@@ -295,6 +302,16 @@ def _row(a: argparse.Namespace, what: str, rows: int, n_ev: int, path: Path,
     print(f"| {a.label} | {what} | {rows:,} | {n_ev:,} | {mb:,.0f} | {wall:.1f} | {cpu:.1f} | "
           f"{rows / wall:,.0f} | {rows / cpu:,.0f} | {rss:.2f}"
           f"{'' if rc == 0 else f' (exit {rc})'} |", flush=True)
+
+
+def _same_as_others(out: Path, form: str) -> None:
+    """Whether this phases table is byte for byte the one of each other label's run of the
+    same trace form (before / after: `--label`)."""
+    for other in sorted(out.parent.glob(f"phases.*{form}.csv")):
+        if other != out and out.exists():
+            same = other.read_bytes() == out.read_bytes()
+            print(f"phases table {'byte for byte the same as' if same else 'DIFFERS from'} "
+                  f"{other.name}", flush=True)
 
 
 def _check_dir(run: Path, trace_name: str) -> Path:

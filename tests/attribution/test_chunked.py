@@ -367,3 +367,58 @@ def test_one_ranks_rows_are_one_frame_for_all_its_devices(tmp_path, monkeypatch)
         w = want[key].reset_index(drop=True)
         pd.testing.assert_frame_equal(got.reset_index(drop=True)[["phase", "start_ns", "end_ns"]],
                                       w[["phase", "start_ns", "end_ns"]], check_dtype=False)
+
+
+def test_each_ranks_events_file_is_read_once(tmp_path, monkeypatch):
+    """The file that gives the run's first row (`RankEvents.head`, read before the devices are
+    mapped) is kept for its rank's devices, not read a second time (issue 43: a day of one
+    rank, 1.4 M rows, read twice was the peak of a long run)."""
+    from wattlife.attribution import rank_events
+
+    p, ev_path = _write(tmp_path, "csv")
+    reads: list[str] = []
+    real = rank_events.read_events
+
+    def counted(path, *a, **k):
+        reads.append(Path(path).name)
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(rank_events, "read_events", counted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        attribute_files(p, ev_path, tmp_path / "phases.csv", n_boot=5)
+    assert sorted(reads) == ["events.csv", "events.rank1.csv"]
+
+
+def test_a_ranks_tree_is_built_once_and_its_rows_let_go(tmp_path, monkeypatch):
+    """`RankEvents.tree`: one tree for all the devices of a rank (its file read once), the
+    tree `phase_tree` makes of the rank's rows, and the rows no longer held once it is built
+    (issue 43: not kept through the devices' estimation)."""
+    import gc
+    import weakref
+
+    from wattlife.attribution import rank_events
+    from wattlife.attribution.tree import phase_tree
+
+    _, ev_path = _write(tmp_path, "csv")
+    frames: list[weakref.ref] = []  # the rows as prepared and clamped: what a rank holds
+    real = rank_events.clamp_events
+
+    def watched(*a, **k):
+        df = real(*a, **k)
+        frames.append(weakref.ref(df))
+        return df
+
+    monkeypatch.setattr(rank_events, "clamp_events", watched)
+    ranks = RankEvents.open(ev_path, lambda ev, c: ev)
+    assert ranks is not None
+    ranks.map_devices(None, None)
+    gpu, host = ("h", "gpu0"), ("h", "host")
+    assert not ranks.only_idle(gpu)
+    first = ranks.tree(gpu, "w")
+    assert ranks.tree(host, "w") is first and len(frames) == 1
+    gc.collect()
+    assert all(f() is None for f in frames)  # none held
+    again = phase_tree(ranks[gpu])  # asked for its rows: read again
+    for f in ("name", "start", "end", "depth", "parent"):
+        np.testing.assert_array_equal(getattr(first, f), getattr(again, f))

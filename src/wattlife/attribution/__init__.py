@@ -3,6 +3,8 @@
 One job per module, pure functions on tables except `files`:
 
 - `series`: each device's readings as a cumulative-energy series (`device_series`);
+- `chunked`, `windowed`: a trace read in chunks and spilled to disk per device, each device's
+  series then read from there a window of readings at a time (long traces, issue 43);
 - `tree`: one rank's phase tree, the nesting rule (`nest`, shared with `wattlife check`),
   overlap clamping, exclusive time and segments;
 - `gaps`: a device's sensor gaps, never bridged silently (coverage, widened interval);

@@ -5,7 +5,9 @@ built one at a time from their files, by the same functions as the in-memory pat
 (`series.power_series`, `series.energy_series`), so the series, and every number attributed from
 them, are identical.
 Peak memory: one chunk of the trace (`streaming.BATCH_BYTES` of CSV) or one device's series,
-whichever is larger; never the whole trace."""
+whichever is larger; never the whole trace. With a `window`, not even one device's series:
+each is built and read on disk a window of readings at a time (`windowed.WindowedSeries`,
+the same numbers)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,16 @@ from typing import IO, overload
 import numpy as np
 import pandas as pd
 
-from ..contracts import ENERGY_J, POWER_LIMIT_W, POWER_W, is_attributed, iter_trace, streaming
+from ..contracts import (
+    ENERGY_J,
+    POWER_LIMIT_W,
+    POWER_W,
+    device_kind,
+    is_attributed,
+    iter_trace,
+    streaming,
+)
+from .node_rest import NODE_KIND
 from .series import (
     DeviceSeries,
     SpilledSeries,
@@ -27,6 +38,7 @@ from .series import (
     series_metric,
 )
 from .time_units import check_time_units
+from .windowed import WindowedSeries, windowed_series
 
 _FIELDS = (("t", np.int64), ("v", np.float64), ("s", np.int32))
 _TEXT = ("host", "device", "metric", "source")
@@ -38,10 +50,16 @@ class SpilledTrace(SpilledSeries):
     Use as a context manager (the spill folder is removed on exit)."""
 
     def __init__(self, path: str | Path, spill_dir: str | Path | None = None,
-                 batch_bytes: int | None = None, read: bool = True) -> None:
+                 batch_bytes: int | None = None, read: bool = True,
+                 window: int | None = None) -> None:
         """`read`: spill the trace at `path` now (`iter_trace`); False: an empty spill that the
-        caller fills with its own batches (`add`, then `finish`; `wattlife check`'s chunks)."""
+        caller fills with its own batches (`add`, then `finish`; `wattlife check`'s chunks).
+        `window` (readings): each device's series stays on disk, read that many readings at a
+        time (`windowed.WindowedSeries`; a node sensor's series, and readings out of time
+        order, are loaded whole); None: loaded whole."""
         self.path = Path(path)
+        self.window = window
+        self._built: dict[int, WindowedSeries] = {}
         self._dir = Path(tempfile.mkdtemp(prefix=".wattlife-spill-", dir=spill_dir))
         self.sources: list[str] = []
         self.limits: dict[tuple[str, str], float] = {}
@@ -142,6 +160,21 @@ class SpilledTrace(SpilledSeries):
     def series(self, i: int) -> DeviceSeries:
         host, dev = self._devices[i]
         m = self._metric((host, dev))
+        if self.window and device_kind(dev) != NODE_KIND:
+            if i not in self._built:
+                key = (host, dev, str(m))
+                files = (self._file(key, "t"), self._file(key, "v"), self._file(key, "s"))
+                w = windowed_series(host, dev, files, self.counts[key], self.sources,
+                                    self.limits.get((host, dev), np.inf) if m == POWER_W
+                                    else None, self._dir / f"{self._ids[key]}.w", self.window)
+                if w is None:  # out of time order: sorted in memory
+                    return self._loaded(host, dev, m)
+                self._built[i] = w
+            return self._built[i]
+        return self._loaded(host, dev, m)
+
+    def _loaded(self, host: str, dev: str, m: str | None) -> DeviceSeries:
+        """A device's series loaded whole (`series.power_series`, `series.energy_series`)."""
         t, v, s = self._load((host, dev, str(m)))
         if m == POWER_W:
             return power_series(host, dev, t, v, s, self.sources,

@@ -126,14 +126,14 @@ def _name_times(series: DeviceSeries, tree: PhaseTree, segs: Segments
 
 
 def _fit_with_bootstrap(series: DeviceSeries, g_blocks: np.ndarray, h_blocks: np.ndarray,
-                        p: np.ndarray, n_boot: int, seed: int
+                        n_boot: int, seed: int
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(powers, bootstrap replicates, names some reading saw, replicates that held each name,
     A'A) of all readings; a name no reading saw keeps the device's mean power, in the fit and in
     every replicate."""
     g_all, h_all = g_blocks.sum(0), h_blocks.sum(0)
     used = np.diag(g_all) > 0
-    mean_w = float(np.mean(p))
+    mean_w = series.p_mean(1)  # the readings after the first (the first has no window)
     beta = np.zeros(h_blocks.shape[1])
     floor, cap = series.floor_w, series.max_power_w
     beta[used] = _nnls_normal(g_all[np.ix_(used, used)], h_all[used], mean_w, cap, floor)
@@ -189,10 +189,10 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
     if response is None:
         response = SensorResponse.boxcar(window_s if window_s else series.spacing_s)
     w_ns = response.span_s * 1e9
-    p = series.power_w[1:]  # the first reading has no defined window start
-    n_blocks = max(1, min(n_blocks, len(p) // 10))
+    n_p = len(series.power_w) - 1  # the first reading has no defined window start
+    n_blocks = max(1, min(n_blocks, n_p // 10))
     g_blocks, h_blocks = _normal_blocks(response, segs, series, n_blocks, chunk, windowed)
-    beta, boots, used, seen_boot, g_all = _fit_with_bootstrap(series, g_blocks, h_blocks, p,
+    beta, boots, used, seen_boot, g_all = _fit_with_bootstrap(series, g_blocks, h_blocks,
                                                               n_boot, seed)
     lo, hi, seen, identified = _name_intervals(series, g_all, beta, boots, used, seen_boot,
                                                n_boot)

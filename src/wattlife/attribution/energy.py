@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,7 @@ from ..contracts import (
     device_kind,
     is_per_rank,
 )
+from .busy import idle_floors, warn_busy
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
 from .gaps import GAP_PERIODS, Gaps, add_gap_columns, sensor_gaps
 from .node_rest import NODE_KIND, NodeSensor, add_node_rest, node_rows
@@ -37,8 +38,10 @@ from .time_units import check_time_units
 from .tree import PhaseTree, clamp_events, exclusive, phase_tree, segment_index, timeline
 
 
+@runtime_checkable
 class EventsByRank(Protocol):
-    """A run's events read one rank at a time (`rank_events.RankEvents`)."""
+    """A run's events read one rank at a time (`rank_events.RankEvents`); `tree` and
+    `only_idle` answer for a key of its phase map."""
 
     run_ids: list[str]
 
@@ -47,6 +50,10 @@ class EventsByRank(Protocol):
     def map_devices(self, cuda_to_nvml: list[int] | None,
                     rank_devices: dict[int, list[int]] | None
                     ) -> Mapping[tuple[str, str], pd.DataFrame]: ...
+
+    def tree(self, key: tuple[str, str], where: str) -> PhaseTree: ...
+
+    def only_idle(self, key: tuple[str, str]) -> bool: ...
 
 PROGRESS_MIN_READINGS = 2_000_000  # show a progress bar when a trace has more readings
 
@@ -93,57 +100,49 @@ def _idle_events(series: DeviceSeries, run_id: str) -> pd.DataFrame:
                          "step": [np.nan], "items": [np.nan]})
 
 
-def _events_for(series: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
-                events: pd.DataFrame) -> pd.DataFrame:
-    """The events of the rank driving this device; a GPU no rank uses: one `idle` interval."""
+def _rank_key(series: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame]
+              ) -> tuple[str, str] | None:
+    """The phase map's key of the rank driving this device; None when no rank drives it."""
     per_rank = is_per_rank(series.device)
-    run_id = str(events["run_id"].iloc[0]) if len(events) else "run"
     key = (series.host, series.device if per_rank else "host")
     if key in pmap:
-        return pmap[key]
+        return key
     hosts = {h for h, _ in pmap}
     if series.host not in hosts and len(hosts) == 1:
         # one-host run whose trace and events name the host differently (e.g. container names)
         only = next(iter(hosts))
         key = (only, series.device if per_rank else "host")
-        if key in pmap:
-            return pmap[key]
-        if not per_rank:
-            return pmap[(only, "host")]
-    if per_rank:
-        return _idle_events(series, run_id)
+        if key in pmap or not per_rank:
+            return key
+    return None
+
+
+def _events_for(series: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
+                events: pd.DataFrame) -> pd.DataFrame:
+    """The events of the rank driving this device; a GPU no rank uses: one `idle` interval."""
+    key = _rank_key(series, pmap)
+    if key is not None:
+        return pmap[key]
+    if is_per_rank(series.device):
+        return _idle_events(series, str(events["run_id"].iloc[0]) if len(events) else "run")
     return events.iloc[:0]
 
 
-def _unclaimed_busy(series: DeviceSeries, floor_w: float) -> str | None:
-    """A GPU no rank claims whose mean power is well above its idle floor (mean >= floor +
-    max(30 W, 25 % of the floor)): the message naming it and its mean power, else None."""
-    p = series.power_w
-    if p is None or len(p) == 0 or not np.isfinite(floor_w):
-        return None
-    mean = float(np.mean(p))
-    if mean < floor_w + max(30.0, 0.25 * floor_w):
-        return None
-    return (f"{series.host}/{series.device}: no rank claims this GPU, but its mean power "
-            f"{mean:.0f} W is well above its idle floor {floor_w:.0f} W (a process driving "
-            "several GPUs? meta.json's gpus can give one local rank several devices); its "
-            "energy is labelled idle")
-
-
-def _idle_floors(series: Sequence[DeviceSeries], window: tuple[int, int] | None
-                 ) -> dict[tuple[str, str], float]:
-    """Each GPU's idle floor: its mean power over the idle baseline `window`, else the lowest
-    power reading of any GPU on its host (GPUs of one host idle alike). One pass over `series`
-    (a `SpilledSeries` loads each device once)."""
-    low: dict[str, float] = {}
-    own = {}
-    for s in series:
-        if not GPU.forms(s.device) or s.power_w is None:
-            continue
-        if len(s.power_w):
-            low[s.host] = min(low.get(s.host, np.inf), float(np.min(s.power_w)))
-        own[(s.host, s.device)] = idle_power(s, *window) if window is not None else np.nan
-    return {k: f if np.isfinite(f) else low.get(k[0], np.nan) for k, f in own.items()}
+def _tree_for(s: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
+              events: pd.DataFrame, floors: dict[tuple[str, str], float], strict: bool,
+              where: str) -> PhaseTree:
+    """The device's rank's phase tree; a rank whose phases are all `idle` warns of a busy
+    GPU (`busy.warn_busy`) first. From a `RankEvents` (`tree`): built once a rank, its rows then
+    let go (not held while the device is attributed)."""
+    key = _rank_key(s, pmap)
+    if key is not None and isinstance(pmap, EventsByRank):
+        if pmap.only_idle(key):
+            warn_busy(s, floors, strict, where)
+        return pmap.tree(key, f"events of {s.host}/{s.device}")
+    ev = _events_for(s, pmap, events)
+    if len(ev) and (ev["phase"] == IDLE).all():
+        warn_busy(s, floors, strict, where)
+    return phase_tree(ev, where=f"events of {s.host}/{s.device}")
 
 
 def _coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
@@ -206,17 +205,6 @@ def _label_device(df: pd.DataFrame, s: DeviceSeries, frac: pd.Series,
     return df
 
 
-def _warn_busy(s: DeviceSeries, floors: dict[tuple[str, str], float], strict: bool,
-               where: str) -> None:
-    """A busy GPU no rank claimed (`_unclaimed_busy`): a warning (`strict`: an error)."""
-    busy = _unclaimed_busy(s, floors.get((s.host, s.device), np.nan))
-    if busy is not None:
-        if strict:
-            raise ContractError(f"{where + ': ' if where else ''}{busy}")
-        # stacklevel: attribute_energy's caller (through _attribute_devices)
-        warnings.warn(f"{where + ': ' if where else ''}{busy}", stacklevel=4)
-
-
 def _n_readings(series: Sequence[DeviceSeries]) -> int:
     """Readings of all series (a `chunked.SpilledTrace` counts them without loading any)."""
     n = getattr(series, "n_readings", None)
@@ -242,10 +230,7 @@ def _attribute_devices(series: Sequence[DeviceSeries],
     gapped: list[str] = []
     bar = _progress(len(series), _n_readings(series), "attribute")
     for s in series:
-        ev = _events_for(s, pmap, events)
-        if len(ev) and (ev["phase"] == IDLE).all():
-            _warn_busy(s, floors, strict, where)
-        tree = phase_tree(ev, where=f"events of {s.host}/{s.device}")
+        tree = _tree_for(s, pmap, events, floors, strict, where)
         gaps = sensor_gaps(s)
         if gaps.total_s > 0:
             gapped.append(gaps.describe())
@@ -372,7 +357,7 @@ def attribute_energy(trace: pd.DataFrame | SpilledSeries, events: pd.DataFrame |
                                            rank_devices)
     series: Sequence[DeviceSeries] = (device_series(trace) if isinstance(trace, pd.DataFrame)
                                       else trace)
-    floors = _idle_floors(series, floor_window or idle_window)
+    floors = idle_floors(series, floor_window or idle_window)
     nodes: dict[str, NodeSensor] = {}
     # one BLAS thread for tall, narrow least squares (nnls on 200 k x 12: 0.07 CPU s, not 0.52)
     with threadpool_limits(limits=1, user_api="blas"):

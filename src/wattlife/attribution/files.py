@@ -28,6 +28,7 @@ from ..contracts import (
 )
 from ..errors import InputError
 from ..pathlock import one_writer
+from . import windowed
 from .chunked import SpilledTrace
 from .energy import attribute_energy
 from .node_rest import node_periods
@@ -176,11 +177,13 @@ def _attribute_files(trace: str | Path, events: str | Path, out: str | Path, met
 def _open_trace(trace: str | Path, out: str | Path, stack: ExitStack
                 ) -> pd.DataFrame | SpilledTrace:
     """The trace read in chunks, its devices' series spilled beside `out` (removed on exit of
-    `stack`); the in-memory table where the streaming parser cannot take it
-    (`contracts.StreamUnreadable`: the contract's reader decides)."""
+    `stack`) and read from there a window at a time (`windowed.WINDOW` readings); the
+    in-memory table where the streaming parser cannot take it (`contracts.StreamUnreadable`:
+    the contract's reader decides)."""
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     try:
-        return stack.enter_context(SpilledTrace(trace, spill_dir=Path(out).parent))
+        return stack.enter_context(SpilledTrace(trace, spill_dir=Path(out).parent,
+                                                window=windowed.WINDOW))
     except StreamUnreadable:
         return read_trace(trace)
 

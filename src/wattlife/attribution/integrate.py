@@ -36,8 +36,7 @@ def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
     g = pd.concat([g, un], ignore_index=True)
     # 95% interval from boundary timing: each boundary is known to the sensor's spacing, so it
     # moves energy by sigma_P * spacing / sqrt(12) (uniform timing error), independently.
-    sigma_p = float(np.std(series.power_w)) if series.power_w is not None else \
-        float(np.std(np.diff(series.energy_j) / (np.diff(series.t_ns) / 1e9)))
+    sigma_p = series.power_std()
     per_boundary = sigma_p * series.spacing_s / np.sqrt(12.0)
     boundaries = 2.0 * g["count"].clip(lower=1).to_numpy()
     half = 1.96 * per_boundary * np.sqrt(boundaries)

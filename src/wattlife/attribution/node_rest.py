@@ -50,7 +50,7 @@ class NodeSensor:
     def of(cls, s: DeviceSeries, period_s: float | None = None) -> NodeSensor:
         """From the series: `period_s` where meta.json observed one, else the trace's spacing."""
         if s.power_w is not None and len(s.power_w):
-            lo, hi = float(np.min(s.power_w)), float(np.max(s.power_w))
+            lo, hi = s.p_min(), s.p_max()
         else:
             lo, hi = s.floor_w, s.upper_w
         p = period_s if period_s is not None and np.isfinite(period_s) else s.spacing_s

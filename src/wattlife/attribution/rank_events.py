@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..contracts import COMPILE, events_files, read_events
+from ..contracts import COMPILE, IDLE, events_files, read_events
 from .energy import phase_map
 from .time_units import check_time_units
-from .tree import clamp_events, timeline
+from .tree import PhaseTree, clamp_events, phase_tree, timeline
 
 _SCAN = ["run_id", "host", "rank", "local_rank", "phase"]
 
@@ -65,8 +65,10 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         self.run_ids = sorted(set().union(*(s["run_ids"] for s in scans)))
         self._keys: dict[tuple[str, str], int] = {}
         self._mapping: tuple[list[int] | None, dict[int, list[int]] | None] = (None, None)
-        self._cache: tuple[int, dict[tuple[str, str], pd.DataFrame]] | None = None
+        self._cache: tuple[int, pd.DataFrame, dict[tuple[str, str], pd.DataFrame]] | None = None
         self._head: pd.DataFrame | None = None
+        self._tree: tuple[int, PhaseTree] | None = None
+        self._idle: dict[int, bool] = {}
 
     @classmethod
     def open(cls, events: str | Path, prepare: Callable[[pd.DataFrame, bool], pd.DataFrame],
@@ -88,10 +90,15 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
                              "rank": [s["rank"] for s in self.scans],
                              "local_rank": [s["local_rank"] for s in self.scans]})
         self._mapping = (cuda_to_nvml, rank_devices)
-        self._cache = None  # a file read before (`head`) was mapped without it
         self._keys = {k: int(g.index[0]) for k, g in
                       phase_map(tiny, cuda_to_nvml, rank_devices).items()}
+        if self._cache is not None:  # a file read before (`head`): kept, keyed anew
+            self._cache = (self._cache[0], self._cache[1], self._keyed(*self._cache[:2]))
         return self
+
+    def _keyed(self, i: int, ev: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+        """File i's prepared rows under each key `map_devices` gave it."""
+        return {k: ev for k, j in self._keys.items() if j == i}
 
     def _load(self, i: int) -> dict[tuple[str, str], pd.DataFrame]:
         """File i read, prepared, its overlaps clamped (as the in-memory path has its rows),
@@ -110,8 +117,28 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
             ev = clamp_events(ev, where=self._where or "events")
             if i == 0:
                 self._head = ev.iloc[:1].copy()
-            self._cache = (i, {k: ev for k, j in self._keys.items() if j == i})
-        return self._cache[1]
+            self._cache = (i, ev, self._keyed(i, ev))
+        return self._cache[2]
+
+    def only_idle(self, key: tuple[str, str]) -> bool:
+        """Whether the key's rank has rows and all of them are `idle` phases."""
+        i = self._keys[key]
+        if i not in self._idle:
+            ev = self._load(i)[key]
+            self._idle[i] = bool(len(ev) and (ev["phase"] == IDLE).all())
+        return self._idle[i]
+
+    def tree(self, key: tuple[str, str], where: str) -> PhaseTree:
+        """The key's rank's phase tree (`tree.phase_tree`; `where` names it in an error), built
+        once for all the rank's devices; the rank's rows are then let go, not held while its
+        devices are attributed (issue 43: a day of one rank, 1.4 M rows, ~0.26 GB; a key's
+        rows asked for later are read again)."""
+        i = self._keys[key]
+        if self._tree is None or self._tree[0] != i:
+            self._tree = None  # one rank's tree at a time
+            built = phase_tree(self._load(i)[key], where=where)
+            self._tree, self._cache = (i, built), None
+        return self._tree[1]
 
     def head(self) -> pd.DataFrame:
         """The first row of the run's events (its run id, its columns)."""

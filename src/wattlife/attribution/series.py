@@ -37,7 +37,7 @@ class DeviceSeries:
         if np.isfinite(self.max_power_w):
             return float(self.max_power_w)
         if self.power_w is not None:
-            return float(np.max(self.power_w))
+            return self.p_max()
         dt = np.diff(self.t_ns) / 1e9
         ok = dt > 0
         return float(np.max(np.diff(self.energy_j)[ok] / dt[ok])) if ok.any() else np.inf
@@ -55,6 +55,27 @@ class DeviceSeries:
     @property
     def spacing_s(self) -> float:
         return float(np.median(np.diff(self.t_ns))) / 1e9 if len(self.t_ns) > 1 else float("nan")
+
+    # whole passes over the power readings: one call each, so that a series whose readings
+    # stay on disk (`windowed.WindowedSeries`) gives the same numbers window by window
+    def p_min(self) -> float:
+        """The lowest power reading."""
+        return float(np.min(self.power_w))  # type: ignore[arg-type]  # power series only
+
+    def p_max(self) -> float:
+        """The highest power reading."""
+        return float(np.max(self.power_w))  # type: ignore[arg-type]  # power series only
+
+    def p_mean(self, start: int = 0) -> float:
+        """The mean of the power readings from reading `start` on."""
+        return float(np.mean(self.power_w[start:]))  # type: ignore[index]
+
+    def power_std(self) -> float:
+        """The standard deviation of the power readings (of the mean power between readings
+        for an energy counter): integration's boundary error."""
+        if self.power_w is not None:
+            return float(np.std(self.power_w))
+        return float(np.std(np.diff(self.energy_j) / (np.diff(self.t_ns) / 1e9)))
 
 
 class SpilledSeries(Sequence[DeviceSeries], ABC):
@@ -74,7 +95,11 @@ class SpilledSeries(Sequence[DeviceSeries], ABC):
 def source_mode(codes: np.ndarray, names: list[str]) -> str:
     """The most frequent source of a series' rows (`codes` into `names`), the first by name of
     equally frequent ones (what pandas' `mode().iat[0]` gives)."""
-    counts = np.bincount(codes, minlength=len(names))
+    return mode_of_counts(np.bincount(codes, minlength=len(names)), names)
+
+
+def mode_of_counts(counts: np.ndarray, names: list[str]) -> str:
+    """`source_mode` of rows already counted per source (`counts[i]`: rows of `names[i]`)."""
     best = np.flatnonzero(counts == counts.max())
     return min(names[i] for i in best)
 

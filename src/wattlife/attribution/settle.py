@@ -29,6 +29,7 @@ from ..contracts import UNATTRIBUTED, GpuIdentity
 from .integrate import integrate
 from .series import DeviceSeries
 from .tree import PhaseTree
+from .windowed import WindowedSeries, rolling_spans
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ def settle_by_device(gpus: list[GpuIdentity], gpu_model: str | None
 def boundary_steps(series: DeviceSeries, at_ns: np.ndarray, reach_ms: float) -> np.ndarray:
     """Per boundary, the range (max - min, W) of the device's power readings within `reach_ms`
     of it: what the readings show of the step there (0 with no reading there)."""
+    if isinstance(series, WindowedSeries):
+        return rolling_spans(series, at_ns, int(reach_ms * 1e6))
     t = series.t_ns
     if series.power_w is not None:
         p = np.asarray(series.power_w, float)
