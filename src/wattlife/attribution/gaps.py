@@ -23,7 +23,6 @@ import pandas as pd
 from ..contracts import RESIDUAL, UNATTRIBUTED, averaging_sources
 from .series import DeviceSeries
 from .tree import PhaseTree, exclusive
-from .windowed import WindowedSeries, gap_points
 
 #: a spacing between two readings above this many times the device's median spacing is a gap,
 #: whatever its absolute length (issue 41; no floor). Chosen on the committed H100/H200 traces
@@ -91,26 +90,13 @@ def sensor_gaps(s: DeviceSeries) -> Gaps:
     if len(t) < 3:
         z = np.zeros(0)
         return Gaps(s, t[:0], t[:0], t[:0], z, z)
-    if isinstance(s, WindowedSeries):
-        return _windowed_gaps(s)
-    dt = np.diff(t)
-    idx = np.flatnonzero(dt > GAP_PERIODS * float(np.median(dt)))
-    # the sums over all readings add 0 outside gaps (exact): the same values summed over gaps
-    secs = np.concatenate([[0.0], np.cumsum(dt[idx] / 1e9)])
-    joules = np.concatenate([[0.0], np.cumsum(s.energy_j[idx + 1] - s.energy_j[idx])])
-    at = np.unique(np.concatenate([idx, idx + 1]))
-    before = np.searchsorted(idx, at, side="left")  # gaps ended at or before each point
-    return Gaps(s, t[idx], t[idx + 1], t[at], secs[before], joules[before])
-
-
-def _windowed_gaps(s: WindowedSeries) -> Gaps:
-    """`sensor_gaps` of a series read window by window (`windowed.gap_points`): the same
-    arrays, from the gaps' readings only."""
-    idx, ta, tb, ea, eb = gap_points(s, GAP_PERIODS * s.median_dt)
+    # spacings' sums over the gaps' readings only (the sums over all readings add 0 outside
+    # gaps: exact); a series read window by window gives the same points (`WindowedSeries`)
+    idx, ta, tb, ea, eb = s.gap_points(GAP_PERIODS * s.median_dt)
     secs = np.concatenate([[0.0], np.cumsum((tb - ta) / 1e9)])
     joules = np.concatenate([[0.0], np.cumsum(eb - ea)])
     at, first = np.unique(np.concatenate([idx, idx + 1]), return_index=True)
-    before = np.searchsorted(idx, at, side="left")
+    before = np.searchsorted(idx, at, side="left")  # gaps ended at or before each point
     return Gaps(s, ta, tb, np.concatenate([ta, tb])[first], secs[before], joules[before])
 
 

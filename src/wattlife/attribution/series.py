@@ -54,7 +54,19 @@ class DeviceSeries:
 
     @property
     def spacing_s(self) -> float:
-        return float(np.median(np.diff(self.t_ns))) / 1e9 if len(self.t_ns) > 1 else float("nan")
+        return self.median_dt / 1e9 if len(self.t_ns) > 1 else float("nan")
+
+    @property
+    def median_dt(self) -> float:
+        """The median spacing of the readings, ns."""
+        return float(np.median(np.diff(self.t_ns)))
+
+    def gap_points(self, threshold_ns: float
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(i, t_i, t_i+1, E_i, E_i+1) of every spacing above `threshold_ns`."""
+        t, e = self.t_ns, self.energy_j
+        idx = np.flatnonzero(np.diff(t) > threshold_ns)
+        return idx, t[idx], t[idx + 1], e[idx], e[idx + 1]
 
     # whole passes over the power readings: one call each, so that a series whose readings
     # stay on disk (`windowed.WindowedSeries`) gives the same numbers window by window

@@ -161,10 +161,6 @@ class WindowedSeries(DeviceSeries):
         return result
 
     @property
-    def spacing_s(self) -> float:
-        return self.median_dt / 1e9 if self.n > 1 else float("nan")
-
-    @property
     def median_dt(self) -> float:
         """`float(np.median(np.diff(t_ns)))`, exactly, by selection (module docstring)."""
         if self._median_dt is None:
@@ -173,6 +169,17 @@ class WindowedSeries(DeviceSeries):
             # np.median: the mean of the middle one or two, summed as float64
             self._median_dt = sum(float(x) for x in mid) / len(mid)
         return self._median_dt
+
+    def gap_points(self, threshold_ns: float
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(i, t_i, t_i+1, E_i, E_i+1) of every spacing above `threshold_ns`, window by
+        window."""
+        parts: list[tuple[np.ndarray, ...]] = [(np.zeros(0, np.int64),) * 3 + (np.zeros(0),) * 2]
+        for a, t, e, _ in self.diff_windows():
+            i = np.flatnonzero(np.diff(t) > threshold_ns)
+            parts.append((i + a, t[i], t[i + 1], e[i], e[i + 1]))
+        idx, ta, tb, ea, eb = (np.concatenate([p[k] for p in parts]) for k in range(5))
+        return idx, ta, tb, ea, eb
 
     def _kth_diffs(self, ks: list[int]) -> list[int]:
         """The k-th smallest (from 0) spacings in ns for each k: one 21-bit digit a pass,
@@ -193,17 +200,6 @@ class WindowedSeries(DeviceSeries):
                 st[1] -= int(cum[j - 1]) if j else 0
                 st[0] = (st[0] << _DIGIT) | j
         return [p for p, _ in state]
-
-
-def gap_points(s: WindowedSeries, threshold_ns: float
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(i, t_i, t_i+1, E_i, E_i+1) of every spacing above `threshold_ns`, window by window."""
-    parts: list[tuple[np.ndarray, ...]] = [(np.zeros(0, np.int64),) * 3 + (np.zeros(0),) * 2]
-    for a, t, e, _ in s.diff_windows():
-        i = np.flatnonzero(np.diff(t) > threshold_ns)
-        parts.append((i + a, t[i], t[i + 1], e[i], e[i + 1]))
-    idx, ta, tb, ea, eb = (np.concatenate([p[k] for p in parts]) for k in range(5))
-    return idx, ta, tb, ea, eb
 
 
 def rolling_spans(s: WindowedSeries, at_ns: np.ndarray, reach: int) -> np.ndarray:
