@@ -162,22 +162,6 @@ def test_the_orphans_command_refuses_a_folder_without_recorded_runs(tmp_path, ca
 # -- through the workflow (the Slurm profile as shipped; Slurm's commands are stubs) -----------
 
 
-def _stub_slurm(bindir: Path, log: Path) -> None:
-    """sbatch records its call; sinfo answers the features (`%f`) or the nodes; sacctmgr one
-    account; the rest answers nothing."""
-    bindir.mkdir(parents=True)
-    feats = "gpuq|(null)\\nh100q|h100\\ncpuq|(null)\\n"
-    nodes = "gpuq*|8|64000\\nh100q|8|64000\\ncpuq|4|16000\\n"
-    (bindir / "sbatch").write_text(f'#!/bin/bash\necho "sbatch $*" >> {log}\nwc -l < {log}\n')
-    (bindir / "sinfo").write_text(
-        f"#!/bin/bash\ncase \"$*\" in *%f*) printf '{feats}';; *) printf '{nodes}';; esac\n")
-    (bindir / "sacctmgr").write_text("#!/bin/bash\necho acct\n")
-    for name in ("sacct", "squeue", "scontrol", "scancel", "sshare"):
-        (bindir / name).write_text("#!/bin/bash\nexit 0\n")
-    for f in bindir.iterdir():
-        f.chmod(0o755)
-
-
 @pytest.mark.slow
 def test_a_wrong_site_value_stops_the_run_before_any_sbatch(tmp_path, env_path):
     """An unknown partition used to give measuring jobs 1 CPU and 4 GB; the shipped site file's
@@ -186,9 +170,10 @@ def test_a_wrong_site_value_stops_the_run_before_any_sbatch(tmp_path, env_path):
     import sys
 
     from conftest import copy_workflow
+    from standins import fake_slurm
 
     log = tmp_path / "sbatch.log"
-    _stub_slurm(tmp_path / "bin", log)
+    fake_slurm(tmp_path / "bin", log)
     wf = copy_workflow(tmp_path / "workflow")
     env = dict(env_path, PATH=f"{tmp_path / 'bin'}{os.pathsep}{env_path['PATH']}")
     base = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--nolock",
