@@ -187,13 +187,15 @@ def pointers(text: str) -> tuple[set[str], set[str]]:
 
 
 def path_pointers(text: str) -> set[str]:
-    """`src/...`-style paths, without placeholders (`<cell>`, `{a,b}`), trailing punctuation or
-    the files a recipe says to create (`` `src/wattlife/devices/amdsmi.py` (new) ``)."""
+    """`src/...`-style paths, without placeholders (`<cell>`, `{a,b}`), trailing punctuation,
+    the files a recipe says to create (`` `src/wattlife/devices/amdsmi.py` (new) ``) or paths in
+    git history (`git show REV:results/...`)."""
     out = set()
     for m in PATH.finditer(text):
         p = m.group(1).rstrip(".,;:")
         after = text[m.end(1):m.end(1) + 8]
-        if not re.match(r"[<{]|`? \(new", after) and p not in PATH_ROOTS:
+        in_history = text[m.start(1) - 1:m.start(1)] == ":"  # `git show REV:path`
+        if not re.match(r"[<{]|`? \(new", after) and p not in PATH_ROOTS and not in_history:
             out.add(p)
     return out
 
@@ -256,6 +258,22 @@ def broken(page: Path) -> list[str]:
 def test_every_pointer_of_the_page_exists(page: Path) -> None:
     assert page.is_file(), f"{page} is missing"
     assert broken(page) == []
+
+
+#: the README and the result folders' pages (what was measured, and which test recomputes it)
+RESULT_PAGES = [REPO / "README.md"] + sorted((REPO / "results").rglob("*.md"))
+#: scripts a result page names as they were called when it was measured (renamed since; the page
+#: gives the name of today)
+RENAMED = {"benchmarks/h200_workflow.sh"}
+
+
+@pytest.mark.parametrize("page", RESULT_PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_file_a_result_page_names_exists(page: Path) -> None:
+    """A test, script or file a result page points to (`tests/results/test_h100_reference.py`
+    recomputes ...) exists: a reader who follows it finds it."""
+    missing = sorted(p for p in path_pointers(page.read_text())
+                     if not path_exists(p) and p not in RENAMED)
+    assert missing == [], f"{page.relative_to(REPO)} names files that do not exist: {missing}"
 
 
 def test_a_made_up_pointer_fails(tmp_path: Path) -> None:

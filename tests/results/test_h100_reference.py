@@ -118,7 +118,8 @@ def _in_order(table: pd.DataFrame) -> pd.DataFrame:
 def test_phase_tables_are_recomputed_from_the_committed_cells(tmp_path, folder) -> None:
     """The phase tables are what `aggregate` makes of the committed cells (items from the events'
     steady steps; the ResNet-50 tables rebuilt by today's code after the pipeline wrote them at
-    5672872, the Qwen ones as the pipeline wrote them at a452ca9)."""
+    5672872, the Qwen ones as the pipeline wrote them at a452ca9; both rebuilt again after the
+    zero-length-phase fix re-attributed 12 of their cells)."""
     from wattlife.analysis.aggregate import write_phase_tables
 
     cells = _cells(folder)
