@@ -273,10 +273,12 @@ def test_gpu1_workflow_tables_are_recomputed_from_the_committed_cells(tmp_path, 
         _same_but_gaps(made, committed, name)
 
 
-@pytest.mark.parametrize("cell", REPEATS_CELLS, ids=lambda c: str(c.relative_to(REPEATS)))
-def test_repeats_cells_re_attribute_to_their_committed_table(tmp_path, cell):
-    """Each committed cell of the H200 repeats workflow is what today's code gives from its
-    committed trace, events and meta.json (the options of rules/attribute.smk)."""
+@pytest.mark.parametrize("cell", WORKFLOW_CELLS + REPEATS_CELLS + WAITING_CELLS,
+                         ids=lambda c: str(c.relative_to(H200)))
+def test_workflow_cells_re_attribute_to_their_committed_table(tmp_path, cell):
+    """Each committed cell of the H200 workflows (gpu1, its repeats and its waiting matrix) is
+    what today's code gives from its committed trace, events and meta.json (the options of
+    rules/attribute.smk)."""
     from wattlife.attribution import attribute_files
 
     attribute_files(cell / "trace.csv", cell / "events.csv", tmp_path / "phases.csv",
