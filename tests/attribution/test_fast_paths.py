@@ -9,6 +9,7 @@ import pandas as pd
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from synth import events_frame
 from wattlife.attribution.gaps import sensor_gaps
 from wattlife.attribution.series import DeviceSeries
 from wattlife.attribution.tree import SegmentIndex, phase_tree, segment_index, segments
@@ -207,3 +208,19 @@ def test_a_trees_names_share_one_string_a_name():
     order = np.lexsort((np.zeros(200), -ev["end_ns"].to_numpy(), ev["start_ns"].to_numpy()))
     assert list(tree.name) == list(ev["phase"].to_numpy(object)[order])
     assert len({id(x) for x in tree.name}) == 3
+
+
+def test_zero_length_phase_takes_no_time():
+    """A zero-length phase (a `compile` marked at its forward's start) owns only empty
+    segments: after it, the forward is the innermost phase (its end once sorted before its
+    start, and the `compile` took the forward's whole time)."""
+    ms = 1_000_000
+    ev = events_frame([("step", 0, 20 * ms), ("forward", 5 * ms, 15 * ms),
+                       ("compile", 5 * ms, 5 * ms), ("mark", 17 * ms, 17 * ms)])
+    tree = phase_tree(ev)
+    bounds, label = segments(tree)
+    names = np.append(tree.name, "none")[label]
+    owned = {str(nm): 0 for nm in names}
+    for nm, d in zip(names[:-1], np.diff(bounds), strict=True):
+        owned[str(nm)] += int(d)
+    assert owned == {"step": 10 * ms, "forward": 10 * ms, "compile": 0, "mark": 0, "none": 0}

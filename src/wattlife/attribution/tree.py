@@ -187,14 +187,20 @@ def exclusive(tree: PhaseTree, inclusive: np.ndarray) -> np.ndarray:
 
 
 def segments(tree: PhaseTree) -> tuple[np.ndarray, np.ndarray]:
-    """Boundaries b_k and the innermost interval index active on [b_k, b_k+1) (-1: none)."""
+    """Boundaries b_k and the innermost interval index active on [b_k, b_k+1) (-1: none).
+
+    At equal times: ends (innermost first), then starts (outermost first), then the zero-length
+    intervals of that instant, each start before its end, so that their segments are empty and
+    the one after them is the innermost interval still open (a zero-length `compile` at its
+    forward's start once took the forward's whole time: its end sorted before its start)."""
     n = len(tree.start)
     times = np.concatenate([tree.start, tree.end])
     label = np.concatenate([np.arange(n), tree.parent])
     is_start = np.concatenate([np.ones(n, np.int8), np.zeros(n, np.int8)])
-    # at equal times: ends (innermost first) before starts (outermost first)
+    zl = np.tile(tree.start == tree.end, 2)
+    phase = np.where(zl, 3 - is_start, is_start)  # 0 end, 1 start, 2 empty start, 3 its end
     tie = np.concatenate([tree.depth, -tree.depth])
-    order = np.lexsort((tie, is_start, times))
+    order = np.lexsort((tie, phase, times))
     return times[order], label[order]
 
 
