@@ -61,8 +61,8 @@ def _series(ev: pd.DataFrame, seed: int, lead_ms: int, tail_ms: int):
     edges = np.unique(np.concatenate([ev["start_ns"], ev["end_ns"]]))
     power = rng.uniform(80, 700, len(edges) - 1)
     first, last = int(edges[0]) + lead_ms * MS, int(edges[-1]) + tail_ms * MS
-    t = np.arange(first, last, 20 * MS, dtype=np.int64) + rng.integers(0, MS, (last - first)
-                                                                          // (20 * MS) + 1)
+    t = np.arange(first, last, 20 * MS, dtype=np.int64)
+    t = t + rng.integers(0, MS, len(t))
     t = np.sort(t[(t > edges[0] + 20 * MS) & (t < edges[-1])])
     p = averaging_sensor(edges, power, t, 20 * MS) + rng.normal(0, 3.0, len(t))
     return device_series(trace_frame(t, p))[0]

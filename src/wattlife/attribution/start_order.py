@@ -7,8 +7,8 @@ each run held at a time, and yields the rows in blocks. The order is `tree.phase
 (start_ns, -end_ns, recorded depth with missing as 0), ties in file order (its lexsort is
 stable; here the rows' position in the stream is the last key), so the blocks joined are the
 rows of `events.iloc[order]`, bit for bit (the columns and their types as the chunks give them).
-Memory: one run while it is sorted, then `block_rows` rows of each run (a day of one rank: 1.4 M
-rows, 6 runs of 256 k)."""
+Memory: one run while it is sorted, then `block_rows` rows of each run, `MERGE_ROWS` rows of all
+runs together (a day of one rank: 1.4 M rows, 6 runs of 256 k; 3 days: 17 runs)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,14 @@ import pandas as pd
 
 #: rows sorted in memory and spilled as one run
 RUN_ROWS = 1 << 18
-#: rows of each run held at a time while merging
+#: rows of each run held at a time while merging (at most)
 BLOCK_ROWS = 1 << 15
+#: rows of all runs held at a time while merging: each run's block shrinks as runs add up (to
+#: 1024 rows at least), so the merge's memory does not grow with the rank's length
+MERGE_ROWS = 1 << 17
+#: rows of a spilled run's Parquet row groups: a reader decodes a whole group, so one group of
+#: each run is held while merging whatever the blocks asked for
+GROUP_ROWS = 1 << 13
 #: the sort keys kept beside a spilled run's rows (dropped from the rows yielded)
 _KEYS = ("__wl_start", "__wl_negend", "__wl_depth", "__wl_row")
 
@@ -64,7 +70,7 @@ def _spill(chunks: Iterable[pd.DataFrame], tmp: Path, run_rows: int) -> list[Pat
                           first)
         held, first, n_held = [], first + n_held, 0
         runs.append(tmp / f"run{len(runs)}.parquet")
-        run.to_parquet(runs[-1], index=False, row_group_size=BLOCK_ROWS)
+        run.to_parquet(runs[-1], index=False, row_group_size=GROUP_ROWS)
 
     for chunk in chunks:
         if len(chunk):
@@ -80,7 +86,8 @@ def _blocks(path: Path, block_rows: int) -> Iterator[pd.DataFrame]:
     """A spilled run read back `block_rows` rows at a time (its types as written)."""
     import pyarrow.parquet as pq
 
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=block_rows):
+    for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=block_rows,
+                                                                    use_threads=False):
         yield batch.to_pandas()
 
 
@@ -88,7 +95,8 @@ def _merge(runs: list[Path], block_rows: int) -> Iterator[pd.DataFrame]:
     """The runs' rows in key order, a block at a time. Keys are distinct (the row position), so
     every row at or below the least of the open runs' last keys is in hand: each round yields
     those rows and refills the run whose last key that was."""
-    readers = [_blocks(r, block_rows) for r in runs]
+    per_run = max(min(block_rows, MERGE_ROWS // max(len(runs), 1)), min(block_rows, 1024))
+    readers = [_blocks(r, per_run) for r in runs]
     bufs = [next(r, None) for r in readers]
     while any(b is not None for b in bufs):
         held = [i for i, b in enumerate(bufs) if b is not None]
