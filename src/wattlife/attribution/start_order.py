@@ -93,35 +93,40 @@ def _blocks(path: Path, block_rows: int) -> Iterator[pd.DataFrame]:
 
 def _merge(runs: list[Path], block_rows: int) -> Iterator[pd.DataFrame]:
     """The runs' rows in key order, a block at a time. Keys are distinct (the row position), so
-    every row at or below the least of the open runs' last keys is in hand: each round yields
-    those rows and refills the run whose last key that was."""
+    every row at or below the least of the open runs' last keys is in hand: each round takes
+    those rows (a prefix of each sorted run's block), sorts them and yields them, and refills
+    the run whose last key that was. Runs cut from an end-ordered file barely overlap in time,
+    so a round mostly takes one run's block: only what is taken is joined and sorted."""
     per_run = max(min(block_rows, MERGE_ROWS // max(len(runs), 1)), min(block_rows, 1024))
     readers = [_blocks(r, per_run) for r in runs]
     bufs = [next(r, None) for r in readers]
     while any(b is not None for b in bufs):
         held = [i for i, b in enumerate(bufs) if b is not None]
-        block = pd.concat([bufs[i] for i in held], ignore_index=True) if len(held) > 1 else (
-            bufs[held[0]])
-        assert block is not None
-        src: np.ndarray = np.repeat(held, [_rows(bufs[i]) for i in held])
-        order = np.lexsort([block[k].to_numpy() for k in reversed(_KEYS)])
-        # the bound: the least last row among the runs held (all of them are open)
         lasts = {i: _last_key(bufs[i]) for i in held}
         bound_run = min(lasts, key=lambda i: lasts[i])
-        rows = block["__wl_row"].to_numpy()[order]
-        cut = int(np.flatnonzero(rows == lasts[bound_run][3])[0]) + 1
-        yield block.iloc[order[:cut]].drop(columns=list(_KEYS)).reset_index(drop=True)
-        left = order[cut:]
+        taken = []
         for i in held:
-            mine = np.sort(left[src[left] == i])  # a run's rows stay in its (sorted) order
-            bufs[i] = block.iloc[mine].reset_index(drop=True) if len(mine) else None
+            b = bufs[i]
+            assert b is not None
+            n = len(b) if i == bound_run else _n_upto(b, lasts[bound_run])
+            if n:
+                taken.append(b.iloc[:n])
+            bufs[i] = b.iloc[n:] if n < len(b) else None
+        block = pd.concat(taken, ignore_index=True) if len(taken) > 1 else (
+            taken[0].reset_index(drop=True))
+        order = np.lexsort([block[k].to_numpy() for k in reversed(_KEYS)])
+        yield block.iloc[order].drop(columns=list(_KEYS)).reset_index(drop=True)
         if bufs[bound_run] is None:
             bufs[bound_run] = next(readers[bound_run], None)
 
 
-def _rows(b: pd.DataFrame | None) -> int:
-    """A buffer's rows (0: none)."""
-    return 0 if b is None else len(b)
+def _n_upto(b: pd.DataFrame, bound: tuple[float, ...]) -> int:
+    """How many of a sorted block's first rows have keys at or below `bound` (a prefix)."""
+    s, ne, d, r = (b[k].to_numpy() for k in _KEYS)
+    b0, b1, b2, b3 = bound
+    upto = (s < b0) | ((s == b0) & ((ne < b1) | ((ne == b1) & (
+        (d < b2) | ((d == b2) & (r <= b3))))))
+    return int(np.count_nonzero(upto))
 
 
 def _last_key(b: pd.DataFrame | None) -> tuple[float, ...]:
