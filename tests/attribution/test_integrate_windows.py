@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth import T0, averaging_sensor, trace_frame
+from synth import averaging_sensor, nested_steps, trace_frame
 from wattlife.attribution.integrate import integrate, integrate_windows
 from wattlife.attribution.series import device_series
 from wattlife.attribution.start_order import start_ordered
@@ -28,29 +28,9 @@ from wattlife.contracts import UNATTRIBUTED
 MS = 1_000_000
 
 
-def _rank(n_steps: int, seed: int) -> pd.DataFrame:
-    """A rank's events in end order: `train` around steps of data_load / forward (a `layer`
-    and a zero-length `compile` inside) / backward / optimizer, a `validate` every 4 steps."""
-    rng = np.random.default_rng(seed)
-    rows, t = [], T0 + 40 * MS
-    for i in range(n_steps):
-        a = t + int(rng.integers(0, 3)) * MS
-        b = a + int(rng.integers(5, 40)) * MS
-        c = b + int(rng.integers(9, 60)) * MS
-        d = c + int(rng.integers(5, 60)) * MS
-        e = d + int(rng.integers(0, 20)) * MS
-        rows += [("data_load", a, b, 2), ("compile", b, b, 3), ("layer", b + 2 * MS, c - MS, 3),
-                 ("forward", b, c, 2), ("backward", c, d, 2), ("optimizer", d, e, 2),
-                 ("step", t, e, 1)]
-        t = e
-        if i % 4 == 3:
-            rows.append(("validate", t, t + 70 * MS, 1))
-            t += 70 * MS
-    rows.append(("train", T0 + 40 * MS, t, 0))
-    df = pd.DataFrame(rows, columns=["phase", "start_ns", "end_ns", "depth"])
-    df = df.iloc[np.lexsort((-df["depth"].to_numpy(), df["end_ns"].to_numpy()))]
-    return df.assign(run_id="r", host="h", rank=0, depth=df["depth"].astype(float)
-                     ).reset_index(drop=True)
+def _rank(n_steps: int, seed: int = 0) -> pd.DataFrame:
+    """A rank's events in end order (`synth.nested_steps`)."""
+    return nested_steps(n_steps, seed, scale_ms=7, every=4, lead_ms=40)
 
 
 def _series(ev: pd.DataFrame, seed: int, lead_ms: int, tail_ms: int):

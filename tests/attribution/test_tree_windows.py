@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth import T0
+from synth import nested_steps
 from wattlife.attribution.start_order import start_order, start_ordered
 from wattlife.attribution.tree import phase_tree, segments
 from wattlife.attribution.tree_windows import NO_END, restrict, tree_windows
@@ -23,30 +23,8 @@ MS = 1_000_000
 
 
 def _rank(n_steps: int, seed: int = 0) -> pd.DataFrame:
-    """A rank's events in end order: `train` around all, steps of data_load / forward (a
-    zero-length `compile` at its start, a `layer` inside) / backward / optimizer, steps meeting
-    end to start, a `validate` every 5 steps."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    t = T0
-    for i in range(n_steps):
-        a = t + int(rng.integers(0, 3)) * MS  # 0: data_load starts with its step
-        b = a + int(rng.integers(1, 9)) * MS
-        c = b + int(rng.integers(2, 9)) * MS
-        d = c + int(rng.integers(1, 9)) * MS
-        e = d + int(rng.integers(0, 3)) * MS
-        rows += [("data_load", a, b, 2), ("compile", b, b, 3), ("layer", b + MS, c - MS, 3),
-                 ("forward", b, c, 2), ("backward", c, d, 2), ("optimizer", d, e, 2),
-                 ("step", t, e, 1)]
-        t = e
-        if i % 5 == 4:
-            rows.append(("validate", t, t + 7 * MS, 1))
-            t += 7 * MS
-    rows.append(("train", T0, t, 0))
-    df = pd.DataFrame(rows, columns=["phase", "start_ns", "end_ns", "depth"])
-    df = df.iloc[np.lexsort((-df["depth"].to_numpy(), df["end_ns"].to_numpy()))]
-    return df.assign(run_id="r", host="h", rank=0, depth=df["depth"].astype(float)
-                     ).reset_index(drop=True)
+    """A rank's events in end order (`synth.nested_steps`)."""
+    return nested_steps(n_steps, seed)
 
 
 def _windows(ev: pd.DataFrame, window_rows: int, chunk: int = 17):
