@@ -313,9 +313,7 @@ def main() -> None:
             _row(a, f"check {f}", rows, n_ev, run / names[f],
                  [*WATTLIFE, "check", str(_check_dir(run, names[f])), "--kind", "none"])
     if a.rank_events:
-        ev = run / "events.csv"
-        for what, cmd in (("rank events whole", RANK_WHOLE), ("rank events windows", RANK_WINDOWS)):
-            _row(a, what, rows, n_ev // GPUS, ev, [*cmd, str(ev), str(run)])
+        _rank_rows(a, run, rows, n_ev // GPUS)
     if a.aggregate:
         phases = run / f"phases.{forms[-1]}.csv"
         files = _aggregate_dirs(run, phases, 100)
@@ -332,6 +330,13 @@ def _row(a: argparse.Namespace, what: str, rows: int, n_ev: int, path: Path,
     print(f"| {a.label} | {what} | {rows:,} | {n_ev:,} | {mb:,.0f} | {wall:.1f} | {cpu:.1f} | "
           f"{rows / wall:,.0f} | {rows / cpu:,.0f} | {rss:.2f}"
           f"{'' if rc == 0 else f' (exit {rc})'} |", flush=True)
+
+
+def _rank_rows(a: argparse.Namespace, run: Path, rows: int, n_ev: int) -> None:
+    """Rank 0's events into its tree and segments, whole and window by window: two rows."""
+    ev = run / "events.csv"
+    for what, cmd in (("rank events whole", RANK_WHOLE), ("rank events windows", RANK_WINDOWS)):
+        _row(a, what, rows, n_ev, ev, [*cmd, str(ev), str(run)])
 
 
 def _same_as_others(out: Path, form: str) -> None:
