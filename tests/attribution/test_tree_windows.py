@@ -101,3 +101,13 @@ def test_overlap_reported_as_the_whole_tree():
 def test_empty_stream():
     """No rows: no windows."""
     assert list(tree_windows([])) == []
+
+
+def test_rows_out_of_start_order_refused():
+    """Rows not in start order (the file's end order, not sorted) are an error naming the
+    rank, never a tree whose rows are not the stream's."""
+    ev = _rank(10)
+    with pytest.raises(ValueError, match="events: tree_windows needs rows in start order"):
+        list(tree_windows([ev], 4))
+    with pytest.raises(ValueError, match="start order"):
+        list(tree_windows([ev], 10_000))

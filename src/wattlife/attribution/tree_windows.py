@@ -67,6 +67,15 @@ def _cut(start: np.ndarray, want: int) -> int | None:
     return int(want + change[0]) if len(change) else None
 
 
+def _in_start_order(start: np.ndarray, where: str) -> None:
+    """A window's own rows must come in start order (`start_ordered`): `phase_tree` would sort
+    them again, and the rows' stream positions would no longer be the tree's rows."""
+    if len(start) > 1 and bool((start[1:] < start[:-1]).any()):
+        i = int(np.flatnonzero(start[1:] < start[:-1])[0])
+        raise ValueError(f"{where}: tree_windows needs rows in start order (start_ordered); a "
+                         f"row starting at {start[i + 1]} follows one starting at {start[i]}")
+
+
 def tree_windows(blocks: Iterable[pd.DataFrame], window_rows: int = WINDOW_ROWS,
                  where: str = "events") -> Iterator[TreeWindow]:
     """The windows of one rank's tree from its rows in start order (`start_ordered`'s blocks),
@@ -93,6 +102,7 @@ def tree_windows(blocks: Iterable[pd.DataFrame], window_rows: int = WINDOW_ROWS,
         if not len(held):
             return
         n = len(held) if cut is None else cut
+        _in_start_order(start[:n + 1], where)  # and the next window's first
         own = held.iloc[:n]
         rows = pd.concat([carried, own], ignore_index=True) if len(carried) else (
             own.reset_index(drop=True))
