@@ -20,6 +20,16 @@ child process (wall seconds, rows/s, the child's peak RSS), and prints a table.
         --keep --label after
 
 `--keep` reuses the generated files of an earlier call with the same --rows/--out.
+
+`--rank-events` also times one rank's events (rank 0's file) put in start order and built into
+its phase tree and segments: in memory (`read_events`, `phase_tree`, `segments`, as `attribute`
+does) and window by window (`pd.read_csv` chunks, `start_order.start_ordered`,
+`tree_windows.tree_windows`, each window's segments; not yet used by `attribute`, and its
+chunks are pandas' plain reading, not `read_events`' checked one). With `--no-attribute` and no
+other step only the events are generated:
+
+    PYTHONPATH=src python3 benchmarks/long_trace.py --hours 72 --gpus 1 --out /tmp/lt \
+        --no-attribute --rank-events
 """
 
 from __future__ import annotations
@@ -216,6 +226,16 @@ _WRAP = ("import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).re
 
 
 WATTLIFE = [sys.executable, "-c", "import sys; from wattlife.cli import main; sys.exit(main())"]
+#: one rank's events file (argv[1]) into its tree and segments: whole, and window by window
+#: (spilled runs under argv[2])
+RANK_WHOLE = [sys.executable, "-c", "import sys; from wattlife.contracts import read_events; "
+              "from wattlife.attribution.tree import phase_tree, segments; "
+              "segments(phase_tree(read_events(sys.argv[1], siblings=False)))"]
+RANK_WINDOWS = [sys.executable, "-c", "import sys, pandas as pd; "
+                "from wattlife.attribution.start_order import start_ordered; "
+                "from wattlife.attribution.tree_windows import tree_windows; "
+                "any(w.segments() is None for w in tree_windows(start_ordered("
+                "pd.read_csv(sys.argv[1], chunksize=1 << 16), spill_dir=sys.argv[2])))"]
 
 
 def timed(cmd: list[str], src: str | None) -> tuple[float, float, float, int]:
@@ -254,6 +274,8 @@ def main() -> None:
     ap.add_argument("--no-attribute", action="store_true", help="only the other steps")
     ap.add_argument("--gpus", type=int, default=8, help="GPUs of the node (and ranks)")
     ap.add_argument("--hours", type=float, help="the run's length (instead of --rows)")
+    ap.add_argument("--rank-events", action="store_true",
+                    help="also time one rank's events into its tree, whole and windowed")
     a = ap.parse_args()
     _configure(a.gpus)
     forms = a.forms.split(",")
@@ -264,6 +286,10 @@ def main() -> None:
     run = out_dir(Path(a.out) / f"run-{int(a.rows / 1e6)}M{tag}")
     names = {"csv": "trace.csv", "zst": "trace.csv.zst", "gz": "trace.csv.gz"}
     todo = [f for f in forms if not (a.keep and (run / names[f]).exists())]
+    if a.rank_events and a.no_attribute and not (a.check or a.aggregate):
+        todo = []  # the events only
+        if not (run / "events.csv").exists():
+            write_events(run, schedule(hours))
     if todo:
         t = time.perf_counter()
         rows = write_trace(run, hours, todo)
@@ -286,6 +312,8 @@ def main() -> None:
         for f in forms:
             _row(a, f"check {f}", rows, n_ev, run / names[f],
                  [*WATTLIFE, "check", str(_check_dir(run, names[f])), "--kind", "none"])
+    if a.rank_events:
+        _rank_rows(a, run, rows, n_ev // GPUS)
     if a.aggregate:
         phases = run / f"phases.{forms[-1]}.csv"
         files = _aggregate_dirs(run, phases, 100)
@@ -302,6 +330,13 @@ def _row(a: argparse.Namespace, what: str, rows: int, n_ev: int, path: Path,
     print(f"| {a.label} | {what} | {rows:,} | {n_ev:,} | {mb:,.0f} | {wall:.1f} | {cpu:.1f} | "
           f"{rows / wall:,.0f} | {rows / cpu:,.0f} | {rss:.2f}"
           f"{'' if rc == 0 else f' (exit {rc})'} |", flush=True)
+
+
+def _rank_rows(a: argparse.Namespace, run: Path, rows: int, n_ev: int) -> None:
+    """Rank 0's events into its tree and segments, whole and window by window: two rows."""
+    ev = run / "events.csv"
+    for what, cmd in (("rank events whole", RANK_WHOLE), ("rank events windows", RANK_WINDOWS)):
+        _row(a, what, rows, n_ev, ev, [*cmd, str(ev), str(run)])
 
 
 def _same_as_others(out: Path, form: str) -> None:

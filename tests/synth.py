@@ -43,3 +43,32 @@ def response_sensor(edges_ns: np.ndarray, power_w: np.ndarray, t_read: np.ndarra
     return sum(w * averaging_sensor(edges_ns, power_w, np.asarray(t_read) - int(lo * ms),
                                     (hi - lo) * ms)
                for lo, hi, w in zip(lag_edges_ms[:-1], lag_edges_ms[1:], weights, strict=True))
+
+
+def nested_steps(n_steps: int, seed: int = 0, scale_ms: int = 1, every: int = 5,
+                 lead_ms: int = 0) -> pd.DataFrame:
+    """One rank's events in the markers' end order (a child before its parent): `train` around
+    steps of data_load / forward (a zero-length `compile` at its start, a `layer` inside) /
+    backward / optimizer, steps meeting end to start, a `validate` after every `every` steps;
+    durations of a few ms times `scale_ms`, from T0 + `lead_ms`."""
+    ms = 1_000_000
+    rng = np.random.default_rng(seed)
+    rows, t = [], T0 + lead_ms * ms
+    for i in range(n_steps):
+        a = t + int(rng.integers(0, 3)) * ms  # 0: data_load starts with its step
+        b = a + int(rng.integers(1, 9) * scale_ms) * ms
+        c = b + int(rng.integers(2, 9) * scale_ms) * ms
+        d = c + int(rng.integers(1, 9) * scale_ms) * ms
+        e = d + int(rng.integers(0, 3) * scale_ms) * ms
+        rows += [("data_load", a, b, 2), ("compile", b, b, 3), ("layer", b + ms, c - ms, 3),
+                 ("forward", b, c, 2), ("backward", c, d, 2), ("optimizer", d, e, 2),
+                 ("step", t, e, 1)]
+        t = e
+        if i % every == every - 1:
+            rows.append(("validate", t, t + 7 * scale_ms * ms, 1))
+            t += 7 * scale_ms * ms
+    rows.append(("train", T0 + lead_ms * ms, t, 0))
+    df = pd.DataFrame(rows, columns=["phase", "start_ns", "end_ns", "depth"])
+    df = df.iloc[np.lexsort((-df["depth"].to_numpy(), df["end_ns"].to_numpy()))]
+    return df.assign(run_id="r", host="h", rank=0, depth=df["depth"].astype(float)
+                     ).reset_index(drop=True)

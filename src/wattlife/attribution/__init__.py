@@ -7,6 +7,10 @@ One job per module, pure functions on tables except `files`:
   series then read from there a window of readings at a time (long traces, issue 43);
 - `tree`: one rank's phase tree, the nesting rule (`nest`, shared with `wattlife check`),
   overlap clamping, exclusive time and segments;
+- `start_order`: one rank's events from the markers' end order into the tree's start order by
+  an external sort (sorted runs spilled, merged k ways; long traces, issue 43);
+- `tree_windows`: that stream's phase tree a window of events at a time, the ancestors open at
+  a window's edge carried, its segments on the window those of the whole tree;
 - `gaps`: a device's sensor gaps, never bridged silently (coverage, widened interval);
 - `integrate`: per-phase energy by integration (the package's one energy integration);
 - `response`: the sensor response (lag weights) and its CSV;

@@ -4,10 +4,13 @@ A phase interval's inclusive energy is E(end) - E(start) (one vectorised `interp
 intervals); energy goes to the innermost phase (its exclusive energy = inclusive minus its
 children's inclusive energy); what no top-level phase covers is `unattributed`. So, exactly,
 sum(phases) + unattributed = E(last reading) - E(first reading). The one integration of the
-package: `interval_energy` serves callers that need the energy of plain time windows.
+package: `interval_energy` serves callers that need the energy of plain time windows;
+`integrate_windows` the same table from a rank's tree a window of events at a time (issue 43).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -15,6 +18,7 @@ import pandas as pd
 from ..contracts import UNATTRIBUTED
 from .series import DeviceSeries
 from .tree import PhaseTree, exclusive
+from .tree_windows import TreeWindow
 
 
 def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
@@ -26,13 +30,50 @@ def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
     t_incl = (end - start) / 1e9
     e_ex = exclusive(tree, e_incl)
     t_ex = exclusive(tree, t_incl)
-    total_e = float(series.energy_j[-1] - series.energy_j[0])
     top = tree.parent < 0
     df = pd.DataFrame({"phase": tree.name, "energy_j": e_ex, "time_s": t_ex, "n": 1})
     g = df.groupby("phase", sort=False).agg(energy_j=("energy_j", "sum"), time_s=("time_s", "sum"),
                                             count=("n", "sum")).reset_index()
-    un = pd.DataFrame({"phase": [UNATTRIBUTED], "energy_j": [total_e - e_incl[top].sum()],
-                       "time_s": [(t1 - t0) / 1e9 - t_incl[top].sum()], "count": [0]})
+    return _table(series, g, float(e_incl[top].sum()), float(t_incl[top].sum()))
+
+
+def integrate_windows(series: DeviceSeries, windows: Iterable[TreeWindow]) -> pd.DataFrame:
+    """`integrate` of a rank's tree given a window at a time (`tree_windows`): each window's
+    phases cut to its [lo, hi) (a phase crossing an edge is split, its parts' energies added),
+    each phase counted in the window of its start. The same table as `integrate` of the whole
+    tree, equal to rounding (the parts' differences of E summed in another order), energy
+    conserved as there: phases + unattributed = E(last reading) - E(first reading)."""
+    t0, t1 = series.t_ns[0], series.t_ns[-1]
+    sums: pd.DataFrame | None = None
+    top_e = top_t = 0.0
+    for w in windows:
+        start = np.clip(np.maximum(w.tree.start, w.lo), t0, t1)
+        end = np.clip(np.minimum(w.tree.end, w.hi), t0, t1)
+        e_incl = series.energy_at(end) - series.energy_at(start)
+        t_incl = (end - start) / 1e9
+        top = w.tree.parent < 0
+        top_e += float(e_incl[top].sum())
+        top_t += float(t_incl[top].sum())
+        df = pd.DataFrame({"phase": w.tree.name, "energy_j": exclusive(w.tree, e_incl),
+                           "time_s": exclusive(w.tree, t_incl),
+                           "count": (w.tree.start >= w.lo).astype(np.int64)})
+        sums = df if sums is None else pd.concat([sums, df], ignore_index=True)
+        # first appearance order: the stream's, as the whole tree's groupby gives it
+        sums = sums.groupby("phase", sort=False).sum().reset_index()
+    if sums is None:
+        sums = pd.DataFrame({"phase": pd.Series(dtype=object), "energy_j": 0.0, "time_s": 0.0,
+                             "count": pd.Series(dtype=np.int64)})
+    return _table(series, sums, top_e, top_t)
+
+
+def _table(series: DeviceSeries, g: pd.DataFrame, top_e: float, top_t: float) -> pd.DataFrame:
+    """The phases table from the per-name sums `g` (phase, energy_j, time_s, count) and the
+    top-level phases' energy and time: `unattributed` (the rest of the device's total) added,
+    the 95 % interval from boundary timing."""
+    t0, t1 = series.t_ns[0], series.t_ns[-1]
+    total_e = float(series.energy_j[-1] - series.energy_j[0])
+    un = pd.DataFrame({"phase": [UNATTRIBUTED], "energy_j": [total_e - top_e],
+                       "time_s": [(t1 - t0) / 1e9 - top_t], "count": [0]})
     g = pd.concat([g, un], ignore_index=True)
     # 95% interval from boundary timing: each boundary is known to the sensor's spacing, so it
     # moves energy by sigma_P * spacing / sqrt(12) (uniform timing error), independently.

@@ -1,0 +1,102 @@
+"""Integration a window of a rank's events at a time (issue 43, `integrate.integrate_windows`):
+phases crossing a window's edge split and their parts added give the table `integrate` gives
+from the whole tree, equal to rounding, and conserve energy (phases + unattributed = the
+device's total), whatever the window size; readings starting after the first phase and ending
+before the last (phases clipped to the series), a wrapper phase over every window.
+
+Tolerance: 1e-9 of the device's total energy (J) and 1e-9 s. A part's energy is a difference of
+the one cumulative series E, rounded to ~1e-16 of E's largest value; a phase's exclusive energy
+adds at most a few hundred such parts here (its own parts and its children's), so the two sums
+differ by ~1e-13 of the total; 1e-9 is far above that and far below any reading's resolution."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synth import averaging_sensor, nested_steps, trace_frame
+from wattlife.attribution.integrate import integrate, integrate_windows
+from wattlife.attribution.series import device_series
+from wattlife.attribution.start_order import start_ordered
+from wattlife.attribution.tree import phase_tree
+from wattlife.attribution.tree_windows import tree_windows
+from wattlife.contracts import UNATTRIBUTED
+
+MS = 1_000_000
+
+
+def _rank(n_steps: int, seed: int = 0) -> pd.DataFrame:
+    """A rank's events in end order (`synth.nested_steps`)."""
+    return nested_steps(n_steps, seed, scale_ms=7, every=4, lead_ms=40)
+
+
+def _series(ev: pd.DataFrame, seed: int, lead_ms: int, tail_ms: int):
+    """A GPU's 20 ms readings (jittered, noisy) of a power that changes at every boundary,
+    from `lead_ms` after the first phase's start (negative: before) to `tail_ms` after the
+    last phase's end."""
+    rng = np.random.default_rng(seed)
+    edges = np.unique(np.concatenate([ev["start_ns"], ev["end_ns"]]))
+    power = rng.uniform(80, 700, len(edges) - 1)
+    first, last = int(edges[0]) + lead_ms * MS, int(edges[-1]) + tail_ms * MS
+    t = np.arange(first, last, 20 * MS, dtype=np.int64)
+    t = t + rng.integers(0, MS, len(t))
+    t = np.sort(t[(t > edges[0] + 20 * MS) & (t < edges[-1])])
+    p = averaging_sensor(edges, power, t, 20 * MS) + rng.normal(0, 3.0, len(t))
+    return device_series(trace_frame(t, p))[0]
+
+
+def _windowed(ev: pd.DataFrame, series, window_rows: int) -> pd.DataFrame:
+    chunks = [ev.iloc[i:i + 23] for i in range(0, len(ev), 23)]
+    wins = tree_windows(start_ordered(chunks, run_rows=64, block_rows=16), window_rows)
+    return integrate_windows(series, wins)
+
+
+def _close(got: pd.DataFrame, want: pd.DataFrame, total: float) -> None:
+    """Same rows, names, counts, methods; numbers within the module's tolerance."""
+    assert list(got.columns) == list(want.columns)
+    exact = ["phase", "count", "identified", "method"]
+    pd.testing.assert_frame_equal(got[exact], want[exact], check_exact=True)
+    for col in ("energy_j", "energy_lo_j", "energy_hi_j"):
+        np.testing.assert_allclose(got[col], want[col], rtol=0, atol=1e-9 * total)
+    np.testing.assert_allclose(got["time_s"], want["time_s"], rtol=0, atol=1e-9)
+
+
+def _check(n_steps: int, seed: int, window_rows: int, lead_ms: int, tail_ms: int) -> None:
+    ev = _rank(n_steps, seed)
+    s = _series(ev, seed, lead_ms, tail_ms)
+    total = float(s.energy_j[-1] - s.energy_j[0])
+    want = integrate(s, phase_tree(ev))
+    got = _windowed(ev, s, window_rows)
+    _close(got, want, total)
+    assert abs(got["energy_j"].sum() - total) <= 1e-9 * total  # energy conserved
+    assert got.loc[got["phase"] == UNATTRIBUTED, "count"].item() == 0
+
+
+@pytest.mark.parametrize("window_rows", [1, 3, 10, 64, 100_000])
+@pytest.mark.parametrize("lead_ms,tail_ms", [(-50, 50), (300, -400)])
+def test_windows_integrate_as_the_whole_tree(window_rows, lead_ms, tail_ms):
+    """Fixed window sizes, readings around the phases or starting after the first phase and
+    ending before the last (phases clipped to the series in both paths)."""
+    _check(30, 1, window_rows, lead_ms, tail_ms)
+
+
+@pytest.mark.slow
+@settings(max_examples=20, deadline=None)
+@given(window_rows=st.integers(1, 80), seed=st.integers(0, 50),
+       lead_ms=st.integers(-100, 500), tail_ms=st.integers(-500, 100))
+def test_windows_integrate_any(window_rows, seed, lead_ms, tail_ms):
+    """Any window size, rank and reading span."""
+    _check(20, seed, window_rows, lead_ms, tail_ms)
+
+
+def test_no_windows():
+    """No events: all of the device's energy unattributed, as `integrate` of an empty tree."""
+    ev = _rank(3, 0)
+    s = _series(ev, 0, -50, 50)
+    got = integrate_windows(s, [])
+    want = integrate(s, phase_tree(ev.iloc[:0]))
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True),
+                                  check_dtype=False)
