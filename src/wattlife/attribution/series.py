@@ -17,6 +17,32 @@ import pandas as pd
 from ..contracts import ENERGY_J, POWER_LIMIT_W, POWER_W, is_attributed, kind_of
 
 
+def reading_power(t_ns: np.ndarray, energy_j: np.ndarray, power_w: np.ndarray | None
+                  ) -> np.ndarray:
+    """Each reading's power (W): the power reading where the device has them, else the energy
+    counter's mean power since the reading before (NaN for the first and at a repeated time)."""
+    if power_w is not None:
+        return np.asarray(power_w, float)
+    dt = np.diff(t_ns) / 1e9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.concatenate([[np.nan], np.where(dt > 0, np.diff(energy_j) / dt, np.nan)])
+
+
+def spans_at(t_ns: np.ndarray, power_w: np.ndarray, at_ns: np.ndarray, reach_ns: int
+             ) -> np.ndarray:
+    """The range of `power_w` over the 2 x `reach_ns` before the last reading at or before each
+    at + reach, 0 where that reading is more than `reach_ns` before the instant (or none is)."""
+    q = np.asarray(at_ns, np.int64) + reach_ns
+    if len(t_ns) == 0:
+        return np.zeros(len(q))
+    roll = pd.Series(power_w, index=pd.to_datetime(t_ns)).rolling(pd.Timedelta(2 * reach_ns, "ns"))
+    span = (roll.max() - roll.min()).to_numpy()
+    k = np.searchsorted(t_ns, q, side="right") - 1
+    ok = (k >= 0) & (t_ns[np.maximum(k, 0)] >= q - 2 * reach_ns)
+    got = span[np.maximum(k, 0)]
+    return np.where(ok & np.isfinite(got), got, 0.0)
+
+
 @dataclass
 class DeviceSeries:
     """One device's readings and cumulative energy E at the reading times."""
@@ -67,6 +93,12 @@ class DeviceSeries:
         t, e = self.t_ns, self.energy_j
         idx = np.flatnonzero(np.diff(t) > threshold_ns)
         return idx, t[idx], t[idx + 1], e[idx], e[idx + 1]
+
+    def power_spans(self, at_ns: np.ndarray, reach_ns: int) -> np.ndarray:
+        """Per instant, the range (max - min, W) of the power readings within `reach_ns` of it:
+        what the readings show of a step there (0 with no reading there; `settle`)."""
+        return spans_at(self.t_ns, reading_power(self.t_ns, self.energy_j, self.power_w), at_ns,
+                        reach_ns)
 
     # whole passes over the power readings: one call each, so that a series whose readings
     # stay on disk (`windowed.WindowedSeries`) gives the same numbers window by window

@@ -29,7 +29,6 @@ from ..contracts import UNATTRIBUTED, GpuIdentity
 from .integrate import integrate
 from .series import DeviceSeries
 from .tree import PhaseTree
-from .windowed import WindowedSeries, rolling_spans
 
 
 @dataclass(frozen=True)
@@ -71,23 +70,7 @@ def settle_by_device(gpus: list[GpuIdentity], gpu_model: str | None
 def boundary_steps(series: DeviceSeries, at_ns: np.ndarray, reach_ms: float) -> np.ndarray:
     """Per boundary, the range (max - min, W) of the device's power readings within `reach_ms`
     of it: what the readings show of the step there (0 with no reading there)."""
-    if isinstance(series, WindowedSeries):
-        return rolling_spans(series, at_ns, int(reach_ms * 1e6))
-    t = series.t_ns
-    if series.power_w is not None:
-        p = np.asarray(series.power_w, float)
-    else:  # an energy counter: its mean power since the reading before (none at a repeated time)
-        dt = np.diff(t) / 1e9
-        with np.errstate(divide="ignore", invalid="ignore"):
-            p = np.concatenate([[np.nan], np.where(dt > 0, np.diff(series.energy_j) / dt, np.nan)])
-    reach = int(reach_ms * 1e6)
-    ser = pd.Series(p, index=pd.to_datetime(t))
-    roll = ser.rolling(pd.Timedelta(2 * reach, "ns"))
-    span = (roll.max() - roll.min()).to_numpy()
-    k = np.searchsorted(t, np.asarray(at_ns, np.int64) + reach, side="right") - 1
-    lo = np.searchsorted(t, np.asarray(at_ns, np.int64) - reach, side="left")
-    got = span[np.clip(k, 0, len(t) - 1)]
-    return np.where((k >= 0) & (k >= lo) & np.isfinite(got), got, 0.0)
+    return series.power_spans(np.asarray(at_ns, np.int64), int(reach_ms * 1e6))
 
 
 def settle_halfwidth(series: DeviceSeries, tree: PhaseTree, settle: SensorSettle) -> pd.Series:

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import cast
 
 import numpy as np
-import pandas as pd
 
-from .series import DeviceSeries, mode_of_counts
+from .series import DeviceSeries, mode_of_counts, reading_power, spans_at
 
 #: readings a window (~1.5 h of one device at 20 ms; 2 MiB a column)
 WINDOW = 1 << 18
@@ -181,6 +180,27 @@ class WindowedSeries(DeviceSeries):
         idx, ta, tb, ea, eb = (np.concatenate([p[k] for p in parts]) for k in range(5))
         return idx, ta, tb, ea, eb
 
+    def power_spans(self, at_ns: np.ndarray, reach_ns: int) -> np.ndarray:
+        """`DeviceSeries.power_spans` window by window: each window's instants from its readings
+        and those its first one reaches back to (2 x `reach_ns`, and one more for an energy
+        counter's rate)."""
+        at = np.asarray(at_ns, np.int64)
+        out = np.zeros(len(at))
+        win = self._window_of(at + reach_ns)
+        for w in np.unique(win):
+            sel = np.flatnonzero(win == w)
+            a = int(w) * self.window
+            m = a
+            while m > 0:  # back to a reading 2 x reach before the window's first (or the start)
+                m = max(a - 2 * (a - m) - 64, 0)
+                if int(self._disk("t_ns")[m]) <= int(self.starts[w]) - 2 * reach_ns:
+                    break
+            m0 = max(m - 1, 0)  # an energy counter's rate needs the reading before
+            t, e, p = self.read(m0, min(a + self.window, self.n))
+            power = reading_power(t, e, p)[m - m0:]
+            out[sel] = spans_at(t[m - m0:], power, at[sel], reach_ns)
+        return out
+
     def _kth_diffs(self, ks: list[int]) -> list[int]:
         """The k-th smallest (from 0) spacings in ns for each k: one 21-bit digit a pass,
         counted among the spacings whose higher digits are k's so far (one count shared by
@@ -200,39 +220,6 @@ class WindowedSeries(DeviceSeries):
                 st[1] -= int(cum[j - 1]) if j else 0
                 st[0] = (st[0] << _DIGIT) | j
         return [p for p, _ in state]
-
-
-def rolling_spans(s: WindowedSeries, at_ns: np.ndarray, reach: int) -> np.ndarray:
-    """`settle.boundary_steps`' value at each boundary, window by window: the range of the
-    readings in the 2 x `reach` ns before the last reading at or before at + reach (0 where
-    none is within `reach` of it), each window read with the readings its first one reaches
-    back to."""
-    q = np.asarray(at_ns, np.int64) + reach
-    out = np.zeros(len(q))
-    win = s._window_of(q)
-    for w in np.unique(win):
-        sel = np.flatnonzero(win == w)
-        a = int(w) * s.window
-        b = min(a + s.window, s.n)
-        m = a
-        while m > 0:  # back to a reading 2 x reach before the window's first (or the start)
-            m = max(a - 2 * (a - m) - 64, 0)
-            if int(s._disk("t_ns")[m]) <= int(s.starts[w]) - 2 * reach:
-                break
-        m0 = max(m - 1, 0)  # an energy counter's rate needs the reading before
-        t, e, p = s.read(m0, b)
-        if p is None:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                dt = np.diff(t) / 1e9
-                p = np.concatenate([[np.nan], np.where(dt > 0, np.diff(e) / dt, np.nan)])
-        t, p = t[m - m0:], np.asarray(p, float)[m - m0:]
-        roll = pd.Series(p, index=pd.to_datetime(t)).rolling(pd.Timedelta(2 * reach, "ns"))
-        span = (roll.max() - roll.min()).to_numpy()
-        k = np.searchsorted(t, q[sel], side="right") - 1
-        ok = (k >= 0) & (t[np.maximum(k, 0)] >= q[sel] - 2 * reach)
-        got = span[np.maximum(k, 0)]
-        out[sel] = np.where(ok & np.isfinite(got), got, 0.0)
-    return out
 
 
 def _in_order(t: DiskArray, window: int) -> tuple[bool, bool]:
