@@ -13,7 +13,7 @@ None and the caller reads all events at once."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from ..contracts import COMPILE, IDLE, events_files, read_events
 from .energy import phase_map
 from .time_units import check_time_units
 from .tree import PhaseTree, clamp_events, phase_tree, timeline
+from .tree_windows import TreeWindow
 
 _SCAN = ["run_id", "host", "rank", "local_rank", "phase"]
 
@@ -51,6 +52,24 @@ def _scan(path: Path) -> dict[str, Any] | None:
             "local_rank": first["local_rank"][0].as_py(), "rows": t.num_rows,
             "run_ids": set(t.column("run_id").unique().to_pylist()),
             "compile": bool(pc.any(pc.equal(t.column("phase"), COMPILE)).as_py())}
+
+
+def assembled_tree(windows: Iterable[TreeWindow]) -> PhaseTree:
+    """The whole tree of a rank from its windows (`tree_windows`): each window's own rows (those
+    starting at or after its `lo`; the carried ones are an earlier window's) with their depth,
+    and their parent as a stream position, which is the whole tree's row index (the stream is
+    in `phase_tree`'s order). What is held: the tree's five arrays, not the rows' frames."""
+    parts: list[tuple[np.ndarray, ...]] = []
+    for w in windows:
+        own = w.tree.start >= w.lo
+        parent = np.where(w.tree.parent >= 0, w.rows[np.maximum(w.tree.parent, 0)], -1)
+        parts.append((w.tree.name[own], w.tree.start[own], w.tree.end[own], w.tree.depth[own],
+                      parent[own]))
+    if not parts:
+        return PhaseTree(np.zeros(0, object), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                         np.zeros(0, np.int64), np.zeros(0, np.int64))
+    name, start, end, depth, parent = (np.concatenate([p[k] for p in parts]) for k in range(5))
+    return PhaseTree(name, start, end, depth, parent)
 
 
 class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
