@@ -13,7 +13,7 @@ from synth import end_order_events
 from wattlife.attribution.files import wrapper_events
 from wattlife.attribution.prepare_windows import prepared_file
 from wattlife.attribution.start_order import start_order
-from wattlife.attribution.tree import timeline
+from wattlife.attribution.tree import clamp_events, timeline
 from wattlife.attribution.warmup import label_warmup
 from wattlife.contracts import CHECKPOINT_WRITE, COMPILE, WARMUP, RunMeta, read_events
 
@@ -29,7 +29,8 @@ def _meta(ev: pd.DataFrame) -> RunMeta:
 
 def _whole(ev: pd.DataFrame, meta: RunMeta, has_meta: bool, labels: bool,
            compiled: bool) -> pd.DataFrame:
-    """`files._prepared` then `tree.timeline` (as `RankEvents` prepares a rank), start-ordered."""
+    """`files._prepared`, `tree.timeline`, `clamp_events` (as `RankEvents` prepares a rank),
+    start-ordered."""
     if labels and len(ev):
         ev = label_warmup(ev, compiled=compiled)
     if has_meta:
@@ -37,7 +38,7 @@ def _whole(ev: pd.DataFrame, meta: RunMeta, has_meta: bool, labels: bool,
         if len(extra):
             extra = extra.astype({"start_ns": "int64", "end_ns": "int64"})
             ev = pd.concat([ev, extra], ignore_index=True)
-    ev = timeline(ev)
+    ev = clamp_events(timeline(ev))
     return ev.iloc[start_order(ev)].reset_index(drop=True)
 
 
@@ -100,3 +101,56 @@ def test_nothing_held_whole(tmp_path):
                               chunk_bytes=400, run_rows=20, block_rows=8))
     assert max(len(w) for w in wins) <= 8 + 5
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".wattlife-sort-")]
+
+
+def _overlapping(tmp_path, seed: int, p: float) -> tuple:
+    """A rank's events with small overlaps (clocks mapped through different anchors): some
+    starts moved up to 0.9 ms earlier (into the sibling before), some ends up to 0.9 ms later
+    (out of the parent), written in end order."""
+    ev = end_order_events(60, seed)
+    rng = np.random.default_rng(seed)
+    s, e = ev["start_ns"].to_numpy().copy(), ev["end_ns"].to_numpy().copy()
+    early = rng.random(len(ev)) < p
+    late = rng.random(len(ev)) < p
+    s[early] -= rng.integers(1, 900_000, early.sum())
+    e[late] += rng.integers(1, 900_000, late.sum())
+    ev = ev.assign(start_ns=s, end_ns=e)
+    path = tmp_path / f"events{seed}.csv"
+    ev.to_csv(path, index=False)
+    return path, read_events(path, lines=True, siblings=False)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("sizes", [(7, 3), (30, 11), (10_000, 10_000)])
+def test_clamped_windows_are_the_whole_clamping(tmp_path, seed, sizes):
+    """Overlaps clamped window by window: the whole frame's bounds, `clamp_ns`, start order
+    and warning, rows moved across windows' edges included."""
+    path, ev = _overlapping(tmp_path, seed, 0.15)
+    meta = _meta(ev)
+    with pytest.warns(UserWarning, match="clamped") as whole_w:
+        want = _whole(ev, meta, True, True, True)
+    with pytest.warns(UserWarning, match="clamped") as got_w:
+        wins = list(prepared_file(path, meta, True, True, True, where="events",
+                                  spill_dir=tmp_path, chunk_bytes=500, run_rows=sizes[0],
+                                  block_rows=sizes[1]))
+    got = pd.concat(wins, ignore_index=True)
+    assert (want["clamp_ns"] > 0).sum() > 10
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert [str(w.message) for w in got_w] == [str(w.message) for w in whole_w]
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: the window's clamping replays the whole "
+                   "frame's passes only where a row's context is its window's (issue 43)")
+def test_clamped_windows_known_mismatch(tmp_path):
+    """A case the windowed clamping does not yet give as the whole frame does (a data_load
+    starting 0.37 ms inside a checkpoint after a backward protruding its step: the whole
+    frame's passes leave it, the window's clamp it); 65 of 360 such random cases (seeds 0-39,
+    10-60 % of rows moved) differ so."""
+    path, ev = _overlapping(tmp_path, 37, 0.1)
+    meta = _meta(ev)
+    with pytest.warns(UserWarning, match="clamped"):
+        want = _whole(ev, meta, True, True, True)
+        got = pd.concat(list(prepared_file(path, meta, True, True, True, spill_dir=tmp_path,
+                                           chunk_bytes=700, run_rows=25, block_rows=9)),
+                        ignore_index=True)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)

@@ -12,7 +12,9 @@ known), and the rows the preparation adds (a compiled run's `compile` copies of 
 and backward, the wrapper intervals: a few) are merged in where the whole frame's order puts
 them: after every file row of an equal key (they come after the file's rows), in the first
 window whose last key is above theirs (or after the last window). Columns and types: the whole
-frame's (a column the added rows lack turns as `pd.concat` turns it: `line_no` float)."""
+frame's (a column the added rows lack turns as `pd.concat` turns it: `line_no` float). The
+windows carry each row's position in the prepared frame (`clamp_windows.POS`) for the clamping
+that follows (`prepared_file`)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import pandas as pd
 
 from ..contracts import BACKWARD, COMPILE, FORWARD, STEP, WARMUP, RunMeta, warmup_count
 from ..contracts.names import WARMUP_STEPS
+from .clamp_windows import POS, clamped_windows
 from .events_chunks import read_events_chunks
 from .files import wrapper_events
 from .start_order import start_ordered
@@ -99,7 +102,8 @@ def added_rows(g: Gathered, meta: RunMeta, has_meta: bool, warmup_labels: bool,
         extra = wrapper_events(span, meta)
         if len(extra):
             parts.append(extra.astype({"start_ns": "int64", "end_ns": "int64"}))
-    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    added = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    return added.assign(**{POS: np.arange(g.rows, g.rows + len(added), dtype=np.int64)})
 
 
 def _keys(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -170,16 +174,20 @@ def _merged(block: pd.DataFrame, add: pd.DataFrame, types: pd.Series | None) -> 
         return block.astype(types) if types is not None else block
     both = pd.concat([block, add], ignore_index=True)
     s, ne, d = _keys(both)
-    both = both.iloc[np.lexsort((np.arange(len(both)), d, ne, s))]
+    both = both.iloc[np.lexsort((both[POS].to_numpy(), d, ne, s))]
     return both.astype(types) if types is not None else both
 
 
 def prepared_file(path: str | Path, meta: RunMeta, has_meta: bool, warmup_labels: bool,
-                  compiled: bool, spill_dir: str | Path | None = None,
+                  compiled: bool, where: str = "events", spill_dir: str | Path | None = None,
                   chunk_bytes: int | None = None, **sort: int) -> Iterator[pd.DataFrame]:
     """One rank's events file read in chunks (`events_chunks`), put in start order by the
-    external sort and prepared a window at a time (`prepared_windows`): never held whole."""
+    external sort, prepared a window at a time (`prepared_windows`) and its overlaps clamped
+    (`clamp_windows`; `where` names the rank in the warning): the rows `RankEvents` prepares
+    whole, in the start order of their clamped bounds, never held whole."""
     g = Gathered()
-    chunks = (g.add(c) for c in read_events_chunks(path, chunk_bytes))
+    chunks = (g.add(c).assign(**{POS: c.index.to_numpy(np.int64)})
+              for c in read_events_chunks(path, chunk_bytes))
     blocks = start_ordered(chunks, spill_dir, **sort)
-    return prepared_windows(blocks, g, meta, has_meta, warmup_labels, compiled)
+    return clamped_windows(prepared_windows(blocks, g, meta, has_meta, warmup_labels, compiled),
+                           where)
