@@ -25,8 +25,12 @@ child process (wall seconds, rows/s, the child's peak RSS), and prints a table.
 its phase tree and segments: in memory (`read_events`, `phase_tree`, `segments`, as `attribute`
 does) and window by window (`pd.read_csv` chunks, `start_order.start_ordered`,
 `tree_windows.tree_windows`, each window's segments; not yet used by `attribute`, and its
-chunks are pandas' plain reading, not `read_events`' checked one). With `--no-attribute` and no
-other step only the events are generated:
+chunks are pandas' plain reading, not `read_events`' checked one); and that file prepared as
+`RankEvents` prepares it (warm-up labels, timeline, clamping) in start order: whole
+(`read_events`, `label_warmup`, `timeline`, `clamp_events`, `start_order`) and from the file
+read in chunks by `events_chunks` (`prepare_windows.prepared_file`: sorted, labelled and
+clamped a window at a time). With `--no-attribute` and no other step only the events are
+generated:
 
     PYTHONPATH=src python3 benchmarks/long_trace.py --hours 72 --gpus 1 --out /tmp/lt \
         --no-attribute --rank-events
@@ -236,6 +240,19 @@ RANK_WINDOWS = [sys.executable, "-c", "import sys, pandas as pd; "
                 "from wattlife.attribution.tree_windows import tree_windows; "
                 "any(w.segments() is None for w in tree_windows(start_ordered("
                 "pd.read_csv(sys.argv[1], chunksize=1 << 16), spill_dir=sys.argv[2])))"]
+#: one rank's events file prepared as `RankEvents` prepares it (warm-up labels, timeline,
+#: clamping; no meta.json in the synthetic run) and put in start order: the frame whole, and
+#: the file read in chunks (`read_events`' own rows), sorted and prepared window by window
+RANK_PREP_WHOLE = [sys.executable, "-c", "import sys; from wattlife.contracts import read_events; "
+                   "from wattlife.attribution.warmup import label_warmup; "
+                   "from wattlife.attribution.tree import clamp_events, timeline; "
+                   "from wattlife.attribution.start_order import start_order; "
+                   "ev = clamp_events(timeline(label_warmup(read_events(sys.argv[1], lines=True, "
+                   "siblings=False)))); ev = ev.iloc[start_order(ev)]"]
+RANK_PREP_WINDOWS = [sys.executable, "-c", "import sys; from wattlife.contracts import RunMeta; "
+                     "from wattlife.attribution.prepare_windows import prepared_file; "
+                     "sum(len(w) for w in prepared_file(sys.argv[1], RunMeta(), False, True, "
+                     "False, spill_dir=sys.argv[2]))"]
 
 
 def timed(cmd: list[str], src: str | None) -> tuple[float, float, float, int]:
@@ -333,9 +350,12 @@ def _row(a: argparse.Namespace, what: str, rows: int, n_ev: int, path: Path,
 
 
 def _rank_rows(a: argparse.Namespace, run: Path, rows: int, n_ev: int) -> None:
-    """Rank 0's events into its tree and segments, whole and window by window: two rows."""
+    """Rank 0's events into its tree and segments, whole and window by window, and prepared
+    (read, labelled, clamped, start-ordered) whole and window by window: four rows."""
     ev = run / "events.csv"
-    for what, cmd in (("rank events whole", RANK_WHOLE), ("rank events windows", RANK_WINDOWS)):
+    for what, cmd in (("rank events whole", RANK_WHOLE), ("rank events windows", RANK_WINDOWS),
+                      ("rank events prepared whole", RANK_PREP_WHOLE),
+                      ("rank events prepared windows", RANK_PREP_WINDOWS)):
         _row(a, what, rows, n_ev, ev, [*cmd, str(ev), str(run)])
 
 

@@ -72,3 +72,33 @@ def nested_steps(n_steps: int, seed: int = 0, scale_ms: int = 1, every: int = 5,
     df = df.iloc[np.lexsort((-df["depth"].to_numpy(), df["end_ns"].to_numpy()))]
     return df.assign(run_id="r", host="h", rank=0, depth=df["depth"].astype(float)
                      ).reset_index(drop=True)
+
+
+def end_order_events(n_steps: int, seed: int = 0) -> pd.DataFrame:
+    """A rank's events as the markers write them (each phase when it ends, a child before its
+    parent): steps of data_load / forward (a zero-length `compile` at its start, recorded one
+    deeper) / backward / optimizer, a `mark` pair tying on every key, a checkpoint every 7
+    steps, the recorded depth missing on some rows (never a `mark`'s)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    t = T0
+    for i in range(n_steps):
+        fwd = t + int(rng.integers(1, 30)) * 1_000_000
+        bwd = fwd + int(rng.integers(1, 20)) * 1_000_000
+        opt = bwd + int(rng.integers(1, 40)) * 1_000_000
+        end = opt + int(rng.integers(0, 5)) * 1_000_000  # 0: the optimizer ends with its step
+        rows += [("data_load", t, fwd, 1), ("compile", fwd, fwd, 2), ("forward", fwd, bwd, 1),
+                 ("mark", bwd, bwd, 2), ("mark", bwd, bwd, 2), ("backward", bwd, opt, 1),
+                 ("optimizer", opt, end, 1), ("step", t, end, 0)]
+        t = end
+        if i % 7 == 6:
+            rows.append(("checkpoint", t, t + 50 * 1_000_000, 0))
+            t += 50 * 1_000_000
+    df = pd.DataFrame(rows, columns=["phase", "start_ns", "end_ns", "depth"])
+    keep = (rng.random(len(df)) > 0.1) | (df["phase"] == "mark").to_numpy()
+    df["depth"] = df["depth"].astype(np.float64).where(keep)
+    df = df.iloc[np.lexsort((-df["depth"].fillna(0).to_numpy(), df["end_ns"].to_numpy()))]
+    return pd.DataFrame({"run_id": "r", "host": "h", "rank": 0,
+                         "phase": df["phase"].to_numpy(), "start_ns": df["start_ns"].to_numpy(),
+                         "end_ns": df["end_ns"].to_numpy(), "step": np.arange(len(df)) * 1.0,
+                         "items": np.nan, "local_rank": 0.0, "depth": df["depth"].to_numpy()})

@@ -13,42 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth import T0
+from synth import end_order_events
 from wattlife.attribution.start_order import start_order, start_ordered
 from wattlife.attribution.tree import phase_tree
 from wattlife.contracts import read_events
-
-MS = 1_000_000
-
-
-def _end_order(n_steps: int, seed: int = 0) -> pd.DataFrame:
-    """A rank's events as the markers write them (each phase when it ends, a child before its
-    parent): steps of data_load / forward (a zero-length `compile` at its start, recorded one
-    deeper) / backward / optimizer, a `mark` pair tying on every key, a checkpoint every 7
-    steps, the recorded depth missing on some rows (never a `mark`'s)."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    t = T0
-    for i in range(n_steps):
-        fwd = t + int(rng.integers(1, 30)) * MS
-        bwd = fwd + int(rng.integers(1, 20)) * MS
-        opt = bwd + int(rng.integers(1, 40)) * MS
-        end = opt + int(rng.integers(0, 5)) * MS  # 0: the optimizer ends with its step
-        rows += [("data_load", t, fwd, 1), ("compile", fwd, fwd, 2), ("forward", fwd, bwd, 1),
-                 ("mark", bwd, bwd, 2), ("mark", bwd, bwd, 2), ("backward", bwd, opt, 1),
-                 ("optimizer", opt, end, 1), ("step", t, end, 0)]
-        t = end
-        if i % 7 == 6:
-            rows.append(("checkpoint", t, t + 50 * MS, 0))
-            t += 50 * MS
-    df = pd.DataFrame(rows, columns=["phase", "start_ns", "end_ns", "depth"])
-    keep = (rng.random(len(df)) > 0.1) | (df["phase"] == "mark").to_numpy()
-    df["depth"] = df["depth"].astype(np.float64).where(keep)
-    df = df.iloc[np.lexsort((-df["depth"].fillna(0).to_numpy(), df["end_ns"].to_numpy()))]
-    return pd.DataFrame({"run_id": "r", "host": "h", "rank": 0,
-                         "phase": df["phase"].to_numpy(), "start_ns": df["start_ns"].to_numpy(),
-                         "end_ns": df["end_ns"].to_numpy(), "step": np.arange(len(df)) * 1.0,
-                         "items": np.nan, "local_rank": 0.0, "depth": df["depth"].to_numpy()})
 
 
 def _cut(df: pd.DataFrame, sizes: list[int]) -> list[pd.DataFrame]:
@@ -71,7 +39,7 @@ def _joined(blocks: list[pd.DataFrame]) -> pd.DataFrame:
 
 def test_order_is_phase_trees(tmp_path):
     """`start_order` is the order `phase_tree` builds its tree in (its starts, ends, names)."""
-    ev = _end_order(40)
+    ev = end_order_events(40)
     tree = phase_tree(ev)
     got = _expected(ev)
     assert np.array_equal(tree.start, got["start_ns"].to_numpy())
@@ -82,7 +50,7 @@ def test_order_is_phase_trees(tmp_path):
 def test_ties_in_file_order(tmp_path):
     """Rows equal on every key come out in the order of the stream (the `step` column counts
     the rows), across runs as within one."""
-    ev = _end_order(30)
+    ev = end_order_events(30)
     blocks = list(start_ordered(_cut(ev, [5]), spill_dir=tmp_path, run_rows=7, block_rows=3))
     got = _joined(blocks)
     key = got[["start_ns", "end_ns"]].assign(d=got["depth"].fillna(0))
@@ -101,7 +69,7 @@ def test_ties_in_file_order(tmp_path):
 def test_external_sort_is_the_in_memory_sort(tmp_path_factory, sizes, run_rows, block_rows,
                                              seed):
     """Any chunk, run and block sizes: the rows joined equal the in-memory sort's bit for bit."""
-    ev = _end_order(25, seed)
+    ev = end_order_events(25, seed)
     tmp = tmp_path_factory.mktemp("sort")
     blocks = list(start_ordered(_cut(ev, sizes), spill_dir=tmp, run_rows=run_rows,
                                 block_rows=block_rows))
@@ -114,7 +82,7 @@ def test_from_a_file(tmp_path):
     """A file written in end order and read back: the chunks of what `read_events` reads
     (its columns and types, `file_name` / `line_no` included) sorted as the in-memory path."""
     path = tmp_path / "events.csv"
-    _end_order(60, seed=3).to_csv(path, index=False)
+    end_order_events(60, seed=3).to_csv(path, index=False)
     ev = read_events(path, lines=True, siblings=False)
     blocks = list(start_ordered(_cut(ev, [97, 13]), spill_dir=tmp_path, run_rows=128,
                                 block_rows=16))
@@ -125,7 +93,7 @@ def test_from_a_file(tmp_path):
 @pytest.mark.parametrize("depth", [True, False])
 def test_without_depth_column(tmp_path, depth):
     """No recorded depth: ties on (start, -end) stay in file order, as `phase_tree`'s."""
-    ev = _end_order(20)
+    ev = end_order_events(20)
     if not depth:
         ev = ev.drop(columns="depth")
     got = _joined(list(start_ordered(_cut(ev, [11]), spill_dir=tmp_path, run_rows=23,
@@ -136,4 +104,4 @@ def test_without_depth_column(tmp_path, depth):
 def test_nothing_in_nothing_out(tmp_path):
     """No chunks, or empty ones: no blocks."""
     assert list(start_ordered([], spill_dir=tmp_path)) == []
-    assert list(start_ordered([_end_order(1).iloc[:0]], spill_dir=tmp_path)) == []
+    assert list(start_ordered([end_order_events(1).iloc[:0]], spill_dir=tmp_path)) == []

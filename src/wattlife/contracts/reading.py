@@ -158,29 +158,50 @@ def _strings_fast(text: bytes) -> pd.DataFrame | None:
 
 
 def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) -> pd.DataFrame:
-    import numpy as np
     import pandas as pd
 
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    first_data_line: int | np.ndarray | None = None
     if path.suffix == ".parquet":
-        df = pd.read_parquet(path)
-    else:
-        text, cut_line = _read_text_tolerant(path)
-        if cut_line is not None:
-            warnings.warn(f"{path}:{cut_line}: truncated last line ignored (writer was killed?)",
-                          stacklevel=3)
-        df = _strings_fast(text)
-        if df is None:
-            try:
-                df = pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False,
-                                 encoding="utf-8", encoding_errors="replace")
-            except pd.errors.ParserError as exc:
-                raise ContractError(f"{path}: {exc}") from exc
-        first_data_line = (record_lines(text.decode("utf-8", errors="replace"))
-                           if b'"' in text else 2)
+        return typed_cells(pd.read_parquet(path), path, required, numeric, None)
+    text, cut_line = _read_text_tolerant(path)
+    if cut_line is not None:
+        warnings.warn(f"{path}:{cut_line}: truncated last line ignored (writer was killed?)",
+                      stacklevel=3)
+    return parse_csv_bytes(text, path, required, numeric)
+
+
+def parse_csv_bytes(text: bytes, path: Path, required: list[str], numeric: dict[str, str],
+                    lines_before: int = 0) -> pd.DataFrame:
+    """A contract CSV's whole lines (its header line first) parsed as the contract readers parse
+    a file (`typed_cells`), each row's line in `attrs["lines"]` (the first row's, or each
+    row's where quoted fields or blank lines make rows and lines differ). `lines_before`: the
+    file's lines between its header and these rows, when they are a chunk of it with the
+    header put in front (`attribution.events_chunks`)."""
+    import pandas as pd
+
+    df = _strings_fast(text)
+    if df is None:
+        try:
+            df = pd.read_csv(io.BytesIO(text), dtype=str, keep_default_na=False,
+                             encoding="utf-8", encoding_errors="replace")
+        except pd.errors.ParserError as exc:
+            raise ContractError(f"{path}: {exc}") from exc
+    blank = b"\n\n" in text or b"\n\r\n" in text
+    first_data_line = (record_lines(text.decode("utf-8", errors="replace")) + lines_before
+                       if b'"' in text or blank else 2 + lines_before)
+    return typed_cells(df, path, required, numeric, first_data_line)
+
+
+def typed_cells(df: pd.DataFrame, path: Path, required: list[str], numeric: dict[str, str],
+                first_data_line: int | np.ndarray | None) -> pd.DataFrame:
+    """A contract table's cells (strings, or a Parquet file's types) with its required columns
+    checked and its `numeric` columns typed: int64 parsed exactly, float64; the first bad cell an
+    error naming file, line (`first_data_line`: the first row's, each row's, or None), column."""
+    import numpy as np
+    import pandas as pd
+
     df.attrs["lines"] = first_data_line
     missing = [c for c in required if c not in df.columns]
     if missing:
@@ -259,12 +280,31 @@ def events_files(path: str | Path) -> list[Path]:
     return [path] + sorted(path.parent.glob(f"{path.stem}.rank*{path.suffix}"))
 
 
+def events_rows(df: pd.DataFrame, path: Path, lines: bool) -> pd.DataFrame:
+    """An events file's rows as parsed (`typed_cells`), or a chunk of them: no phase ending
+    before it starts (an error naming file and line); with `lines`, each row's `file_name`,
+    `line_no` and `recorded_phase` (`read_events`); text columns as str."""
+    import numpy as np
+
+    bad = df["end_ns"] < df["start_ns"]
+    at = df.attrs["lines"]
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ContractError(f"{_where(path, i, at)}: end_ns before start_ns in phase "
+                            f"'{df['phase'].iloc[i]}'")
+    if lines:
+        line_no = at if not isinstance(at, int) else np.arange(at, len(df) + at)
+        df = df.assign(file_name=str(path), line_no=line_no,
+                       recorded_phase=df["phase"].astype(str))
+    df.attrs.pop("lines", None)  # an array where quoted: pd.concat cannot compare those
+    return df
+
+
 def read_events(path: str | Path, lines: bool = False, siblings: bool = True) -> pd.DataFrame:
     """Read an events file, plus its per-rank siblings `<stem>.rank<N><suffix>` if present
     (`siblings`). `lines`: add each row's `file_name`, CSV `line_no` (header = 1) and
     `recorded_phase` (the phase name as the file records it, kept when attribution relabels
     `phase`), for messages."""
-    import numpy as np
     import pandas as pd
 
     path = Path(path)
@@ -273,19 +313,7 @@ def read_events(path: str | Path, lines: bool = False, siblings: bool = True) ->
     for p in paths:
         if not p.exists():
             continue
-        df = _read_csv(p, EVENTS_COLUMNS, EVENTS_TYPES)
-        bad = df["end_ns"] < df["start_ns"]
-        at = df.attrs["lines"]
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ContractError(f"{_where(p, i, at)}: end_ns before start_ns in phase "
-                                f"'{df['phase'].iloc[i]}'")
-        if lines:
-            line_no = at if not isinstance(at, int) else np.arange(at, len(df) + at)
-            df = df.assign(file_name=str(p), line_no=line_no,
-                           recorded_phase=df["phase"].astype(str))
-        df.attrs.pop("lines", None)  # an array where quoted: pd.concat cannot compare those
-        frames.append(df)
+        frames.append(events_rows(_read_csv(p, EVENTS_COLUMNS, EVENTS_TYPES), p, lines))
     if not frames:
         raise FileNotFoundError(f"{path}: no such file")
     df = pd.concat(frames, ignore_index=True)
