@@ -4,6 +4,7 @@ arrays `tree.phase_tree` gives from the whole frame, whatever the window and chu
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,3 +45,102 @@ def test_a_wrapper_over_every_window_keeps_its_children(window) -> None:
     t = assembled_tree(tree_windows(start_ordered([ev], run_rows=40, block_rows=5), window))
     top = np.flatnonzero(t.parent < 0)
     assert t.name[top[0]] == "train" and (t.parent[t.depth == 1] == top[0]).all()
+
+
+@pytest.fixture
+def streamed(monkeypatch):
+    """Every rank's tree built window by window (`RankEvents._streamed`), in windows, sort runs
+    and blocks of a few rows; the number of trees so built."""
+    from wattlife.attribution import rank_events
+
+    built: list[int] = []
+    real = rank_events.assembled_tree
+
+    def counted(windows):
+        tree = real(windows)
+        built.append(len(tree.start))
+        return tree
+
+    monkeypatch.setattr(rank_events, "STREAM_ROWS", 0)
+    monkeypatch.setattr(rank_events, "STREAM_WINDOW_ROWS", 23)
+    monkeypatch.setattr(rank_events, "STREAM_SORT", {"run_rows": 97, "block_rows": 13})
+    monkeypatch.setattr(rank_events, "assembled_tree", counted)
+    return built
+
+
+def _tables(tmp_path, monkeypatch, **kw):
+    from test_chunked import _both
+
+    return _both(tmp_path, *kw.pop("paths"), monkeypatch, **kw)
+
+
+@pytest.mark.parametrize("form", ["csv", "zst"])
+def test_streamed_ranks_attribute_as_the_in_memory_path(tmp_path, monkeypatch, streamed, form):
+    """Per-rank events files, each rank's tree from windows of 23 rows: the phases table of the
+    in-memory path, value for value (deconvolved short phases included)."""
+    from test_chunked import _write
+
+    paths = _write(tmp_path, form)
+    chunked, memory = _tables(tmp_path, monkeypatch, paths=paths, n_boot=10)
+    assert len(streamed) == 2 and min(streamed) > 23 * 10  # both ranks, many windows
+    assert {"deconvolve"} <= set(chunked["method"])
+    pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_streamed_ranks_with_meta_json_idle_split_and_compile(tmp_path, monkeypatch, streamed,
+                                                             compiled):
+    """meta.json's wrapper intervals and idle baseline, a compiled run's warm-up labels and
+    `compile` rows, all added a window at a time: the in-memory table."""
+    from test_chunked import _write, _write_meta
+
+    paths = _write(tmp_path, "zst")
+    _write_meta(tmp_path)
+    if compiled:
+        (tmp_path / "summary.json").write_text('{"compile": true}')
+    chunked, memory = _tables(tmp_path, monkeypatch, paths=paths, idle_split=True, n_boot=10)
+    assert len(streamed) == 2
+    assert {"idle_baseline", "process_startup", "process_exit", "warmup"} <= set(chunked["phase"])
+    assert ("compile" in set(chunked["phase"])) == compiled
+    pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
+
+
+def test_a_streamed_rank_with_an_overlap_is_clamped_whole(tmp_path, monkeypatch, streamed):
+    """A rank whose phases overlap by 0.2 ms (two clocks' boundaries): its tree is not streamed
+    (clamping takes the whole frame) and the table is the in-memory one, clamping included."""
+    from test_chunked import _events, _write, _write_events
+
+    from wattlife.attribution.tree import clamp_events
+
+    p, ev_path = _write(tmp_path, "csv")
+    ev = _events()
+    bump = (ev["rank"] == 0) & (ev["phase"] == "backward") & (ev["step"] == 7)
+    ev.loc[bump, "end_ns"] += 200_000  # into the optimizer after it
+    _write_events(tmp_path, ev, True)
+    with pytest.warns(UserWarning, match="1 phase boundary .* clamped"):
+        clamp_events(ev)
+    chunked, memory = _tables(tmp_path, monkeypatch, paths=(p, ev_path), n_boot=10)
+    assert len(streamed) == 1  # rank 1 only
+    pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
+
+
+def test_a_streamed_rank_in_the_wrong_time_unit_is_the_same_error(tmp_path, monkeypatch,
+                                                                    streamed):
+    """Events stamped in microseconds: the error `check_time_units` gives on the whole frame,
+    from the file's scan (its median start), before any window is read."""
+    from test_chunked import _events, _write, _write_events
+
+    from wattlife.attribution import attribute_files, rank_events
+    from wattlife.contracts import ContractError
+
+    p, ev_path = _write(tmp_path, "csv")
+    ev = _events()
+    ev[["start_ns", "end_ns"]] //= 1000
+    _write_events(tmp_path, ev, True)
+    with pytest.raises(ContractError, match="look like epoch us") as got:
+        attribute_files(p, ev_path, tmp_path / "phases.csv", n_boot=5)
+    assert streamed == []
+    monkeypatch.setattr(rank_events, "STREAM_ROWS", 1 << 40)  # the whole frame's check
+    with pytest.raises(ContractError) as whole:
+        attribute_files(p, ev_path, tmp_path / "phases.csv", n_boot=5)
+    assert str(got.value) == str(whole.value)

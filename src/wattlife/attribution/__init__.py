@@ -26,7 +26,7 @@ docs/FORMULAS.md gives the formulas.
 from ..contracts import IDLE, RESIDUAL, WRAPPER_PHASES
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
 from .energy import attribute_energy
-from .files import attribute_files, gpu_mapping, wrapper_events
+from .files import attribute_files, gpu_mapping
 from .gaps import GAP_PERIODS, MAX_INVENTED_SHARE, Gaps, sensor_gaps
 from .integrate import integrate, interval_energy
 from .response import SensorResponse
@@ -41,6 +41,7 @@ from .tree import (
     resolve_overlaps,
     timeline,
 )
+from .wrappers import wrapper_events
 
 __all__ = [
     "GAP_PERIODS", "IDLE", "MAX_INVENTED_SHARE", "Gaps",

@@ -4,6 +4,7 @@ intervals `wattlife run` itself knows (`wrapper_events`) and the GPU mapping it 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -11,11 +12,8 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import (
-    IDLE_BASELINE,
     META_FILE,
     PHASES_COLUMNS,
-    PROCESS_EXIT,
-    PROCESS_STARTUP,
     SUMMARY_FILE,
     ContractError,
     RunMeta,
@@ -28,15 +26,17 @@ from ..contracts import (
 )
 from ..errors import InputError
 from ..pathlock import one_writer
-from . import windowed
+from . import rank_events, windowed
 from .chunked import SpilledTrace
 from .energy import attribute_energy
 from .node_rest import node_periods
+from .prepare_windows import stream_file
 from .rank_events import RankEvents
 from .response import SensorResponse
 from .settle import settle_by_device
 from .time_units import check_time_units
 from .warmup import label_warmup
+from .wrappers import wrapper_events
 
 
 def _rank_numbers(meta: RunMeta) -> list[tuple[int, int]] | None:
@@ -100,39 +100,6 @@ def run_compiled(trace: str | Path) -> bool:
             except (json.JSONDecodeError, AttributeError):
                 return False
     return False
-
-
-def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
-    """Intervals `wattlife run` itself knows, per (host, rank): the idle baseline before the
-    command, the command's start-up until its first marked phase (interpreter, imports, CUDA
-    context) and its exit after its last one. Without them that time is `unattributed`. An
-    unmarked command (no events) gets the idle baseline alone, on rank 0 of meta.json's host."""
-    rows = []
-    ib = meta.idle_baseline or {}
-    w0, w1 = meta.workload_start_ns, meta.workload_end_ns
-    has_baseline = bool(ib) and ib.get("end_ns", 0) > ib.get("start_ns", 0)
-    if not len(events):  # an unmarked command: only the idle baseline is known (rank 0's host)
-        if meta.host and has_baseline:
-            rows.append({"run_id": meta.run_id, "host": meta.host, "rank": 0, "local_rank": 0,
-                         "step": np.nan, "items": np.nan, "phase": IDLE_BASELINE,
-                         "start_ns": ib["start_ns"], "end_ns": min(ib["end_ns"],
-                                                                   w0 or ib["end_ns"])})
-        return pd.DataFrame(rows)
-    for (host, rank), g in events.groupby(["host", "rank"]):
-        first, last = int(g["start_ns"].min()), int(g["end_ns"].max())
-        base = {"run_id": g["run_id"].iloc[0], "host": host, "rank": rank, "step": np.nan,
-                "items": np.nan}
-        if "local_rank" in g.columns:
-            base["local_rank"] = g["local_rank"].iloc[0]
-        if has_baseline and ib["end_ns"] <= first:
-            rows.append({**base, "phase": IDLE_BASELINE, "start_ns": ib["start_ns"],
-                         "end_ns": min(ib["end_ns"], w0 or ib["end_ns"])})
-        if w0 and w0 < first:
-            rows.append({**base, "phase": PROCESS_STARTUP,
-                         "start_ns": max(w0, ib.get("end_ns", w0)), "end_ns": first})
-        if w1 and w1 > last:
-            rows.append({**base, "phase": PROCESS_EXIT, "start_ns": last, "end_ns": w1})
-    return pd.DataFrame(rows)
 
 
 def attribute_files(trace: str | Path, events: str | Path, out: str | Path, method: str = "auto",
@@ -202,6 +169,14 @@ def _prepared(events_df: pd.DataFrame, meta: RunMeta, has_meta: bool, warmup_lab
     return events_df
 
 
+def _streamed(path: Path, meta: RunMeta, has_meta: bool, warmup_labels: bool,
+              compiled: bool) -> Iterator[pd.DataFrame]:
+    """A rank's file prepared as `_prepared` prepares it, a start-ordered window at a time
+    (`prepare_windows.stream_file`; its sort's sizes from `rank_events.STREAM_SORT`)."""
+    return stream_file(path, meta, has_meta, warmup_labels, compiled, None, None,
+                       **rank_events.STREAM_SORT)
+
+
 def _events_in(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path, events: str | Path,
                meta: RunMeta, has_meta: bool, warmup_labels: bool) -> pd.DataFrame | RankEvents:
     """The run's events prepared (`_prepared`): for a trace read in chunks, one rank's file at
@@ -209,7 +184,9 @@ def _events_in(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path, events:
     compiled = run_compiled(trace)
     if not isinstance(trace_in, pd.DataFrame):
         ranks = RankEvents.open(events, lambda ev, any_compile: _prepared(
-            ev, meta, has_meta, warmup_labels, compiled and not any_compile), f"{trace} x {events}")
+            ev, meta, has_meta, warmup_labels, compiled and not any_compile), f"{trace} x {events}",
+            lambda path, any_compile: _streamed(path, meta, has_meta, warmup_labels,
+                                                compiled and not any_compile))
         if ranks is not None:
             return ranks
     events_df = read_events(events, lines=True)

@@ -1,7 +1,7 @@
 """One rank's events prepared a window at a time, in start order (issue 43): the rows the
 whole-frame preparation gives (`files._prepared`: warm-up labels `warmup.label_warmup`, the
-wrapper intervals `files.wrapper_events`; then `tree.timeline`), put in `start_order.start_order`,
-cut into the windows of the external sort (`start_order.start_ordered`).
+wrapper intervals `wrappers.wrapper_events`; then `tree.timeline`), put in
+`start_order.start_order`, cut into the windows of the external sort (`start_order.start_ordered`).
 
 What the preparation needs from all of a rank's rows is gathered while the sort reads them
 (`Gathered`: the first steps by start, how many steps, the first forward and backward, whether
@@ -29,9 +29,9 @@ from ..contracts import BACKWARD, COMPILE, FORWARD, STEP, WARMUP, RunMeta, warmu
 from ..contracts.names import WARMUP_STEPS
 from .clamp_windows import POS, clamped_windows
 from .events_chunks import read_events_chunks
-from .files import wrapper_events
 from .start_order import start_ordered
 from .tree import OVERLAP_TOL_NS, timeline
+from .wrappers import wrapper_events
 
 
 @dataclass
@@ -178,16 +178,24 @@ def _merged(block: pd.DataFrame, add: pd.DataFrame, types: pd.Series | None) -> 
     return both.astype(types) if types is not None else both
 
 
-def prepared_file(path: str | Path, meta: RunMeta, has_meta: bool, warmup_labels: bool,
-                  compiled: bool, where: str = "events", spill_dir: str | Path | None = None,
-                  chunk_bytes: int | None = None, **sort: int) -> Iterator[pd.DataFrame]:
+def stream_file(path: str | Path, meta: RunMeta, has_meta: bool, warmup_labels: bool,
+                compiled: bool, spill_dir: str | Path | None = None,
+                chunk_bytes: int | None = None, **sort: int) -> Iterator[pd.DataFrame]:
     """One rank's events file read in chunks (`events_chunks`), put in start order by the
-    external sort, prepared a window at a time (`prepared_windows`) and its overlaps clamped
-    (`clamp_windows`; `where` names the rank in the warning): the rows `RankEvents` prepares
-    whole, in the start order of their clamped bounds, never held whole."""
+    external sort and prepared a window at a time (`prepared_windows`), each row's position in
+    the prepared frame in column `POS`: the rows `RankEvents` prepares whole, before clamping,
+    never held whole."""
     g = Gathered()
     chunks = (g.add(c).assign(**{POS: c.index.to_numpy(np.int64)})
               for c in read_events_chunks(path, chunk_bytes))
     blocks = start_ordered(chunks, spill_dir, **sort)
-    return clamped_windows(prepared_windows(blocks, g, meta, has_meta, warmup_labels, compiled),
-                           where)
+    return prepared_windows(blocks, g, meta, has_meta, warmup_labels, compiled)
+
+
+def prepared_file(path: str | Path, meta: RunMeta, has_meta: bool, warmup_labels: bool,
+                  compiled: bool, where: str = "events", spill_dir: str | Path | None = None,
+                  chunk_bytes: int | None = None, **sort: int) -> Iterator[pd.DataFrame]:
+    """`stream_file`'s windows with their overlaps clamped (`clamp_windows`; `where` names the
+    rank in the warning), in the start order of their clamped bounds."""
+    return clamped_windows(stream_file(path, meta, has_meta, warmup_labels, compiled, spill_dir,
+                                       chunk_bytes, **sort), where)

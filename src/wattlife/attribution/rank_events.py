@@ -2,14 +2,16 @@
 hold every rank's phases at once (a day of 8 ranks at 0.3 s steps: ~11 M rows).
 
 Every step of the in-memory path that reads events works per (host, rank): the warm-up labels
-(`warmup.label_warmup`), the wrapper intervals (`files.wrapper_events`), overlap clamping
+(`warmup.label_warmup`), the wrapper intervals (`wrappers.wrapper_events`), overlap clamping
 (`tree.clamp_events`) and the phase map (`energy.phase_map`). So when each events file holds one
 (host, rank) with its `local_rank`, a file read and prepared alone gives that rank's rows as the
 in-memory path gives them, and a device's phases table is the same. A pre-scan of a few columns
 of every file gives what spans ranks: which rank drives which device, the lowest rank of each
 host (its CPU/DRAM), the run ids, whether any rank marked `compile`. Otherwise (several ranks in
 a file, no `local_rank`, no rows at all, a cell pyarrow does not parse) `RankEvents.open` returns
-None and the caller reads all events at once."""
+None and the caller reads all events at once. A rank's file of more than `STREAM_ROWS` rows is
+never held whole: its tree is built a start-ordered window at a time (`_streamed`,
+`assembled_tree`; FORMULAS.md, "A rank's events window by window")."""
 
 from __future__ import annotations
 
@@ -20,13 +22,26 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..contracts import COMPILE, IDLE, events_files, read_events
+from ..contracts import COMPILE, IDLE, ContractError, events_files, read_events
+from .clamp_windows import POS
 from .energy import phase_map
 from .time_units import check_time_units
 from .tree import PhaseTree, clamp_events, phase_tree, timeline
-from .tree_windows import TreeWindow
+from .tree_windows import WINDOW_ROWS, TreeWindow, tree_windows
 
-_SCAN = ["run_id", "host", "rank", "local_rank", "phase"]
+#: a rank's prepared rows in start order, a window at a time, each row's position in the
+#: prepared frame in column `POS` (`prepare_windows.stream_file`): (file, any rank compiles)
+Stream = Callable[[Path, bool], Iterator[pd.DataFrame]]
+
+_SCAN = ["run_id", "host", "rank", "local_rank", "phase", "start_ns"]
+#: a rank's file of more rows than this has its tree built window by window (`assembled_tree`),
+#: never its rows whole (a day of one rank at 0.3 s steps: 1.4 M rows)
+STREAM_ROWS = 1 << 20
+#: the external sort's sizes for a streamed rank (`start_order.start_ordered`'s keywords; the
+#: module's defaults where empty)
+STREAM_SORT: dict[str, int] = {}
+#: new rows of a streamed rank's tree window (`tree_windows`)
+STREAM_WINDOW_ROWS = WINDOW_ROWS
 
 
 def _scan(path: Path) -> dict[str, Any] | None:
@@ -40,7 +55,7 @@ def _scan(path: Path) -> dict[str, Any] | None:
         t = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
             include_columns=_SCAN, column_types={"rank": pa.int64(), "local_rank": pa.int64(),
                                                  "host": pa.string(), "run_id": pa.string(),
-                                                 "phase": pa.string()}))
+                                                 "phase": pa.string(), "start_ns": pa.int64()}))
     except (pa.ArrowInvalid, KeyError):
         return None
     if t.num_rows == 0 or t.column("local_rank").null_count or t.column("rank").null_count:
@@ -51,7 +66,9 @@ def _scan(path: Path) -> dict[str, Any] | None:
     return {"host": first["host"][0].as_py(), "rank": first["rank"][0].as_py(),
             "local_rank": first["local_rank"][0].as_py(), "rows": t.num_rows,
             "run_ids": set(t.column("run_id").unique().to_pylist()),
-            "compile": bool(pc.any(pc.equal(t.column("phase"), COMPILE)).as_py())}
+            "compile": bool(pc.any(pc.equal(t.column("phase"), COMPILE)).as_py()),
+            # what `check_time_units` takes of the file's rows (the streamed path's check)
+            "start_median": float(np.median(t.column("start_ns").to_numpy()))}
 
 
 def assembled_tree(windows: Iterable[TreeWindow]) -> PhaseTree:
@@ -72,14 +89,36 @@ def assembled_tree(windows: Iterable[TreeWindow]) -> PhaseTree:
     return PhaseTree(name, start, end, depth, parent)
 
 
+class _Seen:
+    """What a rank's streamed windows show on their way to the tree: whether every row is an
+    `idle` phase, and the prepared frame's first row (position 0)."""
+
+    def __init__(self) -> None:
+        self.rows, self.idle, self.head = 0, 0, pd.DataFrame()
+
+    def watch(self, windows: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for w in windows:
+            self.rows += len(w)
+            self.idle += int((w["phase"] == IDLE).sum())
+            first = w[POS].to_numpy() == 0
+            if first.any():
+                self.head = w[first]
+            yield w
+
+    def only_idle(self) -> bool:
+        return bool(self.rows and self.idle == self.rows)
+
+
 class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
     """{(host, device or "host"): that rank's prepared events}, each rank's file read when a
     device asks for it (the last one kept). `prepare(frame, any_compile)` is the in-memory
     path's preparation of the events read (warm-up labels, wrapper intervals)."""
 
     def __init__(self, files: list[Path], scans: list[dict[str, Any]],
-                 prepare: Callable[[pd.DataFrame, bool], pd.DataFrame], where: str) -> None:
+                 prepare: Callable[[pd.DataFrame, bool], pd.DataFrame], where: str,
+                 stream: Stream | None = None) -> None:
         self.files, self.scans, self._prepare, self._where = files, scans, prepare, where
+        self._stream = stream
         self.any_compile = any(s["compile"] for s in scans)
         self.run_ids = sorted(set().union(*(s["run_ids"] for s in scans)))
         self._keys: dict[tuple[str, str], int] = {}
@@ -91,7 +130,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
 
     @classmethod
     def open(cls, events: str | Path, prepare: Callable[[pd.DataFrame, bool], pd.DataFrame],
-             where: str = "") -> RankEvents | None:
+             where: str = "", stream: Stream | None = None) -> RankEvents | None:
         """The run's events file and its rank siblings, or None (module docstring)."""
         files = [p for p in events_files(events) if p.exists()]
         scans = [_scan(p) for p in files]
@@ -100,7 +139,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         ranks = [(s["host"], s["rank"]) for s in scans if s is not None]
         if len(set(ranks)) != len(ranks):
             return None
-        return cls(files, [s for s in scans if s is not None], prepare, where)
+        return cls(files, [s for s in scans if s is not None], prepare, where, stream)
 
     def map_devices(self, cuda_to_nvml: list[int] | None,
                     rank_devices: dict[int, list[int]] | None) -> RankEvents:
@@ -142,7 +181,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
     def only_idle(self, key: tuple[str, str]) -> bool:
         """Whether the key's rank has rows and all of them are `idle` phases."""
         i = self._keys[key]
-        if i not in self._idle:
+        if i not in self._idle and not self._streamed(i):
             ev = self._load(i)[key]
             self._idle[i] = bool(len(ev) and (ev["phase"] == IDLE).all())
         return self._idle[i]
@@ -151,20 +190,47 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         """The key's rank's phase tree (`tree.phase_tree`; `where` names it in an error), built
         once for all the rank's devices; the rank's rows are then let go, not held while its
         devices are attributed (issue 43: a day of one rank, 1.4 M rows, ~0.26 GB; a key's
-        rows asked for later are read again)."""
+        rows asked for later are read again). A long rank's is built window by window
+        (`_streamed`), its rows never held whole."""
         i = self._keys[key]
         if self._tree is None or self._tree[0] != i:
             self._tree = None  # one rank's tree at a time
-            built = phase_tree(self._load(i)[key], where=where)
-            self._tree, self._cache = (i, built), None
+            if not self._streamed(i):
+                built = phase_tree(self._load(i)[key], where=where)
+                self._tree, self._cache = (i, built), None
+        assert self._tree is not None
         return self._tree[1]
 
     def head(self) -> pd.DataFrame:
         """The first row of the run's events (its run id, its columns)."""
-        if self._head is None:
+        if self._head is None and not self._streamed(0):
             self._load(0)
-        assert self._head is not None  # _load(0) set it
+        assert self._head is not None  # _load(0) or _streamed(0) set it
         return self._head
+
+    def _streamed(self, i: int) -> bool:
+        """File i's tree, idleness and (file 0) head from its rows read, put in start order and
+        prepared a window at a time (`stream`), where the file is longer than `STREAM_ROWS`;
+        whether they were. Not where a window finds an overlap: clamping (`clamp_events`) is
+        done on the whole frame, which then also gives the error that names the rows."""
+        if self._stream is None or self.scans[i]["rows"] <= STREAM_ROWS:
+            return False
+        if self._tree is not None and self._tree[0] == i:
+            return True  # built for the head already
+        check_time_units(pd.DataFrame({"t_ns": np.zeros(0, np.int64)}),
+                         pd.DataFrame({"start_ns": [self.scans[i]["start_median"]]}), "trace",
+                         str(self.files[0]))
+        seen = _Seen()
+        try:
+            built = assembled_tree(tree_windows(seen.watch(self._stream(self.files[i],
+                                                                      self.any_compile)),
+                                                STREAM_WINDOW_ROWS, self._where or "events"))
+        except ContractError:
+            return False
+        self._tree, self._cache, self._idle[i] = (i, built), None, seen.only_idle()
+        if i == 0:
+            self._head = clamp_events(seen.head.drop(columns=POS).reset_index(drop=True))
+        return True
 
     def __getitem__(self, key: tuple[str, str]) -> pd.DataFrame:
         return self._load(self._keys[key])[key]
