@@ -12,11 +12,10 @@ import pandas as pd
 import pytest
 
 from synth import end_order_events
-from wattlife.attribution.files import wrapper_events
 from wattlife.attribution.prepare_windows import prepared_file
 from wattlife.attribution.start_order import start_order
 from wattlife.attribution.tree import clamp_events, phase_tree, timeline
-from wattlife.attribution.warmup import label_warmup
+from wattlife.attribution.wrappers import prepared_frame
 from wattlife.contracts import (
     CHECKPOINT_WRITE,
     COMPILE,
@@ -38,16 +37,9 @@ def _meta(ev: pd.DataFrame) -> RunMeta:
 
 def _whole(ev: pd.DataFrame, meta: RunMeta, has_meta: bool, labels: bool,
            compiled: bool) -> pd.DataFrame:
-    """`files._prepared`, `tree.timeline`, `clamp_events` (as `RankEvents` prepares a rank),
-    start-ordered."""
-    if labels and len(ev):
-        ev = label_warmup(ev, compiled=compiled)
-    if has_meta:
-        extra = wrapper_events(ev, meta)
-        if len(extra):
-            extra = extra.astype({"start_ns": "int64", "end_ns": "int64"})
-            ev = pd.concat([ev, extra], ignore_index=True)
-    ev = clamp_events(timeline(ev))
+    """`wrappers.prepared_frame`, `tree.timeline`, `clamp_events` (as `RankEvents` prepares a
+    rank), start-ordered."""
+    ev = clamp_events(timeline(prepared_frame(ev, meta, has_meta, labels, compiled)))
     return ev.iloc[start_order(ev)].reset_index(drop=True)
 
 

@@ -35,8 +35,7 @@ from .rank_events import RankEvents
 from .response import SensorResponse
 from .settle import settle_by_device
 from .time_units import check_time_units
-from .warmup import label_warmup
-from .wrappers import wrapper_events
+from .wrappers import prepared_frame
 
 
 def _rank_numbers(meta: RunMeta) -> list[tuple[int, int]] | None:
@@ -155,23 +154,9 @@ def _open_trace(trace: str | Path, out: str | Path, stack: ExitStack
         return read_trace(trace)
 
 
-def _prepared(events_df: pd.DataFrame, meta: RunMeta, has_meta: bool, warmup_labels: bool,
-              compiled: bool) -> pd.DataFrame:
-    """The events as attribution takes them: warm-up labels (`label_warmup`), plus the
-    intervals `wattlife run` knows (`wrapper_events`) where there is a meta.json."""
-    if warmup_labels and len(events_df):
-        events_df = label_warmup(events_df, compiled=compiled)
-    if has_meta:
-        extra = wrapper_events(events_df, meta)
-        if len(extra):
-            extra = extra.astype({"start_ns": "int64", "end_ns": "int64"})
-            events_df = pd.concat([events_df, extra], ignore_index=True)
-    return events_df
-
-
 def _streamed(path: Path, meta: RunMeta, has_meta: bool, warmup_labels: bool,
               compiled: bool) -> Iterator[pd.DataFrame]:
-    """A rank's file prepared as `_prepared` prepares it, a start-ordered window at a time
+    """A rank's file prepared as `prepared_frame` prepares it, a start-ordered window at a time
     (`prepare_windows.stream_file`; its sort's sizes from `rank_events.STREAM_SORT`)."""
     return stream_file(path, meta, has_meta, warmup_labels, compiled, None, None,
                        **rank_events.STREAM_SORT)
@@ -179,11 +164,11 @@ def _streamed(path: Path, meta: RunMeta, has_meta: bool, warmup_labels: bool,
 
 def _events_in(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path, events: str | Path,
                meta: RunMeta, has_meta: bool, warmup_labels: bool) -> pd.DataFrame | RankEvents:
-    """The run's events prepared (`_prepared`): for a trace read in chunks, one rank's file at
+    """The run's events prepared (`prepared_frame`): for a trace read in chunks, one rank's file at
     a time where the files allow it (`RankEvents`), else all at once."""
     compiled = run_compiled(trace)
     if not isinstance(trace_in, pd.DataFrame):
-        ranks = RankEvents.open(events, lambda ev, any_compile: _prepared(
+        ranks = RankEvents.open(events, lambda ev, any_compile: prepared_frame(
             ev, meta, has_meta, warmup_labels, compiled and not any_compile), f"{trace} x {events}",
             lambda path, any_compile: _streamed(path, meta, has_meta, warmup_labels,
                                                 compiled and not any_compile))
@@ -197,7 +182,7 @@ def _events_in(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path, events:
     check_time_units(trace_in if isinstance(trace_in, pd.DataFrame) else  # checked as read
                      pd.DataFrame({"t_ns": np.zeros(0, np.int64)}), events_df, str(trace),
                      str(events))
-    return _prepared(events_df, meta, has_meta, warmup_labels, compiled)
+    return prepared_frame(events_df, meta, has_meta, warmup_labels, compiled)
 
 
 def _attribute_read(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path,

@@ -1,5 +1,5 @@
 """One rank's events prepared a window at a time, in start order (issue 43): the rows the
-whole-frame preparation gives (`files._prepared`: warm-up labels `warmup.label_warmup`, the
+whole-frame preparation gives (`wrappers.prepared_frame`: warm-up labels `warmup.label_warmup`, the
 wrapper intervals `wrappers.wrapper_events`; then `tree.timeline`), put in
 `start_order.start_order`, cut into the windows of the external sort (`start_order.start_ordered`).
 

@@ -1,6 +1,7 @@
 """The intervals `wattlife run` itself knows of a rank, added to its marked phases (the idle
 baseline, the command's start-up and exit): from meta.json and the rank's first start and last
-end, so the whole frame (`files`) and the windows (`prepare_windows`) add the same rows."""
+end, so the whole frame (`prepared_frame`) and the windows (`prepare_windows`) add the same
+rows."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import IDLE_BASELINE, PROCESS_EXIT, PROCESS_STARTUP, RunMeta
+from .warmup import label_warmup
 
 
 def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
@@ -41,3 +43,17 @@ def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
         if w1 and w1 > last:
             rows.append({**base, "phase": PROCESS_EXIT, "start_ns": last, "end_ns": w1})
     return pd.DataFrame(rows)
+
+
+def prepared_frame(events_df: pd.DataFrame, meta: RunMeta, has_meta: bool, warmup_labels: bool,
+              compiled: bool) -> pd.DataFrame:
+    """The events as attribution takes them: warm-up labels (`label_warmup`), plus the
+    intervals `wattlife run` knows (`wrapper_events`) where there is a meta.json."""
+    if warmup_labels and len(events_df):
+        events_df = label_warmup(events_df, compiled=compiled)
+    if has_meta:
+        extra = wrapper_events(events_df, meta)
+        if len(extra):
+            extra = extra.astype({"start_ns": "int64", "end_ns": "int64"})
+            events_df = pd.concat([events_df, extra], ignore_index=True)
+    return events_df
