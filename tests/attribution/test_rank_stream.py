@@ -119,8 +119,19 @@ def test_a_streamed_rank_with_an_overlap_is_clamped_whole(tmp_path, monkeypatch,
     _write_events(tmp_path, ev, True)
     with pytest.warns(UserWarning, match="1 phase boundary .* clamped"):
         clamp_events(ev)
+    from wattlife.attribution import files
+
+    read: list[str] = []
+    real = files._streamed
+
+    def counted(path, *a):
+        read.append(path.name)
+        return real(path, *a)
+
+    monkeypatch.setattr(files, "_streamed", counted)
     chunked, memory = _tables(tmp_path, monkeypatch, paths=(p, ev_path), n_boot=10)
     assert len(streamed) == 1  # rank 1 only
+    assert sorted(read) == ["events.csv", "events.rank1.csv"]  # each streamed once
     pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
 
 

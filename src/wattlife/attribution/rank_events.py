@@ -127,6 +127,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         self._head: pd.DataFrame | None = None
         self._tree: tuple[int, PhaseTree] | None = None
         self._idle: dict[int, bool] = {}
+        self._whole: set[int] = set()  # files a window found an overlap in: read whole
 
     @classmethod
     def open(cls, events: str | Path, prepare: Callable[[pd.DataFrame, bool], pd.DataFrame],
@@ -213,7 +214,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         prepared a window at a time (`stream`), where the file is longer than `STREAM_ROWS`;
         whether they were. Not where a window finds an overlap: clamping (`clamp_events`) is
         done on the whole frame, which then also gives the error that names the rows."""
-        if self._stream is None or self.scans[i]["rows"] <= STREAM_ROWS:
+        if self._stream is None or self.scans[i]["rows"] <= STREAM_ROWS or i in self._whole:
             return False
         if self._tree is not None and self._tree[0] == i:
             return True  # built for the head already
@@ -226,6 +227,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
                                                                       self.any_compile)),
                                                 STREAM_WINDOW_ROWS, self._where or "events"))
         except ContractError:
+            self._whole.add(i)  # streamed once only: the whole frame from now on
             return False
         self._tree, self._cache, self._idle[i] = (i, built), None, seen.only_idle()
         if i == 0:
