@@ -155,7 +155,7 @@ def test_where_windows_differ_the_rank_is_refused(tmp_path):
     an overlap `phase_tree` refuses (a pass of the whole frame clamps all its overlaps at once:
     behind an overlap it cannot settle, rows are clamped differently; seed 37 is such a rank)."""
     differ = []
-    for seed in range(40):
+    for seed in range(28, 40):  # 12 ranks, 37 among them (40 took 96 s of the suite's time)
         path, ev = _overlapping(tmp_path, seed, 0.1)
         meta = _meta(ev)
         with warnings.catch_warnings():
