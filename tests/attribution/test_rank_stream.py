@@ -155,3 +155,23 @@ def test_a_streamed_rank_in_the_wrong_time_unit_is_the_same_error(tmp_path, monk
     with pytest.raises(ContractError) as whole:
         attribute_files(p, ev_path, tmp_path / "phases.csv", n_boot=5)
     assert str(got.value) == str(whole.value)
+
+
+def test_a_streamed_rank_whose_first_row_is_a_concurrent_phase(tmp_path, monkeypatch, streamed):
+    """The run's first row as the whole frame gives it (`RankEvents.head`): the first row left
+    after `timeline`, when the file's first row is a background checkpoint write (a concurrent
+    phase, dropped from the windows): the in-memory table."""
+    from test_chunked import _events, _write, _write_events
+
+    from wattlife.contracts import CHECKPOINT_WRITE
+
+    p, ev_path = _write(tmp_path, "csv")
+    ev = _events()
+    # after the warm-up steps (inside one, the warm-up labels would rename it `warmup`)
+    first = ev[(ev["step"] == 10) & (ev["phase"] == "step")].iloc[[0]].assign(
+        phase=CHECKPOINT_WRITE)
+    first["end_ns"] = first["start_ns"] + 800_000_000  # across steps 10-12
+    _write_events(tmp_path, pd.concat([first, ev], ignore_index=True), True)
+    chunked, memory = _tables(tmp_path, monkeypatch, paths=(p, ev_path), n_boot=10)
+    assert len(streamed) == 2
+    pd.testing.assert_frame_equal(chunked, memory, check_exact=True)

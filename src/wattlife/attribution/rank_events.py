@@ -91,7 +91,8 @@ def assembled_tree(windows: Iterable[TreeWindow]) -> PhaseTree:
 
 class _Seen:
     """What a rank's streamed windows show on their way to the tree: whether every row is an
-    `idle` phase, and the prepared frame's first row (position 0)."""
+    `idle` phase, and the prepared frame's first row left by `timeline` (the lowest position
+    seen: a concurrent phase at position 0 is not in the windows, as not in the whole frame)."""
 
     def __init__(self) -> None:
         self.rows, self.idle, self.head = 0, 0, pd.DataFrame()
@@ -100,9 +101,9 @@ class _Seen:
         for w in windows:
             self.rows += len(w)
             self.idle += int((w["phase"] == IDLE).sum())
-            first = w[POS].to_numpy() == 0
-            if first.any():
-                self.head = w[first]
+            k = int(np.argmin(w[POS].to_numpy())) if len(w) else -1
+            if k >= 0 and (not len(self.head) or w[POS].iat[k] < self.head[POS].iat[0]):
+                self.head = w.iloc[[k]]
             yield w
 
     def only_idle(self) -> bool:
