@@ -31,6 +31,7 @@ from .clamp_windows import POS, clamped_windows
 from .events_chunks import read_events_chunks
 from .start_order import start_ordered
 from .tree import OVERLAP_TOL_NS, timeline
+from .warmup import compile_copies
 from .wrappers import wrapper_events
 
 
@@ -89,19 +90,16 @@ def _first_by_start(held: pd.DataFrame | None, new: pd.DataFrame, by: str | None
 def added_rows(g: Gathered, meta: RunMeta, has_meta: bool, warmup_labels: bool,
                compiled: bool) -> pd.DataFrame:
     """The rows the whole-frame preparation adds to the file's, in its order: a compiled run's
-    `compile` copies (`warmup.with_compile_rows`), then the wrapper intervals."""
+    `compile` copies (`warmup.compile_copies`), then the wrapper intervals."""
     assert g.head is not None
     parts = [g.head.iloc[:0]]
     if warmup_labels and compiled and not g.has_compile and g.first_fb is not None:
-        first = g.first_fb.assign(phase=COMPILE)
-        if "depth" in first.columns:
-            first["depth"] = first["depth"] + 1
-        parts.append(first)
+        parts.append(compile_copies(g.first_fb))
     if has_meta:  # wrapper_events needs the rank's first row, first start and last end only
         span = g.head.assign(start_ns=g.first_start, end_ns=g.last_end)
         extra = wrapper_events(span, meta)
         if len(extra):
-            parts.append(extra.astype({"start_ns": "int64", "end_ns": "int64"}))
+            parts.append(extra)
     added = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     return added.assign(**{POS: np.arange(g.rows, g.rows + len(added), dtype=np.int64)})
 

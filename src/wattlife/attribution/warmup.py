@@ -53,10 +53,16 @@ def with_compile_rows(events: pd.DataFrame, compiled: bool) -> pd.DataFrame:
              .sort_values("start_ns").groupby(_KEYS + ["phase"], sort=False).head(1).copy())
     if first.empty:
         return events
-    first["phase"] = COMPILE
-    if "depth" in first.columns:
-        first["depth"] = first["depth"] + 1
-    return pd.concat([events, first], ignore_index=True)
+    return pd.concat([events, compile_copies(first)], ignore_index=True)
+
+
+def compile_copies(first: pd.DataFrame) -> pd.DataFrame:
+    """The `compile` rows of a compiled run that marks none: each first `forward` and
+    `backward` of a rank copied, renamed `compile`, one level deeper (its child)."""
+    out = first.assign(phase=COMPILE)
+    if "depth" in out.columns:
+        out["depth"] = out["depth"] + 1
+    return out
 
 
 def label_warmup(events: pd.DataFrame, compiled: bool = False) -> pd.DataFrame:

@@ -16,7 +16,8 @@ def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
     """Intervals `wattlife run` itself knows, per (host, rank): the idle baseline before the
     command, the command's start-up until its first marked phase (interpreter, imports, CUDA
     context) and its exit after its last one. Without them that time is `unattributed`. An
-    unmarked command (no events) gets the idle baseline alone, on rank 0 of meta.json's host."""
+    unmarked command (no events) gets the idle baseline alone, on rank 0 of meta.json's host.
+    Bounds in int64 ns, as the events'."""
     rows = []
     ib = meta.idle_baseline or {}
     w0, w1 = meta.workload_start_ns, meta.workload_end_ns
@@ -27,7 +28,7 @@ def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
                          "step": np.nan, "items": np.nan, "phase": IDLE_BASELINE,
                          "start_ns": ib["start_ns"], "end_ns": min(ib["end_ns"],
                                                                    w0 or ib["end_ns"])})
-        return pd.DataFrame(rows)
+        return _ns(pd.DataFrame(rows))
     for (host, rank), g in events.groupby(["host", "rank"]):
         first, last = int(g["start_ns"].min()), int(g["end_ns"].max())
         base = {"run_id": g["run_id"].iloc[0], "host": host, "rank": rank, "step": np.nan,
@@ -42,11 +43,16 @@ def wrapper_events(events: pd.DataFrame, meta: RunMeta) -> pd.DataFrame:
                          "start_ns": max(w0, ib.get("end_ns", w0)), "end_ns": first})
         if w1 and w1 > last:
             rows.append({**base, "phase": PROCESS_EXIT, "start_ns": last, "end_ns": w1})
-    return pd.DataFrame(rows)
+    return _ns(pd.DataFrame(rows))
+
+
+def _ns(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows' bounds as the events' int64 nanoseconds (none: as they are)."""
+    return rows.astype({"start_ns": "int64", "end_ns": "int64"}) if len(rows) else rows
 
 
 def prepared_frame(events_df: pd.DataFrame, meta: RunMeta, has_meta: bool, warmup_labels: bool,
-              compiled: bool) -> pd.DataFrame:
+                   compiled: bool) -> pd.DataFrame:
     """The events as attribution takes them: warm-up labels (`label_warmup`), plus the
     intervals `wattlife run` knows (`wrapper_events`) where there is a meta.json."""
     if warmup_labels and len(events_df):
@@ -54,6 +60,5 @@ def prepared_frame(events_df: pd.DataFrame, meta: RunMeta, has_meta: bool, warmu
     if has_meta:
         extra = wrapper_events(events_df, meta)
         if len(extra):
-            extra = extra.astype({"start_ns": "int64", "end_ns": "int64"})
             events_df = pd.concat([events_df, extra], ignore_index=True)
     return events_df
