@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from synth import end_order_events
-from wattlife.attribution.events_chunks import read_events_chunks, start_ordered_file
-from wattlife.attribution.start_order import start_order
+from wattlife.attribution.events_chunks import read_events_chunks
+from wattlife.attribution.start_order import start_order, start_ordered
 from wattlife.contracts import ContractError, read_events
 from wattlife.contracts.zstd_frames import FrameWriter
 
@@ -166,8 +166,8 @@ def test_start_ordered_from_the_file(tmp_path, names):
     path = tmp_path / "events.csv"
     _write(_events(60, 3, names), path)
     ev = read_events(path, lines=True, siblings=False)
-    blocks = list(start_ordered_file(path, spill_dir=tmp_path, chunk_bytes=700, run_rows=50,
-                                     block_rows=16))
+    blocks = list(start_ordered(read_events_chunks(path, chunk_bytes=700), tmp_path,
+                                run_rows=50, block_rows=16))
     assert max(len(b) for b in blocks) < len(ev) / 4
     want = ev.iloc[start_order(ev)].reset_index(drop=True)
     pd.testing.assert_frame_equal(pd.concat(blocks, ignore_index=True), want, check_exact=True)

@@ -1,6 +1,6 @@
 """One rank's events file read in chunks (issue 43): the rows, columns, types and line numbers
 of `read_events(path, lines=True, siblings=False)`, a chunk at a time, so that a long run's
-file is never parsed whole; `start_ordered_file` feeds them to the external sort
+file is never parsed whole; `prepare_windows.stream_file` feeds them to the external sort
 (`start_order.start_ordered`).
 
 The bytes come as `wattlife check` reads them (`contracts.LineChunks`: plain, .gz, .zst, blocks
@@ -14,7 +14,6 @@ truncated last line or a cut zstd frame gives `read_events`' warnings."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,8 +21,7 @@ import pandas as pd
 
 from ..contracts import BATCH_BYTES, ContractError, LineChunks, StreamUnreadable, read_events
 from ..contracts.names import EVENTS_COLUMNS, EVENTS_TYPES
-from ..contracts.reading import events_rows, parse_csv_bytes, typed_cells
-from .start_order import start_ordered
+from ..contracts.reading import events_rows, parse_csv_bytes, typed_cells, warn_cut_line
 
 
 def read_events_chunks(path: str | Path, chunk_bytes: int | None = None
@@ -74,13 +72,7 @@ def _parsed(path: Path, chunk_bytes: int) -> Iterator[pd.DataFrame]:
         yield parse_csv_bytes(header, path, EVENTS_COLUMNS, EVENTS_TYPES)
     for cut in (chunks.cut_frame, bool(chunks.tail)):
         if cut:  # the header, the lines read, then the cut one
-            _warn_cut(path, 1 + lines + 1)
-
-
-def _warn_cut(path: Path, line: int) -> None:
-    """`read_events`' warning for a truncated last line (a killed writer's)."""
-    warnings.warn(f"{path}:{line}: truncated last line ignored (writer was killed?)",
-                  stacklevel=4)
+            warn_cut_line(path, 1 + lines + 1, stacklevel=3)
 
 
 def _whole_records(chunks: LineChunks) -> Iterator[bytes]:
@@ -96,10 +88,3 @@ def _whole_records(chunks: LineChunks) -> Iterator[bytes]:
             held = []
     if held:  # an unclosed quote: the parser's error, as for the file read whole
         yield b"".join(held)
-
-
-def start_ordered_file(path: str | Path, spill_dir: str | Path | None = None,
-                       chunk_bytes: int | None = None, **sort: int) -> Iterator[pd.DataFrame]:
-    """One rank's events file in `start_order`, in blocks (`start_order.start_ordered`, `sort`:
-    its `run_rows`, `block_rows`), read in chunks (`read_events_chunks`): never parsed whole."""
-    return start_ordered(read_events_chunks(path, chunk_bytes), spill_dir, **sort)

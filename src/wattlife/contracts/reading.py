@@ -28,6 +28,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def warn_cut_line(path: Path, line: int, stacklevel: int) -> None:
+    """The warning for a truncated last line (a killed writer's, or its cut zstd frame), naming
+    the file and the line; `stacklevel` as `warnings.warn` counts it from the caller."""
+    warnings.warn(f"{path}:{line}: truncated last line ignored (writer was killed?)",
+                  stacklevel=stacklevel + 1)
+
+
 def read_contract_bytes(path: Path) -> bytes:
     """A contract CSV's bytes, decompressed when it is gzip (`trace.csv.gz`) or zstd frames
     (`trace.csv.zst`, whose cut last frame, a killed writer's, is dropped with a warning)."""
@@ -36,8 +43,7 @@ def read_contract_bytes(path: Path) -> bytes:
             data = frames.read()
         if frames.cut_bytes:
             line = data.count(b"\n") + 1
-            warnings.warn(f"{path}:{line}: truncated last line ignored (writer was killed?)",
-                          stacklevel=4)
+            warn_cut_line(path, line, stacklevel=4)
         return data
     data = path.read_bytes()
     if path.suffix != ".gz":
@@ -167,8 +173,7 @@ def _read_csv(path: str | Path, required: list[str], numeric: dict[str, str]) ->
         return typed_cells(pd.read_parquet(path), path, required, numeric, None)
     text, cut_line = _read_text_tolerant(path)
     if cut_line is not None:
-        warnings.warn(f"{path}:{cut_line}: truncated last line ignored (writer was killed?)",
-                      stacklevel=3)
+        warn_cut_line(path, cut_line, stacklevel=3)
     return parse_csv_bytes(text, path, required, numeric)
 
 
@@ -344,8 +349,7 @@ def read_table(path: str | Path, required: list[str], allow_empty: bool = False)
             raise
         data, cut_line = b"", None
     if cut_line is not None:
-        warnings.warn(f"{path}:{cut_line}: truncated last line ignored (writer was killed?)",
-                      stacklevel=2)
+        warn_cut_line(path, cut_line, stacklevel=2)
     try:
         head = pd.read_csv(io.BytesIO(data), nrows=0).columns
         df = pd.read_csv(io.BytesIO(data), keep_default_na=False,

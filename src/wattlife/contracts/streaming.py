@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import gzip
 import io
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ContractError
 from .names import TRACE_COLUMNS
-from .reading import check_readings
+from .reading import check_readings, warn_cut_line
 from .zstd_frames import ZSTD_SUFFIX, FrameReader
 
 if TYPE_CHECKING:
@@ -170,8 +169,7 @@ def _batches_csv(path: Path, batch_bytes: int, names: list[str]) -> Iterator[pd.
         yield table.to_pandas()
         rows += table.num_rows
     if lines.tail or lines.cut_frame:
-        warnings.warn(f"{path}:{rows + 2}: truncated last line ignored (writer was killed?)",
-                      stacklevel=4)
+        warn_cut_line(path, rows + 2, stacklevel=4)
 
 
 def _batches_parquet(path: Path, batch_rows: int) -> Iterator[pd.DataFrame]:
