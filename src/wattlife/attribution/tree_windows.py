@@ -31,12 +31,15 @@ WINDOW_ROWS = 1 << 16
 class TreeWindow:
     """A window of one rank's tree: its rows' own time from `lo` (its first row's start) to
     `hi` (the next window's `lo`, `NO_END` for the last), the tree of its rows and the rows
-    carried into it, and each tree row's position in the start-ordered stream."""
+    carried into it, each tree row's position in the start-ordered stream, and those rows
+    (`check.events_stream` reads their other columns)."""
 
     lo: int
     hi: int
     tree: PhaseTree
     rows: np.ndarray
+    #: the window's rows (carried, then its own) as the stream gave them, one a tree row
+    frame: pd.DataFrame | None = None
 
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
         """The window's segments on [lo, hi): boundaries and each segment's innermost row as its
@@ -109,7 +112,7 @@ def tree_windows(blocks: Iterable[pd.DataFrame], window_rows: int = WINDOW_ROWS,
         pos = np.concatenate([carried_pos, np.arange(first, first + n, dtype=np.int64)])
         lo = int(start[0])
         hi = NO_END if cut is None else int(start[cut])
-        yield TreeWindow(lo, hi, phase_tree(rows, where=where), pos)
+        yield TreeWindow(lo, hi, phase_tree(rows, where=where), pos, rows)
         still = (rows["end_ns"].to_numpy(np.int64) >= hi) if cut is not None else None
         if still is None:
             return

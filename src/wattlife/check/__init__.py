@@ -18,7 +18,8 @@ Modules, one per contract: `findings` (`Finding`, capping, the clock), `reading`
 with its line numbers), `trace`, `events`, `kinds` (the phases a workload kind marks), `outputs`
 (meta.json, phases.csv, work/summary.json), `warmup` (warm-up, compilation, the `step`
 throughput), `events_reading` / `events_run` (the events files read in chunks and checked one
-rank's file at a time), `run_dir` (one run directory: `check_run`; several: `check_runs`).
+rank's file at a time) / `events_stream` (a long rank checked as a stream), `run_dir` (one
+run directory: `check_run`; several: `check_runs`).
 Every public name is re-exported here: `from wattlife.check import X`.
 """
 

@@ -41,15 +41,8 @@ def nesting(ev: pd.DataFrame, tol_ns: int = OVERLAP_TOL_NS) -> pd.DataFrame:
 def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Finding]:
     """Events rows (numbers converted, `file_name` and `line_no` columns): clock, end ≥ start,
     nesting per (host, rank), steps carrying items."""
-    f: list[Finding] = []
-    for file, g in ev.groupby("file_name", sort=False):
-        for col in ("start_ns", "end_ns"):
-            f += check_clock(g[col], g["line_no"], col, str(file), now_ns, max_rows)
+    f = row_findings(ev, now_ns, max_rows)
     neg = (ev["end_ns"] < ev["start_ns"]).to_numpy()
-    for file, g in ev[neg].groupby("file_name", sort=False):
-        f += capped(ERROR, "events.end-before-start", str(file), g["line_no"],
-                     [f"phase '{r.phase}' ends {(r.start_ns - r.end_ns) / 1e6:.3f} ms before it "
-                      "starts" for r in g.head(max_rows).itertuples()], max_rows)
     ok = ev[~neg & ev["start_ns"].notna() & ev["end_ns"].notna()].copy()
     if len(ok):
         ok["start_ns"] = ok["start_ns"].astype(np.int64)
@@ -71,7 +64,27 @@ def check_events(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Findi
                           f"nesting inside it (host {r.host}, rank {r.rank})"
                           for r, q in zip(g.head(max_rows).itertuples(),
                                           p.head(max_rows).itertuples(), strict=True)], max_rows)
-    f += _concurrent_unfinished(ev, max_rows)
+    return f + _concurrent_unfinished(ev, max_rows) + step_findings(ev, max_rows)
+
+
+def row_findings(ev: pd.DataFrame, now_ns: int, max_rows: int = 5) -> list[Finding]:
+    """`check_events`' checks of each row alone before the nesting: the clock, end >= start
+    (rows of any files, in file order: also a chunk's, `check.events_stream`)."""
+    f: list[Finding] = []
+    for file, g in ev.groupby("file_name", sort=False):
+        for col in ("start_ns", "end_ns"):
+            f += check_clock(g[col], g["line_no"], col, str(file), now_ns, max_rows)
+    neg = (ev["end_ns"] < ev["start_ns"]).to_numpy()
+    for file, g in ev[neg].groupby("file_name", sort=False):
+        f += capped(ERROR, "events.end-before-start", str(file), g["line_no"],
+                     [f"phase '{r.phase}' ends {(r.start_ns - r.end_ns) / 1e6:.3f} ms before it "
+                      "starts" for r in g.head(max_rows).itertuples()], max_rows)
+    return f
+
+
+def step_findings(ev: pd.DataFrame, max_rows: int = 5) -> list[Finding]:
+    """`check_events`' checks of each `step` row: it carries items, and not zero of them."""
+    f: list[Finding] = []
     steps = ev[ev["phase"] == "step"]
     no_items = (steps["items"].isna() | (steps["items"] < 0)).to_numpy()
     for file, g in steps[no_items].groupby("file_name", sort=False):
@@ -101,6 +114,12 @@ def _concurrent_unfinished(ev: pd.DataFrame, max_rows: int) -> list[Finding]:
         return []
     last = timeline(ev).groupby(["host", "rank"])["end_ns"].max()
     late = ev[conc & (ev["end_ns"] > ev.set_index(["host", "rank"]).index.map(last).to_numpy())]
+    return late_findings(late, max_rows)
+
+
+def late_findings(late: pd.DataFrame, max_rows: int) -> list[Finding]:
+    """`events.concurrent-unfinished` of the concurrent rows ending after their rank's last
+    timeline phase (rows in file order)."""
     return [x for file, g in late.groupby("file_name", sort=False) for x in capped(
         ERROR, "events.concurrent-unfinished", str(file), g["line_no"],
         [f"'{r.phase}' ends after rank {r.rank}'s last phase: the run did not wait for it"

@@ -11,6 +11,7 @@ Parquet) is read whole as before."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,26 +29,50 @@ EVENTS_ALLOW_EMPTY = ("items", "step", "depth")
 _CSV_FORMS = (".csv", ".gz", ".zst")
 
 
+class EventsChunks:
+    """One events file's rows a chunk at a time (`read_csv_chunks`, about `chunk_bytes` each;
+    a file the chunked reader does not take: whole, by `read_csv_lines`), iterated once; its
+    findings, once every chunk is read, as one pass over the file gives them (`findings`).
+    Iterating raises StreamUnreadable or ContractError where the chunked reader gives up (the
+    caller reads the file whole: `read_events_file`)."""
+
+    def __init__(self, path: Path, max_rows: int, chunk_bytes: int | None = None) -> None:
+        self.path, self.max_rows, self.chunk_bytes = path, max_rows, chunk_bytes
+        self._found: list[Finding] = []
+        self._whole: list[Finding] | None = None
+
+    def __iter__(self) -> Iterator[pd.DataFrame]:
+        if self.path.suffix not in _CSV_FORMS:
+            df, self._whole = read_csv_lines(self.path, self.max_rows, EVENTS_KINDS,
+                                             allow_empty=EVENTS_ALLOW_EMPTY)
+            if df is not None:
+                yield df
+            return
+        for df, ff in read_csv_chunks(self.path, self.max_rows, EVENTS_KINDS, self.chunk_bytes,
+                                      allow_empty=EVENTS_ALLOW_EMPTY):
+            self._found += ff
+            if df is not None:
+                yield df
+
+    def findings(self) -> list[Finding]:
+        """The file's reading findings (after its last chunk)."""
+        if self._whole is not None:
+            return self._whole
+        return merge_capped(self._found, self.max_rows, READ_CODES, EVENTS_KINDS)
+
+
 def read_events_file(path: Path, max_rows: int, chunk_bytes: int | None = None
                      ) -> tuple[pd.DataFrame | None, list[Finding]]:
     """One events file as `read_csv_lines` gives it (rows with `line_no`, numbers typed, text
     as categories; findings), read `chunk_bytes` at a time where the chunked reader takes it."""
-    if path.suffix not in _CSV_FORMS:
-        return read_csv_lines(path, max_rows, EVENTS_KINDS, allow_empty=EVENTS_ALLOW_EMPTY)
-    parts: list[pd.DataFrame] = []
-    found: list[Finding] = []
+    chunks = EventsChunks(path, max_rows, chunk_bytes)
     try:
-        for df, ff in read_csv_chunks(path, max_rows, EVENTS_KINDS, chunk_bytes,
-                                      allow_empty=EVENTS_ALLOW_EMPTY):
-            found += ff
-            if df is not None:
-                parts.append(df)
+        parts = list(chunks)
     except (StreamUnreadable, ContractError):
         return read_csv_lines(path, max_rows, EVENTS_KINDS, allow_empty=EVENTS_ALLOW_EMPTY)
-    findings = merge_capped(found, max_rows, READ_CODES, EVENTS_KINDS)
     if not parts:
-        return None, findings
-    return concat_compact(parts), findings
+        return None, chunks.findings()
+    return concat_compact(parts), chunks.findings()
 
 
 def with_file_name(df: pd.DataFrame, path: Path) -> pd.DataFrame:

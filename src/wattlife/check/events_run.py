@@ -8,29 +8,42 @@ are checked in groups holding whole (host, rank)s (one file each, as the workloa
 files naming one (host, rank) are checked together), their findings put in the order one pass
 over all the files gives (per check, file after file: `_ORDER`), and what the run-wide findings
 need is added up over the groups (the hosts against the trace, the lowest rank's steps, the
-warm-up tally, the phase names a kind is inferred from). The findings are those of
-`check_events`, `check_span`, `check_summary`, `warmup_findings` and `check_kind_phases` of all
-the files joined (tests/check/test_check_events_run.py)."""
+warm-up tally, the phase names a kind is inferred from). A group of more than
+`events_stream.STREAM_ROWS` rows (~17 h of one rank at 0.3 s steps) is not held whole: its
+chunks and its rows in start order are checked as a stream (`events_stream.check_stream`),
+except where that cannot give the same findings (an overlap, several (host, rank)s in it, a
+file the chunked reader does not take): then it is read and checked whole, as a shorter one
+(a Parquet file is read whole either way). The findings are those of `check_events`,
+`check_span`, `check_summary`, `warmup_findings` and `check_kind_phases` of all the files
+joined (tests/check/test_check_events_run.py, test_check_events_stream.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..contracts import EVENTS_COLUMNS
+from ..contracts import EVENTS_COLUMNS, ContractError, StreamUnreadable
 from ..contracts.compact import concat_compact
+from . import events_stream
 from .events import check_events
-from .events_reading import read_events_file, with_file_name
+from .events_reading import EventsChunks, read_events_file, with_file_name
+from .events_stream import (
+    EventsContext,
+    EventsOutcome,
+    NeedsWhole,
+    check_stream,
+    lowest_rank_steps,
+)
 from .findings import Finding
 from .kinds import KIND_PHASES, check_kind_phases, infer_kind
 from .outputs import rank0_steps
 from .reading import check_columns
 from .trace import span_findings, span_host_keys, untraced_hosts
-from .warmup import WarmupTally
 
 #: the per-file findings' codes, in the order one pass over all files gives them (one place
 #: each; codes of one place keep their order within a file)
@@ -40,33 +53,6 @@ _ORDER = {code: i for i, codes in enumerate((
     ("events.step-items",), ("events.step-zero-items",),
     ("events.outside-trace",), ("events.outside-workload",),
     ("events.phase-missing",), ("events.step-children",))) for code in codes}
-
-
-@dataclass(frozen=True)
-class EventsContext:
-    """What the events checks take besides the events: the trace's span per host (None without
-    a readable trace), the kinds whose phases are checked (`kinds_to_check`)."""
-
-    now_ns: int
-    max_rows: int
-    span: pd.DataFrame | None
-    trace_file: str
-    meta: dict[str, Any] | None
-    kinds: tuple[str, ...]
-
-
-@dataclass
-class EventsOutcome:
-    """The events findings of a run, and what the run-wide checks need of its events."""
-
-    events: list[Finding] = field(default_factory=list)
-    span: list[Finding] = field(default_factory=list)
-    kinds: dict[str, list[Finding]] = field(default_factory=dict)
-    hosts: set[str] = field(default_factory=set)
-    first_file: str | None = None
-    steps: tuple[int, int] | None = None
-    tally: WarmupTally = field(default_factory=WarmupTally)
-    phases: set[str] = field(default_factory=set)
 
 
 def kinds_to_check(kind: str, meta: dict[str, Any] | None,
@@ -88,39 +74,116 @@ def check_events_files(paths: list[Path], ctx: EventsContext, f: list[Finding]
     contract's columns (as the joined table of `_frame`s would be)."""
     groups: list[tuple[list[int], set[tuple[str, int]], EventsOutcome]] = []
     for i, p in enumerate(paths):
-        frame = _frame(p, ctx.max_rows, f)
-        if frame is None:
+        got = _group([p], ctx, f)
+        if got is None:
             continue
-        ev = _prepared([frame])
-        del frame
-        keys = set(zip(ev["host"], ev["rank"].tolist(), strict=True))
+        keys, held = got
         hit = [g for g in groups if g[1] & keys]
         if hit:  # a (host, rank) in several files: they are checked together (read again)
             files = sorted({i, *(j for g in hit for j in g[0])})
             keys = keys.union(*(g[1] for g in hit))
             groups = [g for g in groups if not any(g is h for h in hit)]
-            again = (_frame(paths[j], ctx.max_rows, []) for j in files)
-            ev = _prepared([x for x in again if x is not None])
+            del held
+            again = _group([paths[j] for j in files], ctx, [])
+            assert again is not None
+            held = again[1]
         else:
             files = [i]
-        groups.append((files, keys, _check_group(ev, ctx)))
-        del ev
+        groups.append((files, keys, held if isinstance(held, EventsOutcome)
+                       else _check_group(held, ctx)))
+        del held
     if not groups:
         return None
     return _joined([g[2] for g in sorted(groups, key=lambda g: g[0][0])],
                    {str(p): i for i, p in enumerate(paths)})
 
 
-def _frame(path: Path, max_rows: int, f: list[Finding]) -> pd.DataFrame | None:
-    """One events file read (in chunks) with its `file_name`, its findings appended to `f`;
-    None when unreadable or without its contract's columns."""
-    df, ff = read_events_file(path, max_rows)
-    f += ff
+def _group(paths: list[Path], ctx: EventsContext, f: list[Finding]
+           ) -> tuple[set[tuple[str, int]], pd.DataFrame | EventsOutcome] | None:
+    """Some files' (host, rank)s and their rows joined (`_prepared`), read in chunks; where
+    they hold more than `events_stream.STREAM_ROWS` rows, their outcome checked as a stream
+    instead (`check_stream`), or, where it cannot be, the rows read whole again. Their reading
+    findings appended to `f`; None when none is readable with its contract's columns."""
+    found: list[Finding] = []
+    try:
+        got = _held_or_streamed(paths, ctx, found)
+    except (StreamUnreadable, ContractError, NeedsWhole):
+        got = None
+    else:
+        f += found
+    if got is not None:
+        return got
+    frames = [x for x in (_frame(p, ctx.max_rows, f) for p in paths) if x is not None]
+    if not frames:
+        return None
+    ev = _prepared(frames)
+    return set(zip(ev["host"], ev["rank"].tolist(), strict=True)), ev
+
+
+def _held_or_streamed(paths: list[Path], ctx: EventsContext, f: list[Finding]
+                      ) -> tuple[set[tuple[str, int]], pd.DataFrame | EventsOutcome] | None:
+    """`_group` where the chunked reader takes every file (it raises where not): the files'
+    chunks held until they pass `STREAM_ROWS` rows, then all passed to `check_stream`."""
+    done: list[pd.DataFrame] = []
+    rows = 0
+    for k, p in enumerate(paths):
+        reader = EventsChunks(p, ctx.max_rows)
+        it = iter(reader)
+        parts: list[pd.DataFrame] = []
+        for df in it:
+            parts.append(df)
+            rows += len(df)
+            if rows > events_stream.STREAM_ROWS:
+                held = (_prepared([x]) for x in done)
+                key, out = check_stream(chain(
+                    held, _file_chunks(p, chain(parts, it), reader, f),
+                    _files_chunks(paths[k + 1:], ctx.max_rows, f)), ctx)
+                return {key}, out
+        frame = _checked(p, concat_compact(parts) if parts else None, reader.findings(), f)
+        if frame is not None:
+            done.append(frame)
+    if not done:
+        return None
+    ev = _prepared(done)
+    return set(zip(ev["host"], ev["rank"].tolist(), strict=True)), ev
+
+
+def _files_chunks(paths: list[Path], max_rows: int, f: list[Finding]) -> Iterator[pd.DataFrame]:
+    """The files' prepared chunks, file after file (`_file_chunks`)."""
+    for p in paths:
+        reader = EventsChunks(p, max_rows)
+        yield from _file_chunks(p, iter(reader), reader, f)
+
+
+def _file_chunks(path: Path, chunks: Iterable[pd.DataFrame], reader: EventsChunks,
+                 f: list[Finding]) -> Iterator[pd.DataFrame]:
+    """A file's chunks prepared as `_prepared` joins them (none where it lacks a contract's
+    column); its findings appended to `f` once read, as `_frame` gives them."""
+    cols: list[Finding] | None = None
+    for df in chunks:
+        if cols is None:
+            cols = check_columns(df, EVENTS_COLUMNS, str(path))
+        if not cols:
+            yield _prepared([with_file_name(df, path)])
+    f += reader.findings() + (cols or [])
+
+
+def _checked(path: Path, df: pd.DataFrame | None, found: list[Finding], f: list[Finding]
+             ) -> pd.DataFrame | None:
+    """A file's rows read and its findings (appended to `f`) as `_frame` gives them."""
+    f += found
     if df is None:
         return None
     cols = check_columns(df, EVENTS_COLUMNS, str(path))
     f += cols
     return None if cols else with_file_name(df, path)
+
+
+def _frame(path: Path, max_rows: int, f: list[Finding]) -> pd.DataFrame | None:
+    """One events file read (in chunks) with its `file_name`, its findings appended to `f`;
+    None when unreadable or without its contract's columns."""
+    df, ff = read_events_file(path, max_rows)
+    return _checked(path, df, ff, f)
 
 
 def _prepared(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -168,18 +231,8 @@ def _joined(parts: list[EventsOutcome], file_index: dict[str, int]) -> EventsOut
         out.hosts |= p.hosts
         out.phases |= p.phases
         out.tally.join(p.tally)
-        out.steps = _lowest_rank_steps(out.steps, p.steps)
+        out.steps = lowest_rank_steps(out.steps, p.steps)
     return out
-
-
-def _lowest_rank_steps(a: tuple[int, int] | None, b: tuple[int, int] | None
-                       ) -> tuple[int, int] | None:
-    """`rank0_steps` of two groups' rows together."""
-    if a is None or b is None:
-        return a or b
-    if a[0] != b[0]:
-        return min(a, b)
-    return a[0], a[1] + b[1]
 
 
 def untraced(outcome: EventsOutcome, ctx: EventsContext) -> list[Finding]:

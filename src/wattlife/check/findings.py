@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 
@@ -88,6 +88,44 @@ def merge_capped(findings: Iterable[Finding], max_rows: int, order: Iterable[str
             out.append(Finding(by[key][0].severity, code, by[key][0].file, None,
                                f"... and {extra:,} more row(s) like the above"))
     return out
+
+
+class CappedTally:
+    """Capped findings of a file's chunks (`capped` lists, chunks in file order) gathered as
+    `capped` of all the rows gives them, per (code, file, part): the first `max_rows` rows and a
+    count of the rest. `part` tells one check's findings apart within a file (the clock's
+    column); `findings` gives the groups in the order a key function sorts them."""
+
+    def __init__(self, max_rows: int) -> None:
+        self.max_rows = max_rows
+        self._by: dict[tuple[str, str, str], tuple[list[Finding], int]] = {}
+
+    def add(self, found: Iterable[Finding], part: Callable[[Finding], str] | None = None
+            ) -> None:
+        """One chunk's findings; `part(finding)`: its part (none by default)."""
+        key: tuple[str, str, str] | None = None
+        for x in found:
+            more = _MORE.match(x.message)
+            if more and key is not None and key[:2] == (x.code, x.file):
+                rows, n = self._by[key]
+                self._by[key] = (rows, n + int(more.group(1).replace(",", "")))
+                continue
+            key = (x.code, x.file, part(x) if part is not None else "")
+            rows, n = self._by.get(key, ([], 0))
+            if len(rows) < self.max_rows:
+                rows.append(x)
+            self._by[key] = (rows, n + 1)
+
+    def findings(self, order: Callable[[tuple[str, str, str]], Any]) -> list[Finding]:
+        """Every group's rows and count (`capped`), groups sorted by `order((code, file, part))`."""
+        out: list[Finding] = []
+        for key in sorted(self._by, key=order):
+            rows, n = self._by[key]
+            out += rows
+            if n > self.max_rows:
+                out.append(Finding(rows[0].severity, key[0], key[1], None,
+                                   f"... and {n - self.max_rows:,} more row(s) like the above"))
+        return out
 
 
 def unit_guess(v: float) -> str:

@@ -58,18 +58,9 @@ def check_kind_phases(ev: pd.DataFrame, kind: str, meta: dict[str, Any] | None,
     """The phases a workload kind marks: each at least once per rank, and inside every step its
     data_load / h2d / forward / backward / optimizer; `stage_copy` when the cell stages
     (storage local)."""
-    f: list[Finding] = []
     files = ev.groupby(["host", "rank"], sort=False)["file_name"].first()
-    need = list(KIND_PHASES[kind])
-    cell = (meta or {}).get("cell") or {}
-    if cell.get("storage") == "local":
-        need.append(STAGE_COPY)
     have = ev.groupby(["host", "rank"], sort=False)["phase"].agg(set)
-    for (host, rank), names in have.items():
-        miss = [p for p in need if p not in names]
-        if miss:
-            f.append(Finding(ERROR, "events.phase-missing", str(files[(host, rank)]), None,
-                             f"{kind} run (host {host}, rank {rank}) never marks {miss}"))
+    f = missing_phases(kind, meta, have.to_dict(), files.to_dict())
     children = KIND_STEP_CHILDREN[kind]
     ok = ev[(ev["end_ns"] >= ev["start_ns"])].copy()
     if not len(ok):
@@ -102,7 +93,29 @@ def check_kind_phases(ev: pd.DataFrame, kind: str, meta: dict[str, Any] | None,
         for file, g in st.groupby("file_name", sort=False):
             miss = present.loc[g.index]
             f += capped(ERROR, "events.step-children", str(file), g["line_no"],
-                         [f"step {r.step} (rank {r.rank}) has no "
-                          f"{[c for c in children if not miss.loc[r.Index, c]]} inside it"
+                         [lacking_message(r.step, r.rank,
+                                          [c for c in children if not miss.loc[r.Index, c]])
                           for r in g.head(max_rows).itertuples()], max_rows)
     return f
+
+
+def missing_phases(kind: str, meta: dict[str, Any] | None, have: dict[Any, set[str]],
+                   files: dict[Any, Any]) -> list[Finding]:
+    """`events.phase-missing`: per (host, rank) (the phases it marks in `have`, its first file
+    in `files`, in the order of `have`) the phases of `kind` it never marks."""
+    f: list[Finding] = []
+    need = list(KIND_PHASES[kind])
+    cell = (meta or {}).get("cell") or {}
+    if cell.get("storage") == "local":
+        need.append(STAGE_COPY)
+    for (host, rank), names in have.items():
+        miss = [p for p in need if p not in names]
+        if miss:
+            f.append(Finding(ERROR, "events.phase-missing", str(files[(host, rank)]), None,
+                             f"{kind} run (host {host}, rank {rank}) never marks {miss}"))
+    return f
+
+
+def lacking_message(step: Any, rank: Any, missing: list[str]) -> str:
+    """`events.step-children`' words for a step without some of its kind's children."""
+    return f"step {step} (rank {rank}) has no {missing} inside it"

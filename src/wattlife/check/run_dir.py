@@ -25,7 +25,8 @@ from ..contracts import (
     TRACE_FILES,
     StreamUnreadable,
 )
-from .events_run import EventsContext, EventsOutcome, check_events_files, kinds_to_check, untraced
+from .events_run import check_events_files, kinds_to_check, untraced
+from .events_stream import EventsContext, EventsOutcome
 from .findings import ERROR, WARNING, Finding, merge_capped
 from .kinds import infer_kind
 from .outputs import check_meta, check_phases_table, summary_findings
