@@ -10,6 +10,8 @@ user + system, peak RSS); the table is printed with the machine's load average.
     PYTHONPATH=src python3 benchmarks/check_memory.py --rows 77.76e6 --out /tmp/cm
     # the code of another checkout, for "before":
     python3 benchmarks/check_memory.py --rows 77.76e6 --out /tmp/cm --src ../main/src --keep
+    # the events alone (beside a 50-row trace), 72 h of them, the trace not written:
+    python3 benchmarks/check_memory.py --rows 233.28e6 --out /tmp/cm --events-only --steps events
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from long_trace import (  # noqa: E402
     TRACE_HEADER,
     WATTLIFE,
     _check_dir,
+    schedule,
     timed,
+    write_events,
     write_trace,
 )
 from outdir import out_dir  # noqa: E402
@@ -50,6 +54,18 @@ def _nodes(run: Path) -> list[Path]:
     return out
 
 
+def _events_dir(run: Path) -> Path:
+    """The run's events (links) beside a 1 s trace of their host: what `check` holds of them."""
+    d = run / "check-events"
+    d.mkdir(exist_ok=True)
+    for p in sorted(run.glob("events*.csv")):
+        if not (d / p.name).exists():
+            (d / p.name).symlink_to(p)
+    rows = "".join(f"{T0 + k * TICK_NS},node01,gpu0,power_w,300.0,sim\n" for k in range(50))
+    (d / "trace.csv").write_text(TRACE_HEADER + rows)
+    return d
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=float, default=10e6, help="trace rows (~; 18 a 20 ms tick)")
@@ -57,11 +73,18 @@ def main() -> None:
     ap.add_argument("--src", help="PYTHONPATH of the wattlife to time (default: this one)")
     ap.add_argument("--keep", action="store_true", help="reuse files generated before")
     ap.add_argument("--label", default="", help="a label for the table (e.g. before, after)")
-    ap.add_argument("--steps", default="check,merge", help="check, merge (comma-separated)")
+    ap.add_argument("--steps", default="check,merge",
+                    help="check, merge, events (`check` of the events beside a 50-row trace; "
+                    "comma-separated)")
+    ap.add_argument("--events-only", action="store_true",
+                    help="write the run's events, not its trace (for --steps events)")
     a = ap.parse_args()
     hours = a.rows / ROWS_PER_TICK * TICK_NS / 1e9 / 3600
     run = out_dir(Path(a.out) / f"run-{int(a.rows / 1e6)}M")
-    if not (a.keep and (run / "trace.csv").exists()):
+    if a.events_only:
+        if not (a.keep and (run / "events.csv").exists()):
+            write_events(run, schedule(hours))
+    elif not (a.keep and (run / "trace.csv").exists()):
         write_trace(run, hours, ["csv"])
     rows = int(hours * 3600 * 1e9 // TICK_NS) * ROWS_PER_TICK
     n_ev = sum(sum(1 for _ in open(p)) - 1 for p in run.glob("events*.csv"))
@@ -72,6 +95,9 @@ def main() -> None:
     if "check" in steps:
         cmd = [*WATTLIFE, "check", str(_check_dir(run, "trace.csv")), "--kind", "none"]
         _row(a.label, "check", f"{rows:,}", f"{n_ev:,}", cmd, a.src)
+    if "events" in steps:
+        cmd = [*WATTLIFE, "check", str(_events_dir(run)), "--kind", "none"]
+        _row(a.label, "check (events)", "50", f"{n_ev:,}", cmd, a.src)
     if "merge" in steps:
         nodes = _nodes(run)
         merged = run / "merged"

@@ -71,13 +71,13 @@ def _write(path: Path, rows: list[list[object]], host: str = "h") -> None:
         f"r,{host},{rk},{ph},{a},{b},{st},{it},{rk},,host,0\n" for rk, ph, a, b, st, it in rows))
 
 
-def _run(run: Path, overlap: str = "") -> Path:
+def _run(run: Path, overlap: str = "", seed: int = 0) -> Path:
     """Rank 0 over two files (the second continues it), ranks 1 and 2, a trace of host h
     shorter than the events; `overlap`: 'clamped' (0.5 ms) or 'error' (150 ms) in rank 1."""
-    r0 = _rank(0, 120, 1)
+    r0 = _rank(0, 120, 1 + 10 * seed)
     _write(run / "events.csv", r0[: len(r0) * 2 // 3])
     _write(run / "events.rank3.csv", r0[len(r0) * 2 // 3:])
-    r1 = _rank(1, 90, 2, T0 + 700_000)
+    r1 = _rank(1, 90, 2 + 10 * seed, T0 + 700_000)
     if overlap:
         fwd = next(r for r in r1[40:] if r[1] == "forward" and int(r[3]) > int(r[2]))
         fwd[3] = int(fwd[3]) + (10_500_000 if overlap == "clamped" else 150_000_000)
@@ -154,3 +154,16 @@ def test_a_long_file_of_several_ranks_is_checked_whole(tmp_path: Path,
     held = _streamed(monkeypatch, 40, 5)
     assert check_run(tmp_path, kind="image_classification", now_ns=NOW) == whole
     assert held == [len(rows)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(1, 5))
+def test_random_ranks_cut_anywhere_find_what_the_whole_ranks_find(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    run = _run(tmp_path, seed=seed)
+    whole = check_run(run, now_ns=NOW)
+    rnd = random.Random(seed)
+    rows = rnd.randrange(40, 400)
+    held = _streamed(monkeypatch, rows, rnd.randrange(1, 50))
+    assert check_run(run, now_ns=NOW) == whole
+    assert held and max(held) <= rows
