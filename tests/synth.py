@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -102,3 +105,20 @@ def end_order_events(n_steps: int, seed: int = 0) -> pd.DataFrame:
                          "phase": df["phase"].to_numpy(), "start_ns": df["start_ns"].to_numpy(),
                          "end_ns": df["end_ns"].to_numpy(), "step": np.arange(len(df)) * 1.0,
                          "items": np.nan, "local_rank": 0.0, "depth": df["depth"].to_numpy()})
+
+
+def write_check_side_files(run: Path, hosts: tuple[str, ...], ticks: int, window_end_ns: int,
+                           steps: int, world: int) -> None:
+    """A checked run's files beside its events: a trace of `ticks` 20 ms readings of each host
+    from T0, a meta.json of an image_classification cell with its workload window [T0 + 1 s,
+    `window_end_ns`], a compiled workload's summary counting `steps` with a step throughput."""
+    trace = "".join(f"{T0 + k * 20_000_000},{h},gpu0,power_w,300.0,sim\n"
+                    for k in range(ticks) for h in hosts)
+    (run / "trace.csv").write_text("t_ns,host,device,metric,value,source\n" + trace)
+    (run / "meta.json").write_text(json.dumps({
+        "run_id": "r", "host": "h", "cell": {"kind": "image_classification"},
+        "workload_start_ns": T0 + 10**9, "workload_end_ns": window_end_ns}))
+    (run / "work").mkdir()
+    (run / "work" / "summary.json").write_text(json.dumps({
+        "steps": steps, "throughput": 5.0, "throughput_unit": "images/s", "compile": True,
+        "step_clock": "host", "world_size": world}))

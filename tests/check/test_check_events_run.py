@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from synth import write_check_side_files
 from wattlife.check import (
     Finding,
     check_events,
@@ -80,16 +81,7 @@ def _damaged_run(run: Path) -> None:
     r4 = _rank_rows("h", 4, 4, T0)  # steps.no-steady
     r4[-1][4] = str(int(r4[-1][4]) + 10 * S)  # events.concurrent-unfinished
     (run / "events.rank4.csv").write_text(_text(r4))
-    trace = "".join(f"{T0 + k * 20_000_000},{h},gpu0,power_w,300.0,sim\n"
-                    for k in range(2200) for h in ("h", "h2"))
-    (run / "trace.csv").write_text("t_ns,host,device,metric,value,source\n" + trace)
-    (run / "meta.json").write_text(json.dumps({
-        "run_id": "r", "host": "h", "cell": {"kind": "image_classification"},
-        "workload_start_ns": T0 + S, "workload_end_ns": T0 + 40 * S}))
-    (run / "work").mkdir()
-    (run / "work" / "summary.json").write_text(json.dumps({
-        "steps": 39, "throughput": 5.0, "throughput_unit": "images/s", "compile": True,
-        "step_clock": "host", "world_size": 5}))
+    write_check_side_files(run, ("h", "h2"), 2200, T0 + 40 * S, 39, 5)
 
 
 def _joined_checks(run: Path, kind: str) -> list[Finding]:

@@ -5,13 +5,13 @@ whole path again where a window finds an overlap or a file holds several ranks."
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from synth import write_check_side_files
 from wattlife.check import Finding, check_run, events_run, events_stream
 from wattlife.contracts import streaming
 
@@ -83,15 +83,7 @@ def _run(run: Path, overlap: str = "", seed: int = 0) -> Path:
         fwd[3] = int(fwd[3]) + (10_500_000 if overlap == "clamped" else 150_000_000)
     _write(run / "events.rank1.csv", r1)
     _write(run / "events.rank2.csv", _rank(2, 4, 3, faults=False))
-    trace = "".join(f"{T0 + k * 20_000_000},h,gpu0,power_w,300.0,sim\n" for k in range(1900))
-    (run / "trace.csv").write_text("t_ns,host,device,metric,value,source\n" + trace)
-    (run / "meta.json").write_text(json.dumps({
-        "run_id": "r", "host": "h", "cell": {"kind": "image_classification"},
-        "workload_start_ns": T0 + S, "workload_end_ns": T0 + 30 * S}))
-    (run / "work").mkdir()
-    (run / "work" / "summary.json").write_text(json.dumps({
-        "steps": 119, "throughput": 5.0, "throughput_unit": "images/s", "compile": True,
-        "step_clock": "host", "world_size": 3}))
+    write_check_side_files(run, ("h",), 1900, T0 + 30 * S, 119, 3)
     return run
 
 
