@@ -181,18 +181,21 @@ class _Children:
         self._done(w, steps[ends], mask)
 
     def _done(self, w: TreeWindow, steps: np.ndarray, mask: np.ndarray) -> None:
-        """Steps whose children are all seen: each lacking one kept (the first by row)."""
+        """Steps whose children are all seen: per file, the lacking ones counted and the first
+        `max_rows` by row kept."""
         assert w.frame is not None
+        row, file = w.frame["__row"].to_numpy(), w.frame["__file"].to_numpy()
         for k, need in self.need.items():
             bad = steps[(mask[steps] & need) != need]
-            for i in bad:
-                r = w.frame.iloc[int(i)]
-                miss = [c for c in KIND_STEP_CHILDREN[k]
-                        if not mask[i] >> self.names.index(c) & 1]
-                rows, n = self.lacking[k].get(int(r["__file"]), ([], 0))
-                rows.append((int(r["__row"]), r["line_no"], r["step"], miss))
+            for fi in np.unique(file[bad]):
+                of = bad[file[bad] == fi]
+                first = of[np.argsort(row[of], kind="stable")[:self.max_rows]]
+                rows, n = self.lacking[k].get(int(fi), ([], 0))
+                rows += [(int(row[i]), w.frame["line_no"].iat[i], w.frame["step"].iat[i],
+                          [c for c in KIND_STEP_CHILDREN[k]
+                           if not mask[i] >> self.names.index(c) & 1]) for i in first]
                 rows.sort(key=lambda x: x[0])
-                self.lacking[k][int(r["__file"])] = (rows[:self.max_rows], n + 1)
+                self.lacking[k][int(fi)] = (rows[:self.max_rows], n + len(of))
 
     def findings(self, kind: str, files: list[str]) -> list[Finding]:
         """`events.step-children` per file (in file order)."""
