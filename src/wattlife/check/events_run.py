@@ -133,10 +133,10 @@ def _held_or_streamed(paths: list[Path], ctx: EventsContext, f: list[Finding]
         for df in it:
             parts.append(df)
             rows += len(df)
-            if rows > events_stream.STREAM_ROWS:
-                held = (_prepared([x]) for x in done)
+            if rows > events_stream.STREAM_ROWS:  # the rows held let go as they pass
+                held = (_prepared([x]) for x in _drained(done))
                 key, out = check_stream(chain(
-                    held, _file_chunks(p, chain(parts, it), reader, f),
+                    held, _file_chunks(p, chain(_drained(parts), it), reader, f),
                     _files_chunks(paths[k + 1:], ctx.max_rows, f)), ctx)
                 return {key}, out
         frame = _checked(p, concat_compact(parts) if parts else None, reader.findings(), f)
@@ -146,6 +146,13 @@ def _held_or_streamed(paths: list[Path], ctx: EventsContext, f: list[Finding]
         return None
     ev = _prepared(done)
     return set(zip(ev["host"], ev["rank"].tolist(), strict=True)), ev
+
+
+def _drained(held: list[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """The frames of a list, each removed from it as it is given (none kept by the list)."""
+    held.reverse()
+    while held:
+        yield held.pop()
 
 
 def _files_chunks(paths: list[Path], max_rows: int, f: list[Finding]) -> Iterator[pd.DataFrame]:
