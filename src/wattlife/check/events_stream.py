@@ -228,28 +228,29 @@ class _Pass:
         for c in chunks:
             if not len(c):
                 continue
-            self._rows(c)
+            files = self._rows(c)
             tl = ~c["phase"].isin(CONCURRENT_PHASES).to_numpy()
             ok = tl & (c["end_ns"] >= c["start_ns"]).to_numpy()
-            names = c["file_name"].astype(str)
             yield pd.DataFrame({
                 "phase": c["phase"].to_numpy()[ok], "start_ns": c["start_ns"].to_numpy()[ok],
                 "end_ns": c["end_ns"].to_numpy()[ok], "step": c["step"].to_numpy()[ok],
                 "line_no": c["line_no"].array[ok],
-                "__file": names[ok].map({f: i for i, f in enumerate(self.files)}).to_numpy(),
+                "__file": files[ok],
                 "__row": self.n - len(c) + np.flatnonzero(ok)})
 
-    def _rows(self, c: pd.DataFrame) -> None:
-        """The checks of a chunk's rows alone, and what the rest carries."""
-        for f in c["file_name"].astype(str).unique():
+    def _rows(self, c: pd.DataFrame) -> np.ndarray:
+        """The checks of a chunk's rows alone, and what the rest carries; each row's file as
+        its index in `files` (the files in the order their rows come)."""
+        codes, names = pd.factorize(c["file_name"])
+        for f in map(str, names):
             if f not in self.files:
                 self.files.append(f)
-        keys = set(zip(c["host"], c["rank"].tolist(), strict=True))
-        if self.key is not None:
-            keys.add(self.key)
-        if len(keys) > 1:
+        index = np.array([self.files.index(str(f)) for f in names], np.int64)
+        hosts, ranks = c["host"].unique(), c["rank"].unique()
+        key = (str(hosts[0]), int(ranks[0]))
+        if len(hosts) > 1 or len(ranks) > 1 or self.key not in (None, key):
             raise NeedsWhole("several (host, rank)s")
-        self.key = next(iter(keys))
+        self.key = key
         ctx, out = self.ctx, self.out
         if out.first_file is None:
             out.first_file = str(c["file_name"].iloc[0])
@@ -267,6 +268,8 @@ class _Pass:
         self.steps.add(c[step], self.n)
         self._late(c)
         self.n += len(c)
+        rows: np.ndarray = index[codes]
+        return rows
 
     def _late(self, c: pd.DataFrame) -> None:
         """The concurrent rows that may end after the rank's last timeline phase: those ending
