@@ -25,10 +25,11 @@ CHILDREN = ("data_load", "h2d", "forward", "backward", "optimizer")
 def _rank(rank: int, steps: int, seed: int, t0: int = T0, faults: bool = True
           ) -> list[list[object]]:
     """One rank's rows in end order (as the markers write them, a few swapped): model_load,
-    steps of 0.3 s with their children (zero-length ones, a compile inside a forward), checkpoint
-    writes beside the steps (the last unfinished), and, with `faults`, steps without items or a
-    child, zero items, rows ending before they start, rows of bad clocks or outside the trace
-    (moved whole, so that they do not overlap)."""
+    steps every 0.3 s of random lengths (so the warm-up left out matters) with their children
+    (zero-length ones, a compile inside a forward), checkpoint writes beside the steps (the
+    last unfinished), and, with `faults`, steps without items or a child, zero items, rows
+    ending before they start, rows of bad clocks or outside the trace (moved whole, so that
+    they do not overlap)."""
     rnd = random.Random(seed)
     rows: list[list[object]] = [["model_load", t0, t0 + S // 2, "", ""]]
     for k in range(steps):
@@ -42,7 +43,7 @@ def _rank(rank: int, steps: int, seed: int, t0: int = T0, faults: bool = True
         items: object = 8
         if faults and rnd.random() < 0.05:
             items = rnd.choice(["", 0, -1])
-        rows.append(["step", t, t + 280_000_000, k, items])
+        rows.append(["step", t, t + rnd.randrange(250, 295) * 1_000_000, k, items])
         if k % 7 == 3:
             rows.append(["checkpoint_write", t - 100_000_000, t + 900_000_000, "", ""])
     end = t0 + S + steps * 300_000_000
@@ -73,14 +74,14 @@ def _write(path: Path, rows: list[list[object]], host: str = "h") -> None:
 
 def _run(run: Path, overlap: str = "", seed: int = 0) -> Path:
     """Rank 0 over two files (the second continues it), ranks 1 and 2, a trace of host h
-    shorter than the events; `overlap`: 'clamped' (0.5 ms) or 'error' (150 ms) in rank 1."""
+    shorter than the events; `overlap`: 'clamped' (0.5 ms) or 'error' (400 ms) in rank 1."""
     r0 = _rank(0, 120, 1 + 10 * seed)
     _write(run / "events.csv", r0[: len(r0) * 2 // 3])
     _write(run / "events.rank3.csv", r0[len(r0) * 2 // 3:])
     r1 = _rank(1, 90, 2 + 10 * seed, T0 + 700_000)
     if overlap:
         fwd = next(r for r in r1[40:] if r[1] == "forward" and int(r[3]) > int(r[2]))
-        fwd[3] = int(fwd[3]) + (10_500_000 if overlap == "clamped" else 150_000_000)
+        fwd[3] = int(fwd[3]) + (10_500_000 if overlap == "clamped" else 400_000_000)
     _write(run / "events.rank1.csv", r1)
     _write(run / "events.rank2.csv", _rank(2, 4, 3, faults=False))
     write_check_side_files(run, ("h",), 1900, T0 + 30 * S, 119, 3)

@@ -4,9 +4,9 @@ checked from its chunks (file order) and from its rows in start order a window a
 
 - Per chunk: the row checks (`events.row_findings`: clock, end >= start; `step_findings`;
   `trace.span_findings`), merged as `capped` of all the rows gives them (`CappedTally`), and
-  what the rest needs carried: the lowest rank's steps, the warm-up tally (the three first
-  steps by start held apart until the count is known), the phases marked, the hosts, the last
-  timeline end with the concurrent rows that may still end after it.
+  what the rest needs carried: the lowest rank's steps, the warm-up tally (the first
+  `WARMUP_STEPS` steps by start held apart until the count is known), the phases marked, the
+  hosts, the last timeline end with the concurrent rows that may still end after it.
 - The nesting: the rows that nest (`attribution.timeline`, end >= start) put in start order by
   the external sort (`attribution.start_order.start_ordered`; no `depth` column, so the order
   is the check's (start, -end, row)) and built a window at a time (`attribution.tree_windows`,
@@ -35,7 +35,14 @@ import pandas as pd
 
 from ..attribution.start_order import start_ordered
 from ..attribution.tree_windows import NO_END, WINDOW_ROWS, TreeWindow, tree_windows
-from ..contracts import COMPILE, CONCURRENT_PHASES, STEP, ContractError, warmup_count
+from ..contracts import (
+    COMPILE,
+    CONCURRENT_PHASES,
+    STEP,
+    WARMUP_STEPS,
+    ContractError,
+    warmup_count,
+)
 from .events import late_findings, row_findings, step_findings
 from .findings import ERROR, CappedTally, Finding, capped
 from .kinds import KIND_STEP_CHILDREN, lacking_message, missing_phases
@@ -104,8 +111,8 @@ def _clock_part(x: Finding) -> str:
 
 class _Steps:
     """The warm-up tally of one (host, rank)'s steps fed a chunk at a time: the first
-    `warmup_count` steps by (start, row) are left out once the count is known, so the three
-    earliest seen are held apart (`contracts.WARMUP_STEPS`)."""
+    `warmup_count` steps by (start, row) are left out once the count is known, so the
+    `contracts.WARMUP_STEPS` earliest seen are held apart."""
 
     def __init__(self) -> None:
         self.n, self.items, self.ns = 0, 0.0, 0
@@ -121,7 +128,7 @@ class _Steps:
         self.n += len(new)
         both = pd.concat([self.first, new], ignore_index=True)
         both = both.iloc[np.lexsort((both["row"].to_numpy(), both["start_ns"].to_numpy()))]
-        self.first, rest = both.iloc[:3], both.iloc[3:]
+        self.first, rest = both.iloc[:WARMUP_STEPS], both.iloc[WARMUP_STEPS:]
         self._count(rest)
 
     def _count(self, rows: pd.DataFrame) -> None:
