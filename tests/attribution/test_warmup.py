@@ -89,6 +89,25 @@ def test_an_uncompiled_run_has_warmup_but_no_compile_and_marked_compile_is_kept(
     assert not step_rows(ev.head(5 * 4))["warmup"].any()  # 5 steps: none is warm-up
 
 
+def test_a_background_write_inside_a_warmup_step_keeps_its_name(tmp_path):
+    """A background checkpoint write (a concurrent phase) that starts and ends inside warm-up
+    step 0 is not renamed `warmup`: it stays out of the timeline, its time with the step's
+    phases (renamed, it joined the timeline and overlapped the step's forward: an error)."""
+    trace, events = _write(tmp_path)
+    ev = pd.read_csv(events)
+    t = T0 + S  # step 0's start
+    write = ev.head(1).assign(phase="checkpoint_write", start_ns=t + S // 5,
+                              end_ns=t + S // 2, depth=1, items=np.nan)
+    ev = pd.concat([ev, write], ignore_index=True)
+    labelled = label_warmup(ev, compiled=True)
+    assert (labelled["phase"] == "checkpoint_write").sum() == 1
+    ev.to_csv(events, index=False)
+    ph = attribute_files(trace, events, tmp_path / "phases.csv", method="integrate")
+    assert "checkpoint_write" not in set(ph["phase"])
+    e = ph[ph["device"] == "gpu0"].set_index("phase")["energy_j"]
+    assert e["compile"] == pytest.approx(0.9 * 200.0, rel=1e-6)  # as without the write
+
+
 def _busy_meta(local_ranks):
     return {"idle_baseline": {"start_ns": T0, "end_ns": T0 + S // 2},
             "gpus": [{"device": f"gpu{k}", "local_rank": r, "cuda_ordinal": k}
