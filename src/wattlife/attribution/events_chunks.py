@@ -58,10 +58,7 @@ def _parsed(path: Path, chunk_bytes: int) -> Iterator[pd.DataFrame]:
         return
     chunks = LineChunks(path, chunk_bytes)
     header, lines = b"", 0
-    for block in _whole_records(chunks):
-        if not header:
-            cut = block.find(b"\n") + 1
-            header, block = block[:cut], block[cut:]
+    for header, block in record_blocks(chunks):
         if block:
             yield parse_csv_bytes(header + block, path, EVENTS_COLUMNS, EVENTS_TYPES, lines)
         lines += block.count(b"\n")
@@ -73,6 +70,17 @@ def _parsed(path: Path, chunk_bytes: int) -> Iterator[pd.DataFrame]:
     for cut in (chunks.cut_frame, bool(chunks.tail)):
         if cut:  # the header, the lines read, then the cut one
             warn_cut_line(path, 1 + lines + 1, stacklevel=3)
+
+
+def record_blocks(chunks: LineChunks) -> Iterator[tuple[bytes, bytes]]:
+    """The file's header line and each block of whole records after it (a block ending inside
+    a quoted field joined to the next): `header + block` parses as a CSV file of its own."""
+    header = b""
+    for block in _whole_records(chunks):
+        if not header:
+            cut = block.find(b"\n") + 1
+            header, block = block[:cut], block[cut:]
+        yield header, block
 
 
 def _whole_records(chunks: LineChunks) -> Iterator[bytes]:
