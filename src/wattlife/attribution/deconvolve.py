@@ -271,11 +271,13 @@ def estimate_response(series: DeviceSeries, tree: PhaseTree, bin_s: float = 0.00
                           tuple(map(float, h[:keep] / h[:keep].sum())), estimated=True)
 
 
-def choose_method(series: DeviceSeries, tree: PhaseTree, window_s: float) -> str:
-    """`deconvolve` when the typical innermost segment is shorter than two sensor windows."""
+def choose_method(series: DeviceSeries, tree: PhaseTree, window_s: float,
+                  bounds: np.ndarray | None = None) -> str:
+    """`deconvolve` when the typical innermost segment is shorter than two sensor windows
+    (`bounds`: the tree's `segments` boundaries when the caller has them)."""
     if series.power_w is None or len(tree.start) == 0:
         return "integrate"
-    seg_len = np.diff(segments(tree)[0]) / 1e9
+    seg_len = np.diff(segments(tree)[0] if bounds is None else bounds) / 1e9
     seg_len = seg_len[seg_len > 0]
     if len(seg_len) == 0:
         return "integrate"

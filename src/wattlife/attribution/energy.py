@@ -35,7 +35,15 @@ from .series import (
 )
 from .settle import SensorSettle, integrate_held, settle_columns
 from .time_units import check_time_units
-from .tree import PhaseTree, clamp_events, exclusive, phase_tree, segment_index, timeline
+from .tree import (
+    PhaseTree,
+    clamp_events,
+    exclusive,
+    phase_tree,
+    segment_index,
+    segments,
+    timeline,
+)
 
 
 @runtime_checkable
@@ -175,11 +183,16 @@ def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: fl
         warnings.warn(f"{s.device}: only an energy counter, integrating instead of deconvolving",
                       stacklevel=3)
         m = "integrate"
+    made = None  # the tree's segments, sorted once for the choice and the segment index
     if m == "auto":
-        m = choose_method(s, tree, window_s or s.spacing_s)
+        made = segments(tree) if s.power_w is not None else None
+        m = choose_method(s, tree, window_s or s.spacing_s,
+                          None if made is None else made[0])
     if m != "deconvolve":
+        del made
         return integrate_held(s, tree, settles), None
-    segs = segment_index(tree, s)  # built once for the window estimate and the fit
+    segs = segment_index(tree, s, made)  # built once for the window estimate and the fit
+    del made
     if response == "estimate":
         r = estimate_response(s, tree)
     elif isinstance(response, SensorResponse) and GPU.forms(s.device):

@@ -77,7 +77,7 @@ def _scan(path: Path) -> dict[str, Any] | None:
             "local_rank": seen["local_rank"].pop(), "rows": len(starts),
             "run_ids": seen["run_id"], "compile": seen["compile"],
             # what `check_time_units` takes of the file's rows (the streamed path's check)
-            "start_median": float(np.median(starts))}
+            "start_median": float(np.median(starts, overwrite_input=True))}
 
 
 def _scanned(path: Path) -> dict[str, Any] | None:

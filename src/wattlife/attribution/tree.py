@@ -343,9 +343,11 @@ class Segments:
         return np.array(row, copy=True)
 
 
-def segment_index(tree: PhaseTree, series: DeviceSeries) -> Segments:
-    """The segments of a rank's tree on a device's times (relative to its first reading)."""
-    bounds, label = segments(tree)
+def segment_index(tree: PhaseTree, series: DeviceSeries,
+                  made: tuple[np.ndarray, np.ndarray] | None = None) -> Segments:
+    """The segments of a rank's tree on a device's times (relative to its first reading);
+    `made`: the tree's `segments` when the caller has them."""
+    bounds, label = segments(tree) if made is None else made
     codes, uniques = pd.factorize(tree.name, use_na_sentinel=False)
     names = sorted(set(uniques)) + [UNATTRIBUTED]
     pos = np.array([names.index(u) for u in uniques] + [names.index(UNATTRIBUTED)],
