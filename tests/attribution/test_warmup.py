@@ -232,3 +232,23 @@ def test_the_wall_basis_ends_with_the_training_loop(monkeypatch, tmp_path):
     now["t"] += 2.0
     summary.add_step(8.0)
     assert summary.throughput_wall() == pytest.approx(5 * 8 / 2)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_the_compile_copy_of_tied_first_forwards_is_the_first_in_file_order(descending):
+    """Two forwards at the rank's first forward start (an outer and an inner call): the
+    `compile` copy is of the one the file lists first, as the streamed path takes it
+    (`prepare_windows`, a stable sort); pandas' default sort of 50 rows or more swapped ties."""
+    ev = _events(n_steps=60)
+    fw = ev[ev["phase"] == "forward"].iloc[0]
+    inner = fw.copy()
+    inner["end_ns"], inner["depth"] = fw["end_ns"] - 1_000_000, fw["depth"] + 1
+    ev = pd.concat([pd.DataFrame([inner]), ev], ignore_index=True)  # file order: inner first
+    if descending:
+        ev = ev.iloc[::-1].reset_index(drop=True)
+    first = ev[(ev["phase"] == "forward") & (ev["start_ns"] == fw["start_ns"])].iloc[0]
+    got = with_compile_rows(ev, compiled=True)
+    copy = got[(got["phase"] == "compile") & (got["start_ns"] == fw["start_ns"])]
+    assert len(copy) == 1
+    assert copy["end_ns"].iloc[0] == first["end_ns"]
+    assert copy["depth"].iloc[0] == first["depth"] + 1

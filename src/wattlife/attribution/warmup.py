@@ -48,11 +48,13 @@ def post_warmup_steps(events: pd.DataFrame) -> pd.DataFrame:
 
 def with_compile_rows(events: pd.DataFrame, compiled: bool) -> pd.DataFrame:
     """`events` plus, for a compiled run whose events hold no `compile` row, a `compile` child
-    of the first `forward` and the first `backward` of each (host, rank) (see the module rule)."""
+    of the first `forward` and the first `backward` of each (host, rank) (see the module rule;
+    of two at the same start, the one the file lists first, as `prepare_windows` takes it)."""
     if not compiled or (events["phase"] == COMPILE).any():
         return events
-    first = (events[events["phase"].isin([FORWARD, BACKWARD])]
-             .sort_values("start_ns").groupby(_KEYS + ["phase"], sort=False).head(1).copy())
+    first = (events[events["phase"].isin([FORWARD, BACKWARD])]  # ties: the file's first
+             .sort_values("start_ns", kind="stable")
+             .groupby(_KEYS + ["phase"], sort=False).head(1).copy())
     if first.empty:
         return events
     return pd.concat([events, compile_copies(first)], ignore_index=True)
