@@ -118,7 +118,8 @@ def _name_times(series: DeviceSeries, tree: PhaseTree, segs: Segments
     seg_dt = (np.clip(bounds[1:], t0, t1) - np.clip(bounds[:-1], t0, t1)) / 1e9
     time_by = pd.Series(seg_dt).groupby(segs.code).sum()  # by name (its first index in names)
     span = (t1 - t0) / 1e9
-    count_by = pd.Series(tree.name).value_counts()
+    codes, uniques = pd.factorize(tree.name, use_na_sentinel=False)  # no string a phase
+    count_by = dict(zip(uniques, np.bincount(codes, minlength=len(uniques)), strict=True))
     times = np.array([float(time_by.get(names.index(nm), 0.0))
                       + (span - float(seg_dt.sum()) if nm == UNATTRIBUTED else 0.0)
                       for nm in names])

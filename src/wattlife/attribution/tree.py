@@ -180,6 +180,18 @@ def _in_file(row: pd.Series) -> str:
     return f" ({loc})" if loc else ""
 
 
+def sums_by_name(names: np.ndarray, sort: bool = True, **columns: np.ndarray) -> pd.DataFrame:
+    """Each column's sum over the rows of each distinct name (index `phase`: the names sorted,
+    or in order of first appearance): the values of `DataFrame({"phase": names, **columns})
+    .groupby("phase", sort=sort).sum()` (pandas' compensated group sums, rows in their order),
+    grouped on the names' integer codes, so that no column of one string a phase is built (a
+    week of one rank: 9.9 M phases; issue 43)."""
+    codes, uniques = pd.factorize(names, sort=sort, use_na_sentinel=False)
+    out = pd.DataFrame(columns).groupby(codes, sort=True).sum()
+    out.index = pd.Index(np.asarray(uniques, dtype=object)[out.index.to_numpy()], name="phase")
+    return out
+
+
 def exclusive(tree: PhaseTree, inclusive: np.ndarray) -> np.ndarray:
     child_sum = np.bincount(tree.parent[tree.parent >= 0],
                             weights=inclusive[tree.parent >= 0], minlength=len(inclusive))
