@@ -62,6 +62,18 @@ def test_ties_in_file_order(tmp_path):
     pd.testing.assert_frame_equal(got, _expected(ev), check_exact=True)
 
 
+def test_many_runs_are_merged_a_few_at_a_time_alike(tmp_path, monkeypatch):
+    """More runs than `FAN_IN` (40 runs, 3 at a time: four passes more): the same rows."""
+    from wattlife.attribution import start_order as so
+
+    monkeypatch.setattr(so, "FAN_IN", 3)
+    ev = end_order_events(30)
+    blocks = list(start_ordered(_cut(ev, [4]), spill_dir=tmp_path, run_rows=len(ev) // 40 + 1,
+                                block_rows=5))
+    pd.testing.assert_frame_equal(_joined(blocks), _expected(ev), check_exact=True)
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(sizes=st.lists(st.integers(0, 60), min_size=1, max_size=6).filter(any),
