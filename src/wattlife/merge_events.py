@@ -84,6 +84,14 @@ def _step_ends(df: pd.DataFrame) -> pd.Series:
     return st.assign(host=st["host"].astype(str)).groupby(["host", "step"])["end_ns"].min()
 
 
+def _least(parts: list[pd.Series]) -> pd.Series:
+    """Each (host, step)'s least end among the parts (`_step_ends`; the empty ones left out)."""
+    full = [e for e in parts if len(e)]
+    if len(full) < 2:
+        return full[0] if full else parts[-1]
+    return pd.concat(full).groupby(level=[0, 1]).min()
+
+
 def spill_events(paths: list[Path], tmp: Path) -> Spill:
     """Each events file read once in chunks, each chunk spilled to `tmp` as Parquet (`Spill`)."""
     chunks: list[Path] = []
@@ -92,15 +100,16 @@ def spill_events(paths: list[Path], tmp: Path) -> Spill:
     ends = pd.Series(dtype=np.int64)
     head: pd.DataFrame | None = None
     for p in paths:
+        file_ends = [ends]
         for df in _chunks(p):
             hosts |= set(df["host"].unique())
-            got = _step_ends(df)
-            ends = got if not len(ends) else pd.concat([ends, got]).groupby(level=[0, 1]).min()
+            file_ends.append(_step_ends(df))
             forms.add(tuple(_form(df)))
             head = df.iloc[:0] if head is None else head
             if len(forms) == 1 and len(df):
                 chunks.append(tmp / f"chunk{len(chunks)}.parquet")
                 df.to_parquet(chunks[-1], index=False)
+        ends = _least(file_ends)  # once a file: the chunks' ends joined, not the run's each time
     assert head is not None  # every file gives a chunk (a header alone: no rows)
     steps = ends.rename("end_ns").reset_index().assign(phase="step")
     return Spill(paths, chunks if len(forms) == 1 else [], sorted(hosts), steps, head,

@@ -12,7 +12,7 @@ Memory: one run while it is sorted, then `block_rows` rows of each run, `MERGE_R
 runs together (a day of one rank: 1.4 M rows, 6 runs of 256 k; 3 days: 17 runs). More than
 `FAN_IN` runs are first merged `FAN_IN` at a time into longer ones (a pass more over the rows):
 the merge's rounds then take blocks of `MERGE_ROWS / FAN_IN` rows or more of each run, however
-long the stream (a day of two 8-rank nodes: 87 runs, one pass more)."""
+long the stream (a day of two 8-rank nodes: 87 runs, one pass more; 6 h: 22 runs, none)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ BLOCK_ROWS = 1 << 15
 #: 1024 rows at least), so the merge's memory does not grow with the rank's length
 MERGE_ROWS = 1 << 17
 #: runs merged at once: more are merged this many at a time into longer runs first
-FAN_IN = 16
+FAN_IN = 32
 #: rows of a spilled run's Parquet row groups: a reader decodes a whole group, so one group of
 #: each run is held while merging whatever the blocks asked for
 GROUP_ROWS = 1 << 13
@@ -151,40 +151,57 @@ def _merge(runs: list[Run], block_rows: int, names: list[str]) -> Iterator[pd.Da
     run's block: only what is taken is joined and sorted."""
     per_run = max(min(block_rows, MERGE_ROWS // max(len(runs), 1)), min(block_rows, 1024))
     readers = [_blocks(r, per_run) for r in runs]
-    bufs = [next(r, None) for r in readers]
+    bufs = [_Held.of(next(r, None), names) for r in readers]
     while any(b is not None for b in bufs):
-        held = [i for i, b in enumerate(bufs) if b is not None]
-        lasts = {i: _last_key(bufs[i], names) for i in held}
+        held = {i: b for i, b in enumerate(bufs) if b is not None}
+        lasts = {i: b.last() for i, b in held.items()}
         bound_run = min(lasts, key=lambda i: lasts[i])
         taken = []
-        for i in held:
-            b = bufs[i]
-            assert b is not None
-            n = len(b) if i == bound_run else _n_upto(b, lasts[bound_run], names)
+        for i, b in held.items():
+            n = b.left() if i == bound_run else b.upto(lasts[bound_run])
             if n:
-                taken.append(b.iloc[:n])
-            bufs[i] = b.iloc[n:] if n < len(b) else None
+                taken.append(b.take(n))
         block = pd.concat(taken, ignore_index=True) if len(taken) > 1 else (
             taken[0].reset_index(drop=True))
         order = np.lexsort([block[k].to_numpy() for k in reversed(names)])
         yield block.iloc[order].reset_index(drop=True)
-        if bufs[bound_run] is None:
-            bufs[bound_run] = next(readers[bound_run], None)
+        bufs[bound_run] = _Held.of(next(readers[bound_run], None), names)
 
 
-def _n_upto(b: pd.DataFrame, bound: tuple[float, ...], names: list[str]) -> int:
-    """How many of a sorted block's first rows have keys at or below `bound` (a prefix)."""
-    cols = [b[k].to_numpy() for k in names]
-    upto = cols[-1] <= bound[-1]
-    for col, v in zip(cols[-2::-1], bound[-2::-1], strict=True):
-        upto = (col < v) | ((col == v) & upto)
-    return int(np.count_nonzero(upto))
+class _Held:
+    """A run's block in hand: its rows, its key columns as arrays (read once: a column of a
+    frame costs more than the arithmetic on it), how many of its rows were taken."""
 
+    def __init__(self, frame: pd.DataFrame, names: list[str]) -> None:
+        self.frame = frame
+        self.keys = [frame[k].to_numpy() for k in names]
+        self.off = 0
 
-def _last_key(b: pd.DataFrame | None, names: list[str]) -> tuple[float, ...]:
-    """A sorted block's last key (its `names` columns' values)."""
-    assert b is not None and len(b)
-    return tuple(b[k].to_numpy()[-1].item() for k in names)
+    @classmethod
+    def of(cls, frame: pd.DataFrame | None, names: list[str]) -> _Held | None:
+        """The block held, None for none (its run read to its end)."""
+        return None if frame is None else cls(frame, names)
+
+    def left(self) -> int:
+        """Its rows not yet taken."""
+        return len(self.frame) - self.off
+
+    def last(self) -> tuple[float, ...]:
+        """Its last key."""
+        return tuple(a[-1].item() for a in self.keys)
+
+    def upto(self, bound: tuple[float, ...]) -> int:
+        """How many of its rows left have keys at or below `bound` (a prefix of them)."""
+        cols = [a[self.off:] for a in self.keys]
+        upto = cols[-1] <= bound[-1]
+        for col, v in zip(cols[-2::-1], bound[-2::-1], strict=True):
+            upto = (col < v) | ((col == v) & upto)
+        return int(np.count_nonzero(upto))
+
+    def take(self, n: int) -> pd.DataFrame:
+        """Its next `n` rows."""
+        self.off += n
+        return self.frame.iloc[self.off - n:self.off]
 
 
 def sorted_blocks(chunks: Iterable[pd.DataFrame], keys: KeyFn,
