@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wattlife import merge_events
-from wattlife.attribution import start_order
 from wattlife.contracts import read_events
 from wattlife.merge_nodes import _read_events_compact, merge_node_runs, shift_hosts
 
@@ -108,7 +107,7 @@ def _merged(tmp: Path, monkeypatch: pytest.MonkeyPatch, sizes: tuple[int, int, i
     for name, value in (("CHUNK_BYTES", chunk), ("RUN_ROWS", run), ("MERGE_BLOCK_ROWS", block),
                         ("WRITE_ROWS", write)):
         monkeypatch.setattr(merge_events, name, value)
-    monkeypatch.setattr(start_order, "FAN_IN", fan_in)
+    monkeypatch.setattr(merge_events, "FAN_IN", fan_in)
 
     def whole(*args: object, **kw: object) -> None:
         raise AssertionError(f"an events file read whole: {args}")

@@ -1,14 +1,14 @@
 """`merge-nodes`' events in bounded memory (issue 43): every node's events files read in chunks
 (`attribution.events_chunks`: `read_events`' rows and types, a few MB of CSV at a time), each
-chunk spilled (Parquet) as it comes; then the chunks, each host's clock alignment applied, sorted
-by (start, host, rank), ties in file order, then in row order within a file (the stable sort of
-the files joined), by the external sort `attribution.start_order.sorted_blocks` (sorted runs of
-`RUN_ROWS` spilled, merged k ways) and written as they come: the bytes `pd.concat` of the files,
-a stable sort and one `to_csv` give, holding a chunk, a run, or a block of each run at a time,
-whatever the run's length. Where the chunks' columns or their types differ (between files; or
-within a Parquet file whose row groups type a column differently, e.g. an integer column with
-missing cells in some groups only) the files are read whole and merged in memory instead: the
-types `pd.concat` of the whole files gives."""
+chunk spilled (Parquet) as it comes; then the chunks, each host's clock alignment applied,
+sorted by (start, host, rank), ties in file order, then in row order within a file (the stable
+sort of the files joined), by the external sort `attribution.start_order.sorted_blocks`
+(sorted runs of `RUN_ROWS` spilled, merged k ways, `FAN_IN` at a time) and written as they
+come: the bytes `pd.concat` of the files, a stable sort and one `to_csv` give, holding a chunk,
+a run, or a block of each run at a time, whatever the run's length. Where the chunks' columns
+or their types differ (between files; or within a Parquet file whose row groups type a column
+differently, e.g. an integer column with missing cells in some groups only) the files are read
+whole and merged in memory instead: the types `pd.concat` of the whole files gives."""
 
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ CHUNK_BYTES = 8 << 20
 RUN_ROWS = 1 << 18
 #: rows of each run held at a time while merging (at most)
 MERGE_BLOCK_ROWS = 1 << 15
+#: runs merged at once: more are merged this many at a time into longer runs first (a day of
+#: two 8-rank nodes makes 87 runs; merged at once, each round would take a few rows of each)
+FAN_IN = 32
 #: rows written to the CSV at a time (pandas' `to_csv` is slow on small frames)
 WRITE_ROWS = 1 << 16
 
@@ -138,7 +141,7 @@ def write_sorted(spill: Spill, out: str | Path,
     with atomic_path(out) as dst, open(dst, "w") as fh:
         fh.write(spill.head.to_csv(index=False))
         rows = sorted_blocks((shift(_spilled(p)) for p in spill.chunks), keys, tmp, RUN_ROWS,
-                             MERGE_BLOCK_ROWS)
+                             MERGE_BLOCK_ROWS, FAN_IN)
         for block in batched(rows, WRITE_ROWS):
             block.to_csv(fh, index=False, header=False)  # in pandas' chunks, no whole string
 

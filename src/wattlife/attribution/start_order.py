@@ -9,10 +9,12 @@ each run held at a time, and yields the rows in blocks. The order is `tree.phase
 stable; here the rows' position in the stream is the last key), so the blocks joined are the
 rows of `events.iloc[order]`, bit for bit (the columns and their types as the chunks give them).
 Memory: one run while it is sorted, then `block_rows` rows of each run, `MERGE_ROWS` rows of all
-runs together (a day of one rank: 1.4 M rows, 6 runs of 256 k; 3 days: 17 runs). More than
-`FAN_IN` runs are first merged `FAN_IN` at a time into longer ones (a pass more over the rows):
-the merge's rounds then take blocks of `MERGE_ROWS / FAN_IN` rows or more of each run, however
-long the stream (a day of two 8-rank nodes: 87 runs, one pass more; 6 h: 22 runs, none)."""
+runs together (a day of one rank: 1.4 M rows, 6 runs of 256 k; 3 days: 17 runs). With a
+`fan_in` (`sorted_blocks`; `merge-nodes` gives 32), more runs than that are first merged that
+many at a time into longer ones (a pass more over the rows): the last merge's rounds then take
+blocks of `MERGE_ROWS / fan_in` rows or more of each run, however long the stream (a day of two
+8-rank nodes: 87 runs, one pass more; 6 h: 22 runs, none). `start_ordered` merges all its runs
+at once, as before (its blocks are `prepare_windows`' windows)."""
 
 from __future__ import annotations
 
@@ -30,8 +32,6 @@ BLOCK_ROWS = 1 << 15
 #: rows of all runs held at a time while merging: each run's block shrinks as runs add up (to
 #: 1024 rows at least), so the merge's memory does not grow with the rank's length
 MERGE_ROWS = 1 << 17
-#: runs merged at once: more are merged this many at a time into longer runs first
-FAN_IN = 32
 #: rows of a spilled run's Parquet row groups: a reader decodes a whole group, so one group of
 #: each run is held while merging whatever the blocks asked for
 GROUP_ROWS = 1 << 13
@@ -99,14 +99,15 @@ def _spill(chunks: Iterable[pd.DataFrame], tmp: Path, run_rows: int, keys: KeyFn
     return runs, names
 
 
-def _fewer(runs: list[Run], tmp: Path, block_rows: int, names: list[str]) -> list[Run]:
-    """Runs merged `FAN_IN` at a time into longer runs (spilled, the merged ones' files
-    removed) until at most `FAN_IN` are left."""
+def _fewer(runs: list[Run], tmp: Path, block_rows: int, names: list[str], fan_in: int
+           ) -> list[Run]:
+    """Runs merged `fan_in` at a time into longer runs (spilled, the merged ones' files
+    removed) until at most `fan_in` are left."""
     n_files = 0
-    while len(runs) > FAN_IN:
+    while len(runs) > fan_in:
         merged: list[Run] = []
-        for g in range(0, len(runs), FAN_IN):
-            group, out = runs[g:g + FAN_IN], []
+        for g in range(0, len(runs), fan_in):
+            group, out = runs[g:g + fan_in], []
             for block in batched(_merge(group, block_rows, names), block_rows):
                 out.append(tmp / f"merged{n_files}.parquet")
                 n_files += 1
@@ -206,13 +207,17 @@ class _Held:
 
 def sorted_blocks(chunks: Iterable[pd.DataFrame], keys: KeyFn,
                   spill_dir: str | Path | None = None, run_rows: int = RUN_ROWS,
-                  block_rows: int = BLOCK_ROWS) -> Iterator[pd.DataFrame]:
+                  block_rows: int = BLOCK_ROWS, fan_in: int | None = None
+                  ) -> Iterator[pd.DataFrame]:
     """The rows of a stream of chunks sorted by `keys` (the last: the row's position), in
-    blocks without the key columns, by the external sort of the module docstring; the spilled
-    runs live in a folder under `spill_dir` removed when the generator ends."""
+    blocks without the key columns, by the external sort of the module docstring (`fan_in`:
+    the most runs merged at once; None: all); the spilled runs live in a folder under
+    `spill_dir` removed when the generator ends."""
     with tempfile.TemporaryDirectory(prefix=".wattlife-sort-", dir=spill_dir) as tmp:
         runs, names = _spill(chunks, Path(tmp), run_rows, keys)
-        for block in _merge(_fewer(runs, Path(tmp), block_rows, names), block_rows, names):
+        if fan_in is not None:
+            runs = _fewer(runs, Path(tmp), block_rows, names, fan_in)
+        for block in _merge(runs, block_rows, names):
             if len(block):
                 yield block.drop(columns=names)
 
