@@ -1,5 +1,6 @@
 """One rank's events file read in chunks (issue 43): the rows, columns, types and line numbers
-of `read_events(path, lines=True, siblings=False)`, a chunk at a time, so that a long run's
+of `read_events(path, lines=True, siblings=False)` (or without the line numbers, `lines=False`:
+`merge-nodes` writes none), a chunk at a time, so that a long run's
 file is never parsed whole; `prepare_windows.stream_file` feeds them to the external sort
 (`start_order.start_ordered`).
 
@@ -24,9 +25,9 @@ from ..contracts.names import EVENTS_COLUMNS, EVENTS_TYPES
 from ..contracts.reading import events_rows, parse_csv_bytes, typed_cells, warn_cut_line
 
 
-def read_events_chunks(path: str | Path, chunk_bytes: int | None = None
+def read_events_chunks(path: str | Path, chunk_bytes: int | None = None, lines: bool = True
                        ) -> Iterator[pd.DataFrame]:
-    """`read_events(path, lines=True, siblings=False)` in chunks of about `chunk_bytes` of CSV
+    """`read_events(path, lines=lines, siblings=False)` in chunks of about `chunk_bytes` of CSV
     (`contracts.BATCH_BYTES` by default), each indexed by its rows' positions in the file (the
     chunks joined: that frame, index included). Errors and warnings: the module docstring."""
     path = Path(path)
@@ -35,12 +36,12 @@ def read_events_chunks(path: str | Path, chunk_bytes: int | None = None
     first = 0
     try:
         for df in _parsed(path, chunk_bytes or BATCH_BYTES):
-            df = events_rows(df, path, lines=True)
+            df = events_rows(df, path, lines=lines)
             df.index = pd.RangeIndex(first, first + len(df))
             first += len(df)
             yield df
     except (ContractError, StreamUnreadable) as exc:
-        read_events(path, lines=True, siblings=False)  # its error, where it gives one
+        read_events(path, lines=lines, siblings=False)  # its error, where it gives one
         if isinstance(exc, StreamUnreadable):
             raise ContractError(f"{path}: {exc}") from exc
         raise
