@@ -23,9 +23,10 @@ child process (wall seconds, rows/s, the child's peak RSS), and prints a table.
 
 `--rank-events` also times one rank's events (rank 0's file) put in start order and built into
 its phase tree and segments: in memory (`read_events`, `phase_tree`, `segments`, as `attribute`
-does) and window by window (`pd.read_csv` chunks, `start_order.start_ordered`,
-`tree_windows.tree_windows`, each window's segments; not yet used by `attribute`, and its
-chunks are pandas' plain reading, not `read_events`' checked one); and that file prepared as
+does for a rank of up to 2²⁰ rows) and window by window (`pd.read_csv` chunks,
+`start_order.start_ordered`, `tree_windows.tree_windows`, each window's segments; `attribute`
+builds a longer rank's tree so from `read_events`' checked chunks, here pandas' plain reading);
+and that file prepared as
 `RankEvents` prepares it (warm-up labels, timeline, clamping) in start order: whole
 (`read_events`, `label_warmup`, `timeline`, `clamp_events`, `start_order`) and from the file
 read in chunks by `events_chunks` (`prepare_windows.prepared_file`: sorted, labelled and

@@ -1,23 +1,55 @@
-"""`merge-nodes`' events in bounded memory (issue 43): every node's events files read one at a
-time, each file's rows sorted by (start, host, rank) and spilled (Parquet), then merged k ways
-and written as they come: the bytes `pd.concat` of the files, a stable sort and one `to_csv`
-give, holding a file and a block of each sorted file (a day of 2 nodes x 8 ranks: ~23 M rows,
-held whole before). Files whose columns or their types differ are merged in memory instead."""
+"""`merge-nodes`' events in bounded memory (issue 43): every node's events files read in chunks
+(`attribution.events_chunks`: `read_events`' rows and types, a few MB of CSV at a time), each
+chunk spilled (Parquet) as it comes; then the chunks, each host's clock alignment applied,
+sorted by (start, host, rank), ties in file order, then in row order within a file (the stable
+sort of the files joined), by the external sort `attribution.start_order.sorted_blocks`
+(sorted runs of `RUN_ROWS` spilled, merged k ways, `FAN_IN` at a time) and written as they
+come: the bytes `pd.concat` of the files, a stable sort and one `to_csv` give, holding a chunk,
+a run, or a block of each run at a time, whatever the run's length. Where the chunks' columns
+or their types differ (between files; or within a Parquet file whose row groups type a column
+differently, e.g. an integer column with missing cells in some groups only) the files are read
+whole and merged in memory instead: the types `pd.concat` of the whole files gives."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .attribution.events_chunks import read_events_chunks
+from .attribution.start_order import batched, sorted_blocks
 from .contracts import atomic_path, events_files, read_events
 from .contracts.compact import as_categories, concat_compact
 
-#: rows of each sorted file held at a time while merging
+#: bytes of an events file's CSV parsed at a time
+CHUNK_BYTES = 8 << 20
+#: rows sorted in memory and spilled as one run of the external sort
+RUN_ROWS = 1 << 18
+#: rows of each run held at a time while merging (at most)
 MERGE_BLOCK_ROWS = 1 << 15
-_KEY = ["_s", "_h", "_r"]
+#: runs merged at once: more are merged this many at a time into longer runs first (a day of
+#: two 8-rank nodes makes 87 runs; merged at once, each round would take a few rows of each)
+FAN_IN = 32
+#: rows written to the CSV at a time (pandas' `to_csv` is slow on small frames)
+WRITE_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Spill:
+    """What `spill_events` read: the events `files`, their chunks spilled in file order (none
+    where their columns or types differ: `whole`), every host named (sorted), each (host,
+    step)'s earliest `step` end (`clock_offsets`' rows: phase, host, step, end_ns), and the
+    first chunk's columns (no rows: the header written)."""
+
+    files: list[Path]
+    chunks: list[Path]
+    hosts: list[str]
+    steps: pd.DataFrame
+    head: pd.DataFrame
+    whole: bool
 
 
 def events_paths(events: list[str | Path]) -> list[Path]:
@@ -36,116 +68,87 @@ def read_compact(path: Path) -> pd.DataFrame:
     return as_categories(read_events(path, siblings=False))
 
 
+def _chunks(path: Path) -> Iterator[pd.DataFrame]:
+    """One events file's rows in chunks: `read_events(path, siblings=False)`'s, host and phase
+    as text as it makes them."""
+    for df in read_events_chunks(path, CHUNK_BYTES, lines=False):
+        yield df.assign(host=df["host"].astype(str), phase=df["phase"].astype(str))
+
+
 def _form(df: pd.DataFrame) -> list[tuple[str, str]]:
-    """A file's columns and their types (text: 'category')."""
+    """A frame's columns and their types (text: 'category')."""
     return [(c, "category" if isinstance(t, pd.CategoricalDtype) else str(t))
             for c, t in df.dtypes.items()]
 
 
-def spill_events(paths: list[Path], tmp: Path) -> tuple[list[Path], list[str], pd.DataFrame]:
-    """Each events file read once (`read_compact`) and spilled to `tmp` as Parquet; the spilled
-    files, every host named, and each (host, step)'s earliest `step` end (`clock_offsets`' rows:
-    phase, host, step, end_ns)."""
-    spilled, hosts = [], set()
+def _step_ends(df: pd.DataFrame) -> pd.Series:
+    """Each (host, step)'s earliest `step` end among the rows."""
+    st = df[(df["phase"] == "step").to_numpy()]
+    return st.assign(host=st["host"].astype(str)).groupby(["host", "step"])["end_ns"].min()
+
+
+def _least(parts: list[pd.Series]) -> pd.Series:
+    """Each (host, step)'s least end among the parts (`_step_ends`; the empty ones left out)."""
+    full = [e for e in parts if len(e)]
+    if len(full) < 2:
+        return full[0] if full else parts[-1]
+    return pd.concat(full).groupby(level=[0, 1]).min()
+
+
+def spill_events(paths: list[Path], tmp: Path) -> Spill:
+    """Each events file read once in chunks, each chunk spilled to `tmp` as Parquet (`Spill`)."""
+    chunks: list[Path] = []
+    hosts: set[str] = set()
+    forms: set[tuple[tuple[str, str], ...]] = set()
     ends = pd.Series(dtype=np.int64)
-    for i, p in enumerate(paths):
-        df = read_compact(p)
-        hosts |= set(df["host"].astype(str).unique())
-        st = df[(df["phase"] == "step").to_numpy()]
-        got = st.assign(host=st["host"].astype(str)).groupby(["host", "step"])["end_ns"].min()
-        ends = got if not len(ends) else pd.concat([ends, got]).groupby(level=[0, 1]).min()
-        spilled.append(tmp / f"raw{i}.parquet")
-        df.to_parquet(spilled[-1], index=False)
+    head: pd.DataFrame | None = None
+    for p in paths:
+        file_ends = [ends]
+        for df in _chunks(p):
+            hosts |= set(df["host"].unique())
+            file_ends.append(_step_ends(df))
+            forms.add(tuple(_form(df)))
+            head = df.iloc[:0] if head is None else head
+            if len(forms) == 1 and len(df):
+                chunks.append(tmp / f"chunk{len(chunks)}.parquet")
+                df.to_parquet(chunks[-1], index=False)
+        ends = _least(file_ends)  # once a file: the chunks' ends joined, not the run's each time
+    assert head is not None  # every file gives a chunk (a header alone: no rows)
     steps = ends.rename("end_ns").reset_index().assign(phase="step")
-    return spilled, sorted(hosts), steps
+    return Spill(paths, chunks if len(forms) == 1 else [], sorted(hosts), steps, head,
+                 len(forms) > 1)
 
 
-def write_sorted(spilled: list[Path], out: str | Path,
-                 shift: Callable[[pd.DataFrame], pd.DataFrame], hosts: list[str]) -> None:
-    """The events of the `spilled` files moved by `shift` (each host's clock alignment) and
-    written to `out` sorted by (start_ns, host, rank), ties in file order (a stable sort),
-    atomically. `hosts`: every host named in the files."""
-    code = {h: i for i, h in enumerate(sorted(hosts))}
-    runs, forms = [], []
-    for p in spilled:
-        df = shift(pd.read_parquet(p))
-        forms.append(_form(df))
-        key = pd.DataFrame({"_s": df["start_ns"].to_numpy(np.int64),
-                            "_h": df["host"].astype(str).map(code).to_numpy(np.int64),
-                            "_r": df["rank"].to_numpy(np.int64)})
-        order = np.lexsort((key["_r"], key["_h"], key["_s"]))  # stable
-        runs.append(p.with_name(f"sorted-{p.name}"))
-        pd.concat([df, key], axis=1).iloc[order].to_parquet(
-            runs[-1], index=False, row_group_size=MERGE_BLOCK_ROWS)
-        del df
-    if any(f != forms[0] for f in forms):  # concat would change a column's type: whole
-        _write_whole(runs, out)
+def write_sorted(spill: Spill, out: str | Path,
+                 shift: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
+    """The events `spill_events` read, moved by `shift` (each host's clock alignment), written
+    to `out` sorted by (start_ns, host, rank), ties in file order (a stable sort), atomically."""
+    code = {h: i for i, h in enumerate(spill.hosts)}
+
+    def keys(df: pd.DataFrame, first_row: int) -> dict[str, np.ndarray]:
+        return {"__wl_start": df["start_ns"].to_numpy(np.int64),
+                "__wl_host": df["host"].astype(str).map(code).to_numpy(np.int64),
+                "__wl_rank": df["rank"].to_numpy(np.int64),
+                "__wl_row": np.arange(first_row, first_row + len(df), dtype=np.int64)}
+
+    if spill.whole:  # concat would change a column's type: whole
+        ev = shift(concat_compact([read_compact(p) for p in spill.files]))
+        order = np.lexsort(list(keys(ev, 0).values())[2::-1])  # stable
+        with atomic_path(out) as dst:
+            ev.iloc[order].to_csv(dst, index=False)
         return
+    tmp = spill.chunks[0].parent if spill.chunks else None
     with atomic_path(out) as dst, open(dst, "w") as fh:
-        fh.write(pd.read_parquet(runs[0]).drop(columns=_KEY).iloc[:0].to_csv(index=False))
-        for block in _merged(runs):
+        fh.write(spill.head.to_csv(index=False))
+        rows = sorted_blocks((shift(_spilled(p)) for p in spill.chunks), keys, tmp, RUN_ROWS,
+                             MERGE_BLOCK_ROWS, FAN_IN)
+        for block in batched(rows, WRITE_ROWS):
             block.to_csv(fh, index=False, header=False)  # in pandas' chunks, no whole string
 
 
-def _write_whole(runs: list[Path], out: str | Path) -> None:
-    """The sorted files joined in memory (their types differ), sorted, written."""
-    ev = concat_compact([pd.read_parquet(r) for r in runs])
-    ev = ev.sort_values(_KEY, kind="stable").drop(columns=_KEY)
-    with atomic_path(out) as dst:
-        ev.to_csv(dst, index=False)
-
-
-def _blocks(path: Path) -> Iterator[pd.DataFrame]:
-    import pyarrow.parquet as pq
-
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=MERGE_BLOCK_ROWS):
-        yield batch.to_pandas()
-
-
-def _merged(runs: list[Path]) -> Iterator[pd.DataFrame]:
-    """The rows of the sorted files in (start, host, rank) order, ties in file order, a block
-    at a time: each round takes the rows below the least last key of the files not yet read
-    to their end (every row of a key below it is in hand), sorted stably in file order."""
-    readers = [_blocks(r) for r in runs]
-    bufs: list[pd.DataFrame | None] = [next(r, None) for r in readers]
-    done = [b is None for b in bufs]
-    while any(b is not None and len(b) for b in bufs):
-        open_ = [i for i, b in enumerate(bufs) if not done[i] and b is not None]
-        bound = min((_last(bufs[i]) for i in open_), default=None)
-        taken, rest = [], []
-        for b in bufs:
-            if b is None or not len(b):
-                rest.append(b)
-                continue
-            below = np.ones(len(b), bool) if bound is None else _below(b, bound)
-            taken.append(b[below])
-            rest.append(b[~below])
-        bufs = rest
-        if sum(len(t) for t in taken):
-            block = concat_compact(taken)  # text kept as categories
-            order = np.lexsort([block[k].to_numpy() for k in reversed(_KEY)])  # stable
-            yield block.drop(columns=_KEY).iloc[order]
-        for i in range(len(bufs)):  # refill: a file in hand to its bound, or all of a key
-            b = bufs[i]
-            if done[i] or (b is not None and len(b) and _last(b) != bound):
-                continue
-            more = next(readers[i], None)
-            if more is None:
-                done[i] = True
-            else:
-                bufs[i] = more if b is None or not len(b) else pd.concat([b, more],
-                                                                          ignore_index=True)
-
-
-def _last(b: pd.DataFrame | None) -> tuple[int, int, int]:
-    """The (start, host, rank) of a block's last row."""
-    assert b is not None and len(b)
-    s, h, r = (int(b[k].iloc[-1]) for k in _KEY)
-    return s, h, r
-
-
-def _below(b: pd.DataFrame, bound: tuple[int, ...]) -> np.ndarray:
-    """Rows whose (start, host, rank) is below `bound`."""
-    s, h, r = (b[k].to_numpy() for k in _KEY)
-    later = (h < bound[1]) | ((h == bound[1]) & (r < bound[2]))
-    return np.asarray((s < bound[0]) | ((s == bound[0]) & later), bool)
+def _spilled(path: Path) -> pd.DataFrame:
+    """A spilled chunk read back, its file removed (the disk a merge holds: about twice the
+    events)."""
+    df = pd.read_parquet(path)
+    path.unlink()
+    return df

@@ -126,12 +126,12 @@ def merge_node_runs(traces: list[str | Path], events: list[str | Path], out_trac
     node's meta.json, else the one beside its trace); returns the clock table, also written
     beside the merged trace as `clock_offsets.csv`. The traces are copied in chunks, node after
     node (each node's rows in its file's order: attribution and the checks take each device's
-    series in time order whatever the interleaving), in bounded memory; the events are read
-    one file at a time, each sorted by (start, host, rank) and spilled, and merged as they are
-    written (`merge_events`): memory of one file, not of the run."""
+    series in time order whatever the interleaving), in bounded memory; the events are read in
+    chunks and spilled, then sorted by (start, host, rank) by an external sort as they are
+    written (`merge_events`): memory of a chunk and a sorted run, not of a file or the run."""
     with tempfile.TemporaryDirectory(prefix="wattlife-merge-") as tmp:
-        spilled, hosts, step_ends = spill_events(events_paths(events), Path(tmp))
-        align = _alignment(pd.DataFrame({"host": hosts}), traces, metas)
+        spill = spill_events(events_paths(events), Path(tmp))
+        align = _alignment(pd.DataFrame({"host": spill.hosts}), traces, metas)
         shifts = dict(zip(align["host"], align["shift_ns"].astype(int), strict=True))
         try:
             _copy_traces(traces, out_trace, shifts)
@@ -142,10 +142,10 @@ def merge_node_runs(traces: list[str | Path], events: list[str | Path], out_trac
             write_csv(pd.concat(node_traces, ignore_index=True), out_trace)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            after = clock_offsets(shift_hosts(step_ends, shifts, ["end_ns"]), warn_ms)
+            after = clock_offsets(shift_hosts(spill.steps, shifts, ["end_ns"]), warn_ms)
         check = checked(align, after, warn_ms) if len(after) else after
-        write_sorted(spilled, out_events,
-                     lambda df: shift_hosts(df, shifts, ["start_ns", "end_ns"]), hosts)
+        write_sorted(spill, out_events,
+                     lambda df: shift_hosts(df, shifts, ["start_ns", "end_ns"]))
     write_csv(check, Path(out_trace).with_name("clock_offsets.csv"))
     return check
 

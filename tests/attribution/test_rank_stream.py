@@ -175,3 +175,22 @@ def test_a_streamed_rank_whose_first_row_is_a_concurrent_phase(tmp_path, monkeyp
     chunked, memory = _tables(tmp_path, monkeypatch, paths=(p, ev_path), n_boot=10)
     assert len(streamed) == 2
     pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
+
+
+def test_a_streamed_rank_with_a_background_write_inside_a_warmup_step(tmp_path, monkeypatch,
+                                                                      streamed):
+    """A background checkpoint write inside warm-up step 0 keeps its name on both paths (the
+    warm-up labels leave concurrent phases alone): the in-memory table, streamed."""
+    from test_chunked import _events, _write, _write_events
+
+    from wattlife.contracts import CHECKPOINT_WRITE
+
+    p, ev_path = _write(tmp_path, "csv")
+    ev = _events()
+    step0 = ev[(ev["step"] == 0) & (ev["phase"] == "step")].iloc[[0]]
+    write = step0.assign(phase=CHECKPOINT_WRITE, depth=step0["depth"] + 1,
+                         start_ns=step0["start_ns"] + 1_000, end_ns=step0["end_ns"] - 1_000)
+    _write_events(tmp_path, pd.concat([ev, write], ignore_index=True), True)
+    chunked, memory = _tables(tmp_path, monkeypatch, paths=(p, ev_path), n_boot=10)
+    assert len(streamed) == 2 and "warmup" in set(chunked["phase"])
+    pd.testing.assert_frame_equal(chunked, memory, check_exact=True)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synth import end_order_events
-from wattlife.attribution.start_order import start_order, start_ordered
+from wattlife.attribution.start_order import sorted_blocks, start_order, start_ordered
 from wattlife.attribution.tree import phase_tree
 from wattlife.contracts import read_events
 
@@ -60,6 +60,22 @@ def test_ties_in_file_order(tmp_path):
     step = got["step"].to_numpy()
     assert (step[1:][same] > step[:-1][same]).all()
     pd.testing.assert_frame_equal(got, _expected(ev), check_exact=True)
+
+
+def test_many_runs_are_merged_a_few_at_a_time_alike(tmp_path):
+    """`sorted_blocks` by other keys (start, then rank; ties in stream order), more runs than
+    its `fan_in` (40 runs, 3 at a time: four passes more): the stable sort's rows."""
+    ev = end_order_events(30).assign(rank=lambda d: np.arange(len(d)) % 3)
+
+    def keys(df: pd.DataFrame, first: int) -> dict[str, np.ndarray]:
+        return {"s": df["start_ns"].to_numpy(), "r": df["rank"].to_numpy(),
+                "row": np.arange(first, first + len(df))}
+
+    blocks = list(sorted_blocks(_cut(ev, [4]), keys, tmp_path, run_rows=len(ev) // 40 + 1,
+                                block_rows=5, fan_in=3))
+    want = ev.sort_values(["start_ns", "rank"], kind="stable", ignore_index=True)
+    pd.testing.assert_frame_equal(_joined(blocks), want, check_exact=True)
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow

@@ -89,6 +89,25 @@ def test_an_uncompiled_run_has_warmup_but_no_compile_and_marked_compile_is_kept(
     assert not step_rows(ev.head(5 * 4))["warmup"].any()  # 5 steps: none is warm-up
 
 
+def test_a_background_write_inside_a_warmup_step_keeps_its_name(tmp_path):
+    """A background checkpoint write (a concurrent phase) that starts and ends inside warm-up
+    step 0 is not renamed `warmup`: it stays out of the timeline, its time with the step's
+    phases (renamed, it joined the timeline and overlapped the step's forward: an error)."""
+    trace, events = _write(tmp_path)
+    ev = pd.read_csv(events)
+    t = T0 + S  # step 0's start
+    write = ev.head(1).assign(phase="checkpoint_write", start_ns=t + S // 5,
+                              end_ns=t + S // 2, depth=1, items=np.nan)
+    ev = pd.concat([ev, write], ignore_index=True)
+    labelled = label_warmup(ev, compiled=True)
+    assert (labelled["phase"] == "checkpoint_write").sum() == 1
+    ev.to_csv(events, index=False)
+    ph = attribute_files(trace, events, tmp_path / "phases.csv", method="integrate")
+    assert "checkpoint_write" not in set(ph["phase"])
+    e = ph[ph["device"] == "gpu0"].set_index("phase")["energy_j"]
+    assert e["compile"] == pytest.approx(0.9 * 200.0, rel=1e-6)  # as without the write
+
+
 def _busy_meta(local_ranks):
     return {"idle_baseline": {"start_ns": T0, "end_ns": T0 + S // 2},
             "gpus": [{"device": f"gpu{k}", "local_rank": r, "cuda_ordinal": k}
@@ -213,3 +232,23 @@ def test_the_wall_basis_ends_with_the_training_loop(monkeypatch, tmp_path):
     now["t"] += 2.0
     summary.add_step(8.0)
     assert summary.throughput_wall() == pytest.approx(5 * 8 / 2)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_the_compile_copy_of_tied_first_forwards_is_the_first_in_file_order(descending):
+    """Two forwards at the rank's first forward start (an outer and an inner call): the
+    `compile` copy is of the one the file lists first, as the streamed path takes it
+    (`prepare_windows`, a stable sort); pandas' default sort of 50 rows or more swapped ties."""
+    ev = _events(n_steps=60)
+    fw = ev[ev["phase"] == "forward"].iloc[0]
+    inner = fw.copy()
+    inner["end_ns"], inner["depth"] = fw["end_ns"] - 1_000_000, fw["depth"] + 1
+    ev = pd.concat([pd.DataFrame([inner]), ev], ignore_index=True)  # file order: inner first
+    if descending:
+        ev = ev.iloc[::-1].reset_index(drop=True)
+    first = ev[(ev["phase"] == "forward") & (ev["start_ns"] == fw["start_ns"])].iloc[0]
+    got = with_compile_rows(ev, compiled=True)
+    copy = got[(got["phase"] == "compile") & (got["start_ns"] == fw["start_ns"])]
+    assert len(copy) == 1
+    assert copy["end_ns"].iloc[0] == first["end_ns"]
+    assert copy["depth"].iloc[0] == first["depth"] + 1

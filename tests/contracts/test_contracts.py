@@ -47,6 +47,23 @@ def test_parquet_trace(tmp_path):
     assert read_trace(tmp_path / "t.parquet")["value"].tolist() == [1.0, 2.0]
 
 
+def test_a_parquet_events_file_with_empty_number_cells_reads_as_its_csv(tmp_path):
+    """Missing `items` and `depth` (only steps carry items): NaN, as the CSV's empty cells read
+    (a Parquet float column's NaN was refused: "column 'items' expects a number, got nan"); a
+    text cell in a number column is still refused."""
+    ev = pd.DataFrame({"run_id": "r", "host": "h", "rank": 0, "phase": ["step", "forward"],
+                       "start_ns": [1, 1], "end_ns": [9, 5], "step": [0, 0],
+                       "items": [32.0, None], "depth": [1.0, None]})
+    ev.to_csv(tmp_path / "events.csv", index=False)
+    ev.to_parquet(tmp_path / "events.parquet")
+    pd.testing.assert_frame_equal(read_events(tmp_path / "events.parquet"),
+                                  read_events(tmp_path / "events.csv"))
+    ev.assign(items=["32", "x"]).to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ContractError, match=r"bad.parquet.*column 'items' expects a number, "
+                                            r"got 'x'"):
+        read_events(tmp_path / "bad.parquet")
+
+
 @settings(max_examples=80, deadline=None)
 # values in the physical range
 @given(rows=st.lists(st.tuples(st.integers(0, 2**62), st.floats(0, 5000, allow_nan=False)),

@@ -118,7 +118,8 @@ def _name_times(series: DeviceSeries, tree: PhaseTree, segs: Segments
     seg_dt = (np.clip(bounds[1:], t0, t1) - np.clip(bounds[:-1], t0, t1)) / 1e9
     time_by = pd.Series(seg_dt).groupby(segs.code).sum()  # by name (its first index in names)
     span = (t1 - t0) / 1e9
-    count_by = pd.Series(tree.name).value_counts()
+    codes, uniques = pd.factorize(tree.name, use_na_sentinel=False)  # no string a phase
+    count_by = dict(zip(uniques, np.bincount(codes, minlength=len(uniques)), strict=True))
     times = np.array([float(time_by.get(names.index(nm), 0.0))
                       + (span - float(seg_dt.sum()) if nm == UNATTRIBUTED else 0.0)
                       for nm in names])
@@ -271,11 +272,13 @@ def estimate_response(series: DeviceSeries, tree: PhaseTree, bin_s: float = 0.00
                           tuple(map(float, h[:keep] / h[:keep].sum())), estimated=True)
 
 
-def choose_method(series: DeviceSeries, tree: PhaseTree, window_s: float) -> str:
-    """`deconvolve` when the typical innermost segment is shorter than two sensor windows."""
+def choose_method(series: DeviceSeries, tree: PhaseTree, window_s: float,
+                  bounds: np.ndarray | None = None) -> str:
+    """`deconvolve` when the typical innermost segment is shorter than two sensor windows
+    (`bounds`: the tree's `segments` boundaries when the caller has them)."""
     if series.power_w is None or len(tree.start) == 0:
         return "integrate"
-    seg_len = np.diff(segments(tree)[0]) / 1e9
+    seg_len = np.diff(segments(tree)[0] if bounds is None else bounds) / 1e9
     seg_len = seg_len[seg_len > 0]
     if len(seg_len) == 0:
         return "integrate"

@@ -23,7 +23,7 @@ from ..contracts import (
 )
 from .busy import idle_floors, warn_busy
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
-from .gaps import GAP_PERIODS, Gaps, add_gap_columns, sensor_gaps
+from .gaps import GAP_PERIODS, add_gap_columns, phase_coverage, sensor_gaps
 from .node_rest import NODE_KIND, NodeSensor, add_node_rest, node_rows
 from .response import SensorResponse
 from .series import (
@@ -35,7 +35,14 @@ from .series import (
 )
 from .settle import SensorSettle, integrate_held, settle_columns
 from .time_units import check_time_units
-from .tree import PhaseTree, clamp_events, exclusive, phase_tree, segment_index, timeline
+from .tree import (
+    PhaseTree,
+    clamp_events,
+    phase_tree,
+    segment_index,
+    segments,
+    timeline,
+)
 
 
 @runtime_checkable
@@ -145,25 +152,6 @@ def _tree_for(s: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
     return phase_tree(ev, where=f"events of {s.host}/{s.device}")
 
 
-def _coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
-              ) -> tuple[pd.Series, float, float]:
-    """Per phase name, the share of its (exclusive) time read by the device (inside the trace's
-    span, outside its sensor gaps); the share of all phases' time inside the span; the seconds
-    outside it."""
-    t0, t1 = series.t_ns[0], series.t_ns[-1]
-    full = (tree.end - tree.start) / 1e9
-    a, b = np.clip(tree.start, t0, t1), np.clip(tree.end, t0, t1)
-    inside = (b - a) / 1e9
-    ex_full, ex_in = exclusive(tree, full), exclusive(tree, inside - gaps.within(a, b)[0])
-    by = pd.DataFrame({"phase": tree.name, "full": ex_full, "inside": ex_in}).groupby("phase").sum()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac = pd.Series(np.where(by["full"] > 0, by["inside"] / by["full"], 1.0), index=by.index)
-    top = tree.parent < 0
-    tot_full, tot_in = float(full[top].sum()), float(inside[top].sum())
-    overall = tot_in / tot_full if tot_full > 0 else 1.0
-    return frac.clip(0.0, 1.0), overall, tot_full - tot_in
-
-
 def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: float | None,
                      response: SensorResponse | str | None, n_boot: int,
                      settles: Mapping[str, SensorSettle] | None = None
@@ -175,11 +163,16 @@ def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: fl
         warnings.warn(f"{s.device}: only an energy counter, integrating instead of deconvolving",
                       stacklevel=3)
         m = "integrate"
+    made = None  # the tree's segments, sorted once for the choice and the segment index
     if m == "auto":
-        m = choose_method(s, tree, window_s or s.spacing_s)
+        made = segments(tree) if s.power_w is not None else None
+        m = choose_method(s, tree, window_s or s.spacing_s,
+                          None if made is None else made[0])
     if m != "deconvolve":
+        del made
         return integrate_held(s, tree, settles), None
-    segs = segment_index(tree, s)  # built once for the window estimate and the fit
+    segs = segment_index(tree, s, made)  # built once for the window estimate and the fit
+    del made
     if response == "estimate":
         r = estimate_response(s, tree)
     elif isinstance(response, SensorResponse) and GPU.forms(s.device):
@@ -234,7 +227,7 @@ def _attribute_devices(series: Sequence[DeviceSeries],
         gaps = sensor_gaps(s)
         if gaps.total_s > 0:
             gapped.append(gaps.describe())
-        frac, overall, outside_s = _coverage(s, tree, gaps)
+        frac, overall, outside_s = phase_coverage(s, tree, gaps)
         # within a reading spacing of the trace's ends is what any sampler leaves (it starts
         # and stops around the command): only more is worth a warning
         if overall < 1.0 - 1e-9 and not outside_s <= 2 * np.nan_to_num(s.spacing_s):

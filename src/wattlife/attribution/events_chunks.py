@@ -1,5 +1,6 @@
 """One rank's events file read in chunks (issue 43): the rows, columns, types and line numbers
-of `read_events(path, lines=True, siblings=False)`, a chunk at a time, so that a long run's
+of `read_events(path, lines=True, siblings=False)` (or without the line numbers, `lines=False`:
+`merge-nodes` writes none), a chunk at a time, so that a long run's
 file is never parsed whole; `prepare_windows.stream_file` feeds them to the external sort
 (`start_order.start_ordered`).
 
@@ -24,9 +25,9 @@ from ..contracts.names import EVENTS_COLUMNS, EVENTS_TYPES
 from ..contracts.reading import events_rows, parse_csv_bytes, typed_cells, warn_cut_line
 
 
-def read_events_chunks(path: str | Path, chunk_bytes: int | None = None
+def read_events_chunks(path: str | Path, chunk_bytes: int | None = None, lines: bool = True
                        ) -> Iterator[pd.DataFrame]:
-    """`read_events(path, lines=True, siblings=False)` in chunks of about `chunk_bytes` of CSV
+    """`read_events(path, lines=lines, siblings=False)` in chunks of about `chunk_bytes` of CSV
     (`contracts.BATCH_BYTES` by default), each indexed by its rows' positions in the file (the
     chunks joined: that frame, index included). Errors and warnings: the module docstring."""
     path = Path(path)
@@ -35,12 +36,12 @@ def read_events_chunks(path: str | Path, chunk_bytes: int | None = None
     first = 0
     try:
         for df in _parsed(path, chunk_bytes or BATCH_BYTES):
-            df = events_rows(df, path, lines=True)
+            df = events_rows(df, path, lines=lines)
             df.index = pd.RangeIndex(first, first + len(df))
             first += len(df)
             yield df
     except (ContractError, StreamUnreadable) as exc:
-        read_events(path, lines=True, siblings=False)  # its error, where it gives one
+        read_events(path, lines=lines, siblings=False)  # its error, where it gives one
         if isinstance(exc, StreamUnreadable):
             raise ContractError(f"{path}: {exc}") from exc
         raise
@@ -58,10 +59,7 @@ def _parsed(path: Path, chunk_bytes: int) -> Iterator[pd.DataFrame]:
         return
     chunks = LineChunks(path, chunk_bytes)
     header, lines = b"", 0
-    for block in _whole_records(chunks):
-        if not header:
-            cut = block.find(b"\n") + 1
-            header, block = block[:cut], block[cut:]
+    for header, block in record_blocks(chunks):
         if block:
             yield parse_csv_bytes(header + block, path, EVENTS_COLUMNS, EVENTS_TYPES, lines)
         lines += block.count(b"\n")
@@ -73,6 +71,17 @@ def _parsed(path: Path, chunk_bytes: int) -> Iterator[pd.DataFrame]:
     for cut in (chunks.cut_frame, bool(chunks.tail)):
         if cut:  # the header, the lines read, then the cut one
             warn_cut_line(path, 1 + lines + 1, stacklevel=3)
+
+
+def record_blocks(chunks: LineChunks) -> Iterator[tuple[bytes, bytes]]:
+    """The file's header line and each block of whole records after it (a block ending inside
+    a quoted field joined to the next): `header + block` parses as a CSV file of its own."""
+    header = b""
+    for block in _whole_records(chunks):
+        if not header:
+            cut = block.find(b"\n") + 1
+            header, block = block[:cut], block[cut:]
+        yield header, block
 
 
 def _whole_records(chunks: LineChunks) -> Iterator[bytes]:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..contracts import RESIDUAL, UNATTRIBUTED, averaging_sources
 from .series import DeviceSeries
-from .tree import PhaseTree, exclusive
+from .tree import PhaseTree, exclusive, sums_by_name
 
 #: a spacing between two readings above this many times the device's median spacing is a gap,
 #: whatever its absolute length (issue 41; no floor). Chosen on the committed H100/H200 traces
@@ -100,6 +100,29 @@ def sensor_gaps(s: DeviceSeries) -> Gaps:
     return Gaps(s, ta, tb, np.concatenate([ta, tb])[first], secs[before], joules[before])
 
 
+def phase_coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
+                   ) -> tuple[pd.Series, float, float]:
+    """Per phase name, the share of its (exclusive) time read by the device (inside the trace's
+    span, outside its sensor gaps: `covered_fraction`); the share of all phases' time inside the
+    span; the seconds outside it."""
+    t0, t1 = series.t_ns[0], series.t_ns[-1]
+    top = tree.parent < 0
+    full = (tree.end - tree.start) / 1e9
+    tot_full, ex_full = float(full[top].sum()), exclusive(tree, full)
+    del full  # each array let go once used: a long rank's phases are millions (issue 43)
+    a, b = np.clip(tree.start, t0, t1), np.clip(tree.end, t0, t1)
+    inside = (b - a) / 1e9
+    tot_in = float(inside[top].sum())
+    inside -= gaps.within(a, b)[0]
+    del a, b
+    by = sums_by_name(tree.name, full=ex_full, inside=exclusive(tree, inside))
+    del inside, ex_full
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = pd.Series(np.where(by["full"] > 0, by["inside"] / by["full"], 1.0), index=by.index)
+    overall = tot_in / tot_full if tot_full > 0 else 1.0
+    return frac.clip(0.0, 1.0), overall, tot_full - tot_in
+
+
 def add_gap_columns(df: pd.DataFrame, gaps: Gaps, tree: PhaseTree) -> pd.DataFrame:
     """One device's phases with `gap_s` and `gap_energy_j` (exclusive, per name; the
     `unattributed` row gets the gaps outside top-level phases) and the interval widened over the
@@ -108,8 +131,7 @@ def add_gap_columns(df: pd.DataFrame, gaps: Gaps, tree: PhaseTree) -> pd.DataFra
     t0, t1 = s.t_ns[0], s.t_ns[-1]
     g_s, g_j = gaps.within(np.clip(tree.start, t0, t1), np.clip(tree.end, t0, t1))
     top = tree.parent < 0
-    by = pd.DataFrame({"phase": tree.name, "s": exclusive(tree, g_s),
-                       "j": exclusive(tree, g_j)}).groupby("phase").sum()
+    by = sums_by_name(tree.name, s=exclusive(tree, g_s), j=exclusive(tree, g_j))
     out_s = gaps.total_s - float(g_s[top].sum())
     out_j = gaps.total_j - float(g_j[top].sum())
     df["gap_s"] = df["phase"].map(by["s"]).fillna(0.0)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..contracts import UNATTRIBUTED
 from .series import DeviceSeries
-from .tree import PhaseTree, exclusive
+from .tree import PhaseTree, exclusive, sums_by_name
 from .tree_windows import TreeWindow
 
 
@@ -31,9 +31,8 @@ def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
     e_ex = exclusive(tree, e_incl)
     t_ex = exclusive(tree, t_incl)
     top = tree.parent < 0
-    df = pd.DataFrame({"phase": tree.name, "energy_j": e_ex, "time_s": t_ex, "n": 1})
-    g = df.groupby("phase", sort=False).agg(energy_j=("energy_j", "sum"), time_s=("time_s", "sum"),
-                                            count=("n", "sum")).reset_index()
+    g = sums_by_name(tree.name, sort=False, energy_j=e_ex, time_s=t_ex,
+                     count=np.ones(len(e_ex), np.int64)).reset_index()
     return _table(series, g, float(e_incl[top].sum()), float(t_incl[top].sum()))
 
 

@@ -30,8 +30,8 @@ from ..contracts.names import WARMUP_STEPS
 from .clamp_windows import POS, clamped_windows
 from .events_chunks import read_events_chunks
 from .start_order import start_ordered
-from .tree import OVERLAP_TOL_NS, timeline
-from .warmup import compile_copies
+from .tree import timeline
+from .warmup import compile_copies, in_warmup_steps
 from .wrappers import wrapper_events
 
 
@@ -120,15 +120,10 @@ def _below(keys: tuple[np.ndarray, ...], bound: tuple[float, ...]) -> np.ndarray
 
 
 def _label(w: pd.DataFrame, warm: np.ndarray) -> pd.DataFrame:
-    """A window's rows inside a warm-up step renamed `warmup`, `compile` rows kept
-    (`warmup.label_warmup`'s rule, on rows of one rank)."""
+    """A window's rows inside a warm-up step renamed `warmup` (`warmup.in_warmup_steps`)."""
     if not len(warm) or not len(w):
         return w
-    s0, e0 = w["start_ns"].to_numpy(), w["end_ns"].to_numpy()
-    inside = np.zeros(len(w), dtype=bool)
-    for a, b in warm:
-        inside |= (s0 >= a - OVERLAP_TOL_NS) & (e0 <= b + OVERLAP_TOL_NS)
-    inside &= (w["phase"] != COMPILE).to_numpy()
+    inside = in_warmup_steps(w, warm)
     if inside.any():
         w = w.copy()
         w.loc[inside, "phase"] = WARMUP

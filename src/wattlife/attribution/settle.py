@@ -28,7 +28,7 @@ import pandas as pd
 from ..contracts import UNATTRIBUTED, GpuIdentity
 from .integrate import integrate
 from .series import DeviceSeries
-from .tree import PhaseTree
+from .tree import PhaseTree, sums_by_name
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def settle_halfwidth(series: DeviceSeries, tree: PhaseTree, settle: SensorSettle
     own = (steps[:n] + steps[n:]) * settle.displaced_ms / 1e3
     child = tree.parent >= 0
     exclusive = own + np.bincount(tree.parent[child], weights=own[child], minlength=n)
-    out = pd.Series(exclusive, index=tree.name).groupby(level=0, sort=False).sum()
+    out = sums_by_name(tree.name, sort=False, j=exclusive)["j"]
     out[UNATTRIBUTED] = float(own[~child].sum())
     return out
 

@@ -180,6 +180,18 @@ def _in_file(row: pd.Series) -> str:
     return f" ({loc})" if loc else ""
 
 
+def sums_by_name(names: np.ndarray, sort: bool = True, **columns: np.ndarray) -> pd.DataFrame:
+    """Each column's sum over the rows of each distinct name (index `phase`: the names sorted,
+    or in order of first appearance): the values of `DataFrame({"phase": names, **columns})
+    .groupby("phase", sort=sort).sum()` (pandas' compensated group sums, rows in their order),
+    grouped on the names' integer codes, so that no column of one string a phase is built (a
+    week of one rank: 9.9 M phases; issue 43)."""
+    codes, uniques = pd.factorize(names, sort=sort, use_na_sentinel=False)
+    out = pd.DataFrame(columns).groupby(codes, sort=True).sum()
+    out.index = pd.Index(np.asarray(uniques, dtype=object)[out.index.to_numpy()], name="phase")
+    return out
+
+
 def exclusive(tree: PhaseTree, inclusive: np.ndarray) -> np.ndarray:
     child_sum = np.bincount(tree.parent[tree.parent >= 0],
                             weights=inclusive[tree.parent >= 0], minlength=len(inclusive))
@@ -343,9 +355,11 @@ class Segments:
         return np.array(row, copy=True)
 
 
-def segment_index(tree: PhaseTree, series: DeviceSeries) -> Segments:
-    """The segments of a rank's tree on a device's times (relative to its first reading)."""
-    bounds, label = segments(tree)
+def segment_index(tree: PhaseTree, series: DeviceSeries,
+                  made: tuple[np.ndarray, np.ndarray] | None = None) -> Segments:
+    """The segments of a rank's tree on a device's times (relative to its first reading);
+    `made`: the tree's `segments` when the caller has them."""
+    bounds, label = segments(tree) if made is None else made
     codes, uniques = pd.factorize(tree.name, use_na_sentinel=False)
     names = sorted(set(uniques)) + [UNATTRIBUTED]
     pos = np.array([names.index(u) for u in uniques] + [names.index(UNATTRIBUTED)],

@@ -12,8 +12,10 @@ Rules (docs/CONTRACTS.md, "Compilation and warm-up"):
   later in a run (a new shape, a guard failure) are not visible in the events and stay inside
   their forward/backward;
 - `label_warmup`: every row inside a warm-up step (the step itself included) is renamed
-  `warmup`, except `compile` rows. The raw events files are never rewritten: attribution applies
-  this when it reads them.
+  `warmup`, except `compile` rows and the concurrent phases (a background checkpoint write keeps
+  its name: `tree.timeline` leaves it out, its time stays with the phases it overlaps; renamed,
+  it joined the timeline and overlapped the step's phases, an error). The raw events files are
+  never rewritten: attribution applies this when it reads them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..contracts import BACKWARD, COMPILE, FORWARD, STEP, WARMUP, warmup_count
+from ..contracts import BACKWARD, COMPILE, CONCURRENT_PHASES, FORWARD, STEP, WARMUP, warmup_count
 from .tree import OVERLAP_TOL_NS
 
 _KEYS = ["host", "rank"]
@@ -46,11 +48,13 @@ def post_warmup_steps(events: pd.DataFrame) -> pd.DataFrame:
 
 def with_compile_rows(events: pd.DataFrame, compiled: bool) -> pd.DataFrame:
     """`events` plus, for a compiled run whose events hold no `compile` row, a `compile` child
-    of the first `forward` and the first `backward` of each (host, rank) (see the module rule)."""
+    of the first `forward` and the first `backward` of each (host, rank) (see the module rule;
+    of two at the same start, the one the file lists first, as `prepare_windows` takes it)."""
     if not compiled or (events["phase"] == COMPILE).any():
         return events
-    first = (events[events["phase"].isin([FORWARD, BACKWARD])]
-             .sort_values("start_ns").groupby(_KEYS + ["phase"], sort=False).head(1).copy())
+    first = (events[events["phase"].isin([FORWARD, BACKWARD])]  # ties: the file's first
+             .sort_values("start_ns", kind="stable")
+             .groupby(_KEYS + ["phase"], sort=False).head(1).copy())
     if first.empty:
         return events
     return pd.concat([events, compile_copies(first)], ignore_index=True)
@@ -67,7 +71,7 @@ def compile_copies(first: pd.DataFrame) -> pd.DataFrame:
 
 def label_warmup(events: pd.DataFrame, compiled: bool = False) -> pd.DataFrame:
     """The events as the phase tables read them (module docstring): compile rows added where a
-    compiled run lacks them, every row of a warm-up step renamed `warmup` (compile kept)."""
+    compiled run lacks them, every row of a warm-up step renamed `warmup` (`in_warmup_steps`)."""
     ev = with_compile_rows(events, compiled)
     warm = step_rows(ev)
     warm = warm[warm["warmup"]]
@@ -77,9 +81,18 @@ def label_warmup(events: pd.DataFrame, compiled: bool = False) -> pd.DataFrame:
     inside = np.zeros(len(ev), dtype=bool)
     for (host, rank), w in warm.groupby(_KEYS):
         own = ((ev["host"] == host) & (ev["rank"] == rank)).to_numpy()
-        s0, e0 = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
-        for a, b in zip(w["start_ns"].to_numpy(), w["end_ns"].to_numpy(), strict=True):
-            inside |= own & (s0 >= a - OVERLAP_TOL_NS) & (e0 <= b + OVERLAP_TOL_NS)
-    inside &= (ev["phase"] != COMPILE).to_numpy()
+        inside[own] = in_warmup_steps(ev[own], w[["start_ns", "end_ns"]].to_numpy())
     ev.loc[inside, "phase"] = WARMUP
     return ev
+
+
+def in_warmup_steps(rows: pd.DataFrame, warm: np.ndarray) -> np.ndarray:
+    """Which of one rank's rows `label_warmup` renames: those inside one of the warm-up steps
+    `warm` ((start, end) rows) within `tree.OVERLAP_TOL_NS`, but `compile` rows and the
+    concurrent phases (module docstring)."""
+    s0, e0 = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
+    inside = np.zeros(len(rows), dtype=bool)
+    for a, b in warm:
+        inside |= (s0 >= a - OVERLAP_TOL_NS) & (e0 <= b + OVERLAP_TOL_NS)
+    inside &= ~rows["phase"].isin([COMPILE, *CONCURRENT_PHASES]).to_numpy()
+    return inside

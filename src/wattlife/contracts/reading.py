@@ -224,7 +224,7 @@ def typed_cells(df: pd.DataFrame, path: Path, required: list[str], numeric: dict
             continue
         vals = pd.to_numeric(raw.replace("", np.nan) if raw.dtype == object else raw,
                              errors="coerce")
-        bad = vals.isna() & (raw.astype(str) != "")
+        bad = vals.isna() & raw.notna() & (raw.astype(str) != "")  # a missing cell: NaN
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise ContractError(f"{_where(path, i, first_data_line)}: column '{col}' expects a "
