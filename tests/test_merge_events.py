@@ -186,7 +186,7 @@ def test_a_parquet_file_whose_groups_type_a_column_apart_is_merged_whole_alike(t
 
 
 @pytest.mark.slow
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=10, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(chunk=st.integers(60, 3000), run=st.integers(1, 80), block=st.integers(1, 40),
        write=st.integers(1, 200), fan_in=st.integers(2, 6))
