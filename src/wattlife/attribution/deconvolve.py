@@ -239,18 +239,20 @@ def estimate_window(series: DeviceSeries, tree: PhaseTree,
 
 def estimate_response(series: DeviceSeries, tree: PhaseTree, bin_s: float = 0.005,
                       max_lag_s: float | None = None, iters: int = 50,
-                      max_readings: int = 200_000) -> SensorResponse:
+                      max_readings: int = 200_000, segs: Segments | None = None
+                      ) -> SensorResponse:
     """The sensor's lag weights (bins of `bin_s` up to `max_lag_s`, default 3 reading spacings)
     that, with one power per phase name, fit the readings best: alternating non-negative least
     squares, starting from a boxcar of one spacing. Needs short phases of varied length and
-    order; with long phases only, the readings say little about the weights."""
+    order; with long phases only, the readings say little about the weights (`segs`:
+    `segment_index(tree, series)` when the caller has it)."""
     if series.power_w is None:
         raise InputError(f"{series.device}: estimating a response needs power readings")
     n = min(len(series.t_ns), max_readings)
     t, p = series.rel(series.t_ns[1:n]), series.power_w[1:n]
     max_lag = max_lag_s if max_lag_s else 3 * series.spacing_s
     edges = np.arange(0.0, max_lag + bin_s / 2, bin_s)
-    segs = segment_index(tree, series)  # the first readings' time window only
+    segs = segs or segment_index(tree, series)  # the first readings' time window only
     index = (segs.window(t[0] - (edges[-1] + bin_s) * 1e9 - 1e3, t[-1] + 1e3) if len(t)
              else segs.index)
     overlaps = np.stack([index.overlap(t - edges[k] * 1e9, bin_s * 1e9)

@@ -174,7 +174,7 @@ def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: fl
     segs = segment_index(tree, s, made)  # built once for the window estimate and the fit
     del made
     if response == "estimate":
-        r = estimate_response(s, tree)
+        r = estimate_response(s, tree, segs=segs)
     elif isinstance(response, SensorResponse) and GPU.forms(s.device):
         r = response
     else:
