@@ -31,6 +31,7 @@ from scipy.optimize import lsq_linear, nnls
 
 from ..contracts import RESIDUAL, UNATTRIBUTED
 from ..errors import InputError
+from .exact_sum import exact_group_sums, exact_sum
 from .response import SensorResponse
 from .series import DeviceSeries
 from .tree import PhaseTree, Segments, segment_index, segments
@@ -116,12 +117,13 @@ def _name_times(series: DeviceSeries, tree: PhaseTree, segs: Segments
     t0, t1 = series.t_ns[0], series.t_ns[-1]
     bounds, names = segs.bounds, segs.names
     seg_dt = (np.clip(bounds[1:], t0, t1) - np.clip(bounds[:-1], t0, t1)) / 1e9
-    time_by = pd.Series(seg_dt).groupby(segs.code).sum()  # by name (its first index in names)
+    named = segs.code >= 0  # by name (its first index in names)
+    time_by = exact_group_sums(segs.code[named], len(names), seg_dt[named])[0]
     span = (t1 - t0) / 1e9
     codes, uniques = pd.factorize(tree.name, use_na_sentinel=False)  # no string a phase
     count_by = dict(zip(uniques, np.bincount(codes, minlength=len(uniques)), strict=True))
-    times = np.array([float(time_by.get(names.index(nm), 0.0))
-                      + (span - float(seg_dt.sum()) if nm == UNATTRIBUTED else 0.0)
+    times = np.array([float(time_by[names.index(nm)])
+                      + (span - exact_sum(seg_dt) if nm == UNATTRIBUTED else 0.0)
                       for nm in names])
     return times, np.array([int(count_by.get(nm, 0)) for nm in names])
 

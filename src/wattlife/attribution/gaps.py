@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import RESIDUAL, UNATTRIBUTED, averaging_sources
+from .exact_sum import exact_sum
 from .series import DeviceSeries
 from .tree import PhaseTree, exclusive, sums_by_name
 
@@ -108,11 +109,11 @@ def phase_coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
     t0, t1 = series.t_ns[0], series.t_ns[-1]
     top = tree.parent < 0
     full = (tree.end - tree.start) / 1e9
-    tot_full, ex_full = float(full[top].sum()), exclusive(tree, full)
+    tot_full, ex_full = exact_sum(full[top]), exclusive(tree, full)
     del full  # each array let go once used: a long rank's phases are millions (issue 43)
     a, b = np.clip(tree.start, t0, t1), np.clip(tree.end, t0, t1)
     inside = (b - a) / 1e9
-    tot_in = float(inside[top].sum())
+    tot_in = exact_sum(inside[top])
     inside -= gaps.within(a, b)[0]
     del a, b
     by = sums_by_name(tree.name, full=ex_full, inside=exclusive(tree, inside))
@@ -132,8 +133,8 @@ def add_gap_columns(df: pd.DataFrame, gaps: Gaps, tree: PhaseTree) -> pd.DataFra
     g_s, g_j = gaps.within(np.clip(tree.start, t0, t1), np.clip(tree.end, t0, t1))
     top = tree.parent < 0
     by = sums_by_name(tree.name, s=exclusive(tree, g_s), j=exclusive(tree, g_j))
-    out_s = gaps.total_s - float(g_s[top].sum())
-    out_j = gaps.total_j - float(g_j[top].sum())
+    out_s = gaps.total_s - exact_sum(g_s[top])
+    out_j = gaps.total_j - exact_sum(g_j[top])
     df["gap_s"] = df["phase"].map(by["s"]).fillna(0.0)
     df["gap_energy_j"] = df["phase"].map(by["j"]).fillna(0.0)
     un = df["phase"] == UNATTRIBUTED

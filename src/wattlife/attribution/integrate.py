@@ -11,11 +11,13 @@ package: `interval_energy` serves callers that need the energy of plain time win
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..contracts import UNATTRIBUTED
+from .exact_sum import ExactSums, exact_sum
 from .series import DeviceSeries
 from .tree import PhaseTree, exclusive, sums_by_name
 from .tree_windows import TreeWindow
@@ -33,36 +35,69 @@ def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
     top = tree.parent < 0
     g = sums_by_name(tree.name, sort=False, energy_j=e_ex, time_s=t_ex,
                      count=np.ones(len(e_ex), np.int64)).reset_index()
-    return _table(series, g, float(e_incl[top].sum()), float(t_incl[top].sum()))
+    return _table(series, g, exact_sum(e_incl[top]), exact_sum(t_incl[top]))
+
+
+@dataclass
+class _Open:
+    """The phases of a rank still open at a window's end (`tree_windows` carries them into the
+    next window, first and in this order): stream position, name code, inclusive energy and
+    time, and their children's inclusive energy and time summed so far (in the tree's order)."""
+
+    pos: np.ndarray
+    code: np.ndarray
+    e_incl: np.ndarray
+    t_incl: np.ndarray
+    e_kids: np.ndarray
+    t_kids: np.ndarray
 
 
 def integrate_windows(series: DeviceSeries, windows: Iterable[TreeWindow]) -> pd.DataFrame:
-    """`integrate` of a rank's tree given a window at a time (`tree_windows`): each window's
-    phases cut to its [lo, hi) (a phase crossing an edge is split, its parts' energies added),
-    each phase counted in the window of its start. The same table as `integrate` of the whole
-    tree, equal to rounding (the parts' differences of E summed in another order), energy
-    conserved as there: phases + unattributed = E(last reading) - E(first reading)."""
+    """`integrate` of a rank's tree given a window at a time (`tree_windows`), bit for bit: each
+    phase's inclusive E(end) - E(start) taken in the window of its start, its children's added
+    to it one by one in the tree's order as `exclusive`'s bincount adds them (carried while it is
+    open), its exclusive energy and time summed per name once it closes, correctly rounded
+    (`exact_sum`: in any order the same bits), names in order of first appearance."""
     t0, t1 = series.t_ns[0], series.t_ns[-1]
-    sums: pd.DataFrame | None = None
-    top_e = top_t = 0.0
+    names: dict[str, int] = {}
+    by_name, top, counts = ExactSums(2), ExactSums(2), np.zeros(0, np.int64)
+    held = _Open(*(np.zeros(0, t) for t in (np.int64, np.int64, float, float, float, float)))
     for w in windows:
-        start = np.clip(np.maximum(w.tree.start, w.lo), t0, t1)
-        end = np.clip(np.minimum(w.tree.end, w.hi), t0, t1)
-        e_incl = series.energy_at(end) - series.energy_at(start)
-        t_incl = (end - start) / 1e9
-        top = w.tree.parent < 0
-        top_e += float(e_incl[top].sum())
-        top_t += float(t_incl[top].sum())
-        df = pd.DataFrame({"phase": w.tree.name, "energy_j": exclusive(w.tree, e_incl),
-                           "time_s": exclusive(w.tree, t_incl),
-                           "count": (w.tree.start >= w.lo).astype(np.int64)})
-        sums = df if sums is None else pd.concat([sums, df], ignore_index=True)
-        # first appearance order: the stream's, as the whole tree's groupby gives it
-        sums = sums.groupby("phase", sort=False).sum().reset_index()
-    if sums is None:
-        sums = pd.DataFrame({"phase": pd.Series(dtype=object), "energy_j": 0.0, "time_s": 0.0,
-                             "count": pd.Series(dtype=np.int64)})
-    return _table(series, sums, top_e, top_t)
+        tree, k = w.tree, len(held.pos)
+        if not np.array_equal(w.rows[:k], held.pos):
+            raise ValueError("integrate_windows: a window's first rows are not the phases "
+                             "carried from the window before (tree_windows' order)")
+        code = np.concatenate([held.code, _codes(tree.name[k:], names)])
+        counts = np.concatenate([counts, np.zeros(len(names) - len(counts), np.int64)])
+        counts += np.bincount(code[k:], minlength=len(names))
+        a, b = np.clip(tree.start[k:], t0, t1), np.clip(tree.end[k:], t0, t1)
+        e_incl = np.concatenate([held.e_incl, series.energy_at(b) - series.energy_at(a)])
+        t_incl = np.concatenate([held.t_incl, (b - a) / 1e9])
+        own_top = np.flatnonzero(tree.parent[k:] < 0) + k
+        top.add(np.zeros(len(own_top), np.int64), e_incl[own_top], t_incl[own_top])
+        kids = np.flatnonzero(tree.parent[k:] >= 0) + k
+        e_kids = np.concatenate([held.e_kids, np.zeros(len(tree.start) - k)])
+        t_kids = np.concatenate([held.t_kids, np.zeros(len(tree.start) - k)])
+        np.add.at(e_kids, tree.parent[kids], e_incl[kids])
+        np.add.at(t_kids, tree.parent[kids], t_incl[kids])
+        done = tree.end < w.hi
+        by_name.add(code[done], (e_incl - e_kids)[done], (t_incl - t_kids)[done])
+        held = _Open(w.rows[~done], code[~done], e_incl[~done], t_incl[~done], e_kids[~done],
+                     t_kids[~done])
+    energy, time = by_name.totals(len(names))
+    g = pd.DataFrame({"energy_j": energy, "time_s": time, "count": counts},
+                     index=pd.Index(np.asarray(list(names), dtype=object), name="phase")
+                     ).reset_index()  # as `sums_by_name`'s
+    top_e, top_t = top.totals(1)
+    return _table(series, g, float(top_e[0]), float(top_t[0]))
+
+
+def _codes(new_names: np.ndarray, names: dict[str, int]) -> np.ndarray:
+    """The run-wide code of each name (a name not seen before gets the next one, in order of
+    first appearance)."""
+    local, uniques = pd.factorize(new_names, use_na_sentinel=False)
+    lut = np.array([names.setdefault(str(u), len(names)) for u in uniques], np.int64)
+    return lut[local] if len(local) else np.zeros(0, np.int64)
 
 
 def _table(series: DeviceSeries, g: pd.DataFrame, top_e: float, top_t: float) -> pd.DataFrame:

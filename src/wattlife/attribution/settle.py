@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import UNATTRIBUTED, GpuIdentity
+from .exact_sum import exact_sum
 from .integrate import integrate
 from .series import DeviceSeries
 from .tree import PhaseTree, sums_by_name
@@ -83,7 +84,7 @@ def settle_halfwidth(series: DeviceSeries, tree: PhaseTree, settle: SensorSettle
     child = tree.parent >= 0
     exclusive = own + np.bincount(tree.parent[child], weights=own[child], minlength=n)
     out = sums_by_name(tree.name, sort=False, j=exclusive)["j"]
-    out[UNATTRIBUTED] = float(own[~child].sum())
+    out[UNATTRIBUTED] = exact_sum(own[~child])
     return out
 
 

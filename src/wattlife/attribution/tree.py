@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import CONCURRENT_PHASES, UNATTRIBUTED, ContractError, file_line
+from .exact_sum import exact_group_sums
 from .series import DeviceSeries
 
 
@@ -182,14 +183,21 @@ def _in_file(row: pd.Series) -> str:
 
 def sums_by_name(names: np.ndarray, sort: bool = True, **columns: np.ndarray) -> pd.DataFrame:
     """Each column's sum over the rows of each distinct name (index `phase`: the names sorted,
-    or in order of first appearance): the values of `DataFrame({"phase": names, **columns})
-    .groupby("phase", sort=sort).sum()` (pandas' compensated group sums, rows in their order),
-    grouped on the names' integer codes, so that no column of one string a phase is built (a
-    week of one rank: 9.9 M phases; issue 43)."""
+    or in order of first appearance): float columns correctly rounded (`exact_sum`: the same
+    bits whatever the rows' order, so that a rank's tree summed a window at a time gives the
+    whole tree's; issue 43), integer columns exactly; grouped on the names' integer codes, so
+    that no column of one string a phase is built (a week of one rank: 9.9 M phases)."""
     codes, uniques = pd.factorize(names, sort=sort, use_na_sentinel=False)
-    out = pd.DataFrame(columns).groupby(codes, sort=True).sum()
-    out.index = pd.Index(np.asarray(uniques, dtype=object)[out.index.to_numpy()], name="phase")
-    return out
+    n = len(uniques)
+    floats = [k for k, v in columns.items() if np.asarray(v).dtype.kind == "f"]
+    sums = dict(zip(floats, exact_group_sums(codes, n, *(columns[k] for k in floats)),
+                    strict=True))
+    for k, v in columns.items():
+        if k not in sums:
+            sums[k] = np.zeros(n, np.int64)
+            np.add.at(sums[k], codes, np.asarray(v, dtype=np.int64))
+    return pd.DataFrame({k: sums[k] for k in columns},
+                        index=pd.Index(np.asarray(uniques, dtype=object), name="phase"))
 
 
 def exclusive(tree: PhaseTree, inclusive: np.ndarray) -> np.ndarray:
