@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import SLURM_POLL, copy_workflow, slurm_test_partition
+from conftest import SLURM_POLL, SLURM_SNAKEMAKE, copy_workflow, slurm_test_partition
 from slurm_cells import tiny_slurm_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,8 +72,8 @@ def test_a_two_node_cell_runs_on_both_nodes_end_to_end(tmp_path, env_path, gpus)
     conf = tiny_slurm_config(tmp_path, gpus=gpus, storage="shared", nodes=2)
     wf = copy_workflow(tmp_path / "workflow")
     cell = tmp_path / "res/runs/resnet/shared/ckpt-on/r1"
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--verbose", "--profile",
-                          "profiles/slurm", "--configfile", str(conf), "--config",
+    out = subprocess.run([*SLURM_SNAKEMAKE, "--verbose", "--profile", "profiles/slurm",
+                          "--configfile", str(conf), "--config",
                           f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue",
                           *SLURM_POLL,
                           "--", str(cell / "phases.csv")], cwd=wf, env=env_path,
@@ -138,7 +138,7 @@ def test_a_two_node_local_cells_checkpoint_folders_are_removed_on_both_nodes(tmp
     beside = local / "wl2/checkpoints/resnet-local-ckpton-r9"  # another run's folder: stays
     beside.mkdir(parents=True)
     cell = tmp_path / "res/runs/resnet/local/ckpt-on/r1"
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+    out = subprocess.run([*SLURM_SNAKEMAKE, "--profile", "profiles/slurm",
                           "--configfile", str(conf), "--config",
                           f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue",
                           *SLURM_POLL,
