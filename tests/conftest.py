@@ -72,6 +72,10 @@ def slurm_test_partition() -> str:
 # for that sleep: each tiny CI run waited up to 40 s to see its job end and ~40 s to stop.
 # No job, flag or file of a run changes (squeue stays the status command: MinJobAge >> 3 x 2 s).
 SLURM_POLL = ("--slurm-init-seconds-before-status-checks", "2")
+# ... and keeps asking every 2 s while its job runs (the executor adds 10 s to each wait that saw
+# no job end: a ~25-s job was seen ~10 s late): `python tests/slurm_controller.py` is
+# `python -m snakemake` with that wait capped; the Slurm-profile runs that wait for a job use it
+SLURM_SNAKEMAKE = (sys.executable, str(Path(__file__).with_name("slurm_controller.py")))
 
 
 # What no test may change in the checkout (each Snakemake run works on a copy: `workflow_dir`;

@@ -108,11 +108,12 @@ def end_order_events(n_steps: int, seed: int = 0) -> pd.DataFrame:
 
 
 def write_check_side_files(run: Path, hosts: tuple[str, ...], ticks: int, window_end_ns: int,
-                           steps: int, world: int) -> None:
-    """A checked run's files beside its events: a trace of `ticks` 20 ms readings of each host
-    from T0, a meta.json of an image_classification cell with its workload window [T0 + 1 s,
-    `window_end_ns`], a compiled workload's summary counting `steps` with a step throughput."""
-    trace = "".join(f"{T0 + k * 20_000_000},{h},gpu0,power_w,300.0,sim\n"
+                           steps: int, world: int, period_ns: int = 20_000_000) -> None:
+    """A checked run's files beside its events: a trace of `ticks` readings of each host every
+    `period_ns` (20 ms) from T0, a meta.json of an image_classification cell with its workload
+    window [T0 + 1 s, `window_end_ns`], a compiled workload's summary counting `steps` with a
+    step throughput."""
+    trace = "".join(f"{T0 + k * period_ns},{h},gpu0,power_w,300.0,sim\n"
                     for k in range(ticks) for h in hosts)
     (run / "trace.csv").write_text("t_ns,host,device,metric,value,source\n" + trace)
     (run / "meta.json").write_text(json.dumps({

@@ -12,12 +12,13 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import SLURM_POLL, copy_workflow, slurm_test_partition
+from conftest import SLURM_POLL, SLURM_SNAKEMAKE, copy_workflow, slurm_test_partition
 from slurm_cells import tiny_slurm_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,8 +72,8 @@ def test_a_two_node_cell_runs_on_both_nodes_end_to_end(tmp_path, env_path, gpus)
     conf = tiny_slurm_config(tmp_path, gpus=gpus, storage="shared", nodes=2)
     wf = copy_workflow(tmp_path / "workflow")
     cell = tmp_path / "res/runs/resnet/shared/ckpt-on/r1"
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--verbose", "--profile",
-                          "profiles/slurm", "--configfile", str(conf), "--config",
+    out = subprocess.run([*SLURM_SNAKEMAKE, "--verbose", "--profile", "profiles/slurm",
+                          "--configfile", str(conf), "--config",
                           f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue",
                           *SLURM_POLL,
                           "--", str(cell / "phases.csv")], cwd=wf, env=env_path,
@@ -137,7 +138,7 @@ def test_a_two_node_local_cells_checkpoint_folders_are_removed_on_both_nodes(tmp
     beside = local / "wl2/checkpoints/resnet-local-ckpton-r9"  # another run's folder: stays
     beside.mkdir(parents=True)
     cell = tmp_path / "res/runs/resnet/local/ckpt-on/r1"
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+    out = subprocess.run([*SLURM_SNAKEMAKE, "--profile", "profiles/slurm",
                           "--configfile", str(conf), "--config",
                           f"slurm={{gpu_partition: {part}}}", "--slurm-status-command", "squeue",
                           *SLURM_POLL,
@@ -211,11 +212,27 @@ def _submit(*args: str) -> str:
     return out.stdout.strip().split(";")[0]
 
 
-def test_the_clusters_prolog_and_epilog_restore_caps_however_a_job_ends():
+@pytest.fixture(scope="module", autouse=True)
+def timed_out_job() -> Iterator[str | None]:
+    """The prolog / epilog test's job that Slurm ends at its time limit (`--time=1`: a minute,
+    and up to 30 s more until the controller's next look), submitted when the module starts so
+    that its minute passes while the tests before that one run (inside it, the test waited
+    60-90 s for nothing else). One CPU on the partition's smallest node (wl3 on CI): the 2-node
+    cells keep the other nodes; a test run alone that needs that node waits out the minute.
+    None where the cluster runs no suite prolog / epilog (that test skips)."""
+    if hooks_log() is None:
+        yield None
+        return
+    shapes = node_shapes(slurm_test_partition())
+    node = min(sorted(shapes), key=lambda n: shapes[n])  # fewest CPUs, then least memory
+    yield _submit("--time=1", "-w", node, "--wrap", "sleep 600")
+
+
+def test_the_clusters_prolog_and_epilog_restore_caps_however_a_job_ends(timed_out_job):
     """Slurm's own Prolog=/Epilog= (profiles/slurm, installed as the README says: absolute paths,
     the site file, simulated caps): for a job that completes, fails, is cancelled, is killed at
-    its time limit, and a 2-node job, each node's prolog saved the limits and its epilog
-    restored them and removed the record."""
+    its time limit (`timed_out_job`, submitted when the module started), and a 2-node job, each
+    node's prolog saved the limits and its epilog restored them and removed the record."""
     log = hooks_log()
     if log is None:
         pytest.skip("this cluster does not run the suite's prolog / epilog (.ci/slurm-up.sh does)")
@@ -223,7 +240,7 @@ def test_the_clusters_prolog_and_epilog_restore_caps_however_a_job_ends():
     jobs = {"completed": _submit("--wrap", "true"),
             "failed": _submit("--wrap", "exit 3"),
             "cancelled": _submit("--wrap", "sleep 600"),
-            "timeout": _submit("--time=1", "--wrap", "sleep 600"),
+            "timeout": timed_out_job,
             "two-node": _submit("-N2", "--ntasks=2", "--wrap", "true")}
     _wait(lambda: "RUNNING" in _sh("squeue", "-h", "-j", jobs["cancelled"], "-o", "%T"),
           "the job to cancel to run")

@@ -16,7 +16,7 @@ import sys
 import pytest
 import test_custody_workflow as W
 
-from conftest import SLURM_POLL, slurm_test_partition
+from conftest import SLURM_POLL, SLURM_SNAKEMAKE, slurm_test_partition
 from wattlife import custody as C
 
 # only where the user opted in (WATTLIFE_TEST_SLURM=1, tests/conftest.py): nothing here asks a
@@ -34,7 +34,7 @@ def swf(tmp_path):
 
 
 def slurm_snake(wf, *args, timeout=1500):
-    return subprocess.run([sys.executable, "-m", "snakemake", *SITE, "--configfile",
+    return subprocess.run([*SLURM_SNAKEMAKE, *SITE, "--configfile",
                            str(wf["conf"]), *args, "--", str(wf["cell"] / "phases.csv")],
                           cwd=wf["wf"], env=wf["env"], capture_output=True, text=True,
                           timeout=timeout)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import SLURM_POLL, copy_workflow, slurm_test_partition
+from conftest import SLURM_POLL, SLURM_SNAKEMAKE, copy_workflow, slurm_test_partition
 from slurm_cells import tiny_slurm_config
 from test_slurm_nodes import node_shapes, steps_of
 
@@ -33,7 +33,7 @@ def _rerun_then_nothing_to_do(conf: Path, site: list[str], cell: Path, tmp_path:
     before = (cell / "trace.csv").read_bytes()
     subprocess.run(["wattlife", "retire", str(tmp_path / "res"), "resnet/local/ckpt-on/r1"],
                    env=env_path, check=True, capture_output=True, timeout=60)
-    rerun = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+    rerun = subprocess.run([*SLURM_SNAKEMAKE, "--profile", "profiles/slurm",
                             "--configfile", str(conf), *site, "--forcerun",
                             str(cell / "trace.csv"), "--", str(cell / "phases.csv"),
                             str(tmp_path / "res/tables/pfi.csv")], cwd=tmp_path / "workflow",
@@ -67,7 +67,7 @@ def test_cells_run_as_slurm_jobs_through_the_slurm_profile(tmp_path, env_path):
             *SLURM_POLL]
     wf = copy_workflow(tmp_path / "workflow")
     cell = tmp_path / "res/runs/resnet/local/ckpt-on/r1"
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+    out = subprocess.run([*SLURM_SNAKEMAKE, "--profile", "profiles/slurm",
                           "--configfile", str(conf), *site, "--", str(cell / "phases.csv"),
                           str(tmp_path / "res/tables/pfi.csv")], cwd=wf, env=env_path,
                          capture_output=True, text=True, timeout=1200)

@@ -153,8 +153,8 @@ def pfi_run(tmp_path_factory, workflow_dir):
     cfg["powercap"]["hardware"] = "h200"
     cell = {"model_config": "qwen3-tiny", "task": "pretrain", "gpus": 1, "seq_len": 32,
             "batch_size": 2, "device": "cpu", "caps": [150, 400, 700]}
-    cfg["pfi_matrix"] = {"dataset": "wikitext-mini", "duration_s": 3, "eval_at_s": 1,
-                         "ckpt_at_s": 2, "tokenizer_vocab": 300, "cells": {"tiny-1g": cell}}
+    cfg["pfi_matrix"] = {"dataset": "wikitext-mini", "duration_s": 2, "eval_at_s": 1,
+                         "ckpt_at_s": 1, "tokenizer_vocab": 300, "cells": {"tiny-1g": cell}}
     conf = tmp / "config.yaml"
     conf.write_text(yaml.safe_dump(cfg))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")

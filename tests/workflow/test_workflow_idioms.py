@@ -339,6 +339,7 @@ def test_rounds_of_repeats_run_in_order_and_each_round_in_its_seeded_order(workf
         "storage": {"shared": str(tmp_path / "shared"), "local": str(tmp_path / "local")},
         "execution": {"storage": ["local"], "checkpoint": ["off", "sync", "async"],
                       "repeats": 2, "order_seed": 1},
+        "sampler": {"idle_baseline_s": 0.2},  # (the .test config's 1 s: 6 x 0.8 s for nothing)
         "workloads": {"resnet": {"steps": 2, "val_every": 2}}}))
     shutil.copytree(REPO / ".test", workflow_dir / ".test", dirs_exist_ok=True)
     cells = [f"resnet/local/ckpt-{c}/r{r}" for c in ("off", "sync", "async") for r in (1, 2)]
