@@ -11,7 +11,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wattlife.attribution.tree import sums_by_name
+from wattlife.attribution.tree import PhaseTree, name_codes, sums_by_name
 
 NAMES = ["step", "forward", "backward", "unattributed", "data_load", "b", "a"]
 
@@ -40,3 +40,22 @@ def test_a_sum_is_correctly_rounded() -> None:
     assert got.loc["a", "x"] == math.fsum(x)
     back = sums_by_name(np.array(["a"] * len(x), dtype=object), x=x[::-1].copy())
     assert back.loc["a", "x"] == got.loc["a", "x"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 300), k=st.integers(1, len(NAMES)), seed=st.integers(0, 2**32 - 1),
+       sort=st.booleans())
+def test_a_trees_cached_codes_give_the_names_sums(n, k, seed, sort) -> None:
+    """Given the tree, its names' codes are computed once (`name_codes`, kept on the tree) and
+    give the frame the names themselves give, sorted or in order of first appearance."""
+    rng = np.random.default_rng(seed)
+    names = np.array(NAMES[:k], dtype=object)[rng.integers(0, k, n)]
+    zeros = np.zeros(n, np.int64)
+    tree = PhaseTree(names, zeros, zeros, zeros, zeros - 1)
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-15, 16, n)
+    y = rng.integers(0, 5, n).astype(np.int64)
+    got = sums_by_name(tree, sort=sort, x=x, y=y)
+    pd.testing.assert_frame_equal(got, sums_by_name(names, sort=sort, x=x, y=y),
+                                  check_exact=True)
+    assert name_codes(tree) is tree.codes and tree.codes is not None
+    assert tree.codes[0].dtype == np.int8

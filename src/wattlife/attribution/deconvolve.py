@@ -34,7 +34,7 @@ from ..errors import InputError
 from .exact_sum import exact_group_sums, exact_sum
 from .response import SensorResponse
 from .series import DeviceSeries
-from .tree import PhaseTree, Segments, segment_index, segments
+from .tree import PhaseTree, Segments, name_codes, segment_index, segments
 
 MIN_IDENTIFIABILITY = 0.01  # below it a name's power is mostly the ridge prior (see deconvolve)
 
@@ -120,7 +120,7 @@ def _name_times(series: DeviceSeries, tree: PhaseTree, segs: Segments
     named = segs.code >= 0  # by name (its first index in names)
     time_by = exact_group_sums(segs.code[named], len(names), seg_dt[named])[0]
     span = (t1 - t0) / 1e9
-    codes, uniques = pd.factorize(tree.name, use_na_sentinel=False)  # no string a phase
+    codes, uniques = name_codes(tree)  # no string a phase
     count_by = dict(zip(uniques, np.bincount(codes, minlength=len(uniques)), strict=True))
     times = np.array([float(time_by[names.index(nm)])
                       + (span - exact_sum(seg_dt) if nm == UNATTRIBUTED else 0.0)

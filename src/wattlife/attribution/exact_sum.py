@@ -33,11 +33,12 @@ class ExactSums:
         """Adds each column's values to the sums of their groups (`groups`: codes >= 0)."""
         if len(columns) != len(self._parts):
             raise ValueError(f"ExactSums: {len(columns)} columns given, {len(self._parts)} summed")
-        codes = np.asarray(groups, dtype=np.int64)
+        codes = np.asarray(groups)  # any integer type, made int64 a block at a time
         for k, col in enumerate(columns):
             values = np.asarray(col, dtype=np.float64)
             for lo in range(0, len(values), BLOCK):
-                self._add_block(k, codes[lo:lo + BLOCK], values[lo:lo + BLOCK])
+                self._add_block(k, codes[lo:lo + BLOCK].astype(np.int64),
+                                values[lo:lo + BLOCK])
 
     def _add_block(self, k: int, codes: np.ndarray, values: np.ndarray) -> None:
         """One block's values into column k's integer sums per (group, exponent)."""

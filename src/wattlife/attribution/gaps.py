@@ -116,7 +116,7 @@ def phase_coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
     tot_in = exact_sum(inside[top])
     inside -= gaps.within(a, b)[0]
     del a, b
-    by = sums_by_name(tree.name, full=ex_full, inside=exclusive(tree, inside))
+    by = sums_by_name(tree, full=ex_full, inside=exclusive(tree, inside))
     del inside, ex_full
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = pd.Series(np.where(by["full"] > 0, by["inside"] / by["full"], 1.0), index=by.index)
@@ -132,7 +132,7 @@ def add_gap_columns(df: pd.DataFrame, gaps: Gaps, tree: PhaseTree) -> pd.DataFra
     t0, t1 = s.t_ns[0], s.t_ns[-1]
     g_s, g_j = gaps.within(np.clip(tree.start, t0, t1), np.clip(tree.end, t0, t1))
     top = tree.parent < 0
-    by = sums_by_name(tree.name, s=exclusive(tree, g_s), j=exclusive(tree, g_j))
+    by = sums_by_name(tree, s=exclusive(tree, g_s), j=exclusive(tree, g_j))
     out_s = gaps.total_s - exact_sum(g_s[top])
     out_j = gaps.total_j - exact_sum(g_j[top])
     df["gap_s"] = df["phase"].map(by["s"]).fillna(0.0)

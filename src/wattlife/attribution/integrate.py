@@ -33,7 +33,7 @@ def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
     e_ex = exclusive(tree, e_incl)
     t_ex = exclusive(tree, t_incl)
     top = tree.parent < 0
-    g = sums_by_name(tree.name, sort=False, energy_j=e_ex, time_s=t_ex,
+    g = sums_by_name(tree, sort=False, energy_j=e_ex, time_s=t_ex,
                      count=np.ones(len(e_ex), np.int64)).reset_index()
     return _table(series, g, exact_sum(e_incl[top]), exact_sum(t_incl[top]))
 

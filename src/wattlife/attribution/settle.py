@@ -83,7 +83,7 @@ def settle_halfwidth(series: DeviceSeries, tree: PhaseTree, settle: SensorSettle
     own = (steps[:n] + steps[n:]) * settle.displaced_ms / 1e3
     child = tree.parent >= 0
     exclusive = own + np.bincount(tree.parent[child], weights=own[child], minlength=n)
-    out = sums_by_name(tree.name, sort=False, j=exclusive)["j"]
+    out = sums_by_name(tree, sort=False, j=exclusive)["j"]
     out[UNATTRIBUTED] = exact_sum(own[~child])
     return out
 
