@@ -37,7 +37,7 @@ ALLOWED_BARE_RAISES = {
     ("attribution/tree_windows.py", "_in_start_order"),
     # windows not as `tree_windows` gives them, or a count of columns not the one summed: the
     # calling code's bug (no user input reaches either)
-    ("attribution/integrate.py", "integrate_windows"), ("attribution/exact_sum.py", "add"),
+    ("attribution/exclusive_windows.py", "feed"), ("attribution/exact_sum.py", "add"),
 }
 #: (file, innermost class or function) writing to stderr without the logger on purpose
 ALLOWED_STDERR_WRITES = {

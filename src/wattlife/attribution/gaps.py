@@ -15,15 +15,18 @@ a backend raised, nothing says that its next reading covers the time it was sile
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..contracts import RESIDUAL, UNATTRIBUTED, averaging_sources
-from .exact_sum import exact_sum
+from .exact_sum import ExactSums, exact_sum
+from .exclusive_windows import ExclusiveWindows, own_rows
 from .series import DeviceSeries
 from .tree import PhaseTree, exclusive, sums_by_name
+from .tree_windows import TreeWindow
 
 #: a spacing between two readings above this many times the device's median spacing is a gap,
 #: whatever its absolute length (issue 41; no floor). Chosen on the committed H100/H200 traces
@@ -120,6 +123,31 @@ def phase_coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
     del inside, ex_full
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = pd.Series(np.where(by["full"] > 0, by["inside"] / by["full"], 1.0), index=by.index)
+    overall = tot_in / tot_full if tot_full > 0 else 1.0
+    return frac.clip(0.0, 1.0), overall, tot_full - tot_in
+
+
+def phase_coverage_windows(series: DeviceSeries, windows: Iterable[TreeWindow], gaps: Gaps
+                           ) -> tuple[pd.Series, float, float]:
+    """`phase_coverage` of a rank's tree given a window at a time (`tree_windows`), bit for
+    bit: each phase's full and covered time taken in the window of its start, made exclusive
+    once it closes (`ExclusiveWindows`), summed per name correctly rounded."""
+    t0, t1 = series.t_ns[0], series.t_ns[-1]
+    ex, by_name, top = ExclusiveWindows(2), ExactSums(2), ExactSums(2)
+    for w in windows:
+        start, end, at_top = own_rows(w, ex.carried())
+        a, b = np.clip(start, t0, t1), np.clip(end, t0, t1)
+        full, inside = (end - start) / 1e9, (b - a) / 1e9
+        top.add(np.zeros(int(at_top.sum()), np.int64), full[at_top], inside[at_top])
+        closed = ex.feed(w, np.column_stack([full, inside - gaps.within(a, b)[0]]))
+        excl = closed.incl - closed.kids
+        by_name.add(closed.code, excl[:, 0], excl[:, 1])
+    tot_full, tot_in = (float(x[0]) for x in top.totals(1))
+    full_by, inside_by = by_name.totals(len(ex.names))
+    order = np.argsort(ex.name_index().to_numpy(), kind="stable")  # sorted, as sums_by_name's
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = pd.Series(np.where(full_by > 0, inside_by / full_by, 1.0)[order],
+                         index=pd.Index(ex.name_index().to_numpy()[order], name="phase"))
     overall = tot_in / tot_full if tot_full > 0 else 1.0
     return frac.clip(0.0, 1.0), overall, tot_full - tot_in
 

@@ -11,13 +11,13 @@ package: `interval_energy` serves callers that need the energy of plain time win
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..contracts import UNATTRIBUTED
 from .exact_sum import ExactSums, exact_sum
+from .exclusive_windows import ExclusiveWindows, own_rows
 from .series import DeviceSeries
 from .tree import PhaseTree, exclusive, sums_by_name
 from .tree_windows import TreeWindow
@@ -38,66 +38,29 @@ def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
     return _table(series, g, exact_sum(e_incl[top]), exact_sum(t_incl[top]))
 
 
-@dataclass
-class _Open:
-    """The phases of a rank still open at a window's end (`tree_windows` carries them into the
-    next window, first and in this order): stream position, name code, inclusive energy and
-    time, and their children's inclusive energy and time summed so far (in the tree's order)."""
-
-    pos: np.ndarray
-    code: np.ndarray
-    e_incl: np.ndarray
-    t_incl: np.ndarray
-    e_kids: np.ndarray
-    t_kids: np.ndarray
-
-
 def integrate_windows(series: DeviceSeries, windows: Iterable[TreeWindow]) -> pd.DataFrame:
     """`integrate` of a rank's tree given a window at a time (`tree_windows`), bit for bit: each
-    phase's inclusive E(end) - E(start) taken in the window of its start, its children's added
-    to it one by one in the tree's order as `exclusive`'s bincount adds them (carried while it is
-    open), its exclusive energy and time summed per name once it closes, correctly rounded
+    phase's inclusive E(end) - E(start) taken in the window of its start, its exclusive energy
+    and time once it closes (`ExclusiveWindows`), summed per name correctly rounded
     (`exact_sum`: in any order the same bits), names in order of first appearance."""
     t0, t1 = series.t_ns[0], series.t_ns[-1]
-    names: dict[str, int] = {}
+    ex = ExclusiveWindows(2)
     by_name, top, counts = ExactSums(2), ExactSums(2), np.zeros(0, np.int64)
-    held = _Open(*(np.zeros(0, t) for t in (np.int64, np.int64, float, float, float, float)))
     for w in windows:
-        tree, k = w.tree, len(held.pos)
-        if not np.array_equal(w.rows[:k], held.pos):
-            raise ValueError("integrate_windows: a window's first rows are not the phases "
-                             "carried from the window before (tree_windows' order)")
-        code = np.concatenate([held.code, _codes(tree.name[k:], names)])
-        counts = np.concatenate([counts, np.zeros(len(names) - len(counts), np.int64)])
-        counts += np.bincount(code[k:], minlength=len(names))
-        a, b = np.clip(tree.start[k:], t0, t1), np.clip(tree.end[k:], t0, t1)
-        e_incl = np.concatenate([held.e_incl, series.energy_at(b) - series.energy_at(a)])
-        t_incl = np.concatenate([held.t_incl, (b - a) / 1e9])
-        own_top = np.flatnonzero(tree.parent[k:] < 0) + k
-        top.add(np.zeros(len(own_top), np.int64), e_incl[own_top], t_incl[own_top])
-        kids = np.flatnonzero(tree.parent[k:] >= 0) + k
-        e_kids = np.concatenate([held.e_kids, np.zeros(len(tree.start) - k)])
-        t_kids = np.concatenate([held.t_kids, np.zeros(len(tree.start) - k)])
-        np.add.at(e_kids, tree.parent[kids], e_incl[kids])
-        np.add.at(t_kids, tree.parent[kids], t_incl[kids])
-        done = tree.end < w.hi
-        by_name.add(code[done], (e_incl - e_kids)[done], (t_incl - t_kids)[done])
-        held = _Open(w.rows[~done], code[~done], e_incl[~done], t_incl[~done], e_kids[~done],
-                     t_kids[~done])
-    energy, time = by_name.totals(len(names))
+        start, end, at_top = own_rows(w, ex.carried())
+        a, b = np.clip(start, t0, t1), np.clip(end, t0, t1)
+        incl = np.column_stack([series.energy_at(b) - series.energy_at(a), (b - a) / 1e9])
+        top.add(np.zeros(int(at_top.sum()), np.int64), incl[at_top, 0], incl[at_top, 1])
+        closed = ex.feed(w, incl)
+        counts = np.concatenate([counts, np.zeros(len(ex.names) - len(counts), np.int64)])
+        counts += np.bincount(closed.own_code, minlength=len(ex.names))
+        excl = closed.incl - closed.kids
+        by_name.add(closed.code, excl[:, 0], excl[:, 1])
+    energy, time = by_name.totals(len(ex.names))
     g = pd.DataFrame({"energy_j": energy, "time_s": time, "count": counts},
-                     index=pd.Index(np.asarray(list(names), dtype=object), name="phase")
-                     ).reset_index()  # as `sums_by_name`'s
+                     index=ex.name_index()).reset_index()  # as `sums_by_name`'s
     top_e, top_t = top.totals(1)
     return _table(series, g, float(top_e[0]), float(top_t[0]))
-
-
-def _codes(new_names: np.ndarray, names: dict[str, int]) -> np.ndarray:
-    """The run-wide code of each name (a name not seen before gets the next one, in order of
-    first appearance)."""
-    local, uniques = pd.factorize(new_names, use_na_sentinel=False)
-    lut = np.array([names.setdefault(str(u), len(names)) for u in uniques], np.int64)
-    return lut[local] if len(local) else np.zeros(0, np.int64)
 
 
 def _table(series: DeviceSeries, g: pd.DataFrame, top_e: float, top_t: float) -> pd.DataFrame:

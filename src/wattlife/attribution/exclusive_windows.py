@@ -1,0 +1,82 @@
+"""A rank's exclusive quantities a window of its tree at a time (`tree_windows`), bit for bit
+what `tree.exclusive` gives from the whole tree (issue 43: per-name sums of a rank too long to
+hold its tree whole).
+
+`exclusive` subtracts from each phase its children's inclusive values, which `np.bincount` sums
+one by one in the tree's order starting at 0.0. Here a phase's inclusive values are taken in the
+window of its start, its children's are added to it one by one in the same order (`np.add.at`,
+carried from window to window while it is open), and the phase is handed back once it closes
+(ends before the window's `hi`): the same additions in the same order, so the same bits. Its
+name's code is run-wide, in order of first appearance (what `sums_by_name(sort=False)` lists)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .tree_windows import TreeWindow
+
+
+@dataclass
+class Closed:
+    """Phases closed in a window: name codes, inclusive values and their children's sums
+    (rows x columns; exclusive = incl - kids); and the name codes of the window's own rows."""
+
+    code: np.ndarray
+    incl: np.ndarray
+    kids: np.ndarray
+    own_code: np.ndarray
+
+
+class ExclusiveWindows:
+    """Feeds a rank's windows in order; `feed` takes the window's own phases' inclusive values
+    (its rows after those carried in) and gives back the phases that closed in it."""
+
+    def __init__(self, n_columns: int) -> None:
+        self.names: dict[str, int] = {}
+        self._pos = np.zeros(0, np.int64)
+        self._code = np.zeros(0, np.int64)
+        self._incl = np.zeros((0, n_columns))
+        self._kids = np.zeros((0, n_columns))
+
+    def carried(self) -> int:
+        """Phases carried into the next window (its first rows)."""
+        return len(self._pos)
+
+    def feed(self, w: TreeWindow, own_incl: np.ndarray) -> Closed:
+        """The window's phases that closed, given its own rows' inclusive values (own rows x
+        columns)."""
+        tree, k = w.tree, len(self._pos)
+        if not np.array_equal(w.rows[:k], self._pos):
+            raise ValueError("ExclusiveWindows: a window's first rows are not the phases "
+                             "carried from the window before (tree_windows' order)")
+        own_code = self._codes(tree.name[k:])
+        code = np.concatenate([self._code, own_code])
+        incl = np.concatenate([self._incl, np.asarray(own_incl, np.float64).reshape(
+            len(tree.start) - k, self._incl.shape[1])])
+        kids = np.concatenate([self._kids, np.zeros((len(tree.start) - k, self._kids.shape[1]))])
+        child = np.flatnonzero(tree.parent[k:] >= 0) + k
+        np.add.at(kids, tree.parent[child], incl[child])
+        done = tree.end < w.hi
+        self._pos, self._code = w.rows[~done], code[~done]
+        self._incl, self._kids = incl[~done], kids[~done]
+        return Closed(code[done], incl[done], kids[done], own_code)
+
+    def _codes(self, new_names: np.ndarray) -> np.ndarray:
+        """The run-wide code of each name (a new name gets the next one)."""
+        local, uniques = pd.factorize(new_names, use_na_sentinel=False)
+        lut = np.array([self.names.setdefault(str(u), len(self.names)) for u in uniques],
+                       np.int64)
+        return lut[local] if len(local) else np.zeros(0, np.int64)
+
+    def name_index(self) -> pd.Index:
+        """The names in order of first appearance, as `sums_by_name(sort=False)` indexes them."""
+        return pd.Index(np.asarray(list(self.names), dtype=object), name="phase")
+
+
+def own_rows(w: TreeWindow, carried: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A window's own rows' (start, end, whether at the top level) after the `carried` ones."""
+    t = w.tree
+    return t.start[carried:], t.end[carried:], t.parent[carried:] < 0
