@@ -1,5 +1,6 @@
-"""Integration a window of a rank's events at a time (issue 43, `integrate.integrate_windows`):
-the table `integrate` gives from the whole tree, bit for bit, whatever the window size (phases
+"""Integration a window of a rank's events at a time (issue 43, `integrate.integrate_windows`;
+with it the coverage and the gap columns from windows): the table `integrate` gives from the
+whole tree, bit for bit, whatever the window size (phases
 across windows' edges carried until they close); readings starting after the first phase and
 ending before the last (phases clipped to the series), a wrapper phase over every window;
 energy conserved (phases + unattributed = the device's total)."""
@@ -19,6 +20,7 @@ from wattlife.attribution.start_order import start_ordered
 from wattlife.attribution.tree import phase_tree
 from wattlife.attribution.tree_windows import tree_windows
 from wattlife.contracts import UNATTRIBUTED
+from window_checks import check_coverage_and_gaps
 
 MS = 1_000_000
 
@@ -55,6 +57,8 @@ def _close(got: pd.DataFrame, want: pd.DataFrame, total: float) -> None:
 
 
 def _check(n_steps: int, seed: int, window_rows: int, lead_ms: int, tail_ms: int) -> None:
+    """Integration, and on readings with sensor gaps the coverage and the gap columns
+    (`window_checks.check_coverage_and_gaps`)."""
     ev = _rank(n_steps, seed)
     s = _series(ev, seed, lead_ms, tail_ms)
     total = float(s.energy_j[-1] - s.energy_j[0])
@@ -63,6 +67,7 @@ def _check(n_steps: int, seed: int, window_rows: int, lead_ms: int, tail_ms: int
     _close(got, want, total)
     assert abs(got["energy_j"].sum() - total) <= 1e-9 * total  # energy conserved
     assert got.loc[got["phase"] == UNATTRIBUTED, "count"].item() == 0
+    check_coverage_and_gaps(ev, seed, window_rows, lead_ms, tail_ms)
 
 
 @pytest.mark.parametrize("window_rows", [1, 3, 10, 64, 100_000])

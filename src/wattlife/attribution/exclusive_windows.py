@@ -11,11 +11,13 @@ name's code is run-wide, in order of first appearance (what `sums_by_name(sort=F
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from .exact_sum import ExactSums
 from .tree_windows import TreeWindow
 
 
@@ -80,3 +82,40 @@ def own_rows(w: TreeWindow, carried: int) -> tuple[np.ndarray, np.ndarray, np.nd
     """A window's own rows' (start, end, whether at the top level) after the `carried` ones."""
     t = w.tree
     return t.start[carried:], t.end[carried:], t.parent[carried:] < 0
+
+
+#: a window's own rows' (start, end) -> their inclusive values and the values their top-level
+#: sums take (rows x columns each; the same arrays where they are one)
+OwnValues = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class WindowSums:
+    """What a pass over a rank's windows sums: per name (index in order of first appearance,
+    as `sums_by_name(sort=False)`'s) each column's exclusive total and the phase count; each
+    column's total over the top-level phases. All sums correctly rounded (`exact_sum`)."""
+
+    by_name: pd.DataFrame
+    top: np.ndarray
+
+
+def sums_over_windows(windows: Iterable[TreeWindow], values: OwnValues,
+                      columns: list[str]) -> WindowSums:
+    """One pass over a rank's windows: each phase's inclusive values (`values` of its start
+    and end, in the window of its start) made exclusive once it closes (`ExclusiveWindows`) and
+    summed per name; the top-level phases' values summed."""
+    n = len(columns)
+    ex, by_name, top = ExclusiveWindows(n), ExactSums(n), ExactSums(n)
+    counts = np.zeros(0, np.int64)
+    for w in windows:
+        start, end, at_top = own_rows(w, ex.carried())
+        incl, top_values = values(start, end)
+        top.add(np.zeros(int(at_top.sum()), np.int64), *np.asarray(top_values)[at_top].T)
+        closed = ex.feed(w, incl)
+        counts = np.concatenate([counts, np.zeros(len(ex.names) - len(counts), np.int64)])
+        counts += np.bincount(closed.own_code, minlength=len(ex.names))
+        by_name.add(closed.code, *(closed.incl - closed.kids).T)
+    table = pd.DataFrame(dict(zip(columns, by_name.totals(len(ex.names)), strict=True)),
+                         index=ex.name_index())
+    table["count"] = counts
+    return WindowSums(table, np.array([float(t[0]) for t in top.totals(1)]))

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import RESIDUAL, UNATTRIBUTED, averaging_sources
-from .exact_sum import ExactSums, exact_sum
-from .exclusive_windows import ExclusiveWindows, own_rows
+from .exact_sum import exact_sum
+from .exclusive_windows import sums_over_windows
 from .series import DeviceSeries
 from .tree import PhaseTree, exclusive, sums_by_name
 from .tree_windows import TreeWindow
@@ -131,38 +131,54 @@ def phase_coverage_windows(series: DeviceSeries, windows: Iterable[TreeWindow], 
                            ) -> tuple[pd.Series, float, float]:
     """`phase_coverage` of a rank's tree given a window at a time (`tree_windows`), bit for
     bit: each phase's full and covered time taken in the window of its start, made exclusive
-    once it closes (`ExclusiveWindows`), summed per name correctly rounded."""
+    once it closes, summed per name correctly rounded (`exclusive_windows.sums_over_windows`)."""
     t0, t1 = series.t_ns[0], series.t_ns[-1]
-    ex, by_name, top = ExclusiveWindows(2), ExactSums(2), ExactSums(2)
-    for w in windows:
-        start, end, at_top = own_rows(w, ex.carried())
+
+    def values(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         a, b = np.clip(start, t0, t1), np.clip(end, t0, t1)
         full, inside = (end - start) / 1e9, (b - a) / 1e9
-        top.add(np.zeros(int(at_top.sum()), np.int64), full[at_top], inside[at_top])
-        closed = ex.feed(w, np.column_stack([full, inside - gaps.within(a, b)[0]]))
-        excl = closed.incl - closed.kids
-        by_name.add(closed.code, excl[:, 0], excl[:, 1])
-    tot_full, tot_in = (float(x[0]) for x in top.totals(1))
-    full_by, inside_by = by_name.totals(len(ex.names))
-    order = np.argsort(ex.name_index().to_numpy(), kind="stable")  # sorted, as sums_by_name's
+        return (np.column_stack([full, inside - gaps.within(a, b)[0]]),
+                np.column_stack([full, inside]))
+
+    sums = sums_over_windows(windows, values, ["full", "inside"])
+    by = sums.by_name.sort_index(kind="stable")  # sorted names, as sums_by_name's
+    tot_full, tot_in = float(sums.top[0]), float(sums.top[1])
     with np.errstate(divide="ignore", invalid="ignore"):
-        frac = pd.Series(np.where(full_by > 0, inside_by / full_by, 1.0)[order],
-                         index=pd.Index(ex.name_index().to_numpy()[order], name="phase"))
+        frac = pd.Series(np.where(by["full"] > 0, by["inside"] / by["full"], 1.0), index=by.index)
     overall = tot_in / tot_full if tot_full > 0 else 1.0
     return frac.clip(0.0, 1.0), overall, tot_full - tot_in
 
 
-def add_gap_columns(df: pd.DataFrame, gaps: Gaps, tree: PhaseTree) -> pd.DataFrame:
-    """One device's phases with `gap_s` and `gap_energy_j` (exclusive, per name; the
-    `unattributed` row gets the gaps outside top-level phases) and the interval widened over the
-    gap time: the phase's energy there lies between the device's floor and upper bound."""
+def gap_sums(gaps: Gaps, tree: PhaseTree | Iterable[TreeWindow]
+             ) -> tuple[pd.DataFrame, float, float]:
+    """Per phase name (sorted) the gap seconds `s` and joules `j` inside its exclusive time, and
+    the gap seconds and joules outside every top-level phase; from the whole tree or from its
+    windows (`exclusive_windows.sums_over_windows`: the same bits)."""
     s = gaps.series
     t0, t1 = s.t_ns[0], s.t_ns[-1]
-    g_s, g_j = gaps.within(np.clip(tree.start, t0, t1), np.clip(tree.end, t0, t1))
-    top = tree.parent < 0
-    by = sums_by_name(tree, s=exclusive(tree, g_s), j=exclusive(tree, g_j))
-    out_s = gaps.total_s - exact_sum(g_s[top])
-    out_j = gaps.total_j - exact_sum(g_j[top])
+    if isinstance(tree, PhaseTree):
+        g_s, g_j = gaps.within(np.clip(tree.start, t0, t1), np.clip(tree.end, t0, t1))
+        top = tree.parent < 0
+        by = sums_by_name(tree, s=exclusive(tree, g_s), j=exclusive(tree, g_j))
+        return by, gaps.total_s - exact_sum(g_s[top]), gaps.total_j - exact_sum(g_j[top])
+
+    def values(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        g = np.column_stack(gaps.within(np.clip(start, t0, t1), np.clip(end, t0, t1)))
+        return g, g
+
+    sums = sums_over_windows(tree, values, ["s", "j"])
+    by = sums.by_name.sort_index(kind="stable")[["s", "j"]]
+    return by, gaps.total_s - float(sums.top[0]), gaps.total_j - float(sums.top[1])
+
+
+def add_gap_columns(df: pd.DataFrame, gaps: Gaps, tree: PhaseTree | Iterable[TreeWindow]
+                    ) -> pd.DataFrame:
+    """One device's phases with `gap_s` and `gap_energy_j` (exclusive, per name; the
+    `unattributed` row gets the gaps outside top-level phases) and the interval widened over the
+    gap time: the phase's energy there lies between the device's floor and upper bound. `tree`:
+    the rank's tree, or its windows (`gap_sums`)."""
+    s = gaps.series
+    by, out_s, out_j = gap_sums(gaps, tree)
     df["gap_s"] = df["phase"].map(by["s"]).fillna(0.0)
     df["gap_energy_j"] = df["phase"].map(by["j"]).fillna(0.0)
     un = df["phase"] == UNATTRIBUTED

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..contracts import UNATTRIBUTED
-from .exact_sum import ExactSums, exact_sum
-from .exclusive_windows import ExclusiveWindows, own_rows
+from .exact_sum import exact_sum
+from .exclusive_windows import sums_over_windows
 from .series import DeviceSeries
 from .tree import PhaseTree, exclusive, sums_by_name
 from .tree_windows import TreeWindow
@@ -40,27 +40,17 @@ def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
 
 def integrate_windows(series: DeviceSeries, windows: Iterable[TreeWindow]) -> pd.DataFrame:
     """`integrate` of a rank's tree given a window at a time (`tree_windows`), bit for bit: each
-    phase's inclusive E(end) - E(start) taken in the window of its start, its exclusive energy
-    and time once it closes (`ExclusiveWindows`), summed per name correctly rounded
-    (`exact_sum`: in any order the same bits), names in order of first appearance."""
+    phase's inclusive E(end) - E(start) taken in the window of its start, made exclusive once it
+    closes, summed per name correctly rounded (`exclusive_windows.sums_over_windows`)."""
     t0, t1 = series.t_ns[0], series.t_ns[-1]
-    ex = ExclusiveWindows(2)
-    by_name, top, counts = ExactSums(2), ExactSums(2), np.zeros(0, np.int64)
-    for w in windows:
-        start, end, at_top = own_rows(w, ex.carried())
+
+    def values(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         a, b = np.clip(start, t0, t1), np.clip(end, t0, t1)
         incl = np.column_stack([series.energy_at(b) - series.energy_at(a), (b - a) / 1e9])
-        top.add(np.zeros(int(at_top.sum()), np.int64), incl[at_top, 0], incl[at_top, 1])
-        closed = ex.feed(w, incl)
-        counts = np.concatenate([counts, np.zeros(len(ex.names) - len(counts), np.int64)])
-        counts += np.bincount(closed.own_code, minlength=len(ex.names))
-        excl = closed.incl - closed.kids
-        by_name.add(closed.code, excl[:, 0], excl[:, 1])
-    energy, time = by_name.totals(len(ex.names))
-    g = pd.DataFrame({"energy_j": energy, "time_s": time, "count": counts},
-                     index=ex.name_index()).reset_index()  # as `sums_by_name`'s
-    top_e, top_t = top.totals(1)
-    return _table(series, g, float(top_e[0]), float(top_t[0]))
+        return incl, incl
+
+    sums = sums_over_windows(windows, values, ["energy_j", "time_s"])
+    return _table(series, sums.by_name.reset_index(), float(sums.top[0]), float(sums.top[1]))
 
 
 def _table(series: DeviceSeries, g: pd.DataFrame, top_e: float, top_t: float) -> pd.DataFrame:
