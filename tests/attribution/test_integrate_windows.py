@@ -16,11 +16,9 @@ from hypothesis import strategies as st
 from synth import averaging_sensor, nested_steps, trace_frame
 from wattlife.attribution.integrate import integrate, integrate_windows
 from wattlife.attribution.series import device_series
-from wattlife.attribution.start_order import start_ordered
 from wattlife.attribution.tree import phase_tree
-from wattlife.attribution.tree_windows import tree_windows
 from wattlife.contracts import UNATTRIBUTED
-from window_checks import check_coverage_and_gaps
+from window_checks import check_coverage_and_gaps, rank_windows
 
 MS = 1_000_000
 
@@ -46,9 +44,7 @@ def _series(ev: pd.DataFrame, seed: int, lead_ms: int, tail_ms: int):
 
 
 def _windowed(ev: pd.DataFrame, series, window_rows: int) -> pd.DataFrame:
-    chunks = [ev.iloc[i:i + 23] for i in range(0, len(ev), 23)]
-    wins = tree_windows(start_ordered(chunks, run_rows=64, block_rows=16), window_rows)
-    return integrate_windows(series, wins)
+    return integrate_windows(series, rank_windows(ev, window_rows))
 
 
 def _close(got: pd.DataFrame, want: pd.DataFrame, total: float) -> None:

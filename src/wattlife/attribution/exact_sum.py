@@ -29,16 +29,18 @@ class ExactSums:
         self._parts: list[dict[tuple[int, int], int]] = [{} for _ in range(n_columns)]
         self._infs: list[dict[int, set[float]]] = [{} for _ in range(n_columns)]
 
-    def add(self, groups: np.ndarray, *columns: np.ndarray) -> None:
-        """Adds each column's values to the sums of their groups (`groups`: codes >= 0)."""
+    def add(self, groups: np.ndarray | None, *columns: np.ndarray) -> None:
+        """Adds each column's values to the sums of their groups (`groups`: codes >= 0, of any
+        integer type; None: all in group 0)."""
         if len(columns) != len(self._parts):
             raise ValueError(f"ExactSums: {len(columns)} columns given, {len(self._parts)} summed")
-        codes = np.asarray(groups)  # any integer type, made int64 a block at a time
         for k, col in enumerate(columns):
             values = np.asarray(col, dtype=np.float64)
-            for lo in range(0, len(values), BLOCK):
-                self._add_block(k, codes[lo:lo + BLOCK].astype(np.int64),
-                                values[lo:lo + BLOCK])
+            for lo in range(0, len(values), BLOCK):  # codes made int64 a block at a time
+                block = values[lo:lo + BLOCK]
+                codes = (np.zeros(len(block), np.int64) if groups is None
+                         else np.asarray(groups[lo:lo + BLOCK], dtype=np.int64))
+                self._add_block(k, codes, block)
 
     def _add_block(self, k: int, codes: np.ndarray, values: np.ndarray) -> None:
         """One block's values into column k's integer sums per (group, exponent)."""
@@ -67,9 +69,10 @@ class ExactSums:
             uniq, inv = np.unique(key, return_inverse=True)
             hs, ls = np.bincount(inv, high), np.bincount(inv, low)
         parts = self._parts[k]
-        for u, h, low in zip(uniq.tolist(), hs.tolist(), ls.tolist(), strict=True):
+        for u, h_sum, low_sum in zip(uniq.tolist(), hs.tolist(), ls.tolist(), strict=True):
             g, e = divmod(u, span)
-            parts[(g, e + e0)] = parts.get((g, e + e0), 0) + (int(h) << _LOW_BITS) + int(low)
+            at = (g, e + e0)
+            parts[at] = parts.get(at, 0) + (int(h_sum) << _LOW_BITS) + int(low_sum)
 
     def totals(self, n_groups: int) -> list[np.ndarray]:
         """Each column's correctly rounded sum of groups 0..n_groups-1 (0.0 for none)."""
@@ -98,7 +101,7 @@ def _rounded(terms: list[tuple[int, int]]) -> float:
         return math.inf if n > 0 else -math.inf
 
 
-def exact_group_sums(groups: np.ndarray, n_groups: int, *columns: np.ndarray
+def exact_group_sums(groups: np.ndarray | None, n_groups: int, *columns: np.ndarray
                      ) -> list[np.ndarray]:
     """Each column's correctly rounded sum per group code 0..n_groups-1."""
     acc = ExactSums(len(columns))
@@ -108,4 +111,4 @@ def exact_group_sums(groups: np.ndarray, n_groups: int, *columns: np.ndarray
 
 def exact_sum(values: np.ndarray) -> float:
     """The correctly rounded sum of `values` (`math.fsum`'s, vectorised)."""
-    return float(exact_group_sums(np.zeros(len(values), np.int64), 1, values)[0][0])
+    return float(exact_group_sums(None, 1, values)[0][0])

@@ -110,7 +110,7 @@ def sums_over_windows(windows: Iterable[TreeWindow], values: OwnValues,
     for w in windows:
         start, end, at_top = own_rows(w, ex.carried())
         incl, top_values = values(start, end)
-        top.add(np.zeros(int(at_top.sum()), np.int64), *np.asarray(top_values)[at_top].T)
+        top.add(None, *np.asarray(top_values)[at_top].T)
         closed = ex.feed(w, incl)
         counts = np.concatenate([counts, np.zeros(len(ex.names) - len(counts), np.int64)])
         counts += np.bincount(closed.own_code, minlength=len(ex.names))

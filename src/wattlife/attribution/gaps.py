@@ -121,10 +121,7 @@ def phase_coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
     del a, b
     by = sums_by_name(tree, full=ex_full, inside=exclusive(tree, inside))
     del inside, ex_full
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac = pd.Series(np.where(by["full"] > 0, by["inside"] / by["full"], 1.0), index=by.index)
-    overall = tot_in / tot_full if tot_full > 0 else 1.0
-    return frac.clip(0.0, 1.0), overall, tot_full - tot_in
+    return _shares(by, tot_full, tot_in)
 
 
 def phase_coverage_windows(series: DeviceSeries, windows: Iterable[TreeWindow], gaps: Gaps
@@ -142,7 +139,12 @@ def phase_coverage_windows(series: DeviceSeries, windows: Iterable[TreeWindow], 
 
     sums = sums_over_windows(windows, values, ["full", "inside"])
     by = sums.by_name.sort_index(kind="stable")  # sorted names, as sums_by_name's
-    tot_full, tot_in = float(sums.top[0]), float(sums.top[1])
+    return _shares(by, float(sums.top[0]), float(sums.top[1]))
+
+
+def _shares(by: pd.DataFrame, tot_full: float, tot_in: float) -> tuple[pd.Series, float, float]:
+    """`phase_coverage`'s answer from the per-name exclusive `full` and `inside` time and the
+    top-level phases' totals (both paths)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = pd.Series(np.where(by["full"] > 0, by["inside"] / by["full"], 1.0), index=by.index)
     overall = tot_in / tot_full if tot_full > 0 else 1.0

@@ -25,11 +25,7 @@ from .tree_windows import TreeWindow
 
 def integrate(series: DeviceSeries, tree: PhaseTree) -> pd.DataFrame:
     """Per-interval exclusive energy/time by integration, aggregated per phase name."""
-    t0, t1 = series.t_ns[0], series.t_ns[-1]
-    start = np.clip(tree.start, t0, t1)
-    end = np.clip(tree.end, t0, t1)
-    e_incl = series.energy_at(end) - series.energy_at(start)
-    t_incl = (end - start) / 1e9
+    e_incl, t_incl = _inclusive(series, tree.start, tree.end)
     e_ex = exclusive(tree, e_incl)
     t_ex = exclusive(tree, t_incl)
     top = tree.parent < 0
@@ -42,15 +38,22 @@ def integrate_windows(series: DeviceSeries, windows: Iterable[TreeWindow]) -> pd
     """`integrate` of a rank's tree given a window at a time (`tree_windows`), bit for bit: each
     phase's inclusive E(end) - E(start) taken in the window of its start, made exclusive once it
     closes, summed per name correctly rounded (`exclusive_windows.sums_over_windows`)."""
-    t0, t1 = series.t_ns[0], series.t_ns[-1]
 
     def values(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        a, b = np.clip(start, t0, t1), np.clip(end, t0, t1)
-        incl = np.column_stack([series.energy_at(b) - series.energy_at(a), (b - a) / 1e9])
+        incl = np.column_stack(_inclusive(series, start, end))
         return incl, incl
 
     sums = sums_over_windows(windows, values, ["energy_j", "time_s"])
     return _table(series, sums.by_name.reset_index(), float(sums.top[0]), float(sums.top[1]))
+
+
+def _inclusive(series: DeviceSeries, start: np.ndarray, end: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Each interval's inclusive energy E(end) - E(start) and time (s), clipped to the first
+    and last reading: the one formula of the whole tree's path and the windows'."""
+    t0, t1 = series.t_ns[0], series.t_ns[-1]
+    a, b = np.clip(start, t0, t1), np.clip(end, t0, t1)
+    return series.energy_at(b) - series.energy_at(a), (b - a) / 1e9
 
 
 def _table(series: DeviceSeries, g: pd.DataFrame, top_e: float, top_t: float) -> pd.DataFrame:

@@ -206,7 +206,7 @@ def sums_by_name(names: np.ndarray | PhaseTree, sort: bool = True, **columns: np
         codes, uniques = name_codes(names)
         if sort:  # the same codes and names as factorize(sort=True)
             order = np.argsort(uniques, kind="stable")
-            codes, uniques = np.argsort(order)[codes], uniques[order]
+            codes, uniques = np.argsort(order).astype(codes.dtype)[codes], uniques[order]
     else:
         codes, uniques = pd.factorize(names, sort=sort, use_na_sentinel=False)
     n = len(uniques)
