@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from synth import events_frame
 from wattlife.attribution.gaps import sensor_gaps
+from wattlife.attribution.segment_lookup import SegmentIndex
 from wattlife.attribution.series import DeviceSeries
-from wattlife.attribution.tree import SegmentIndex, phase_tree, segment_index, segments
+from wattlife.attribution.tree import phase_tree, segment_index, segments
 from wattlife.contracts import UNATTRIBUTED
 
 

@@ -1,7 +1,10 @@
-"""One rank's tree assembled from its windows (issue 43, `rank_events.assembled_tree`): the
-arrays `tree.phase_tree` gives from the whole frame, whatever the window and chunk sizes."""
+"""One rank's tree assembled from its windows (issue 43, `tree_spill.assembled_tree`): the
+arrays `tree.phase_tree` gives from the whole frame, whatever the window and chunk sizes; a long
+rank's tree kept on disk (`RankEvents`, `tree_spill.SpilledTree`) attributes as the whole."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -10,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synth import nested_steps
-from wattlife.attribution.rank_events import assembled_tree
 from wattlife.attribution.start_order import start_ordered
 from wattlife.attribution.tree import phase_tree
+from wattlife.attribution.tree_spill import assembled_tree
 from wattlife.attribution.tree_windows import tree_windows
 
 
@@ -49,22 +52,23 @@ def test_a_wrapper_over_every_window_keeps_its_children(window) -> None:
 
 @pytest.fixture
 def streamed(monkeypatch):
-    """Every rank's tree built window by window (`RankEvents._streamed`), in windows, sort runs
-    and blocks of a few rows; the number of trees so built."""
+    """Every rank's tree built window by window and spilled (`RankEvents._streamed`), in
+    windows, sort runs and blocks of a few rows; the phases of each tree so built."""
     from wattlife.attribution import rank_events
+    from wattlife.attribution.tree_spill import SpilledTree
 
     built: list[int] = []
-    real = rank_events.assembled_tree
+    real = SpilledTree.build.__func__
 
-    def counted(windows):
-        tree = real(windows)
-        built.append(len(tree.start))
+    def counted(cls, windows, spill_dir=None):
+        tree = real(cls, windows, spill_dir)
+        built.append(tree.n_phases)
         return tree
 
     monkeypatch.setattr(rank_events, "STREAM_ROWS", 0)
     monkeypatch.setattr(rank_events, "STREAM_WINDOW_ROWS", 23)
     monkeypatch.setattr(rank_events, "STREAM_SORT", {"run_rows": 97, "block_rows": 13})
-    monkeypatch.setattr(rank_events, "assembled_tree", counted)
+    monkeypatch.setattr(SpilledTree, "build", classmethod(counted))
     return built
 
 
@@ -194,3 +198,32 @@ def test_a_streamed_rank_with_a_background_write_inside_a_warmup_step(tmp_path, 
     chunked, memory = _tables(tmp_path, monkeypatch, paths=(p, ev_path), n_boot=10)
     assert len(streamed) == 2 and "warmup" in set(chunked["phase"])
     pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
+
+
+@pytest.mark.parametrize("kw", [{"method": "integrate"}, {"sensor_response": "estimate"},
+                                {"method": "deconvolve", "window_ms": 20.0}])
+def test_spilled_trees_settle_and_estimate_as_the_whole(tmp_path, monkeypatch, streamed, kw):
+    """Each rank's tree on disk (`SpilledTree`, windows of 23 rows): an H100 in meta.json
+    (integrate's intervals widened by the settling, summed over the windows), the sensor's
+    response estimated and a deconvolution from the spilled segments: the in-memory table,
+    bit for bit, and no spill folder left behind."""
+    from test_chunked import _write, _write_meta
+
+    from wattlife.contracts.meta import write_meta
+
+    p, ev_path = _write(tmp_path, "zst")
+    _write_meta(tmp_path)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    meta["gpu_model"] = "NVIDIA H100 80GB HBM3"
+    meta["gpus"] = [{"device": f"gpu{i}", "name": meta["gpu_model"], "local_rank": i}
+                    for i in (0, 1)]
+    write_meta(tmp_path / "meta.json", meta)
+    chunked, memory = _tables(tmp_path, monkeypatch, paths=(p, ev_path), n_boot=10, **kw)
+    assert len(streamed) == 2 and min(streamed) > 23 * 10
+    gpu = chunked[chunked["device"] == "gpu0"]
+    if kw.get("method") == "integrate":
+        assert gpu["settle_j"].gt(0).any()
+    else:
+        assert set(gpu["method"]) == {"deconvolve"}
+    pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
+    assert not list(tmp_path.glob(".wattlife-*"))

@@ -24,6 +24,7 @@ summing to 1; needs phases of varied length and order, as interleaved short phas
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -31,10 +32,12 @@ from scipy.optimize import lsq_linear, nnls
 
 from ..contracts import RESIDUAL, UNATTRIBUTED
 from ..errors import InputError
-from .exact_sum import exact_group_sums, exact_sum
+from .exact_sum import ExactSums
 from .response import SensorResponse
+from .segment_lookup import SegmentLookup
 from .series import DeviceSeries
-from .tree import PhaseTree, Segments, name_codes, segment_index, segments
+from .tree_spill import AnyTree, count_by_name, phase_count, tree_segments
+from .windowed import kth_smallest
 
 MIN_IDENTIFIABILITY = 0.01  # below it a name's power is mostly the ridge prior (see deconvolve)
 
@@ -69,7 +72,7 @@ def _nnls_normal(g: np.ndarray, h: np.ndarray, prior_w: float = 0.0,
     return result
 
 
-def _normal_blocks(response: SensorResponse, segs: Segments, series: DeviceSeries,
+def _normal_blocks(response: SensorResponse, segs: SegmentLookup, series: DeviceSeries,
                    n_blocks: int, chunk: int, windowed: bool = True
                    ) -> tuple[np.ndarray, np.ndarray]:
     """A'A and A'P of each of `n_blocks` contiguous blocks of the readings after the first (the
@@ -110,20 +113,24 @@ def _block_bootstrap(g_blocks: np.ndarray, h_blocks: np.ndarray, used: np.ndarra
     return boots
 
 
-def _name_times(series: DeviceSeries, tree: PhaseTree, segs: Segments
+def _name_times(series: DeviceSeries, tree: AnyTree, segs: SegmentLookup
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Per name: exclusive time (s) inside the trace's span (time outside every phase goes to
-    `unattributed`) and number of intervals."""
+    `unattributed`) and number of intervals; summed a piece of the segments at a time
+    (correctly rounded: the same bits however the pieces are cut)."""
     t0, t1 = series.t_ns[0], series.t_ns[-1]
-    bounds, names = segs.bounds, segs.names
-    seg_dt = (np.clip(bounds[1:], t0, t1) - np.clip(bounds[:-1], t0, t1)) / 1e9
-    named = segs.code >= 0  # by name (its first index in names)
-    time_by = exact_group_sums(segs.code[named], len(names), seg_dt[named])[0]
+    names = segs.names
+    by_name, total = ExactSums(1), ExactSums(1)
+    for bounds, code in segs.pieces():
+        seg_dt = (np.clip(bounds[1:], t0, t1) - np.clip(bounds[:-1], t0, t1)) / 1e9
+        named = code >= 0  # by name (its first index in names)
+        by_name.add(code[named], seg_dt[named])
+        total.add(None, seg_dt)
+    time_by = by_name.totals(len(names))[0]
     span = (t1 - t0) / 1e9
-    codes, uniques = name_codes(tree)  # no string a phase
-    count_by = dict(zip(uniques, np.bincount(codes, minlength=len(uniques)), strict=True))
+    count_by = count_by_name(tree)
     times = np.array([float(time_by[names.index(nm)])
-                      + (span - exact_sum(seg_dt) if nm == UNATTRIBUTED else 0.0)
+                      + (span - float(total.totals(1)[0][0]) if nm == UNATTRIBUTED else 0.0)
                       for nm in names])
     return times, np.array([int(count_by.get(nm, 0)) for nm in names])
 
@@ -175,19 +182,19 @@ def _name_intervals(series: DeviceSeries, g_all: np.ndarray, beta: np.ndarray,
     return lo, hi, seen, identified
 
 
-def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = None,
+def deconvolve(series: DeviceSeries, tree: AnyTree, window_s: float | None = None,
                n_boot: int = 200, n_blocks: int = 100, seed: int = 0,
                chunk: int = 500_000, response: SensorResponse | None = None,
-               segs: Segments | None = None, windowed: bool = True) -> pd.DataFrame:
+               segs: SegmentLookup | None = None, windowed: bool = True) -> pd.DataFrame:
     """Mean power per phase name by NNLS over all readings (see the module docstring); the
     readings' window is `response`, else a boxcar of `window_s`, else of the reading spacing.
-    `segs`: `segment_index(tree, series)` when the caller has it. `chunk` readings at a time,
+    `segs`: `tree_segments(tree, series)` when the caller has it. `chunk` readings at a time,
     each with the segment index of its time window only (`windowed`; False: the run's index,
     the same numbers bit for bit, its memory growing with the run)."""
     if series.power_w is None:
         raise InputError(f"{series.device}: deconvolution needs power readings, the trace has only "
                          "an energy counter")
-    segs = segs or segment_index(tree, series)
+    segs = segs or tree_segments(tree, series)
     names = segs.names
     if response is None:
         response = SensorResponse.boxcar(window_s if window_s else series.spacing_s)
@@ -216,17 +223,17 @@ def deconvolve(series: DeviceSeries, tree: PhaseTree, window_s: float | None = N
                      ignore_index=True)
 
 
-def estimate_window(series: DeviceSeries, tree: PhaseTree,
+def estimate_window(series: DeviceSeries, tree: AnyTree,
                     factors: tuple[float, ...] = (0.5, 0.75, 1.0, 1.5, 2.0),
-                    max_readings: int = 200_000, segs: Segments | None = None) -> float:
+                    max_readings: int = 200_000, segs: SegmentLookup | None = None) -> float:
     """The averaging window (s) among `factors` x spacing whose deconvolution fits best
-    (`segs`: `segment_index(tree, series)` when the caller has it)."""
+    (`segs`: `tree_segments(tree, series)` when the caller has it)."""
     if series.power_w is None:
         raise InputError(f"{series.device}: estimating a window needs power readings")
     n = min(len(series.t_ns), max_readings)
     sub = DeviceSeries(series.host, series.device, series.t_ns[:n], series.energy_j[:n],
                        series.power_w[:n], series.source, series.max_power_w)
-    segs = segs or segment_index(tree, series)
+    segs = segs or tree_segments(tree, series)
     best, best_rss = series.spacing_s, np.inf
     windows = [f * sub.spacing_s for f in factors]
     t = sub.rel(sub.t_ns[1:])  # the first readings only: the index of their time window
@@ -239,22 +246,22 @@ def estimate_window(series: DeviceSeries, tree: PhaseTree,
     return best
 
 
-def estimate_response(series: DeviceSeries, tree: PhaseTree, bin_s: float = 0.005,
+def estimate_response(series: DeviceSeries, tree: AnyTree, bin_s: float = 0.005,
                       max_lag_s: float | None = None, iters: int = 50,
-                      max_readings: int = 200_000, segs: Segments | None = None
+                      max_readings: int = 200_000, segs: SegmentLookup | None = None
                       ) -> SensorResponse:
     """The sensor's lag weights (bins of `bin_s` up to `max_lag_s`, default 3 reading spacings)
     that, with one power per phase name, fit the readings best: alternating non-negative least
     squares, starting from a boxcar of one spacing. Needs short phases of varied length and
     order; with long phases only, the readings say little about the weights (`segs`:
-    `segment_index(tree, series)` when the caller has it)."""
+    `tree_segments(tree, series)` when the caller has it)."""
     if series.power_w is None:
         raise InputError(f"{series.device}: estimating a response needs power readings")
     n = min(len(series.t_ns), max_readings)
     t, p = series.rel(series.t_ns[1:n]), series.power_w[1:n]
     max_lag = max_lag_s if max_lag_s else 3 * series.spacing_s
     edges = np.arange(0.0, max_lag + bin_s / 2, bin_s)
-    segs = segs or segment_index(tree, series)  # the first readings' time window only
+    segs = segs or tree_segments(tree, series)  # the first readings' time window only
     index = (segs.window(t[0] - (edges[-1] + bin_s) * 1e9 - 1e3, t[-1] + 1e3) if len(t)
              else segs.index)
     overlaps = np.stack([index.overlap(t - edges[k] * 1e9, bin_s * 1e9)
@@ -276,15 +283,25 @@ def estimate_response(series: DeviceSeries, tree: PhaseTree, bin_s: float = 0.00
                           tuple(map(float, h[:keep] / h[:keep].sum())), estimated=True)
 
 
-def choose_method(series: DeviceSeries, tree: PhaseTree, window_s: float,
-                  bounds: np.ndarray | None = None) -> str:
-    """`deconvolve` when the typical innermost segment is shorter than two sensor windows
-    (`bounds`: the tree's `segments` boundaries when the caller has them)."""
-    if series.power_w is None or len(tree.start) == 0:
+def choose_method(series: DeviceSeries, tree: AnyTree, window_s: float,
+                  segs: SegmentLookup | None = None) -> str:
+    """`deconvolve` when the typical innermost segment is shorter than two sensor windows:
+    the median of the segments' positive lengths, selected exactly over the segments' pieces
+    (`windowed.kth_smallest`; np.median's value), so never all lengths at once (`segs`:
+    `tree_segments(tree, series)` when the caller has it)."""
+    if series.power_w is None or phase_count(tree) == 0:
         return "integrate"
-    seg_len = np.diff(segments(tree)[0] if bounds is None else bounds) / 1e9
-    seg_len = seg_len[seg_len > 0]
-    if len(seg_len) == 0:
+    segs = segs or tree_segments(tree, series)
+
+    def lengths() -> Iterator[np.ndarray]:
+        for bounds, _ in segs.pieces():
+            d = np.diff(bounds)
+            yield d[d > 0]
+
+    m = sum(len(d) for d in lengths())
+    if m == 0:
         return "integrate"
+    mid = kth_smallest(lengths, [m // 2] if m % 2 else [m // 2 - 1, m // 2])
+    median_s = sum(x / 1e9 for x in mid) / len(mid)  # np.median's mean of the middle ones
     period = max(series.spacing_s, window_s)
-    return "deconvolve" if np.median(seg_len) < 2 * period else "integrate"
+    return "deconvolve" if median_s < 2 * period else "integrate"

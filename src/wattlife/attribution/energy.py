@@ -23,7 +23,13 @@ from ..contracts import (
 )
 from .busy import idle_floors, warn_busy
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
-from .gaps import GAP_PERIODS, add_gap_columns, phase_coverage, sensor_gaps
+from .gaps import (
+    GAP_PERIODS,
+    add_gap_columns,
+    phase_coverage,
+    phase_coverage_windows,
+    sensor_gaps,
+)
 from .node_rest import NODE_KIND, NodeSensor, add_node_rest, node_rows
 from .response import SensorResponse
 from .series import (
@@ -35,14 +41,8 @@ from .series import (
 )
 from .settle import SensorSettle, integrate_held, settle_columns
 from .time_units import check_time_units
-from .tree import (
-    PhaseTree,
-    clamp_events,
-    phase_tree,
-    segment_index,
-    segments,
-    timeline,
-)
+from .tree import clamp_events, phase_tree, timeline
+from .tree_spill import AnyTree, SpilledTree, tree_segments
 
 
 @runtime_checkable
@@ -58,7 +58,7 @@ class EventsByRank(Protocol):
                     rank_devices: dict[int, list[int]] | None
                     ) -> Mapping[tuple[str, str], pd.DataFrame]: ...
 
-    def tree(self, key: tuple[str, str], where: str) -> PhaseTree: ...
+    def tree(self, key: tuple[str, str], where: str) -> AnyTree: ...
 
     def only_idle(self, key: tuple[str, str]) -> bool: ...
 
@@ -137,7 +137,7 @@ def _events_for(series: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFram
 
 def _tree_for(s: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
               events: pd.DataFrame, floors: dict[tuple[str, str], float], strict: bool,
-              where: str) -> PhaseTree:
+              where: str) -> AnyTree:
     """The device's rank's phase tree; a rank whose phases are all `idle` warns of a busy
     GPU (`busy.warn_busy`) first. From a `RankEvents` (`tree`): built once a rank, its rows then
     let go (not held while the device is attributed)."""
@@ -152,7 +152,7 @@ def _tree_for(s: DeviceSeries, pmap: Mapping[tuple[str, str], pd.DataFrame],
     return phase_tree(ev, where=f"events of {s.host}/{s.device}")
 
 
-def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: float | None,
+def _estimate_device(s: DeviceSeries, tree: AnyTree, method: str, window_s: float | None,
                      response: SensorResponse | str | None, n_boot: int,
                      settles: Mapping[str, SensorSettle] | None = None
                      ) -> tuple[pd.DataFrame, SensorResponse | None]:
@@ -163,16 +163,14 @@ def _estimate_device(s: DeviceSeries, tree: PhaseTree, method: str, window_s: fl
         warnings.warn(f"{s.device}: only an energy counter, integrating instead of deconvolving",
                       stacklevel=3)
         m = "integrate"
-    made = None  # the tree's segments, sorted once for the choice and the segment index
+    segs = None  # the tree's segments, made once for the choice, the estimates and the fit
     if m == "auto":
-        made = segments(tree) if s.power_w is not None else None
-        m = choose_method(s, tree, window_s or s.spacing_s,
-                          None if made is None else made[0])
+        segs = tree_segments(tree, s) if s.power_w is not None else None
+        m = choose_method(s, tree, window_s or s.spacing_s, segs)
     if m != "deconvolve":
-        del made
+        del segs
         return integrate_held(s, tree, settles), None
-    segs = segment_index(tree, s, made)  # built once for the window estimate and the fit
-    del made
+    segs = segs or tree_segments(tree, s)
     if response == "estimate":
         r = estimate_response(s, tree, segs=segs)
     elif isinstance(response, SensorResponse) and GPU.forms(s.device):
@@ -227,7 +225,9 @@ def _attribute_devices(series: Sequence[DeviceSeries],
         gaps = sensor_gaps(s)
         if gaps.total_s > 0:
             gapped.append(gaps.describe())
-        frac, overall, outside_s = phase_coverage(s, tree, gaps)
+        frac, overall, outside_s = (
+            phase_coverage_windows(s, tree.windows(), gaps) if isinstance(tree, SpilledTree)
+            else phase_coverage(s, tree, gaps))
         # within a reading spacing of the trace's ends is what any sampler leaves (it starts
         # and stops around the command): only more is worth a warning
         if overall < 1.0 - 1e-9 and not outside_s <= 2 * np.nan_to_num(s.spacing_s):
@@ -236,8 +236,10 @@ def _attribute_devices(series: Sequence[DeviceSeries],
         if r is not None:
             used[(s.host, s.device)] = r
         if nodes is not None and device_kind(s.device) == NODE_KIND:
-            df = node_rows(df, s, tree, nodes, node_periods)
-        frames.append(add_gap_columns(_label_device(df, s, frac, idle_window), gaps, tree))
+            df = node_rows(df, s, tree.assembled() if isinstance(tree, SpilledTree) else tree,
+                           nodes, node_periods)
+        frames.append(add_gap_columns(_label_device(df, s, frac, idle_window), gaps,
+                                      tree.windows() if isinstance(tree, SpilledTree) else tree))
         bar.update(1)
     bar.close()
     return frames, used, uncovered, gapped

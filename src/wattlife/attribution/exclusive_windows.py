@@ -100,10 +100,11 @@ class WindowSums:
 
 
 def sums_over_windows(windows: Iterable[TreeWindow], values: OwnValues,
-                      columns: list[str]) -> WindowSums:
+                      columns: list[str], kids_sign: float = -1.0) -> WindowSums:
     """One pass over a rank's windows: each phase's inclusive values (`values` of its start
     and end, in the window of its start) made exclusive once it closes (`ExclusiveWindows`) and
-    summed per name; the top-level phases' values summed."""
+    summed per name; the top-level phases' values summed. `kids_sign` 1: each phase's value
+    plus its children's instead (what the settling sums, `settle.settle_halfwidth`)."""
     n = len(columns)
     ex, by_name, top = ExclusiveWindows(n), ExactSums(n), ExactSums(n)
     counts = np.zeros(0, np.int64)
@@ -114,7 +115,7 @@ def sums_over_windows(windows: Iterable[TreeWindow], values: OwnValues,
         closed = ex.feed(w, incl)
         counts = np.concatenate([counts, np.zeros(len(ex.names) - len(counts), np.int64)])
         counts += np.bincount(closed.own_code, minlength=len(ex.names))
-        by_name.add(closed.code, *(closed.incl - closed.kids).T)
+        by_name.add(closed.code, *(closed.incl + kids_sign * closed.kids).T)
     table = pd.DataFrame(dict(zip(columns, by_name.totals(len(ex.names)), strict=True)),
                          index=ex.name_index())
     table["count"] = counts

@@ -163,7 +163,8 @@ def _streamed(path: Path, meta: RunMeta, has_meta: bool, warmup_labels: bool,
 
 
 def _events_in(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path, events: str | Path,
-               meta: RunMeta, has_meta: bool, warmup_labels: bool) -> pd.DataFrame | RankEvents:
+               meta: RunMeta, has_meta: bool, warmup_labels: bool,
+               spill_dir: Path) -> pd.DataFrame | RankEvents:
     """The run's events prepared (`prepared_frame`): for a trace read in chunks, one rank's file at
     a time where the files allow it (`RankEvents`), else all at once."""
     compiled = run_compiled(trace)
@@ -171,7 +172,8 @@ def _events_in(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path, events:
         ranks = RankEvents.open(events, lambda ev, any_compile: prepared_frame(
             ev, meta, has_meta, warmup_labels, compiled and not any_compile), f"{trace} x {events}",
             lambda path, any_compile: _streamed(path, meta, has_meta, warmup_labels,
-                                                compiled and not any_compile))
+                                                compiled and not any_compile),
+            spill_dir=spill_dir)
         if ranks is not None:
             return ranks
     events_df = read_events(events, lines=True)
@@ -199,13 +201,18 @@ def _attribute_read(trace_in: pd.DataFrame | SpilledTrace, trace: str | Path,
             raise InputError(f"--idle-split needs an idle baseline window in {meta_path} "
                              "(sampler.idle_baseline_s > 0)")
     window_s = window_ms / 1000.0 if window_ms else None  # None: estimated per device
-    events_df = _events_in(trace_in, trace, events, meta, has_meta, warmup_labels)
-    df = attribute_energy(trace_in, events_df, method, window_s, meta.run_id, idle, n_boot,
-                          response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
-                          where=f"{trace} x {events}", rank_devices=rank_devices(meta),
-                          floor_window=meta.idle_window,
-                          settles=settle_by_device(meta.gpu_identities, meta.gpu_model),
-                          node_periods=node_periods(meta.sampler, meta.host))
+    events_df = _events_in(trace_in, trace, events, meta, has_meta, warmup_labels,
+                           Path(out).parent)  # a long rank's tree spilled beside the output
+    try:
+        df = attribute_energy(trace_in, events_df, method, window_s, meta.run_id, idle, n_boot,
+                              response, strict=strict, cuda_to_nvml=gpu_mapping(meta),
+                              where=f"{trace} x {events}", rank_devices=rank_devices(meta),
+                              floor_window=meta.idle_window,
+                              settles=settle_by_device(meta.gpu_identities, meta.gpu_model),
+                              node_periods=node_periods(meta.sampler, meta.host))
+    finally:
+        if isinstance(events_df, RankEvents):
+            events_df.close()
     write_table(df, out, PHASES_COLUMNS)
     out = Path(out)
     for (host, device), r in df.attrs["sensor_responses"].items():

@@ -10,8 +10,8 @@ of every file gives what spans ranks: which rank drives which device, the lowest
 host (its CPU/DRAM), the run ids, whether any rank marked `compile`. Otherwise (several ranks in
 a file, no `local_rank`, no rows at all, a cell pyarrow does not parse) `RankEvents.open` returns
 None and the caller reads all events at once. A rank's file of more than `STREAM_ROWS` rows is
-never held whole: its tree is built a start-ordered window at a time (`_streamed`,
-`assembled_tree`; FORMULAS.md, "A rank's events window by window")."""
+never held whole: its tree is built a start-ordered window at a time and kept on disk
+(`_streamed`, `tree_spill.SpilledTree`; FORMULAS.md, "A rank's events window by window")."""
 
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ from .clamp_windows import POS
 from .energy import phase_map
 from .events_chunks import record_blocks
 from .time_units import check_time_units
-from .tree import PhaseTree, clamp_events, phase_tree, timeline
-from .tree_windows import WINDOW_ROWS, TreeWindow, tree_windows
+from .tree import clamp_events, phase_tree, timeline
+from .tree_spill import AnyTree, SpilledTree
+from .tree_windows import WINDOW_ROWS, tree_windows
 
 #: a rank's prepared rows in start order, a window at a time, each row's position in the
 #: prepared frame in column `POS` (`prepare_windows.stream_file`): (file, any rank compiles)
@@ -45,8 +46,8 @@ Stream = Callable[[Path, bool], Iterator[pd.DataFrame]]
 _SCAN = ["run_id", "host", "rank", "local_rank", "phase", "start_ns"]
 #: bytes of an events file `_scan` parses at a time
 SCAN_BLOCK_BYTES = 1 << 22
-#: a rank's file of more rows than this has its tree built window by window (`assembled_tree`),
-#: never its rows whole (a day of one rank at 0.3 s steps: 1.4 M rows)
+#: a rank's file of more rows than this has its tree built window by window and kept on disk
+#: (`SpilledTree`), never its rows whole (a day of one rank at 0.3 s steps: 1.4 M rows)
 STREAM_ROWS = 1 << 20
 #: the external sort's sizes for a streamed rank (`start_order.start_ordered`'s keywords; the
 #: module's defaults where empty)
@@ -104,24 +105,6 @@ def _scanned(path: Path) -> dict[str, Any] | None:
     return seen if sum(map(len, seen["starts"])) else None
 
 
-def assembled_tree(windows: Iterable[TreeWindow]) -> PhaseTree:
-    """The whole tree of a rank from its windows (`tree_windows`): each window's own rows (those
-    starting at or after its `lo`; the carried ones are an earlier window's) with their depth,
-    and their parent as a stream position, which is the whole tree's row index (the stream is
-    in `phase_tree`'s order). What is held: the tree's five arrays, not the rows' frames."""
-    parts: list[tuple[np.ndarray, ...]] = []
-    for w in windows:
-        own = w.tree.start >= w.lo
-        parent = np.where(w.tree.parent >= 0, w.rows[np.maximum(w.tree.parent, 0)], -1)
-        parts.append((w.tree.name[own], w.tree.start[own], w.tree.end[own], w.tree.depth[own],
-                      parent[own]))
-    if not parts:
-        return PhaseTree(np.zeros(0, object), np.zeros(0, np.int64), np.zeros(0, np.int64),
-                         np.zeros(0, np.int64), np.zeros(0, np.int64))
-    name, start, end, depth, parent = (np.concatenate([p[k] for p in parts]) for k in range(5))
-    return PhaseTree(name, start, end, depth, parent)
-
-
 class _Seen:
     """What a rank's streamed windows show on their way to the tree: whether every row is an
     `idle` phase, and the prepared frame's first row left by `timeline` (the lowest position
@@ -150,23 +133,25 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
 
     def __init__(self, files: list[Path], scans: list[dict[str, Any]],
                  prepare: Callable[[pd.DataFrame, bool], pd.DataFrame], where: str,
-                 stream: Stream | None = None) -> None:
+                 stream: Stream | None = None, spill_dir: str | Path | None = None) -> None:
         self.files, self.scans, self._prepare, self._where = files, scans, prepare, where
-        self._stream = stream
+        self._stream, self._spill_dir = stream, spill_dir
         self.any_compile = any(s["compile"] for s in scans)
         self.run_ids = sorted(set().union(*(s["run_ids"] for s in scans)))
         self._keys: dict[tuple[str, str], int] = {}
         self._mapping: tuple[list[int] | None, dict[int, list[int]] | None] = (None, None)
         self._cache: tuple[int, pd.DataFrame, dict[tuple[str, str], pd.DataFrame]] | None = None
         self._head: pd.DataFrame | None = None
-        self._tree: tuple[int, PhaseTree] | None = None
+        self._tree: tuple[int, AnyTree] | None = None
         self._idle: dict[int, bool] = {}
         self._whole: set[int] = set()  # files a window found an overlap in: read whole
 
     @classmethod
     def open(cls, events: str | Path, prepare: Callable[[pd.DataFrame, bool], pd.DataFrame],
-             where: str = "", stream: Stream | None = None) -> RankEvents | None:
-        """The run's events file and its rank siblings, or None (module docstring)."""
+             where: str = "", stream: Stream | None = None,
+             spill_dir: str | Path | None = None) -> RankEvents | None:
+        """The run's events file and its rank siblings, or None (module docstring); a long
+        rank's tree is kept in a folder under `spill_dir` (`close` removes it)."""
         files = [p for p in events_files(events) if p.exists()]
         scans = [_scan(p) for p in files]
         if not files or any(s is None for s in scans):
@@ -174,7 +159,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         ranks = [(s["host"], s["rank"]) for s in scans if s is not None]
         if len(set(ranks)) != len(ranks):
             return None
-        return cls(files, [s for s in scans if s is not None], prepare, where, stream)
+        return cls(files, [s for s in scans if s is not None], prepare, where, stream, spill_dir)
 
     def map_devices(self, cuda_to_nvml: list[int] | None,
                     rank_devices: dict[int, list[int]] | None) -> RankEvents:
@@ -221,7 +206,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
             self._idle[i] = bool(len(ev) and (ev["phase"] == IDLE).all())
         return self._idle[i]
 
-    def tree(self, key: tuple[str, str], where: str) -> PhaseTree:
+    def tree(self, key: tuple[str, str], where: str) -> AnyTree:
         """The key's rank's phase tree (`tree.phase_tree`; `where` names it in an error), built
         once for all the rank's devices; the rank's rows are then let go, not held while its
         devices are attributed (issue 43: a day of one rank, 1.4 M rows, ~0.26 GB; a key's
@@ -229,7 +214,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         (`_streamed`), its rows never held whole."""
         i = self._keys[key]
         if self._tree is None or self._tree[0] != i:
-            self._tree = None  # one rank's tree at a time
+            self.close()  # one rank's tree at a time
             if not self._streamed(i):
                 built = phase_tree(self._load(i)[key], where=where)
                 self._tree, self._cache = (i, built), None
@@ -256,10 +241,11 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
                          pd.DataFrame({"start_ns": [self.scans[i]["start_median"]]}), "trace",
                          str(self.files[0]))
         seen = _Seen()
+        self.close()  # one rank's tree at a time
         try:
-            built = assembled_tree(tree_windows(seen.watch(self._stream(self.files[i],
-                                                                      self.any_compile)),
-                                                STREAM_WINDOW_ROWS, self._where or "events"))
+            built = SpilledTree.build(tree_windows(seen.watch(self._stream(
+                self.files[i], self.any_compile)), STREAM_WINDOW_ROWS, self._where or "events"),
+                self._spill_dir)
         except ContractError:
             self._whole.add(i)  # streamed once only: the whole frame from now on
             return False
@@ -267,6 +253,12 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         if i == 0:
             self._head = clamp_events(seen.head.drop(columns=POS).reset_index(drop=True))
         return True
+
+    def close(self) -> None:
+        """Lets the rank's tree go (a spilled one's folder removed)."""
+        if self._tree is not None and isinstance(self._tree[1], SpilledTree):
+            self._tree[1].close()
+        self._tree = None
 
     def __getitem__(self, key: tuple[str, str]) -> pd.DataFrame:
         return self._load(self._keys[key])[key]

@@ -18,7 +18,7 @@ import pandas as pd
 from ..errors import ContractError, InputError
 
 if TYPE_CHECKING:
-    from .tree import SegmentIndex
+    from .segment_lookup import SegmentIndex
 
 #: columns of a sensor-response CSV (`SensorResponse.to_csv` / `from_csv`)
 RESPONSE_COLUMNS = ["lag_lo_ms", "lag_hi_ms", "weight"]

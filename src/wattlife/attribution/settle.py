@@ -27,9 +27,11 @@ import pandas as pd
 
 from ..contracts import UNATTRIBUTED, GpuIdentity
 from .exact_sum import exact_sum
-from .integrate import integrate
+from .exclusive_windows import sums_over_windows
+from .integrate import integrate, integrate_windows
 from .series import DeviceSeries
-from .tree import PhaseTree, sums_by_name
+from .tree import sums_by_name
+from .tree_spill import AnyTree, SpilledTree, phase_count
 
 
 @dataclass(frozen=True)
@@ -74,27 +76,44 @@ def boundary_steps(series: DeviceSeries, at_ns: np.ndarray, reach_ms: float) -> 
     return series.power_spans(np.asarray(at_ns, np.int64), int(reach_ms * 1e6))
 
 
-def settle_halfwidth(series: DeviceSeries, tree: PhaseTree, settle: SensorSettle) -> pd.Series:
+def _own_steps(series: DeviceSeries, start: np.ndarray, end: np.ndarray,
+               settle: SensorSettle) -> np.ndarray:
+    """Each interval's energy (J) the settling can move across its own two boundaries."""
+    n = len(start)
+    steps = boundary_steps(series, np.concatenate([start, end]), settle.reach_ms)
+    own: np.ndarray = (steps[:n] + steps[n:]) * settle.displaced_ms / 1e3
+    return own
+
+
+def settle_halfwidth(series: DeviceSeries, tree: AnyTree, settle: SensorSettle) -> pd.Series:
     """Per phase name (and `unattributed`), the energy (J) the sensor's settling can move across
     the boundaries of its exclusive time: each interval's own two boundaries and its children's,
-    summed linearly."""
-    n = len(tree.start)
-    steps = boundary_steps(series, np.concatenate([tree.start, tree.end]), settle.reach_ms)
-    own = (steps[:n] + steps[n:]) * settle.displaced_ms / 1e3
+    summed linearly (a spilled tree a window at a time, `sums_over_windows` adding the
+    children's: the same bits)."""
+    if isinstance(tree, SpilledTree):
+        def values(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            own = _own_steps(series, start, end, settle)[:, None]
+            return own, own
+
+        sums = sums_over_windows(tree.windows(), values, ["j"], kids_sign=1.0)
+        out = sums.by_name["j"]
+        out[UNATTRIBUTED] = float(sums.top[0])
+        return out
+    own = _own_steps(series, tree.start, tree.end, settle)
     child = tree.parent >= 0
-    exclusive = own + np.bincount(tree.parent[child], weights=own[child], minlength=n)
+    exclusive = own + np.bincount(tree.parent[child], weights=own[child], minlength=len(own))
     out = sums_by_name(tree, sort=False, j=exclusive)["j"]
     out[UNATTRIBUTED] = exact_sum(own[~child])
     return out
 
 
-def widen_for_settle(df: pd.DataFrame, series: DeviceSeries, tree: PhaseTree,
+def widen_for_settle(df: pd.DataFrame, series: DeviceSeries, tree: AnyTree,
                      settle: SensorSettle | None, floor_w: float) -> pd.DataFrame:
     """An `integrate` table with its intervals widened by `settle_halfwidth` (lower end kept at
     or above the device's floor x time), and the columns saying so: `settle_ms`, `settle_j`,
     `settle_basis` (NaN and the interval untouched where the GPU model's sensor was not
     studied)."""
-    if settle is None or not len(tree.start):
+    if settle is None or not phase_count(tree):
         return df.assign(settle_ms=np.nan, settle_j=np.nan, settle_basis=np.nan)
     add = df["phase"].map(settle_halfwidth(series, tree, settle)).fillna(0.0).to_numpy()
     e = df["energy_j"].to_numpy(float)
@@ -105,12 +124,14 @@ def widen_for_settle(df: pd.DataFrame, series: DeviceSeries, tree: PhaseTree,
                      settle_j=add, settle_basis=settle.basis)
 
 
-def integrate_held(series: DeviceSeries, tree: PhaseTree,
+def integrate_held(series: DeviceSeries, tree: AnyTree,
                    settles: Mapping[str, SensorSettle] | None) -> pd.DataFrame:
     """`integrate`, its intervals holding the settling of the device's GPU model where `settles`
     ({device: settling}, `settle_by_device` of meta.json) has it; with a map, the table carries
-    `settle_ms`, `settle_j` and `settle_basis` (NaN where the model was not studied)."""
-    df = integrate(series, tree)
+    `settle_ms`, `settle_j` and `settle_basis` (NaN where the model was not studied). A spilled
+    tree is integrated a window at a time (`integrate_windows`: the same bits)."""
+    df = (integrate_windows(series, tree.windows()) if isinstance(tree, SpilledTree)
+          else integrate(series, tree))
     if settles is None:
         return df
     return widen_for_settle(df, series, tree, settles.get(series.device), series.floor_w)

@@ -164,7 +164,8 @@ class WindowedSeries(DeviceSeries):
         """`float(np.median(np.diff(t_ns)))`, exactly, by selection (module docstring)."""
         if self._median_dt is None:
             m = self.n - 1
-            mid = self._kth_diffs([m // 2] if m % 2 else [m // 2 - 1, m // 2])
+            mid = kth_smallest(lambda: (np.diff(t) for _, t, _, _ in self.diff_windows()),
+                               [m // 2] if m % 2 else [m // 2 - 1, m // 2])
             # np.median: the mean of the middle one or two, summed as float64
             self._median_dt = sum(float(x) for x in mid) / len(mid)
         return self._median_dt
@@ -201,25 +202,26 @@ class WindowedSeries(DeviceSeries):
             out[sel] = spans_at(t[m - m0:], power, at[sel], reach_ns)
         return out
 
-    def _kth_diffs(self, ks: list[int]) -> list[int]:
-        """The k-th smallest (from 0) spacings in ns for each k: one 21-bit digit a pass,
-        counted among the spacings whose higher digits are k's so far (one count shared by
-        the ks that share them)."""
-        state, mask = [[0, k] for k in ks], (1 << _DIGIT) - 1
-        for shift in (2 * _DIGIT, _DIGIT, 0):
-            counts = {p: np.zeros(1 << _DIGIT, np.int64) for p, _ in state}
-            for _, t, _, _ in self.diff_windows():
-                d = np.diff(t)
-                for p, c in counts.items():
-                    x = d if shift == 2 * _DIGIT else d[(d >> (shift + _DIGIT)) == p]
-                    got = np.bincount((x >> shift) & mask)  # as long as its largest digit
-                    c[:len(got)] += got
-            for st in state:
-                cum = np.cumsum(counts[st[0]])
-                j = int(np.searchsorted(cum, st[1], side="right"))
-                st[1] -= int(cum[j - 1]) if j else 0
-                st[0] = (st[0] << _DIGIT) | j
-        return [p for p, _ in state]
+
+def kth_smallest(values: Callable[[], Iterator[np.ndarray]], ks: list[int]) -> list[int]:
+    """The k-th smallest (from 0) of non-negative int64 values for each k, exactly, over
+    `values()`' pieces (called once a pass, three passes): one 21-bit digit a pass, counted
+    among the values whose higher digits are k's so far (one count shared by the ks that share
+    them). Memory: one piece and the counts, whatever the number of values."""
+    state, mask = [[0, k] for k in ks], (1 << _DIGIT) - 1
+    for shift in (2 * _DIGIT, _DIGIT, 0):
+        counts = {p: np.zeros(1 << _DIGIT, np.int64) for p, _ in state}
+        for d in values():
+            for p, c in counts.items():
+                x = d if shift == 2 * _DIGIT else d[(d >> (shift + _DIGIT)) == p]
+                got = np.bincount((x >> shift) & mask)  # as long as its largest digit
+                c[:len(got)] += got
+        for st in state:
+            cum = np.cumsum(counts[st[0]])
+            j = int(np.searchsorted(cum, st[1], side="right"))
+            st[1] -= int(cum[j - 1]) if j else 0
+            st[0] = (st[0] << _DIGIT) | j
+    return [p for p, _ in state]
 
 
 def _in_order(t: DiskArray, window: int) -> tuple[bool, bool]:
