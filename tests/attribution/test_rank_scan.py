@@ -81,3 +81,21 @@ def test_the_scan_parses_a_block_at_a_time(tmp_path, monkeypatch) -> None:
     assert _scans(path, monkeypatch, 2048) is not None
     line = max(map(len, path.read_bytes().splitlines(keepends=True)))
     assert len(sizes) > 10 and 0 < max(sizes) <= 2048 + 2 * line
+
+
+@settings(max_examples=25, deadline=None)
+@given(starts=st.lists(st.integers(-(2**62), 2**62), min_size=1, max_size=60),
+       epoch=st.booleans(), block=st.integers(8, 4096))
+def test_the_median_start_is_np_median_of_the_starts(tmp_path_factory, starts, epoch, block
+                                                     ) -> None:
+    """The median start, selected from the starts on disk a block at a time: np.median's
+    value of the file's starts, odd and even counts, negative and epoch-sized starts alike."""
+    tmp_path = tmp_path_factory.mktemp("median")
+    s = np.array(starts, np.int64) + (1_700_000_000_000_000_000 if epoch else 0) // 4
+    ev = pd.DataFrame({"run_id": "r", "host": "h", "rank": 0, "local_rank": 0, "phase": "p",
+                       "start_ns": s, "end_ns": s + 1, "step": np.nan, "items": np.nan})
+    ev.to_csv(tmp_path / "events.csv", index=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rank_events, "MEDIAN_BLOCK_STARTS", 1 + block % 7)
+        scans = _scans(tmp_path / "events.csv", mp, block)
+    assert scans is not None and scans[0]["start_median"] == float(np.median(s))

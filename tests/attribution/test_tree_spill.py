@@ -1,6 +1,7 @@
 """A rank's tree kept on disk a window at a time (issue 43, `tree_spill.SpilledTree`): its
-windows read back, its segments read a piece at a time, the method's choice, the deconvolution
-and the settling from it are the whole tree's bit for bit, whatever the window size."""
+windows read back, its segments read a piece at a time, the method's choice, the deconvolution,
+the settling and a node reading's age bounds from it are the whole tree's bit for bit, whatever
+the window size."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from synth import T0, nested_steps, trace_frame
 from wattlife.attribution.deconvolve import choose_method, deconvolve
+from wattlife.attribution.node_age import age_bounds, exclusive_pieces
 from wattlife.attribution.series import device_series
 from wattlife.attribution.settle import KNOWN, settle_halfwidth
 from wattlife.attribution.start_order import start_ordered
@@ -66,6 +68,10 @@ def test_spilled_segments_are_the_whole_trees(tmp_path_factory, steps, seed, win
         assert np.array_equal(a.cum, b.cum)
     assert count_by_name(spilled) == count_by_name(whole)
     assert phase_count(spilled) == len(whole.start)
+    t0, t1 = int(series.t_ns[0]) + 5 * MS, int(series.t_ns[-1]) - 5 * MS
+    for got, want in zip(exclusive_pieces(spilled, t0, t1), exclusive_pieces(whole, t0, t1),
+                         strict=True):
+        assert np.array_equal(got, want)
     back = spilled.assembled()
     for f in ("name", "start", "end", "depth", "parent"):
         assert np.array_equal(getattr(back, f), getattr(whole, f)), f
@@ -89,6 +95,8 @@ def test_choice_deconvolution_and_settling_from_the_spill(tmp_path, window) -> N
     settle = KNOWN["NVIDIA H100 80GB HBM3"]
     pd.testing.assert_series_equal(settle_halfwidth(series, spilled, settle),
                                    settle_halfwidth(series, whole, settle), check_exact=True)
+    pd.testing.assert_frame_equal(age_bounds(series, spilled, 0.05, 400.0),
+                                  age_bounds(series, whole, 0.05, 400.0), check_exact=True)
 
 
 def test_a_failed_build_leaves_no_folder(tmp_path) -> None:

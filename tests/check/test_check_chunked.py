@@ -132,3 +132,35 @@ def _in_gap(line: str) -> bool:
     if parts[2] == "gpu0":
         return 10 <= t < 13
     return parts[2] == "gpu1" and 20 <= t < 20.6
+
+
+@pytest.mark.parametrize("window", [37, 1 << 18])
+def test_gaps_are_found_a_window_of_readings_at_a_time(tmp_path, monkeypatch, window):
+    """Each device's series kept on disk and read `window` readings at a time
+    (`windowed.WindowedSeries`, never loaded whole): the gap findings of the series loaded
+    whole, message for message (the bridged energy, the longest gap)."""
+    from wattlife.attribution import chunked as chunked_mod
+
+    rows = ["t_ns,host,device,metric,value,source"]
+    for i in range(1500):
+        for dev in ("gpu0", "gpu1"):
+            rows.append(f"{T0 + i * 20_000_000},h,{dev},power_w,{250 + (i % 7) * 3.5},"
+                        "nvml-samples")
+    (tmp_path / "trace.csv").write_text("\n".join(r for r in rows if not _in_gap(r)) + "\n")
+    built: list[int] = []
+    real = chunked_mod.windowed_series
+
+    def counted(*a, **k):
+        w = real(*a, **k)
+        built.append(w is not None)
+        return w
+
+    monkeypatch.setattr(chunked_mod, "windowed_series", counted)
+    monkeypatch.setattr(run_dir, "WINDOW", window)
+    windowed = check_run(tmp_path, kind="none", now_ns=T0 + 10**12, max_rows=5)
+    monkeypatch.setattr(run_dir, "WINDOW", None)
+    whole = check_run(tmp_path, kind="none", now_ns=T0 + 10**12, max_rows=5)
+    assert built == [True, True]  # both devices on disk, in time order
+    assert [x.code for x in windowed if x.code.startswith("trace.gap")] == [
+        "trace.gap-energy", "trace.gap"]
+    assert windowed == whole

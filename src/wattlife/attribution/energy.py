@@ -236,8 +236,7 @@ def _attribute_devices(series: Sequence[DeviceSeries],
         if r is not None:
             used[(s.host, s.device)] = r
         if nodes is not None and device_kind(s.device) == NODE_KIND:
-            df = node_rows(df, s, tree.assembled() if isinstance(tree, SpilledTree) else tree,
-                           nodes, node_periods)
+            df = node_rows(df, s, tree, nodes, node_periods)
         frames.append(add_gap_columns(_label_device(df, s, frac, idle_window), gaps,
                                       tree.windows() if isinstance(tree, SpilledTree) else tree))
         bar.update(1)

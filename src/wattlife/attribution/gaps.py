@@ -16,7 +16,7 @@ a backend raised, nothing says that its next reading covers the time it was sile
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -53,6 +53,8 @@ class Gaps:
     at_ns: np.ndarray  # the readings that begin or end a gap
     seconds: np.ndarray  # cumulative seconds inside gaps at each of `at_ns`
     joules: np.ndarray  # cumulative energy (J) the series puts inside gaps at each of `at_ns`
+    #: each gap's own energy (J): E after it minus E before it
+    each_j: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def total_s(self) -> float:
@@ -101,7 +103,8 @@ def sensor_gaps(s: DeviceSeries) -> Gaps:
     joules = np.concatenate([[0.0], np.cumsum(eb - ea)])
     at, first = np.unique(np.concatenate([idx, idx + 1]), return_index=True)
     before = np.searchsorted(idx, at, side="left")  # gaps ended at or before each point
-    return Gaps(s, ta, tb, np.concatenate([ta, tb])[first], secs[before], joules[before])
+    return Gaps(s, ta, tb, np.concatenate([ta, tb])[first], secs[before], joules[before],
+                eb - ea)
 
 
 def phase_coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps

@@ -28,7 +28,7 @@ import pandas as pd
 from ..contracts import KINDS, RESIDUAL, node_part_kinds
 from .node_age import widen_for_age
 from .series import DeviceSeries
-from .tree import PhaseTree
+from .tree_spill import AnyTree
 
 #: the whole node's kind (`contracts.kinds.NODE`)
 NODE_KIND = KINDS["node"].name
@@ -69,7 +69,7 @@ def node_periods(sampler: Mapping[str, Any] | None, host: str | None) -> dict[st
     return {}
 
 
-def node_rows(df: pd.DataFrame, s: DeviceSeries, tree: PhaseTree,
+def node_rows(df: pd.DataFrame, s: DeviceSeries, tree: AnyTree,
               nodes: dict[str, NodeSensor], node_periods: Mapping[str, float] | None
               ) -> pd.DataFrame:
     """A node device's phases table with its intervals holding the reading's age (one node period,

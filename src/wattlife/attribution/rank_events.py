@@ -15,9 +15,10 @@ never held whole: its tree is built a start-ordered window at a time and kept on
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +39,7 @@ from .time_units import check_time_units
 from .tree import clamp_events, phase_tree, timeline
 from .tree_spill import AnyTree, SpilledTree
 from .tree_windows import WINDOW_ROWS, tree_windows
+from .windowed import kth_smallest
 
 #: a rank's prepared rows in start order, a window at a time, each row's position in the
 #: prepared frame in column `POS` (`prepare_windows.stream_file`): (file, any rank compiles)
@@ -46,6 +48,8 @@ Stream = Callable[[Path, bool], Iterator[pd.DataFrame]]
 _SCAN = ["run_id", "host", "rank", "local_rank", "phase", "start_ns"]
 #: bytes of an events file `_scan` parses at a time
 SCAN_BLOCK_BYTES = 1 << 22
+#: starts read back a block at a time for their median (`_median_start`)
+MEDIAN_BLOCK_STARTS = 1 << 20
 #: a rank's file of more rows than this has its tree built window by window and kept on disk
 #: (`SpilledTree`), never its rows whole (a day of one rank at 0.3 s steps: 1.4 M rows)
 STREAM_ROWS = 1 << 20
@@ -56,35 +60,55 @@ STREAM_SORT: dict[str, int] = {}
 STREAM_WINDOW_ROWS = WINDOW_ROWS
 
 
-def _scan(path: Path) -> dict[str, Any] | None:
+def _scan(path: Path, spill_dir: str | Path | None = None) -> dict[str, Any] | None:
     """(host, rank, local_rank, rows, run ids, has compile, median start) of one events file,
     or None when it is not one rank's CSV file with complete local ranks, or pyarrow cannot
     parse it as typed. Read a block of whole lines at a time (`SCAN_BLOCK_BYTES`,
-    `events_chunks.record_blocks`): what is held is the starts (the median's input, 8 bytes a
-    row) and one block, and the parser's buffers go back to the system after (read whole, 3
+    `events_chunks.record_blocks`): what is held is one block; the starts go to a temporary
+    file under `spill_dir` (8 bytes a row on disk), their median selected from it exactly
+    (`_median_start`), and the parser's buffers go back to the system after (read whole, 3
     days of one rank kept 0.33 GB in pyarrow's pool to the end of the run)."""
     import pyarrow as pa
 
-    try:
-        seen = _scanned(path) if path.suffix != ".parquet" else None
-    except (pa.ArrowInvalid, KeyError, StreamUnreadable):
-        return None
-    finally:
-        pa.default_memory_pool().release_unused()
-    if seen is None or any(len(seen[c]) != 1 for c in ("host", "rank", "local_rank")):
-        return None
-    starts = np.concatenate(seen["starts"])
-    return {"host": seen["host"].pop(), "rank": seen["rank"].pop(),
-            "local_rank": seen["local_rank"].pop(), "rows": len(starts),
-            "run_ids": seen["run_id"], "compile": seen["compile"],
-            # what `check_time_units` takes of the file's rows (the streamed path's check)
-            "start_median": float(np.median(starts, overwrite_input=True))}
+    with tempfile.TemporaryFile(dir=spill_dir) as starts:
+        try:
+            seen = _scanned(path, starts) if path.suffix != ".parquet" else None
+        except (pa.ArrowInvalid, KeyError, StreamUnreadable):
+            return None
+        finally:
+            pa.default_memory_pool().release_unused()
+        if seen is None or any(len(seen[c]) != 1 for c in ("host", "rank", "local_rank")):
+            return None
+        return {"host": seen["host"].pop(), "rank": seen["rank"].pop(),
+                "local_rank": seen["local_rank"].pop(), "rows": seen["rows"],
+                "run_ids": seen["run_id"], "compile": seen["compile"],
+                # what `check_time_units` takes of the file's rows (the streamed path's check)
+                "start_median": float("nan") if seen["null"] else _median_start(
+                    starts, seen["rows"], seen["low"], seen["high"])}
 
 
-def _scanned(path: Path) -> dict[str, Any] | None:
+def _median_start(starts: IO[bytes], n: int, low: int, high: int) -> float:
+    """`float(np.median(starts))` of the int64 starts in the file `starts`, exactly: selected
+    by `windowed.kth_smallest` over their offsets from the least (three passes over the file,
+    a block at a time), the middle two's mean as np.median takes it; read whole where the
+    offsets do not fit 63 bits (no epoch timestamps)."""
+    def pieces() -> Iterator[np.ndarray]:
+        starts.seek(0)
+        while len(block := np.frombuffer(starts.read(8 * MEDIAN_BLOCK_STARTS), np.int64)):
+            yield block
+
+    if high - low >= 1 << 63:
+        return float(np.median(np.concatenate(list(pieces()))))
+    mid = kth_smallest(lambda: (b - low for b in pieces()),
+                       [n // 2] if n % 2 else [n // 2 - 1, n // 2])
+    return sum(float(x + low) for x in mid) / len(mid)
+
+
+def _scanned(path: Path, starts: IO[bytes]) -> dict[str, Any] | None:
     """`_scan`'s columns a block at a time: the distinct hosts, ranks, local ranks and run ids,
-    whether a `compile` row is there, the starts; None at a missing rank or local rank, or
-    when the file has no row."""
+    whether a `compile` row is there, the number of rows and the least and greatest start (the
+    starts written to `starts`); None at a missing rank or local rank, or when the file has no
+    row."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pacsv
@@ -93,7 +117,8 @@ def _scanned(path: Path) -> dict[str, Any] | None:
              "run_id": pa.string(), "phase": pa.string(), "start_ns": pa.int64()}
     convert = pacsv.ConvertOptions(include_columns=_SCAN, column_types=types)
     seen: dict[str, Any] = {c: set() for c in ("host", "rank", "local_rank", "run_id")}
-    seen.update(compile=False, starts=[])
+    seen.update(compile=False, rows=0, null=False, low=np.iinfo(np.int64).max,
+                high=np.iinfo(np.int64).min)
     for header, block in record_blocks(LineChunks(path, SCAN_BLOCK_BYTES)):
         t = pacsv.read_csv(pa.BufferReader(header + block), convert_options=convert)
         if t.column("local_rank").null_count or t.column("rank").null_count:
@@ -101,8 +126,15 @@ def _scanned(path: Path) -> dict[str, Any] | None:
         for c in ("host", "rank", "local_rank", "run_id"):
             seen[c] |= set(pc.unique(t.column(c)).to_pylist())
         seen["compile"] |= bool(pc.any(pc.equal(t.column("phase"), COMPILE)).as_py())
-        seen["starts"].append(t.column("start_ns").to_numpy())
-    return seen if sum(map(len, seen["starts"])) else None
+        col = t.column("start_ns")
+        seen["null"] |= bool(col.null_count)  # np.median: NaN
+        start = np.ascontiguousarray(col.drop_null().to_numpy(), np.int64)
+        if len(start):
+            seen["low"] = min(seen["low"], int(start.min()))
+            seen["high"] = max(seen["high"], int(start.max()))
+        seen["rows"] += len(col)
+        starts.write(start.tobytes())
+    return seen if seen["rows"] else None
 
 
 class _Seen:
@@ -153,7 +185,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         """The run's events file and its rank siblings, or None (module docstring); a long
         rank's tree is kept in a folder under `spill_dir` (`close` removes it)."""
         files = [p for p in events_files(events) if p.exists()]
-        scans = [_scan(p) for p in files]
+        scans = [_scan(p, spill_dir) for p in files]
         if not files or any(s is None for s in scans):
             return None
         ranks = [(s["host"], s["rank"]) for s in scans if s is not None]

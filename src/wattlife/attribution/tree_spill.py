@@ -28,8 +28,10 @@ from .tree import PhaseTree, name_codes, segment_index, segments
 from .tree_windows import TreeWindow
 
 #: a window's arrays on disk: its tree's, its rows' stream positions and name codes, and its
-#: segments on [lo, hi) (boundaries, each boundary's name code, -1 where no phase is open)
-_FIELDS = ("start", "end", "depth", "parent", "rows", "code", "seg_bounds", "seg_code")
+#: segments on [lo, hi) (boundaries, each boundary's name code and innermost phase as a stream
+#: position, -1 where no phase is open)
+_FIELDS = ("start", "end", "depth", "parent", "rows", "code", "seg_bounds", "seg_code",
+           "seg_label")
 
 
 class SpilledTree:
@@ -69,10 +71,12 @@ class SpilledTree:
         own = w.tree.start >= w.lo
         bounds, label = segments(w.tree)
         seg_code = np.where(label >= 0, code[np.maximum(label, 0)], -1)
+        seg_label = np.where(label >= 0, w.rows[np.maximum(label, 0)], -1)
         a, b = np.searchsorted(bounds, [w.lo, w.hi], side="left")
         arrays = {"start": w.tree.start, "end": w.tree.end, "depth": w.tree.depth,
                   "parent": w.tree.parent, "rows": w.rows, "code": code,
-                  "seg_bounds": bounds[a:b].astype(np.int64), "seg_code": seg_code[a:b]}
+                  "seg_bounds": bounds[a:b].astype(np.int64), "seg_code": seg_code[a:b],
+                  "seg_label": seg_label[a:b]}
         for f in _FIELDS:
             np.save(self.path / f"{k}.{f}.npy", np.asarray(arrays[f]))
         grown = np.zeros(len(self._names), np.int64)
@@ -109,6 +113,15 @@ class SpilledTree:
             tree = PhaseTree(names[code], self.read(k, "start"), self.read(k, "end"),
                              self.read(k, "depth"), self.read(k, "parent"))
             yield TreeWindow(lo, hi, tree, self.read(k, "rows"))
+
+    def labelled_segments(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The whole tree's `segments` a window's piece at a time: boundaries (ns), the
+        innermost phase after each (its row in the whole tree, -1: none) and its name
+        (`UNATTRIBUTED` for none)."""
+        uniques = np.append(self.uniques, UNATTRIBUTED)  # code -1: the last entry
+        for k in range(len(self.lo)):
+            yield (self.read(k, "seg_bounds"), self.read(k, "seg_label"),
+                   uniques[self.read(k, "seg_code")])
 
     def assembled(self) -> PhaseTree:
         """The whole tree (`assembled_tree` of the windows): for what needs it whole."""

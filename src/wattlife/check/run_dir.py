@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..attribution.chunked import SpilledTrace
+from ..attribution.windowed import WINDOW
 from ..contracts import (
     EVENTS_FILE,
     META_FILE,
@@ -127,8 +128,9 @@ def _trace_chunked(tr_path: Path, rows: Any, now_ns: int, max_rows: int, f: list
     """`_trace_file` chunk by chunk: each chunk's rows checked alone, its series after the last
     row of each series before it; findings merged as one pass gives them (`merge_capped`); the
     sensor gaps of the devices' series, spilled to disk as read (`SpilledTrace`), one device at
-    a time (`gap_findings`, as `check_gaps` of the whole table)."""
-    with SpilledTrace(tr_path, read=False) as spill:
+    a time and a window of its readings at a time (`windowed.WINDOW`; `gap_findings`, as
+    `check_gaps` of the whole table)."""
+    with SpilledTrace(tr_path, read=False, window=WINDOW) as spill:
         return _trace_chunks(tr_path, rows, now_ns, max_rows, f, spill, stalls)
 
 

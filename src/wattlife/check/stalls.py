@@ -42,13 +42,14 @@ class GapRecord:
 
 
 def gap_record(s: DeviceSeries) -> GapRecord:
-    """`s`'s gaps (`sensor_gaps`) as a `GapRecord`."""
+    """`s`'s gaps (`sensor_gaps`) as a `GapRecord`: from the gaps' own readings and the
+    series' ends, so that a series kept on disk (`windowed.WindowedSeries`) is never read
+    whole."""
     g = sensor_gaps(s)
-    i = np.searchsorted(s.t_ns, g.start_ns)
-    per = np.diff(s.energy_j)[i] if len(i) else np.zeros(0)
-    t0, t1 = (int(s.t_ns[0]), int(s.t_ns[-1])) if len(s.t_ns) else (0, 0)
+    n = len(s.t_ns)
+    t0, t1 = (int(s.t_ns[0]), int(s.t_ns[-1])) if n else (0, 0)
     return GapRecord(s.host, s.device, s.source, g.averaging, t0, t1, g.start_ns, g.end_ns,
-                     per, float(s.energy_j[-1] - s.energy_j[0]) if len(s.t_ns) else 0.0)
+                     g.each_j, float(s.energy_j[-1] - s.energy_j[0]) if n else 0.0)
 
 
 #: the sampler's stall windows: host, and [from, to] ns pairs (meta.json `sampler.stalls`)
