@@ -21,6 +21,7 @@ from wattlife.attribution.tree import phase_tree, segment_index
 from wattlife.attribution.tree_spill import (
     SpilledSegments,
     SpilledTree,
+    assembled_tree,
     count_by_name,
     phase_count,
     tree_segments,
@@ -72,7 +73,7 @@ def test_spilled_segments_are_the_whole_trees(tmp_path_factory, steps, seed, win
     for got, want in zip(exclusive_pieces(spilled, t0, t1), exclusive_pieces(whole, t0, t1),
                          strict=True):
         assert np.array_equal(got, want)
-    back = spilled.assembled()
+    back = assembled_tree(spilled.windows())
     for f in ("name", "start", "end", "depth", "parent"):
         assert np.array_equal(getattr(back, f), getattr(whole, f)), f
     spilled.close()

@@ -24,6 +24,7 @@ docs/FORMULAS.md ("The rest of the node") gives the basis and its limits.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import chain
 
 import numpy as np
 import pandas as pd
@@ -59,7 +60,7 @@ def merged_pieces(tree: AnyTree, t0: int, t1: int) -> Iterator[Labelled]:
     held: tuple[np.ndarray, ...] = tuple(np.zeros(0, d) for d in (np.int64, np.int64, np.int64,
                                                                   object))
     end = (np.array([t1], np.int64), np.array([-1], np.int64), np.array([""], dtype=object))
-    for b, label, names in _then(_labelled(tree), end):
+    for b, label, names in chain(_labelled(tree), [end]):  # `end`: the boundary at t1
         times = np.clip(np.concatenate([last[0], b]), t0, t1)
         owner, name = np.concatenate([last[1], label]), np.concatenate([last[2], names])
         last = (times[-1:], owner[-1:], name[-1:])
@@ -75,12 +76,6 @@ def merged_pieces(tree: AnyTree, t0: int, t1: int) -> Iterator[Labelled]:
         held = (x0[first[-1:]], x1[-1:], o[first[-1:]], nm[first[-1:]])
         yield x0[first[:-1]], x1[stop[:-1]], nm[first[:-1]]
     yield held[0], held[1], held[3]
-
-
-def _then(pieces: Iterator[Labelled], end: Labelled) -> Iterator[Labelled]:
-    """The pieces, then `end` (the boundary at t1 that closes the last piece)."""
-    yield from pieces
-    yield end
 
 
 def exclusive_pieces(tree: AnyTree, t0: int, t1: int

@@ -123,10 +123,6 @@ class SpilledTree:
             yield (self.read(k, "seg_bounds"), self.read(k, "seg_label"),
                    uniques[self.read(k, "seg_code")])
 
-    def assembled(self) -> PhaseTree:
-        """The whole tree (`assembled_tree` of the windows): for what needs it whole."""
-        return assembled_tree(self.windows())
-
     def close(self) -> None:
         """Removes the folder."""
         self._remove()
