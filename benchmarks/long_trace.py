@@ -320,7 +320,7 @@ def main() -> None:
     print("| label | step, form | rows | events | file MB | wall s | CPU s | rows/s (wall) | "
           "rows/s (CPU) | peak RSS GB |\n|---|---|---|---|---|---|---|---|---|---|")
     for f in [] if a.no_attribute else forms:
-        out = run / f"phases.{a.label + '.' if a.label else ''}{f}.csv"
+        out = _phases_path(run, a.label, f)
         out.unlink(missing_ok=True)
         _row(a, f"attribute {f}", rows, n_ev, run / names[f],
              [*WATTLIFE, "attribute", "--trace", str(run / names[f]),
@@ -333,11 +333,16 @@ def main() -> None:
     if a.rank_events:
         _rank_rows(a, run, rows, n_ev // GPUS)
     if a.aggregate:
-        phases = run / f"phases.{forms[-1]}.csv"
+        phases = _phases_path(run, a.label, forms[-1])
         files = _aggregate_dirs(run, phases, 100)
         _row(a, "aggregate x100", rows * 100, n_ev * 100, phases,
              [*WATTLIFE, "aggregate", *map(str, files), "-o", str(run / "agg" / "tables")])
     print(json.dumps({"rows": rows, "hours": hours, "events": n_ev}))
+
+
+def _phases_path(run: Path, label: str | None, form: str) -> Path:
+    """The phases table `attribute` of this label and trace form writes."""
+    return run / f"phases.{label + '.' if label else ''}{form}.csv"
 
 
 def _row(a: argparse.Namespace, what: str, rows: int, n_ev: int, path: Path,

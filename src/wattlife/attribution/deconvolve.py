@@ -34,7 +34,7 @@ from ..contracts import RESIDUAL, UNATTRIBUTED
 from ..errors import InputError
 from .exact_sum import ExactSums
 from .response import SensorResponse
-from .segment_lookup import SegmentLookup
+from .segment_lookup import SegmentLookup, Segments
 from .series import DeviceSeries
 from .tree_spill import AnyTree, count_by_name, phase_count, tree_segments
 from .windowed import kth_smallest
@@ -286,12 +286,26 @@ def estimate_response(series: DeviceSeries, tree: AnyTree, bin_s: float = 0.005,
 def choose_method(series: DeviceSeries, tree: AnyTree, window_s: float,
                   segs: SegmentLookup | None = None) -> str:
     """`deconvolve` when the typical innermost segment is shorter than two sensor windows:
-    the median of the segments' positive lengths, selected exactly over the segments' pieces
-    (`windowed.kth_smallest`; np.median's value), so never all lengths at once (`segs`:
+    the median of the segments' positive lengths (`_median_segment_s`: segments on disk by an
+    exact selection over their pieces, never all lengths at once; `segs`:
     `tree_segments(tree, series)` when the caller has it)."""
     if series.power_w is None or phase_count(tree) == 0:
         return "integrate"
-    segs = segs or tree_segments(tree, series)
+    median_s = _median_segment_s(segs or tree_segments(tree, series))
+    if median_s is None:
+        return "integrate"
+    period = max(series.spacing_s, window_s)
+    return "deconvolve" if median_s < 2 * period else "integrate"
+
+
+def _median_segment_s(segs: SegmentLookup) -> float | None:
+    """np.median of the segments' positive lengths (s), None where there is none: of the
+    whole array where the segments are held, else selected exactly over the pieces (the same
+    value: the middle one or the mean of the middle two, each length in ns / 1e9)."""
+    if isinstance(segs, Segments):
+        held = np.diff(segs.bounds) / 1e9
+        held = held[held > 0]
+        return float(np.median(held)) if len(held) else None
 
     def lengths() -> Iterator[np.ndarray]:
         for bounds, _ in segs.pieces():
@@ -300,8 +314,6 @@ def choose_method(series: DeviceSeries, tree: AnyTree, window_s: float,
 
     m = sum(len(d) for d in lengths())
     if m == 0:
-        return "integrate"
+        return None
     mid = kth_smallest(lengths, [m // 2] if m % 2 else [m // 2 - 1, m // 2])
-    median_s = sum(x / 1e9 for x in mid) / len(mid)  # np.median's mean of the middle ones
-    period = max(series.spacing_s, window_s)
-    return "deconvolve" if median_s < 2 * period else "integrate"
+    return sum(x / 1e9 for x in mid) / len(mid)  # np.median's mean of the middle ones
