@@ -26,12 +26,11 @@ its phase tree and segments: in memory (`read_events`, `phase_tree`, `segments`,
 does for a rank of up to 2²⁰ rows) and window by window (`pd.read_csv` chunks,
 `start_order.start_ordered`, `tree_windows.tree_windows`, each window's segments; `attribute`
 builds a longer rank's tree so from `read_events`' checked chunks, here pandas' plain reading);
-and that file prepared as
-`RankEvents` prepares it (warm-up labels, timeline, clamping) in start order: whole
-(`read_events`, `label_warmup`, `timeline`, `clamp_events`, `start_order`) and from the file
-read in chunks by `events_chunks` (`prepare_windows.prepared_file`: sorted, labelled and
-clamped a window at a time). With `--no-attribute` and no other step only the events are
-generated:
+and that file prepared as `RankEvents` prepares it (warm-up labels, timeline, clamping) in
+start order: whole (`read_events`, `label_warmup`, `timeline`, `clamp_events`, `start_order`)
+and from the file read in chunks by `events_chunks` (`prepare_windows.prepared_file`: sorted,
+labelled and clamped a window at a time). With `--no-attribute` and no other step only the
+events are generated:
 
     PYTHONPATH=src python3 benchmarks/long_trace.py --hours 72 --gpus 1 --out /tmp/lt \
         --no-attribute --rank-events
@@ -341,7 +340,7 @@ def main() -> None:
 
 
 def _phases_path(run: Path, label: str | None, form: str) -> Path:
-    """The phases table `attribute` of this label and trace form writes."""
+    """The phases table of this label's `attribute` of this trace form."""
     return run / f"phases.{label + '.' if label else ''}{form}.csv"
 
 
@@ -356,8 +355,8 @@ def _row(a: argparse.Namespace, what: str, rows: int, n_ev: int, path: Path,
 
 
 def _rank_rows(a: argparse.Namespace, run: Path, rows: int, n_ev: int) -> None:
-    """Rank 0's events into its tree and segments, whole and window by window, and prepared
-    (read, labelled, clamped, start-ordered) whole and window by window: four rows."""
+    """Rank 0's events into its tree (and prepared: read, labelled, clamped, sorted), whole and
+    window by window: four rows."""
     ev = run / "events.csv"
     for what, cmd in (("rank events whole", RANK_WHOLE), ("rank events windows", RANK_WINDOWS),
                       ("rank events prepared whole", RANK_PREP_WHOLE),
@@ -366,8 +365,7 @@ def _rank_rows(a: argparse.Namespace, run: Path, rows: int, n_ev: int) -> None:
 
 
 def _same_as_others(out: Path, form: str) -> None:
-    """Whether this phases table is byte for byte the one of each other label's run of the
-    same trace form (before / after: `--label`)."""
+    """Whether this phases table is byte for byte each other `--label`'s of the same form."""
     for other in sorted(out.parent.glob(f"phases.*{form}.csv")):
         if other != out and out.exists():
             same = other.read_bytes() == out.read_bytes()
@@ -387,7 +385,6 @@ def _check_dir(run: Path, trace_name: str) -> Path:
 
 def _aggregate_dirs(run: Path, phases: Path, n: int) -> list[Path]:
     """`n` runs' phases.csv (copies of one), each with a meta.json naming its own repeat."""
-    out = []
     for i in range(n):
         d = run / "agg" / f"r{i:03d}"
         d.mkdir(parents=True, exist_ok=True)
@@ -396,8 +393,7 @@ def _aggregate_dirs(run: Path, phases: Path, n: int) -> list[Path]:
             "schema_version": 1, "run_id": f"long-{i}", "host": "node01",
             "cell": {"workload": "long", "storage": "local", "checkpoint": "off",
                      "repeat": i + 1}}))
-        out.append(d / "phases.csv")
-    return out
+    return [run / "agg" / f"r{i:03d}" / "phases.csv" for i in range(n)]
 
 
 if __name__ == "__main__":
