@@ -23,13 +23,7 @@ from ..contracts import (
 )
 from .busy import idle_floors, warn_busy
 from .deconvolve import choose_method, deconvolve, estimate_response, estimate_window
-from .gaps import (
-    GAP_PERIODS,
-    add_gap_columns,
-    phase_coverage,
-    phase_coverage_windows,
-    sensor_gaps,
-)
+from .gaps import GAP_PERIODS, add_gap_columns, phase_coverage, sensor_gaps
 from .node_rest import NODE_KIND, NodeSensor, add_node_rest, node_rows
 from .response import SensorResponse
 from .series import (
@@ -42,7 +36,7 @@ from .series import (
 from .settle import SensorSettle, integrate_held, settle_columns
 from .time_units import check_time_units
 from .tree import clamp_events, phase_tree, timeline
-from .tree_spill import AnyTree, SpilledTree, tree_segments
+from .tree_spill import AnyTree, tree_segments
 
 
 @runtime_checkable
@@ -225,9 +219,7 @@ def _attribute_devices(series: Sequence[DeviceSeries],
         gaps = sensor_gaps(s)
         if gaps.total_s > 0:
             gapped.append(gaps.describe())
-        frac, overall, outside_s = (
-            phase_coverage_windows(s, tree.windows(), gaps) if isinstance(tree, SpilledTree)
-            else phase_coverage(s, tree, gaps))
+        frac, overall, outside_s = phase_coverage(s, tree, gaps)
         # within a reading spacing of the trace's ends is what any sampler leaves (it starts
         # and stops around the command): only more is worth a warning
         if overall < 1.0 - 1e-9 and not outside_s <= 2 * np.nan_to_num(s.spacing_s):
@@ -237,8 +229,7 @@ def _attribute_devices(series: Sequence[DeviceSeries],
             used[(s.host, s.device)] = r
         if nodes is not None and device_kind(s.device) == NODE_KIND:
             df = node_rows(df, s, tree, nodes, node_periods)
-        frames.append(add_gap_columns(_label_device(df, s, frac, idle_window), gaps,
-                                      tree.windows() if isinstance(tree, SpilledTree) else tree))
+        frames.append(add_gap_columns(_label_device(df, s, frac, idle_window), gaps, tree))
         bar.update(1)
     bar.close()
     return frames, used, uncovered, gapped

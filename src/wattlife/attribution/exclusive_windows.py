@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .exact_sum import ExactSums
+from .tree import NameCodes
 from .tree_windows import TreeWindow
 
 
@@ -37,7 +38,7 @@ class ExclusiveWindows:
     (its rows after those carried in) and gives back the phases that closed in it."""
 
     def __init__(self, n_columns: int) -> None:
-        self.names: dict[str, int] = {}
+        self.names = NameCodes()
         self._pos = np.zeros(0, np.int64)
         self._code = np.zeros(0, np.int64)
         self._incl = np.zeros((0, n_columns))
@@ -54,7 +55,7 @@ class ExclusiveWindows:
         if not np.array_equal(w.rows[:k], self._pos):
             raise ValueError("ExclusiveWindows: a window's first rows are not the phases "
                              "carried from the window before (tree_windows' order)")
-        own_code = self._codes(tree.name[k:])
+        own_code = self.names.of(tree.name[k:])
         code = np.concatenate([self._code, own_code])
         incl = np.concatenate([self._incl, np.asarray(own_incl, np.float64).reshape(
             len(tree.start) - k, self._incl.shape[1])])
@@ -66,16 +67,9 @@ class ExclusiveWindows:
         self._incl, self._kids = incl[~done], kids[~done]
         return Closed(code[done], incl[done], kids[done], own_code)
 
-    def _codes(self, new_names: np.ndarray) -> np.ndarray:
-        """The run-wide code of each name (a new name gets the next one)."""
-        local, uniques = pd.factorize(new_names, use_na_sentinel=False)
-        lut = np.array([self.names.setdefault(str(u), len(self.names)) for u in uniques],
-                       np.int64)
-        return lut[local] if len(local) else np.zeros(0, np.int64)
-
     def name_index(self) -> pd.Index:
         """The names in order of first appearance, as `sums_by_name(sort=False)` indexes them."""
-        return pd.Index(np.asarray(list(self.names), dtype=object), name="phase")
+        return pd.Index(self.names.uniques, name="phase")
 
 
 def own_rows(w: TreeWindow, carried: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -26,6 +26,7 @@ from .exact_sum import exact_sum
 from .exclusive_windows import sums_over_windows
 from .series import DeviceSeries
 from .tree import PhaseTree, exclusive, sums_by_name
+from .tree_spill import AnyTree, SpilledTree
 from .tree_windows import TreeWindow
 
 #: a spacing between two readings above this many times the device's median spacing is a gap,
@@ -107,11 +108,14 @@ def sensor_gaps(s: DeviceSeries) -> Gaps:
                 eb - ea)
 
 
-def phase_coverage(series: DeviceSeries, tree: PhaseTree, gaps: Gaps
+def phase_coverage(series: DeviceSeries, tree: AnyTree, gaps: Gaps
                    ) -> tuple[pd.Series, float, float]:
     """Per phase name, the share of its (exclusive) time read by the device (inside the trace's
     span, outside its sensor gaps: `covered_fraction`); the share of all phases' time inside the
-    span; the seconds outside it."""
+    span; the seconds outside it. A tree on disk a window at a time (`phase_coverage_windows`:
+    the same bits)."""
+    if isinstance(tree, SpilledTree):
+        return phase_coverage_windows(series, tree.windows(), gaps)
     t0, t1 = series.t_ns[0], series.t_ns[-1]
     top = tree.parent < 0
     full = (tree.end - tree.start) / 1e9
@@ -154,11 +158,14 @@ def _shares(by: pd.DataFrame, tot_full: float, tot_in: float) -> tuple[pd.Series
     return frac.clip(0.0, 1.0), overall, tot_full - tot_in
 
 
-def gap_sums(gaps: Gaps, tree: PhaseTree | Iterable[TreeWindow]
+def gap_sums(gaps: Gaps, tree: AnyTree | Iterable[TreeWindow]
              ) -> tuple[pd.DataFrame, float, float]:
     """Per phase name (sorted) the gap seconds `s` and joules `j` inside its exclusive time, and
     the gap seconds and joules outside every top-level phase; from the whole tree or from its
-    windows (`exclusive_windows.sums_over_windows`: the same bits)."""
+    windows (a tree on disk: its windows; `exclusive_windows.sums_over_windows`: the same
+    bits)."""
+    if isinstance(tree, SpilledTree):
+        tree = tree.windows()
     s = gaps.series
     t0, t1 = s.t_ns[0], s.t_ns[-1]
     if isinstance(tree, PhaseTree):
@@ -176,12 +183,12 @@ def gap_sums(gaps: Gaps, tree: PhaseTree | Iterable[TreeWindow]
     return by, gaps.total_s - float(sums.top[0]), gaps.total_j - float(sums.top[1])
 
 
-def add_gap_columns(df: pd.DataFrame, gaps: Gaps, tree: PhaseTree | Iterable[TreeWindow]
+def add_gap_columns(df: pd.DataFrame, gaps: Gaps, tree: AnyTree | Iterable[TreeWindow]
                     ) -> pd.DataFrame:
     """One device's phases with `gap_s` and `gap_energy_j` (exclusive, per name; the
     `unattributed` row gets the gaps outside top-level phases) and the interval widened over the
     gap time: the phase's energy there lies between the device's floor and upper bound. `tree`:
-    the rank's tree, or its windows (`gap_sums`)."""
+    the rank's tree (whole or on disk), or its windows (`gap_sums`)."""
     s = gaps.series
     by, out_s, out_j = gap_sums(gaps, tree)
     df["gap_s"] = df["phase"].map(by["s"]).fillna(0.0)

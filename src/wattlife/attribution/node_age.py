@@ -32,7 +32,7 @@ import pandas as pd
 from ..contracts import UNATTRIBUTED
 from .exact_sum import ExactSums
 from .series import DeviceSeries
-from .tree import segments
+from .tree import NameCodes, segments
 from .tree_spill import AnyTree, SpilledTree
 
 #: a piece of a tree's segments: boundaries (ns), the innermost phase after each (an id, -1:
@@ -113,15 +113,13 @@ def age_bounds(series: DeviceSeries, tree: AnyTree, age_s: float, max_w: float
     correctly rounded, `exact_sum`), so a spilled tree is never held whole."""
     t0, t1 = int(series.t_ns[0]), int(series.t_ns[-1])
     age = np.int64(round(max(age_s, 0.0) * 1e9))
-    codes: dict[str, int] = {}
+    codes = NameCodes()
     sums = ExactSums(2)
     first_x0, last_x1 = np.zeros(0, np.int64), np.zeros(0, np.int64)
     for x0, x1, names in merged_pieces(tree, t0, t1):
         lo = np.maximum(_at_or_before(series, x1) - _at_or_after(series, x0 + age, max_w), 0.0)
         hi = _at_or_after(series, x1 + age, max_w) - _at_or_before(series, x0)
-        local, uniques = pd.factorize(names, use_na_sentinel=False)
-        code = np.array([codes.setdefault(str(u), len(codes)) for u in uniques],
-                        np.int64)[local] if len(local) else np.zeros(0, np.int64)
+        code = codes.of(names)
         grow = len(codes) - len(first_x0)
         first_x0 = np.concatenate([first_x0, np.full(grow, np.iinfo(np.int64).max)])
         last_x1 = np.concatenate([last_x1, np.full(grow, np.iinfo(np.int64).min)])
@@ -132,7 +130,7 @@ def age_bounds(series: DeviceSeries, tree: AnyTree, age_s: float, max_w: float
     # the phase's pieces lie inside its span [first x0, last x1]: never more than the span holds
     span_hi = (_at_or_after(series, last_x1 + age, max_w) - _at_or_before(series, first_x0))
     return pd.DataFrame({"age_lo_j": lo_j, "age_hi_j": np.fmin(hi_j, span_hi)},
-                        index=pd.Index(np.asarray(list(codes), dtype=object), name="phase"))
+                        index=pd.Index(codes.uniques, name="phase"))
 
 
 def widen_for_age(df: pd.DataFrame, series: DeviceSeries, tree: AnyTree, age_s: float,

@@ -46,6 +46,29 @@ def name_codes(tree: PhaseTree) -> tuple[np.ndarray, np.ndarray]:
     return tree.codes
 
 
+class NameCodes:
+    """Names given run-wide codes in order of first appearance, a piece of rows at a time (the
+    codes `name_codes` gives a whole tree, for a rank's windows or pieces; issue 43)."""
+
+    def __init__(self) -> None:
+        self._code: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._code)
+
+    def of(self, names: np.ndarray) -> np.ndarray:
+        """Each name's code (a new name gets the next one)."""
+        local, uniques = pd.factorize(names, use_na_sentinel=False)
+        lut = np.array([self._code.setdefault(str(u), len(self._code)) for u in uniques],
+                       np.int64)
+        return lut[local] if len(local) else np.zeros(0, np.int64)
+
+    @property
+    def uniques(self) -> np.ndarray:
+        """The names in order of first appearance (code order)."""
+        return np.asarray(list(self._code), dtype=object)
+
+
 #: cross-clock overlaps up to this are resolved by clamping (GPU-timeline boundaries mapped to
 #: the host clock through different anchors disagree by ~0.1 ms; far below a sensor's resolution)
 OVERLAP_TOL_NS = 1_000_000

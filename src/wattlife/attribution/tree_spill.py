@@ -19,12 +19,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ..contracts import UNATTRIBUTED
 from .segment_lookup import SegmentLookup
 from .series import DeviceSeries
-from .tree import PhaseTree, name_codes, segment_index, segments
+from .tree import NameCodes, PhaseTree, name_codes, segment_index, segments
 from .tree_windows import TreeWindow
 
 #: a window's arrays on disk: its tree's, its rows' stream positions and name codes, and its
@@ -47,7 +46,7 @@ class SpilledTree:
         self.hi: list[int] = []
         self.n_bounds: list[int] = []
         self.first_bound: list[int] = []
-        self._names: dict[str, int] = {}
+        self._names = NameCodes()
         self.counts = np.zeros(0, np.int64)
         self.n_phases = 0
 
@@ -67,10 +66,10 @@ class SpilledTree:
     def _write(self, w: TreeWindow) -> None:
         """One window's arrays to disk; its own rows' names counted."""
         k = len(self.lo)
-        code = self._codes(w.tree.name)
+        code = self._names.of(w.tree.name).astype(np.int32)  # 4 bytes a row on disk
         own = w.tree.start >= w.lo
         bounds, label = segments(w.tree)
-        seg_code = np.where(label >= 0, code[np.maximum(label, 0)], -1)
+        seg_code = np.where(label >= 0, code[np.maximum(label, 0)], np.int32(-1))
         seg_label = np.where(label >= 0, w.rows[np.maximum(label, 0)], -1)
         a, b = np.searchsorted(bounds, [w.lo, w.hi], side="left")
         arrays = {"start": w.tree.start, "end": w.tree.end, "depth": w.tree.depth,
@@ -88,17 +87,10 @@ class SpilledTree:
         self.n_bounds.append(int(b - a))
         self.first_bound.append(int(bounds[a]) if b > a else w.lo)
 
-    def _codes(self, names: np.ndarray) -> np.ndarray:
-        """Each name's run-wide code (a new name gets the next one)."""
-        local, uniques = pd.factorize(names, use_na_sentinel=False)
-        lut = np.array([self._names.setdefault(str(u), len(self._names)) for u in uniques],
-                       np.int32)
-        return lut[local] if len(local) else np.zeros(0, np.int32)
-
     @property
     def uniques(self) -> np.ndarray:
         """The rank's distinct names in order of first appearance (`tree.name_codes`')."""
-        return np.asarray(list(self._names), dtype=object)
+        return self._names.uniques
 
     def read(self, k: int, field: str) -> np.ndarray:
         """One array of window k."""
