@@ -1,17 +1,23 @@
-"""Issue 43: peak memory and CPU of `wattlife check` and `wattlife merge-nodes` on a long run.
-CPU only, any machine.
+"""Issue 43: peak memory and CPU of `wattlife check`, `merge-nodes`, and `attribute` and `check`
+of the merged events, on a long run. CPU only, any machine.
 
 `check`: the synthetic run of `long_trace.py` (`--rows` of 20 ms readings of 8 GPUs + CPU, 24 h
 = 77.8 M rows; 8 ranks' events, ~11.3 M rows a day), as trace.csv. `merge-nodes`: two nodes'
 events of that run (the second's host renamed), each beside a short trace of its own host: what
-merging holds is the events. Each command runs in a child process of its own (wall s, CPU s of
-user + system, peak RSS); the table is printed with the machine's load average.
+merging holds is the events. `attribute` (step `attribute`, after `merge`): the merged trace (100
+rows) and events (one file of 16 ranks on two hosts), `check-merged` its check: what they hold
+is the events. Each command runs in a child process of its own (wall s, CPU s of user +
+system, peak RSS); the table is printed with the machine's load average.
 
     PYTHONPATH=src python3 benchmarks/check_memory.py --rows 77.76e6 --out /tmp/cm
     # the code of another checkout, for "before":
     python3 benchmarks/check_memory.py --rows 77.76e6 --out /tmp/cm --src ../main/src --keep
     # the events alone (beside a 50-row trace), 72 h of them, the trace not written:
     python3 benchmarks/check_memory.py --rows 233.28e6 --out /tmp/cm --events-only --steps events
+    # the merged events of 24 h of two nodes attributed and checked (a file of 16 ranks,
+    # 22.6 M rows):
+    python3 benchmarks/check_memory.py --rows 77.76e6 --out /tmp/cm --events-only \
+        --steps merge,attribute,check-merged
 """
 
 from __future__ import annotations
@@ -74,8 +80,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="reuse files generated before")
     ap.add_argument("--label", default="", help="a label for the table (e.g. before, after)")
     ap.add_argument("--steps", default="check,merge",
-                    help="check, merge, events (`check` of the events beside a 50-row trace; "
-                    "comma-separated)")
+                    help="check, merge, events (`check` of the events beside a 50-row trace), "
+                    "attribute, check-merged (the merged run's; after merge) (comma-separated)")
     ap.add_argument("--events-only", action="store_true",
                     help="write the run's events, not its trace (for --steps events)")
     a = ap.parse_args()
@@ -105,7 +111,16 @@ def main() -> None:
         cmd = [*WATTLIFE, "merge-nodes", "--traces", *(str(d / "trace.csv") for d in nodes),
                "--events", *(str(d / "events.csv") for d in nodes),
                "--trace", str(merged / "trace.csv"), "--events-out", str(merged / "events.csv")]
-        _row(a.label, "merge-nodes x2", "100", f"{2 * n_ev:,}", cmd, a.src)
+        if not (a.keep and (merged / "events.csv").exists()):
+            _row(a.label, "merge-nodes x2", "100", f"{2 * n_ev:,}", cmd, a.src)
+    if "check-merged" in steps:
+        cmd = [*WATTLIFE, "check", str(run / "merged"), "--kind", "none"]
+        _row(a.label, "check (merged)", "100", f"{2 * n_ev:,}", cmd, a.src)
+    if "attribute" in steps:
+        merged = run / "merged"
+        cmd = [*WATTLIFE, "attribute", "--trace", str(merged / "trace.csv"), "--events",
+               str(merged / "events.csv"), "-o", str(merged / f"phases{a.label}.csv")]
+        _row(a.label, "attribute (merged)", "100", f"{2 * n_ev:,}", cmd, a.src)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 

@@ -152,9 +152,14 @@ def test_chunked_attribution_equals_the_in_memory_one_exactly(tmp_path, monkeypa
 @pytest.mark.parametrize("method", ["integrate", "deconvolve"])
 @pytest.mark.parametrize("per_rank", [True, False])
 def test_chunked_equals_in_memory_for_each_method(tmp_path, monkeypatch, method, per_rank):
-    """One events file for both ranks: read at once (RankEvents.open refuses it)."""
+    """Per-rank files, or one events file for both ranks (split into its ranks' parts by
+    `RankEvents.open`, removed by `close`)."""
     p, ev_path = _write(tmp_path, "csv", per_rank)
-    assert (RankEvents.open(ev_path, lambda ev, c: ev) is None) != per_rank
+    ranks = RankEvents.open(ev_path, lambda ev, c: ev, spill_dir=tmp_path)
+    assert ranks is not None and len(ranks.sources) == 2
+    assert len(list(tmp_path.glob(".wattlife-ranks-*"))) == (0 if per_rank else 1)
+    ranks.close()
+    assert not list(tmp_path.glob(".wattlife-*"))
     chunked, memory = _both(tmp_path, p, ev_path, monkeypatch, method=method, n_boot=10,
                             window_ms=20.0)
     assert set(chunked.loc[chunked["device"].str.startswith("gpu0"), "method"]) == {method}

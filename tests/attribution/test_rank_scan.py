@@ -1,5 +1,5 @@
 """`RankEvents.open`'s scan of each rank's file (issue 43): a block of whole lines at a time
-(`rank_events.SCAN_BLOCK_BYTES`), what a file read whole gives, whatever the block size."""
+(`rank_scan.SCAN_BLOCK_BYTES`), what a file read whole gives, whatever the block size."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synth import nested_steps
-from wattlife.attribution import rank_events
+from wattlife.attribution import rank_scan
 from wattlife.attribution.rank_events import RankEvents
 
 
 def _scans(path, monkeypatch, block: int):
-    monkeypatch.setattr(rank_events, "SCAN_BLOCK_BYTES", block)
+    monkeypatch.setattr(rank_scan, "SCAN_BLOCK_BYTES", block)
     got = RankEvents.open(path, lambda df, _compiled: df)
     return None if got is None else got.scans
 
@@ -47,11 +47,13 @@ def test_a_scan_in_blocks_is_the_scan_of_the_file_whole(tmp_path_factory, steps,
 
 
 @pytest.mark.parametrize("late", ["rank", "host", "local_rank_missing"])
-def test_a_second_rank_or_a_missing_local_rank_in_a_late_block_is_no_rank_file(
-        tmp_path, monkeypatch, late) -> None:
-    """A file that is not one rank's, seen only in its last block: None (the whole path)."""
+def test_a_second_rank_or_a_missing_local_rank_in_a_late_block(tmp_path, monkeypatch, late
+                                                               ) -> None:
+    """A file that is not one rank's, seen only in its last block: split into its ranks' parts
+    (`rank_split`: the last row a part of its own), or None (the whole path) where a local
+    rank is missing."""
     ev = nested_steps(20, 1)
-    ev = ev.assign(local_rank=ev["rank"].astype("Int64"))
+    ev = ev.assign(local_rank=ev["rank"].astype("Int64"), step=1.0, items=2.0)
     i = ev.index[-1]
     if late == "rank":
         ev.loc[i, ["rank", "local_rank"]] = [5, 5]
@@ -60,8 +62,15 @@ def test_a_second_rank_or_a_missing_local_rank_in_a_late_block_is_no_rank_file(
     else:
         ev.loc[i, "local_rank"] = pd.NA
     path = _file(tmp_path, ev)
-    assert _scans(path, monkeypatch, 1 << 30) is None
-    assert _scans(path, monkeypatch, 256) is None
+    for block in (1 << 30, 256):
+        scans = _scans(path, monkeypatch, block)
+        if late == "local_rank_missing":
+            assert scans is None
+            continue
+        assert scans is not None
+        assert [s["rows"] for s in scans] == [len(ev) - 1, 1]
+        assert (scans[1]["host"], scans[1]["rank"]) == (str(ev.loc[i, "host"]),
+                                                        int(ev.loc[i, "rank"]))
 
 
 def test_the_scan_parses_a_block_at_a_time(tmp_path, monkeypatch) -> None:
@@ -96,6 +105,6 @@ def test_the_median_start_is_np_median_of_the_starts(tmp_path_factory, starts, e
                        "start_ns": s, "end_ns": s + 1, "step": np.nan, "items": np.nan})
     ev.to_csv(tmp_path / "events.csv", index=False)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(rank_events, "MEDIAN_BLOCK_STARTS", 1 + block % 7)
+        mp.setattr(rank_scan, "MEDIAN_BLOCK_STARTS", 1 + block % 7)
         scans = _scans(tmp_path / "events.csv", mp, block)
     assert scans is not None and scans[0]["start_median"] == float(np.median(s))

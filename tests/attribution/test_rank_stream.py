@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rank_fixtures import streamed_trees
 from synth import nested_steps
 from wattlife.attribution.start_order import start_ordered
 from wattlife.attribution.tree import phase_tree
@@ -52,24 +53,8 @@ def test_a_wrapper_over_every_window_keeps_its_children(window) -> None:
 
 @pytest.fixture
 def streamed(monkeypatch):
-    """Every rank's tree built window by window and spilled (`RankEvents._streamed`), in
-    windows, sort runs and blocks of a few rows; the phases of each tree so built."""
-    from wattlife.attribution import rank_events
-    from wattlife.attribution.tree_spill import SpilledTree
-
-    built: list[int] = []
-    real = SpilledTree.build.__func__
-
-    def counted(cls, windows, spill_dir=None):
-        tree = real(cls, windows, spill_dir)
-        built.append(tree.n_phases)
-        return tree
-
-    monkeypatch.setattr(rank_events, "STREAM_ROWS", 0)
-    monkeypatch.setattr(rank_events, "STREAM_WINDOW_ROWS", 23)
-    monkeypatch.setattr(rank_events, "STREAM_SORT", {"run_rows": 97, "block_rows": 13})
-    monkeypatch.setattr(SpilledTree, "build", classmethod(counted))
-    return built
+    """Each rank's tree built window by window (`rank_fixtures.streamed_trees`)."""
+    return streamed_trees(monkeypatch)
 
 
 def _tables(tmp_path, monkeypatch, **kw):
@@ -227,3 +212,4 @@ def test_spilled_trees_settle_and_estimate_as_the_whole(tmp_path, monkeypatch, s
         assert set(gpu["method"]) == {"deconvolve"}
     pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
     assert not list(tmp_path.glob(".wattlife-*"))
+

@@ -119,6 +119,23 @@ def test_windowed_attribution_is_the_in_memory_table_bit_for_bit(tmp_path, windo
     pd.testing.assert_frame_equal(got, memory, check_exact=True)
 
 
+@pytest.mark.parametrize("window", [3, 64])
+def test_readings_out_of_time_order_are_sorted_on_disk(tmp_path, window):
+    """Every device's readings written out of time order (blocks of the file swapped, repeated
+    timestamps among them): each series is still kept on disk, put in time order by the
+    external sort (`time_sort`, ties in file order), and the table is the in-memory one."""
+    tr, ev = _trace()
+    rng = np.random.default_rng(5)
+    blocks = np.array_split(np.arange(len(tr)), 40)
+    tr = tr.iloc[np.concatenate([blocks[k] for k in rng.permutation(len(blocks))])]
+    assert not tr.groupby("device")["t_ns"].is_monotonic_increasing.any()
+    memory = _attribute(tr, ev)
+    with _spill(tmp_path, tr, window) as spill:
+        assert all(isinstance(s, WindowedSeries) for s in spill)
+        got = _attribute(spill, ev)
+    pd.testing.assert_frame_equal(got, memory, check_exact=True)
+
+
 def _whole(s: DeviceSeries) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     n = len(s.t_ns)
     return s.t_ns[0:n], s.energy_j[0:n], None if s.power_w is None else s.power_w[0:n]

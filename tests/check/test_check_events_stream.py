@@ -1,7 +1,8 @@
 """`wattlife check` of a long (host, rank) as a stream (issue 43, `check.events_stream`): the
 findings of the files checked whole, with the rank's rows never held whole (chunks, a sorted
-stream, windows; the constants lowered here so that small files are cut into many), and the
-whole path again where a window finds an overlap or a file holds several ranks."""
+stream, windows; the constants lowered here so that small files are cut into many), a file of
+several ranks split into its ranks' parts (`check.events_parts`), and the whole path again
+where a window finds an overlap."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 
 from synth import write_check_side_files
+from wattlife.attribution import rank_split
 from wattlife.check import Finding, check_run, events_run, events_stream
 from wattlife.contracts import streaming
 
@@ -139,14 +141,29 @@ def test_an_overlap_in_a_window_has_its_rank_checked_whole(
 
 
 @pytest.mark.slow
-def test_a_long_file_of_several_ranks_is_checked_whole(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    rows = _rank(0, 30, 4) + _rank(1, 30, 5)
+@pytest.mark.parametrize(("kind", "overlap"), [("image_classification", ""), ("auto", ""),
+                                               ("auto", "error")])
+def test_a_long_file_of_several_ranks_is_checked_a_rank_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, overlap: str) -> None:
+    """Three ranks' rows in one file in start order (a merged run's), with faults of every
+    kind: split into its ranks' parts, each checked as a stream, the findings (capped over
+    the ranks, in file order) those of the file checked whole; an overlap in a rank: whole."""
+    rows = _rank(0, 30, 4) + [r for r in _rank(1, 30, 5, T0 + 700_000) + _rank(
+        2, 20, 6, T0 + 300_000) if r[1] != "model_load"]  # ranks 2 and 1 never load it
+    if overlap:
+        fwd = next(r for r in rows[60:] if r[1] == "forward" and int(r[3]) > int(r[2]))
+        fwd[3] = int(fwd[3]) + 400_000_000
     _write(tmp_path / "events.csv", sorted(rows, key=lambda r: int(r[3])))  # type: ignore[call-overload]
-    whole = check_run(tmp_path, kind="image_classification", now_ns=NOW)
+    write_check_side_files(tmp_path, ("h",), 1900, T0 + 30 * S, 119, 3)
+    whole = check_run(tmp_path, kind=kind, now_ns=NOW)
+    assert len([x for x in whole if x.code == "events.step-children"]) > 5  # capped
+    missing = [x.message for x in whole if x.code == "events.phase-missing"]
+    assert kind == "auto" or len(missing) == 2  # in the order of the ranks' first rows
     held = _streamed(monkeypatch, 40, 5)
-    assert check_run(tmp_path, kind="image_classification", now_ns=NOW) == whole
-    assert held == [len(rows)]
+    monkeypatch.setattr(rank_split, "PIECE_ROWS", 60)  # many pieces a rank
+    monkeypatch.setattr(rank_split, "HOLD_ROWS", 100)
+    assert check_run(tmp_path, kind=kind, now_ns=NOW) == whole
+    assert held == ([len(rows)] if overlap else [])
 
 
 @pytest.mark.slow

@@ -37,10 +37,10 @@ from .series import (
     power_series,
     series_metric,
 )
+from .time_sort import FIELDS, time_sorted
 from .time_units import check_time_units
 from .windowed import WindowedSeries, windowed_series
 
-_FIELDS = (("t", np.int64), ("v", np.float64), ("s", np.int32))
 _TEXT = ("host", "device", "metric", "source")
 
 
@@ -55,8 +55,8 @@ class SpilledTrace(SpilledSeries):
         """`read`: spill the trace at `path` now (`iter_trace`); False: an empty spill that the
         caller fills with its own batches (`add`, then `finish`; `wattlife check`'s chunks).
         `window` (readings): each device's series stays on disk, read that many readings at a
-        time (`windowed.WindowedSeries`; a node sensor's series, and readings out of time
-        order, are loaded whole); None: loaded whole."""
+        time (`windowed.WindowedSeries`; readings out of time order put in order on disk
+        first, `time_sort`; a node sensor's series is loaded whole); None: loaded whole."""
         self.path = Path(path)
         self.window = window
         self._built: dict[int, WindowedSeries] = {}
@@ -136,7 +136,7 @@ class SpilledTrace(SpilledSeries):
             i = order[a]
             k = (hosts[hc[i]], devs[dc[i]], mets[mc[i]])
             self.counts[k] = self.counts.get(k, 0) + int(b - a)
-            for (field, dtype), arr in zip(_FIELDS, cols, strict=True):
+            for (field, dtype), arr in zip(FIELDS, cols, strict=True):
                 f = self._file(k, field)
                 if f not in handles:
                     handles[f] = open(f, "ab")  # noqa: SIM115 (closed in finish or close)
@@ -154,7 +154,7 @@ class SpilledTrace(SpilledSeries):
 
     def _load(self, key: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         t, v, s = (np.fromfile(self._file(key, f), dtype=dt) if self.counts.get(key) else
-                   np.zeros(0, dt) for f, dt in _FIELDS)
+                   np.zeros(0, dt) for f, dt in FIELDS)
         return t, v, s
 
     def series(self, i: int) -> DeviceSeries:
@@ -162,16 +162,29 @@ class SpilledTrace(SpilledSeries):
         m = self._metric((host, dev))
         if self.window and device_kind(dev) != NODE_KIND:
             if i not in self._built:
-                key = (host, dev, str(m))
-                files = (self._file(key, "t"), self._file(key, "v"), self._file(key, "s"))
-                w = windowed_series(host, dev, files, self.counts[key], self.sources,
-                                    self.limits.get((host, dev), np.inf) if m == POWER_W
-                                    else None, self._dir / f"{self._ids[key]}.w", self.window)
-                if w is None:  # out of time order: sorted in memory
+                w = self._windowed(host, dev, str(m))
+                if w is None:  # fewer than 2 readings kept: loaded whole
                     return self._loaded(host, dev, m)
                 self._built[i] = w
             return self._built[i]
         return self._loaded(host, dev, m)
+
+    def _windowed(self, host: str, dev: str, m: str) -> WindowedSeries | None:
+        """A device's series read from its files a window at a time (`windowed_series`), its
+        readings put in time order on disk first where they are not (`time_sort`); None where
+        fewer than 2 are kept."""
+        key, window = (host, dev, m), self.window
+        assert window is not None  # `series` asks only then
+        files = (self._file(key, "t"), self._file(key, "v"), self._file(key, "s"))
+        limit = self.limits.get((host, dev), np.inf) if m == POWER_W else None
+        out = self._dir / f"{self._ids[key]}.w"
+        w = windowed_series(host, dev, files, self.counts[key], self.sources, limit, out, window)
+        if w is None and self.counts[key] >= 2:  # out of time order (or all but one repeat)
+            files = time_sorted(files, self.counts[key], self._dir / f"{self._ids[key]}.sorted",
+                                window)
+            w = windowed_series(host, dev, files, self.counts[key], self.sources, limit, out,
+                                window)
+        return w
 
     def _loaded(self, host: str, dev: str, m: str | None) -> DeviceSeries:
         """A device's series loaded whole (`series.power_series`, `series.energy_series`)."""

@@ -32,6 +32,7 @@ from .energy import attribute_energy
 from .node_rest import node_periods
 from .prepare_windows import stream_file
 from .rank_events import RankEvents
+from .rank_split import RankPart
 from .response import SensorResponse
 from .settle import settle_by_device
 from .time_units import check_time_units
@@ -154,7 +155,7 @@ def _open_trace(trace: str | Path, out: str | Path, stack: ExitStack
         return read_trace(trace)
 
 
-def _streamed(path: Path, meta: RunMeta, has_meta: bool, warmup_labels: bool,
+def _streamed(path: Path | RankPart, meta: RunMeta, has_meta: bool, warmup_labels: bool,
               compiled: bool) -> Iterator[pd.DataFrame]:
     """A rank's file prepared as `prepared_frame` prepares it, a start-ordered window at a time
     (`prepare_windows.stream_file`; its sort's sizes from `rank_events.STREAM_SORT`)."""

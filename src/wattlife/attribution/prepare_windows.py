@@ -28,7 +28,7 @@ import pandas as pd
 from ..contracts import BACKWARD, COMPILE, FORWARD, STEP, WARMUP, RunMeta, warmup_count
 from ..contracts.names import WARMUP_STEPS
 from .clamp_windows import POS, clamped_windows
-from .events_chunks import read_events_chunks
+from .rank_split import RankPart, rank_chunks
 from .start_order import start_ordered
 from .tree import timeline
 from .warmup import compile_copies, in_warmup_steps
@@ -171,16 +171,16 @@ def _merged(block: pd.DataFrame, add: pd.DataFrame, types: pd.Series | None) -> 
     return both.astype(types) if types is not None else both
 
 
-def stream_file(path: str | Path, meta: RunMeta, has_meta: bool, warmup_labels: bool,
+def stream_file(path: str | Path | RankPart, meta: RunMeta, has_meta: bool, warmup_labels: bool,
                 compiled: bool, spill_dir: str | Path | None = None,
                 chunk_bytes: int | None = None, **sort: int) -> Iterator[pd.DataFrame]:
-    """One rank's events file read in chunks (`events_chunks`), put in start order by the
-    external sort and prepared a window at a time (`prepared_windows`), each row's position in
-    the prepared frame in column `POS`: the rows `RankEvents` prepares whole, before clamping,
-    never held whole."""
+    """One rank's events file (or part of a file, `rank_split`) read in chunks (`rank_chunks`),
+    put in start order by the external sort and prepared a window at a time
+    (`prepared_windows`), each row's position in the prepared frame in column `POS`: the rows
+    `RankEvents` prepares whole, before clamping, never held whole."""
     g = Gathered()
     chunks = (g.add(c).assign(**{POS: c.index.to_numpy(np.int64)})
-              for c in read_events_chunks(path, chunk_bytes))
+              for c in rank_chunks(path, chunk_bytes))
     blocks = start_ordered(chunks, spill_dir, **sort)
     return prepared_windows(blocks, g, meta, has_meta, warmup_labels, compiled)
 

@@ -7,49 +7,35 @@ Every step of the in-memory path that reads events works per (host, rank): the w
 (host, rank) with its `local_rank`, a file read and prepared alone gives that rank's rows as the
 in-memory path gives them, and a device's phases table is the same. A pre-scan of a few columns
 of every file gives what spans ranks: which rank drives which device, the lowest rank of each
-host (its CPU/DRAM), the run ids, whether any rank marked `compile`. Otherwise (several ranks in
-a file, no `local_rank`, no rows at all, a cell pyarrow does not parse) `RankEvents.open` returns
-None and the caller reads all events at once. A rank's file of more than `STREAM_ROWS` rows is
+host (its CPU/DRAM), the run ids, whether any rank marked `compile`. A file holding several ranks
+(a merged run's) is split into one part per (host, rank) first (`rank_split`), each then read
+as a rank's own file. Otherwise (a rank with no or several `local_rank`, no rows at all, a cell
+pyarrow does not parse) `RankEvents.open` returns None and the caller reads all events at
+once. A rank's file of more than `STREAM_ROWS` rows is
 never held whole: its tree is built a start-ordered window at a time and kept on disk
 (`_streamed`, `tree_spill.SpilledTree`; FORMULAS.md, "A rank's events window by window")."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
 
 import numpy as np
 import pandas as pd
 
-from ..contracts import (
-    COMPILE,
-    IDLE,
-    ContractError,
-    LineChunks,
-    StreamUnreadable,
-    events_files,
-    read_events,
-)
+from ..contracts import IDLE, ContractError, read_events
 from .clamp_windows import POS
 from .energy import phase_map
-from .events_chunks import record_blocks
+from .rank_scan import Scanned, Source, scan_sources, start_median
 from .time_units import check_time_units
 from .tree import clamp_events, phase_tree, timeline
 from .tree_spill import AnyTree, SpilledTree
 from .tree_windows import WINDOW_ROWS, tree_windows
-from .windowed import kth_smallest
 
 #: a rank's prepared rows in start order, a window at a time, each row's position in the
-#: prepared frame in column `POS` (`prepare_windows.stream_file`): (file, any rank compiles)
-Stream = Callable[[Path, bool], Iterator[pd.DataFrame]]
+#: prepared frame in column `POS` (`prepare_windows.stream_file`): (rows, any rank compiles)
+Stream = Callable[[Source, bool], Iterator[pd.DataFrame]]
 
-_SCAN = ["run_id", "host", "rank", "local_rank", "phase", "start_ns"]
-#: bytes of an events file `_scan` parses at a time
-SCAN_BLOCK_BYTES = 1 << 22
-#: starts read back a block at a time for their median (`_median_start`)
-MEDIAN_BLOCK_STARTS = 1 << 20
 #: a rank's file of more rows than this has its tree built window by window and kept on disk
 #: (`SpilledTree`), never its rows whole (a day of one rank at 0.3 s steps: 1.4 M rows)
 STREAM_ROWS = 1 << 20
@@ -58,83 +44,6 @@ STREAM_ROWS = 1 << 20
 STREAM_SORT: dict[str, int] = {}
 #: new rows of a streamed rank's tree window (`tree_windows`)
 STREAM_WINDOW_ROWS = WINDOW_ROWS
-
-
-def _scan(path: Path, spill_dir: str | Path | None = None) -> dict[str, Any] | None:
-    """(host, rank, local_rank, rows, run ids, has compile, median start) of one events file,
-    or None when it is not one rank's CSV file with complete local ranks, or pyarrow cannot
-    parse it as typed. Read a block of whole lines at a time (`SCAN_BLOCK_BYTES`,
-    `events_chunks.record_blocks`): what is held is one block; the starts go to a temporary
-    file under `spill_dir` (8 bytes a row on disk), their median selected from it exactly
-    (`_median_start`), and the parser's buffers go back to the system after (read whole, 3
-    days of one rank kept 0.33 GB in pyarrow's pool to the end of the run)."""
-    import pyarrow as pa
-
-    with tempfile.TemporaryFile(dir=spill_dir) as starts:
-        try:
-            seen = _scanned(path, starts) if path.suffix != ".parquet" else None
-        except (pa.ArrowInvalid, KeyError, StreamUnreadable):
-            return None
-        finally:
-            pa.default_memory_pool().release_unused()
-        if seen is None or any(len(seen[c]) != 1 for c in ("host", "rank", "local_rank")):
-            return None
-        return {"host": seen["host"].pop(), "rank": seen["rank"].pop(),
-                "local_rank": seen["local_rank"].pop(), "rows": seen["rows"],
-                "run_ids": seen["run_id"], "compile": seen["compile"],
-                # what `check_time_units` takes of the file's rows (the streamed path's check)
-                "start_median": float("nan") if seen["null"] else _median_start(
-                    starts, seen["rows"], seen["low"], seen["high"])}
-
-
-def _median_start(starts: IO[bytes], n: int, low: int, high: int) -> float:
-    """`float(np.median(starts))` of the int64 starts in the file `starts`, exactly: selected
-    by `windowed.kth_smallest` over their offsets from the least (three passes over the file,
-    a block at a time), the middle two's mean as np.median takes it; read whole where the
-    offsets do not fit 63 bits (no epoch timestamps)."""
-    def pieces() -> Iterator[np.ndarray]:
-        starts.seek(0)
-        while len(block := np.frombuffer(starts.read(8 * MEDIAN_BLOCK_STARTS), np.int64)):
-            yield block
-
-    if high - low >= 1 << 63:
-        return float(np.median(np.concatenate(list(pieces()))))
-    mid = kth_smallest(lambda: (b - low for b in pieces()),
-                       [n // 2] if n % 2 else [n // 2 - 1, n // 2])
-    return sum(float(x + low) for x in mid) / len(mid)
-
-
-def _scanned(path: Path, starts: IO[bytes]) -> dict[str, Any] | None:
-    """`_scan`'s columns a block at a time: the distinct hosts, ranks, local ranks and run ids,
-    whether a `compile` row is there, the number of rows and the least and greatest start (the
-    starts written to `starts`); None at a missing rank or local rank, or when the file has no
-    row."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.csv as pacsv
-
-    types = {"rank": pa.int64(), "local_rank": pa.int64(), "host": pa.string(),
-             "run_id": pa.string(), "phase": pa.string(), "start_ns": pa.int64()}
-    convert = pacsv.ConvertOptions(include_columns=_SCAN, column_types=types)
-    seen: dict[str, Any] = {c: set() for c in ("host", "rank", "local_rank", "run_id")}
-    seen.update(compile=False, rows=0, null=False, low=np.iinfo(np.int64).max,
-                high=np.iinfo(np.int64).min)
-    for header, block in record_blocks(LineChunks(path, SCAN_BLOCK_BYTES)):
-        t = pacsv.read_csv(pa.BufferReader(header + block), convert_options=convert)
-        if t.column("local_rank").null_count or t.column("rank").null_count:
-            return None
-        for c in ("host", "rank", "local_rank", "run_id"):
-            seen[c] |= set(pc.unique(t.column(c)).to_pylist())
-        seen["compile"] |= bool(pc.any(pc.equal(t.column("phase"), COMPILE)).as_py())
-        col = t.column("start_ns")
-        seen["null"] |= bool(col.null_count)  # np.median: NaN
-        start = np.ascontiguousarray(col.drop_null().to_numpy(), np.int64)
-        if len(start):
-            seen["low"] = min(seen["low"], int(start.min()))
-            seen["high"] = max(seen["high"], int(start.max()))
-        seen["rows"] += len(col)
-        starts.write(start.tobytes())
-    return seen if seen["rows"] else None
 
 
 class _Seen:
@@ -163,35 +72,31 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
     device asks for it (the last one kept). `prepare(frame, any_compile)` is the in-memory
     path's preparation of the events read (warm-up labels, wrapper intervals)."""
 
-    def __init__(self, files: list[Path], scans: list[dict[str, Any]],
-                 prepare: Callable[[pd.DataFrame, bool], pd.DataFrame], where: str,
-                 stream: Stream | None = None, spill_dir: str | Path | None = None) -> None:
-        self.files, self.scans, self._prepare, self._where = files, scans, prepare, where
+    def __init__(self, scanned: Scanned, prepare: Callable[[pd.DataFrame, bool], pd.DataFrame],
+                 where: str, stream: Stream | None = None,
+                 spill_dir: str | Path | None = None) -> None:
+        self.sources, self.scans, self._scanned = scanned.sources, scanned.scans, scanned
+        self._prepare, self._where = prepare, where
         self._stream, self._spill_dir = stream, spill_dir
-        self.any_compile = any(s["compile"] for s in scans)
-        self.run_ids = sorted(set().union(*(s["run_ids"] for s in scans)))
+        self.any_compile = any(s["compile"] for s in self.scans)
+        self.run_ids = sorted(set().union(*(s["run_ids"] for s in self.scans)))
         self._keys: dict[tuple[str, str], int] = {}
         self._mapping: tuple[list[int] | None, dict[int, list[int]] | None] = (None, None)
         self._cache: tuple[int, pd.DataFrame, dict[tuple[str, str], pd.DataFrame]] | None = None
         self._head: pd.DataFrame | None = None
         self._tree: tuple[int, AnyTree] | None = None
         self._idle: dict[int, bool] = {}
-        self._whole: set[int] = set()  # files a window found an overlap in: read whole
+        self._whole: set[int] = set()  # ranks a window found an overlap in: read whole
 
     @classmethod
     def open(cls, events: str | Path, prepare: Callable[[pd.DataFrame, bool], pd.DataFrame],
              where: str = "", stream: Stream | None = None,
              spill_dir: str | Path | None = None) -> RankEvents | None:
-        """The run's events file and its rank siblings, or None (module docstring); a long
-        rank's tree is kept in a folder under `spill_dir` (`close` removes it)."""
-        files = [p for p in events_files(events) if p.exists()]
-        scans = [_scan(p, spill_dir) for p in files]
-        if not files or any(s is None for s in scans):
-            return None
-        ranks = [(s["host"], s["rank"]) for s in scans if s is not None]
-        if len(set(ranks)) != len(ranks):
-            return None
-        return cls(files, [s for s in scans if s is not None], prepare, where, stream, spill_dir)
+        """The run's events file and its rank siblings, or None (module docstring); a file of
+        several ranks split, and a long rank's tree kept, in folders under `spill_dir`
+        (`close` removes them)."""
+        scanned = scan_sources(events, spill_dir)
+        return None if scanned is None else cls(scanned, prepare, where, stream, spill_dir)
 
     def map_devices(self, cuda_to_nvml: list[int] | None,
                     rank_devices: dict[int, list[int]] | None) -> RankEvents:
@@ -218,9 +123,11 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         shared, never copied per key (a day of one rank: 1.4 M rows a copy)."""
         if self._cache is None or self._cache[0] != i:
             self._cache = None  # one rank's rows in memory at a time
-            ev = read_events(self.files[i], lines=True, siblings=False)
+            source = self.sources[i]
+            ev = (read_events(source, lines=True, siblings=False)
+                  if isinstance(source, Path) else source.frame())
             check_time_units(pd.DataFrame({"t_ns": np.zeros(0, np.int64)}), ev, "trace",
-                             str(self.files[0]))
+                             str(self.sources[0]))
             # one step at a time: each step's input is let go before the next copies it
             ev = self._prepare(ev, self.any_compile)
             ev = timeline(ev)
@@ -246,7 +153,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
         (`_streamed`), its rows never held whole."""
         i = self._keys[key]
         if self._tree is None or self._tree[0] != i:
-            self.close()  # one rank's tree at a time
+            self.drop_tree()  # one rank's tree at a time
             if not self._streamed(i):
                 built = phase_tree(self._load(i)[key], where=where)
                 self._tree, self._cache = (i, built), None
@@ -269,14 +176,14 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
             return False
         if self._tree is not None and self._tree[0] == i:
             return True  # built for the head already
+        median = start_median(self.sources[i], self.scans[i])
         check_time_units(pd.DataFrame({"t_ns": np.zeros(0, np.int64)}),
-                         pd.DataFrame({"start_ns": [self.scans[i]["start_median"]]}), "trace",
-                         str(self.files[0]))
+                         pd.DataFrame({"start_ns": [median]}), "trace", str(self.sources[0]))
         seen = _Seen()
-        self.close()  # one rank's tree at a time
+        self.drop_tree()  # one rank's tree at a time
         try:
             built = SpilledTree.build(tree_windows(seen.watch(self._stream(
-                self.files[i], self.any_compile)), STREAM_WINDOW_ROWS, self._where or "events"),
+                self.sources[i], self.any_compile)), STREAM_WINDOW_ROWS, self._where or "events"),
                 self._spill_dir)
         except ContractError:
             self._whole.add(i)  # streamed once only: the whole frame from now on
@@ -286,11 +193,17 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
             self._head = clamp_events(seen.head.drop(columns=POS).reset_index(drop=True))
         return True
 
-    def close(self) -> None:
+    def drop_tree(self) -> None:
         """Lets the rank's tree go (a spilled one's folder removed)."""
         if self._tree is not None and isinstance(self._tree[1], SpilledTree):
             self._tree[1].close()
         self._tree = None
+
+    def close(self) -> None:
+        """Lets the rank's tree go and removes the split files' parts."""
+        self.drop_tree()
+        self._cache = None
+        self._scanned.close()
 
     def __getitem__(self, key: tuple[str, str]) -> pd.DataFrame:
         return self._load(self._keys[key])[key]

@@ -10,12 +10,14 @@ over all the files gives (per check, file after file: `_ORDER`), and what the ru
 need is added up over the groups (the hosts against the trace, the lowest rank's steps, the
 warm-up tally, the phase names a kind is inferred from). A group of more than
 `events_stream.STREAM_ROWS` rows (~17 h of one rank at 0.3 s steps) is not held whole: its
-chunks and its rows in start order are checked as a stream (`events_stream.check_stream`),
-except where that cannot give the same findings (an overlap, several (host, rank)s in it, a
-file the chunked reader does not take): then it is read and checked whole, as a shorter one
-(a Parquet file is read whole either way). The findings are those of `check_events`,
-`check_span`, `check_summary`, `warmup_findings` and `check_kind_phases` of all the files
-joined (tests/check/test_check_events_run.py, test_check_events_stream.py)."""
+chunks and its rows in start order are checked as a stream (`events_stream.check_stream`); a
+long file of several (host, rank)s is split into its ranks' parts, each checked so
+(`events_parts`). Where that cannot give the same findings (an overlap, several files of which
+one holds several ranks, a file the chunked reader does not take), the group is read and
+checked whole, as a shorter one (a Parquet file is read whole either way). The findings are
+those of `check_events`, `check_span`, `check_summary`, `warmup_findings` and
+`check_kind_phases` of all the files joined (tests/check/test_check_events_run.py,
+test_check_events_stream.py)."""
 
 from __future__ import annotations
 
@@ -31,13 +33,14 @@ from ..contracts import EVENTS_COLUMNS, ContractError, StreamUnreadable
 from ..contracts.compact import concat_compact
 from . import events_stream
 from .events import check_events
+from .events_parts import check_parts
 from .events_reading import EventsChunks, read_events_file, with_file_name
 from .events_stream import (
     EventsContext,
     EventsOutcome,
     NeedsWhole,
+    SeveralRanks,
     check_stream,
-    lowest_rank_steps,
 )
 from .findings import Finding
 from .kinds import KIND_PHASES, check_kind_phases, infer_kind
@@ -107,6 +110,8 @@ def _group(paths: list[Path], ctx: EventsContext, f: list[Finding]
     found: list[Finding] = []
     try:
         got = _held_or_streamed(paths, ctx, found)
+    except SeveralRanks:
+        got = _split(paths, ctx, f)
     except (StreamUnreadable, ContractError, NeedsWhole):
         got = None
     else:
@@ -118,6 +123,23 @@ def _group(paths: list[Path], ctx: EventsContext, f: list[Finding]
         return None
     ev = _prepared(frames)
     return set(zip(ev["host"], ev["rank"].tolist(), strict=True)), ev
+
+
+def _split(paths: list[Path], ctx: EventsContext, f: list[Finding]
+           ) -> tuple[set[tuple[str, int]], EventsOutcome] | None:
+    """A long file of several (host, rank)s checked a rank at a time (`events_parts`), its
+    reading findings appended to `f`; None where it cannot be (a group of several files, an
+    overlap in a rank: the rows are then read whole)."""
+    if len(paths) != 1:
+        return None
+    found: list[Finding] = []
+    reader = EventsChunks(paths[0], ctx.max_rows)
+    try:
+        got = check_parts(paths[0], _file_chunks(paths[0], iter(reader), reader, found), ctx)
+    except (StreamUnreadable, ContractError, NeedsWhole):
+        return None
+    f += found
+    return got
 
 
 def _held_or_streamed(paths: list[Path], ctx: EventsContext, f: list[Finding]
@@ -229,17 +251,7 @@ def _joined(parts: list[EventsOutcome], file_index: dict[str, int]) -> EventsOut
         return sorted(ff, key=lambda x: (_ORDER.get(x.code, len(_ORDER)),
                                          file_index.get(x.file, len(file_index))))
 
-    out = EventsOutcome()
-    out.events = order([x for p in parts for x in p.events])
-    out.span = order([x for p in parts for x in p.span])
-    out.kinds = {k: order([x for p in parts for x in p.kinds[k]]) for k in parts[0].kinds}
-    out.first_file = next((p.first_file for p in parts if p.first_file is not None), None)
-    for p in parts:
-        out.hosts |= p.hosts
-        out.phases |= p.phases
-        out.tally.join(p.tally)
-        out.steps = lowest_rank_steps(out.steps, p.steps)
-    return out
+    return EventsOutcome.joined(parts, lambda lists: order([x for ff in lists for x in ff]))
 
 
 def untraced(outcome: EventsOutcome, ctx: EventsContext) -> list[Finding]:

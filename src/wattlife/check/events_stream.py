@@ -26,7 +26,7 @@ equal for whole items)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +66,10 @@ class NeedsWhole(Exception):
     """The group cannot be checked as a stream (module docstring): check it whole."""
 
 
+class SeveralRanks(NeedsWhole):
+    """The group holds several (host, rank)s: a file of them can be split (`events_parts`)."""
+
+
 @dataclass(frozen=True)
 class EventsContext:
     """What the events checks take besides the events: the trace's span per host (None without
@@ -92,6 +96,23 @@ class EventsOutcome:
     tally: WarmupTally = field(default_factory=WarmupTally)
     phases: set[str] = field(default_factory=set)
 
+    @classmethod
+    def joined(cls, parts: list[EventsOutcome],
+               join: Callable[[list[list[Finding]]], list[Finding]]) -> EventsOutcome:
+        """Several groups' outcomes (in order) as one: each list of findings joined by `join`
+        (given the groups' lists), the run-wide sums added up."""
+        out = cls()
+        out.events = join([p.events for p in parts])
+        out.span = join([p.span for p in parts])
+        out.kinds = {k: join([p.kinds[k] for p in parts]) for k in parts[0].kinds}
+        out.first_file = next((p.first_file for p in parts if p.first_file is not None), None)
+        for p in parts:
+            out.hosts |= p.hosts
+            out.phases |= p.phases
+            out.tally.join(p.tally)
+            out.steps = lowest_rank_steps(out.steps, p.steps)
+        return out
+
 
 def lowest_rank_steps(a: tuple[int, int] | None, b: tuple[int, int] | None
                       ) -> tuple[int, int] | None:
@@ -103,10 +124,18 @@ def lowest_rank_steps(a: tuple[int, int] | None, b: tuple[int, int] | None
     return a[0], a[1] + b[1]
 
 
-def _clock_part(x: Finding) -> str:
+def clock_part(x: Finding) -> str:
     """The column a clock finding names (its message starts 'start_ns=...')."""
     col = x.message.split("=", 1)[0]
     return col if col in _CLOCK_COLUMNS else ""
+
+
+def row_code_order(key: tuple[str, str, str]) -> tuple[int, int]:
+    """The order of one file's row findings' groups (code, file, clock column), as
+    `check_events` gives them: the start's clock, the end's, then by code."""
+    code, _, col = key
+    return (_CLOCK_COLUMNS.index(col) if col else 0,
+            _ROW_CODES.index(code) if code in _ROW_CODES else len(_ROW_CODES))
 
 
 class _Steps:
@@ -256,12 +285,12 @@ class _Pass:
         hosts, ranks = c["host"].unique(), c["rank"].unique()
         key = (str(hosts[0]), int(ranks[0]))
         if len(hosts) > 1 or len(ranks) > 1 or self.key not in (None, key):
-            raise NeedsWhole("several (host, rank)s")
+            raise SeveralRanks("several (host, rank)s")
         self.key = key
         ctx, out = self.ctx, self.out
         if out.first_file is None:
             out.first_file = str(c["file_name"].iloc[0])
-        self.rows.add(row_findings(c, ctx.now_ns, ctx.max_rows), _clock_part)
+        self.rows.add(row_findings(c, ctx.now_ns, ctx.max_rows), clock_part)
         self.rows.add(step_findings(c, ctx.max_rows))
         if ctx.span is not None and len(ctx.span):
             self.spans.add(span_findings(ctx.span, c, ctx.meta, ctx.max_rows))
@@ -298,12 +327,11 @@ class _Pass:
             raise NeedsWhole("no rows")
         host, rank = self.key
         files = {f: i for i, f in enumerate(self.files)}
-        out.events = self.rows.findings(lambda k: (files[k[1]], _CLOCK_COLUMNS.index(k[2])
-                                                   if k[2] else 0, _ROW_CODES.index(k[0])))
+        out.events = self.rows.findings(lambda k: (files[k[1]], *row_code_order(k)))
         if self.last is not None and len(self.late):
             late = self.late[(self.late["end_ns"] > self.last).to_numpy()]
             out.events += late_findings(late.astype({"file_name": str}), ctx.max_rows)
-        out.span = self.spans.findings(lambda k: (files[k[1]], _ROW_CODES.index(k[0])))
+        out.span = self.spans.findings(lambda k: (files[k[1]], *row_code_order(k)))
         if self.steps.n:
             out.tally.steps[(host, rank)] = self.steps.n
             n, items, ns = self.steps.post()

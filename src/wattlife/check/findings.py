@@ -90,11 +90,18 @@ def merge_capped(findings: Iterable[Finding], max_rows: int, order: Iterable[str
     return out
 
 
+def _line_order(x: Finding) -> tuple[bool, int]:
+    """A row finding's place in its file: by line, a row without one (Parquet) after."""
+    return x.line is None, x.line or 0
+
+
 class CappedTally:
-    """Capped findings of a file's chunks (`capped` lists, chunks in file order) gathered as
-    `capped` of all the rows gives them, per (code, file, part): the first `max_rows` rows and a
-    count of the rest. `part` tells one check's findings apart within a file (the clock's
-    column); `findings` gives the groups in the order a key function sorts them."""
+    """Capped findings of a file's chunks (`capped` lists) gathered as `capped` of all the rows
+    gives them, per (code, file, part): the first `max_rows` rows by line and a count of the
+    rest. Chunks in file order, or several ranks' findings of one file (`check.events_parts`),
+    whose rows interleave: the rows are kept sorted by line. `part` tells one check's findings
+    apart within a file (the clock's column); `findings` gives the groups in the order a key
+    function sorts them."""
 
     def __init__(self, max_rows: int) -> None:
         self.max_rows = max_rows
@@ -112,8 +119,10 @@ class CappedTally:
                 continue
             key = (x.code, x.file, part(x) if part is not None else "")
             rows, n = self._by.get(key, ([], 0))
-            if len(rows) < self.max_rows:
-                rows.append(x)
+            rows.append(x)
+            if len(rows) > 1 and _line_order(rows[-2]) > _line_order(x):
+                rows.sort(key=_line_order)  # stable: rows without a line keep their order
+            del rows[self.max_rows:]
             self._by[key] = (rows, n + 1)
 
     def findings(self, order: Callable[[tuple[str, str, str]], Any]) -> list[Finding]:
