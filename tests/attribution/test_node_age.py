@@ -190,3 +190,23 @@ def test_a_phase_of_many_short_pieces_is_bounded_by_its_span():
     b = age_bounds(s, phase_tree(timeline(ev)), 0.1, 100.0)
     assert b.loc["step", "age_hi_j"] == pytest.approx(110.0)
     assert b.loc["step", "age_lo_j"] <= 4.0 <= b.loc["step", "age_hi_j"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(run=node_runs(), window=st.integers(1, 40))
+def test_a_node_series_on_disk_gives_the_same_intervals(tmp_path_factory, run, window):
+    """The node's series kept on disk and read `window` readings at a time (issue 43: a
+    `WindowedSeries`, the age bounds' readings found and read a window at a time): every node
+    row, its age-widened interval included, is the in-memory one bit for bit."""
+    from wattlife.attribution.chunked import SpilledTrace
+    from wattlife.attribution.windowed import WindowedSeries
+
+    trace, events, _, age = run
+    tmp = tmp_path_factory.mktemp("node")
+    trace.to_csv(tmp / "trace.csv", index=False)
+    whole = _attribute(trace, events, age)
+    with SpilledTrace(tmp / "trace.csv", spill_dir=tmp, window=window) as spill:
+        assert all(isinstance(s, WindowedSeries) for s in spill)
+        got = _attribute(spill, events, age)
+    pd.testing.assert_frame_equal(got, whole, check_exact=True)

@@ -191,3 +191,36 @@ def test_parquet_events_attribute_one_rank_at_a_time(tmp_path, monkeypatch, spli
                               n_boot=10)
     assert len(streamed) == 2 and len(split) == (0 if per_rank else 1)
     pd.testing.assert_frame_equal(chunked, memory, check_exact=True)
+
+
+@pytest.mark.parametrize("how", ["per_rank", "merged", "one_row"])
+def test_events_without_a_local_rank_attribute_one_rank_at_a_time(tmp_path, monkeypatch, split,
+                                                                  streamed, how) -> None:
+    """No `local_rank` column (per-rank files, or one file of two hosts' ranks 0-3), or one row
+    without one: the run's ranks numbered per host as `phase_map` numbers them (ranks 2 and 3
+    drive gpu0 and gpu1 of host b), each rank read alone; the in-memory table exactly."""
+    from test_chunked import _events, _trace
+
+    from wattlife.contracts import EVENTS_HEADER
+
+    tr = pd.concat([_trace(seed=s).assign(host=h) for h, s in (("a", 0), ("b", 1))])
+    tr.sort_values("t_ns", kind="stable").to_csv(tmp_path / "trace.csv", index=False)
+    ev = pd.concat([_events(60).assign(host=h, rank=lambda d, s=s: d["rank"] + 2 * s)
+                    for h, s in (("a", 0), ("b", 1))])
+    cols = [c for c in EVENTS_HEADER.strip().split(",") if c != "local_rank" or how == "one_row"]
+    if how == "one_row":
+        ev = ev.astype({"local_rank": float})
+        ev.iloc[5, ev.columns.get_loc("local_rank")] = float("nan")
+    if how == "per_rank":
+        for k, (_, g) in enumerate(ev.groupby(["host", "rank"])):
+            g[cols].to_csv(tmp_path / ("events.csv" if k == 0 else f"events.rank{k}.csv"),
+                           index=False)
+    else:
+        ev.sort_values("start_ns", kind="stable")[cols].to_csv(tmp_path / "events.csv",
+                                                               index=False)
+    chunked, memory = _tables(tmp_path, monkeypatch, paths=(tmp_path / "trace.csv",
+                                                            tmp_path / "events.csv"), n_boot=10)
+    assert len(streamed) == 4 and len(split) == (0 if how == "per_rank" else 1)
+    devices = set(zip(chunked["host"], chunked["device"], strict=True))
+    assert {("b", "gpu1"), ("a", "cpu0")} <= devices
+    pd.testing.assert_frame_equal(chunked, memory, check_exact=True)

@@ -24,12 +24,10 @@ from ..contracts import (
     ENERGY_J,
     POWER_LIMIT_W,
     POWER_W,
-    device_kind,
     is_attributed,
     iter_trace,
     streaming,
 )
-from .node_rest import NODE_KIND
 from .series import (
     DeviceSeries,
     SpilledSeries,
@@ -56,7 +54,7 @@ class SpilledTrace(SpilledSeries):
         caller fills with its own batches (`add`, then `finish`; `wattlife check`'s chunks).
         `window` (readings): each device's series stays on disk, read that many readings at a
         time (`windowed.WindowedSeries`; readings out of time order put in order on disk
-        first, `time_sort`; a node sensor's series is loaded whole); None: loaded whole."""
+        first, `time_sort`); None: loaded whole."""
         self.path = Path(path)
         self.window = window
         self._built: dict[int, WindowedSeries] = {}
@@ -160,7 +158,7 @@ class SpilledTrace(SpilledSeries):
     def series(self, i: int) -> DeviceSeries:
         host, dev = self._devices[i]
         m = self._metric((host, dev))
-        if self.window and device_kind(dev) != NODE_KIND:
+        if self.window:
             if i not in self._built:
                 w = self._windowed(host, dev, str(m))
                 if w is None:  # fewer than 2 readings kept: loaded whole

@@ -4,16 +4,17 @@ hold every rank's phases at once (a day of 8 ranks at 0.3 s steps: ~11 M rows).
 Every step of the in-memory path that reads events works per (host, rank): the warm-up labels
 (`warmup.label_warmup`), the wrapper intervals (`wrappers.wrapper_events`), overlap clamping
 (`tree.clamp_events`) and the phase map (`energy.phase_map`). So when each events file holds one
-(host, rank) with its `local_rank`, a file read and prepared alone gives that rank's rows as the
-in-memory path gives them, and a device's phases table is the same. A pre-scan of a few columns
-of every file gives what spans ranks: which rank drives which device, the lowest rank of each
-host (its CPU/DRAM), the run ids, whether any rank marked `compile`. A file holding several ranks
-(a merged run's) is split into one part per (host, rank) first (`rank_split`), each then read
-as a rank's own file. Otherwise (a rank with no or several `local_rank`, no rows at all, a cell
-pyarrow does not parse) `RankEvents.open` returns None and the caller reads all events at
-once. A rank's file of more than `STREAM_ROWS` rows is
-never held whole: its tree is built a start-ordered window at a time and kept on disk
-(`_streamed`, `tree_spill.SpilledTree`; FORMULAS.md, "A rank's events window by window")."""
+(host, rank), a file read and prepared alone gives that rank's rows as the in-memory path gives
+them, and a device's phases table is the same. A pre-scan of a few columns of every file
+(`rank_scan`) gives what spans ranks: which rank drives which device (its `local_rank`; where a
+row has none, the run's ranks numbered per host as `phase_map` numbers them), the lowest rank
+of each host (its CPU/DRAM), the run ids, whether any rank marked `compile`. A file holding
+several ranks (a merged run's) is split into one part per (host, rank) first (`rank_split`),
+each then read as a rank's own file. Otherwise (a rank with several `local_rank`s, no rows at
+all, a cell pyarrow does not parse) `RankEvents.open` returns None and the caller reads all
+events at once. A rank's file of more than `STREAM_ROWS` rows is never held whole: its tree is
+built a start-ordered window at a time and kept on disk (`_streamed`, `tree_spill.SpilledTree`;
+FORMULAS.md, "A rank's events window by window")."""
 
 from __future__ import annotations
 
@@ -101,9 +102,12 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
     def map_devices(self, cuda_to_nvml: list[int] | None,
                     rank_devices: dict[int, list[int]] | None) -> RankEvents:
         """Which file each (host, device) key takes (`phase_map` on one row a file)."""
+        local = [s["local_rank"] for s in self.scans]
         tiny = pd.DataFrame({"host": [s["host"] for s in self.scans],
                              "rank": [s["rank"] for s in self.scans],
-                             "local_rank": [s["local_rank"] for s in self.scans]})
+                             # a row without one: every rank's numbered, as the whole frame's
+                             "local_rank": np.full(len(local), np.nan) if None in local
+                             else local})
         self._mapping = (cuda_to_nvml, rank_devices)
         self._keys = {k: int(g.index[0]) for k, g in
                       phase_map(tiny, cuda_to_nvml, rank_devices).items()}
@@ -118,7 +122,7 @@ class RankEvents(Mapping[tuple[str, str], pd.DataFrame]):
     def _load(self, i: int) -> dict[tuple[str, str], pd.DataFrame]:
         """File i read, prepared, its overlaps clamped (as the in-memory path has its rows),
         for each key that `map_devices` gave it (the rank's GPUs, its host's CPU where it is
-        the host's lowest rank). The file holds one (host, rank, local_rank) (`_scan`), so
+        the host's lowest rank). The file holds one (host, rank) (`rank_scan.scan_file`), so
         `phase_map` of its rows would give every key all of them, in order: the one frame is
         shared, never copied per key (a day of one rank: 1.4 M rows a copy)."""
         if self._cache is None or self._cache[0] != i:

@@ -31,8 +31,9 @@ MEDIAN_BLOCK_STARTS = 1 << 20
 
 def scan_file(path: Path, spill_dir: str | Path | None = None) -> dict[str, Any] | None:
     """(host, rank, local_rank, rows, run ids, has compile, median start) of one rank's events
-    file; `{"several": True}` for a file of several (host, rank); None when a rank's local
-    rank is missing or several, or pyarrow cannot parse it as typed.
+    file (local_rank None where a row has none); `{"several": True}` for a file of several
+    (host, rank); None when a rank has several local ranks, a row no rank, or pyarrow cannot
+    parse it as typed.
     Read a block of whole lines at a time (`SCAN_BLOCK_BYTES`, `events_chunks.record_blocks`):
     what is held is one block; the starts go to a temporary file under `spill_dir` (8 bytes a
     row on disk), their median selected from it exactly (`median_start`), and the parser's
@@ -51,10 +52,14 @@ def scan_file(path: Path, spill_dir: str | Path | None = None) -> dict[str, Any]
             return None
         if len(seen["host"]) > 1 or len(seen["rank"]) > 1:
             return {"several": True}
-        if len(seen["local_rank"]) != 1 or not float(next(iter(seen["local_rank"]))).is_integer():
-            return None
+        local = None  # a row without one: the run's local ranks numbered (`phase_map`)
+        if not seen["local_null"]:
+            if len(seen["local_rank"]) != 1 or not float(next(iter(seen["local_rank"]))
+                                                         ).is_integer():
+                return None
+            local = int(seen["local_rank"].pop())
         return {"host": seen["host"].pop(), "rank": seen["rank"].pop(),
-                "local_rank": int(seen["local_rank"].pop()), "rows": seen["rows"],
+                "local_rank": local, "rows": seen["rows"],
                 "run_ids": seen["run_id"], "compile": seen["compile"],
                 # what `check_time_units` takes of the file's rows (the streamed path's check)
                 "start_median": float("nan") if seen["null"] else median_start(
@@ -83,19 +88,20 @@ def median_start(pieces: Callable[[], Iterator[np.ndarray]], n: int, low: int,
 
 def _scanned(path: Path, starts: IO[bytes]) -> dict[str, Any] | None:
     """`scan_file`'s columns a block (a Parquet file: a row group) at a time: the distinct
-    hosts, ranks, local ranks and run ids, whether a `compile` row is there, the number of rows
-    and the least and greatest start (the starts written to `starts`); None at a missing rank
-    or local rank, or when the file has no row."""
+    hosts, ranks, local ranks and run ids, whether a `compile` row is there or a row without a
+    local rank, the number of rows and the least and greatest start (the starts written to
+    `starts`); None at a missing rank, or when the file has no row."""
     import pyarrow.compute as pc
 
     seen: dict[str, Any] = {c: set() for c in ("host", "rank", "local_rank", "run_id")}
-    seen.update(compile=False, rows=0, null=False, low=np.iinfo(np.int64).max,
-                high=np.iinfo(np.int64).min)
+    seen.update(compile=False, rows=0, null=False, local_null=False,
+                low=np.iinfo(np.int64).max, high=np.iinfo(np.int64).min)
     for t in _tables(path):
-        if t.column("local_rank").null_count or t.column("rank").null_count:
+        if t.column("rank").null_count:
             return None
+        seen["local_null"] |= bool(t.column("local_rank").null_count)
         for c in ("host", "rank", "local_rank", "run_id"):
-            seen[c] |= set(pc.unique(t.column(c)).to_pylist())
+            seen[c] |= set(pc.unique(t.column(c).drop_null()).to_pylist())
         seen["compile"] |= bool(pc.any(pc.equal(t.column("phase"), COMPILE)).as_py())
         col = t.column("start_ns")
         seen["null"] |= bool(col.null_count)  # np.median: NaN
@@ -110,7 +116,8 @@ def _scanned(path: Path, starts: IO[bytes]) -> dict[str, Any] | None:
 
 def _tables(path: Path) -> Iterator[Any]:
     """The scanned columns (`_SCAN`) of an events file as Arrow tables typed as `read_events`
-    types them (local_rank float: `merge-nodes` writes "0.0"): a CSV file a block of whole
+    types them (local_rank float: `merge-nodes` writes "0.0"; a missing column: nulls): a CSV
+    file a block of whole
     lines at a time, a Parquet file a row group at a time (cast; a cell that does not cast
     raises `ArrowInvalid`)."""
     import pyarrow as pa
@@ -119,13 +126,18 @@ def _tables(path: Path) -> Iterator[Any]:
 
     types = {"run_id": pa.string(), "host": pa.string(), "rank": pa.int64(),
              "local_rank": pa.float64(), "phase": pa.string(), "start_ns": pa.int64()}
+    schema = pa.schema([(c, types[c]) for c in _SCAN])
     if path.suffix == ".parquet":
         with pq.ParquetFile(path) as pf:
+            have = [c for c in _SCAN if c in pf.schema_arrow.names]
             for i in range(pf.num_row_groups):
-                yield pf.read_row_group(i, columns=_SCAN).select(_SCAN).cast(
-                    pa.schema([(c, types[c]) for c in _SCAN]))
+                t = pf.read_row_group(i, columns=have)
+                for c in (c for c in _SCAN if c not in have):  # missing: all null
+                    t = t.append_column(c, pa.nulls(len(t), types[c]))
+                yield t.select(_SCAN).cast(schema)
         return
-    convert = pacsv.ConvertOptions(include_columns=_SCAN, column_types=types)
+    convert = pacsv.ConvertOptions(include_columns=_SCAN, column_types=types,
+                                   include_missing_columns=True)
     for header, block in record_blocks(LineChunks(path, SCAN_BLOCK_BYTES)):
         yield pacsv.read_csv(pa.BufferReader(header + block), convert_options=convert)
 

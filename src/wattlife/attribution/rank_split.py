@@ -10,8 +10,8 @@ its file and line for the messages; or `wattlife check`'s chunks), each chunk's 
 by that, not by the number of ranks). A part's rows read back are the file's rows of that rank,
 in file order, with their columns and types (`RankPart.frame`, `RankPart.chunks`: positions
 within the part as the index). What `rank_events` scans of a rank's own file is gathered as the
-rows go by (`PartScan`); a rank with a missing or several local ranks makes the split give None
-(the run's events are then read whole, as before). Parts come in the order of the ranks' first
+rows go by (`PartScan`); a rank with several local ranks makes the split give None (the run's
+events are then read whole, as before). Parts come in the order of the ranks' first
 rows that nest (`tree.timeline`), then the others, so the first part's first prepared row is
 the whole frame's. The pieces live in a folder under `spill_dir`, removed by
 `RankParts.close`."""
@@ -98,10 +98,15 @@ class PartScan:
             nests = np.flatnonzero(~rows["phase"].isin(CONCURRENT_PHASES).to_numpy())
             self.first_nesting = int(rows.index[nests[0]]) if len(nests) else None
 
-    def local_rank(self) -> int | None:
-        """Its one local rank; None where it has none or several (the run is read whole)."""
+    def local_rank(self) -> tuple[bool, int | None]:
+        """(whether the rank can be read alone: not where it has several local ranks, its one
+        local rank: None where a row has none)."""
+        if any(pd.isna(x) for x in self.local_ranks):
+            return True, None
         only = list(self.local_ranks)
-        return int(only[0]) if len(only) == 1 and float(only[0]).is_integer() else None
+        if len(only) == 1 and float(only[0]).is_integer():
+            return True, int(only[0])
+        return False, None
 
 
 def rank_chunks(source: str | Path | RankPart, chunk_bytes: int | None = None
@@ -170,12 +175,12 @@ class RankParts:
 
     def ranked(self) -> list[tuple[RankPart, dict[str, Any]]] | None:
         """(part, its scan as `rank_events` gives a file's) in the order of their first rows
-        that nest, then the others; None where a rank's local rank is missing or several."""
+        that nest, then the others; None where a rank has several local ranks."""
         out = []
         for key, part in self.parts.items():
             s = self.scans[key]
-            local = s.local_rank()
-            if local is None:
+            alone, local = s.local_rank()
+            if not alone:
                 return None
             out.append((part, {"host": s.host, "rank": s.rank, "local_rank": local,
                                "rows": part.rows, "run_ids": s.run_ids, "compile": s.compile,

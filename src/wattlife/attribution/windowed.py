@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Literal, cast
 
 import numpy as np
 
@@ -111,6 +111,31 @@ class WindowedSeries(DeviceSeries):
         (its readings reach the next window's first: both neighbours of x are in it)."""
         w = np.searchsorted(self.starts, x, side="right") - 1
         return np.clip(w, 0, len(self.starts) - 1)
+
+    def searchsorted(self, x: np.ndarray, side: Literal["left", "right"]) -> np.ndarray:
+        """`np.searchsorted(t_ns, x, side)`, a window of readings at a time: every reading
+        before the last window whose first is at or before x (left: before x) counts, and
+        none after that window's (its next window's first reading is read too)."""
+        x = np.asarray(x, np.int64)
+        w = np.searchsorted(self.starts, x, side=side) - 1
+        out = np.zeros(len(x), np.int64)
+        for k in np.unique(w[w >= 0]):
+            sel = np.flatnonzero(w == k)
+            a = int(k) * self.window
+            t = self._disk("t_ns").read(a, a + self.window + 1)
+            out[sel] = a + np.searchsorted(t, x[sel], side=side)
+        return out
+
+    def energy_of(self, k: np.ndarray) -> np.ndarray:
+        """E at the readings of indices `k`, a window at a time."""
+        k = np.asarray(k, np.int64)
+        win = np.minimum(k // self.window, len(self.starts) - 1)
+        out = np.empty(len(k))
+        for w in np.unique(win):
+            sel = np.flatnonzero(win == w)
+            a = int(w) * self.window
+            out[sel] = self._disk("energy_j").read(a, a + self.window + 1)[k[sel] - a]
+        return out
 
     def energy_at(self, t_ns: np.ndarray) -> np.ndarray:
         x = np.asarray(t_ns, dtype=np.int64)
