@@ -192,7 +192,7 @@ def test_a_phase_of_many_short_pieces_is_bounded_by_its_span():
     assert b.loc["step", "age_lo_j"] <= 4.0 <= b.loc["step", "age_hi_j"]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(run=node_runs(), window=st.integers(1, 40))
 def test_a_node_series_on_disk_gives_the_same_intervals(tmp_path_factory, run, window):

@@ -106,7 +106,7 @@ def _merged(n_ranks: int, seed: int, quoted: bool) -> pd.DataFrame:
     return ev
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(n_ranks=st.integers(2, 5), seed=st.integers(0, 9), block=st.integers(64, 4096),
        quoted=st.booleans(), piece=st.integers(1, 200), hold=st.integers(1, 400))
 def test_each_part_is_the_files_rows_of_its_rank(tmp_path_factory, n_ranks, seed, block, quoted,
