@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import chain
-from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -35,7 +34,6 @@ from .exact_sum import ExactSums
 from .series import DeviceSeries
 from .tree import NameCodes, segments
 from .tree_spill import AnyTree, SpilledTree
-from .windowed import WindowedSeries
 
 #: a piece of a tree's segments: boundaries (ns), the innermost phase after each (an id, -1:
 #: none) and its name
@@ -90,34 +88,19 @@ def exclusive_pieces(tree: AnyTree, t0: int, t1: int
     return x0, x1, names.astype(object)
 
 
-def _index(series: DeviceSeries, x: np.ndarray, side: Literal["left", "right"]) -> np.ndarray:
-    """`np.searchsorted` of the series' times (a series on disk: a window at a time)."""
-    if isinstance(series, WindowedSeries):
-        return series.searchsorted(x, side)
-    found: np.ndarray = np.searchsorted(series.t_ns, x, side=side)
-    return found
-
-
-def _energy(series: DeviceSeries, k: np.ndarray) -> np.ndarray:
-    """E at the readings `k` (a series on disk: a window at a time)."""
-    if isinstance(series, WindowedSeries):
-        return series.energy_of(k)
-    return np.asarray(series.energy_j[k], float)
-
-
 def _at_or_before(series: DeviceSeries, x: np.ndarray) -> np.ndarray:
     """E at the last reading at or before each x (the first reading's before it)."""
-    k = _index(series, x, "right") - 1
-    return _energy(series, np.clip(k, 0, len(series.t_ns) - 1))
+    k = series.searchsorted(x, "right") - 1
+    return series.energy_of(np.clip(k, 0, len(series.t_ns) - 1))
 
 
 def _at_or_after(series: DeviceSeries, x: np.ndarray, max_w: float) -> np.ndarray:
     """E at the first reading at or after each x; past the last reading, E there + `max_w` x the
     time beyond it."""
     n = len(series.t_ns)
-    k = _index(series, x, "left")
+    k = series.searchsorted(x, "left")
     beyond = np.maximum(np.asarray(x, np.int64) - int(series.t_ns[n - 1]), 0) / 1e9
-    out: np.ndarray = _energy(series, np.minimum(k, n - 1)) + max_w * beyond
+    out: np.ndarray = series.energy_of(np.minimum(k, n - 1)) + max_w * beyond
     return out
 
 

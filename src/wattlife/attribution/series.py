@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -77,6 +78,15 @@ class DeviceSeries:
     def energy_at(self, t_ns: np.ndarray) -> np.ndarray:
         result: np.ndarray = np.interp(self.rel(t_ns), self.rel(self.t_ns), self.energy_j)
         return result
+
+    def searchsorted(self, x: np.ndarray, side: Literal["left", "right"]) -> np.ndarray:
+        """`np.searchsorted` of the readings' times (a series on disk: a window at a time)."""
+        found: np.ndarray = np.searchsorted(self.t_ns, x, side=side)
+        return found
+
+    def energy_of(self, k: np.ndarray) -> np.ndarray:
+        """E at the readings of indices `k`."""
+        return np.asarray(self.energy_j[k], float)
 
     @property
     def spacing_s(self) -> float:
