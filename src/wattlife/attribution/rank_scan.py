@@ -16,7 +16,7 @@ import numpy as np
 
 from ..contracts import COMPILE, LineChunks, StreamUnreadable, events_files
 from .events_chunks import record_blocks
-from .rank_split import RankPart, RankParts
+from .rank_split import RankPart, RankParts, one_local_rank
 from .windowed import kth_smallest
 
 #: where a rank's rows are: its own file, or its part of a file holding several ranks
@@ -52,12 +52,10 @@ def scan_file(path: Path, spill_dir: str | Path | None = None) -> dict[str, Any]
             return None
         if len(seen["host"]) > 1 or len(seen["rank"]) > 1:
             return {"several": True}
-        local = None  # a row without one: the run's local ranks numbered (`phase_map`)
-        if not seen["local_null"]:
-            if len(seen["local_rank"]) != 1 or not float(next(iter(seen["local_rank"]))
-                                                         ).is_integer():
-                return None
-            local = int(seen["local_rank"].pop())
+        alone, local = one_local_rank(seen["local_rank"] | (
+            {float("nan")} if seen["local_null"] else set()))
+        if not alone:
+            return None
         return {"host": seen["host"].pop(), "rank": seen["rank"].pop(),
                 "local_rank": local, "rows": seen["rows"],
                 "run_ids": seen["run_id"], "compile": seen["compile"],
@@ -90,7 +88,8 @@ def _scanned(path: Path, starts: IO[bytes]) -> dict[str, Any] | None:
     """`scan_file`'s columns a block (a Parquet file: a row group) at a time: the distinct
     hosts, ranks, local ranks and run ids, whether a `compile` row is there or a row without a
     local rank, the number of rows and the least and greatest start (the starts written to
-    `starts`); None at a missing rank, or when the file has no row."""
+    `starts`); None at a missing rank, or when the file has no row. It stops at a second host
+    or rank: that file is split (`rank_split`), which reads all of it."""
     import pyarrow.compute as pc
 
     seen: dict[str, Any] = {c: set() for c in ("host", "rank", "local_rank", "run_id")}
@@ -102,6 +101,8 @@ def _scanned(path: Path, starts: IO[bytes]) -> dict[str, Any] | None:
         seen["local_null"] |= bool(t.column("local_rank").null_count)
         for c in ("host", "rank", "local_rank", "run_id"):
             seen[c] |= set(pc.unique(t.column(c).drop_null()).to_pylist())
+        if len(seen["host"]) > 1 or len(seen["rank"]) > 1:
+            return seen  # several ranks: the split reads the file (the rest is not needed)
         seen["compile"] |= bool(pc.any(pc.equal(t.column("phase"), COMPILE)).as_py())
         col = t.column("start_ns")
         seen["null"] |= bool(col.null_count)  # np.median: NaN

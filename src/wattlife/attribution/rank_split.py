@@ -98,15 +98,18 @@ class PartScan:
             nests = np.flatnonzero(~rows["phase"].isin(CONCURRENT_PHASES).to_numpy())
             self.first_nesting = int(rows.index[nests[0]]) if len(nests) else None
 
-    def local_rank(self) -> tuple[bool, int | None]:
-        """(whether the rank can be read alone: not where it has several local ranks, its one
-        local rank: None where a row has none)."""
-        if any(pd.isna(x) for x in self.local_ranks):
-            return True, None
-        only = list(self.local_ranks)
-        if len(only) == 1 and float(only[0]).is_integer():
-            return True, int(only[0])
-        return False, None
+
+
+def one_local_rank(values: Iterable[Any]) -> tuple[bool, int | None]:
+    """A rank's local rank from the distinct values its rows hold: (whether the rank can be
+    read alone: not where it has several, its one local rank: None where a row has none, the
+    run's ranks then numbered as `energy.phase_map` numbers them)."""
+    only = list(values)
+    if any(pd.isna(x) for x in only):
+        return True, None
+    if len(only) == 1 and float(only[0]).is_integer():
+        return True, int(only[0])
+    return False, None
 
 
 def rank_chunks(source: str | Path | RankPart, chunk_bytes: int | None = None
@@ -179,7 +182,7 @@ class RankParts:
         out = []
         for key, part in self.parts.items():
             s = self.scans[key]
-            alone, local = s.local_rank()
+            alone, local = one_local_rank(s.local_ranks)
             if not alone:
                 return None
             out.append((part, {"host": s.host, "rank": s.rank, "local_rank": local,
